@@ -1,0 +1,133 @@
+"""Random-access document store: look up 100 candidates without loading 3 million documents.
+
+A collection file (TSV or JSONL, see `common.data.formats`) is streamed once into
+an SQLite table keyed by document id. The store is built atomically (a temporary
+database renamed into place) in a cache folder, keyed by the collection's
+resolved path, size and modification time, and reused by every later run.
+
+The cache folder is ``$EFFICIENT_RANKERS_CACHE/docstore`` if that variable is
+set, else ``~/.cache/efficient-rankers/docstore``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from common.data.formats import DataFormatError, Document, iter_collection
+
+
+def cache_root() -> Path:
+    """The project's cache folder (``$EFFICIENT_RANKERS_CACHE`` or ``~/.cache/efficient-rankers``)."""
+    root = os.environ.get("EFFICIENT_RANKERS_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "efficient-rankers"
+
+
+class DocumentStore:
+    """Read-only mapping ``doc_id -> Document`` backed by SQLite; safe to use after a fork."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no such document store")
+        self._connection: sqlite3.Connection | None = None
+        self._pid: int | None = None
+
+    @classmethod
+    def build(
+        cls, collection: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool = False, progress: bool = True
+    ) -> DocumentStore:
+        """Stream `collection` into a new store at `path`; a repeated document id is an error."""
+        path = Path(path)
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"{path} already exists; refusing to overwrite it")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            with contextlib.closing(sqlite3.connect(tmp)) as db:
+                db.execute("PRAGMA journal_mode = OFF")
+                db.execute("PRAGMA synchronous = OFF")
+                db.execute("CREATE TABLE docs (doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, text TEXT NOT NULL)")
+                documents = tqdm(iter_collection(collection), desc=f"indexing {Path(collection).name}", unit=" docs",
+                                 disable=not progress)
+                for number, doc in enumerate(documents, start=1):
+                    try:
+                        db.execute("INSERT INTO docs VALUES (?, ?, ?)", (doc.doc_id, doc.title, doc.text))
+                    except sqlite3.IntegrityError:
+                        raise DataFormatError(collection, number, f"duplicate document id {doc.doc_id!r}") from None
+                db.commit()
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        return cls(path)
+
+    @classmethod
+    def for_collection(
+        cls, collection: str | os.PathLike, cache_dir: str | os.PathLike | None = None, *, progress: bool = True
+    ) -> DocumentStore:
+        """The cached store of `collection`, built on first use and reused while the file is unchanged."""
+        collection = Path(collection).resolve()
+        if not collection.is_file():
+            raise FileNotFoundError(f"{collection}: no such collection file")
+        stat = collection.stat()
+        key = hashlib.sha256(f"{collection}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+        path = Path(cache_dir or cache_root() / "docstore") / f"{collection.stem}-{key}.sqlite"
+        if path.is_file():
+            return cls(path)
+        return cls.build(collection, path, progress=progress)
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        # SQLite connections must not cross a fork (DataLoader workers): reopen per process.
+        if self._connection is None or self._pid != os.getpid():
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            self._connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self._pid = os.getpid()
+        return self._connection
+
+    def __getitem__(self, doc_id: str) -> Document:
+        row = self._db.execute("SELECT title, text FROM docs WHERE doc_id = ?", (doc_id,)).fetchone()
+        if row is None:
+            raise KeyError(f"document {doc_id!r} is not in {self.path}")
+        return Document(doc_id, row[1], row[0])
+
+    def get(self, doc_id: str, default: Document | None = None) -> Document | None:
+        try:
+            return self[doc_id]
+        except KeyError:
+            return default
+
+    def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
+        """Documents in the order asked; a missing id raises KeyError."""
+        return [self[doc_id] for doc_id in doc_ids]
+
+    def __contains__(self, doc_id: object) -> bool:
+        return self._db.execute("SELECT 1 FROM docs WHERE doc_id = ?", (doc_id,)).fetchone() is not None
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM docs").fetchone()[0]
+
+    def __iter__(self) -> Iterator[str]:
+        for (doc_id,) in self._db.execute("SELECT doc_id FROM docs ORDER BY rowid"):
+            yield doc_id
+
+    def documents(self) -> Iterator[Document]:
+        """Every document in collection order."""
+        for doc_id, title, text in self._db.execute("SELECT doc_id, title, text FROM docs ORDER BY rowid"):
+            yield Document(doc_id, text, title)
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])

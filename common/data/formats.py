@@ -1,0 +1,256 @@
+"""TREC file formats: topics, qrels, runs and document collections, read and written.
+
+Formats (whitespace-separated unless noted):
+
+- topics: ``qid<TAB>text``
+- qrels: ``qid iter docid rel`` with integer, possibly negative, graded ``rel``
+- runs: ``qid Q0 docid rank score tag``; as in trec_eval the rank column is read
+  but ignored: a ranking is ordered by score descending, ties by docid descending
+- collections: TSV ``docid<TAB>text``, ``docid<TAB>title<TAB>text`` or the MS MARCO
+  document layout ``docid<TAB>url<TAB>title<TAB>text`` (url dropped); or JSONL
+  ``{"doc_id": ..., "title": ..., "text": ...}`` (``title`` optional). Files ending
+  in ``.gz`` are read through gzip.
+
+Lines starting with ``#`` are comments in topics, qrels and runs (as trec_eval 10
+accepts); blank lines are skipped. Every reader streams, decodes each line as
+UTF-8 with a named fallback (`common.io.read_lines`), and raises
+`DataFormatError` naming the file and line for anything malformed, including a
+duplicate (qid, docid) in a qrels or run file. Every writer is atomic and
+refuses to overwrite unless asked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from common.io import DEFAULT_FALLBACK_ENCODING, atomic_write, read_lines
+
+Topics = dict[str, str]
+Qrels = dict[str, dict[str, int]]
+Run = dict[str, dict[str, float]]
+
+
+class DataFormatError(ValueError):
+    """Malformed input; the message starts with ``path:line:`` like a compiler's."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, reason: str):
+        self.path, self.line, self.reason = str(path), line, reason
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass(frozen=True)
+class Document:
+    doc_id: str
+    text: str
+    title: str = ""
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    qid: str
+    doc_id: str
+    rank: int
+    score: float
+    tag: str
+
+
+def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
+    """One query's ranking in trec_eval's order: score descending, then docid descending."""
+    return sorted(scores.items(), key=lambda item: (item[1], item[0]), reverse=True)
+
+
+# --- reading -----------------------------------------------------------------
+
+
+def _content_lines(path, fallback: str) -> Iterator[tuple[int, str]]:
+    for number, line in _read(path, fallback):
+        if line.strip() and not line.startswith("#"):
+            yield number, line
+
+
+def _read(path, fallback: str) -> Iterator[tuple[int, str]]:
+    if not Path(path).is_file():
+        raise FileNotFoundError(f"{path}: no such file")
+    yield from read_lines(path, fallback)
+
+
+def iter_topics(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str, str]]:
+    """Stream ``(line, qid, text)`` from a ``qid<TAB>text`` file."""
+    for number, line in _content_lines(path, fallback):
+        qid, tab, text = line.partition("\t")
+        if not tab or not qid.strip() or not text.strip():
+            raise DataFormatError(path, number, f"expected 'qid<TAB>text', got {line[:80]!r}")
+        yield number, qid.strip(), text.strip()
+
+
+def read_topics(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Topics:
+    """Read topics as ``{qid: text}``; a repeated qid is an error."""
+    topics: Topics = {}
+    for number, qid, text in iter_topics(path, fallback):
+        if qid in topics:
+            raise DataFormatError(path, number, f"duplicate topic id {qid!r}")
+        topics[qid] = text
+    return topics
+
+
+def iter_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str, str, int]]:
+    """Stream ``(line, qid, docid, rel)`` from a ``qid iter docid rel`` file."""
+    for number, line in _content_lines(path, fallback):
+        fields = line.split()
+        if len(fields) != 4:
+            raise DataFormatError(path, number, f"expected 4 fields 'qid iter docid rel', got {len(fields)}: {line[:80]!r}")
+        qid, _, doc_id, rel = fields
+        try:
+            label = int(rel)
+        except ValueError:
+            raise DataFormatError(path, number, f"relevance {rel!r} is not an integer") from None
+        yield number, qid, doc_id, label
+
+
+def read_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Qrels:
+    """Read qrels as ``{qid: {docid: rel}}``; a repeated (qid, docid) is an error."""
+    qrels: Qrels = {}
+    for number, qid, doc_id, label in iter_qrels(path, fallback):
+        judged = qrels.setdefault(qid, {})
+        if doc_id in judged:
+            raise DataFormatError(path, number, f"duplicate judgment for query {qid!r}, document {doc_id!r}")
+        judged[doc_id] = label
+    return qrels
+
+
+def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, RunEntry]]:
+    """Stream ``(line, RunEntry)`` from a ``qid Q0 docid rank score tag`` file."""
+    for number, line in _content_lines(path, fallback):
+        fields = line.split()
+        if len(fields) != 6:
+            raise DataFormatError(
+                path, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}: {line[:80]!r}"
+            )
+        qid, _, doc_id, rank, score, tag = fields
+        try:
+            rank_value = int(rank)
+        except ValueError:
+            raise DataFormatError(path, number, f"rank {rank!r} is not an integer") from None
+        try:
+            score_value = float(score)
+        except ValueError:
+            raise DataFormatError(path, number, f"score {score!r} is not a number") from None
+        if math.isnan(score_value):
+            raise DataFormatError(path, number, "score is NaN")
+        yield number, RunEntry(qid, doc_id, rank_value, score_value, tag)
+
+
+def read_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Run:
+    """Read a run as ``{qid: {docid: score}}``; a repeated (qid, docid) is an error."""
+    run: Run = {}
+    for number, entry in iter_run(path, fallback):
+        scores = run.setdefault(entry.qid, {})
+        if entry.doc_id in scores:
+            raise DataFormatError(path, number, f"document {entry.doc_id!r} retrieved twice for query {entry.qid!r}")
+        scores[entry.doc_id] = entry.score
+    return run
+
+
+def collection_format(path) -> str:
+    """``"jsonl"`` or ``"tsv"``, from the file name (a trailing ``.gz`` is ignored)."""
+    suffixes = [s for s in Path(path).suffixes if s != ".gz"]
+    suffix = suffixes[-1] if suffixes else ""
+    if suffix in (".jsonl", ".json"):
+        return "jsonl"
+    if suffix in (".tsv", ".txt", ".tab"):
+        return "tsv"
+    raise ValueError(f"{path}: cannot tell the collection format from the name; use .tsv or .jsonl")
+
+
+def iter_collection(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[Document]:
+    """Stream the documents of a TSV or JSONL collection (see the module docstring)."""
+    parse = _parse_jsonl_document if collection_format(path) == "jsonl" else _parse_tsv_document
+    for number, line in _read(path, fallback):
+        if line.strip():
+            yield parse(path, number, line)
+
+
+def _parse_tsv_document(path, number: int, line: str) -> Document:
+    fields = line.split("\t")
+    if len(fields) == 2:
+        doc_id, title, text = fields[0], "", fields[1]
+    elif len(fields) == 3:
+        doc_id, title, text = fields
+    elif len(fields) == 4:
+        doc_id, _url, title, text = fields
+    else:
+        raise DataFormatError(
+            path, number, f"expected 2-4 tab-separated columns (docid [url] [title] text), got {len(fields)}"
+        )
+    if not doc_id.strip():
+        raise DataFormatError(path, number, "empty document id")
+    return Document(doc_id.strip(), text, title)
+
+
+def _parse_jsonl_document(path, number: int, line: str) -> Document:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise DataFormatError(path, number, f"invalid JSON: {error.msg} at column {error.colno}") from None
+    if not isinstance(record, dict) or "doc_id" not in record or "text" not in record:
+        raise DataFormatError(path, number, 'expected an object with "doc_id" and "text" (and optional "title")')
+    return Document(str(record["doc_id"]), str(record["text"] or ""), str(record.get("title") or ""))
+
+
+# --- writing -----------------------------------------------------------------
+
+
+def write_topics(path, topics: Mapping[str, str], *, overwrite: bool = False) -> None:
+    with atomic_write(path, overwrite=overwrite) as f:
+        for qid, text in topics.items():
+            _check_field(path, "query text", text, allow_space=True)
+            f.write(f"{qid}\t{text}\n")
+
+
+def write_qrels(path, qrels: Mapping[str, Mapping[str, int]], *, overwrite: bool = False) -> None:
+    with atomic_write(path, overwrite=overwrite) as f:
+        for qid, judged in qrels.items():
+            for doc_id, rel in judged.items():
+                f.write(f"{qid} 0 {doc_id} {int(rel)}\n")
+
+
+def write_run(
+    path,
+    run: Mapping[str, Mapping[str, float]],
+    *,
+    tag: str = "run",
+    depth: int | None = None,
+    overwrite: bool = False,
+) -> None:
+    """Write a run in trec_eval's ranking order, ranks from 1, at most `depth` per query."""
+    _check_field(path, "run tag", tag, allow_space=False)
+    with atomic_write(path, overwrite=overwrite) as f:
+        for qid, scores in run.items():
+            for rank, (doc_id, score) in enumerate(ranked(scores)[:depth], start=1):
+                f.write(f"{qid} Q0 {doc_id} {rank} {float(score)!r} {tag}\n")
+
+
+def write_collection(path, documents: Iterable[Document], *, overwrite: bool = False) -> None:
+    """Write a JSONL or TSV (``docid<TAB>title<TAB>text``) collection, chosen by the file name."""
+    as_jsonl = collection_format(path) == "jsonl"
+    with atomic_write(path, overwrite=overwrite) as f:
+        for doc in documents:
+            if as_jsonl:
+                f.write(json.dumps({"doc_id": doc.doc_id, "title": doc.title, "text": doc.text}, ensure_ascii=False))
+            else:
+                for name, value in (("title", doc.title), ("text", doc.text)):
+                    _check_field(path, f"document {doc.doc_id} {name}", value, allow_space=True)
+                f.write(f"{doc.doc_id}\t{doc.title}\t{doc.text}")
+            f.write("\n")
+
+
+def _check_field(path, what: str, value: str, *, allow_space: bool) -> None:
+    forbidden = "\t\n\r" if allow_space else "\t\n\r "
+    if any(c in value for c in forbidden):
+        raise ValueError(f"{path}: {what} {value[:40]!r} contains a tab, newline or (for tags) a space")
