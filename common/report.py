@@ -1,0 +1,498 @@
+"""Reproduced vs. reported: compare a run's metrics with the papers' tables.
+
+The numbers printed in the four papers' results tables live in tidy CSVs at
+``results/reported/<paper>.csv`` in the repository root (see the README there).
+Columns: ``paper, table, dataset, split, setting, method, metric, value, note``.
+``value`` is kept in the paper's own scale (e.g. MVA prints MRR@10 as 35.8).
+
+API
+---
+``load_reported(paper=None, table=None, dataset=None, split=None, setting=None,
+method=None, metric=None, root=None) -> DataFrame``
+    Reported rows, filtered. Each filter takes one value or a list of values.
+    ``table=3`` (or ``"3"``) also matches sub-tables ``"3a"``/``"3b"``.
+    Paper ids: ``qds``, ``conformer_kernel``, ``earl``, ``mva`` (``-`` and ``_``
+    are interchangeable; ``ck``/``qds-transformer`` are accepted aliases).
+
+``compare(reproduced, paper, tables=None, dataset=None, method_map=None,
+metric_map=None, include_missing=False) -> DataFrame``
+    ``reproduced`` is the repo's ``metrics.json`` convention, a mapping
+    ``run name -> measure name -> value`` with measures named as
+    ``common.evaluate`` prints them (``ndcg_cut_10``, ``map``, ``mrr@10``, ...)
+    and effectiveness values in the 0-1 scale; a path to such a JSON file is
+    accepted too. ``method_map`` maps run names to the paper's method names
+    (``{"qds": "QDS-Transformer"}``); a run with no entry is matched to the
+    method whose name equals it, ignoring case and punctuation. Returns one
+    row per matched (reported row, run) pair with ``reported``,
+    ``reproduced`` (converted to the paper's scale) and
+    ``diff = reproduced - reported`` (paper's scale). Without ``dataset`` every
+    dataset of the paper is matched, so pass it when a paper reports the same
+    method on several collections.
+
+``to_markdown(df, float_format=None) -> str``
+    A GitHub-flavoured markdown table (no ``tabulate`` needed).
+
+Scale: a reported (paper, table, metric) group is in percent when its metric
+is a bounded effectiveness measure (NDCG, MAP, MRR, RR, recall, precision,
+NCG, ERR) and any of its values exceeds 1; reproduced values for such groups
+are multiplied by 100 before differencing. Other metrics (latency, parameter
+counts, FLOPs, ...) are compared as they are.
+
+Errors: bad input (metrics file missing/unreadable/not JSON/wrong shape,
+unknown paper, a selection with no reported rows) raises :class:`ReportError`;
+a missing ``results/reported`` folder raises :class:`FileNotFoundError` (pass
+``root=`` or set ``EFFICIENT_RANKERS_REPORTED`` when running outside a source
+checkout). The CLI turns both into one ``error: ...`` line on stderr, exit 2.
+
+Typical use at the end of a paper package's evaluation::
+
+    from common.report import compare, to_markdown
+    df = compare(metrics, "qds", tables=2, dataset="trec-dl-2019-doc",
+                 method_map={"qds": "QDS-Transformer"})
+    print(to_markdown(df))
+
+CLI::
+
+    python -m common.report outputs/metrics.json --paper qds --table 2 \\
+        --dataset trec-dl-2019-doc --map qds=QDS-Transformer --out report.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from common.io import atomic_write
+
+__all__ = [
+    "COLUMNS",
+    "KEY_COLUMNS",
+    "ReportError",
+    "reported_dir",
+    "available_papers",
+    "load_reported",
+    "load_metrics",
+    "percent_scaled",
+    "compare",
+    "to_markdown",
+    "main",
+]
+
+#: Exact columns of every ``results/reported/<paper>.csv``.
+COLUMNS = ["paper", "table", "dataset", "split", "setting", "method", "metric", "value", "note"]
+#: Columns that identify one reported number.
+KEY_COLUMNS = COLUMNS[:7]
+
+#: Environment variable that overrides where the reported CSVs are read from.
+ENV_VAR = "EFFICIENT_RANKERS_REPORTED"
+
+_ALIASES = {
+    "qds_transformer": "qds",
+    "ck": "conformer_kernel",
+    "conformer": "conformer_kernel",
+    "ck_qti": "conformer_kernel",
+}
+
+# Bounded effectiveness measures: these may be printed as percentages.
+_BOUNDED = re.compile(
+    r"^(gdeval_)?(ndcg|map|mrr|recip_rank|recall|p_|p@|precision|ncg|err|success)",
+    re.IGNORECASE,
+)
+
+
+# Rounding applied to reproduced values and diffs (removes float noise such as
+# 0.347 * 100 - 34.7 = -7e-15; reported values have at most 5 decimals).
+_DECIMALS = 10
+
+
+class ReportError(Exception):
+    """Bad input to the report tooling (missing file, bad JSON, unknown paper, ...)."""
+
+
+# --------------------------------------------------------------------------- reported
+def reported_dir(root: str | os.PathLike | None = None) -> Path:
+    """The folder holding the reported CSVs.
+
+    ``root`` wins, then the ``EFFICIENT_RANKERS_REPORTED`` environment variable,
+    then ``<repo root>/results/reported`` (found relative to this file, so it
+    works from a source checkout or an editable install).
+    """
+    if root is not None:
+        path = Path(root)
+    elif os.environ.get(ENV_VAR):
+        path = Path(os.environ[ENV_VAR])
+    else:
+        path = Path(__file__).resolve().parents[1] / "results" / "reported"
+    if not path.is_dir():
+        raise FileNotFoundError(
+            f"reported results not found at {path}: load_reported reads results/reported/*.csv "
+            f"from the repository root, which a non-editable install does not ship; run from a "
+            f"source checkout, pass root=..., or set {ENV_VAR}"
+        )
+    return path
+
+
+def available_papers(root: str | os.PathLike | None = None) -> list[str]:
+    """Paper ids with a CSV in :func:`reported_dir`."""
+    return sorted(p.stem for p in reported_dir(root).glob("*.csv"))
+
+
+def _paper_id(paper: str, root: str | os.PathLike | None = None) -> str:
+    key = str(paper).strip().lower().replace("-", "_").replace(" ", "_")
+    key = _ALIASES.get(key, key)
+    papers = available_papers(root)
+    if key not in papers:
+        raise ReportError(f"unknown paper {paper!r}; known papers: {', '.join(papers)}")
+    return key
+
+
+def _as_list(value: Any) -> list[str] | None:
+    if value is None:
+        return None
+    if isinstance(value, (str, int, float)):
+        return [str(value)]
+    return [str(v) for v in value]
+
+
+def _table_mask(col: pd.Series, tables: list[str]) -> pd.Series:
+    wanted = {t.strip().lower() for t in tables}
+    lowered = col.str.lower()
+    base = lowered.str.extract(r"^(\d+)", expand=False)
+    return lowered.isin(wanted) | base.isin(wanted)
+
+
+def _read_csv(path: Path) -> pd.DataFrame:
+    df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+    if list(df.columns) != COLUMNS:
+        raise ReportError(f"{path}: expected columns {COLUMNS}, found {list(df.columns)}")
+    try:
+        df["value"] = df["value"].astype(float)
+    except ValueError as exc:
+        raise ReportError(f"{path}: non-numeric value ({exc})") from None
+    return df
+
+
+def load_reported(
+    paper: str | None = None,
+    table: Any = None,
+    dataset: Any = None,
+    split: Any = None,
+    setting: Any = None,
+    method: Any = None,
+    metric: Any = None,
+    root: str | os.PathLike | None = None,
+) -> pd.DataFrame:
+    """Reported numbers as a DataFrame with :data:`COLUMNS` (``value`` is float).
+
+    Every filter takes a value or a list of values and matches exactly, except
+    ``table`` where ``3`` also selects ``3a``/``3b``. Raises
+    :class:`FileNotFoundError` when the CSV folder is absent and
+    :class:`ReportError` for an unknown paper.
+    """
+    folder = reported_dir(root)
+    papers = [_paper_id(paper, root)] if paper is not None else available_papers(root)
+    frames = [_read_csv(folder / f"{p}.csv") for p in papers]
+    df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
+    tables = _as_list(table)
+    if tables is not None:
+        df = df[_table_mask(df["table"], tables)]
+    for col, val in (("dataset", dataset), ("split", split), ("setting", setting),
+                     ("method", method), ("metric", metric)):
+        vals = _as_list(val)
+        if vals is not None:
+            df = df[df[col].isin(vals)]
+    return df.reset_index(drop=True)
+
+
+# --------------------------------------------------------------------------- reproduced
+def load_metrics(path: str | os.PathLike) -> dict[str, dict[str, float]]:
+    """Read and validate a ``metrics.json`` (run -> measure -> number)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ReportError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ReportError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
+    try:
+        return _validate_metrics(data)
+    except ReportError as exc:
+        raise ReportError(f"{path}: {exc}") from None
+
+
+def _validate_metrics(data: Any) -> dict[str, dict[str, float]]:
+    shape = 'expected {"run": {"measure": number, ...}, ...}'
+    if not isinstance(data, Mapping):
+        raise ReportError(f"{shape}, got a JSON {type(data).__name__}")
+    out: dict[str, dict[str, float]] = {}
+    for run, measures in data.items():
+        if not isinstance(measures, Mapping):
+            raise ReportError(f"{shape}; run {run!r} maps to {type(measures).__name__}")
+        clean: dict[str, float] = {}
+        for name, val in measures.items():
+            if isinstance(val, bool) or not isinstance(val, (int, float)):
+                raise ReportError(f"{shape}; {run!r}/{name!r} is not a number: {val!r}")
+            clean[str(name)] = float(val)
+        out[str(run)] = clean
+    return out
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[^0-9a-z]+", "", str(name).lower())
+
+
+def percent_scaled(reported: pd.DataFrame) -> pd.Series:
+    """Boolean per row: is this reported value on a 0-100 scale?
+
+    True for bounded effectiveness metrics (see module docstring) whose
+    (paper, table, metric) group has any value above 1.
+    """
+    if reported.empty:
+        return pd.Series([], dtype=bool, index=reported.index)
+    bounded = reported["metric"].map(lambda m: bool(_BOUNDED.match(str(m))))
+    group_max = reported.groupby(["paper", "table", "metric"])["value"].transform("max")
+    return (bounded & (group_max > 1.0)).astype(bool)
+
+
+def compare(
+    reproduced: Mapping[str, Mapping[str, float]] | str | os.PathLike,
+    paper: str,
+    tables: Any = None,
+    dataset: Any = None,
+    method_map: Mapping[str, str] | None = None,
+    metric_map: Mapping[str, str] | None = None,
+    include_missing: bool = False,
+    root: str | os.PathLike | None = None,
+    table: Any = None,
+) -> pd.DataFrame:
+    """Join reproduced metrics against the paper's reported rows.
+
+    Parameters
+    ----------
+    reproduced:
+        ``{run: {measure: value}}`` (0-1 scale for effectiveness), or a path to
+        a ``metrics.json`` of that shape.
+    paper, tables, dataset:
+        Which reported rows to compare against (see :func:`load_reported`);
+        ``table=`` is accepted as an alias of ``tables=``.
+    method_map:
+        ``{run: paper method name}``. Runs without an entry are matched to a
+        method whose name equals the run name ignoring case and punctuation;
+        runs matching nothing are left out.
+    metric_map:
+        ``{reproduced measure: reported metric}`` for measures named
+        differently from the CSVs (default: identical names).
+    include_missing:
+        Also return reported rows of matched methods whose measure the run
+        lacks (``reproduced``/``diff`` are NaN).
+
+    Returns
+    -------
+    DataFrame with columns ``paper, table, dataset, split, setting, method,
+    metric, run, reported, reproduced, diff, scale, note``; ``reproduced`` and
+    ``diff`` are in the paper's scale (``scale`` is ``"0-1"`` or ``"0-100"`` for
+    effectiveness measures, ``"raw"`` for anything else, compared unscaled).
+    Raises :class:`ReportError` when the paper/table/dataset selection has no
+    reported rows, or when ``reproduced`` has the wrong shape.
+    """
+    if table is not None:
+        if tables is not None:
+            raise TypeError("compare() got both tables= and table=")
+        tables = table
+    if isinstance(reproduced, (str, os.PathLike)):
+        reproduced = load_metrics(reproduced)
+    else:
+        reproduced = _validate_metrics(reproduced)
+    method_map = dict(method_map or {})
+    metric_map = dict(metric_map or {})
+
+    reported = load_reported(paper, table=tables, dataset=dataset, root=root)
+    if reported.empty:
+        everything = load_reported(paper, root=root)
+        raise ReportError(
+            f"no reported rows for paper {_paper_id(paper, root)}"
+            f"{' table ' + ','.join(_as_list(tables)) if tables is not None else ''}"
+            f"{' dataset ' + ','.join(_as_list(dataset)) if dataset is not None else ''}; "
+            f"tables: {', '.join(dict.fromkeys(everything['table']))}; "
+            f"datasets: {', '.join(dict.fromkeys(everything['dataset']))}"
+        )
+    bounded = reported["metric"].map(lambda m: bool(_BOUNDED.match(str(m))))
+    reported = reported.assign(_percent=percent_scaled(reported), _bounded=bounded)
+    methods = list(dict.fromkeys(reported["method"]))
+    by_norm: dict[str, str] = {}
+    for m in methods:
+        by_norm.setdefault(_norm(m), m)
+
+    out_cols = ["paper", "table", "dataset", "split", "setting", "method", "metric",
+                "run", "reported", "reproduced", "diff", "scale", "note"]
+    rows: list[dict[str, Any]] = []
+    for run, measures in reproduced.items():
+        if run in method_map:
+            method = method_map[run]
+        else:
+            method = by_norm.get(_norm(run))
+        if method is None:
+            continue
+        renamed = {metric_map.get(k, k): v for k, v in measures.items()}
+        for rec in reported[reported["method"] == method].to_dict("records"):
+            val = renamed.get(rec["metric"])
+            if val is None and not include_missing:
+                continue
+            factor = 100.0 if rec["_percent"] else 1.0
+            repro = float("nan") if val is None else round(val * factor, _DECIMALS)
+            rows.append({
+                **{c: rec[c] for c in KEY_COLUMNS},
+                "run": run,
+                "reported": rec["value"],
+                "reproduced": repro,
+                "diff": round(repro - rec["value"], _DECIMALS),
+                "scale": "0-100" if rec["_percent"] else ("0-1" if rec["_bounded"] else "raw"),
+                "note": rec["note"],
+            })
+    return pd.DataFrame(rows, columns=out_cols)
+
+
+# --------------------------------------------------------------------------- markdown
+def _fmt_float(x: float) -> str:
+    if math.isnan(x):
+        return "n/a"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == int(x) and abs(x) < 1e15:
+        return str(int(x))
+    return f"{x:.6g}"
+
+
+def _cell(value: Any, float_format: Callable[[float], str]) -> str:
+    if value is None:
+        return "n/a"
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, float):
+        text = float_format(value)
+    else:
+        try:
+            if pd.isna(value):
+                return "n/a"
+        except (TypeError, ValueError):
+            pass
+        text = str(value)
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+
+
+def to_markdown(df: pd.DataFrame, float_format: Callable[[float], str] | None = None,
+                columns: Iterable[str] | None = None) -> str:
+    """Render ``df`` as a GitHub-flavoured markdown table (numeric columns right-aligned)."""
+    fmt = float_format or _fmt_float
+    cols = list(columns) if columns is not None else list(df.columns)
+    header = [_cell(str(c), fmt) for c in cols]
+    body = [[_cell(v, fmt) for v in rec] for rec in df[cols].itertuples(index=False, name=None)]
+    numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols]
+    widths = [max([3, len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(header)]
+
+    def line(cells: list[str]) -> str:
+        padded = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)]
+        return "| " + " | ".join(padded) + " |"
+
+    sep = "| " + " | ".join(("-" * (w - 1) + ":") if num else "-" * w for w, num in zip(widths, numeric)) + " |"
+    return "\n".join([line(header), sep] + [line(r) for r in body]) + "\n"
+
+
+# --------------------------------------------------------------------------- CLI
+def _parse_map(items: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        run, sep, method = item.partition("=")
+        if not sep or not run or not method:
+            raise ReportError(f"--map {item!r}: expected RUN=METHOD, e.g. qds=QDS-Transformer")
+        out[run] = method
+    return out
+
+
+def _build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m common.report",
+        description=(
+            "Compare reproduced metrics (metrics.json: run -> measure -> value, 0-1 scale, "
+            "measure names as common.evaluate prints them) with the numbers reported in a "
+            "paper's tables (results/reported/<paper>.csv) and print a markdown table with "
+            "diff = reproduced - reported in the paper's scale."
+        ),
+        epilog=(
+            "example: python -m common.report outputs/metrics.json --paper qds --table 2 "
+            "--dataset trec-dl-2019-doc --map qds=QDS-Transformer --out outputs/report.md\n"
+            "Runs without --map are matched to a paper method of the same name "
+            "(case and punctuation ignored). Exit status: 0 ok, 1 nothing matched, 2 bad input."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("metrics_json", metavar="METRICS_JSON", help="reproduced metrics file")
+    parser.add_argument("--paper", required=True,
+                        help="paper id: qds, conformer_kernel, earl or mva")
+    parser.add_argument("--table", action="append", metavar="TABLE",
+                        help="restrict to a table (repeatable); 3 also selects 3a/3b")
+    parser.add_argument("--dataset", action="append", metavar="DATASET",
+                        help="restrict to a dataset id, e.g. trec-dl-2019-doc (repeatable)")
+    parser.add_argument("--map", action="append", default=[], metavar="RUN=METHOD",
+                        help="map a run name to the paper's method name (repeatable)")
+    parser.add_argument("--metric-map", action="append", default=[], metavar="MEASURE=METRIC",
+                        help="map a reproduced measure name to a reported metric name (repeatable)")
+    parser.add_argument("--include-missing", action="store_true",
+                        help="also list reported rows of matched methods that the run lacks")
+    parser.add_argument("--out", metavar="FILE.md",
+                        help="also write the markdown table here (atomically)")
+    parser.add_argument("--overwrite", action="store_true", help="allow --out to replace an existing file")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _build_parser().parse_args(argv)
+    try:
+        if args.out and Path(args.out).exists() and not args.overwrite:
+            raise ReportError(f"{args.out}: already exists; refusing to overwrite (pass --overwrite)")
+        metrics = load_metrics(args.metrics_json)
+        method_map = _parse_map(args.map)
+        metric_map = _parse_map(args.metric_map)
+        paper = _paper_id(args.paper)
+        df = compare(metrics, paper, tables=args.table, dataset=args.dataset,
+                     method_map=method_map, metric_map=metric_map,
+                     include_missing=args.include_missing)
+        if df.empty:
+            known = load_reported(paper, table=args.table, dataset=args.dataset)
+            print(
+                f"error: {args.metrics_json}: no run/measure matched the reported rows of {paper}"
+                f"{' table ' + ','.join(args.table) if args.table else ''}; runs: "
+                f"{', '.join(metrics) or '(none)'}; reported methods: "
+                f"{', '.join(dict.fromkeys(known['method'])) or '(none)'}; use --map RUN=METHOD",
+                file=sys.stderr,
+            )
+            return 1
+        text = to_markdown(df.drop(columns=["note"]))
+        sys.stdout.write(text)
+        if args.out:
+            try:
+                with atomic_write(args.out, overwrite=args.overwrite) as f:
+                    f.write(text)
+            except OSError as exc:
+                raise ReportError(f"{args.out}: cannot write ({exc.strerror or exc})") from None
+    except (ReportError, FileNotFoundError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

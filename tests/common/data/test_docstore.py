@@ -1,0 +1,117 @@
+"""SQLite document store and file-based ranking sources (common.data.docstore, common.data.source)."""
+
+import multiprocessing
+import os
+import pickle
+
+import pytest
+
+from common.data.docstore import DocumentStore
+from common.data.formats import DataFormatError, Document, write_collection, write_qrels, write_run, write_topics
+from common.data.source import FileSource, RankingSource
+
+DOCS = [Document(f"d{i}", f"text of document {i}", f"title {i}" if i % 2 else "") for i in range(50)]
+
+
+@pytest.fixture
+def collection(tmp_path):
+    path = tmp_path / "docs.jsonl"
+    write_collection(path, DOCS)
+    return path
+
+
+def test_lookup_by_id_in_order_asked(collection, tmp_path):
+    store = DocumentStore.build(collection, tmp_path / "store.sqlite", progress=False)
+    assert len(store) == 50
+    assert store["d7"] == DOCS[7]
+    assert store.get_many(["d42", "d0", "d42"]) == [DOCS[42], DOCS[0], DOCS[42]]
+    assert "d49" in store and "d50" not in store
+    assert store.get("absent") is None
+    with pytest.raises(KeyError, match="document 'absent' is not in"):
+        store["absent"]
+    assert list(store)[:3] == ["d0", "d1", "d2"]
+    assert list(store.documents()) == DOCS
+
+
+def test_store_is_built_once_and_reused(collection, tmp_path):
+    cache = tmp_path / "cache"
+    first = DocumentStore.for_collection(collection, cache, progress=False)
+    built_at = os.stat(first.path).st_mtime_ns
+    second = DocumentStore.for_collection(collection, cache, progress=False)
+    assert second.path == first.path and os.stat(second.path).st_mtime_ns == built_at
+    assert len(list(cache.iterdir())) == 1
+
+    # A changed collection gets a fresh store instead of stale text.
+    write_collection(collection, DOCS[:3] + [Document("new", "new text")], overwrite=True)
+    third = DocumentStore.for_collection(collection, cache, progress=False)
+    assert third.path != first.path and len(third) == 4 and third["new"].text == "new text"
+
+
+def test_duplicate_document_id_is_named_and_nothing_written(tmp_path):
+    path = tmp_path / "docs.tsv"
+    path.write_text("a\tone\nb\ttwo\na\tthree\n")
+    with pytest.raises(DataFormatError, match=r"docs.tsv:3: duplicate document id 'a'"):
+        DocumentStore.build(path, tmp_path / "out" / "store.sqlite", progress=False)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_build_refuses_to_overwrite(collection, tmp_path):
+    DocumentStore.build(collection, tmp_path / "s.sqlite", progress=False)
+    with pytest.raises(FileExistsError):
+        DocumentStore.build(collection, tmp_path / "s.sqlite", progress=False)
+
+
+def _lookup_in_child(store, queue):
+    queue.put(store["d3"].text)
+
+
+def test_store_survives_pickle_and_fork(collection, tmp_path):
+    store = DocumentStore.build(collection, tmp_path / "s.sqlite", progress=False)
+    assert store["d1"] == DOCS[1]  # opens a connection in the parent first
+    assert pickle.loads(pickle.dumps(store))["d2"] == DOCS[2]
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_lookup_in_child, args=(store, queue))
+    child.start()
+    child.join(30)
+    assert queue.get(timeout=5) == "text of document 3"
+
+
+def test_file_source(tmp_path, collection):
+    write_topics(tmp_path / "topics.tsv", {"1": "document seven"})
+    write_qrels(tmp_path / "qrels.txt", {"1": {"d7": 2}})
+    write_run(tmp_path / "run.trec", {"1": {"d7": 3.0, "d8": 1.0}})
+    source = FileSource(tmp_path / "topics.tsv", tmp_path / "qrels.txt", tmp_path / "run.trec", collection,
+                        cache_dir=tmp_path / "cache")
+    assert isinstance(source, RankingSource) and source.name == "topics"
+    assert source.topics() == {"1": "document seven"}
+    assert source.qrels() == {"1": {"d7": 2}}
+    assert source.candidates() == {"1": {"d7": 3.0, "d8": 1.0}}
+    assert source.documents()["d8"] == DOCS[8]
+
+
+def test_file_source_without_qrels_says_so(tmp_path):
+    write_topics(tmp_path / "topics.tsv", {"1": "q"})
+    with pytest.raises(ValueError, match="source 'test' has no qrels file"):
+        FileSource(tmp_path / "topics.tsv", name="test").qrels()
+
+
+def test_real_trec_dl_files(shared_data, tmp_path):
+    """Counts from shared/data/SOURCES.md: DL19 passage 43 q / 9,260 judgments; DL20 doc 45 q / 9,098."""
+    dl = shared_data / "trec_dl"
+    source = FileSource(dl / "topics" / "topics.dl19-passage.txt", dl / "qrels" / "qrels.dl19-passage.txt",
+                        dl / "runs" / "rank_llm_data_top100" / "BM25.trec_results_dl19_top100.txt")
+    qrels = source.qrels()
+    assert len(qrels) == 43 and sum(map(len, qrels.values())) == 9260
+    assert set(source.topics()) == set(qrels)
+    assert len(source.candidates()) == 43 and all(len(hits) == 100 for hits in source.candidates().values())
+    doc_qrels = FileSource(dl / "topics" / "topics.dl19-doc.txt", dl / "qrels" / "qrels.dl20-doc.txt").qrels()
+    assert len(doc_qrels) == 45 and sum(map(len, doc_qrels.values())) == 9098
+
+
+def test_real_collection_store(shared_data, tmp_path):
+    """Cranfield: 1,400 documents; 471 and 995 have empty text in the original."""
+    store = DocumentStore.for_collection(shared_data / "cranfield" / "derived" / "docs.jsonl", tmp_path, progress=False)
+    assert len(store) == 1400
+    assert store["471"].text == "" and store["995"].text == ""
+    assert store["1"].title.startswith("experimental investigation of the aerodynamics of a wing")

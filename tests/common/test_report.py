@@ -1,0 +1,208 @@
+"""common.report: load_reported, compare (incl. percent scale), to_markdown and the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from common import report
+from common.report import ReportError, compare, load_reported, main, to_markdown
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+# ----------------------------------------------------------------------------- load_reported
+def test_load_reported_filters_and_aliases():
+    all_rows = load_reported()
+    assert set(all_rows["paper"]) == {"qds", "conformer_kernel", "earl", "mva"}
+    assert all_rows["value"].dtype == float
+    t2 = load_reported("qds", table=2)
+    assert set(t2["table"]) == {"2"} and len(t2) == 42
+    assert len(load_reported("qds-transformer", table="2")) == 42
+    assert len(load_reported("conformer-kernel")) == len(load_reported("ck")) == 40
+    # table 3 selects EARL's sub-tables 3a and 3b; an exact sub-table works too
+    assert set(load_reported("earl", table=3)["table"]) == {"3a", "3b"}
+    assert set(load_reported("earl", table="3b")["table"]) == {"3b"}
+    sel = load_reported("qds", table=[2, 4], method="QDS-Transformer", metric=["ndcg_cut_10"])
+    assert list(sel["value"]) == [0.667, 0.667]
+
+
+def test_load_reported_errors(tmp_path, monkeypatch):
+    with pytest.raises(ReportError, match="unknown paper 'nope'"):
+        load_reported("nope")
+    with pytest.raises(FileNotFoundError, match="reported results not found"):
+        load_reported(root=tmp_path / "absent")
+    monkeypatch.setenv(report.ENV_VAR, str(tmp_path / "absent"))
+    with pytest.raises(FileNotFoundError, match=report.ENV_VAR):
+        load_reported()
+
+
+def test_default_location_is_repo_root():
+    assert report.reported_dir() == REPO / "results" / "reported"
+
+
+# ----------------------------------------------------------------------------- compare
+def test_compare_fraction_scale():
+    metrics = {"qds": {"ndcg_cut_10": 0.61, "map": 0.2, "recall_100": 0.5},
+               "bm25": {"ndcg_cut_10": 0.5}, "unmatched": {"map": 0.1}}
+    df = compare(metrics, "qds", tables=2, dataset="trec-dl-2019-doc", method_map={"qds": "QDS-Transformer"})
+    got = {(r.method, r.metric): (r.reported, r.reproduced, r.diff, r.scale) for r in df.itertuples()}
+    assert got == {
+        ("QDS-Transformer", "ndcg_cut_10"): (0.667, 0.61, pytest.approx(-0.057), "0-1"),
+        ("QDS-Transformer", "map"): (0.278, 0.2, pytest.approx(-0.078), "0-1"),
+        # "bm25" matched the method "BM25" by name (case-insensitive)
+        ("BM25", "ndcg_cut_10"): (0.488, 0.5, pytest.approx(0.012), "0-1"),
+    }
+    assert set(df["run"]) == {"qds", "bm25"}
+    same = compare(metrics, "qds", table="2", dataset="trec-dl-2019-doc", method_map={"qds": "QDS-Transformer"})
+    pd.testing.assert_frame_equal(df, same)
+    assert list(df.columns) == ["paper", "table", "dataset", "split", "setting", "method", "metric",
+                                "run", "reported", "reproduced", "diff", "scale", "note"]
+
+
+def test_compare_percent_scale():
+    # MVA prints MRR@10 x 100; reproduced metrics are 0-1.
+    metrics = {"mva2": {"mrr@10": 0.3512}, "de": {"mrr@10": 0.296, "storage_floats_per_doc": 768}}
+    df = compare(metrics, "mva", tables=5, method_map={"mva2": "MVA²", "de": "DE (Ours)"})
+    got = {(r.run, r.metric): (r.reported, r.reproduced, r.diff, r.scale) for r in df.itertuples()}
+    assert got == {
+        ("mva2", "mrr@10"): (34.7, 35.12, 0.42, "0-100"),
+        ("de", "mrr@10"): (29.6, 29.6, 0.0, "0-100"),  # exactly 0, no float noise
+        ("de", "storage_floats_per_doc"): (768.0, 768.0, 0.0, "raw"),  # not scaled
+    }
+
+
+def test_compare_include_missing_metric_map_and_path(tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"ndrm1": {"ndcg@10": 0.62}}))
+    df = compare(path, "conformer_kernel", method_map={"ndrm1": "NDRM1"},
+                 metric_map={"ndcg@10": "ndcg_cut_10"}, include_missing=True)
+    assert len(df) == 8  # NDRM1 x {fullrank, rerank} x 4 metrics
+    have = df.dropna(subset=["reproduced"])
+    assert sorted(have["setting"]) == ["fullrank", "rerank"]
+    assert dict(zip(have["setting"], have["diff"])) == {"fullrank": pytest.approx(0.0209), "rerank": pytest.approx(0.0039)}
+
+
+def test_compare_bad_inputs():
+    with pytest.raises(ReportError, match="is not a number"):
+        compare({"qds": {"map": "high"}}, "qds")
+    with pytest.raises(ReportError, match="expected"):
+        compare({"qds": 0.5}, "qds")
+    with pytest.raises(ReportError, match="no reported rows for paper qds table 5"):
+        compare({"qds": {"map": 0.5}}, "qds", tables=5)
+    with pytest.raises(ReportError, match="unknown paper"):
+        compare({"qds": {"map": 0.5}}, "bert")
+
+
+# ----------------------------------------------------------------------------- to_markdown
+def test_to_markdown():
+    df = pd.DataFrame({"method": ["a|b", "c"], "value": [0.33015, float("nan")], "n": [11000000.0, 2.0]})
+    md = to_markdown(df)
+    lines = md.splitlines()
+    assert lines[0].startswith("| method") and md.endswith("\n")
+    assert set(lines[1]) <= set("|-: ")
+    assert "a\\|b" in lines[2] and "0.33015" in lines[2] and "11000000" in lines[2]
+    assert "n/a" in lines[3]
+    assert all(len(line) == len(lines[0]) for line in lines)  # aligned columns
+    # numeric columns right-aligned in the separator row
+    seps = [c.strip() for c in lines[1].strip("|").split("|")]
+    assert not seps[0].endswith(":") and seps[1].endswith(":") and seps[2].endswith(":")
+
+
+# ----------------------------------------------------------------------------- CLI
+@pytest.fixture
+def metrics_file(tmp_path):
+    path = tmp_path / "metrics.json"
+    path.write_text(json.dumps({"qds": {"ndcg_cut_10": 0.61, "map": 0.2}}))
+    return path
+
+
+ARGS = ["--paper", "qds", "--table", "2", "--dataset", "trec-dl-2019-doc", "--map", "qds=QDS-Transformer"]
+
+
+def test_cli_prints_and_writes_atomically(metrics_file, tmp_path, capsys):
+    out = tmp_path / "report.md"
+    assert main([str(metrics_file), *ARGS, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "QDS-Transformer" in printed and "-0.057" in printed
+    assert out.read_text() == printed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "report.md"]  # no temp left
+
+
+def test_cli_refuses_to_overwrite(metrics_file, tmp_path, capsys):
+    out = tmp_path / "report.md"
+    out.write_text("keep me")
+    assert main([str(metrics_file), *ARGS, "--out", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "refusing to overwrite" in err and str(out) in err
+    assert out.read_text() == "keep me"
+    assert main([str(metrics_file), *ARGS, "--out", str(out), "--overwrite"]) == 0
+    assert "QDS-Transformer" in out.read_text()
+
+
+def test_cli_failed_write_leaves_target_untouched(metrics_file, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "report.md"
+    out.write_text("old")
+
+    def boom(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", boom)
+    assert main([str(metrics_file), *ARGS, "--out", str(out), "--overwrite"]) == 2
+    assert "disk full" in capsys.readouterr().err
+    assert out.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "report.md"]
+    new = tmp_path / "new.md"
+    assert main([str(metrics_file), *ARGS, "--out", str(new)]) == 2
+    assert not new.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "report.md"]
+
+
+@pytest.mark.parametrize(
+    "content, args, message",
+    [
+        (None, ["--paper", "qds"], "no such file"),
+        ("{not json", ["--paper", "qds"], "invalid JSON"),
+        ('[1, 2]', ["--paper", "qds"], "expected"),
+        ('{"qds": {"map": 0.2}}', ["--paper", "bert"], "unknown paper 'bert'"),
+        ('{"qds": {"map": 0.2}}', ["--paper", "qds", "--map", "qds"], "expected RUN=METHOD"),
+        ('{"qds": {"map": 0.2}}', ["--paper", "qds", "--table", "5"], "no reported rows"),
+    ],
+)
+def test_cli_bad_input(tmp_path, capsys, content, args, message):
+    path = tmp_path / "metrics.json"
+    if content is not None:
+        path.write_text(content)
+    assert main([str(path), *args]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and message in err[0]
+    if message in {"no such file", "invalid JSON", "expected"}:
+        assert str(path) in err[0]
+    assert captured.out == ""
+
+
+def test_cli_out_creates_missing_folder(metrics_file, tmp_path, capsys):
+    out = tmp_path / "new" / "r.md"
+    assert main([str(metrics_file), *ARGS, "--out", str(out)]) == 0
+    assert out.read_text(encoding="utf-8") == capsys.readouterr().out
+
+
+def test_cli_nothing_matched(metrics_file, capsys):
+    assert main([str(metrics_file), "--paper", "earl"]) == 1
+    err = capsys.readouterr().err
+    assert "EARL ClsPool" in err and "--map" in err
+
+
+def test_python_dash_m(metrics_file):
+    proc = subprocess.run([sys.executable, "-m", "common.report", str(metrics_file), *ARGS],
+                          cwd=REPO, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "| QDS-Transformer |" in proc.stdout
+    helped = subprocess.run([sys.executable, "-m", "common.report", "--help"],
+                            cwd=REPO, capture_output=True, text=True, check=False)
+    assert helped.returncode == 0 and "--map RUN=METHOD" in helped.stdout and "--overwrite" in helped.stdout
