@@ -1,0 +1,512 @@
+"""A ranking task from an ir_datasets id, through the same interface as the file loaders.
+
+``IrDatasetsSource("msmarco-document/trec-dl-2019/judged")`` is a `RankingSource`
+(`common.data.source`): topics, qrels, candidates and document text by id, read
+through ir_datasets' own API. The mapping:
+
+- topics: ``{query_id: text}`` from ``queries_iter()``. The text is the query's
+  ``default_text()`` (ir_datasets >= 0.5: the ``text`` of plain queries, the
+  ``title`` of TREC topics), or the field named by ``query_field`` (e.g.
+  ``"description"`` for TREC topics). Ids are ``str``; text is stripped, as
+  `read_topics` does.
+- qrels: ``{query_id: {doc_id: relevance}}`` from ``qrels_iter()``, relevance an
+  ``int``, negative grades kept. A repeated (query, document) pair is a
+  `DataFormatError`, as in `read_qrels`; ir_datasets' own ``qrels_dict()``
+  would silently keep the last one.
+- candidates: ``{query_id: {doc_id: score}}`` from ``scoreddocs_iter()``; a
+  repeated pair or a NaN score is a `DataFormatError`, as in `read_run`. A
+  dataset without scoreddocs (cranfield, Robust04, ...) raises a ValueError
+  pointing at `common.data.bm25` for building a candidate run. Some
+  scoreddocs carry no scores at all (every MS MARCO passage top-1000 entry is
+  0.0, since ir_datasets keeps only the qid/pid columns); that is warned about,
+  because such candidates have no first-stage order.
+- documents: a `DocumentLookup` over ir_datasets' ``docs_store()``, mapping each
+  document namedtuple to ``Document(doc_id, text, title)``:
+    * ``title``: the ``title`` (or NYT's ``headline``) field when it is a string,
+      else ``""``;
+    * ``text``: the ``doc_text_field`` when one is given; else the first string
+      field among ``body`` (msmarco-document, TREC parsed docs, WaPo) and
+      ``text`` (msmarco-passage, TREC, BEIR); else ``default_text()`` computed
+      with the title and url blanked, so that a title kept in
+      ``Document.title`` is not repeated in the text (NFCorpus'
+      ``title + abstract`` gives the abstract; GOV's bytes ``body`` gives
+      ir_datasets' HTML-to-text); else the remaining string fields joined;
+    * ``url`` and every other field are dropped.
+  ``get_many`` returns documents in the order asked (ir_datasets returns an
+  unordered dict that silently skips missing ids) and raises KeyError for a
+  missing id.
+
+Errors: an unknown id raises `UnknownDatasetError` listing close matches from
+``ir_datasets.registry``. When ir_datasets cannot get a dataset's files (no
+network here; ir_datasets downloads on first use), the raw error from deep
+inside its download code becomes a `DatasetUnavailableError` naming the
+dataset, ``IR_DATASETS_HOME`` (default ``~/.ir_datasets``; ir_datasets reads it
+when it is imported) and, where it can be recovered, the file ir_datasets would
+save and the URLs it tried, so the file can be copied there by hand.
+
+Laziness: constructing a source only resolves the id in the registry (cheap, no
+download, and fails fast on a typo in a config). Each part is read on first use
+and cached; the document store is opened on the first lookup and built by
+ir_datasets on first use (a ``.pklz4`` folder beside the collection). ir_datasets
+is imported only when a source is created, so ``import common.data`` does not
+pay for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import math
+import os
+import warnings
+from collections.abc import Iterable, Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from common.data.formats import DataFormatError, Document, Qrels, Run, Topics
+
+#: Fields taken as the document title, first string one wins.
+TITLE_FIELDS = ("title", "headline")
+#: Fields that hold the document body as-is, first string one wins (``body``: MS MARCO
+#: documents, parsed TREC docs, WaPo; ``text``: passages, TREC, BEIR). Bytes bodies (GOV) are skipped.
+BODY_FIELDS = ("body", "text")
+#: Fields never part of the text.
+URL_FIELDS = ("url",)
+#: Query fields tried when a query class has no ``default_text()`` (ir_datasets < 0.5).
+QUERY_FALLBACK_FIELDS = ("text", "query", "title")
+
+# ir_datasets' Download.path raises RuntimeError with this first argument when every mirror failed.
+_ALL_SOURCES_FAILED = "All download sources failed"
+
+
+class UnknownDatasetError(ValueError):
+    """An id that is not in ``ir_datasets.registry``; ``matches`` holds the closest registered ids."""
+
+    def __init__(self, dataset_id: str, matches: list[str]):
+        self.dataset_id, self.matches = dataset_id, matches
+        hint = (
+            "did you mean one of: " + ", ".join(matches)
+            if matches
+            else "no registered id is close to it"
+        )
+        super().__init__(
+            f"unknown ir_datasets id {dataset_id!r}; {hint}? (all ids: `python3 -m ir_datasets list`, "
+            f"or https://ir-datasets.com)"
+        )
+
+
+class DatasetUnavailableError(RuntimeError):
+    """ir_datasets could not get a dataset's files: a download failed (no network?) or a local file is missing."""
+
+    def __init__(self, dataset_id: str, part: str, home: Path, expected: list[str], cause: str):
+        self.dataset_id, self.part, self.home, self.expected = dataset_id, part, home, expected
+        lines = [
+            f"ir_datasets dataset {dataset_id!r}: could not get the files for its {part} "
+            f"(ir_datasets downloads them on first use: no network, or a required local file is missing).",
+            f"ir_datasets keeps its files under IR_DATASETS_HOME={home} (default ~/.ir_datasets; "
+            f"set the variable before ir_datasets is imported).",
+        ]
+        if expected:
+            lines.append("To use the dataset offline, put a copy of each file where ir_datasets expects it:")
+            lines.extend(f"  {where}" for where in expected)
+        lines.append(f"cause: {cause}")
+        super().__init__("\n".join(lines))
+
+
+def ir_datasets_home() -> Path:
+    """Where ir_datasets keeps its files: ``$IR_DATASETS_HOME``, else ``~/.ir_datasets`` (as ir_datasets decides)."""
+    return Path(os.environ.get("IR_DATASETS_HOME") or Path.home() / ".ir_datasets")
+
+
+def close_matches(dataset_id: str, known: Iterable[str], n: int = 8) -> list[str]:
+    """Registered ids close to `dataset_id`: difflib's best, then ids containing it (``robust04``)."""
+    known = list(known)
+    matches = difflib.get_close_matches(dataset_id, known, n=n, cutoff=0.6)
+    # difflib misses short names inside long ids; a substring hit is a good guess then.
+    needle = dataset_id.lower()
+    matches += sorted((k for k in known if needle and needle in k.lower()), key=len)
+    return list(dict.fromkeys(matches))[:n]
+
+
+def load_dataset(dataset_id: str) -> Any:
+    """``ir_datasets.load(dataset_id)`` (a registry lookup, no download), or `UnknownDatasetError`."""
+    import ir_datasets
+
+    try:
+        return ir_datasets.load(dataset_id)
+    except KeyError:
+        # The registry raises a bare KeyError(id); list what the user probably meant instead.
+        raise UnknownDatasetError(dataset_id, close_matches(dataset_id, ir_datasets.registry)) from None
+
+
+@contextlib.contextmanager
+def _reading(dataset_id: str, part: str) -> Iterator[None]:
+    """Turn ir_datasets' failures to get files into `DatasetUnavailableError`; note the dataset on others."""
+    try:
+        yield
+    except (DatasetUnavailableError, DataFormatError, KeyError):
+        raise  # ours, already clear (KeyError: a missing document, handled by the caller)
+    except OSError as error:
+        # requests' errors, FileNotFoundError from LocalDownload, IOError from ExpectedFile and
+        # HashVerificationError are all OSErrors: each means the files could not be had.
+        raise _unavailable(dataset_id, part, error) from error
+    except RuntimeError as error:
+        if error.args[:1] == (_ALL_SOURCES_FAILED,):
+            raise _unavailable(dataset_id, part, error) from error
+        _add_note(error, dataset_id, part)
+        raise
+    except Exception as error:
+        _add_note(error, dataset_id, part)
+        raise
+
+
+def _add_note(error: BaseException, dataset_id: str, part: str) -> None:
+    if hasattr(error, "add_note"):  # Python >= 3.11
+        error.add_note(f"(while reading the {part} of ir_datasets dataset {dataset_id!r})")
+
+
+def _unavailable(dataset_id: str, part: str, error: BaseException) -> DatasetUnavailableError:
+    return DatasetUnavailableError(dataset_id, part, ir_datasets_home(), _expected_files(error), _describe(error))
+
+
+def _describe(error: BaseException, limit: int = 1000) -> str:
+    if isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,) and len(error.args) > 1:
+        tried = "; ".join(f"{_where(mirror)}: {_describe(cause, 240)}" for mirror, cause in error.args[1])
+        return f"{_ALL_SOURCES_FAILED}: {tried}"
+    # requests wraps urllib3's MaxRetryError, which wraps the real reason (e.g. a failed name
+    # lookup) at the end of a long message: report the innermost reason under the outer type.
+    root = error
+    for _ in range(8):
+        inner = getattr(root, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = root.args[0] if root.args and isinstance(root.args[0], BaseException) else None
+        if inner is None:
+            break
+        root = inner
+    text = f"{type(error).__name__}: {root}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _where(mirror: Any) -> str:
+    url = getattr(mirror, "url", None)
+    if url:
+        return str(url)
+    path = getattr(mirror, "_path", None)
+    return str(path) if path is not None else type(mirror).__name__
+
+
+def _expected_files(error: BaseException) -> list[str]:
+    """The files ir_datasets was trying to get, read from the frames that raised `error`.
+
+    ir_datasets' exceptions do not carry the target path (a failed download
+    names only the URL), so the ``Download`` / ``LocalDownload`` /
+    ``ExpectedFile`` objects on the traceback are asked instead; best effort,
+    private attributes read with defaults.
+    """
+    found: list[str] = []
+    errors = [error]
+    if isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,) and len(error.args) > 1:
+        errors += [cause for _, cause in error.args[1] if isinstance(cause, BaseException)]
+    for err in errors:
+        tb = err.__traceback__
+        while tb is not None:
+            owner = tb.tb_frame.f_locals.get("self")
+            tb = tb.tb_next
+            mirrors = getattr(owner, "mirrors", None)
+            if isinstance(mirrors, list):  # ir_datasets.util.Download
+                urls = [str(m.url) for m in mirrors if getattr(m, "url", None)]
+                local = [str(m._path) for m in mirrors if getattr(m, "_path", None) is not None]
+                target = getattr(owner, "_cache_path", None)
+                entry = str(target) if target is not None and target != os.devnull else None
+                if entry is None and local:
+                    entry = local[0]
+                local = [path for path in local if path != entry]
+                if entry is None:
+                    continue  # a streamed download with no file to place
+                if urls:
+                    entry += "  (from " + " or ".join(urls) + ")"
+                if local:
+                    entry += "  (or a copy at " + " or ".join(local) + ")"
+                found.append(entry)
+            elif owner is not None and type(owner).__name__ in ("LocalDownload", "ExpectedFile"):
+                path = getattr(owner, "_path", None)
+                if path is not None and not any(str(path) in f for f in found):
+                    found.append(str(path))
+    return list(dict.fromkeys(found))
+
+
+# --- record mapping -------------------------------------------------------------
+
+
+def query_text(query: Any, field: str | None = None) -> str:
+    """A query namedtuple's text: `field`, else ``default_text()``, else the first of text/query/title."""
+    if field is not None:
+        value = getattr(query, field)
+    elif hasattr(query, "default_text"):
+        value = query.default_text()
+    else:
+        value = next((getattr(query, f) for f in QUERY_FALLBACK_FIELDS if isinstance(getattr(query, f, None), str)),
+                     None)
+        if value is None:
+            raise ValueError(
+                f"query {query.query_id!r} ({type(query).__name__}) has no default_text() and none of the fields "
+                f"{QUERY_FALLBACK_FIELDS}; pass query_field= one of {getattr(query, '_fields', ())}"
+            )
+    if not isinstance(value, str):
+        raise ValueError(f"query field {field!r} of {type(query).__name__} is a {type(value).__name__}, not text")
+    return value.strip()
+
+
+def to_document(doc: Any, text_field: str | None = None) -> Document:
+    """An ir_datasets document namedtuple as ``Document(doc_id, text, title)`` (see the module docstring)."""
+    title = next((v for f in TITLE_FIELDS if isinstance(v := getattr(doc, f, None), str)), "")
+    if text_field is not None:
+        text = getattr(doc, text_field)
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        if not isinstance(text, str):
+            raise ValueError(f"document field {text_field!r} of {type(doc).__name__} is a {type(text).__name__}")
+    else:
+        text = _body(doc)
+    return Document(str(doc.doc_id), text, title)
+
+
+def _body(doc: Any) -> str:
+    for field in BODY_FIELDS:
+        value = getattr(doc, field, None)
+        if isinstance(value, str):
+            return value
+    # No plain body: ask the dataset. default_text() usually prepends the title, which the
+    # Document keeps apart, so compute it with title and url blanked rather than cutting strings.
+    blanks = {f: "" for f in (*TITLE_FIELDS, *URL_FIELDS) if isinstance(getattr(doc, f, None), str)}
+    if hasattr(doc, "default_text"):
+        stripped = doc._replace(**blanks) if blanks and hasattr(doc, "_replace") else doc
+        return stripped.default_text().strip()
+    skip = {"doc_id", *blanks}
+    return " ".join(v for f, v in zip(doc._fields, doc) if f not in skip and isinstance(v, str) and v)
+
+
+# --- the source -----------------------------------------------------------------
+
+
+class IrDatasetsDocuments:
+    """`DocumentLookup` over an ir_datasets docstore; picklable, reopened after a fork."""
+
+    def __init__(self, dataset_id: str, dataset: Any = None, text_field: str | None = None):
+        self.dataset_id = dataset_id
+        self.text_field = text_field
+        self._dataset = dataset
+        self._store: Any = None
+        self._pid: int | None = None
+
+    @property
+    def _docstore(self) -> Any:
+        # The store holds open file handles; sharing their offsets with a forked DataLoader
+        # worker would interleave reads, so each process opens its own.
+        if self._store is None or self._pid != os.getpid():
+            if self._dataset is None:
+                self._dataset = load_dataset(self.dataset_id)
+            with _reading(self.dataset_id, "documents"):
+                self._store = self._dataset.docs_store()
+            self._pid = os.getpid()
+        return self._store
+
+    def _fetch(self, doc_ids: list[str]) -> dict[str, Any]:
+        # The first lookup builds the store (reading, maybe downloading, the whole collection).
+        with _reading(self.dataset_id, "documents"):
+            return self._docstore.get_many(doc_ids)
+
+    def __getitem__(self, doc_id: str) -> Document:
+        found = self._fetch([doc_id])
+        if doc_id not in found:
+            raise KeyError(f"document {doc_id!r} is not in ir_datasets dataset {self.dataset_id!r}")
+        return to_document(found[doc_id], self.text_field)
+
+    def get(self, doc_id: str, default: Document | None = None) -> Document | None:
+        try:
+            return self[doc_id]
+        except KeyError:
+            return default
+
+    def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
+        """Documents in the order asked (repeats allowed); a missing id raises KeyError."""
+        asked = list(doc_ids)
+        # ir_datasets answers {doc_id: doc} and drops ids it lacks, so check by the ids asked:
+        # its fixed-width key index may even match a longer id to a shorter stored one.
+        found = self._fetch(list(dict.fromkeys(asked)))
+        missing = [d for d in dict.fromkeys(asked) if d not in found]
+        if missing:
+            shown = ", ".join(repr(d) for d in missing[:5]) + (", ..." if len(missing) > 5 else "")
+            raise KeyError(f"{len(missing)} document(s) not in ir_datasets dataset {self.dataset_id!r}: {shown}")
+        converted = {d: to_document(found[d], self.text_field) for d in found}
+        return [converted[d] for d in asked]
+
+    def __contains__(self, doc_id: object) -> bool:
+        return isinstance(doc_id, str) and doc_id in self._fetch([doc_id])
+
+    def documents(self) -> Iterator[Document]:
+        """Every document in collection order (for indexing, e.g. BM25)."""
+        if self._dataset is None:
+            self._dataset = load_dataset(self.dataset_id)
+        with _reading(self.dataset_id, "documents"):
+            for doc in self._dataset.docs_iter():
+                yield to_document(doc, self.text_field)
+
+    def __repr__(self) -> str:
+        return f"IrDatasetsDocuments({self.dataset_id!r})"
+
+    def __getstate__(self) -> dict:
+        # ir_datasets objects hold lambdas and open files: ship the id and re-resolve it.
+        return {"dataset_id": self.dataset_id, "text_field": self.text_field}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["dataset_id"], None, state["text_field"])
+
+
+class IrDatasetsSource:
+    """A `RankingSource` read from an ir_datasets id; each part is read on first use and cached.
+
+    `query_field` picks a query field (e.g. ``"description"`` for TREC topics)
+    instead of ``default_text()``; `doc_text_field` likewise picks the document
+    field used as text. Construction only looks the id up in the registry.
+    """
+
+    def __init__(
+        self,
+        dataset_id: str,
+        query_field: str | None = None,
+        *,
+        doc_text_field: str | None = None,
+        name: str | None = None,
+    ):
+        self.dataset_id = dataset_id
+        self.query_field = query_field
+        self.doc_text_field = doc_text_field
+        self.name = name or dataset_id
+        self._dataset  # resolve the id now (registry only): a typo in a config fails here, not hours later
+        self._check_field("queries", query_field, "query_field")
+        self._check_field("docs", doc_text_field, "doc_text_field")
+
+    def __repr__(self) -> str:
+        return f"IrDatasetsSource({self.dataset_id!r}, query_field={self.query_field!r})"
+
+    def provides(self) -> set[str]:
+        """Which of topics, qrels, candidates and documents the dataset has (no download)."""
+        has = {"topics": "queries", "qrels": "qrels", "candidates": "scoreddocs", "documents": "docs"}
+        return {part for part, entity in has.items() if self._has(entity)}
+
+    def topics(self) -> Topics:
+        return self._topics
+
+    def qrels(self) -> Qrels:
+        return self._qrels
+
+    def candidates(self) -> Run:
+        return self._candidates
+
+    def documents(self) -> IrDatasetsDocuments:
+        return self._documents
+
+    # --- loading ----------------------------------------------------------------
+
+    @cached_property
+    def _dataset(self) -> Any:
+        return load_dataset(self.dataset_id)
+
+    @cached_property
+    def _topics(self) -> Topics:
+        self._require("queries", "topics (queries)")
+        topics: Topics = {}
+        with _reading(self.dataset_id, "queries"):
+            for number, query in enumerate(self._dataset.queries_iter(), start=1):
+                qid = str(query.query_id)
+                if qid in topics:
+                    raise DataFormatError(self._label("queries"), None, f"duplicate query id {qid!r} (record {number})")
+                topics[qid] = query_text(query, self.query_field)
+        return topics
+
+    @cached_property
+    def _qrels(self) -> Qrels:
+        self._require("qrels", "qrels")
+        qrels: Qrels = {}
+        with _reading(self.dataset_id, "qrels"):
+            for number, qrel in enumerate(self._dataset.qrels_iter(), start=1):
+                judged = qrels.setdefault(str(qrel.query_id), {})
+                doc_id = str(qrel.doc_id)
+                if doc_id in judged:
+                    raise DataFormatError(
+                        self._label("qrels"), None,
+                        f"duplicate judgment for query {str(qrel.query_id)!r}, document {doc_id!r} (record {number})",
+                    )
+                judged[doc_id] = int(qrel.relevance)
+        return qrels
+
+    @cached_property
+    def _candidates(self) -> Run:
+        if not self._has("scoreddocs"):
+            raise ValueError(
+                f"ir_datasets dataset {self.dataset_id!r} has no scoreddocs (first-stage candidates); "
+                f"create a candidate run with BM25 over its documents (common.data.bm25), e.g. "
+                f"bm25_retrieve(source.documents().documents(), source.topics(), k=100), and use that run "
+                f"as the candidates"
+            )
+        run: Run = {}
+        with _reading(self.dataset_id, "scoreddocs"):
+            for number, scored in enumerate(self._dataset.scoreddocs_iter(), start=1):
+                scores = run.setdefault(str(scored.query_id), {})
+                doc_id, score = str(scored.doc_id), float(scored.score)
+                if math.isnan(score):
+                    raise DataFormatError(self._label("scoreddocs"), None, f"NaN score (record {number})")
+                if doc_id in scores:
+                    raise DataFormatError(
+                        self._label("scoreddocs"), None,
+                        f"document {doc_id!r} retrieved twice for query {str(scored.query_id)!r} (record {number})",
+                    )
+                scores[doc_id] = score
+        distinct = {score for scores in run.values() for score in scores.values()}
+        if len(distinct) == 1 and sum(map(len, run.values())) > 1:
+            warnings.warn(
+                f"the scoreddocs of ir_datasets dataset {self.dataset_id!r} all score {distinct.pop()}: the candidates "
+                f"have no first-stage order (ties fall back to doc id); for a ranked candidate list build a BM25 run "
+                f"(common.data.bm25)",
+                stacklevel=3,
+            )
+        return run
+
+    @cached_property
+    def _documents(self) -> IrDatasetsDocuments:
+        self._require("docs", "documents")
+        return IrDatasetsDocuments(self.dataset_id, self._dataset, self.doc_text_field)
+
+    # --- helpers ----------------------------------------------------------------
+
+    def _has(self, entity: str) -> bool:
+        # has_docs() & co. predate Dataset.has(etype) (ir_datasets 0.5).
+        return bool(getattr(self._dataset, f"has_{entity}")())
+
+    def _require(self, entity: str, what: str) -> None:
+        if not self._has(entity):
+            raise ValueError(f"ir_datasets dataset {self.dataset_id!r} has no {what}")
+
+    def _label(self, part: str) -> str:
+        return f"ir_datasets:{self.dataset_id} {part}"
+
+    def _check_field(self, entity: str, field: str | None, argument: str) -> None:
+        if field is None or not self._has(entity):
+            return
+        try:
+            fields = getattr(self._dataset, f"{entity}_cls")()._fields
+        except Exception:
+            return  # best effort: a class that cannot be had without data is checked on first read
+        if field not in fields:
+            raise ValueError(
+                f"{argument}={field!r} is not a field of the {entity} of ir_datasets dataset {self.dataset_id!r}; "
+                f"its fields are {', '.join(fields)}"
+            )
+
+    def __getstate__(self) -> dict:
+        # The resolved dataset holds lambdas and open files; workers re-resolve the id.
+        state = dict(self.__dict__)
+        state.pop("_dataset", None)
+        return state
