@@ -5,7 +5,9 @@ Formats (whitespace-separated unless noted):
 - topics: ``qid<TAB>text``
 - qrels: ``qid iter docid rel`` with integer, possibly negative, graded ``rel``
 - runs: ``qid Q0 docid rank score tag``; as in trec_eval the rank column is read
-  but ignored: a ranking is ordered by score descending, ties by docid descending
+  but ignored (a ranking is ordered by score descending, ties by docid
+  descending), and anything after the tag is ignored (trec_eval's own test run
+  ``results.trunc`` has such trailing text)
 - collections: TSV ``docid<TAB>text``, ``docid<TAB>title<TAB>text`` or the MS MARCO
   document layout ``docid<TAB>url<TAB>title<TAB>text`` (url dropped); or JSONL
   ``{"doc_id": ..., "title": ..., "text": ...}`` (``title`` optional). Files ending
@@ -27,6 +29,8 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from common.io import DEFAULT_FALLBACK_ENCODING, atomic_write, read_lines
 
@@ -61,8 +65,15 @@ class RunEntry:
 
 
 def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
-    """One query's ranking in trec_eval's order: score descending, then docid descending."""
-    return sorted(scores.items(), key=lambda item: (item[1], item[0]), reverse=True)
+    """One query's ``(docid, score)`` pairs in trec_eval 9.0.8's order.
+
+    trec_eval keeps scores in a C ``float``: documents are sorted by the score
+    rounded to float32, descending, then by docid descending, so two scores that
+    differ only beyond single precision tie. The returned scores are unrounded.
+    """
+    single = np.asarray(list(scores.values()), dtype=np.float32).tolist()
+    order = sorted(zip(single, scores), reverse=True)
+    return [(doc_id, scores[doc_id]) for _, doc_id in order]
 
 
 # --- reading -----------------------------------------------------------------
@@ -128,11 +139,11 @@ def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[
     """Stream ``(line, RunEntry)`` from a ``qid Q0 docid rank score tag`` file."""
     for number, line in _content_lines(path, fallback):
         fields = line.split()
-        if len(fields) != 6:
+        if len(fields) < 6:
             raise DataFormatError(
                 path, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}: {line[:80]!r}"
             )
-        qid, _, doc_id, rank, score, tag = fields
+        qid, _, doc_id, rank, score, tag = fields[:6]
         try:
             rank_value = int(rank)
         except ValueError:

@@ -169,3 +169,15 @@ def test_writer_leaves_nothing_on_bad_value(tmp_path):
 def test_jsonl_writer_keeps_unicode(tmp_path):
     write_collection(tmp_path / "c.jsonl", [Document("é", "naïve\ttab", "t")])
     assert json.loads((tmp_path / "c.jsonl").read_text(encoding="utf-8")) == {"doc_id": "é", "title": "t", "text": "naïve\ttab"}
+
+
+def test_ranking_ties_in_single_precision_like_trec_eval():
+    # 1.00000001 and 1.0 are the same C float, so trec_eval 9.0.8 orders them by docid.
+    assert [doc for doc, _ in ranked({"a": 1.00000001, "b": 1.0, "c": 0.5})] == ["b", "a", "c"]
+    assert ranked({"a": 1.00000001})[0][1] == 1.00000001
+
+
+def test_run_ignores_text_after_the_tag_like_trec_eval(tmp_path):
+    # trec_eval's own quicktest run results.trunc has "junk at end of lines".
+    path = write(tmp_path / "run", "301\tQ0\tFBIS3-27619\t99\t  2.138276\tSTANDARD more junk at\n")
+    assert read_run(path) == {"301": {"FBIS3-27619": 2.138276}}

@@ -1,0 +1,130 @@
+"""``python -m common.evaluate QRELS RUN``: trec_eval-style evaluation of a TREC run.
+
+Prints ``measure<TAB>qid<TAB>value`` lines like trec_eval 9.0.8 (measure
+names padded to 22 characters, then a tab): with ``-q`` first each query's
+values, queries in trec_eval's order (qid strings sorted), then the ``all``
+summary of every measure. Values have trec_eval's 4 decimals; counts
+(``num_*``) are integers; gdeval measures have gdeval.pl's 5 decimals and its
+topic ids. Exit status 0, or 2 with a one-line message on a usage error or a
+malformed input file (naming the file and line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Mapping, Sequence
+
+from common.data.formats import DataFormatError, read_qrels, read_run
+from common.metrics import DEFAULT_MEASURES, MeasureResult, evaluate, parse_measures
+
+DESCRIPTION = """\
+Evaluate a TREC run (qid Q0 docid rank score tag; the rank column is ignored:
+documents are ranked by score descending, ties by docid descending) against
+TREC qrels (qid iter docid label), reproducing trec_eval 9.0.8 and gdeval.pl
+1.3 to the digits they print."""
+
+EPILOG = f"""\
+measures (-m, repeatable):
+  trec_eval's names, e.g. map, recip_rank, ndcg_cut_10, P_10, recall_1000,
+  bpref, Rprec, num_rel_ret; its -m syntax for parameters, e.g.
+  ndcg_cut.10,20 or recall.100,1000; a bare family for trec_eval's default
+  cutoffs (P, recall, ndcg_cut: 5,10,15,20,30,100,200,500,1000); and its groups
+  all_trec, official, set. Also:
+    mrr@K           recip_rank on the top K documents (trec_eval -M K -m recip_rank)
+    gdeval_ndcg@K   gdeval.pl -k K nDCG (gain 2^label - 1; 5 decimals)
+    gdeval_err@K    gdeval.pl -k K ERR (Chapelle et al. 2009; 5 decimals)
+    ncg@K           normalised cumulative gain (Conformer-Kernel, TREC DL 2020)
+  default: {" ".join(DEFAULT_MEASURES)}
+
+output:
+  one line per value, as trec_eval prints it: the measure (padded to 22
+  characters), TAB, the query id (-q) or "all", TAB, the value. trec_eval
+  measures have 4 decimals and counts (num_*) none; gdeval measures have
+  gdeval.pl's 5 decimals and topic ids (2024-127266 is reported as 127266).
+  Exit status 2, with a one-line message, on a usage error or malformed input.
+
+examples:
+  python -m common.evaluate qrels.dl19-passage.txt run.txt -l 2 -c
+  python -m common.evaluate -q -m ndcg_cut.10 -m mrr@10 -m gdeval_err@20 qrels run
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m common.evaluate",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("qrels", help="relevance judgments: qid iter docid label (labels may be graded or negative)")
+    parser.add_argument("run", help="ranking to evaluate: qid Q0 docid rank score tag")
+    parser.add_argument(
+        "-m", "--measure", dest="measures", action="append", metavar="MEASURE",
+        help="measure to compute; repeat for several (see below)",
+    )  # fmt: skip
+    parser.add_argument(
+        "-q", "--per-query", dest="per_query", action="store_true",
+        help="print each query's values before the 'all' summary (trec_eval -q)",
+    )  # fmt: skip
+    parser.add_argument(
+        "-l", "--level", dest="relevance_level", type=int, default=1, metavar="LEVEL",
+        help="lowest label that counts as relevant for binary measures such as map, recip_rank, "
+        "recall, P (trec_eval -l; default 1; TREC DL passage MAP/RR/recall use 2). "
+        "nDCG measures use the labels themselves; gdeval and NCG measures ignore it",
+    )  # fmt: skip
+    parser.add_argument(
+        "-c", "--complete", action="store_true",
+        help="average over all queries of the qrels, a query missing from the run scoring 0 "
+        "(trec_eval -c; gdeval/NCG: the queries with a label > 0). Default: the queries in both files",
+    )  # fmt: skip
+    parser.add_argument(
+        "-M", "--depth", type=_positive_int, metavar="DEPTH",
+        help="evaluate only the top DEPTH documents of each query (trec_eval -M)",
+    )  # fmt: skip
+    return parser
+
+
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return int(text)
+
+
+def format_results(results: Mapping[str, MeasureResult], per_query: bool) -> str:
+    """trec_eval's output lines: per query (optional), then the ``all`` summaries."""
+    lines = []
+    if per_query:
+        printed = [result for result in results.values() if result.printed_per_query]
+        for qid in sorted({qid for result in printed for qid in result.values}):
+            lines += [_line(r.name, qid, r.format(r.values[qid])) for r in printed if qid in r.values]
+    lines += [_line(result.name, "all", result.format(result.summary)) for result in results.values()]
+    return "".join(lines)
+
+
+def _line(measure: str, qid: str, value: str) -> str:
+    return f"{measure:<22}\t{qid}\t{value}\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    measures = args.measures or list(DEFAULT_MEASURES)
+    try:
+        parse_measures(measures)
+    except ValueError as error:
+        parser.error(str(error))
+    try:
+        qrels, run = read_qrels(args.qrels), read_run(args.run)
+        results = evaluate(
+            qrels, run, measures, relevance_level=args.relevance_level, complete=args.complete, depth=args.depth
+        )
+    except (DataFormatError, OSError, ValueError) as error:
+        print(f"{parser.prog}: error: {error}", file=sys.stderr)
+        return 2
+    sys.stdout.write(format_results(results, args.per_query))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

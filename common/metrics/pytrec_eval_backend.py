@@ -1,0 +1,103 @@
+"""Per-query trec_eval measures through pytrec_eval, with trec_eval's ``-M`` depth.
+
+pytrec_eval 0.5.11 runs trec_eval 9.0.8's measure code on in-memory dicts and
+agrees with the trec_eval binary to the printed digit on every pair in
+shared/data, including its float32 score ties. It has no ``-M`` (it always
+evaluates the whole ranking) and no ``-c``; ``-M`` is applied here by cutting
+the run in trec_eval's order before handing it over (`ordering.cut_run`),
+``-c`` in `common.metrics.evaluation`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+
+import pytrec_eval
+
+from common.metrics.ordering import cut_run, trec_eval_ranking
+from common.metrics.registry import TrecEvalRequest
+
+
+@functools.cache
+def output_names(spec: str) -> tuple[str, ...]:
+    """The names trec_eval prints for ``-m spec`` (``recall.100,1000`` -> recall_100, recall_1000).
+
+    Asked of pytrec_eval itself on a one-document example, so that names such
+    as ``iprec_at_recall_0.10`` are spelled exactly as trec_eval spells them.
+    Ordered by parameter value, as trec_eval prints its default cutoffs.
+    """
+    names = pytrec_eval.RelevanceEvaluator({"q": {"d": 1}}, {spec}).evaluate({"q": {"d": 1.0}})["q"]
+    return tuple(sorted(names, key=_parameter_value))
+
+
+def _parameter_value(name: str) -> float:
+    suffix = name.rsplit("_", 1)[-1]
+    try:
+        return float(suffix)
+    except ValueError:
+        return 0.0
+
+
+def request_names(request: TrecEvalRequest) -> tuple[str, ...]:
+    return (request.alias,) if request.alias else output_names(request.spec)
+
+
+def effective_depth(request: TrecEvalRequest, depth: int | None) -> int | None:
+    """The smaller of the global ``-M`` and the request's own depth (None = unlimited)."""
+    depths = [d for d in (depth, request.depth) if d is not None]
+    return min(depths) if depths else None
+
+
+def trec_eval_per_query(
+    qrels: Mapping[str, Mapping[str, int]],
+    run: Mapping[str, Mapping[str, float]],
+    requests: Sequence[TrecEvalRequest],
+    *,
+    relevance_level: int,
+    depth: int | None,
+) -> dict[str, dict[str, float]]:
+    """``{printed name: {qid: value}}`` for every query in both the run and the qrels.
+
+    Requests sharing a depth are computed in one pytrec_eval pass; a family
+    asked for both with and without parameters needs a second pass, because
+    pytrec_eval (like trec_eval) keeps one parameter list per family.
+    """
+    by_depth: dict[int | None, list[TrecEvalRequest]] = {}
+    for request in requests:
+        by_depth.setdefault(effective_depth(request, depth), []).append(request)
+
+    values: dict[str, dict[str, float]] = {}
+    for group_depth, group in by_depth.items():
+        ranked = cut_run(run, group_depth, trec_eval_ranking)
+        for specs, members in _passes(group):
+            evaluator = pytrec_eval.RelevanceEvaluator(qrels, specs, relevance_level=relevance_level)
+            per_query = evaluator.evaluate(ranked)
+            qids = sorted(per_query)  # trec_eval's query order: qid strings, byte-wise
+            for request in members:
+                for key, name in zip(output_names(request.spec), request_names(request), strict=True):
+                    values.setdefault(name, {qid: per_query[qid][key] for qid in qids})
+    return values
+
+
+def _passes(group: Sequence[TrecEvalRequest]) -> list[tuple[set[str], list[TrecEvalRequest]]]:
+    """Pack the requests into as few pytrec_eval passes as possible: (specs, requests served)."""
+    passes: list[tuple[dict[str, set[str] | None], list[TrecEvalRequest]]] = []
+    for request in group:
+        family = request.measure.name
+        params = set(request.params) if request.params else None  # None: trec_eval's defaults
+        for families, members in passes:
+            if family not in families:
+                families[family] = params
+            elif (families[family] is None) != (params is None):
+                continue
+            elif params is not None:
+                families[family].update(params)
+            members.append(request)
+            break
+        else:
+            passes.append(({family: params}, [request]))
+    return [
+        ({f if p is None else f"{f}.{','.join(sorted(p, key=float))}" for f, p in families.items()}, members)
+        for families, members in passes
+    ]

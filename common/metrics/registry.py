@@ -1,0 +1,144 @@
+"""Measure names: what ``-m`` accepts, and the measures each name stands for.
+
+Names follow trec_eval: ``map``, ``ndcg_cut_10``, ``P_10``, ``recall_100``,
+``iprec_at_recall_0.10`` ...; trec_eval's ``-m family.p1,p2`` syntax
+(``ndcg_cut.10``, ``recall.100,1000``, ``iprec_at_recall..25,.5``); a bare
+family (``P``, ``ndcg_cut``) for trec_eval's default parameters; and its groups
+``all_trec``, ``official`` and ``set``. Parameters are rank cutoffs (positive
+integers) or, for ``iprec_at_recall`` and ``Rprec_mult``, decimals. Not
+supported: the parameters of ``utility`` (coefficients), ``11pt_avg`` (recall
+levels) and ``ndcg`` (a gain map), and the measures ``runid`` and
+``relstring``. Added:
+
+- ``mrr@K``: ``recip_rank`` on the run cut at depth K, i.e. ``trec_eval -M K
+  -m recip_rank`` (MRR@10 for MS MARCO passage ranking);
+- ``gdeval_ndcg@K``, ``gdeval_err@K``: gdeval.pl 1.3's ``-k K`` columns;
+- ``ncg@K``: normalised cumulative gain (Conformer-Kernel, TREC DL 2020).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from common.metrics.gdeval import gdeval_err, gdeval_ndcg
+from common.metrics.ncg import ncg
+from common.metrics.trec_eval_measures import NICKNAMES, TREC_EVAL_MEASURES, ParamKind, TrecEvalMeasure
+
+#: The TREC Deep Learning track's measures; what ``python -m common.evaluate`` prints without ``-m``.
+DEFAULT_MEASURES: tuple[str, ...] = ("ndcg_cut_10", "map", "recip_rank", "mrr@10", "recall_100", "recall_1000")
+
+#: trec_eval prints 4 decimals.
+TREC_EVAL_DIGITS = 4
+
+
+@dataclass(frozen=True)
+class GainMeasure:
+    """A measure computed here, per query, from the labels of a ranking's first k documents."""
+
+    prefix: str
+    compute: Callable[[Sequence[int], Sequence[int], int], float]
+    digits: int
+    gdeval_topics: bool  # evaluate on gdeval.pl's topic ids, label range and topic order
+
+
+GAIN_MEASURES: dict[str, GainMeasure] = {
+    m.prefix: m
+    for m in (
+        # gdeval.pl prints "%.5f".
+        GainMeasure("gdeval_ndcg", gdeval_ndcg, digits=5, gdeval_topics=True),
+        GainMeasure("gdeval_err", gdeval_err, digits=5, gdeval_topics=True),
+        # Reported to 4 decimals in KEY_METRICS.tsv, like trec_eval's measures.
+        GainMeasure("ncg", ncg, digits=4, gdeval_topics=False),
+    )
+}
+
+
+@dataclass(frozen=True)
+class TrecEvalRequest:
+    """One trec_eval measure family with its parameters (empty: trec_eval's defaults)."""
+
+    measure: TrecEvalMeasure
+    params: tuple[str, ...] = ()
+    depth: int | None = None  # a depth of its own, as with mrr@K
+    alias: str | None = None  # the name printed instead of trec_eval's
+
+    @property
+    def spec(self) -> str:
+        """The measure as trec_eval's (and pytrec_eval's) ``-m`` takes it."""
+        return f"{self.measure.name}.{','.join(self.params)}" if self.params else self.measure.name
+
+
+@dataclass(frozen=True)
+class GainRequest:
+    """A gain measure at cutoff k (``gdeval_err@20``)."""
+
+    measure: GainMeasure
+    k: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.measure.prefix}@{self.k}"
+
+
+MeasureRequest = TrecEvalRequest | GainRequest
+
+_AT_K = re.compile(r"^(?P<prefix>[A-Za-z_]+)@(?P<k>[0-9]+)$")
+_NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
+
+
+def parse_measures(names: Iterable[str]) -> list[MeasureRequest]:
+    """Parse measure names (see the module docstring); ValueError names an unknown one."""
+    requests: list[MeasureRequest] = []
+    for name in names:
+        requests.extend(_parse_one(name.strip()))
+    if not requests:
+        raise ValueError("no measure given")
+    return requests
+
+
+def _parse_one(name: str) -> list[MeasureRequest]:
+    if name in NICKNAMES:
+        return [TrecEvalRequest(TREC_EVAL_MEASURES[family]) for family in NICKNAMES[name]]
+    at_k = _AT_K.match(name)
+    if at_k:
+        prefix, k = at_k["prefix"], int(at_k["k"])
+        if k < 1:
+            raise ValueError(f"measure {name!r}: the cutoff must be at least 1")
+        if prefix == "mrr":
+            return [TrecEvalRequest(TREC_EVAL_MEASURES["recip_rank"], depth=k, alias=f"mrr@{k}")]
+        if prefix in GAIN_MEASURES:
+            return [GainRequest(GAIN_MEASURES[prefix], k)]
+        raise ValueError(f"unknown measure {name!r}; '@K' measures are: mrr, {', '.join(GAIN_MEASURES)}")
+    family, params = _split_trec_eval_name(name)
+    measure = TREC_EVAL_MEASURES[family]
+    if params and measure.params is ParamKind.NONE:
+        raise ValueError(f"measure {name!r}: {family} takes no parameters")
+    return [TrecEvalRequest(measure, tuple(_check_param(name, measure.params, param) for param in params))]
+
+
+def _check_param(name: str, kind: ParamKind, param: str) -> str:
+    """The parameter in the form pytrec_eval takes; trec_eval also accepts ``.25`` for ``0.25``."""
+    if kind is ParamKind.FRACTION and param.startswith("."):
+        param = "0" + param
+    if not _NUMBER.match(param) or (kind is ParamKind.CUTOFF and ("." in param or int(param) < 1)):
+        expected = "a positive integer" if kind is ParamKind.CUTOFF else "a non-negative number"
+        raise ValueError(f"measure {name!r}: parameter {param!r} must be {expected}")
+    return param
+
+
+def _split_trec_eval_name(name: str) -> tuple[str, tuple[str, ...]]:
+    """``ndcg_cut.10,20`` / ``ndcg_cut_10`` / ``ndcg_cut`` -> (family, parameters)."""
+    family, dot, rest = name.partition(".")
+    if dot and family in TREC_EVAL_MEASURES:
+        # trec_eval splits "-m iprec_at_recall.0.10" at the first dot only.
+        return family, tuple(rest.split(","))
+    if name in TREC_EVAL_MEASURES:
+        return name, ()
+    # "ndcg_cut_10": the longest family that is followed by "_<number>".
+    for family in sorted(TREC_EVAL_MEASURES, key=len, reverse=True):
+        if name.startswith(family + "_") and _NUMBER.match(name[len(family) + 1 :]):
+            return family, (name[len(family) + 1 :],)
+    known = ", ".join([*TREC_EVAL_MEASURES, *NICKNAMES, "mrr@K", *(f"{p}@K" for p in GAIN_MEASURES)])
+    raise ValueError(f"unknown measure {name!r}; known: {known}")
