@@ -45,6 +45,7 @@ output:
   Exit status 2, with a one-line message, on a usage error or malformed input.
 
 examples:
+  python -m common.evaluate            # BM25 on the built-in collection's test queries
   python -m common.evaluate qrels.dl19-passage.txt run.txt -l 2 -c
   python -m common.evaluate -q -m ndcg_cut.10 -m mrr@10 -m gdeval_err@20 qrels run
 """
@@ -57,8 +58,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("qrels", help="relevance judgments: qid iter docid label (labels may be graded or negative)")
-    parser.add_argument("run", help="ranking to evaluate: qid Q0 docid rank score tag")
+    parser.add_argument(
+        "qrels", nargs="?",
+        help="relevance judgments: qid iter docid label (labels may be graded or negative). "
+        "With neither QRELS nor RUN, the built-in collection's test qrels and BM25 run are evaluated",
+    )  # fmt: skip
+    parser.add_argument("run", nargs="?", help="ranking to evaluate: qid Q0 docid rank score tag")
     parser.add_argument(
         "-m", "--measure", dest="measures", action="append", metavar="MEASURE",
         help="measure to compute; repeat for several (see below)",
@@ -106,6 +111,14 @@ def _line(measure: str, qid: str, value: str) -> str:
     return f"{measure:<22}\t{qid}\t{value}\n"
 
 
+def _builtin_test_files() -> tuple[str, str]:
+    from common.data.builtin import builtin_source
+
+    source = builtin_source("test")
+    print(f"# built-in collection: BM25 top-100 of the test queries\n# {source.candidates_path}", file=sys.stderr)
+    return str(source.qrels_path), str(source.candidates_path)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -114,7 +127,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parse_measures(measures)
     except ValueError as error:
         parser.error(str(error))
+    if (args.qrels is None) != (args.run is None):
+        parser.error("give both QRELS and RUN, or neither (the built-in collection's BM25 test run)")
     try:
+        if args.qrels is None:
+            args.qrels, args.run = _builtin_test_files()
         qrels, run = read_qrels(args.qrels), read_run(args.run)
         results = evaluate(
             qrels, run, measures, relevance_level=args.relevance_level, complete=args.complete, depth=args.depth

@@ -1,0 +1,209 @@
+"""First-stage BM25 retrieval over any collection, with `bm25s`.
+
+The papers re-rank BM25 top-100 candidates (QDS-Transformer, Jiang et al. 2020,
+Sec. 5: "rerank top-100 BM25 retrieved documents"; Conformer-Kernel, Mitra et
+al. 2021, rerank setting of TREC DL). Where a dataset ships no candidates, this
+module produces them the way Anserini/Pyserini do for TREC DL:
+
+- Lucene's BM25: idf = log(1 + (N - df + 0.5) / (df + 0.5)) and
+  tf part = tf / (tf + k1 * (1 - b + b * |d| / avgdl)) (bm25s ``method="lucene"``),
+  with Pyserini's TREC DL defaults k1 = 0.9, b = 0.4;
+- Lucene's 33 English stopwords (bm25s ``"english"`` is that list) and the Porter
+  stemmer (PyStemmer's ``"porter"`` algorithm, as Anserini's default analyzer);
+- title and text concatenated into one field.
+
+Differences from Anserini that remain: tokens are ``\\b\\w\\w+\\b`` matches (so
+one-character tokens are dropped), and scores are float32.
+
+Only documents that match at least one query term are returned (as Lucene does),
+so a query can get fewer than `k`. Ties are broken as trec_eval orders them:
+score descending, then document id descending (`common.data.formats.ranked`), so
+the top-k, including which tied documents make the cut, is deterministic.
+
+Memory: documents are tokenised one at a time (bm25s' streaming tokenizer) into
+a flat int32 array (4 bytes per token) instead of lists of Python ints
+(~36 bytes per token); only document ids and the vocabulary are kept besides.
+bm25s then needs ~20 bytes per (document, distinct term) posting while it builds
+its sparse score matrix (8 bytes per posting afterwards), e.g. ~6 GB at peak for
+MS MARCO passages (~300M postings). For MS MARCO documents (~2 billion postings)
+use the official or Pyserini candidates instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+import bm25s
+import numpy as np
+from bm25s.tokenization import Tokenized, Tokenizer
+from tqdm.auto import tqdm
+
+from common.data.formats import Document, Run, Topics, iter_collection, ranked, read_topics, write_run
+
+#: Pyserini's defaults for MS MARCO / TREC DL (Anserini's `-bm25 -bm25.k1 0.9 -bm25.b 0.4`).
+DEFAULT_K1 = 0.9
+DEFAULT_B = 0.4
+DEFAULT_STEMMER = "porter"
+
+
+def _stemmer(name: str | None) -> Callable[[str], str] | None:
+    if name is None or name == "none":
+        return None
+    try:
+        import Stemmer  # PyStemmer
+    except ImportError:
+        raise ImportError(f"stemmer {name!r} needs PyStemmer (pip install PyStemmer), or pass stemmer=None") from None
+    return Stemmer.Stemmer(name).stemWord
+
+
+def document_text(doc: Document) -> str:
+    """The indexed field: title and text concatenated (Anserini's `contents`)."""
+    return f"{doc.title} {doc.text}" if doc.title else doc.text
+
+
+class _FlatTokenIds(Sequence[list[int]]):
+    """Token ids of every document in one int32 array; yields each document's ids as a list."""
+
+    def __init__(self) -> None:
+        self._ids = array("i")
+        self._offsets = array("q", [0])
+
+    def append(self, token_ids: list[int]) -> None:
+        self._ids.extend(token_ids)
+        self._offsets.append(len(self._ids))
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def __getitem__(self, i: int) -> list[int]:  # type: ignore[override]
+        return self._ids[self._offsets[i] : self._offsets[i + 1]].tolist()
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for start, end in zip(self._offsets, self._offsets[1:]):
+            yield self._ids[start:end].tolist()
+
+
+class BM25Index:
+    """An in-memory Lucene-variant BM25 index over a collection (see the module docstring)."""
+
+    def __init__(self, model: bm25s.BM25, tokenizer: Tokenizer, doc_ids: list[str]):
+        self._model, self._tokenizer, self.doc_ids = model, tokenizer, doc_ids
+
+    @classmethod
+    def build(
+        cls,
+        documents: Iterable[Document],
+        *,
+        k1: float = DEFAULT_K1,
+        b: float = DEFAULT_B,
+        stemmer: str | None = DEFAULT_STEMMER,
+        stopwords: str | list[str] | None = "english",
+        progress: bool = False,
+    ) -> BM25Index:
+        """Tokenise `documents` one at a time and build the index; a repeated document id is an error."""
+        tokenizer = Tokenizer(lower=True, stopwords=stopwords or [], stemmer=_stemmer(stemmer))
+        doc_ids: list[str] = []
+        token_ids = _FlatTokenIds()
+        seen: set[str] = set()
+        documents = tqdm(documents, desc="tokenising", unit=" docs", disable=not progress)
+        for doc in documents:
+            if doc.doc_id in seen:
+                raise ValueError(f"duplicate document id {doc.doc_id!r}")
+            seen.add(doc.doc_id)
+            doc_ids.append(doc.doc_id)
+            # allow_empty=False: an empty document has length 0 instead of one "" token.
+            token_ids.append(next(tokenizer.streaming_tokenize([document_text(doc)], allow_empty=False)))
+        if not doc_ids:
+            raise ValueError("cannot index an empty collection")
+        model = bm25s.BM25(k1=k1, b=b, method="lucene", idf_method="lucene")
+        model.index(Tokenized(ids=token_ids, vocab=tokenizer.get_vocab_dict()), create_empty_token=False,
+                    show_progress=progress)
+        return cls(model, tokenizer, doc_ids)
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def scores(self, query: str) -> np.ndarray:
+        """BM25 score of every document for `query` (0 where no query term matches)."""
+        query_ids = next(self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False))
+        return self._model.get_scores_from_ids(query_ids)
+
+    def search(self, query: str, k: int = 100) -> dict[str, float]:
+        """The top-`k` matching documents as ``{doc_id: score}``, ties broken by document id descending."""
+        if k < 1:
+            raise ValueError(f"k must be positive, got {k}")
+        scores = self.scores(query)
+        matching = np.flatnonzero(scores > 0)
+        if len(matching) > k:
+            # Keep every document tied with the k-th score, so the id tie-break below decides who makes the cut.
+            kth = np.partition(scores[matching], len(matching) - k)[len(matching) - k]
+            matching = matching[scores[matching] >= kth]
+        hits = {self.doc_ids[i]: float(scores[i]) for i in matching}
+        return dict(ranked(hits)[:k])
+
+    def retrieve(self, topics: Topics, k: int = 100, *, progress: bool = False) -> Run:
+        """Top-`k` for every topic, in topic order; a topic that matches nothing gets an empty ranking."""
+        return {qid: self.search(text, k)
+                for qid, text in tqdm(topics.items(), desc="retrieving", unit=" queries", disable=not progress)}
+
+
+def bm25_retrieve(
+    documents: Iterable[Document],
+    topics: Topics,
+    k: int = 100,
+    k1: float = DEFAULT_K1,
+    b: float = DEFAULT_B,
+    *,
+    stemmer: str | None = DEFAULT_STEMMER,
+    stopwords: str | list[str] | None = "english",
+    progress: bool = False,
+) -> Run:
+    """Index `documents` and return each topic's BM25 top-`k` (see the module docstring for the variant)."""
+    index = BM25Index.build(documents, k1=k1, b=b, stemmer=stemmer, stopwords=stopwords, progress=progress)
+    return index.retrieve(topics, k, progress=progress)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m common.data.bm25",
+        description="Retrieve a BM25 top-k run (Lucene BM25, Porter stemming, Lucene stopwords, title+text) "
+        "for a topics file over a TSV/JSONL collection, and write it as a TREC run.",
+    )
+    parser.add_argument("--collection", required=True, type=Path,
+                        help="collection: docid<TAB>[title<TAB>]text TSV, or JSONL with doc_id/title/text (.gz ok)")
+    parser.add_argument("--topics", required=True, type=Path, help="topics file: qid<TAB>text")
+    parser.add_argument("--output", required=True, type=Path, help="TREC run to write (qid Q0 docid rank score tag)")
+    parser.add_argument("-k", type=int, default=100, help="documents per query (default: %(default)s)")
+    parser.add_argument("--k1", type=float, default=DEFAULT_K1,
+                        help="BM25 k1 (default: %(default)s, Pyserini MS MARCO)")
+    parser.add_argument("--b", type=float, default=DEFAULT_B, help="BM25 b (default: %(default)s, Pyserini MS MARCO)")
+    parser.add_argument("--stemmer", default=DEFAULT_STEMMER,
+                        help="PyStemmer algorithm, or 'none' (default: %(default)s)")
+    parser.add_argument("--tag", default="bm25", help="run tag in the last column (default: %(default)s)")
+    parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    # Fail before the (possibly long) indexing, not after it.
+    if args.output.exists() and not args.overwrite:
+        print(f"error: {args.output} already exists; pass --overwrite to replace it", file=sys.stderr)
+        return 2
+    topics = read_topics(args.topics)
+    index = BM25Index.build(iter_collection(args.collection), k1=args.k1, b=args.b, stemmer=args.stemmer,
+                            progress=True)
+    run = index.retrieve(topics, args.k, progress=True)
+    write_run(args.output, run, tag=args.tag, depth=args.k, overwrite=args.overwrite)
+    empty = sum(1 for scores in run.values() if not scores)
+    print(f"wrote {args.output}: {len(run)} queries over {len(index)} documents, k={args.k}"
+          + (f" ({empty} queries matched no document)" if empty else ""), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,573 @@
+"""The built-in collection: a synthetic long-document ranking task generated from a seed.
+
+It lets every paper package run end to end (train, re-rank, evaluate) with no
+download, on a task where exact-term BM25 is fooled and a learned ranker is
+not: relevance is stated in ONE sentence of a long document, mostly in other
+words than the query's (QDS-Transformer, Jiang et al. 2020, wants attention to
+"center on the sole sentence" that answers a query).
+
+Generative story
+----------------
+- A made-up world. *Subjects* are people-like names, a given name and a family
+  name (``velira tosuno``); 40 x 40 of them, so every name word is shared by 40
+  subjects (namesakes). *Relations* are 8 attributes, each with 3 surface forms
+  that are synonyms (``kalemo`` = ``brigo`` = ``tusa``). Every word is a
+  pronounceable made-up word ending in ``a``/``o`` (Porter leaves it alone, and
+  no relation form is a prefix of another word); answers are made-up words
+  ending in ``k``/``x``/``z``; everything else is English filler.
+- A *fact* sentence gives the value of a relation for a subject, asserted
+  (``records confirm that the brigo of velira tosuno is morvek.``) or hedged
+  (``it is rumoured that ... could be ...``). Values are consistent across
+  documents.
+- A query asks for one relation of one subject, with one surface form, e.g.
+  ``kalemo of velira tosuno`` or ``what is the kalemo of velira tosuno``. Each
+  subject is asked about once, so train and test share no subject; they share
+  the relation synonyms, which a ranker can learn from the training queries.
+- Grades follow from the facts a document states, over the whole collection
+  (no unknown relevant documents):
+  3 = asserts the asked relation of the subject; 2 = only a hedged statement;
+  1 = states another relation of the subject (on topic, no answer);
+  0 = none of these (judged for BM25's top 10, where the distractors land).
+- For each query, documents drawn uniformly (so relevant ones are no longer
+  than others) receive: 1-3 answer facts (the third hedged) that use another
+  surface form than the query's with probability `paraphrase` (0.8), 1-3
+  other-relation facts, each with 2-3 plain mentions of the subject (``little
+  else is known about velira tosuno.``); and 2-4 keyword-stuffed distractors:
+  3-7 sentences alternating mentions of the subject with the query's relation,
+  in the query's words, stated of a namesake (``velira drakelo has a kalemo of
+  ...``). No fact about the subject, so grade 0.
+- Every document also holds background facts about subjects nobody asks about
+  (one per ~150 words) and English filler sentences up to a log-uniform length
+  in [60, 1500] words; sentences are shuffled, so the answer can sit anywhere,
+  often past the first 512 tokens. Titles are short and half name a subject.
+
+Why BM25 fails: distractors hold every query word several times; an answer
+mostly words the relation differently and a relevant document names the
+subject only a few times. A ranker must know the synonyms and check that the
+full name and the relation meet in one sentence. Word embeddings trained on the
+collection can find the synonyms too: they share contexts and values (the
+Conformer-Kernel paper initialises its embeddings with word2vec).
+
+Statistics (seed 0, defaults; ``python -m common.data.builtin``; ~2 s to build):
+3,000 documents of 62-1,511 words (median 311, mean 454, 34% over 512);
+600/100/100 train/dev/test queries, none dropped; judgments per split
+(0/1/2/3): train 5188/1211/206/1001, dev 865/201/33/171, test 859/205/35/163.
+BM25 (train/dev/test): nDCG@10 0.213/0.216/0.234, MRR@10 0.249/0.250/0.266,
+recall@100 0.999/1.000/1.000. A KNRM-style ranker (embeddings learned from
+scratch, 11 kernels) trained ~1 minute on 2 CPU cores reaches nDCG@10 ~0.35
+on 50 test queries, where BM25 has 0.22.
+
+Layout (`build_builtin`): ``collection.jsonl``, ``topics.{split}.tsv``,
+``qrels.{split}.txt``, ``bm25.{split}.trec`` (BM25 top-100 with the
+`common.data.bm25` defaults) and ``manifest.json``. Queries whose relevant
+documents all miss BM25's top 100 (re-ranking could not help them) are replaced
+by spare queries; the manifest counts them (``dropped_queries``), so every
+query has a relevant document among its candidates.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from common.data.bm25 import DEFAULT_B, DEFAULT_K1, DEFAULT_STEMMER, bm25_retrieve
+from common.data.docstore import cache_root
+from common.data.formats import (
+    Document, Qrels, Run, Topics, ranked, write_collection, write_qrels, write_run, write_topics,
+)
+from common.data.source import FileSource
+from common.io import atomic_write
+
+#: Bump when the generated files change for a given seed (it names the cache folder).
+VERSION = 1
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class BuiltinConfig:
+    """Generator parameters; the defaults make the collection described in the module docstring."""
+
+    documents: int = 3000
+    queries: tuple[tuple[str, int], ...] = (("train", 600), ("dev", 100), ("test", 100))
+    relations: int = 8
+    forms: int = 3  # surface forms (synonyms) per relation
+    given_names: int = 40  # subjects are (given, family) name pairs, e.g. "velira tosuno"
+    family_names: int = 40
+    min_words: int = 60
+    max_words: int = 1500
+    #: Probability that an answer fact words the relation differently from the query.
+    paraphrase: float = 0.8
+    relevant: tuple[int, int] = (1, 4)  # answer facts (asserted, the third hedged) per query, [low, high)
+    on_topic: tuple[int, int] = (1, 4)  # other-relation facts about the subject per query
+    mentions: tuple[int, int] = (2, 4)  # extra mentions of the subject per relevant or on-topic document
+    distractors: tuple[int, int] = (2, 5)  # keyword-stuffed documents per query
+    stuffing: tuple[int, int] = (3, 8)  # stuffing sentences per distractor: words // 60, clipped
+    depth: int = 100
+    #: Non-relevant BM25 results judged 0 per query (a depth-10 pool, as TREC pools runs).
+    pool_depth: int = 10
+
+
+# --- English filler ------------------------------------------------------------
+# Plain words that never end in "a"/"o", so they cannot collide with a made-up word.
+
+_NOUNS = (
+    "harbour river council market village report letter garden bridge station engine winter summer "
+    "valley forest season farmer teacher doctor painter museum street tower castle meeting "
+    "journey record survey window kitchen ship orchard mill school college island mountain "
+    "coast field festival harvest building machine office archive chapter visitor traveller merchant "
+    "officer student author neighbour region province district"
+).split()
+_ADJECTIVES = (
+    "quiet narrow old early late small large northern southern eastern western local rural urban "
+    "modest famous remote busy careful formal private public annual weekly seasonal ancient modern "
+    "heavy bright dark green yellow simple common rare"
+).split()
+_VERBS = (
+    "reviewed described visited repaired opened closed painted crossed followed measured listed "
+    "carried inspected replaced mentioned admired recorded ignored built moved studied supported "
+    "questioned welcomed"
+).split()
+_PLACES = ("during the winter", "in the spring", "after the festival", "near the coast", "before the harvest",
+           "in the old district", "along the river", "at the market", "over several years", "by the evening")
+_FILLER = (
+    "the {adj} {noun} {verb} the {noun2} {place}.",
+    "a {adj} {noun} was {verb} by the {noun2} {place}.",
+    "{place}, several {noun}s {verb} the {adj} {noun2}.",
+    "the {noun} and the {noun2} were {verb} together {place}.",
+    "nobody expected that the {adj} {noun} would be {verb} {place}.",
+    "according to the {noun2}, the {noun} was {verb} twice {place}.",
+    "local {noun}s often {verb} the {adj} {noun2}, which surprised the {noun}.",
+)
+_TITLES = ("{adj} {noun} {noun2}", "the {noun} of the {adj} {noun2}", "{noun2} notes", "the {adj} {noun}")
+
+# --- sentences about subjects (slots: subject name, relation form, value) -------------
+
+_ASSERTED = (
+    "{s} has a {r} of {v}.",
+    "records confirm that the {r} of {s} is {v}.",
+    "{v} is the documented {r} of {s}.",
+    "in all known cases {s} shows a {r} of {v}.",
+)
+_HEDGED = (
+    "some claim, without evidence, that {s} might have a {r} of {v}.",
+    "it is rumoured that the {r} of {s} could be {v}, though this remains unconfirmed.",
+    "a few early notes speculate that {s} perhaps shows a {r} near {v}.",
+)
+_MENTIONS = (
+    "little else is known about {s}.",
+    "{s} is mentioned again later in this text.",
+    "several visitors asked about {s} this season.",
+    "the {noun} near {s} was {verb} {place}.",
+)
+_QUERIES = ("{r} of {s}", "what is the {r} of {s}", "{s} {r}", "which {r} does {s} have")
+_SUBJECT_TITLES = ("notes on {s}", "{s}", "{s} and the {noun}")
+
+
+# --- the made-up lexicon -----------------------------------------------------------
+
+
+@dataclass
+class _Lexicon:
+    relations: list[list[str]]  # relation -> its surface forms (synonyms)
+    given: list[str]
+    family: list[str]
+    subjects: list[tuple[int, int]]  # (given, family) pairs in random order: queried ones first
+    values: list[str]
+
+    def name(self, subject: int) -> str:
+        given, family = self.subjects[subject]
+        return f"{self.given[given]} {self.family[family]}"
+
+
+def _make_lexicon(rng: np.random.Generator, config: BuiltinConfig) -> _Lexicon:
+    onsets = list("bdfgklmnprstvz") + ["br", "dr", "gr", "kl", "pl", "st", "tr", "sk"]
+    vowels = list("aeiou")
+    used: set[str] = set(_NOUNS + _ADJECTIVES + _VERBS)
+    relation_words: list[str] = []
+
+    def syllables(count: int) -> str:
+        return "".join(str(rng.choice(onsets)) + str(rng.choice(vowels)) for _ in range(count))
+
+    def fresh(make: Callable[[], str]) -> str:
+        while True:
+            word = make()
+            # A relation form is no prefix of another word, nor another word of it: stemmers and
+            # subword tokenisers then cannot conflate a relation with anything else.
+            if word not in used and not any(word.startswith(w) or w.startswith(word) for w in relation_words):
+                used.add(word)
+                return word
+
+    def ending_in_a_or_o(count: int) -> Callable[[], str]:  # Porter-stable
+        return lambda: syllables(count - 1) + str(rng.choice(onsets)) + str(rng.choice(["a", "o"]))
+
+    for _ in range(config.relations * config.forms):
+        relation_words.append(fresh(ending_in_a_or_o(2)))
+    subjects = [(g, f) for g in range(config.given_names) for f in range(config.family_names)]
+    forms = config.forms
+    return _Lexicon(
+        relations=[relation_words[i * forms : (i + 1) * forms] for i in range(config.relations)],
+        given=[fresh(ending_in_a_or_o(3)) for _ in range(config.given_names)],
+        family=[fresh(ending_in_a_or_o(3)) for _ in range(config.family_names)],
+        subjects=[subjects[i] for i in rng.permutation(len(subjects))],
+        # Answers end in k, x or z: they look unlike names and relations.
+        values=[fresh(lambda: syllables(2) + str(rng.choice(["k", "x", "z"]))) for _ in range(300)],
+    )
+
+
+# --- queries and documents -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Query:
+    subject: int
+    relation: int
+    form: int  # the relation's surface form used by the query
+    text: str
+
+
+@dataclass
+class _Doc:
+    words: int  # target length
+    sentences: list[str] = field(default_factory=list)
+    facts: list[tuple[int, int, bool]] = field(default_factory=list)  # (subject, relation, hedged)
+
+
+class _Generator:
+    def __init__(self, seed: int, config: BuiltinConfig, queries: int):
+        self.rng = np.random.default_rng(seed)
+        self.config = config
+        self.lexicon = _make_lexicon(self.rng, config)
+        if queries > len(self.lexicon.subjects) * 3 // 4:
+            raise ValueError(f"{queries} queries need more than 3/4 of the {len(self.lexicon.subjects)} subjects; "
+                             "raise given_names or family_names")
+        self.queried = queries  # subjects [0, queries) are asked about, one query each; the rest are background
+        # Background subjects sharing a given or a family name with a subject: the stuffing of its distractors.
+        self.namesakes: dict[tuple[int, int], list[int]] = {}
+        for subject in range(queries, len(self.lexicon.subjects)):
+            given, family = self.lexicon.subjects[subject]
+            self.namesakes.setdefault((0, given), []).append(subject)
+            self.namesakes.setdefault((1, family), []).append(subject)
+        self.values: dict[tuple[int, int], str] = {}  # the world's facts, consistent in every document
+
+    def pick(self, options):
+        return options[int(self.rng.integers(len(options)))]
+
+    def value(self, subject: int, relation: int) -> str:
+        if (subject, relation) not in self.values:
+            self.values[subject, relation] = self.pick(self.lexicon.values)
+        return self.values[subject, relation]
+
+    def fact(self, doc: _Doc, subject: int, relation: int, form: int, *, hedged: bool = False) -> None:
+        template = self.pick(_HEDGED if hedged else _ASSERTED)
+        doc.sentences.append(template.format(s=self.lexicon.name(subject), r=self.lexicon.relations[relation][form],
+                                             v=self.value(subject, relation)))
+        doc.facts.append((subject, relation, hedged))
+
+    def mention(self, doc: _Doc, subject: int) -> None:
+        doc.sentences.append(self.pick(_MENTIONS).format(s=self.lexicon.name(subject), **self.words()))
+
+    def mentions(self, doc: _Doc, subject: int) -> None:
+        for _ in range(int(self.rng.integers(*self.config.mentions))):
+            self.mention(doc, subject)
+
+    def words(self) -> dict[str, str]:
+        return {"adj": self.pick(_ADJECTIVES), "noun": self.pick(_NOUNS), "noun2": self.pick(_NOUNS),
+                "verb": self.pick(_VERBS), "place": self.pick(_PLACES)}
+
+    def random_form(self) -> int:
+        return int(self.rng.integers(self.config.forms))
+
+    def paraphrase(self, form: int) -> int:
+        """The query's form, or with probability `paraphrase` another surface form of the same relation."""
+        if self.rng.random() >= self.config.paraphrase:
+            return form
+        return self.pick([f for f in range(self.config.forms) if f != form])
+
+    # -- the generative story --
+
+    def queries(self) -> list[_Query]:
+        queries = []
+        for subject in range(self.queried):
+            relation, form = int(self.rng.integers(self.config.relations)), self.random_form()
+            text = self.pick(_QUERIES).format(s=self.lexicon.name(subject), r=self.lexicon.relations[relation][form])
+            queries.append(_Query(subject, relation, form, text))
+        return queries
+
+    def documents(self, queries: list[_Query]) -> list[_Doc]:
+        config = self.config
+        lengths = np.exp(self.rng.uniform(math.log(config.min_words), math.log(config.max_words), config.documents))
+        docs = [_Doc(int(words)) for words in lengths]
+
+        def hosts(bounds: tuple[int, int]) -> list[_Doc]:
+            count = int(self.rng.integers(*bounds))
+            # Uniformly, whatever the length: relevant documents are as long as the others.
+            return [docs[i] for i in self.rng.choice(len(docs), size=count, replace=False)]
+
+        for q in queries:
+            for i, doc in enumerate(hosts(config.relevant)):
+                self.fact(doc, q.subject, q.relation, self.paraphrase(q.form), hedged=i == 2)
+                self.mentions(doc, q.subject)
+            for doc in hosts(config.on_topic):
+                other = self.pick([r for r in range(config.relations) if r != q.relation])
+                self.fact(doc, q.subject, other, self.random_form())
+                self.mentions(doc, q.subject)
+            for doc in hosts(config.distractors):
+                self.stuff(doc, q)
+        for doc in docs:
+            self.background(doc)
+        return docs
+
+    def background_subject(self) -> int:
+        return int(self.rng.integers(self.queried, len(self.lexicon.subjects)))
+
+    def stuff(self, doc: _Doc, q: _Query) -> None:
+        """Keyword-stuff `doc` with `q`'s exact words without stating any fact about `q`'s subject.
+
+        Half the sentences mention the subject, half state `q`'s relation, in `q`'s words, of a namesake.
+        """
+        given, family = self.lexicon.subjects[q.subject]
+        namesakes = self.namesakes.get((0, given), []) + self.namesakes.get((1, family), [])
+        for i in range(int(np.clip(doc.words // 60, *self.config.stuffing))):
+            if i % 2 == 0:
+                self.mention(doc, q.subject)
+            else:
+                # (A name whose namesakes are all queried falls back to any background subject.)
+                self.fact(doc, self.pick(namesakes) if namesakes else self.background_subject(), q.relation, q.form)
+
+    def background(self, doc: _Doc) -> None:
+        for _ in range(int(self.rng.poisson(doc.words / 150))):
+            relation = int(self.rng.integers(self.config.relations))
+            self.fact(doc, self.background_subject(), relation, self.random_form(), hedged=self.rng.random() < 0.2)
+        length = sum(len(s.split()) for s in doc.sentences)
+        while length < doc.words:
+            sentence = self.pick(_FILLER).format(**self.words())
+            doc.sentences.append(sentence)
+            length += len(sentence.split())
+
+    def render(self, doc_id: str, doc: _Doc) -> Document:
+        order = self.rng.permutation(len(doc.sentences))
+        text = " ".join(doc.sentences[i] for i in order)
+        if doc.facts and self.rng.random() < 0.5:
+            subject = self.lexicon.name(self.pick(doc.facts)[0])
+            title = self.pick(_SUBJECT_TITLES).format(s=subject, noun=self.pick(_NOUNS))
+        else:
+            title = self.pick(_TITLES).format(**self.words())
+        return Document(doc_id, text, title)
+
+
+def _grades(queries: list[_Query], docs: list[_Doc], doc_ids: list[str]) -> list[dict[str, int]]:
+    """Each query's positive grades by rule over the whole collection (see the module docstring)."""
+    by_subject: dict[int, list[tuple[str, int, bool]]] = {}
+    for doc_id, doc in zip(doc_ids, docs):
+        for subject, relation, hedged in doc.facts:
+            by_subject.setdefault(subject, []).append((doc_id, relation, hedged))
+    grades = []
+    for q in queries:
+        labels: dict[str, int] = {}
+        for doc_id, relation, hedged in by_subject.get(q.subject, []):
+            grade = (2 if hedged else 3) if relation == q.relation else 1
+            labels[doc_id] = max(labels.get(doc_id, 0), grade)
+        grades.append(labels)
+    return grades
+
+
+@dataclass
+class _Built:
+    documents: list[Document]
+    topics: dict[str, Topics]
+    qrels: dict[str, Qrels]
+    runs: dict[str, Run]
+    manifest: dict
+
+
+def generate(seed: int = 0, config: BuiltinConfig = BuiltinConfig()) -> _Built:
+    """Generate the collection, queries, qrels and BM25 candidates in memory (deterministic in `seed`)."""
+    wanted = sum(count for _, count in config.queries)
+    # 5% spare queries replace those whose relevant documents BM25 misses entirely.
+    gen = _Generator(seed, config, int(wanted * 1.05) + 10)
+    queries = gen.queries()
+    docs = gen.documents(queries)
+    width = len(str(config.documents))
+    doc_ids = [f"D{i:0{width}d}" for i in range(len(docs))]
+    documents = [gen.render(doc_id, doc) for doc_id, doc in zip(doc_ids, docs)]
+    grades = _grades(queries, docs, doc_ids)
+
+    qids = [f"Q{i:04d}" for i in range(len(queries))]
+    candidates = bm25_retrieve(documents, {qid: q.text for qid, q in zip(qids, queries)}, k=config.depth)
+    kept = [i for i, qid in enumerate(qids) if any(doc_id in candidates[qid] for doc_id in grades[i])]
+    if len(kept) < wanted:
+        raise RuntimeError(f"only {len(kept)} of {wanted} queries have a relevant document in BM25's top "
+                           f"{config.depth}; make the distractors weaker")
+
+    topics: dict[str, Topics] = {}
+    qrels: dict[str, Qrels] = {}
+    runs: dict[str, Run] = {}
+    start = 0
+    for split, count in config.queries:
+        topics[split], qrels[split], runs[split] = {}, {}, {}
+        for i in kept[start : start + count]:
+            qid = qids[i]
+            topics[split][qid] = queries[i].text
+            qrels[split][qid] = _judgments(grades[i], candidates[qid], config.pool_depth)
+            runs[split][qid] = candidates[qid]
+        start += count
+    manifest = {
+        "name": "builtin",
+        "generator_version": VERSION,
+        "seed": seed,
+        "config": asdict(config),
+        "documents": len(documents),
+        "queries": {split: len(topics[split]) for split in topics},
+        "dropped_queries": len(queries) - len(kept),
+        "bm25": {"k1": DEFAULT_K1, "b": DEFAULT_B, "stemmer": DEFAULT_STEMMER, "depth": config.depth},
+    }
+    return _Built(documents, topics, qrels, runs, manifest)
+
+
+def _judgments(positives: dict[str, int], candidates: dict[str, float], pool_depth: int) -> dict[str, int]:
+    """Every positive, then BM25's top `pool_depth` non-relevant documents judged 0, sorted by document id."""
+    judged = dict(positives)
+    for doc_id, _ in ranked(candidates)[:pool_depth]:
+        judged.setdefault(doc_id, 0)
+    return dict(sorted(judged.items()))
+
+
+# --- files ------------------------------------------------------------------------
+
+
+def _file_names() -> list[str]:
+    names = ["collection.jsonl"]
+    for split in SPLITS:
+        names += [f"topics.{split}.tsv", f"qrels.{split}.txt", f"bm25.{split}.trec"]
+    return names + ["manifest.json"]
+
+
+def build_builtin(root: str | os.PathLike, seed: int = 0, *, overwrite: bool = False,
+                  config: BuiltinConfig = BuiltinConfig()) -> Path:
+    """Generate the built-in collection for `seed` and write it under `root` (see the module docstring).
+
+    Every file is written atomically; ``manifest.json`` is written last, so its presence marks a complete
+    build. Raises FileExistsError, before writing anything, if a file exists and `overwrite` is False.
+    """
+    root = Path(root)
+    if not overwrite and any((root / name).exists() for name in _file_names()):
+        raise FileExistsError(f"{root} already holds a built-in collection; pass overwrite=True to replace it")
+    built = generate(seed, config)
+    write_collection(root / "collection.jsonl", built.documents, overwrite=overwrite)
+    for split in SPLITS:
+        write_topics(root / f"topics.{split}.tsv", built.topics[split], overwrite=overwrite)
+        write_qrels(root / f"qrels.{split}.txt", built.qrels[split], overwrite=overwrite)
+        write_run(root / f"bm25.{split}.trec", built.runs[split], tag="bm25", depth=config.depth, overwrite=overwrite)
+    with atomic_write(root / "manifest.json", overwrite=overwrite) as f:
+        json.dump(built.manifest, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return root
+
+
+def default_root(seed: int = 0) -> Path:
+    """Where `builtin_source` caches the collection of `seed`."""
+    return cache_root() / "builtin" / f"seed{seed}-v{VERSION}"
+
+
+def ensure_builtin(root: str | os.PathLike | None = None, seed: int = 0) -> Path:
+    """The folder holding the built-in collection of `seed`, built on first use.
+
+    A build goes to a temporary sibling folder renamed into place, so concurrent callers (DDP ranks,
+    parallel jobs) never see a partial collection: a loser of the race discards its copy.
+    """
+    root = Path(root) if root is not None else default_root(seed)
+    if (root / "manifest.json").is_file():
+        return root
+    if root.exists():
+        raise FileExistsError(f"{root} exists but holds no complete built-in collection (no manifest.json); remove it")
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}."))
+    try:
+        build_builtin(tmp, seed)
+        os.rename(tmp, root)
+    except OSError:
+        if not (root / "manifest.json").is_file():  # not a lost race: a real error
+            raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(tmp)
+    return root
+
+
+def builtin_source(split: str = "test", root: str | os.PathLike | None = None, seed: int = 0) -> FileSource:
+    """One split of the built-in collection as a `FileSource`, built into the cache on first use."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
+    root = ensure_builtin(root, seed)
+    return FileSource(
+        topics_path=root / f"topics.{split}.tsv",
+        qrels_path=root / f"qrels.{split}.txt",
+        candidates_path=root / f"bm25.{split}.trec",
+        collection_path=root / "collection.jsonl",
+        name=f"builtin-{split}",
+    )
+
+
+# --- command line -------------------------------------------------------------------
+
+
+def describe(root: str | os.PathLike) -> str:
+    """Counts, document lengths, label counts and BM25 effectiveness of each split, as a small report."""
+    from common.data.formats import iter_collection, read_qrels, read_run
+    from common.metrics import evaluate_run
+
+    root = Path(root)
+    lengths = np.array([len(f"{d.title} {d.text}".split()) for d in iter_collection(root / "collection.jsonl")])
+    lines = [
+        f"{root}: {len(lengths)} documents; words (title + text) min {lengths.min()}, "
+        f"median {int(np.median(lengths))}, mean {lengths.mean():.0f}, p90 {int(np.percentile(lengths, 90))}, "
+        f"max {lengths.max()}; {np.mean(lengths > 512):.0%} over 512 words",
+    ]
+    for split in SPLITS:
+        qrels, run = read_qrels(root / f"qrels.{split}.txt"), read_run(root / f"bm25.{split}.trec")
+        labels = Counter(label for judged in qrels.values() for label in judged.values())
+        measures = evaluate_run(qrels, run, ["ndcg_cut_10", "mrr@10", "recall_100"])
+        strict = evaluate_run(qrels, run, ["recall_100"], relevance_level=2)
+        lines.append(
+            f"{split:>5}: {len(qrels)} queries, labels {dict(sorted(labels.items()))}; BM25 nDCG@10 "
+            f"{measures['ndcg_cut_10']:.4f}, MRR@10 {measures['mrr@10']:.4f}, recall@100 {measures['recall_100']:.4f} "
+            f"(label >= 2: {strict['recall_100']:.4f})"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m common.data.builtin",
+        description="Build the built-in synthetic ranking collection (or reuse a complete build) and print "
+        "its statistics and BM25's effectiveness on each split.",
+    )
+    parser.add_argument("--root", type=Path, help=f"output folder (default: the cache, {default_root(0)} for seed 0)")
+    parser.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
+    parser.add_argument("--overwrite", action="store_true", help="rebuild even if the folder holds a complete build")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    if args.overwrite:
+        root = build_builtin(args.root or default_root(args.seed), args.seed, overwrite=True)
+    else:
+        root = ensure_builtin(args.root, args.seed)
+    print(f"ready in {time.perf_counter() - start:.1f} s")
+    print(describe(root))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

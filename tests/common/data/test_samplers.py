@@ -1,0 +1,157 @@
+"""Training samplers: counts, label semantics, determinism, DataLoader use and impossible configurations."""
+
+from collections import Counter
+
+import pytest
+
+from common.data.samplers import (
+    RANDOM_LABEL,
+    PairwiseSampler,
+    PointwiseSampler,
+    SoftmaxSampler,
+    TrainingGroup,
+    from_source,
+)
+from common.data.formats import Document, write_collection, write_qrels, write_run, write_topics
+from common.data.source import FileSource
+
+# q1: d1 (2) and d2 (1) are relevant candidates, d9 (1) relevant but not retrieved, d3 judged 0,
+#     d4..d8 and x00..x39 unjudged: at depth 100 its non-relevant candidates are d3..d8 and x00..x39.
+# q2: its only candidate is relevant -> no negative -> skipped.
+# q3: no relevant document -> no anchor, not counted as skipped.
+# q4: relevant document but no candidates -> skipped.
+QRELS = {
+    "q1": {"d1": 2, "d2": 1, "d9": 1, "d3": 0},
+    "q2": {"d5": 1},
+    "q3": {"d1": 0},
+    "q4": {"d7": 1},
+}
+Q1_DOCS = [f"d{i}" for i in range(1, 9)] + [f"x{i:02d}" for i in range(40)]
+RUN = {
+    "q1": {doc_id: 100.0 - rank for rank, doc_id in enumerate(Q1_DOCS)},
+    "q2": {"d5": 3.0},
+    "q3": {"d1": 1.0, "d2": 0.5},
+}
+Q1_NEGATIVES = set(Q1_DOCS) - {"d1", "d2"}
+COLLECTION = Q1_DOCS + ["d9"] + [f"r{i:02d}" for i in range(30)]
+
+
+def test_pointwise_counts_and_labels():
+    sampler = PointwiseSampler(QRELS, RUN, negatives=1, seed=3)
+    groups = sampler.examples()
+    assert len(sampler) == 3
+    assert [(g.qid, g.doc_ids[0]) for g in groups] == [("q1", "d1"), ("q1", "d2"), ("q1", "d9")]
+    for group in groups:
+        assert group.labels == (1.0, 0.0)
+        assert group.doc_ids[1] in Q1_NEGATIVES
+        assert group.pairs == ()
+    stats = sampler.stats
+    assert (stats.anchors, stats.queries, stats.skipped_queries, stats.skipped_anchors) == (3, 1, 2, 2)
+    assert stats.short_queries == 0
+
+
+def test_depth_limits_negatives_to_the_top_candidates():
+    sampler = PointwiseSampler(QRELS, RUN, negatives=2, depth=5, seed=0)
+    # Top 5 of q1: d1 d2 d3 d4 d5 -> negatives d3, d4, d5 only.
+    drawn = {d for epoch in range(20) for g in sampler.examples(epoch) for d in g.doc_ids[1:]}
+    assert drawn == {"d3", "d4", "d5"}
+
+
+def test_relevance_level_two_makes_label_one_a_negative():
+    sampler = PointwiseSampler(QRELS, RUN, negatives=3, relevance_level=2, seed=0)
+    assert [g.doc_ids[0] for g in sampler.examples()] == ["d1"]
+    drawn = {d for epoch in range(30) for d in sampler.examples(epoch)[0].doc_ids[1:]}
+    assert "d2" in drawn and drawn <= set(Q1_DOCS) - {"d1"}
+
+
+def test_same_seed_same_examples_and_new_epoch_new_negatives():
+    first = SoftmaxSampler(QRELS, RUN, negatives=4, seed=7)
+    again = SoftmaxSampler(dict(reversed(QRELS.items())), RUN, negatives=4, seed=7)  # input order is irrelevant
+    assert first.examples(0) == again.examples(0)
+    assert first.examples(0) != first.examples(1)
+    assert first.examples(0) != SoftmaxSampler(QRELS, RUN, negatives=4, seed=8).examples(0)
+    # Any access order, e.g. a DDP rank reading only odd indices, sees the same item.
+    first.set_epoch(1)
+    assert [first[i] for i in reversed(range(len(first)))] == list(reversed(first.examples(1)))
+    for group in first.examples(0):
+        assert group.labels == (1.0, 0.0, 0.0, 0.0, 0.0)
+        assert len(set(group.doc_ids[1:])) == 4  # without replacement when there are enough negatives
+        assert set(group.doc_ids[1:]) <= Q1_NEGATIVES
+
+
+def test_dataloader_with_workers_reproduces_the_epoch():
+    torch_data = pytest.importorskip("torch.utils.data")
+    sampler = PointwiseSampler(QRELS, RUN, negatives=2, seed=1)
+    sampler.set_epoch(4)
+    loader = torch_data.DataLoader(sampler, batch_size=2, num_workers=2, collate_fn=list)
+    assert [group for batch in loader for group in batch] == sampler.examples(4)
+
+
+def test_short_pool_draws_with_replacement_and_is_counted():
+    sampler = PointwiseSampler(QRELS, RUN, negatives=5, depth=4, seed=0)  # negatives at depth 4: d3, d4
+    group = sampler[0]
+    assert len(group.doc_ids) == 6 and set(group.doc_ids[1:]) <= {"d3", "d4"}
+    assert sampler.stats.short_queries == 1
+
+
+def test_pairwise_groups_follow_conformer_kernel():
+    sampler = PairwiseSampler(QRELS, RUN, COLLECTION, seed=2)
+    groups = sampler.examples()
+    assert [g.doc_ids[0] for g in groups] == ["d1", "d2", "d9"]
+    for group in groups:
+        positive, top, *randoms = group.doc_ids
+        assert len(randoms) == 2 and len(set(randoms)) == 2
+        # Random documents: from the collection, never a candidate nor a relevant document.
+        assert all(d in COLLECTION and d not in RUN["q1"] and d != "d9" for d in randoms)
+        assert top in RUN["q1"] and QRELS["q1"].get(top, 0) < QRELS["q1"][positive]
+        assert group.labels[0] == QRELS["q1"][positive] and group.labels[2:] == (RANDOM_LABEL, RANDOM_LABEL)
+        # Positive above the three negatives, top-100 negative above both random ones: 5 pairs.
+        assert group.pairs == ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3))
+        assert all(group.labels[a] > group.labels[b] for a, b in group.pairs)
+        assert group.triples()[0] == ("q1", positive, top)
+    # Graded qrels: the label-2 positive may be paired with the label-1 candidate d2.
+    tops = Counter(g.doc_ids[1] for epoch in range(60) for g in sampler.examples(epoch) if g.doc_ids[0] == "d1")
+    assert tops["d2"] > 0 and "d1" not in tops
+
+
+def test_pairwise_without_weak_supervision_or_random_documents():
+    plain = PairwiseSampler(QRELS, RUN, COLLECTION, weak_supervision=False, seed=0)
+    assert plain[0].pairs == ((0, 1), (0, 2), (0, 3))
+    top_only = PairwiseSampler(QRELS, RUN, top_negatives=2, random_negatives=0, seed=0)
+    group = top_only[1]  # anchor d2 (label 1): only label-0 candidates below it
+    assert len(group.doc_ids) == 3 and set(group.doc_ids[1:]) <= Q1_NEGATIVES
+    assert group.pairs == ((0, 1), (0, 2))
+
+
+def test_impossible_configurations_fail_clearly():
+    with pytest.raises(ValueError, match="negatives must be at least 1"):
+        PointwiseSampler(QRELS, RUN, negatives=0)
+    with pytest.raises(ValueError, match="depth must be positive"):
+        SoftmaxSampler(QRELS, RUN, depth=0)
+    with pytest.raises(ValueError, match="no training examples"):
+        PointwiseSampler({"q2": {"d5": 1}}, RUN)
+    with pytest.raises(ValueError, match="needs the collection's document ids"):
+        PairwiseSampler(QRELS, RUN)
+    with pytest.raises(ValueError, match="fewer than 2 documents outside"):
+        PairwiseSampler(QRELS, RUN, Q1_DOCS + ["d9", "r00"])
+    with pytest.raises(ValueError, match="need at least one negative"):
+        PairwiseSampler(QRELS, RUN, COLLECTION, top_negatives=0, random_negatives=0)
+    with pytest.raises(IndexError):
+        PointwiseSampler(QRELS, RUN)[3]
+    with pytest.raises(ValueError, match="unknown sampler"):
+        from_source("listwise", None)
+
+
+def test_topics_restrict_the_anchors_and_from_source(tmp_path):
+    with pytest.raises(ValueError, match="no training examples"):
+        PointwiseSampler(QRELS, RUN, topics={"q2": "x", "q3": "y"})
+
+    write_topics(tmp_path / "topics.tsv", {"q1": "first query", "q2": "second"})
+    write_qrels(tmp_path / "qrels.txt", QRELS)
+    write_run(tmp_path / "run.trec", RUN)
+    write_collection(tmp_path / "docs.jsonl", [Document(d, f"text of {d}") for d in COLLECTION])
+    source = FileSource(tmp_path / "topics.tsv", tmp_path / "qrels.txt", tmp_path / "run.trec",
+                        tmp_path / "docs.jsonl", cache_dir=tmp_path / "cache")
+    sampler = from_source("pairwise", source, seed=2)
+    assert sampler.examples() == PairwiseSampler(QRELS, RUN, COLLECTION, seed=2).examples()
+    assert isinstance(sampler[0], TrainingGroup)
