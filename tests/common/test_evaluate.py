@@ -136,3 +136,21 @@ def test_input_errors_exit_2_with_one_line(tmp_path, capsys, qrels_text, run_tex
     code, out, err = run_main(capsys, "-m", "map", "-m", "gdeval_ndcg@10", qrels, run)
     assert (code, out) == (2, "")
     assert message in err and err.count("\n") == 1
+
+
+def test_no_arguments_evaluates_builtin_bm25_test_run(tmp_path, monkeypatch, capsys):
+    """The README's quick-start line: BM25 top-100 on the built-in collection's test queries."""
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path))
+    assert main([]) == 0
+    captured = capsys.readouterr()
+    assert str(tmp_path / "builtin" / "seed0-v1" / "bm25.test.trec") in captured.err
+    lines = dict(line.split("\t")[0::2] for line in captured.out.splitlines())
+    # python -m common.data.builtin reports BM25 nDCG@10 0.2341, MRR@10 0.2663 on the test split.
+    assert lines["ndcg_cut_10           "] == "0.2341" and lines["mrr@10                "] == "0.2663"
+    assert lines["recall_100            "] == "1.0000"
+
+
+def test_only_one_of_qrels_and_run_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["qrels.txt"])
+    assert exit_info.value.code == 2 and "give both QRELS and RUN, or neither" in capsys.readouterr().err
