@@ -1,0 +1,298 @@
+"""``python -m common.kernels.benchmark``: time and memory of query-directed sparse attention vs dense attention.
+
+Every implementation computes the same attention core on the same inputs:
+(B, H, N, D) = (1, 12, n, 64), window w = 128, the QDS pattern (QDS-Transformer
+Table 4: [CLS] + 20 query tokens + an [SOS] every 25 document tokens). Rows:
+
+- ``reference``, ``portable``, ``tvm``, ``flex``: `common.kernels` implementations;
+- ``sdpa_masked``: ``scaled_dot_product_attention`` with the same (n, n) boolean mask
+  (global rows share the local projections: the cost of the dense way);
+- ``sdpa_dense``: ``scaled_dot_product_attention`` without a mask (full attention);
+- ``hf_longformer``: transformers' ``LongformerSelfAttention`` with its six
+  projections set to identity, so that only its attention is timed.
+
+For each n and pass (``fwd``, ``fwdbwd``) it reports the median time of
+``--repeats`` runs after a warm-up, and the peak memory of the measured call
+(CUDA: ``max_memory_allocated``; CPU: the peak resident set of a fresh
+subprocess per measurement, above its resident set before the call). It prints
+a table, each pattern's density and ideal speed-up 1/density, and speed-up
+ratios against ``sdpa_dense`` and ``hf_longformer`` measured in the same run;
+writes ``results/kernels/bench_<device>.csv`` and ``.png``; with ``--json`` it
+prints one JSON object per measurement (keys ``bench, impl, n, pass, ms,
+peak_mb``, plus ``density`` and the setting).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+IMPLS = ("reference", "portable", "tvm", "flex", "sdpa_masked", "sdpa_dense", "hf_longformer")
+PASSES = ("fwd", "fwdbwd")
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "kernels"
+HEADS, HEAD_DIM, WINDOW, QUERY_LEN, SENTENCE_EVERY = 12, 64, 128, 20, 25
+
+
+def make_inputs(n: int, device: str, requires_grad: bool, seed: int = 0) -> dict:
+    from common.kernels.patterns import global_tokens, synthetic_layout
+
+    generator = torch.Generator().manual_seed(seed)
+    tensors = [torch.randn(1, HEADS, n, HEAD_DIM, generator=generator).to(device) for _ in range(3)]
+    for t in tensors:
+        t.requires_grad_(requires_grad)
+    is_global = global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY))[None].to(device)
+    return dict(q=tensors[0], k=tensors[1], v=tensors[2], is_global=is_global, window=WINDOW)
+
+
+def build(impl: str, inputs: dict):
+    """A zero-argument callable computing the attention output of `impl` on `inputs`."""
+    import torch.nn.functional as F
+
+    q, k, v, is_global = inputs["q"], inputs["k"], inputs["v"], inputs["is_global"]
+    if impl in ("reference", "portable", "tvm", "flex"):
+        from common.kernels import get_implementation
+
+        attention = get_implementation(impl)
+        return lambda: attention(q, k, v, is_global, None, WINDOW, (q, k, v))
+    if impl == "sdpa_dense":
+        return lambda: F.scaled_dot_product_attention(q, k, v)
+    if impl == "sdpa_masked":
+        from common.kernels.reference import allowed_keys
+
+        mask = allowed_keys(is_global, None, WINDOW)[:, None]  # (1, 1, N, N)
+        return lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    if impl == "hf_longformer":
+        return _hf_longformer(q, is_global)
+    raise ValueError(f"unknown implementation {impl!r}")
+
+
+def _hf_longformer(x: torch.Tensor, is_global: torch.Tensor):
+    from torch import nn
+    from transformers import LongformerConfig
+    from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
+
+    _, heads, n, dim = x.shape
+    config = LongformerConfig(hidden_size=heads * dim, num_attention_heads=heads, attention_window=[WINDOW],
+                              attention_probs_dropout_prob=0.0)
+    module = LongformerSelfAttention(config, layer_id=0).to(x.device)
+    for name in ("query", "key", "value", "query_global", "key_global", "value_global"):
+        setattr(module, name, nn.Identity())  # time the attention alone, like the other rows
+    if n % WINDOW:
+        raise ValueError(f"LongformerSelfAttention needs n to be a multiple of the window ({WINDOW}), got {n}")
+    hidden = x.transpose(1, 2).reshape(1, n, heads * dim)  # (B, N, H*D)
+    mask = torch.where(is_global, 10000.0, 0.0).to(x.dtype)  # LongformerModel's extended mask: +10000 = global
+    masked = torch.zeros_like(is_global)
+    any_global = bool(is_global.any())
+    return lambda: module(hidden, attention_mask=mask, is_index_masked=masked, is_index_global_attn=is_global,
+                          is_global_attn=any_global)[0]
+
+
+def measure(impl: str, n: int, pass_: str, device: str, repeats: int) -> dict:
+    """Median milliseconds and peak memory of one (implementation, length, pass) in this process."""
+    inputs = make_inputs(n, device, requires_grad=pass_ == "fwdbwd")
+    run = build(impl, inputs)
+    leaves = [inputs["q"], inputs["k"], inputs["v"]]
+
+    def step():
+        out = run()
+        if pass_ == "fwdbwd":
+            torch.autograd.grad(out.float().sum(), leaves, allow_unused=True)
+        return out
+
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    with torch.set_grad_enabled(pass_ == "fwdbwd"):
+        if device == "cuda":
+            step()  # warm-up (compilation, caches)
+            sync()
+            torch.cuda.reset_peak_memory_stats()
+            before = torch.cuda.memory_allocated()
+            step()
+            sync()
+            peak_mb = (torch.cuda.max_memory_allocated() - before) / 2**20
+        else:
+            before = _rss_mb()
+            step()  # the first call's peak: the warm-up holds nothing over from an earlier call
+            peak_mb = max(_max_rss_mb() - before, 0.0)
+        times = []
+        for _ in range(repeats):
+            sync()
+            start = time.perf_counter()
+            step()
+            sync()
+            times.append((time.perf_counter() - start) * 1000)
+    return {"ms": statistics.median(times), "peak_mb": peak_mb}
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+def measure_isolated(impl: str, n: int, pass_: str, device: str, repeats: int, timeout: float) -> dict:
+    """`measure` in a fresh subprocess, so that the process's peak resident set belongs to this call alone."""
+    command = [sys.executable, "-m", "common.kernels.benchmark", "--_one", impl, str(n), pass_, device, str(repeats)]
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"over the {timeout:.0f} s time limit"}
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return {"skipped": lines[-1] if lines else f"exit status {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def densities(lengths: list[int]) -> list[dict]:
+    from common.kernels.patterns import PATTERNS, density, global_tokens, synthetic_layout
+
+    rows = []
+    for n in lengths:
+        for pattern in PATTERNS:
+            d = density(global_tokens(pattern, synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
+            rows.append({"n": n, "pattern": pattern, "density": d, "ideal_speedup": 1 / d})
+    return rows
+
+
+def write_outputs(rows: list[dict], device: str, out_dir: Path) -> tuple[Path, Path]:
+    from common.io import atomic_write
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, png_path = out_dir / f"bench_{device}.csv", out_dir / f"bench_{device}.png"
+    fields = ["bench", "impl", "n", "pass", "ms", "peak_mb", "density", "device", "heads", "head_dim", "window",
+              "pattern", "threads"]
+    with atomic_write(csv_path, overwrite=True) as f:
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    _plot(rows, device, png_path)
+    return csv_path, png_path
+
+
+def _plot(rows: list[dict], device: str, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from common.io import atomic_write
+
+    figure, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
+    for column, pass_ in enumerate(PASSES):
+        for impl in IMPLS:
+            points = sorted((r["n"], r["ms"], r["peak_mb"]) for r in rows if r["impl"] == impl and r["pass"] == pass_)
+            if points:
+                n, ms, mb = zip(*points)
+                axes[0, column].plot(n, ms, marker="o", label=impl)
+                axes[1, column].plot(n, [max(m, 0.1) for m in mb], marker="o", label=impl)
+        axes[0, column].set_title(f"{pass_}: time")
+        axes[1, column].set_title(f"{pass_}: peak memory")
+        axes[0, column].set_ylabel("ms")
+        axes[1, column].set_ylabel("MB")
+        axes[1, column].set_xlabel("sequence length n")
+        for axis in axes[:, column]:
+            axis.set_xscale("log", base=2)
+            axis.set_yscale("log")
+            axis.grid(True, which="both", alpha=0.3)
+    axes[0, 0].legend(fontsize=8)
+    figure.suptitle(f"QDS attention, {HEADS} heads x {HEAD_DIM}, w = {WINDOW}, QDS pattern ({device})")
+    figure.tight_layout()
+    with atomic_write(path, "wb", overwrite=True) as f:
+        figure.savefig(f, format="png", dpi=110)
+    plt.close(figure)
+
+
+def speedups(rows: list[dict], baselines=("sdpa_dense", "hf_longformer")) -> list[str]:
+    """Lines 'impl pass n: x.xx times faster than baseline', from measurements of this run."""
+    index = {(r["impl"], r["pass"], r["n"]): r["ms"] for r in rows}
+    lines = []
+    for (impl, pass_, n), ms in sorted(index.items(), key=lambda item: (item[0][1], item[0][0], item[0][2])):
+        if impl in baselines:
+            continue
+        ratios = [f"{index[(b, pass_, n)] / ms:.2f}x vs {b}" for b in baselines if (b, pass_, n) in index]
+        if ratios:
+            lines.append(f"{impl:>12} {pass_:>6} n={n:<5} " + ", ".join(ratios))
+    return lines
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m common.kernels.benchmark",
+        description="Time and peak memory of query-directed sparse attention implementations against dense "
+        f"attention: (1, {HEADS}, n, {HEAD_DIM}) inputs, w = {WINDOW}, QDS pattern ({QUERY_LEN} query tokens, "
+        f"an [SOS] every {SENTENCE_EVERY} tokens). Writes results/kernels/bench_<device>.csv and .png.",
+    )
+    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192], metavar="N",
+                        help="sequence lengths (default: %(default)s)")
+    parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS, metavar="IMPL",
+                        help=f"implementations to run (default: all of {', '.join(IMPLS)})")
+    parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=PASSES,
+                        help="fwd and/or fwdbwd (default: both)")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
+                        help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed runs after a warm-up (default: %(default)s)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per measurement (default: %(default)s)")
+    parser.add_argument("--out-dir", type=Path, default=RESULTS, help="where the CSV and plot go (default: %(default)s)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object per measurement per line")
+    parser.add_argument("--_one", nargs=5, help=argparse.SUPPRESS)  # internal: one isolated measurement
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args._one:
+        impl, n, pass_, device, repeats = args._one
+        print(json.dumps(measure(impl, int(n), pass_, device, int(repeats))))
+        return 0
+
+    from common.kernels.patterns import density, global_tokens, synthetic_layout
+
+    rows = []
+    for row in densities(args.lengths):
+        print(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  ideal speed-up {row['ideal_speedup']:.1f}x",
+              file=sys.stderr if args.json else sys.stdout)
+    for n in args.lengths:
+        d = density(global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
+        for impl in args.impls:
+            for pass_ in args.passes:
+                result = measure_isolated(impl, n, pass_, args.device, args.repeats, args.timeout)
+                if "skipped" in result:
+                    print(f"skipped {impl} n={n} {pass_}: {result['skipped']}", file=sys.stderr)
+                    continue
+                row = {"bench": "qds_attention", "impl": impl, "n": n, "pass": pass_, "ms": round(result["ms"], 3),
+                       "peak_mb": round(result["peak_mb"], 1), "density": round(d, 6), "device": args.device,
+                       "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW, "pattern": "qds",
+                       "threads": torch.get_num_threads()}
+                rows.append(row)
+                if args.json:
+                    print(json.dumps(row), flush=True)
+                else:
+                    print(f"{impl:>14} n={n:<5} {pass_:>6} {row['ms']:>10.2f} ms {row['peak_mb']:>9.1f} MB", flush=True)
+    if not rows:
+        print("no measurement succeeded", file=sys.stderr)
+        return 1
+    csv_path, png_path = write_outputs(rows, args.device, args.out_dir)
+    report = sys.stderr if args.json else sys.stdout
+    print("\n".join(speedups(rows)), file=report)
+    print(f"wrote {csv_path} and {png_path}", file=report)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

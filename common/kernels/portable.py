@@ -1,0 +1,132 @@
+"""Query-directed sparse attention in plain PyTorch with O(n (w + g)) memory, forward and backward, CPU and CUDA.
+
+QDS-Transformer (Jiang et al. 2020, Sec. 4.3) reduces self-attention from
+O(n^2) to O(n (w + |q| + |s|)). This implementation does exactly that with
+dense tensor operations that autograd differentiates:
+
+- Eq. 7 (local): the sequence is cut into blocks of c rows (c = 32, or w/2 if
+  smaller); block b's rows see the keys of [b c - w/2, b c + c + w/2), a
+  (c, c + w) score tile of which the band |i - j| <= w/2 is kept. Global keys are masked out of the band, so
+  no key is counted twice. The key and value tiles overlap: they are strided
+  views of one padded buffer (every head padded to whole blocks plus one block
+  on each side), so all heads' tiles go through one batched matmul, uncopied.
+- Eqs. 8-10 (global columns): the g global tokens of each example are gathered
+  (padded to the batch's largest g) and every row scores them with the same
+  local key projection: an (n, g) block.
+- One softmax over [band tile ++ global columns] per row, then the two value
+  products are summed.
+- Global rows: the gathered global queries attend to all valid keys with the
+  global projections, a (g, n) block, and replace their rows.
+
+Every tensor is linear in n: (n, 2 w/2 + c + g) scores and probabilities.
+Semantics are `common.kernels.reference`'s; the tests check equality.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def portable_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    is_global: Tensor,
+    key_padding_mask: Tensor | None = None,
+    window: int = 128,
+    global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
+) -> Tensor:
+    """Shapes: q, k, v (B, H, N, D); is_global, key_padding_mask (B, N) bool -> (B, H, N, D)."""
+    batch, heads, n, dim = q.shape
+    valid = torch.ones_like(is_global) if key_padding_mask is None else ~key_padding_mask
+    is_global = is_global & valid
+    scale = 1.0 / math.sqrt(dim)
+
+    # Each example's global tokens in position order, gathered into g slots (padded to the batch's largest g).
+    counts = is_global.sum(1)  # (B,)
+    g = int(counts.max()) if is_global.numel() else 0
+    order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :g]  # (B, g)
+    slot_valid = torch.arange(g, device=q.device)[None] < counts[:, None]  # (B, g)
+
+    out = _ordinary_rows(q * scale, k, v, is_global, valid, order, slot_valid, window // 2)
+    if g:
+        q_g, k_g, v_g = (q, k, v) if global_qkv is None else global_qkv
+        out_g = _global_rows(q_g * scale, k_g, v_g, valid, order)  # (B, H, g, D)
+        slot_of_position = (torch.cumsum(is_global, 1) - 1).clamp(min=0)  # (B, N)
+        out_g = torch.gather(out_g, 2, slot_of_position[:, None, :, None].expand(batch, heads, n, dim))
+        out = torch.where(is_global[:, None, :, None], out_g, out)
+    return out.masked_fill(~valid[:, None, :, None], 0.0)  # padded rows output zeros
+
+
+def _ordinary_rows(
+    q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, valid: Tensor, order: Tensor, slot_valid: Tensor, half: int,
+    chunk: int | None = None,
+) -> Tensor:
+    """Every row's attention over its Eq. 7 band and the gathered global keys (q pre-scaled), (B, H, N, D)."""
+    batch, heads, n, dim = q.shape
+    # Rows per block: 32 keeps the tile's wasted corners (c of its c + 2 half columns) small while each
+    # matmul stays large enough to run at full speed (measured on CPU at w = 128: 32 beat 16, 64 and 128).
+    chunk = chunk or max(min(32, half), 1)
+    front = -(-half // chunk)  # zero blocks before the sequence, so the first tile starts in the buffer
+    blocks = -(-n // chunk) + front + 1  # plus spare blocks that keep every tile in the buffer
+    span = chunk + 2 * half  # keys seen by one block of rows
+    tiles = batch * heads * blocks
+
+    q_blocks = F.pad(q, (0, 0, 0, blocks * chunk - n)).view(tiles, chunk, dim)  # (T, c, D)
+    k_tiles, v_tiles = (_key_tiles(x, blocks, chunk, half, front) for x in (k, v))  # (T, span, D)
+    scores = torch.bmm(q_blocks, k_tiles.transpose(1, 2)).view(batch, heads, blocks, chunk, span)
+
+    # Eq. 7 inside a tile: row r sees tile column t iff r <= t <= r + 2 half, when that key is
+    # in the sequence, not padding and not global (global keys come in below, once).
+    r = torch.arange(chunk, device=q.device)[:, None]
+    t = torch.arange(span, device=q.device)[None, :]
+    band = (t >= r) & (t <= r + 2 * half)  # (c, span)
+    local_key = _key_tiles((valid & ~is_global)[..., None], blocks, chunk, half, front)[..., 0]  # (B * blocks, span)
+    # Rows that are padding or past the end keep every column: finite values, discarded below,
+    # so their gradient is exactly zero instead of NaN.
+    real_row = F.pad(valid, (0, blocks * chunk - n)).view(batch * blocks, chunk)
+    keep = (band & local_key[:, None, :]) | ~real_row[..., None]  # (B * blocks, c, span)
+    scores = scores.masked_fill(~keep.view(batch, 1, blocks, chunk, span), float("-inf"))
+
+    g = order.shape[1]
+    if not g:
+        probs = torch.softmax(scores, dim=-1).view(tiles, chunk, span)
+        return torch.bmm(probs, v_tiles).view(batch, heads, blocks * chunk, dim)[:, :, :n]
+
+    index = order[:, None, :, None].expand(batch, heads, g, dim)
+    k_global, v_global = torch.gather(k, 2, index), torch.gather(v, 2, index)  # (B, H, g, D)
+    global_scores = q_blocks.view(batch, heads, blocks * chunk, dim) @ k_global.transpose(-1, -2)  # (B, H, L, g)
+    global_scores = global_scores.masked_fill(~slot_valid[:, None, None, :], float("-inf"))
+    scores = torch.cat([scores, global_scores.view(batch, heads, blocks, chunk, g)], dim=-1)
+    probs = torch.softmax(scores, dim=-1).view(tiles, chunk, span + g)  # one softmax over band ++ globals
+    out = torch.bmm(probs[..., :span], v_tiles).view(batch, heads, blocks * chunk, dim)
+    out = out + probs[..., span:].reshape(batch, heads, blocks * chunk, g) @ v_global
+    return out[:, :, :n]
+
+
+def _key_tiles(x: Tensor, blocks: int, chunk: int, half: int, front: int) -> Tensor:
+    """Overlapping (c + 2 half)-row tiles of x (..., N, D), tile b of each leading index starting at row b c - half.
+
+    Every leading index is padded to `blocks` whole blocks, `front` of them zeros before the
+    sequence; the tiles are then one strided view (T, span, D) of the flat buffer, so no tile is
+    copied. Tiles past the sequence read zeros (or the next index's rows): their rows are dropped.
+    """
+    *lead, n, dim = x.shape
+    rows = x.reshape(-1, n, dim)
+    padded = F.pad(rows, (0, 0, front * chunk, (blocks - front) * chunk - n))  # (L, blocks * c, D)
+    flat = F.pad(padded.reshape(-1), (0, (chunk + 2 * half) * dim))  # room for the spare tiles' overhang
+    count = rows.shape[0] * blocks
+    return flat.as_strided((count, chunk + 2 * half, dim), (chunk * dim, dim, 1), (front * chunk - half) * dim)
+
+
+def _global_rows(q_g: Tensor, k_g: Tensor, v_g: Tensor, valid: Tensor, order: Tensor) -> Tensor:
+    """Eqs. 8-10 rows: each gathered global query (pre-scaled) attends to every valid key, (B, H, g, D)."""
+    batch, heads, _, dim = q_g.shape
+    index = order[:, None, :, None].expand(batch, heads, order.shape[1], dim)
+    scores = torch.gather(q_g, 2, index) @ k_g.transpose(-1, -2)  # (B, H, g, N)
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    return torch.softmax(scores, dim=-1) @ v_g
