@@ -1,0 +1,144 @@
+"""Drop-in replacement of transformers' ``LongformerSelfAttention`` on the QDS attention kernels.
+
+QDS-Transformer (Jiang et al., Findings of EMNLP 2020, Sec. 4.3) is Longformer
+(Beltagy et al. 2020) with query-directed global tokens, and its official code
+and checkpoint use Longformer's modules and parameter names. This module keeps
+those names and shapes (``query``, ``key``, ``value``, ``query_global``,
+``key_global``, ``value_global``) and the forward signature and return
+convention of transformers' ``LongformerSelfAttention``, and computes the
+attention with `common.kernels.qds_attention` (window = 2 * one-sided window).
+`use_qds_attention` swaps it into a ``LongformerModel`` (or any model holding
+one) with the existing weights, so a Longformer or QDS checkpoint runs on these
+kernels.
+
+Differences from transformers' module:
+
+- attention dropout: the kernels return the attention output, not its
+  probabilities, so dropout (``attention_probs_dropout_prob``) is applied to
+  the per-head attention output instead of to the probabilities. Same
+  expectation, different noise; in eval mode (or with p = 0) the two agree.
+- ``output_attentions=True`` raises NotImplementedError: the kernels never form
+  the probabilities (use the original module to look at attention maps).
+- the sequence length need not be a multiple of the window (transformers
+  asserts it; ``LongformerModel`` pads the input anyway).
+- half precision: transformers takes the softmax in fp32 whatever the input
+  dtype; here the kernel's own precision applies.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+from transformers.models.longformer.modeling_longformer import LongformerAttention, LongformerSelfAttention
+
+from common.kernels import qds_attention
+
+
+class QDSLongformerSelfAttention(nn.Module):
+    """``LongformerSelfAttention`` with the same parameters, computed by `qds_attention(..., impl=impl)`."""
+
+    def __init__(self, config, layer_id: int, impl: str = "auto"):
+        super().__init__()
+        if config.hidden_size % config.num_attention_heads != 0:
+            raise ValueError(
+                f"The hidden size ({config.hidden_size}) is not a multiple of the number of attention "
+                f"heads ({config.num_attention_heads})"
+            )
+        self.num_heads = config.num_attention_heads
+        self.head_dim = config.hidden_size // config.num_attention_heads
+        self.embed_dim = config.hidden_size
+
+        self.query = nn.Linear(config.hidden_size, self.embed_dim)
+        self.key = nn.Linear(config.hidden_size, self.embed_dim)
+        self.value = nn.Linear(config.hidden_size, self.embed_dim)
+        # separate projections of the global tokens' rows (Longformer Sec. 3.2)
+        self.query_global = nn.Linear(config.hidden_size, self.embed_dim)
+        self.key_global = nn.Linear(config.hidden_size, self.embed_dim)
+        self.value_global = nn.Linear(config.hidden_size, self.embed_dim)
+
+        self.dropout = config.attention_probs_dropout_prob
+
+        self.layer_id = layer_id
+        # LongformerModel turns an int window into one per layer; a module built alone may get the int.
+        window = config.attention_window
+        attention_window = window if isinstance(window, int) else window[layer_id]
+        if attention_window <= 0 or attention_window % 2:
+            raise ValueError(
+                f"`attention_window` for layer {layer_id} has to be positive and even, got {attention_window}"
+            )
+        self.one_sided_attn_window_size = attention_window // 2
+        self.config = config
+        self.impl = impl
+
+    def forward(
+        self,
+        hidden_states: Tensor,
+        attention_mask: Tensor | None = None,
+        is_index_masked: Tensor | None = None,
+        is_index_global_attn: Tensor | None = None,
+        is_global_attn: bool | None = None,
+        output_attentions: bool = False,
+    ) -> tuple[Tensor]:
+        """Arguments as transformers' ``LongformerSelfAttention.forward``; returns ``(attn_output,)``, (B, N, E).
+
+        ``attention_mask`` (B, N) is LongformerModel's extended mask: negative = padding, 0 = local,
+        positive = global. ``is_index_masked``, ``is_index_global_attn`` and ``is_global_attn`` are
+        derived from it, as ``LongformerEncoder`` does, where not given.
+        """
+        if output_attentions:
+            raise NotImplementedError(
+                "QDSLongformerSelfAttention computes attention with sparse kernels that never form the attention "
+                "probabilities; run the model with output_attentions=False, or use transformers' "
+                "LongformerSelfAttention to inspect attention maps"
+            )
+        batch, n, _ = hidden_states.shape
+        if attention_mask is None:
+            attention_mask = hidden_states.new_zeros(batch, n)
+        if is_index_masked is None:
+            is_index_masked = attention_mask < 0
+        if is_index_global_attn is None:
+            is_index_global_attn = attention_mask > 0
+        if is_global_attn is None:
+            is_global_attn = bool(is_index_global_attn.any())
+
+        q, k, v = (self._heads(proj(hidden_states)) for proj in (self.query, self.key, self.value))  # (B, H, N, D)
+        if is_global_attn:
+            is_global = is_index_global_attn
+            # The kernels take global queries for every position and use the global rows' only.
+            projections = (self.query_global, self.key_global, self.value_global)
+            global_qkv = tuple(self._heads(proj(hidden_states)) for proj in projections)  # (B, H, N, D) each
+        else:
+            # transformers' is_global_attn=False path: pure sliding window, global projections unused
+            is_global, global_qkv = torch.zeros_like(is_index_masked), None
+        window = 2 * self.one_sided_attn_window_size
+        out = qds_attention(q, k, v, is_global, is_index_masked, window, global_qkv, impl=self.impl)  # (B, H, N, D)
+        # Dropout on the attention output: the kernels expose no probabilities (see the module docstring).
+        out = nn.functional.dropout(out, p=self.dropout, training=self.training)
+        return (out.transpose(1, 2).reshape(batch, n, self.embed_dim),)
+
+    def _heads(self, x: Tensor) -> Tensor:
+        """(B, N, E) -> (B, H, N, D)."""
+        return x.view(x.shape[0], x.shape[1], self.num_heads, self.head_dim).transpose(1, 2)
+
+    def extra_repr(self) -> str:
+        return f"impl={self.impl!r}, window={2 * self.one_sided_attn_window_size}"
+
+
+def use_qds_attention(model: nn.Module, impl: str = "auto") -> nn.Module:
+    """Replace every ``layer.attention.self`` of the Longformer(s) in `model` in place; returns `model`.
+
+    Each new module takes the old one's weights (state_dict), device, dtype and train/eval mode.
+    Raises ValueError if `model` holds no transformers ``LongformerSelfAttention``.
+    """
+    attentions = [
+        m for m in model.modules() if isinstance(m, LongformerAttention) and isinstance(m.self, LongformerSelfAttention)
+    ]
+    if not attentions:
+        raise ValueError(f"{type(model).__name__} contains no transformers LongformerSelfAttention to replace")
+    for attention in attentions:
+        old = attention.self
+        new = QDSLongformerSelfAttention(old.config, old.layer_id, impl=impl)
+        new.load_state_dict(old.state_dict())
+        reference = old.query.weight
+        attention.self = new.to(device=reference.device, dtype=reference.dtype).train(old.training)
+    return model

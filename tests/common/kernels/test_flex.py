@@ -1,0 +1,168 @@
+"""FlexAttention path (common.kernels.flex) against the dense reference: forward and gradients, fp32.
+
+Forward runs on CPU (eager, unfused FlexAttention) and CUDA. FlexAttention in
+torch 2.13 has no CPU backward, so the gradient tests run on CUDA only and skip
+on CPU with the kernel's own reason.
+"""
+
+import math
+
+import pytest
+import torch
+from torch.nn.attention.flex_attention import create_mask
+
+import common.kernels.flex as flex_module
+
+from common.kernels import KernelUnavailableError, qds_attention
+from common.kernels.flex import block_density, flex_attention_qds
+from common.kernels.patterns import PATTERNS, global_tokens, synthetic_layout
+from common.kernels.reference import reference_attention
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+ATOL = 1e-5
+HEADS, DIM = 2, 16
+
+
+def _layout_case(pattern: str, n: int = 300):
+    """Two QDS-style examples of the pattern, the second padded and with a different query and sentence length."""
+    first = global_tokens(pattern, synthetic_layout(n))
+    second = global_tokens(pattern, synthetic_layout(n, query_len=8, sentence_every=40))
+    padding = torch.zeros(2, n, dtype=torch.bool)
+    padding[1, n - 70 :] = True
+    return torch.stack([first, second]), padding, 128
+
+
+def _case(name: str):
+    """(is_global, key_padding_mask, window) of a named layout; is_global and the mask are (B, N) bool."""
+    generator = torch.Generator().manual_seed(0)
+    if name == "batch_different_global_counts":  # 3 examples, 0 / few / many globals, n not a multiple of 128
+        n = 300
+        is_global = torch.rand(3, n, generator=generator) < torch.tensor([[0.0], [0.02], [0.2]])
+        padding = torch.zeros(3, n, dtype=torch.bool)
+        padding[1, 250:] = True
+        return is_global, padding, 128
+    if name == "n_smaller_than_window":
+        is_global = torch.zeros(2, 50, dtype=torch.bool)
+        is_global[0, [0, 7]] = True
+        is_global[1, 30] = True
+        return is_global, None, 128
+    if name == "n_not_multiple_of_block":  # and an odd window
+        is_global = torch.rand(2, 200, generator=generator) < 0.05
+        return is_global, None, 46
+    if name == "no_global_tokens":
+        padding = torch.zeros(2, 260, dtype=torch.bool)
+        padding[0, 190:] = True
+        return torch.zeros(2, 260, dtype=torch.bool), padding, 128
+    if name == "all_tokens_global":  # padding too: padded tokens stay out, even when marked global
+        padding = torch.zeros(2, 150, dtype=torch.bool)
+        padding[1, 100:] = True
+        return torch.ones(2, 150, dtype=torch.bool), padding, 128
+    if name == "padding":  # padding inside and at the end, a global token on padding, an all-padding example
+        is_global = torch.zeros(3, 270, dtype=torch.bool)
+        is_global[:, [0, 3, 140]] = True
+        padding = torch.zeros(3, 270, dtype=torch.bool)
+        padding[0, 135:145] = True
+        padding[1, 200:] = True
+        padding[2] = True
+        return is_global, padding, 128
+    return _layout_case(name.removeprefix("pattern_"))
+
+
+CASES = [
+    "batch_different_global_counts",
+    "n_smaller_than_window",
+    "n_not_multiple_of_block",
+    "no_global_tokens",
+    "all_tokens_global",
+    "padding",
+    *(f"pattern_{pattern}" for pattern in PATTERNS),
+]
+
+
+def _inputs(is_global, with_global_qkv: bool, requires_grad: bool):
+    batch, n = is_global.shape
+    generator = torch.Generator().manual_seed(1)
+    count = 6 if with_global_qkv else 3
+    tensors = [torch.randn(batch, HEADS, n, DIM, generator=generator) for _ in range(count)]  # (B, H, N, D)
+    return [t.to(DEVICE).requires_grad_(requires_grad) for t in tensors]
+
+
+def _call(attention, tensors, is_global, padding, window):
+    q, k, v, *global_qkv = tensors
+    padding = None if padding is None else padding.to(DEVICE)
+    return attention(q, k, v, is_global.to(DEVICE), padding, window, tuple(global_qkv) or None)
+
+
+@pytest.mark.parametrize("with_global_qkv", [True, False], ids=["global_qkv", "shared_qkv"])
+@pytest.mark.parametrize("name", CASES)
+def test_forward_matches_reference(name, with_global_qkv):
+    is_global, padding, window = _case(name)
+    tensors = _inputs(is_global, with_global_qkv, requires_grad=False)
+    out = _call(flex_attention_qds, tensors, is_global, padding, window)
+    expected = _call(reference_attention, tensors, is_global, padding, window)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out, expected, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradients_match_reference(name):
+    is_global, padding, window = _case(name)
+    tensors = _inputs(is_global, with_global_qkv=True, requires_grad=True)
+    try:
+        out = _call(flex_attention_qds, tensors, is_global, padding, window)
+    except KernelUnavailableError as error:
+        pytest.skip(f"flex backward cannot run on {DEVICE}: {error}")
+    _assert_same_gradients(out, tensors, is_global, padding, window)
+
+
+def _assert_same_gradients(out, tensors, is_global, padding, window):
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    grads = torch.autograd.grad((out * weight).sum(), tensors, materialize_grads=True)  # unused q_g... -> 0
+    expected = _call(reference_attention, tensors, is_global, padding, window)
+    expected_grads = torch.autograd.grad((expected * weight).sum(), tensors)
+    for name, got, want in zip(["q", "k", "v", "q_g", "k_g", "v_g"], grads, expected_grads):
+        torch.testing.assert_close(got, want, atol=ATOL, rtol=0, msg=lambda m, name=name: f"d{name}: {m}")
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_gradients_through_the_gathering_with_a_dense_kernel(name, monkeypatch):
+    """Everything but FlexAttention's own kernel, differentiated on any device: the permutation, the
+    block mask's mask_mod, the dense global rows and the scatter back, with flex replaced by a dense
+    softmax over the same mask_mod (rows without keys -> 0, as flex)."""
+
+    def dense_flex(q, k, v, block_mask):  # (B, H, N, D) in the gathered order
+        batch, _, n, dim = q.shape
+        allowed = create_mask(block_mask.mask_mod, batch, 1, n, n, device=q.device)  # (B, 1, N, N)
+        scores = (q @ k.transpose(-1, -2) / math.sqrt(dim)).masked_fill(~allowed, float("-inf"))
+        return torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
+
+    monkeypatch.setattr(flex_module, "_flex", dense_flex)
+    is_global, padding, window = _case(name)
+    tensors = _inputs(is_global, with_global_qkv=True, requires_grad=True)
+    out = _call(flex_attention_qds, tensors, is_global, padding, window)
+    _assert_same_gradients(out, tensors, is_global, padding, window)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the CPU limitation only")
+def test_cpu_backward_is_reported_unavailable():
+    is_global, padding, window = _case("padding")
+    tensors = _inputs(is_global, with_global_qkv=True, requires_grad=True)
+    with pytest.raises(KernelUnavailableError, match="no backward pass on cpu"):
+        _call(flex_attention_qds, tensors, is_global, padding, window)
+    with torch.no_grad():  # inference on CPU does run
+        _call(flex_attention_qds, tensors, is_global, padding, window)
+
+
+def test_reachable_through_qds_attention():
+    is_global, padding, window = _case("pattern_qds")
+    tensors = _inputs(is_global, with_global_qkv=True, requires_grad=False)
+    out = _call(lambda *args: qds_attention(*args, impl="flex"), tensors, is_global, padding, window)
+    torch.testing.assert_close(out, _call(reference_attention, tensors, is_global, padding, window), atol=ATOL, rtol=0)
+
+
+def test_gathering_globals_makes_the_block_mask_sparse():
+    """Scattered [SOS] tokens touch every tile; gathered, QDS at n = 2048 keeps under a quarter of them."""
+    is_global = global_tokens("qds", synthetic_layout(2048))[None]  # (1, N)
+    assert block_density(is_global, 128, gathered=False) == 1.0
+    assert block_density(is_global, 128) == pytest.approx(60 / 256)  # band 46 tiles + 14 more of the global column
+    assert block_density(torch.zeros_like(is_global), 128) == pytest.approx(46 / 256)  # band alone: 16 + 2 * 15
