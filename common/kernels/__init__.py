@@ -11,12 +11,15 @@ Implementations (``impl``):
 - ``portable``: banded blocks plus gathered global tokens in PyTorch, O(n (w + g)) memory, CPU and CUDA;
 - ``tvm``: the banded matrix products compiled with Apache TVM (LLVM on CPU, CUDA where available);
 - ``flex``: FlexAttention with a block mask over globally-gathered tokens (GPU);
-- ``auto``: the fastest available for the device.
+- ``auto``: ``tvm`` on CPU (measured fastest there, `results/kernels/`), falling back to ``portable``
+  when TVM cannot run; ``portable`` on CUDA (``flex`` and TVM's CUDA kernels are opt-in until they
+  have been measured on a GPU).
 """
 
 from __future__ import annotations
 
 import importlib
+import warnings
 
 from torch import Tensor
 
@@ -55,9 +58,24 @@ def qds_attention(
     impl: str = "auto",
 ) -> Tensor:
     """Query-directed sparse attention; see the module docstring."""
-    if impl == "auto":
-        impl = "portable"
-    return get_implementation(impl)(q, k, v, is_global, key_padding_mask, window, global_qkv)
+    args = (q, k, v, is_global, key_padding_mask, window, global_qkv)
+    if impl != "auto":
+        return get_implementation(impl)(*args)
+    if q.device.type == "cpu":
+        try:
+            return get_implementation("tvm")(*args)
+        except KernelUnavailableError as error:
+            _warn_fallback(str(error))
+    return get_implementation("portable")(*args)
+
+
+def _warn_fallback(reason: str) -> None:
+    if reason not in _WARNED:
+        _WARNED.add(reason)
+        warnings.warn(f"impl='auto' falls back to the portable kernel: {reason}", RuntimeWarning, stacklevel=3)
+
+
+_WARNED: set[str] = set()
 
 
 __all__ = ["IMPLEMENTATIONS", "KernelUnavailableError", "get_implementation", "qds_attention", "reference_attention"]

@@ -26,8 +26,17 @@ def test_padded_rows_are_zero_and_their_gradients_finite():
     assert all(torch.isfinite(g).all() for g in grads)
 
 
-def test_auto_dispatch_runs_the_portable_kernel_on_cpu():
+def test_auto_falls_back_to_portable_when_tvm_cannot_run(monkeypatch):
+    import common.kernels as kernels
+
+    def unavailable(*args):
+        raise kernels.KernelUnavailableError("TVM is not installed (test)")
+
+    real = kernels.get_implementation
+    monkeypatch.setattr(kernels, "get_implementation", lambda impl: unavailable if impl == "tvm" else real(impl))
     inputs = make_inputs(CASES[0])
-    assert torch.equal(qds_attention(**inputs, impl="auto"), portable_attention(**inputs))
+    with pytest.warns(RuntimeWarning, match="falls back to the portable kernel: TVM is not installed"):
+        out = qds_attention(**inputs, impl="auto")
+    assert torch.equal(out, portable_attention(**inputs))
     with pytest.raises(ValueError, match="unknown attention implementation 'dense'"):
         qds_attention(**inputs, impl="dense")

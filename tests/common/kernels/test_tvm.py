@@ -1,0 +1,219 @@
+"""The TVM kernels (`common.kernels.tvm_kernel`) against `reference_attention`: outputs and gradients.
+
+Two shape families are compiled (window 16 / head_dim 16, and window 40 / head_dim 24, whose
+band span and head dimension are not powers of two) into a temporary cache folder, and reused
+by every test; the disk-cache test checks that a second process loads them without TVM compiling.
+Every case runs both forwards: with autograd, and the all-TVM inference one. The CUDA schedules
+are only compiled to CUDA C (there is no GPU here).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+from common.kernels import KernelUnavailableError, qds_attention
+from common.kernels.patterns import PATTERNS, global_tokens, synthetic_layout
+from common.kernels.reference import reference_attention
+from common.kernels.tvm_kernel import load_kernels, tvm_attention, tvm_available
+
+AVAILABLE, REASON = tvm_available()
+pytestmark = pytest.mark.skipif(not AVAILABLE, reason=f"the TVM kernels cannot run here: {REASON}")
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+WINDOW, HEAD_DIM = 16, 16  # the main shape family: h = 8, band span 32 (two key tiles per row tile)
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    """A fresh kernel cache for this module, so compilation and the disk cache are exercised."""
+    path = tmp_path_factory.mktemp("efficient-rankers-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("EFFICIENT_RANKERS_CACHE", str(path))
+        yield path
+
+
+def _inputs(batch, heads, n, head_dim=HEAD_DIM, *, seed, with_global_qkv=True):
+    generator = torch.Generator().manual_seed(seed)
+
+    def randn():
+        return torch.randn(batch, heads, n, head_dim, generator=generator) * 0.5
+
+    q, k, v = randn(), randn(), randn()
+    return q, k, v, ((randn(), randn(), randn()) if with_global_qkv else None)
+
+
+def _check(q, k, v, is_global, key_padding_mask=None, window=WINDOW, global_qkv=None):
+    """Forward (inference and autograd paths) and the gradients of q, k, v (and q_g, k_g, v_g) equal the
+    reference's at ATOL."""
+    leaves = [q, k, v, *(global_qkv or ())]
+    ours = [x.clone().requires_grad_() for x in leaves]
+    theirs = [x.clone().requires_grad_() for x in leaves]
+    out = tvm_attention(*ours[:3], is_global, key_padding_mask, window, tuple(ours[3:]) or None)
+    ref = reference_attention(*theirs[:3], is_global, key_padding_mask, window, tuple(theirs[3:]) or None)
+    torch.testing.assert_close(out, ref, atol=ATOL, rtol=0)
+    with torch.no_grad():  # the all-TVM inference forward
+        inference = tvm_attention(q, k, v, is_global, key_padding_mask, window, global_qkv)
+    torch.testing.assert_close(inference, ref.detach(), atol=ATOL, rtol=0)
+    upstream = torch.randn_like(ref)
+    (out * upstream).sum().backward()
+    (ref * upstream).sum().backward()
+    for name, a, b in zip(("q", "k", "v", "q_g", "k_g", "v_g"), ours, theirs):
+        # Without global tokens the global projections take no part: no gradient on our side, zeros on theirs.
+        grad = a.grad if a.grad is not None else torch.zeros_like(a)
+        torch.testing.assert_close(grad, b.grad, atol=ATOL, rtol=0, msg=lambda m, name=name: f"grad {name}: {m}")
+
+
+def _random_globals(batch, n, counts, generator):
+    is_global = torch.zeros(batch, n, dtype=torch.bool)
+    for b, count in enumerate(counts):
+        is_global[b, torch.randperm(n, generator=generator)[:count]] = True
+    return is_global
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_shapes(seed):
+    """Batch > 1 with a different global count per example, some padded tails, odd lengths."""
+    generator = torch.Generator().manual_seed(100 + seed)
+    batch = int(torch.randint(2, 4, (1,), generator=generator))
+    heads = int(torch.randint(1, 4, (1,), generator=generator))
+    n = int(torch.randint(17, 90, (1,), generator=generator))
+    counts = torch.randint(0, 9, (batch,), generator=generator).tolist()
+    is_global = _random_globals(batch, n, counts, generator)
+    key_padding_mask = torch.zeros(batch, n, dtype=torch.bool)
+    key_padding_mask[0, n - int(torch.randint(0, n // 2, (1,), generator=generator)):] = True
+    q, k, v, global_qkv = _inputs(batch, heads, n, seed=seed, with_global_qkv=seed % 2 == 0)
+    _check(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
+
+
+@pytest.mark.parametrize("n", [1, 5, 12])
+def test_sequence_shorter_than_window(n):
+    q, k, v, global_qkv = _inputs(2, 2, n, seed=n)
+    is_global = torch.zeros(2, n, dtype=torch.bool)
+    is_global[1, 0] = True
+    _check(q, k, v, is_global, global_qkv=global_qkv)
+
+
+@pytest.mark.parametrize("n", [16, 33, 47, 81])
+def test_length_not_a_multiple_of_the_tile(n):
+    """16 fills the row tiles exactly; the others leave a partial last tile (and partial key tiles)."""
+    q, k, v, global_qkv = _inputs(2, 2, n, seed=n)
+    is_global = _random_globals(2, n, [3, 1], torch.Generator().manual_seed(n))
+    _check(q, k, v, is_global, global_qkv=global_qkv)
+
+
+@pytest.mark.parametrize("with_global_qkv", [False, True])
+def test_no_global_tokens(with_global_qkv):
+    q, k, v, global_qkv = _inputs(2, 3, 40, seed=7, with_global_qkv=with_global_qkv)
+    _check(q, k, v, torch.zeros(2, 40, dtype=torch.bool), global_qkv=global_qkv)
+
+
+@pytest.mark.parametrize("with_global_qkv", [False, True])
+def test_all_tokens_global(with_global_qkv):
+    """Every row is dense over all keys; the band kernels see no ordinary row and no band key."""
+    q, k, v, global_qkv = _inputs(2, 2, 37, seed=8, with_global_qkv=with_global_qkv)
+    _check(q, k, v, torch.ones(2, 37, dtype=torch.bool), global_qkv=global_qkv)
+
+
+def test_padding():
+    """Padded tails of different lengths, a global token inside a padded tail, a fully padded example."""
+    n = 50
+    q, k, v, global_qkv = _inputs(3, 2, n, seed=9)
+    is_global = torch.zeros(3, n, dtype=torch.bool)
+    is_global[:, [0, 3]] = True
+    is_global[1, 45] = True  # padded, so neither a global row nor a global key
+    key_padding_mask = torch.zeros(3, n, dtype=torch.bool)
+    key_padding_mask[0, 30:] = True
+    key_padding_mask[1, 41:] = True
+    key_padding_mask[2, :] = True
+    _check(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_every_pattern(pattern):
+    layout = synthetic_layout(100, query_len=8, sentence_every=12)
+    is_global = global_tokens(pattern, layout)[None].repeat(2, 1)
+    key_padding_mask = torch.zeros(2, 100, dtype=torch.bool)
+    key_padding_mask[1, 77:] = True
+    q, k, v, global_qkv = _inputs(2, 2, 100, seed=10)
+    _check(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
+
+
+def test_second_shape_family():
+    """Window 40 (h = 20, span 64, four key tiles per row tile) and head_dim 24 (vectors of 8)."""
+    q, k, v, global_qkv = _inputs(2, 2, 75, head_dim=24, seed=11)
+    is_global = _random_globals(2, 75, [5, 2], torch.Generator().manual_seed(11))
+    key_padding_mask = torch.zeros(2, 75, dtype=torch.bool)
+    key_padding_mask[1, 60:] = True
+    _check(q, k, v, is_global, key_padding_mask, window=40, global_qkv=global_qkv)
+
+
+def test_inference_and_dispatch():
+    """Without gradients, on non-contiguous (B, N, H, D)-transposed inputs; `qds_attention(impl="tvm")` lands here."""
+    q, k, v, global_qkv = _inputs(2, 2, 30, seed=12)
+    q, k, v = (x.transpose(1, 2).contiguous().transpose(1, 2) for x in (q, k, v))
+    is_global = _random_globals(2, 30, [2, 4], torch.Generator().manual_seed(12))
+    with torch.no_grad():
+        out = qds_attention(q, k, v, is_global, None, WINDOW, global_qkv, impl="tvm")
+    torch.testing.assert_close(out, reference_attention(q, k, v, is_global, None, WINDOW, global_qkv),
+                               atol=ATOL, rtol=0)
+
+
+def test_disk_cache_serves_a_second_process(cache_dir):
+    load_kernels(WINDOW, HEAD_DIM)  # compiled (or already loaded) in this process and exported
+    assert list((cache_dir / "tvm").glob(f"qds-band-h{WINDOW // 2}-d{HEAD_DIM}-float32-cpu-*.so"))
+    script = textwrap.dedent(f"""
+        import json, torch
+        from common.kernels.tvm_kernel import cache_stats, tvm_attention
+        q = torch.randn(1, 2, 20, {HEAD_DIM})
+        is_global = torch.zeros(1, 20, dtype=torch.bool)
+        is_global[0, 0] = True
+        tvm_attention(q, q, q, is_global, None, {WINDOW})
+        print(json.dumps(cache_stats()))
+    """)
+    env = {**os.environ, "EFFICIENT_RANKERS_CACHE": str(cache_dir)}
+    result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"compiled": 0, "loaded": 1}
+
+
+def test_missing_tvm_raises_with_the_fallback(monkeypatch):
+    monkeypatch.setitem(sys.modules, "tvm", None)  # `import tvm` now raises ImportError
+    available, reason = tvm_available()
+    assert not available and 'impl="portable"' in reason
+    q = torch.randn(1, 1, 8, HEAD_DIM)
+    with pytest.raises(KernelUnavailableError, match=r'cannot be imported.*impl="portable"'):
+        tvm_attention(q, q, q, torch.zeros(1, 8, dtype=torch.bool))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is present: the CUDA path may run there")
+def test_cuda_without_a_cuda_runtime_raises():
+    with pytest.raises(KernelUnavailableError, match=r'no usable CUDA runtime.*impl="portable"'):
+        load_kernels(WINDOW, HEAD_DIM, device="cuda")
+
+
+def test_cuda_schedules_compile_to_cuda_c():
+    """The CUDA path cannot run here; its thread-bound schedules still lower and generate CUDA C."""
+    import tvm
+    from tvm import te
+    from tvm.target import Target
+
+    from common.kernels import tvm_kernel
+
+    if tvm.get_global_func("target.build.cuda", allow_missing=True) is None:
+        pytest.skip("this TVM build has no CUDA code generator")
+    module = tvm_kernel._compile(tvm, te, Target({"kind": "cuda", "arch": "sm_80"}),
+                                 tvm_kernel._Geometry(WINDOW // 2, HEAD_DIM), "float32", "cuda")
+    source = module.mod.imports[0].inspect_source()
+    for name in tvm_kernel._KERNEL_NAMES["cuda"]:
+        assert f"{name}_kernel(" in source
+    assert "threadIdx.x" in source
