@@ -51,7 +51,7 @@ def _inputs(batch, heads, n, head_dim=HEAD_DIM, *, seed, with_global_qkv=True):
     return q, k, v, ((randn(), randn(), randn()) if with_global_qkv else None)
 
 
-def _check(q, k, v, is_global, key_padding_mask=None, window=WINDOW, global_qkv=None):
+def check_matches_reference(q, k, v, is_global, key_padding_mask=None, window=WINDOW, global_qkv=None):
     """Forward (inference and autograd paths) and the gradients of q, k, v (and q_g, k_g, v_g) equal the
     reference's at ATOL."""
     leaves = [q, k, v, *(global_qkv or ())]
@@ -91,7 +91,7 @@ def test_random_shapes(seed):
     key_padding_mask = torch.zeros(batch, n, dtype=torch.bool)
     key_padding_mask[0, n - int(torch.randint(0, n // 2, (1,), generator=generator)):] = True
     q, k, v, global_qkv = _inputs(batch, heads, n, seed=seed, with_global_qkv=seed % 2 == 0)
-    _check(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
+    check_matches_reference(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
 
 
 @pytest.mark.parametrize("n", [1, 5, 12])
@@ -99,7 +99,7 @@ def test_sequence_shorter_than_window(n):
     q, k, v, global_qkv = _inputs(2, 2, n, seed=n)
     is_global = torch.zeros(2, n, dtype=torch.bool)
     is_global[1, 0] = True
-    _check(q, k, v, is_global, global_qkv=global_qkv)
+    check_matches_reference(q, k, v, is_global, global_qkv=global_qkv)
 
 
 @pytest.mark.parametrize("n", [16, 33, 47, 81])
@@ -107,20 +107,20 @@ def test_length_not_a_multiple_of_the_tile(n):
     """16 fills the row tiles exactly; the others leave a partial last tile (and partial key tiles)."""
     q, k, v, global_qkv = _inputs(2, 2, n, seed=n)
     is_global = _random_globals(2, n, [3, 1], torch.Generator().manual_seed(n))
-    _check(q, k, v, is_global, global_qkv=global_qkv)
+    check_matches_reference(q, k, v, is_global, global_qkv=global_qkv)
 
 
 @pytest.mark.parametrize("with_global_qkv", [False, True])
 def test_no_global_tokens(with_global_qkv):
     q, k, v, global_qkv = _inputs(2, 3, 40, seed=7, with_global_qkv=with_global_qkv)
-    _check(q, k, v, torch.zeros(2, 40, dtype=torch.bool), global_qkv=global_qkv)
+    check_matches_reference(q, k, v, torch.zeros(2, 40, dtype=torch.bool), global_qkv=global_qkv)
 
 
 @pytest.mark.parametrize("with_global_qkv", [False, True])
 def test_all_tokens_global(with_global_qkv):
     """Every row is dense over all keys; the band kernels see no ordinary row and no band key."""
     q, k, v, global_qkv = _inputs(2, 2, 37, seed=8, with_global_qkv=with_global_qkv)
-    _check(q, k, v, torch.ones(2, 37, dtype=torch.bool), global_qkv=global_qkv)
+    check_matches_reference(q, k, v, torch.ones(2, 37, dtype=torch.bool), global_qkv=global_qkv)
 
 
 def test_padding():
@@ -134,7 +134,7 @@ def test_padding():
     key_padding_mask[0, 30:] = True
     key_padding_mask[1, 41:] = True
     key_padding_mask[2, :] = True
-    _check(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
+    check_matches_reference(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
@@ -144,7 +144,7 @@ def test_every_pattern(pattern):
     key_padding_mask = torch.zeros(2, 100, dtype=torch.bool)
     key_padding_mask[1, 77:] = True
     q, k, v, global_qkv = _inputs(2, 2, 100, seed=10)
-    _check(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
+    check_matches_reference(q, k, v, is_global, key_padding_mask, global_qkv=global_qkv)
 
 
 def test_second_shape_family():
@@ -153,7 +153,7 @@ def test_second_shape_family():
     is_global = _random_globals(2, 75, [5, 2], torch.Generator().manual_seed(11))
     key_padding_mask = torch.zeros(2, 75, dtype=torch.bool)
     key_padding_mask[1, 60:] = True
-    _check(q, k, v, is_global, key_padding_mask, window=40, global_qkv=global_qkv)
+    check_matches_reference(q, k, v, is_global, key_padding_mask, window=40, global_qkv=global_qkv)
 
 
 def test_inference_and_dispatch():
