@@ -63,14 +63,13 @@ def portable_attention(
 
 
 def _ordinary_rows(
-    q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, valid: Tensor, order: Tensor, slot_valid: Tensor, half: int,
-    chunk: int | None = None,
+    q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, valid: Tensor, order: Tensor, slot_valid: Tensor, half: int
 ) -> Tensor:
     """Every row's attention over its Eq. 7 band and the gathered global keys (q pre-scaled), (B, H, N, D)."""
     batch, heads, n, dim = q.shape
     # Rows per block: 32 keeps the tile's wasted corners (c of its c + 2 half columns) small while each
     # matmul stays large enough to run at full speed (measured on CPU at w = 128: 32 beat 16, 64 and 128).
-    chunk = chunk or max(min(32, half), 1)
+    chunk = max(min(32, half), 1)
     front = -(-half // chunk)  # zero blocks before the sequence, so the first tile starts in the buffer
     blocks = -(-n // chunk) + front + 1  # plus spare blocks that keep every tile in the buffer
     span = chunk + 2 * half  # keys seen by one block of rows

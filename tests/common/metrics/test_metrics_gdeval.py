@@ -12,6 +12,7 @@ import pytest
 from common.data.formats import read_qrels, read_run
 from common.metrics import evaluate, evaluate_run
 from common.metrics.gdeval import gdeval_err, gdeval_ndcg, gdeval_topic
+from conftest import SHARED_DATA
 
 
 def gdeval_cases(data: Path) -> list[tuple[str, str, str, int]]:
@@ -30,8 +31,7 @@ def gdeval_cases(data: Path) -> list[tuple[str, str, str, int]]:
 
 def pytest_generate_tests(metafunc):
     if "gdeval_case" in metafunc.fixturenames:
-        # The folder the shared_data fixture serves (tests/conftest.py); parametrising needs it at collection.
-        data = metafunc.config.rootpath.parent / "shared" / "data"
+        data = SHARED_DATA  # what the shared_data fixture serves; parametrising needs it at collection
         cases = gdeval_cases(data) if data.is_dir() else []
         metafunc.parametrize("gdeval_case", cases, ids=[Path(case[0]).name for case in cases])
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from common.data.formats import read_qrels, read_run
 from common.evaluate import build_parser
 from common.metrics import MeasureResult, evaluate
+from conftest import SHARED_DATA
 
 TOOLS = {("trec_eval", "9.0.8"), ("gdeval.pl", "1.3"), ("helper-python", "-")}
 
@@ -28,8 +29,7 @@ def key_metric_rows(data: Path) -> list[dict[str, str]]:
 
 def pytest_generate_tests(metafunc):
     if "row" in metafunc.fixturenames:
-        # The folder the shared_data fixture serves (tests/conftest.py); parametrising needs it at collection.
-        data = metafunc.config.rootpath.parent / "shared" / "data"
+        data = SHARED_DATA  # what the shared_data fixture serves; parametrising needs it at collection
         rows = key_metric_rows(data) if data.is_dir() else []
         ids = [f"{Path(r['qrels']).name}|{Path(r['run']).name}|{r['options'][:40]}|{r['measure']}" for r in rows]
         metafunc.parametrize("row", rows, ids=ids)

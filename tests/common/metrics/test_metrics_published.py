@@ -9,6 +9,7 @@ from pathlib import Path
 from common.data.formats import read_qrels, read_run
 from common.evaluate import build_parser
 from common.metrics import evaluate
+from conftest import SHARED_DATA
 
 
 def published_rows(data: Path) -> list[dict[str, str]]:
@@ -18,8 +19,7 @@ def published_rows(data: Path) -> list[dict[str, str]]:
 
 def pytest_generate_tests(metafunc):
     if "published" in metafunc.fixturenames:
-        # The folder the shared_data fixture serves (tests/conftest.py); parametrising needs it at collection.
-        data = metafunc.config.rootpath.parent / "shared" / "data"
+        data = SHARED_DATA  # what the shared_data fixture serves; parametrising needs it at collection
         rows = published_rows(data) if data.is_dir() else []
         ids = [f"{Path(r['run']).name}|{r['eval_options']}" for r in rows]
         metafunc.parametrize("published", rows, ids=ids)

@@ -18,6 +18,7 @@ import pytest
 from common.data.formats import Run, read_qrels, read_run
 from common.evaluate import format_results
 from common.metrics import evaluate
+from conftest import SHARED_DATA
 
 NON_NUMERIC = re.compile(r"^(runid|relstring(_\d+)?)\s")
 DL_QRELS = {"dl19": "trec_dl/qrels/qrels.dl19-passage.txt", "dl20": "trec_dl/qrels/qrels.dl20-passage.txt"}
@@ -95,8 +96,7 @@ def generated_cases(data: Path) -> list[tuple[str, str, str, int]]:
 
 def pytest_generate_tests(metafunc):
     if "generated" in metafunc.fixturenames:
-        # The folder the shared_data fixture serves (tests/conftest.py); parametrising needs it at collection.
-        data = metafunc.config.rootpath.parent / "shared" / "data"
+        data = SHARED_DATA  # what the shared_data fixture serves; parametrising needs it at collection
         cases = generated_cases(data) if data.is_dir() else []
         metafunc.parametrize("generated", cases, ids=[Path(case[0]).name for case in cases])
 
