@@ -1,6 +1,12 @@
 """QDS-Transformer: Long Document Ranking with Query-Directed Sparse Transformer.
 
-Findings of EMNLP 2020 (../shared/papers/qds-transformer.txt). The model, data
-module and entry points arrive with the QDS issue; until then this package only
-names its paper.
+Jiang, Xiong, Lee, Wang; Findings of EMNLP 2020 (../shared/papers/qds-transformer.txt).
+
+- `qds.inputs`: the input sequence and each attention pattern's global tokens (Sec. 4.1, Table 4);
+- `qds.sentences`: offline sentence splitting for the [SOS] markers;
+- `qds.model`: the LightningModule (Longformer on `common.kernels`, the official head, BCE) and the
+  RoBERTa FirstP/MaxP baselines (Table 2);
+- `qds.data`: the LightningDataModule (pointwise training groups, top-100 re-ranking);
+- `qds.checkpoint`: loading the official release; `qds.tokenizer`: RoBERTa's or a built-in BPE;
+- ``python -m qds.train``, ``python -m qds.evaluate``, ``python -m qds.benchmark`` (Table 5).
 """

@@ -87,3 +87,33 @@ class FileSource:
         if path is None:
             raise ValueError(f"source {self.name!r} has no {what} file")
         return path
+
+
+#: A task as a config value: ``"builtin:<split>"``, ``"irds:<ir_datasets id>"``, or a mapping of
+#: `FileSource` fields (``topics_path``, ``qrels_path``, ``candidates_path``, ``collection_path``, ``name``).
+SourceSpec = str | dict
+
+
+def source_from_spec(spec: SourceSpec) -> RankingSource:
+    """The `RankingSource` a config names (see `SourceSpec`); a malformed spec raises ValueError saying why."""
+    if isinstance(spec, dict):
+        unknown = set(spec) - {"topics_path", "qrels_path", "candidates_path", "collection_path", "name"}
+        if unknown or "topics_path" not in spec:
+            raise ValueError(
+                f"a file source needs topics_path and may have qrels_path, candidates_path, collection_path, "
+                f"name; got {sorted(spec)}"
+            )
+        return FileSource(**spec)
+    kind, _, value = str(spec).partition(":")
+    if kind == "builtin":
+        from common.data.builtin import builtin_source
+
+        return builtin_source(value or "test")
+    if kind == "irds" and value:
+        from common.data.irds import IrDatasetsSource
+
+        return IrDatasetsSource(value)
+    raise ValueError(
+        f"cannot read the task {spec!r}: expected 'builtin:<split>', 'irds:<ir_datasets id>' or a mapping of "
+        f"file paths (topics_path, qrels_path, candidates_path, collection_path)"
+    )

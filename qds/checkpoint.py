@@ -1,0 +1,69 @@
+"""Loading the official QDS-Transformer checkpoint (github.com/hallogameboy/QDS-Transformer).
+
+The official ``modellib.QDSTModel`` keeps its Longformer as ``base`` (allenai's ``Longformer``,
+a ``RobertaModel`` whose self-attention has ``query_global``/``key_global``/``value_global``:
+the same names as Hugging Face's ``LongformerModel``) and its head as ``hidden_layer`` and
+``final_layer``; ``torch.save(model.state_dict())`` wrote them as::
+
+    base.embeddings.word_embeddings.weight            -> ranker.encoder.embeddings.word_embeddings.weight
+    base.encoder.layer.0.attention.self.query_global.weight
+                                                      -> ranker.encoder.encoder.layer.0.attention.self.query_global.weight
+    base.pooler.dense.weight                          -> ranker.encoder.pooler.dense.weight
+    hidden_layer.weight / .bias                       -> ranker.head.hidden.weight / .bias
+    final_layer.weight / .bias                        -> ranker.head.out.weight / .bias
+
+``base.embeddings.position_ids`` (a buffer older transformers saved) carries no weights and is
+dropped. Any other key that does not map is an error, as is a missing or mis-shaped parameter.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from qds.model import QDSTransformer
+
+_HEAD = {"hidden_layer.": "ranker.head.hidden.", "final_layer.": "ranker.head.out."}
+_IGNORED = ("base.embeddings.position_ids",)
+
+
+def from_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The official checkpoint's state dict renamed to `QDSTransformer`'s (see the module docstring)."""
+    mapped, unknown = {}, []
+    for key, value in state_dict.items():
+        if key in _IGNORED:
+            continue
+        if key.startswith("base."):
+            mapped["ranker.encoder." + key[len("base.") :]] = value
+        elif prefix := next((p for p in _HEAD if key.startswith(p)), None):
+            mapped[_HEAD[prefix] + key[len(prefix) :]] = value
+        else:
+            unknown.append(key)
+    if unknown:
+        raise KeyError(f"keys of no official QDS-Transformer parameter: {', '.join(unknown[:10])}")
+    return mapped
+
+
+def is_official(state_dict: dict) -> bool:
+    """Whether `state_dict` is in the official naming (a ``base.`` Longformer and the two head layers)."""
+    return any(k.startswith("base.") for k in state_dict) and "final_layer.weight" in state_dict
+
+
+def load_official(model: QDSTransformer, path: str | os.PathLike) -> QDSTransformer:
+    """Load the official checkpoint file at `path` into `model` (a ``qds`` pattern of the same size); strict."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not is_official(state):
+        raise ValueError(f"{path} is not an official QDS-Transformer checkpoint (no 'base.' / 'final_layer.' keys)")
+    mapped = from_official(state)
+    expected = model.state_dict()
+    missing = sorted(set(expected) - set(mapped))
+    unexpected = sorted(set(mapped) - set(expected))
+    shapes = [k for k in set(mapped) & set(expected) if mapped[k].shape != expected[k].shape]
+    if missing or unexpected or shapes:
+        raise ValueError(
+            f"{path} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}, "
+            f"shape mismatches {sorted(shapes)[:5]} (build it with the checkpoint's encoder size and window)"
+        )
+    model.load_state_dict(mapped)
+    return model

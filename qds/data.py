@@ -1,0 +1,281 @@
+"""QDS-Transformer's LightningDataModule: pointwise training groups and re-ranking of candidate runs.
+
+- Tasks come from `common.data.source.source_from_spec`: ``builtin:<split>``,
+  ``irds:<ir_datasets id>`` (``msmarco-document/train``, ``msmarco-document/dev``,
+  ``msmarco-document/trec-dl-2019/judged`` for the paper) or a mapping of TREC files.
+- Training (official ``utils.Data.batch_iter``): every relevant (query, document) pair with
+  `negatives` non-relevant documents from the query's top-`depth` candidates, labels 1/0
+  (`common.data.samplers.PointwiseSampler`); new negatives each epoch. The loader is torchdata's
+  ``StatefulDataLoader``, so a checkpoint taken mid-epoch resumes at the next batch.
+- Evaluation: every query's top-`depth` candidates (100: the TREC DL re-ranking subtask) are
+  scored; the dev split may be cut to `dev_queries` queries (drawn with the seed; the official
+  code's ``num_sample_eval``) and `dev_depth` candidates, since MS MARCO dev is 5,193 queries.
+  Evaluation pairs are batched in order of document length, which wastes little on padding.
+- Inputs: `qds.inputs` (QDS: sentences by `qds.sentences`, [SOS] before each; FirstP/MaxP:
+  RoBERTa pairs). Document tokens are computed in the loader (its workers when
+  ``num_workers > 0``) and kept per process.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from common.data.formats import Document, Qrels, Run, Topics, ranked
+from common.data.samplers import PointwiseSampler
+from common.data.source import RankingSource, SourceSpec, source_from_spec
+from qds.inputs import ALL_PATTERNS, BASELINES, build_qds_input, pad, pair_input, passages
+from qds.sentences import split_sentences
+
+
+class Encoder:
+    """Turns (query text, document) pairs into a model batch for one pattern (see `qds.inputs`)."""
+
+    def __init__(self, pattern: str, tokenizer: str, max_length: int = 2048, max_sentences: int = 256,
+                 max_passages: int = 16):
+        if pattern not in ALL_PATTERNS:
+            raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
+        self.pattern, self.tokenizer_name = pattern, tokenizer
+        self.max_length = min(max_length, 512) if pattern in BASELINES else max_length
+        self.max_sentences, self.max_passages = max_sentences, max_passages
+        self._tokenizer = None
+        self._cache: dict[str, list[list[int]]] = {}
+
+    def __getstate__(self) -> dict:  # workers load their own tokenizer and cache
+        return {**self.__dict__, "_tokenizer": None, "_cache": {}}
+
+    @property
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from qds.tokenizer import load_tokenizer
+
+            self._tokenizer = load_tokenizer(self.tokenizer_name)
+        return self._tokenizer
+
+    def __call__(self, queries: list[str], documents: list[Document]) -> dict[str, Tensor]:
+        tok = self.tokenizer
+        query_ids = tok(queries, add_special_tokens=False)["input_ids"]
+        bos, eos, pad_id = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
+        if self.pattern in BASELINES:
+            return self._pairs(query_ids, documents, bos, eos, pad_id)
+        inputs = [
+            build_qds_input(q, self._sentences(d), bos=bos, eos=eos, max_length=self.max_length,
+                            max_sentences=self.max_sentences)
+            for q, d in zip(query_ids, documents)
+        ]  # fmt: skip
+        input_ids = pad([x.input_ids for x in inputs], pad_id)
+        return {
+            "input_ids": input_ids,  # (B, N)
+            "attention_mask": (input_ids != pad_id).long(),
+            "global_attention_mask": pad([x.global_mask(self.pattern) for x in inputs], 0),
+        }
+
+    def _sentences(self, document: Document) -> list[list[int]]:
+        """Token ids of the title then each sentence of the body (the URL is not part of a Document)."""
+        cached = self._cache.get(document.doc_id)
+        if cached is None:
+            sentences = ([document.title] if document.title.strip() else []) + split_sentences(document.text)
+            cached = self.tokenizer(sentences, add_special_tokens=False)["input_ids"] if sentences else []
+            if len(self._cache) >= 100_000:
+                self._cache.clear()
+            self._cache[document.doc_id] = cached
+        return cached
+
+    def _pairs(self, query_ids, documents, bos, eos, pad_id) -> dict[str, Tensor]:
+        sequences, owner = [], []
+        for i, (q, d) in enumerate(zip(query_ids, documents)):
+            words = f"{d.title} {d.text}".split()
+            texts = [" ".join(words)] if self.pattern == "firstp" else passages(words, max_passages=self.max_passages)
+            for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]:
+                sequences.append(pair_input(q, ids, bos=bos, eos=eos, max_length=self.max_length))
+                owner.append(i)
+        input_ids = pad(sequences, pad_id)
+        return {
+            "input_ids": input_ids,
+            "attention_mask": (input_ids != pad_id).long(),
+            "passage_doc": torch.tensor(owner),  # (P,) the document of each sequence
+            "num_docs": torch.tensor(len(documents)),
+        }
+
+
+class TrainGroups(Dataset):
+    """A pointwise sampler's groups as a dataset; `collate` makes a batch of all their documents."""
+
+    def __init__(self, sampler: PointwiseSampler, topics: Topics, documents, encoder: Encoder):
+        self.sampler, self.topics, self.documents, self.encoder = sampler, topics, documents, encoder
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __getitem__(self, index: int):
+        return self.sampler[index]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def collate(self, groups) -> dict:
+        qids = [g.qid for g in groups for _ in g.doc_ids]
+        doc_ids = [d for g in groups for d in g.doc_ids]
+        batch = self.encoder([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
+        batch["labels"] = torch.tensor([label for g in groups for label in g.labels], dtype=torch.float)
+        return batch | {"qids": qids, "doc_ids": doc_ids}
+
+
+class RerankPairs(Dataset):
+    """(query, candidate) pairs to score, in order of document length; item = position in `pairs`."""
+
+    def __init__(self, pairs: list[tuple[str, str]], topics: Topics, documents, encoder: Encoder):
+        self.topics, self.documents, self.encoder = topics, documents, encoder
+        lengths = {}
+        doc_ids = sorted({d for _, d in pairs})
+        for start in range(0, len(doc_ids), 1000):
+            for doc in documents.get_many(doc_ids[start : start + 1000]):
+                lengths[doc.doc_id] = len(doc.title) + len(doc.text)
+        self.pairs = sorted(pairs, key=lambda pair: (lengths[pair[1]], pair))
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+    def collate(self, indices: list[int]) -> dict:
+        qids = [self.pairs[i][0] for i in indices]
+        doc_ids = [self.pairs[i][1] for i in indices]
+        batch = self.encoder([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
+        return batch | {"qids": qids, "doc_ids": doc_ids, "index": torch.tensor(indices)}
+
+
+def rerank_pairs(candidates: Run, depth: int, queries: list[str] | None = None) -> list[tuple[str, str]]:
+    """Each query's top-`depth` candidates in trec_eval's order, as (qid, docid) pairs."""
+    qids = sorted(candidates) if queries is None else queries
+    return [(qid, doc_id) for qid in qids for doc_id, _ in ranked(candidates[qid])[:depth]]
+
+
+class QDSDataModule(L.LightningDataModule):
+    """Training, dev and test data of QDS-Transformer (see the module docstring).
+
+    Args:
+        train, dev, test: tasks (`common.data.source.SourceSpec`); dev and test may be None.
+        pattern: the model's pattern (linked from the model in the CLI).
+        tokenizer: Hugging Face name or path (``roberta-base``), or ``builtin``.
+        max_length, max_sentences: input limits (paper and official code: 2048, 256).
+        negatives: non-relevant candidates per positive (official: 1).
+        depth: candidates re-ranked per query (TREC DL: top 100); also where negatives come from.
+        dev_queries, dev_depth: evaluate dev on this many queries (None: all) and candidates.
+        test_queries: evaluate test on this many queries (None: all; a sample for quick checks).
+        relevance_level: lowest qrels label counted relevant, for training and MRR/MAP.
+        batch_size: training groups per batch (each is 1 + `negatives` documents).
+        eval_batch_size: pairs per evaluation batch.
+    """
+
+    def __init__(
+        self,
+        train: SourceSpec = "builtin:train",
+        dev: SourceSpec | None = "builtin:dev",
+        test: SourceSpec | None = "builtin:test",
+        pattern: str = "qds",
+        tokenizer: str = "builtin",
+        max_length: int = 2048,
+        max_sentences: int = 256,
+        max_passages: int = 16,
+        negatives: int = 1,
+        depth: int = 100,
+        dev_queries: int | None = None,
+        dev_depth: int | None = None,
+        test_queries: int | None = None,
+        relevance_level: int = 1,
+        batch_size: int = 1,
+        eval_batch_size: int = 16,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.specs = {"train": train, "dev": dev, "test": test}
+        self.relevance_level = relevance_level
+        self.encoder = Encoder(pattern, tokenizer, max_length, max_sentences, max_passages)
+        self._sources: dict[str, RankingSource] = {}
+        self._datasets: dict[str, Dataset] = {}
+
+    # --- tasks ---------------------------------------------------------------------------------
+
+    def has_split(self, split: str) -> bool:
+        return self.specs[split] is not None
+
+    def source(self, split: str) -> RankingSource:
+        if split not in self._sources:
+            if not self.has_split(split):
+                raise ValueError(f"no {split} task configured (data.{split} is null)")
+            self._sources[split] = source_from_spec(self.specs[split])
+        return self._sources[split]
+
+    def qrels(self, split: str) -> Qrels:
+        return self.source(split).qrels()
+
+    def candidates(self, split: str) -> Run:
+        return self.source(split).candidates()
+
+    def eval_queries(self, split: str) -> list[str]:
+        """The evaluated queries of `split`: those with candidates and qrels, cut to `dev_queries`/`test_queries`."""
+        source = self.source(split)
+        qids = sorted(set(source.candidates()) & set(source.qrels()) & set(source.topics()))
+        limit = self.hparams.dev_queries if split == "dev" else self.hparams.test_queries
+        if limit is not None and limit < len(qids):
+            rng = np.random.default_rng(self.hparams.seed)
+            qids = sorted(rng.choice(qids, size=limit, replace=False).tolist())
+        return qids
+
+    def eval_depth(self, split: str) -> int:
+        return (self.hparams.dev_depth or self.hparams.depth) if split == "dev" else self.hparams.depth
+
+    # --- datasets and loaders -----------------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit":
+            self._dataset("train")
+            if self.has_split("dev"):
+                self._dataset("dev")
+        if stage in ("test", "fit") and self.has_split("test"):
+            self._dataset("test")
+        if stage == "validate":
+            self._dataset("dev")
+
+    def _dataset(self, split: str) -> Dataset:
+        if split not in self._datasets:
+            source = self.source(split)
+            if split == "train":
+                sampler = PointwiseSampler(
+                    source.qrels(), source.candidates(), negatives=self.hparams.negatives, depth=self.hparams.depth,
+                    relevance_level=self.relevance_level, seed=self.hparams.seed,
+                )  # fmt: skip
+                self._datasets[split] = TrainGroups(sampler, source.topics(), source.documents(), self.encoder)
+            else:
+                pairs = rerank_pairs(source.candidates(), self.eval_depth(split), self.eval_queries(split))
+                self._datasets[split] = RerankPairs(pairs, source.topics(), source.documents(), self.encoder)
+        return self._datasets[split]
+
+    def train_dataloader(self):
+        dataset = self._dataset("train")
+        generator = torch.Generator().manual_seed(self.hparams.seed)
+        return self._loader(dataset, self.hparams.batch_size, shuffle=True, generator=generator)
+
+    def val_dataloader(self):
+        return self._loader(self._dataset("dev"), self.hparams.eval_batch_size) if self.has_split("dev") else []
+
+    def test_dataloader(self):
+        return self._loader(self._dataset("test"), self.hparams.eval_batch_size)
+
+    def _loader(self, dataset, batch_size: int, **options):
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        return StatefulDataLoader(
+            dataset, batch_size=batch_size, collate_fn=dataset.collate, num_workers=self.hparams.num_workers,
+            **options,
+        )  # fmt: skip
+
+    def test_pairs(self) -> list[tuple[str, str]]:
+        return self._dataset("test").pairs

@@ -1,0 +1,102 @@
+"""``python -m qds.evaluate --checkpoint CKPT --candidates TASK``: re-rank a candidate run with a trained model.
+
+``CKPT`` is a checkpoint of `qds.train` (``checkpoints/best-*.ckpt``) or the official
+QDS-Transformer release (`qds.checkpoint`; give ``--encoder`` for its architecture, e.g.
+``allenai/longformer-base-4096``, and ``--tokenizer roberta-base``). ``TASK`` names topics, qrels,
+candidates and documents: ``irds:msmarco-document/trec-dl-2019/judged``, ``builtin:test``, or
+``--topics/--qrels/--run/--collection`` files. Writes ``run.trec`` and ``metrics.json`` (NDCG@10,
+MAP, MRR@10 with TREC DL conventions; BM25 under ``bm25``) into ``--output_dir`` and prints them,
+then the comparison with the paper's Tables 2 and 4 (`common.report`) for ``--dataset``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import lightning as L
+import torch
+
+from qds.data import QDSDataModule
+from qds.model import QDSTransformer
+from qds.outputs import comparison_table, metrics_table, reported_table, reranked_run, write_results
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m qds.evaluate", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="a qds.train checkpoint or the official release")
+    parser.add_argument("--candidates", help="task to re-rank: builtin:<split> or irds:<ir_datasets id>")
+    files = parser.add_argument_group("or a task from files")
+    files.add_argument("--topics"), files.add_argument("--qrels"), files.add_argument("--run")
+    files.add_argument("--collection")
+    parser.add_argument("--output_dir", help="default: a new outputs/qds-evaluate-<time>")
+    parser.add_argument("--depth", type=int, default=100, help="candidates re-ranked per query (default 100)")
+    parser.add_argument("--batch_size", type=int, default=16, help="pairs per batch (default 16)")
+    parser.add_argument("--impl", default=None, help="sparse attention implementation (default: the checkpoint's)")
+    parser.add_argument("--dataset", default="trec-dl-2019-doc",
+                        help="the paper's dataset to compare with (results/reported/qds.csv; default trec-dl-2019-doc)")
+    parser.add_argument("--relevance_level", type=int, default=None,
+                        help="lowest relevant label for MAP/MRR (default: the checkpoint's data setting, else 1)")
+    official = parser.add_argument_group("official checkpoint")
+    official.add_argument("--encoder", default="allenai/longformer-base-4096", help="its encoder (name or path)")
+    official.add_argument("--tokenizer", default="roberta-base", help="its tokenizer (name or path)")
+    official.add_argument("--window", type=int, default=128, help="its attention window w (default 128)")
+    parser.add_argument("--devices", default="auto", help="Lightning devices (default auto)")
+    return parser
+
+
+def load_model(args) -> tuple[QDSTransformer, dict]:
+    """The model of `args.checkpoint` and the data settings it was trained with."""
+    from qds.checkpoint import is_official, load_official
+
+    state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+    if is_official(state):
+        model = QDSTransformer(pattern="qds", encoder=args.encoder, tokenizer=args.tokenizer, window=args.window,
+                               impl=args.impl or "auto")
+        return load_official(model, args.checkpoint), {"tokenizer": args.tokenizer}
+    overrides = {"impl": args.impl} if args.impl else {}
+    model = QDSTransformer.load_from_checkpoint(args.checkpoint, map_location="cpu", **overrides)
+    return model, dict(state.get("datamodule_hyper_parameters", {}))
+
+
+def task_spec(args):
+    if args.candidates:
+        return args.candidates
+    if not (args.topics and args.run):
+        raise SystemExit("give --candidates TASK, or --topics and --run (with --qrels and --collection)")
+    return {"topics_path": args.topics, "qrels_path": args.qrels, "candidates_path": args.run,
+            "collection_path": args.collection}
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
+    out = Path(args.output_dir or f"outputs/qds-evaluate-{time.strftime('%Y%m%d-%H%M%S')}")
+    if out.exists() and any(out.iterdir()):
+        raise SystemExit(f"{out} is not empty: choose a new --output_dir")
+    model, data_settings = load_model(args)
+    keep = ("tokenizer", "max_length", "max_sentences", "max_passages", "relevance_level")
+    settings = {k: v for k, v in data_settings.items() if k in keep}
+    if args.relevance_level is not None:
+        settings["relevance_level"] = args.relevance_level
+    data = QDSDataModule(train=None, dev=None, test=task_spec(args), pattern=model.hparams.pattern,
+                         depth=args.depth, eval_batch_size=args.batch_size, **settings)
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = L.Trainer(devices=args.devices, logger=False, default_root_dir=out, enable_model_summary=False)
+    trainer.test(model, datamodule=data)
+    name = model.hparams.pattern
+    run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
+    metrics = write_results(out, name, run, data.qrels("test"), data.candidates("test"), data.relevance_level)
+    print(metrics_table(metrics, f"{data.source('test').name}: {len(run)} queries, top {args.depth} re-ranked"))
+    print()
+    if str(args.candidates).startswith("builtin"):
+        print(reported_table(name))
+    else:
+        print(comparison_table(metrics, args.dataset))
+    print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}")
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

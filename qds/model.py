@@ -1,0 +1,263 @@
+"""QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document Ranking with Query-Directed Sparse
+Transformer", Findings of EMNLP 2020) and its Table 2 baselines, RoBERTa FirstP and MaxP.
+
+Read top to bottom: the scoring head, the encoders, the ranker, then the LightningModule.
+
+- Encoder (Sec. 4, Fig. 2): a Longformer (Hugging Face ``LongformerModel`` parameter layout, so
+  ``allenai/longformer-base-4096`` and the official checkpoint load by name or path, RoBERTa
+  position ids) whose self-attention runs on `common.kernels` with the global tokens of the
+  chosen Table 4 pattern (`qds.inputs`). Window w = 128 (|i - j| <= 64, Eq. 7) by default.
+- Baselines (Sec. 5): ``RobertaModel`` with dense attention; FirstP scores the first 512 tokens,
+  MaxP max-pools the scores of the document's passages.
+- Head (official ``modellib.QDSTModel``): pooler output (dense + tanh on the first token)
+  -> dropout -> Linear(h, h) + tanh -> dropout -> Linear(h, 1).
+- Training (Sec. 5, "Implementation Details"; official ``experiment.py``): pointwise BCE on a
+  positive and one negative from its query's top-100 candidates, Adam (lr 1e-5, betas
+  (0.9, 0.999), no weight decay), dropout 0.1; dev MRR@10 selects the checkpoint.
+
+With no `encoder` name or path the encoder is built from scratch at the given size; that is
+how the built-in default runs (`qds/configs/builtin.yaml`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+
+from common.kernels.longformer import use_qds_attention
+from common.metrics import RankingMetrics
+from qds.inputs import ALL_PATTERNS, BASELINES
+
+#: Measures of Table 2 (TREC DL: nDCG@10 and MAP on test, MRR@10 on dev).
+MEASURES = ("ndcg_cut_10", "map", "mrr@10")
+
+
+class RankingHead(nn.Module):
+    """Official QDS head on the pooled first token: dropout, Linear(h, h), tanh, dropout, Linear(h, 1)."""
+
+    def __init__(self, hidden_size: int, dropout: float):
+        super().__init__()
+        self.dropout = nn.Dropout(dropout)
+        self.hidden = nn.Linear(hidden_size, hidden_size)  # F_dense, 768 -> 768 in the paper
+        self.out = nn.Linear(hidden_size, 1)
+
+    def forward(self, pooled: Tensor) -> Tensor:  # (B, h) -> (B,)
+        hidden = torch.tanh(self.hidden(self.dropout(pooled)))
+        return self.out(self.dropout(hidden)).squeeze(-1)
+
+
+def build_encoder(
+    pattern: str,
+    encoder: str | None,
+    *,
+    vocab_size: int,
+    pad_token_id: int,
+    max_length: int,
+    window: int,
+    num_layers: int,
+    hidden_size: int,
+    num_heads: int,
+    intermediate_size: int,
+    dropout: float,
+    impl: str,
+) -> nn.Module:
+    """The pretrained (`encoder` = name or path) or from-scratch encoder of `pattern`."""
+    from transformers import LongformerConfig, LongformerModel, RobertaConfig, RobertaModel
+
+    common = dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    if pattern in BASELINES:
+        if encoder is not None:
+            return RobertaModel.from_pretrained(encoder, attn_implementation="sdpa", **common)
+        config = RobertaConfig(
+            vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+            num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
+            max_position_embeddings=512 + pad_token_id + 1, type_vocab_size=1, **common,
+        )  # fmt: skip
+        return RobertaModel(config, add_pooling_layer=True)
+    if encoder is not None:
+        model = LongformerModel.from_pretrained(encoder, attention_window=window, **common)
+    else:
+        config = LongformerConfig(
+            vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+            num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
+            max_position_embeddings=max_length + pad_token_id + 1, type_vocab_size=1, attention_window=window,
+            **common,
+        )  # fmt: skip
+        model = LongformerModel(config, add_pooling_layer=True)
+    return use_qds_attention(model, impl=impl)
+
+
+class Ranker(nn.Module):
+    """Encoder + head: a score per query-document input (f(q, d) of Sec. 3)."""
+
+    def __init__(self, encoder: nn.Module, head: RankingHead, pattern: str):
+        super().__init__()
+        self.encoder, self.head, self.pattern = encoder, head, pattern
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """`batch` from `qds.data.collate`; returns (B,) scores, one per document."""
+        if self.pattern in BASELINES:
+            pooled = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).pooler_output
+            scores = self.head(pooled)  # (P,): one per passage
+            if self.pattern == "maxp":  # max over each document's passages
+                doc = batch["passage_doc"]  # (P,) document index of each passage
+                out = scores.new_full((int(batch["num_docs"]),), -math.inf)
+                return out.scatter_reduce(0, doc, scores, reduce="amax")
+            return scores
+        pooled = self.encoder(
+            input_ids=batch["input_ids"],
+            attention_mask=batch["attention_mask"],
+            global_attention_mask=batch["global_attention_mask"],
+        ).pooler_output  # (B, h)
+        return self.head(pooled)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """``sum(p.numel() for p in module.parameters())``, as Table 8 counts them."""
+    return sum(p.numel() for p in module.parameters())
+
+
+class QDSTransformer(L.LightningModule):
+    """QDS-Transformer and the Table 2/4 variants as one LightningModule (see the module docstring).
+
+    Args:
+        pattern: ``qds``, ``qds_q``, ``qds_s``, ``longformer_qa``, ``sparse`` (sparse attention,
+            Table 4 rows) or ``firstp``, ``maxp`` (dense RoBERTa baselines).
+        encoder: Hugging Face name or path of the pretrained encoder (``allenai/longformer-base-4096``,
+            ``roberta-base``); None builds one from scratch with the sizes below.
+        tokenizer: name or path, or ``builtin`` (linked from the data module; gives vocabulary and pad id).
+        window: local attention window w (Eq. 7: |i - j| <= w / 2).
+        impl: `common.kernels` implementation of the sparse attention.
+        lr, betas, weight_decay: Adam's (paper: 1e-5, (0.9, 0.999), none).
+        dropout: hidden, attention and head dropout (paper: 0.1).
+        max_length: longest input (sets the position table of a from-scratch encoder).
+    """
+
+    def __init__(
+        self,
+        pattern: str = "qds",
+        encoder: str | None = None,
+        tokenizer: str = "builtin",
+        window: int = 128,
+        num_layers: int = 12,
+        hidden_size: int = 768,
+        num_heads: int = 12,
+        intermediate_size: int = 3072,
+        max_length: int = 2048,
+        dropout: float = 0.1,
+        lr: float = 1e-5,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: float = 0.0,
+        impl: str = "auto",
+    ):
+        super().__init__()
+        if pattern not in ALL_PATTERNS:
+            raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
+        self.save_hyperparameters()
+        from qds.tokenizer import load_tokenizer
+
+        vocab = load_tokenizer(tokenizer)
+        encoder_module = build_encoder(
+            pattern, encoder, vocab_size=len(vocab), pad_token_id=vocab.pad_token_id, max_length=max_length,
+            window=window, num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
+            intermediate_size=intermediate_size, dropout=dropout, impl=impl,
+        )  # fmt: skip
+        head = RankingHead(encoder_module.config.hidden_size, dropout)
+        self.ranker = Ranker(encoder_module, head, pattern)
+        rank_zero_info(f"{pattern}: {count_parameters(self.ranker) / 1e6:.1f}M parameters")
+        self.loss = nn.BCEWithLogitsLoss()
+        self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.ranker(batch)
+
+    # --- training -------------------------------------------------------------------------
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss = self.loss(self(batch), batch["labels"])
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas),
+                                weight_decay=self.hparams.weight_decay)
+
+    def on_train_epoch_start(self) -> None:
+        dataset = self.trainer.train_dataloader.dataset
+        dataset.set_epoch(self.current_epoch)  # new negatives each epoch (common.data.samplers)
+
+    # --- evaluation: dev (validation) and test re-ranking ---------------------------------
+
+    def setup(self, stage: str) -> None:
+        data = self.trainer.datamodule
+        for split in ("dev", "test"):
+            if split not in self.metrics and data.has_split(split):
+                self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level)
+
+    def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate_step("dev", batch)
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("dev")
+
+    def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
+        self._evaluate_step("test", batch)
+        self._scores.append(torch.stack([batch["index"].to(self.dtype), self(batch).detach()], 1))
+
+    def on_test_epoch_start(self) -> None:
+        self._scores: list[Tensor] = []
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test")
+        local = torch.cat(self._scores) if self._scores else torch.zeros(0, 2, device=self.device)
+        gathered = self.all_gather(local)  # (world, K, 2) or (K, 2)
+        self.test_scores = gathered.reshape(-1, 2).double().cpu()  # (index, score) rows of every rank
+
+    def _evaluate_step(self, split: str, batch: dict[str, Tensor]) -> None:
+        self.metrics[split].update(batch["qids"], batch["doc_ids"], self(batch))
+
+    def _log_metrics(self, split: str) -> None:
+        values = self.metrics[split].compute()
+        self.log_dict({f"{split}/{name}": value.float() for name, value in values.items()}, prog_bar=split == "dev")
+        self.metrics[split].reset()
+
+    # --- resuming exactly ------------------------------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # Dropout draws from the global generators; saving them makes a resumed run repeat an uninterrupted one.
+        checkpoint["rng_states"] = _rng_states()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "rng_states" in checkpoint:
+            _set_rng_states(checkpoint["rng_states"])
+
+
+def _rng_states() -> dict:
+    import random
+
+    import numpy as np
+
+    kind, keys, position, has_gauss, gauss = np.random.get_state()
+    # Tensors and plain values only, so that torch.load(weights_only=True) reads the checkpoint.
+    numpy_state = (kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss)
+    states = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def _set_rng_states(states: dict) -> None:
+    import random
+
+    import numpy as np
+
+    torch.set_rng_state(states["torch"])
+    kind, keys, position, has_gauss, gauss = states["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
+    random.setstate(states["python"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])

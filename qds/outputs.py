@@ -1,0 +1,105 @@
+"""What `qds.train` and `qds.evaluate` write and print: the re-ranked run, metrics.json and the comparison.
+
+Conventions (README): ``run.trec``, ``metrics.json`` mapping run name -> measure -> value with
+the BM25 first stage under ``bm25``, written atomically and never over an existing file.
+Documents below the re-ranking depth keep their first-stage order under the re-ranked ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from torch import Tensor
+
+from common.data.formats import Run, ranked, write_run
+from common.io import atomic_write
+from common.metrics import evaluate_run
+from common.report import compare, load_reported, to_markdown
+from qds.model import MEASURES
+
+#: Run names (= pattern) -> the method names of Tables 2 and 4.
+PAPER_METHODS = {
+    "qds": "QDS-Transformer",
+    "qds_q": "QDS-Transformer (Q)",
+    "qds_s": "QDS-Transformer (S)",
+    "sparse": "Sparse-Transformer",
+    "longformer_qa": "Longformer-QA",
+    "firstp": "RoBERTa (FirstP)",
+    "maxp": "RoBERTa (MaxP)",
+    "bm25": "BM25",
+}
+MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "map": "MAP", "mrr@10": "MRR@10"}
+
+
+def reranked_run(pairs: list[tuple[str, str]], scores: Tensor, candidates: Run) -> Run:
+    """The run of the scored `pairs` ((index, score) rows of `scores`), each query's unscored candidates below."""
+    run: Run = {}
+    for index, score in scores.tolist():  # duplicates from a padded DistributedSampler carry equal scores
+        qid, doc_id = pairs[int(index)]
+        run.setdefault(qid, {})[doc_id] = float(score)
+    for qid, scored in run.items():
+        floor = min(scored.values())
+        rest = [doc_id for doc_id, _ in ranked(candidates.get(qid, {})) if doc_id not in scored]
+        for rank, doc_id in enumerate(rest, start=1):
+            scored[doc_id] = floor - rank
+    return run
+
+
+def write_results(output_dir: Path, name: str, run: Run, qrels, candidates: Run, relevance_level: int) -> dict:
+    """Write ``run.trec`` and ``metrics.json`` ({name: ..., "bm25": ...} on the same queries); returns the metrics."""
+    write_run(output_dir / "run.trec", run, tag=name)
+    bm25 = {qid: candidates[qid] for qid in run if qid in candidates}
+    metrics = {
+        name: evaluate_run(qrels, run, MEASURES, relevance_level=relevance_level),
+        "bm25": evaluate_run(qrels, bm25, MEASURES, relevance_level=relevance_level),
+    }
+    with atomic_write(output_dir / "metrics.json") as f:
+        json.dump(metrics, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return metrics
+
+
+def metrics_table(metrics: dict, title: str) -> str:
+    """The reproduced runs side by side (rows: runs, columns: NDCG@10, MAP, MRR@10)."""
+    frame = pd.DataFrame(
+        [{"run": run, **{MEASURE_LABELS[m]: values[m] for m in MEASURES}} for run, values in metrics.items()]
+    )
+    return f"{title}\n\n{to_markdown(frame)}"
+
+
+def reported_table(name: str) -> str:
+    """The paper's Table 2/4 rows of `name` and BM25, labelled as TREC DL 2019 / MS MARCO dev numbers."""
+    rows = load_reported("qds", table=[2, 4], method=_paper_names(name) + ["BM25"])
+    rows = rows[rows["setting"].str.startswith(("first-stage-bm25", "rerank-top100-bm25"))]
+    frame = rows.pivot_table(index=["table", "method"], columns="metric", values="value", aggfunc="first")
+    frame = frame.rename(columns=MEASURE_LABELS).reset_index()
+    return (
+        "Reported in the paper, for reference only: another dataset (TREC DL 2019 documents test, MRR@10 on "
+        f"MS MARCO dev), 12-layer pretrained models\n\n{to_markdown(frame)}"
+    )
+
+
+def comparison_table(metrics: dict, dataset: str) -> str:
+    """Reproduced vs reported on the same benchmark (`common.report.compare`), Tables 2 and 4."""
+    frames = []
+    for table in (2, 4):
+        methods = set(load_reported("qds", table=table)["method"])
+        method_map = {run: m for run in metrics for m in _paper_names(run) if m in methods}
+        frames.append(compare(metrics, "qds", tables=table, dataset=dataset, method_map=method_map))
+    frame = pd.concat(frames, ignore_index=True)
+    if frame.empty:
+        return f"No reported row of the paper matches {sorted(metrics)} on {dataset}."
+    columns = ["table", "method", "metric", "reported", "reproduced", "diff"]
+    return f"Reproduced vs reported ({dataset})\n\n{to_markdown(frame[columns])}"
+
+
+def _paper_names(name: str) -> list[str]:
+    """The reported method names of run `name` (Table 4 spells some differently: matched loosely)."""
+    wanted = _loose(PAPER_METHODS.get(name, name))
+    return [m for m in load_reported("qds")["method"].unique() if _loose(m) == wanted]
+
+
+def _loose(method: str) -> str:
+    return "".join(c for c in method.lower() if c.isalnum())

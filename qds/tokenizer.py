@@ -1,0 +1,83 @@
+"""Tokenizers: RoBERTa's by name or path, or a byte-level BPE trained on the built-in collection.
+
+The paper's models start from ``roberta-base`` / ``allenai/longformer-base-4096``
+and use RoBERTa's byte-level BPE (the official code calls
+``RobertaTokenizer.from_pretrained('roberta-base')``). The offline built-in
+default trains a model from scratch, so it trains its own byte-level BPE on the
+built-in collection (titles, texts and training queries; a few seconds) with
+RoBERTa's special-token layout (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3,
+``<mask>`` 4), saves it as a Hugging Face tokenizer folder under the cache and
+loads it from there afterwards, so both kinds go through ``from_pretrained``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+#: Name that selects the BPE trained on the built-in collection (any other value goes to from_pretrained).
+BUILTIN = "builtin"
+SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # RoBERTa's ids 0..4
+#: Bump when the trained tokenizer changes (it names the cache folder).
+VERSION = 1
+
+
+def load_tokenizer(name_or_path: str, *, vocab_size: int = 8192, seed: int = 0) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained(name_or_path)``, or for ``"builtin"`` the cached built-in BPE."""
+    if name_or_path == BUILTIN:
+        return AutoTokenizer.from_pretrained(builtin_tokenizer_path(vocab_size=vocab_size, seed=seed))
+    return AutoTokenizer.from_pretrained(name_or_path)
+
+
+def builtin_tokenizer_path(vocab_size: int = 8192, seed: int = 0) -> Path:
+    """The folder of the BPE trained on the built-in collection of `seed`, trained on first use.
+
+    The folder is written under a temporary name and renamed into place, so a concurrent caller
+    (another DDP rank) never reads a partial tokenizer; the loser of a race drops its copy.
+    """
+    from common.data.builtin import ensure_builtin
+    from common.data.docstore import cache_root
+
+    root = cache_root() / "qds" / f"tokenizer-builtin-seed{seed}-bpe{vocab_size}-v{VERSION}"
+    if (root / "tokenizer.json").is_file():
+        return root
+    collection = ensure_builtin(seed=seed)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}."))
+    try:
+        train_bpe(_builtin_texts(collection), vocab_size).save_pretrained(tmp)
+        os.rename(tmp, root)
+    except OSError:
+        if not (root / "tokenizer.json").is_file():
+            raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(tmp)
+    return root
+
+
+def train_bpe(texts, vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE with RoBERTa's special tokens and post-processing, trained on `texts`."""
+    from tokenizers import ByteLevelBPETokenizer, processors
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
+                            show_progress=False)
+    bpe.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+        mask_token="<mask>", cls_token="<s>", sep_token="</s>",
+    )
+
+
+def _builtin_texts(root: Path):
+    from common.data.formats import iter_collection, read_topics
+
+    for document in iter_collection(root / "collection.jsonl"):
+        yield f"{document.title}\n{document.text}"
+    yield from read_topics(root / "topics.train.tsv").values()
