@@ -14,7 +14,8 @@ QDS input (Sec. 4.1; official ``utils.Data.get_inputs``)::
   their own ``<s> ... </s>`` as ``tokenizer.encode`` there does; this follows the issue's
   specification, one [SOS] then the sentence's tokens.
 
-Global tokens per attention pattern (Table 4; Eqs. 7-10; official ``attn_pattern``):
+Global tokens per attention pattern (Table 4; Eqs. 7-10; official ``attn_pattern``; the definition
+lives in `common.kernels.patterns.global_tokens`):
 
 - ``sparse`` (Sparse-Transformer): none, local window only (Eq. 7);
 - ``longformer_qa``: ``<s>`` before the query and the [SOS] before the document;
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from common.kernels.patterns import PATTERNS
+from common.kernels.patterns import PATTERNS, Layout, global_tokens
 
 #: The dense-attention baselines of Table 2.
 BASELINES = ("firstp", "maxp")
@@ -53,25 +54,14 @@ class QDSInput:
     sentence_starts: list[int]  # positions of the [SOS] markers, in order
 
     def global_mask(self, pattern: str) -> list[bool]:
-        """Which positions are global under `pattern` (see the module docstring)."""
+        """Which positions are global under `pattern` (`common.kernels.patterns.global_tokens`)."""
         n = len(self.input_ids)
-        mask = [False] * n
-        if pattern == "sparse":
-            return mask
-        if pattern == "longformer_qa":
-            mask[0] = True
-            if self.sentence_starts:
-                mask[self.sentence_starts[0]] = True
-            return mask
-        if pattern not in ("qds_s", "qds_q", "qds"):
-            raise ValueError(f"unknown attention pattern {pattern!r}; expected one of {', '.join(PATTERNS)}")
-        mask[0] = True  # [CLS] is global in every QDS variant
-        if pattern in ("qds_q", "qds"):
-            mask[: self.query_end + 1] = [True] * (self.query_end + 1)
-        if pattern in ("qds_s", "qds"):
-            for position in self.sentence_starts:
-                mask[position] = True
-        return mask
+        position = torch.arange(n)
+        sentence_starts = torch.zeros(n, dtype=torch.bool)
+        sentence_starts[self.sentence_starts] = True
+        query = (position >= 1) & (position <= self.query_end)
+        layout = Layout(n, position == 0, query, sentence_starts, self.query_end + 1)
+        return global_tokens(pattern, layout).tolist()
 
 
 def build_qds_input(

@@ -39,18 +39,23 @@ def synthetic_layout(n: int, query_len: int = 20, sentence_every: int = 25) -> L
 
 
 def global_tokens(pattern: str, layout: Layout) -> Tensor:
-    """(N,) bool mask of the global tokens of a Table 4 pattern."""
+    """(N,) bool mask of the global tokens of a Table 4 pattern, as the official QDS code sets them.
+
+    The official ``attn_pattern`` keeps [CLS] global in every pattern but the Sparse-Transformer,
+    and Longformer-QA's token "before the document" is the first [SOS].
+    """
     if pattern == "sparse":  # Sparse-Transformer: Eq. 7 only
         return torch.zeros(layout.n, dtype=torch.bool)
     if pattern == "longformer_qa":  # one token before the query and one before the document
         mask = layout.cls.clone()
-        if layout.document_start - 1 < layout.n:
-            mask[layout.document_start - 1] = True
+        first_sentence = layout.sentence_starts.nonzero()
+        if len(first_sentence):
+            mask[first_sentence[0, 0]] = True
         return mask
-    if pattern == "qds_s":  # Eq. 8
-        return layout.sentence_starts.clone()
-    if pattern == "qds_q":  # Eq. 9
-        return layout.query.clone()
+    if pattern == "qds_s":  # Eq. 8 + [CLS]
+        return layout.sentence_starts | layout.cls
+    if pattern == "qds_q":  # Eq. 9 + [CLS]
+        return layout.query | layout.cls
     if pattern == "qds":  # Eq. 10
         return layout.query | layout.sentence_starts | layout.cls
     raise ValueError(f"unknown attention pattern {pattern!r}; expected one of {', '.join(PATTERNS)}")

@@ -58,9 +58,9 @@ def test_synthetic_layout_and_table4_patterns():
     layout = synthetic_layout(60, query_len=3, sentence_every=25)
     where = lambda mask: torch.nonzero(mask).view(-1).tolist()  # noqa: E731
     assert where(global_tokens("sparse", layout)) == []
-    assert where(global_tokens("longformer_qa", layout)) == [0, 4]  # <s> and the query's </s>
-    assert where(global_tokens("qds_s", layout)) == [5, 30, 55]  # an [SOS] every 25 document tokens
-    assert where(global_tokens("qds_q", layout)) == [1, 2, 3, 4]  # query tokens and their </s>
+    assert where(global_tokens("longformer_qa", layout)) == [0, 5]  # <s> and the [SOS] before the document
+    assert where(global_tokens("qds_s", layout)) == [0, 5, 30, 55]  # [CLS] and an [SOS] every 25 tokens
+    assert where(global_tokens("qds_q", layout)) == [0, 1, 2, 3, 4]  # [CLS], the query and its </s>
     assert where(global_tokens("qds", layout)) == [0, 1, 2, 3, 4, 5, 30, 55]
     with pytest.raises(ValueError, match="unknown attention pattern 'dense'"):
         global_tokens("dense", layout)
