@@ -199,26 +199,24 @@ class QDSTransformer(L.LightningModule):
                 self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level)
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate_step("dev", batch)
+        self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self(batch))
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("dev")
 
     def test_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
-        self._evaluate_step("test", batch)
-        self._scores.append(torch.stack([batch["index"].to(self.dtype), self(batch).detach()], 1))
+        scores = self(batch)
+        self.metrics["test"].update(batch["qids"], batch["doc_ids"], scores)
+        self._scores.append(torch.stack([batch["index"].double(), scores.detach().double()], 1))  # (B, 2)
 
     def on_test_epoch_start(self) -> None:
         self._scores: list[Tensor] = []
 
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test")
-        local = torch.cat(self._scores) if self._scores else torch.zeros(0, 2, device=self.device)
+        local = torch.cat(self._scores) if self._scores else torch.zeros(0, 2, dtype=torch.float64, device=self.device)
         gathered = self.all_gather(local)  # (world, K, 2) or (K, 2)
         self.test_scores = gathered.reshape(-1, 2).double().cpu()  # (index, score) rows of every rank
-
-    def _evaluate_step(self, split: str, batch: dict[str, Tensor]) -> None:
-        self.metrics[split].update(batch["qids"], batch["doc_ids"], self(batch))
 
     def _log_metrics(self, split: str) -> None:
         values = self.metrics[split].compute()

@@ -57,3 +57,34 @@ def test_unknown_or_misfitting_keys_are_errors(tmp_path):
     torch.save(model.state_dict(), tmp_path / "ours.pt")
     with pytest.raises(ValueError, match="not an official"):
         load_official(model, tmp_path / "ours.pt")
+
+
+def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
+    """The whole official path offline: a Longformer folder by path (as longformer-base-4096 would be
+    given), the built-in tokenizer by path, the official state dict; `qds.evaluate` re-ranks with it."""
+    from transformers import LongformerConfig, LongformerModel
+
+    from qds import evaluate
+    from qds.tokenizer import builtin_tokenizer_path, load_tokenizer
+
+    vocab = len(load_tokenizer("builtin"))
+    config = LongformerConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=1,
+                              intermediate_size=32, max_position_embeddings=2050, attention_window=8, type_vocab_size=1,
+                              pad_token_id=1)  # fmt: skip
+    torch.manual_seed(0)
+    LongformerModel(config).save_pretrained(tmp_path / "longformer")
+    model = QDSTransformer(pattern="qds", encoder=str(tmp_path / "longformer"), tokenizer="builtin", window=8,
+                           impl="portable")
+    state = official_state_dict(model)
+    torch.save(state, tmp_path / "model.QDST.best.pt")
+    metrics = evaluate.main([
+        "--checkpoint", str(tmp_path / "model.QDST.best.pt"), "--encoder", str(tmp_path / "longformer"),
+        "--tokenizer", str(builtin_tokenizer_path()), "--window", "8", "--impl", "portable",
+        "--candidates", "builtin:test", "--depth", "3", "--output_dir", str(tmp_path / "eval"),
+    ])  # fmt: skip
+    assert set(metrics) == {"qds", "bm25"} and 0 <= metrics["qds"]["ndcg_cut_10"] <= 1
+    # the loaded weights are the official ones, not the folder's
+    reloaded, _ = evaluate.load_model(evaluate.build_parser().parse_args([
+        "--checkpoint", str(tmp_path / "model.QDST.best.pt"), "--encoder", str(tmp_path / "longformer"),
+        "--tokenizer", str(builtin_tokenizer_path()), "--window", "8", "--impl", "portable"]))
+    assert torch.equal(reloaded.ranker.head.out.weight, state["final_layer.weight"])
