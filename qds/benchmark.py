@@ -41,21 +41,18 @@ Writes ``efficiency_<device>.csv``, ``.jsonl`` and ``.png`` under ``--output_dir
 from __future__ import annotations
 
 import argparse
-import contextlib
 import csv
-import ctypes
 import gc
 import json
 import math
 import os
-import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
+
+from common.benchmarking import cuda_peak_mb, max_rss_mb, median_ms, peak_rss_mb, reset_peak_rss, rss_mb
 
 SYSTEMS = ("dense", "sparse", "longformer_qa", "qds_s", "qds_q", "qds")
 IMPLS = ("reference", "portable", "tvm", "flex")
@@ -169,61 +166,17 @@ def measure(system: str, impl: str, n: int, pass_: str, args: dict, device: str)
     # A small batch first loads libraries, kernels and thread pools and creates Adam's state.
     make_step(ranker, make_batch(system, min(n, WARMUP_N), args, device), pass_, optimizer)()
     step = make_step(ranker, make_batch(system, n, args, device), pass_, optimizer)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     for i in range(max(args["warmup"], 1)):  # the first full-size batch gives the peak memory
         if i == 0 and device == "cuda":
-            sync()
-            torch.cuda.reset_peak_memory_stats()
-            before = torch.cuda.memory_allocated()
-            step()
-            sync()
-            peak_mb = (torch.cuda.max_memory_allocated() - before) / 2**20
+            peak_mb = cuda_peak_mb(step)
         elif i == 0:
-            reset = _reset_peak_rss()
-            before = _rss_mb()
+            reset = reset_peak_rss()
+            before = rss_mb()
             step()
-            peak_mb = max((_peak_rss_mb() if reset else _max_rss_mb()) - before, 0.0)
+            peak_mb = max((peak_rss_mb() if reset else max_rss_mb()) - before, 0.0)
         else:
             step()
-    times = []
-    for _ in range(args["repeats"]):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - start) * 1000)
-    return {"ms": statistics.median(times) / args["batch_size"], "peak_mb": peak_mb}
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _reset_peak_rss() -> bool:
-    """Return freed heap pages to the system and reset the peak resident set (VmHWM) to the current one.
-
-    The peak above the resident set before a call is then that call's alone, as in a fresh
-    process. False where Linux's ``/proc/self/clear_refs`` cannot be written: the lifetime peak
-    (``ru_maxrss``) is used instead, right only in a fresh process (``--isolate``).
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)  # glibc keeps freed small blocks resident otherwise
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # 5: reset the peak resident set size
-        return True
-    except OSError:
-        return False
-
-
-def _peak_rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024  # kB
-
-
-def _max_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+    return {"ms": median_ms(step, args["repeats"], device) / args["batch_size"], "peak_mb": peak_mb}
 
 
 def measure_isolated(system: str, impl: str, n: int, pass_: str, args: dict, device: str) -> dict:

@@ -27,16 +27,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
-import os
-import resource
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import torch
+
+from common.benchmarking import cuda_peak_mb, max_rss_mb, median_ms, rss_mb
 
 IMPLS = ("reference", "portable", "tvm", "flex", "sdpa_masked", "sdpa_dense", "hf_longformer")
 PASSES = ("fwd", "fwdbwd")
@@ -108,30 +105,14 @@ def measure(impl: str, n: int, pass_: str, device: str, repeats: int) -> dict:
     _step(impl, min(n, 256), pass_, device)()
     step = _step(impl, n, pass_, device)
 
-    def sync():
-        if device == "cuda":
-            torch.cuda.synchronize()
-
     if device == "cuda":
         step()  # warm-up (compilation, caches)
-        sync()
-        torch.cuda.reset_peak_memory_stats()
-        before = torch.cuda.memory_allocated()
-        step()
-        sync()
-        peak_mb = (torch.cuda.max_memory_allocated() - before) / 2**20
+        peak_mb = cuda_peak_mb(step)
     else:
-        before = _rss_mb()
+        before = rss_mb()
         step()  # the measured call: the small warm-up above peaked far lower
-        peak_mb = max(_max_rss_mb() - before, 0.0)
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - start) * 1000)
-    return {"ms": statistics.median(times), "peak_mb": peak_mb}
+        peak_mb = max(max_rss_mb() - before, 0.0)
+    return {"ms": median_ms(step, repeats, device), "peak_mb": peak_mb}
 
 
 def _step(impl: str, n: int, pass_: str, device: str):
@@ -147,15 +128,6 @@ def _step(impl: str, n: int, pass_: str, device: str):
         return out
 
     return step
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def _max_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
 
 
 def measure_isolated(impl: str, n: int, pass_: str, device: str, repeats: int, timeout: float) -> dict:

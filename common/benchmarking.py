@@ -1,0 +1,74 @@
+"""What every benchmark measures the same way: median wall-clock milliseconds and peak memory.
+
+- `median_ms(step, repeats, device)`: median of `repeats` timed calls (CUDA synchronised around each).
+- CPU memory (Linux): `rss_mb` (resident set now), `max_rss_mb` (lifetime peak, ``ru_maxrss``: a
+  call's own peak only in a fresh process), `reset_peak_rss` + `peak_rss_mb` (reset the peak to
+  the current resident set, so the next peak belongs to what runs after it, within one process).
+- CUDA memory: `cuda_peak_mb(step)`, the allocator's peak above what was allocated before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+
+def median_ms(step: Callable[[], object], repeats: int, device: str) -> float:
+    """Median milliseconds of `repeats` calls of `step`."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - start) * 1000)
+    return statistics.median(times)
+
+
+def cuda_peak_mb(step: Callable[[], object]) -> float:
+    """Peak CUDA memory one call of `step` allocates above what was allocated before it."""
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+def reset_peak_rss() -> bool:
+    """Return freed heap pages to the system and reset the peak resident set (VmHWM) to the current one.
+
+    The peak above the resident set before a call is then that call's alone, as in a fresh
+    process. False where Linux's ``/proc/self/clear_refs`` cannot be written: then only
+    `max_rss_mb` is left, right only in a fresh process.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)  # glibc keeps freed small blocks resident otherwise
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # 5: reset the peak resident set size
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024  # kB
