@@ -72,3 +72,22 @@ def reset_peak_rss() -> bool:
 def peak_rss_mb() -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024  # kB
+
+
+def run_isolated(command: list[str], timeout: float) -> dict:
+    """Run one measurement as `command` in a fresh process (its peak resident set is then its own).
+
+    The command prints a JSON object as its last line; a failure or a timeout gives
+    ``{"skipped": reason}`` (the last line of its error output), so a sweep goes on.
+    """
+    import json
+    import subprocess
+
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"over the {timeout:.0f} s time limit"}
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return {"skipped": lines[-1] if lines else f"exit status {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -46,13 +46,14 @@ import gc
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-from common.benchmarking import cuda_peak_mb, max_rss_mb, median_ms, peak_rss_mb, reset_peak_rss, rss_mb
+from common.benchmarking import (
+    cuda_peak_mb, max_rss_mb, median_ms, peak_rss_mb, reset_peak_rss, rss_mb, run_isolated,
+)
 
 SYSTEMS = ("dense", "sparse", "longformer_qa", "qds_s", "qds_q", "qds")
 IMPLS = ("reference", "portable", "tvm", "flex")
@@ -183,14 +184,10 @@ def measure_isolated(system: str, impl: str, n: int, pass_: str, args: dict, dev
     """`measure` in a fresh subprocess, so that its peak resident set belongs to this measurement alone."""
     spec = json.dumps({"system": system, "impl": impl, "n": n, "pass": pass_, "device": device, "args": args})
     command = [sys.executable, "-m", "qds.benchmark", "--_one", spec]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=args["timeout"])
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"over the {args['timeout']:.0f} s time limit (--timeout)"}
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        return {"skipped": lines[-1] if lines else f"exit status {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = run_isolated(command, args["timeout"])
+    if result.get("skipped", "").startswith("over the"):
+        result["skipped"] += " (--timeout)"
+    return result
 
 
 def measure_guarded(system: str, impl: str, n: int, pass_: str, args: dict, device: str) -> dict:

@@ -27,13 +27,12 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import torch
 
-from common.benchmarking import cuda_peak_mb, max_rss_mb, median_ms, rss_mb
+from common.benchmarking import cuda_peak_mb, max_rss_mb, median_ms, rss_mb, run_isolated
 
 IMPLS = ("reference", "portable", "tvm", "flex", "sdpa_masked", "sdpa_dense", "hf_longformer")
 PASSES = ("fwd", "fwdbwd")
@@ -133,14 +132,7 @@ def _step(impl: str, n: int, pass_: str, device: str):
 def measure_isolated(impl: str, n: int, pass_: str, device: str, repeats: int, timeout: float) -> dict:
     """`measure` in a fresh subprocess, so that the process's peak resident set belongs to this call alone."""
     command = [sys.executable, "-m", "common.kernels.benchmark", "--_one", impl, str(n), pass_, device, str(repeats)]
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"over the {timeout:.0f} s time limit"}
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        return {"skipped": lines[-1] if lines else f"exit status {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_isolated(command, timeout)
 
 
 def densities(lengths: list[int]) -> list[dict]:
