@@ -158,11 +158,9 @@ class QDSTransformer(L.LightningModule):
         if pattern not in ALL_PATTERNS:
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
         self.save_hyperparameters()
-        from qds.tokenizer import load_tokenizer
-
-        vocab = load_tokenizer(tokenizer)
+        vocab_size, pad_token_id = _vocabulary(tokenizer) if encoder is None else (0, 0)  # a pretrained one has its own
         encoder_module = build_encoder(
-            pattern, encoder, vocab_size=len(vocab), pad_token_id=vocab.pad_token_id, max_length=max_length,
+            pattern, encoder, vocab_size=vocab_size, pad_token_id=pad_token_id, max_length=max_length,
             window=window, num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
             intermediate_size=intermediate_size, dropout=dropout, impl=impl,
         )  # fmt: skip
@@ -232,6 +230,14 @@ class QDSTransformer(L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "rng_states" in checkpoint:
             _set_rng_states(checkpoint["rng_states"])
+
+
+def _vocabulary(tokenizer: str) -> tuple[int, int]:
+    """Vocabulary size and padding id of a from-scratch encoder's tokenizer."""
+    from qds.tokenizer import load_tokenizer
+
+    vocab = load_tokenizer(tokenizer)
+    return len(vocab), vocab.pad_token_id
 
 
 def _rng_states() -> dict:
