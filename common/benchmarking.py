@@ -5,6 +5,8 @@
   call's own peak only in a fresh process), `reset_peak_rss` + `peak_rss_mb` (reset the peak to
   the current resident set, so the next peak belongs to what runs after it, within one process).
 - CUDA memory: `cuda_peak_mb(step)`, the allocator's peak above what was allocated before.
+- `run_isolated(command, timeout)`: one measurement in a fresh process.
+- `write_rows(rows, fields, csv_path, jsonl_path, overwrite)`: a sweep's rows as CSV and JSONL.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import os
 import resource
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -91,3 +94,24 @@ def run_isolated(command: list[str], timeout: float) -> dict:
         lines = (done.stderr or done.stdout).strip().splitlines()
         return {"skipped": lines[-1] if lines else f"exit status {done.returncode}"}
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write_rows(rows: list[dict], fields: Sequence[str], csv_path: Path, jsonl_path: Path | None = None,
+               overwrite: bool = False) -> None:
+    """Write a benchmark's measurement `rows`: CSV with the `fields` columns in order (other keys left out,
+    a missing one empty) and, where `jsonl_path` is given, one JSON object per row with every key.
+
+    Atomic (`common.io.atomic_write`); an existing file is replaced only with `overwrite`.
+    """
+    import csv
+    import json
+
+    from common.io import atomic_write
+
+    with atomic_write(csv_path, overwrite=overwrite) as f:
+        writer = csv.DictWriter(f, fieldnames=list(fields), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    if jsonl_path is not None:
+        with atomic_write(jsonl_path, overwrite=overwrite) as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)

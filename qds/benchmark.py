@@ -41,7 +41,6 @@ Writes ``efficiency_<device>.csv``, ``.jsonl`` and ``.png`` under ``--output_dir
 from __future__ import annotations
 
 import argparse
-import csv
 import gc
 import json
 import math
@@ -52,7 +51,7 @@ from pathlib import Path
 import torch
 
 from common.benchmarking import (
-    cuda_peak_mb, max_rss_mb, median_ms, peak_rss_mb, reset_peak_rss, rss_mb, run_isolated,
+    cuda_peak_mb, max_rss_mb, median_ms, peak_rss_mb, reset_peak_rss, rss_mb, run_isolated, write_rows,
 )
 
 SYSTEMS = ("dense", "sparse", "longformer_qa", "qds_s", "qds_q", "qds")
@@ -211,14 +210,7 @@ def output_paths(out_dir: Path, device: str) -> dict[str, Path]:
 
 
 def write_outputs(rows: list[dict], paths: dict[str, Path], overwrite: bool) -> None:
-    from common.io import atomic_write
-
-    with atomic_write(paths["csv"], overwrite=overwrite) as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    with atomic_write(paths["jsonl"], overwrite=overwrite) as f:
-        f.writelines(json.dumps(row) + "\n" for row in rows)
+    write_rows(rows, FIELDS, paths["csv"], paths["jsonl"], overwrite)
     _plot(rows, paths["png"], overwrite)
 
 

@@ -19,14 +19,15 @@
 from __future__ import annotations
 
 import lightning as L
-import numpy as np
 import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from common.data.formats import Document, Qrels, Run, Topics, ranked
+from common.data.formats import Document, Topics
 from common.data.samplers import PointwiseSampler
-from common.data.source import RankingSource, SourceSpec, source_from_spec
+from common.data.source import SourceSpec
+from common.rerank import RerankPairs, rerank_pairs
+from common.tasks import SamplerGroups, SplitLoaders, TaskSplits
 from qds.inputs import ALL_PATTERNS, BASELINES, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
 
@@ -74,7 +75,7 @@ class Encoder:
         }
 
     def _sentences(self, document: Document) -> list[list[int]]:
-        """Token ids of the title then each sentence of the body (the URL is not part of a Document)."""
+        """Token ids of the title then each sentence of the body (the URL is dropped, as in the official code)."""
         cached = self._cache.get(document.doc_id)
         if cached is None:
             sentences = ([document.title] if document.title.strip() else []) + split_sentences(document.text)
@@ -101,20 +102,12 @@ class Encoder:
         }
 
 
-class TrainGroups(Dataset):
+class TrainGroups(SamplerGroups):
     """A pointwise sampler's groups as a dataset; `collate` makes a batch of all their documents."""
 
     def __init__(self, sampler: PointwiseSampler, topics: Topics, documents, encoder: Encoder):
-        self.sampler, self.topics, self.documents, self.encoder = sampler, topics, documents, encoder
-
-    def __len__(self) -> int:
-        return len(self.sampler)
-
-    def __getitem__(self, index: int):
-        return self.sampler[index]
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
+        super().__init__(sampler, topics, documents)
+        self.encoder = encoder
 
     def collate(self, groups) -> dict:
         qids = [g.qid for g in groups for _ in g.doc_ids]
@@ -124,38 +117,7 @@ class TrainGroups(Dataset):
         return batch | {"qids": qids, "doc_ids": doc_ids}
 
 
-class RerankPairs(Dataset):
-    """(query, candidate) pairs to score, in order of document length; item = position in `pairs`."""
-
-    def __init__(self, pairs: list[tuple[str, str]], topics: Topics, documents, encoder: Encoder):
-        self.topics, self.documents, self.encoder = topics, documents, encoder
-        lengths = {}
-        doc_ids = sorted({d for _, d in pairs})
-        for start in range(0, len(doc_ids), 1000):
-            for doc in documents.get_many(doc_ids[start : start + 1000]):
-                lengths[doc.doc_id] = len(doc.title) + len(doc.text)
-        self.pairs = sorted(pairs, key=lambda pair: (lengths[pair[1]], pair))
-
-    def __len__(self) -> int:
-        return len(self.pairs)
-
-    def __getitem__(self, index: int) -> int:
-        return index
-
-    def collate(self, indices: list[int]) -> dict:
-        qids = [self.pairs[i][0] for i in indices]
-        doc_ids = [self.pairs[i][1] for i in indices]
-        batch = self.encoder([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
-        return batch | {"qids": qids, "doc_ids": doc_ids, "index": torch.tensor(indices)}
-
-
-def rerank_pairs(candidates: Run, depth: int, queries: list[str] | None = None) -> list[tuple[str, str]]:
-    """Each query's top-`depth` candidates in trec_eval's order, as (qid, docid) pairs."""
-    qids = sorted(candidates) if queries is None else queries
-    return [(qid, doc_id) for qid in qids for doc_id, _ in ranked(candidates[qid])[:depth]]
-
-
-class QDSDataModule(L.LightningDataModule):
+class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
     """Training, dev and test data of QDS-Transformer (see the module docstring).
 
     Args:
@@ -198,41 +160,14 @@ class QDSDataModule(L.LightningDataModule):
         self.specs = {"train": train, "dev": dev, "test": test}
         self.relevance_level = relevance_level
         self.encoder = Encoder(pattern, tokenizer, max_length, max_sentences, max_passages)
-        self._sources: dict[str, RankingSource] = {}
         self._datasets: dict[str, Dataset] = {}
 
-    # --- tasks ---------------------------------------------------------------------------------
-
-    def has_split(self, split: str) -> bool:
-        return self.specs[split] is not None
-
-    def source(self, split: str) -> RankingSource:
-        if split not in self._sources:
-            if not self.has_split(split):
-                raise ValueError(f"no {split} task configured (data.{split} is null)")
-            self._sources[split] = source_from_spec(self.specs[split])
-        return self._sources[split]
-
-    def qrels(self, split: str) -> Qrels:
-        return self.source(split).qrels()
-
-    def candidates(self, split: str) -> Run:
-        return self.source(split).candidates()
-
-    def eval_queries(self, split: str) -> list[str]:
-        """The evaluated queries of `split`: those with candidates and qrels, cut to `dev_queries`/`test_queries`."""
-        source = self.source(split)
-        qids = sorted(set(source.candidates()) & set(source.qrels()) & set(source.topics()))
-        limit = self.hparams.dev_queries if split == "dev" else self.hparams.test_queries
-        if limit is not None and limit < len(qids):
-            rng = np.random.default_rng(self.hparams.seed)
-            qids = sorted(rng.choice(qids, size=limit, replace=False).tolist())
-        return qids
+    # --- tasks (has_split, source, qrels, candidates, eval_queries: `common.tasks.TaskSplits`) ----
 
     def eval_depth(self, split: str) -> int:
         return (self.hparams.dev_depth or self.hparams.depth) if split == "dev" else self.hparams.depth
 
-    # --- datasets and loaders -----------------------------------------------------------------
+    # --- datasets (loaders: `common.tasks.SplitLoaders`) ------------------------------------------
 
     def setup(self, stage: str) -> None:
         if stage == "fit":
@@ -257,25 +192,3 @@ class QDSDataModule(L.LightningDataModule):
                 pairs = rerank_pairs(source.candidates(), self.eval_depth(split), self.eval_queries(split))
                 self._datasets[split] = RerankPairs(pairs, source.topics(), source.documents(), self.encoder)
         return self._datasets[split]
-
-    def train_dataloader(self):
-        dataset = self._dataset("train")
-        generator = torch.Generator().manual_seed(self.hparams.seed)
-        return self._loader(dataset, self.hparams.batch_size, shuffle=True, generator=generator)
-
-    def val_dataloader(self):
-        return self._loader(self._dataset("dev"), self.hparams.eval_batch_size) if self.has_split("dev") else []
-
-    def test_dataloader(self):
-        return self._loader(self._dataset("test"), self.hparams.eval_batch_size)
-
-    def _loader(self, dataset, batch_size: int, **options):
-        from torchdata.stateful_dataloader import StatefulDataLoader
-
-        return StatefulDataLoader(
-            dataset, batch_size=batch_size, collate_fn=dataset.collate, num_workers=self.hparams.num_workers,
-            **options,
-        )  # fmt: skip
-
-    def test_pairs(self) -> list[tuple[str, str]]:
-        return self._dataset("test").pairs

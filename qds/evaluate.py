@@ -12,25 +12,23 @@ then the comparison with the paper's Tables 2 and 4 (`common.report`) for ``--da
 from __future__ import annotations
 
 import argparse
-import time
-from pathlib import Path
 
 import lightning as L
 import torch
 
+from common.cli import fresh_output_dir
+from common.rerank import reranked_run
+from common.tasks import add_task_arguments, task_spec_from_args
 from qds.data import QDSDataModule
 from qds.model import QDSTransformer
-from qds.outputs import comparison_table, metrics_table, reported_table, reranked_run, write_results
+from qds.outputs import comparison_table, metrics_table, reported_table, write_results
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m qds.evaluate", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="a qds.train checkpoint or the official release")
-    parser.add_argument("--candidates", help="task to re-rank: builtin:<split> or irds:<ir_datasets id>")
-    files = parser.add_argument_group("or a task from files")
-    files.add_argument("--topics"), files.add_argument("--qrels"), files.add_argument("--run")
-    files.add_argument("--collection")
+    add_task_arguments(parser, "candidates", "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
     parser.add_argument("--output_dir", help="default: a new outputs/qds-evaluate-<time>")
     parser.add_argument("--depth", type=int, default=100, help="candidates re-ranked per query (default 100)")
     parser.add_argument("--batch_size", type=int, default=16, help="pairs per batch (default 16)")
@@ -61,26 +59,16 @@ def load_model(args) -> tuple[QDSTransformer, dict]:
     return model, dict(state.get("datamodule_hyper_parameters", {}))
 
 
-def task_spec(args):
-    if args.candidates:
-        return args.candidates
-    if not (args.topics and args.run):
-        raise SystemExit("give --candidates TASK, or --topics and --run (with --qrels and --collection)")
-    return {"topics_path": args.topics, "qrels_path": args.qrels, "candidates_path": args.run,
-            "collection_path": args.collection}
-
-
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
-    out = Path(args.output_dir or f"outputs/qds-evaluate-{time.strftime('%Y%m%d-%H%M%S')}")
-    if out.exists() and any(out.iterdir()):
-        raise SystemExit(f"{out} is not empty: choose a new --output_dir")
+    out = fresh_output_dir(args.output_dir, "qds-evaluate")
+    task = task_spec_from_args(args, "candidates", required=("topics", "run"))
     model, data_settings = load_model(args)
     keep = ("tokenizer", "max_length", "max_sentences", "max_passages", "relevance_level")
     settings = {k: v for k, v in data_settings.items() if k in keep}
     if args.relevance_level is not None:
         settings["relevance_level"] = args.relevance_level
-    data = QDSDataModule(train=None, dev=None, test=task_spec(args), pattern=model.hparams.pattern,
+    data = QDSDataModule(train=None, dev=None, test=task, pattern=model.hparams.pattern,
                          depth=args.depth, eval_batch_size=args.batch_size, **settings)
     out.mkdir(parents=True, exist_ok=True)
     trainer = L.Trainer(devices=args.devices, logger=False, default_root_dir=out, enable_model_summary=False)

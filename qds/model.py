@@ -30,6 +30,8 @@ from torch import Tensor, nn
 
 from common.kernels.longformer import use_qds_attention
 from common.metrics import RankingMetrics
+from common.rerank import gather_scores
+from common.rng import rng_states, set_rng_states
 from qds.inputs import ALL_PATTERNS, BASELINES
 
 #: Measures of Table 2 (TREC DL: nDCG@10 and MAP on test, MRR@10 on dev).
@@ -212,9 +214,7 @@ class QDSTransformer(L.LightningModule):
 
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test")
-        local = torch.cat(self._scores) if self._scores else torch.zeros(0, 2, dtype=torch.float64, device=self.device)
-        gathered = self.all_gather(local)  # (world, K, 2) or (K, 2)
-        self.test_scores = gathered.reshape(-1, 2).double().cpu()  # (index, score) rows of every rank
+        self.test_scores = gather_scores(self, self._scores)  # (index, score) rows of every rank
 
     def _log_metrics(self, split: str) -> None:
         values = self.metrics[split].compute()
@@ -225,11 +225,11 @@ class QDSTransformer(L.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         # Dropout draws from the global generators; saving them makes a resumed run repeat an uninterrupted one.
-        checkpoint["rng_states"] = _rng_states()
+        checkpoint["rng_states"] = rng_states()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if "rng_states" in checkpoint:
-            _set_rng_states(checkpoint["rng_states"])
+            set_rng_states(checkpoint["rng_states"])
 
 
 def _vocabulary(tokenizer: str) -> tuple[int, int]:
@@ -238,30 +238,3 @@ def _vocabulary(tokenizer: str) -> tuple[int, int]:
 
     vocab = load_tokenizer(tokenizer)
     return len(vocab), vocab.pad_token_id
-
-
-def _rng_states() -> dict:
-    import random
-
-    import numpy as np
-
-    kind, keys, position, has_gauss, gauss = np.random.get_state()
-    # Tensors and plain values only, so that torch.load(weights_only=True) reads the checkpoint.
-    numpy_state = (kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss)
-    states = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
-    if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
-    return states
-
-
-def _set_rng_states(states: dict) -> None:
-    import random
-
-    import numpy as np
-
-    torch.set_rng_state(states["torch"])
-    kind, keys, position, has_gauss, gauss = states["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
-    random.setstate(states["python"])
-    if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])

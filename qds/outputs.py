@@ -2,7 +2,8 @@
 
 Conventions (README): ``run.trec``, ``metrics.json`` mapping run name -> measure -> value with
 the BM25 first stage under ``bm25``, written atomically and never over an existing file.
-Documents below the re-ranking depth keep their first-stage order under the re-ranked ones.
+The re-ranked run itself is `common.rerank.reranked_run`'s (documents below the re-ranking depth
+keep their first-stage order under the re-ranked ones).
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ import json
 from pathlib import Path
 
 import pandas as pd
-from torch import Tensor
 
-from common.data.formats import Run, ranked, write_run
+from common.data.formats import Run, write_run
 from common.io import atomic_write
 from common.metrics import evaluate_run
 from common.report import compare, load_reported, to_markdown
@@ -31,20 +31,6 @@ PAPER_METHODS = {
     "bm25": "BM25",
 }
 MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "map": "MAP", "mrr@10": "MRR@10"}
-
-
-def reranked_run(pairs: list[tuple[str, str]], scores: Tensor, candidates: Run) -> Run:
-    """The run of the scored `pairs` ((index, score) rows of `scores`), each query's unscored candidates below."""
-    run: Run = {}
-    for index, score in scores.tolist():  # duplicates from a padded DistributedSampler carry equal scores
-        qid, doc_id = pairs[int(index)]
-        run.setdefault(qid, {})[doc_id] = float(score)
-    for qid, scored in run.items():
-        floor = min(scored.values())
-        rest = [doc_id for doc_id, _ in ranked(candidates.get(qid, {})) if doc_id not in scored]
-        for rank, doc_id in enumerate(rest, start=1):
-            scored[doc_id] = floor - rank
-    return run
 
 
 def write_results(output_dir: Path, name: str, run: Run, qrels, candidates: Run, relevance_level: int) -> dict:

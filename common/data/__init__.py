@@ -35,6 +35,7 @@ _LAZY = {
     "bm25_retrieve": "common.data.bm25",
     "build_builtin": "common.data.builtin",
     "builtin_source": "common.data.builtin",
+    "LabelGroupSampler": "common.data.samplers",
     "PairwiseSampler": "common.data.samplers",
     "PointwiseSampler": "common.data.samplers",
     "SoftmaxSampler": "common.data.samplers",

@@ -9,9 +9,11 @@ Formats (whitespace-separated unless noted):
   descending), and anything after the tag is ignored (trec_eval's own test run
   ``results.trunc`` has such trailing text)
 - collections: TSV ``docid<TAB>text``, ``docid<TAB>title<TAB>text`` or the MS MARCO
-  document layout ``docid<TAB>url<TAB>title<TAB>text`` (url dropped); or JSONL
-  ``{"doc_id": ..., "title": ..., "text": ...}`` (``title`` optional). Files ending
-  in ``.gz`` are read through gzip.
+  document layout ``docid<TAB>url<TAB>title<TAB>text`` (url kept in `Document.url`:
+  Conformer-Kernel reads "URL, title and body concatenated", Mitra et al. 2021); or
+  JSONL ``{"doc_id": ..., "url": ..., "title": ..., "text": ...}`` (``url`` and
+  ``title`` optional). Files ending in ``.gz`` are read through gzip. The TSV
+  writer writes three columns (no url); write JSONL to keep urls.
 
 Lines starting with ``#`` are comments in topics, qrels and runs (as trec_eval 10
 accepts); blank lines are skipped. Every reader streams, decodes each line as
@@ -50,9 +52,12 @@ class DataFormatError(ValueError):
 
 @dataclass(frozen=True)
 class Document:
+    """One document; `url` is last so that positional ``Document(doc_id, text, title)`` keeps working."""
+
     doc_id: str
     text: str
     title: str = ""
+    url: str = ""
 
 
 @dataclass(frozen=True)
@@ -189,19 +194,20 @@ def iter_collection(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator
 
 def _parse_tsv_document(path, number: int, line: str) -> Document:
     fields = line.split("\t")
+    url = ""
     if len(fields) == 2:
         doc_id, title, text = fields[0], "", fields[1]
     elif len(fields) == 3:
         doc_id, title, text = fields
     elif len(fields) == 4:
-        doc_id, _url, title, text = fields
+        doc_id, url, title, text = fields
     else:
         raise DataFormatError(
             path, number, f"expected 2-4 tab-separated columns (docid [url] [title] text), got {len(fields)}"
         )
     if not doc_id.strip():
         raise DataFormatError(path, number, "empty document id")
-    return Document(doc_id.strip(), text, title)
+    return Document(doc_id.strip(), text, title, url)
 
 
 def _parse_jsonl_document(path, number: int, line: str) -> Document:
@@ -210,8 +216,12 @@ def _parse_jsonl_document(path, number: int, line: str) -> Document:
     except json.JSONDecodeError as error:
         raise DataFormatError(path, number, f"invalid JSON: {error.msg} at column {error.colno}") from None
     if not isinstance(record, dict) or "doc_id" not in record or "text" not in record:
-        raise DataFormatError(path, number, 'expected an object with "doc_id" and "text" (and optional "title")')
-    return Document(str(record["doc_id"]), str(record["text"] or ""), str(record.get("title") or ""))
+        raise DataFormatError(
+            path, number, 'expected an object with "doc_id" and "text" (and optional "title" and "url")'
+        )
+    return Document(
+        str(record["doc_id"]), str(record["text"] or ""), str(record.get("title") or ""), str(record.get("url") or "")
+    )
 
 
 # --- writing -----------------------------------------------------------------
@@ -248,17 +258,28 @@ def write_run(
 
 
 def write_collection(path, documents: Iterable[Document], *, overwrite: bool = False) -> None:
-    """Write a JSONL or TSV (``docid<TAB>title<TAB>text``) collection, chosen by the file name."""
+    """Write a JSONL or TSV (``docid<TAB>title<TAB>text``) collection, chosen by the file name.
+
+    JSONL has a ``"url"`` key only for documents with a url (files without urls stay as they were);
+    TSV has no url column, so urls are not written there.
+    """
     as_jsonl = collection_format(path) == "jsonl"
     with atomic_write(path, overwrite=overwrite) as f:
         for doc in documents:
             if as_jsonl:
-                f.write(json.dumps({"doc_id": doc.doc_id, "title": doc.title, "text": doc.text}, ensure_ascii=False))
+                f.write(json.dumps(_jsonl_record(doc), ensure_ascii=False))
             else:
                 for name, value in (("title", doc.title), ("text", doc.text)):
                     _check_field(path, f"document {doc.doc_id} {name}", value, allow_space=True)
                 f.write(f"{doc.doc_id}\t{doc.title}\t{doc.text}")
             f.write("\n")
+
+
+def _jsonl_record(doc: Document) -> dict[str, str]:
+    """Keys in the MS MARCO column order (docid url title text); "url" only when there is one."""
+    # Leaving an empty url out keeps the files of url-less collections byte-identical to before.
+    url = {"url": doc.url} if doc.url else {}
+    return {"doc_id": doc.doc_id, **url, "title": doc.title, "text": doc.text}
 
 
 def _check_field(path, what: str, value: str, *, allow_space: bool) -> None:

@@ -21,7 +21,7 @@ through ir_datasets' own API. The mapping:
   0.0, since ir_datasets keeps only the qid/pid columns); that is warned about,
   because such candidates have no first-stage order.
 - documents: a `DocumentLookup` over ir_datasets' ``docs_store()``, mapping each
-  document namedtuple to ``Document(doc_id, text, title)``:
+  document namedtuple to ``Document(doc_id, text, title, url)``:
     * ``title``: the ``title`` (or NYT's ``headline``) field when it is a string,
       else ``""``;
     * ``text``: the ``doc_text_field`` when one is given; else the first string
@@ -30,8 +30,12 @@ through ir_datasets' own API. The mapping:
       with the title and url blanked, so that a title kept in
       ``Document.title`` is not repeated in the text (NFCorpus'
       ``title + abstract`` gives the abstract; GOV's bytes ``body`` gives
-      ir_datasets' HTML-to-text); else the remaining string fields joined;
-    * ``url`` and every other field are dropped.
+      ir_datasets' HTML-to-text); else the remaining string fields joined
+      (without the url);
+    * ``url``: the ``url`` field when it is a string (msmarco-document's
+      ``doc_id, url, title, body``; Conformer-Kernel reads "URL, title and
+      body", Mitra et al. 2021), else ``""``;
+    * every other field is dropped.
   ``get_many`` returns documents in the order asked (ir_datasets returns an
   unordered dict that silently skips missing ids) and raises KeyError for a
   missing id.
@@ -71,7 +75,7 @@ TITLE_FIELDS = ("title", "headline")
 #: Fields that hold the document body as-is, first string one wins (``body``: MS MARCO
 #: documents, parsed TREC docs, WaPo; ``text``: passages, TREC, BEIR). Bytes bodies (GOV) are skipped.
 BODY_FIELDS = ("body", "text")
-#: Fields never part of the text.
+#: Fields taken as the document URL, first string one wins; never part of the text.
 URL_FIELDS = ("url",)
 #: Query fields tried when a query class has no ``default_text()`` (ir_datasets < 0.5).
 QUERY_FALLBACK_FIELDS = ("text", "query", "title")
@@ -259,8 +263,8 @@ def query_text(query: Any, field: str | None = None) -> str:
 
 
 def to_document(doc: Any, text_field: str | None = None) -> Document:
-    """An ir_datasets document namedtuple as ``Document(doc_id, text, title)`` (see the module docstring)."""
-    title = next((v for f in TITLE_FIELDS if isinstance(v := getattr(doc, f, None), str)), "")
+    """An ir_datasets document namedtuple as ``Document(doc_id, text, title, url)`` (see the module docstring)."""
+    title, url = _first_string(doc, TITLE_FIELDS), _first_string(doc, URL_FIELDS)
     if text_field is not None:
         text = getattr(doc, text_field)
         if isinstance(text, bytes):
@@ -269,7 +273,12 @@ def to_document(doc: Any, text_field: str | None = None) -> Document:
             raise ValueError(f"document field {text_field!r} of {type(doc).__name__} is a {type(text).__name__}")
     else:
         text = _body(doc)
-    return Document(str(doc.doc_id), text, title)
+    return Document(str(doc.doc_id), text, title, url)
+
+
+def _first_string(doc: Any, fields: tuple[str, ...]) -> str:
+    """The first of `fields` that `doc` has as a string (a bytes field is not text), else ``""``."""
+    return next((v for f in fields if isinstance(v := getattr(doc, f, None), str)), "")
 
 
 def _body(doc: Any) -> str:

@@ -1,8 +1,8 @@
-"""Training examples for re-rankers: one group of documents per (query, positive document).
+"""Training examples for re-rankers: one group of documents per (query, positive document) or per query.
 
-Three samplers, each a map-style dataset (``len`` and ``[i]``, usable by a torch
+Four samplers, each a map-style dataset (``len`` and ``[i]``, usable by a torch
 ``DataLoader`` directly) whose item ``i`` is the `TrainingGroup` of the i-th
-*anchor*, a (query, relevant document) pair:
+*anchor*, a (query, relevant document) pair (for `LabelGroupSampler`, a query):
 
 - `PointwiseSampler`: the positive and `negatives` documents from the query's
   top-`depth` candidates, binary labels 1/0 for a BCE loss. QDS-Transformer
@@ -14,6 +14,24 @@ Three samplers, each a map-style dataset (``len`` and ``[i]``, usable by a torch
   random ones ("treating the former as more relevant", weak supervision).
   With graded qrels the top-100 document is drawn from a *lower label group*
   than the positive's, so a positive of label 3 can be paired with one of label 1.
+- `LabelGroupSampler`: Conformer-Kernel as its official code trains
+  (bmitra-msft/TREC-Deep-Learning-Quick-Start, data.py,
+  ``TRECSupervisedTrainDataset``): one group per *query*, not per positive. The
+  query's top-`depth` candidates get the label ``max(qrel, 0) + 1`` (unjudged:
+  1; the official ``qrel + 1`` without the clip, MS MARCO having no negative
+  grades) and are grouped by it; two distinct label groups are picked at random (the
+  only one when all share a label), one candidate from each, higher label
+  first, then random collection documents of label 0 up to `group_size`
+  (default 4); pairs are every two documents with different labels (the
+  official RankNet loss masks pairs by label difference). It differs from
+  `PairwiseSampler`, which follows the paper's prose (per positive: the
+  positive, 1 top-100 and 2 random negatives): a query counts once however many
+  positives it has, and only candidates enter a group, so a positive outside
+  the top `depth` is never used (when no candidate is judged, the group is one
+  unjudged candidate above three random documents). The official code draws its
+  random documents from all 3.2M MS MARCO documents, where hitting a candidate
+  is negligible; here they exclude the query's candidates and relevant
+  documents, which matters on small collections.
 - `SoftmaxSampler`: the positive and `negatives` top-`depth` negatives, for a
   listwise softmax cross-entropy with the positive at index 0 (MVA, Sec. 2.3).
 
@@ -28,16 +46,18 @@ so every pair (a, b) has ``labels[a] > labels[b]``.
 
 Impossible configurations. A query without candidates, or whose candidates are
 all relevant, has no negatives: its anchors are skipped and counted in
-`SamplerStats` (a pairwise anchor likewise when no candidate has a lower label).
+`SamplerStats` (a pairwise anchor likewise when no candidate has a lower label;
+for `LabelGroupSampler` only a query without candidates, as one anchor).
 When a query has fewer eligible negatives than asked, they are drawn with
 replacement so every group has the same size; `SamplerStats.short_queries`
 counts such queries. A sampler left with no anchor at all raises ValueError.
 
 Determinism. Item ``i`` of epoch ``e`` (``item(i, e)``; ``[i]`` uses the epoch
-of ``set_epoch``) is drawn from a numpy Generator seeded with ``(seed, e, i)``, so an epoch depends on (seed, epoch) alone: not on access
-order, DataLoader workers, or how DDP ranks split the indices. Anchors are
-sorted by (query id, document id), so the order of the input files does not
-matter either. Call ``set_epoch(e)`` for new negatives each epoch.
+of ``set_epoch``) is drawn from a numpy Generator seeded with ``(seed, e, i)``,
+so an epoch depends on (seed, epoch) alone: not on access order, DataLoader
+workers, or how DDP ranks split the indices. Anchors are sorted by (query id,
+document id) (query id alone for `LabelGroupSampler`), so the order of the
+input files does not matter either. Call ``set_epoch(e)`` for new negatives each epoch.
 
 With Lightning: let the DataLoader shuffle (Lightning swaps in a
 DistributedSampler under DDP, which shards indices per rank and calls its own
@@ -52,7 +72,7 @@ epoch it was started in. Items are dataclasses of strings; the model's
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -79,7 +99,7 @@ class TrainingGroup:
 
 @dataclass(frozen=True)
 class SamplerStats:
-    anchors: int  # (query, positive) pairs: the dataset's length
+    anchors: int  # (query, positive) pairs (queries for LabelGroupSampler): the dataset's length
     queries: int  # queries with at least one anchor
     skipped_queries: int  # queries with a positive but no usable negative
     skipped_anchors: int  # their anchors, plus pairwise anchors with no lower-label candidate
@@ -88,13 +108,28 @@ class SamplerStats:
 
 @dataclass(frozen=True)
 class _Anchor:
+    """One item: a query and its positive (none for the per-query `LabelGroupSampler`)."""
+
     qid: str
-    doc_id: str
-    label: int
+    doc_id: str = ""
+    label: int = 0
+
+
+@dataclass(frozen=True)
+class _QueryAnchors:
+    """What one query contributes: its usable anchors, how many were dropped, and whether its pool is short."""
+
+    usable: list[_Anchor] = field(default_factory=list)
+    skipped: int = 0  # anchors without a usable negative
+    short: bool = False  # fewer eligible negatives than asked: drawn with replacement
 
 
 class GroupSampler:
-    """Anchors, candidate pools and per-item seeding shared by the three samplers."""
+    """Anchors, candidate pools and per-item seeding shared by the four samplers.
+
+    A subclass draws a group in `_group`; by default each relevant document of a query is an anchor, and a
+    subclass that enumerates its items otherwise (`LabelGroupSampler`: one per query) overrides `_query_anchors`.
+    """
 
     def __init__(
         self,
@@ -125,27 +160,34 @@ class GroupSampler:
                 continue
             docs = [doc_id for doc_id, _ in ranked(candidates.get(qid, {}))[:depth]]
             labels = np.array([qrels[qid].get(doc_id, 0) for doc_id in docs], dtype=np.int64)
-            query_anchors = [_Anchor(qid, d, qrels[qid][d]) for d in positives]
-            pools = [len(self._eligible(labels, a.label)) for a in query_anchors]
-            usable = [a for a, pool in zip(query_anchors, pools) if pool > 0 or self._top_count == 0]
-            if not usable:
+            found = self._query_anchors(qid, positives, labels)
+            skipped_anchors += found.skipped
+            if not found.usable:
                 skipped_queries += 1
-            skipped_anchors += len(query_anchors) - len(usable)
-            if usable:
-                self._candidates[qid], self._labels[qid] = docs, labels
-                anchors += usable
-                if any(0 < pool < self._top_count for pool in pools):
-                    short.add(qid)
+                continue
+            self._candidates[qid], self._labels[qid] = docs, labels
+            anchors += found.usable
+            if found.short:
+                short.add(qid)
         self._anchors = anchors
         self._stats = SamplerStats(len(anchors), len(self._candidates), skipped_queries, skipped_anchors, len(short))
         if not anchors:
             raise ValueError(
                 f"no training examples: none of the {len(qrels)} qrels queries has a relevant document "
-                f"(label >= {relevance_level}) and a usable negative among its top-{depth} candidates"
+                f"(label >= {relevance_level}) and a usable negative (for label groups: any candidate) among its "
+                f"top-{depth} candidates"
             )
 
-    #: How many negatives each group draws from the candidates (set by the subclass before __init__).
+    #: How many negatives each group draws from the candidates (set by the subclass before __init__; read by the
+    #: per-positive `_query_anchors`).
     _top_count: int
+
+    def _query_anchors(self, qid: str, positives: list[str], labels: np.ndarray) -> _QueryAnchors:
+        """One anchor per positive that has a usable negative among the candidates (of candidate `labels`)."""
+        anchors = [_Anchor(qid, d, self._qrels[qid][d]) for d in positives]
+        pools = [len(self._eligible(labels, a.label)) for a in anchors]
+        usable = [a for a, pool in zip(anchors, pools) if pool > 0 or self._top_count == 0]
+        return _QueryAnchors(usable, len(anchors) - len(usable), any(0 < pool < self._top_count for pool in pools))
 
     def _eligible(self, labels: np.ndarray, anchor_label: int) -> np.ndarray:
         """Indices of the candidates that may serve as this anchor's negatives: the non-relevant ones."""
@@ -220,7 +262,49 @@ class SoftmaxSampler(_ListSampler):
         super().__init__(qrels, candidates, negatives=negatives, **options)
 
 
-class PairwiseSampler(GroupSampler):
+class _RandomDocuments:
+    """Random collection documents for a query: distinct, and neither its candidates nor its relevant documents.
+
+    Shared by the samplers that add documents "from the full collection" (Mitra et al. 2021). A subclass sets
+    `_collection` and says how many random documents a query's groups need (`_random_count`); it relies on
+    `GroupSampler`'s `_qrels`, `_candidates` and `relevance_level`.
+    """
+
+    _collection: list[str]
+
+    def _random_count(self, qid: str) -> int:
+        raise NotImplementedError
+
+    def _check_random_pool(self) -> None:
+        """Fail now, not in a worker, if some query cannot get its random documents."""
+        for qid in self._candidates:
+            count = self._random_count(qid)
+            if count == 0:
+                continue
+            if not self._collection:
+                raise ValueError(f"{type(self).__name__} draws {count} random documents per group and needs the "
+                                 "collection's document ids (collection_ids)")
+            excluded = self._excluded(qid)
+            # The cheap bound settles large collections; only a tiny one needs the exact count.
+            if len(self._collection) - len(excluded) < count and len(set(self._collection) - excluded) < count:
+                raise ValueError(f"query {qid!r}: the collection has fewer than {count} documents "
+                                 "outside its candidates and relevant documents")
+
+    def _excluded(self, qid: str) -> set[str]:
+        relevant = (d for d, label in self._qrels[qid].items() if label >= self.relevance_level)
+        return set(self._candidates[qid]).union(relevant)
+
+    def _draw_random(self, qid: str, count: int, rng: np.random.Generator) -> list[str]:
+        """`count` distinct collection documents outside the query's candidates and relevant documents (rejection)."""
+        excluded, drawn = self._excluded(qid), []
+        while len(drawn) < count:
+            doc_id = self._collection[int(rng.integers(len(self._collection)))]
+            if doc_id not in excluded and doc_id not in drawn:
+                drawn.append(doc_id)
+        return drawn
+
+
+class PairwiseSampler(_RandomDocuments, GroupSampler):
     """Conformer-Kernel's RankNet groups: positive, top-`depth` lower-label documents, random collection documents.
 
     A group holds the positive, `top_negatives` candidates with a lower label than the positive's and
@@ -243,47 +327,24 @@ class PairwiseSampler(GroupSampler):
         if top_negatives < 0 or random_negatives < 0 or top_negatives + random_negatives == 0:
             raise ValueError(f"need at least one negative, got top_negatives={top_negatives}, "
                              f"random_negatives={random_negatives}")
-        if random_negatives and not collection_ids:
-            raise ValueError("random_negatives > 0 needs the collection's document ids (collection_ids)")
         self.top_negatives = self._top_count = top_negatives
         self.random_negatives = random_negatives
         self.weak_supervision = weak_supervision
         self._collection = list(collection_ids or [])
         super().__init__(qrels, candidates, **options)
-        if random_negatives:
-            self._check_random_pool()
+        self._check_random_pool()
 
     def _eligible(self, labels: np.ndarray, anchor_label: int) -> np.ndarray:
         """Candidates of a lower label group than the positive's (graded qrels; unjudged = 0)."""
         return np.flatnonzero(labels < anchor_label)
 
-    def _check_random_pool(self) -> None:
-        """Fail now, not in a worker, if some query cannot get `random_negatives` distinct random documents."""
-        for qid in self._candidates:
-            excluded = self._excluded(qid)
-            # The cheap bound settles large collections; only a tiny one needs the exact count.
-            if len(self._collection) - len(excluded) < self.random_negatives and \
-                    len(set(self._collection) - excluded) < self.random_negatives:
-                raise ValueError(f"query {qid!r}: the collection has fewer than {self.random_negatives} documents "
-                                 "outside its candidates and relevant documents")
-
-    def _excluded(self, qid: str) -> set[str]:
-        relevant = (d for d, label in self._qrels[qid].items() if label >= self.relevance_level)
-        return set(self._candidates[qid]).union(relevant)
-
-    def _draw_random(self, qid: str, rng: np.random.Generator) -> list[str]:
-        """Distinct collection documents outside the query's candidates and relevant documents (rejection)."""
-        excluded, drawn = self._excluded(qid), []
-        while len(drawn) < self.random_negatives:
-            doc_id = self._collection[int(rng.integers(len(self._collection)))]
-            if doc_id not in excluded and doc_id not in drawn:
-                drawn.append(doc_id)
-        return drawn
+    def _random_count(self, qid: str) -> int:
+        return self.random_negatives
 
     def _group(self, anchor: _Anchor, rng: np.random.Generator) -> TrainingGroup:
         docs, labels = self._candidates[anchor.qid], self._labels[anchor.qid]
         top = self._draw_negatives(anchor, self.top_negatives, rng) if self.top_negatives else []
-        doc_ids = [anchor.doc_id] + [docs[i] for i in top] + self._draw_random(anchor.qid, rng)
+        doc_ids = [anchor.doc_id] + [docs[i] for i in top] + self._draw_random(anchor.qid, self.random_negatives, rng)
         levels = [float(anchor.label)] + [float(max(labels[i], 0)) for i in top] + \
                  [RANDOM_LABEL] * self.random_negatives
         pairs = [(0, j) for j in range(1, len(doc_ids))]
@@ -293,21 +354,82 @@ class PairwiseSampler(GroupSampler):
         return TrainingGroup(anchor.qid, tuple(doc_ids), tuple(levels), tuple(pairs))
 
 
-def from_source(kind: str, source: RankingSource, **options) -> GroupSampler:
-    """A sampler (``"pointwise"``, ``"pairwise"`` or ``"softmax"``) over a `RankingSource`'s qrels and candidates.
+class LabelGroupSampler(_RandomDocuments, GroupSampler):
+    """Conformer-Kernel's official training groups: one per query, two label groups plus random documents.
 
-    The pairwise sampler draws random negatives from the source's document ids, which must be iterable
-    (a `DocumentStore` is).
+    Follows ``TRECSupervisedTrainDataset.__getitem__`` of bmitra-msft/TREC-Deep-Learning-Quick-Start (data.py):
+    the query's top-`depth` candidates are labelled ``max(qrel, 0) + 1`` (unjudged: 1) and grouped by label; two
+    distinct groups are picked uniformly (the only group when all candidates share a label) and one candidate is
+    drawn uniformly from each, the higher label first; random collection documents of label 0 fill the group up
+    to `group_size` (the official ``num_rand_negs + 2``, 2 + 2 = 4). Pairs: every (i, j) with
+    ``labels[i] > labels[j]``, as the official RankNetLoss masks them. Items are the queries with a relevant
+    judgment (label >= `relevance_level`) and at least one candidate.
     """
-    samplers = {"pointwise": PointwiseSampler, "pairwise": PairwiseSampler, "softmax": SoftmaxSampler}
+
+    def __init__(
+        self,
+        qrels: Qrels,
+        candidates: Run,
+        collection_ids: Sequence[str] | None = None,
+        *,
+        group_size: int = 4,
+        **options,
+    ):
+        if group_size < 2:
+            raise ValueError(f"group_size must be at least 2 (two candidates), got {group_size}")
+        self.group_size = group_size
+        self._collection = list(collection_ids or [])
+        super().__init__(qrels, candidates, **options)
+        self._check_random_pool()
+
+    def _query_anchors(self, qid: str, positives: list[str], labels: np.ndarray) -> _QueryAnchors:
+        # One item per query, as the official dataset indexes queries; without candidates there is nothing to rank.
+        if len(labels) == 0:
+            return _QueryAnchors(skipped=1)
+        return _QueryAnchors([_Anchor(qid)])
+
+    def _label_groups(self, qid: str) -> dict[int, np.ndarray]:
+        """Candidate indices by official label ``max(qrel, 0) + 1``, labels ascending."""
+        levels = np.maximum(self._labels[qid], 0) + 1
+        return {int(level): np.flatnonzero(levels == level) for level in np.unique(levels)}
+
+    def _random_count(self, qid: str) -> int:
+        # Two candidates when the query has two label groups, else one; group_size >= 2 keeps this >= 0.
+        return self.group_size - min(len(self._label_groups(qid)), 2)
+
+    def _group(self, anchor: _Anchor, rng: np.random.Generator) -> TrainingGroup:
+        qid, docs = anchor.qid, self._candidates[anchor.qid]
+        groups = self._label_groups(qid)
+        levels = list(groups)
+        if len(levels) >= 2:
+            chosen = rng.choice(len(levels), size=2, replace=False)
+            picked = sorted((levels[int(k)] for k in chosen), reverse=True)
+        else:
+            picked = levels
+        doc_ids = [docs[int(rng.choice(groups[level]))] for level in picked]
+        randoms = self._draw_random(qid, self._random_count(qid), rng)
+        labels = [float(level) for level in picked] + [0.0] * len(randoms)
+        pairs = [(i, j) for i in range(len(labels)) for j in range(len(labels)) if labels[i] > labels[j]]
+        return TrainingGroup(qid, tuple(doc_ids + randoms), tuple(labels), tuple(pairs))
+
+
+def from_source(kind: str, source: RankingSource, **options) -> GroupSampler:
+    """A sampler (``"pointwise"``, ``"pairwise"``, ``"label_groups"`` or ``"softmax"``) over a `RankingSource`.
+
+    The pairwise and label-group samplers draw random documents from the source's document ids, which must be
+    iterable (a `DocumentStore` is).
+    """
+    samplers = {"pointwise": PointwiseSampler, "pairwise": PairwiseSampler, "label_groups": LabelGroupSampler,
+                "softmax": SoftmaxSampler}
     if kind not in samplers:
         raise ValueError(f"unknown sampler {kind!r}; expected one of {', '.join(samplers)}")
-    if kind == "pairwise" and options.get("random_negatives", 2) and "collection_ids" not in options:
+    draws_random = kind == "label_groups" or (kind == "pairwise" and options.get("random_negatives", 2))
+    if draws_random and "collection_ids" not in options:
         options["collection_ids"] = list(source.documents())
     return samplers[kind](source.qrels(), source.candidates(), topics=source.topics(), **options)
 
 
 __all__ = [
-    "RANDOM_LABEL", "GroupSampler", "PairwiseSampler", "PointwiseSampler", "SamplerStats", "SoftmaxSampler",
-    "TrainingGroup", "from_source",
+    "RANDOM_LABEL", "GroupSampler", "LabelGroupSampler", "PairwiseSampler", "PointwiseSampler", "SamplerStats",
+    "SoftmaxSampler", "TrainingGroup", "from_source",
 ]

@@ -1,16 +1,22 @@
 """SQLite document store and file-based ranking sources (common.data.docstore, common.data.source)."""
 
+import contextlib
 import multiprocessing
 import os
 import pickle
+import sqlite3
 
 import pytest
 
-from common.data.docstore import DocumentStore
+from common.data.docstore import SCHEMA_VERSION, DocumentStore, StaleStoreError, schema_version
 from common.data.formats import DataFormatError, Document, write_collection, write_qrels, write_run, write_topics
 from common.data.source import FileSource, RankingSource
 
-DOCS = [Document(f"d{i}", f"text of document {i}", f"title {i}" if i % 2 else "") for i in range(50)]
+# Every third document has a url (MS MARCO layout), the others none: both must come back as written.
+DOCS = [
+    Document(f"d{i}", f"text of document {i}", f"title {i}" if i % 2 else "", "" if i % 3 else f"http://x.example/{i}")
+    for i in range(50)
+]
 
 
 @pytest.fixture
@@ -31,6 +37,49 @@ def test_lookup_by_id_in_order_asked(collection, tmp_path):
         store["absent"]
     assert list(store)[:3] == ["d0", "d1", "d2"]
     assert list(store.documents()) == DOCS
+
+
+def test_url_round_trip(collection, tmp_path):
+    store = DocumentStore.build(collection, tmp_path / "store.sqlite", progress=False)
+    assert store["d3"] == Document("d3", "text of document 3", "title 3", "http://x.example/3")
+    assert store["d4"].url == ""
+    assert [d.url for d in store.get_many(["d6", "d7"])] == ["http://x.example/6", ""]
+    assert [d.url for d in store.documents()][:4] == ["http://x.example/0", "", "", "http://x.example/3"]
+    assert schema_version(store.path) == SCHEMA_VERSION == 1
+
+
+def test_tsv_url_column_reaches_the_store(tmp_path):
+    path = tmp_path / "msmarco.tsv"
+    path.write_text("D1\thttp://a.example/1\tTitle\tBody one\nD2\tTitle two\tBody two\n", encoding="utf-8")
+    store = DocumentStore.build(path, tmp_path / "s.sqlite", progress=False)
+    assert store.get_many(["D1", "D2"]) == [
+        Document("D1", "Body one", "Title", "http://a.example/1"),
+        Document("D2", "Body two", "Title two", ""),
+    ]
+
+
+def _write_old_schema_store(path):
+    """A store as built before documents had urls: no url column, user_version 0, stale text."""
+    path.unlink()
+    with contextlib.closing(sqlite3.connect(path)) as db:
+        db.execute("CREATE TABLE docs (doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, text TEXT NOT NULL)")
+        db.execute("INSERT INTO docs VALUES ('d0', '', 'stale text')")
+        db.commit()
+
+
+def test_old_schema_cache_is_rebuilt_not_read_without_urls(collection, tmp_path):
+    cache = tmp_path / "cache"
+    path = DocumentStore.for_collection(collection, cache, progress=False).path
+    _write_old_schema_store(path)
+    assert schema_version(path) == 0
+    # Opened directly, an old store says what is wrong instead of failing on a missing column.
+    with pytest.raises(StaleStoreError, match="schema version 0, this code reads version 1"):
+        DocumentStore(path)["d0"]
+    # Through the cache it is rebuilt in place from the collection, urls included.
+    rebuilt = DocumentStore.for_collection(collection, cache, progress=False)
+    assert rebuilt.path == path and schema_version(path) == SCHEMA_VERSION
+    assert len(rebuilt) == 50 and rebuilt["d0"] == Document("d0", "text of document 0", "", "http://x.example/0")
+    assert [p.name for p in cache.iterdir()] == [path.name]  # replaced, no temporary file left
 
 
 def test_store_is_built_once_and_reused(collection, tmp_path):

@@ -81,8 +81,42 @@ def test_tsv_collection_layouts(tmp_path):
     assert list(iter_collection(path)) == [
         Document("d1", "just text", ""),
         Document("d2", "body", "Title"),
-        Document("D3", "MS MARCO body", "MS MARCO title"),
+        Document("D3", "MS MARCO body", "MS MARCO title", "http://x.org/"),  # the url column is kept
     ]
+
+
+def test_jsonl_collection_with_and_without_url(tmp_path):
+    path = write(
+        tmp_path / "c.jsonl",
+        '{"doc_id": "D1", "url": "https://en.wikipedia.org/wiki/Cat", "title": "Cat", "text": "A small feline."}\n'
+        '{"doc_id": "D2", "text": "no url, no title"}\n'
+        '{"doc_id": "D3", "url": null, "text": "null url"}\n',
+    )
+    assert list(iter_collection(path)) == [
+        Document("D1", "A small feline.", "Cat", "https://en.wikipedia.org/wiki/Cat"),
+        Document("D2", "no url, no title"),
+        Document("D3", "null url", "", ""),
+    ]
+
+
+def test_url_round_trip_and_jsonl_writes_url_only_when_present(tmp_path):
+    docs = [Document("D1", "body", "T", "http://a.example/1"), Document("D2", "plain", "U")]
+    write_collection(tmp_path / "c.jsonl", docs)
+    assert (tmp_path / "c.jsonl").read_text(encoding="utf-8").splitlines() == [
+        '{"doc_id": "D1", "url": "http://a.example/1", "title": "T", "text": "body"}',
+        '{"doc_id": "D2", "title": "U", "text": "plain"}',  # byte-identical to the url-less format
+    ]
+    assert list(iter_collection(tmp_path / "c.jsonl")) == docs
+    # The TSV writer keeps its three columns (docid title text): the url is not written there.
+    write_collection(tmp_path / "c.tsv", docs)
+    assert (tmp_path / "c.tsv").read_text(encoding="utf-8") == "D1\tT\tbody\nD2\tU\tplain\n"
+    assert list(iter_collection(tmp_path / "c.tsv")) == [Document("D1", "body", "T"), Document("D2", "plain", "U")]
+
+
+def test_positional_document_keeps_its_three_fields():
+    doc = Document("d", "text", "title")
+    assert (doc.doc_id, doc.text, doc.title, doc.url) == ("d", "text", "title", "")
+    assert doc != Document("d", "text", "title", "http://x/")
 
 
 def test_collection_is_streamed(tmp_path):

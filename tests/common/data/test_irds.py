@@ -90,10 +90,10 @@ EXPECTED_TOPICS = {"1037798": "who is robert gray", "q2": "what is a cat"}
 EXPECTED_QRELS = {"1037798": {"d1": 2, "d2": 0}, "q2": {"d3": 1, "d1": -1}}
 EXPECTED_RUN = {"1037798": {"d2": 14.25, "d1": 9.5}, "q2": {"d3": 7.0, "d4": -1.5}}
 EXPECTED_DOCS = {
-    "d1": Document("d1", "Robert Gray was an American sea captain.", "Robert Gray"),
-    "d2": Document("d2", "A page without a title.", ""),
-    "d3": Document("d3", "Cats are small felines.", "Cats"),
-    "d4": Document("d4", "Dogs bark.", "Dogs"),
+    "d1": Document("d1", "Robert Gray was an American sea captain.", "Robert Gray", "http://a.example/1"),
+    "d2": Document("d2", "A page without a title.", "", "http://a.example/2"),
+    "d3": Document("d3", "Cats are small felines.", "Cats", "http://a.example/3"),
+    "d4": Document("d4", "Dogs bark.", "Dogs", "http://a.example/4"),
 }
 
 
@@ -220,7 +220,7 @@ def test_scoreddocs_without_scores_warn(tmp_path, register):
 # --- documents -----------------------------------------------------------------------
 
 
-def test_title_and_body_documents_drop_the_url(tmp_path, register):
+def test_title_and_body_documents_keep_the_url_apart(tmp_path, register):
     docs = IrDatasetsSource(register(tiny_dataset(tmp_path))).documents()
     assert isinstance(docs, DocumentLookup)
     assert docs["d1"] == EXPECTED_DOCS["d1"]
@@ -256,12 +256,13 @@ def test_documents_without_a_body_field_use_default_text_without_the_title(tmp_p
     dataset_id = register(tiny_dataset(folder, docs_cls=AbstractDoc, docs=rows))
     docs = IrDatasetsSource(dataset_id).documents()
     assert docs.get_many(["n1", "n2"]) == [
-        Document("n1", "Statins lower cholesterol.", "Statins"),  # not "Statins Statins lower ..."
-        Document("n2", "No title here.", ""),
+        # default_text() with title and url blanked: not "Statins Statins lower ..." nor the url.
+        Document("n1", "Statins lower cholesterol.", "Statins", "http://x.example/n1"),
+        Document("n2", "No title here.", "", "http://x.example/n2"),
     ]
     # doc_text_field picks the field outright.
     assert IrDatasetsSource(dataset_id, doc_text_field="url").documents()["n1"] == Document(
-        "n1", "http://x.example/n1", "Statins"
+        "n1", "http://x.example/n1", "Statins", "http://x.example/n1"
     )
     with pytest.raises(ValueError, match=r"doc_text_field='body' is not a field .* doc_id, url, title, abstract"):
         IrDatasetsSource(dataset_id, doc_text_field="body")
@@ -281,6 +282,30 @@ def test_to_document_field_choice():
 
     assert to_document(TrecParsed("FT1", "Head", "Body text.", b"<DOC>")) == Document("FT1", "Body text.", "Head")
     assert to_document(Code("c1", "add", "return a + b")) == Document("c1", "add return a + b")
+
+
+def test_to_document_takes_the_url_and_keeps_it_out_of_the_text():
+    marco = MarcoDoc("D1555982", "https://answers.yahoo.com/question/index?qid=1", "The hot glowing surfaces",
+                     "The hot glowing surfaces of stars emit energy.")
+    assert to_document(marco) == Document("D1555982", "The hot glowing surfaces of stars emit energy.",
+                                          "The hot glowing surfaces", "https://answers.yahoo.com/question/index?qid=1")
+
+    class Linked(NamedTuple):  # no body, no default_text(): the joined fields must not contain the url
+        doc_id: str
+        url: str
+        title: str
+        summary: str
+        notes: str
+
+    class BytesUrl(NamedTuple):  # a non-string url is not a url
+        doc_id: str
+        url: bytes
+        text: str
+
+    assert to_document(Linked("L1", "http://l.example/1", "Head", "Short summary.", "More.")) == Document(
+        "L1", "Short summary. More.", "Head", "http://l.example/1"
+    )
+    assert to_document(BytesUrl("B1", b"http://b.example/", "Plain text.")) == Document("B1", "Plain text.", "", "")
 
 
 # --- laziness, caching, pickling -----------------------------------------------------

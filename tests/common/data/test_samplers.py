@@ -6,6 +6,7 @@ import pytest
 
 from common.data.samplers import (
     RANDOM_LABEL,
+    LabelGroupSampler,
     PairwiseSampler,
     PointwiseSampler,
     SoftmaxSampler,
@@ -155,3 +156,129 @@ def test_topics_restrict_the_anchors_and_from_source(tmp_path):
     sampler = from_source("pairwise", source, seed=2)
     assert sampler.examples() == PairwiseSampler(QRELS, RUN, COLLECTION, seed=2).examples()
     assert isinstance(sampler[0], TrainingGroup)
+
+
+# --- LabelGroupSampler (the official Conformer-Kernel TRECSupervisedTrainDataset) ---
+#
+# qa: candidates by score c2 (rel 2), u1 (unjudged), c1 (rel 1), c0 (judged 0), n (judged -1), u2 (unjudged);
+#     official labels max(rel, 0) + 1: c2 -> 3, c1 -> 2, u1/c0/n/u2 -> 1: three label groups, so three
+#     possible picks {3, 2}, {3, 1}, {2, 1}. "out" is relevant but not retrieved: never in a group.
+# qb: only unjudged candidates v1..v3 -> one label group (label 1); its relevant "p" is not retrieved.
+# qc: relevant document, no candidates -> skipped. qd: no relevant document -> no item, not counted.
+LG_QRELS = {
+    "qa": {"c2": 2, "c1": 1, "c0": 0, "n": -1, "out": 1},
+    "qb": {"p": 2},
+    "qc": {"x": 1},
+    "qd": {"y": 0},
+}
+LG_RUN = {
+    "qa": {"c2": 6.0, "u1": 5.0, "c1": 4.0, "c0": 3.0, "n": 2.0, "u2": 1.0},
+    "qb": {"v1": 3.0, "v2": 2.0, "v3": 1.0},
+    "qd": {"y": 1.0},
+}
+LG_RANDOM = [f"r{i:02d}" for i in range(10)]
+LG_COLLECTION = list(LG_RUN["qa"]) + list(LG_RUN["qb"]) + ["out", "p", "x", "y"] + LG_RANDOM
+QA_LABEL_ONE = {"u1", "c0", "n", "u2"}
+# Random documents: the collection less the query's candidates and relevant documents.
+QA_RANDOM_POOL = {"v1", "v2", "v3", "p", "x", "y", *LG_RANDOM}
+QB_RANDOM_POOL = {"c2", "u1", "c1", "c0", "n", "u2", "out", "x", "y", *LG_RANDOM}
+
+
+def test_label_groups_one_item_per_query_with_two_label_groups_and_two_random_documents():
+    sampler = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=0)
+    assert len(sampler) == 2
+    stats = sampler.stats
+    assert (stats.anchors, stats.queries, stats.skipped_queries, stats.skipped_anchors, stats.short_queries) == (
+        2, 2, 1, 1, 0)
+    for epoch in range(20):
+        qa, qb = sampler.examples(epoch)
+        assert qa.qid == "qa" and qb.qid == "qb"
+        # qa: the higher-label candidate, then the lower one, then 2 distinct random documents of label 0.
+        high, low, *randoms = qa.doc_ids
+        expected_label = {"c2": 3.0, "c1": 2.0, **dict.fromkeys(QA_LABEL_ONE, 1.0)}
+        assert qa.labels == (expected_label[high], expected_label[low], 0.0, 0.0)
+        assert qa.labels[0] > qa.labels[1]
+        assert len(set(randoms)) == 2 and set(randoms) <= QA_RANDOM_POOL  # not a qa candidate, not "out"
+        # Every pair with a label difference, row-major: 0>1, 0>2, 0>3, 1>2, 1>3 (the two randoms tie).
+        assert qa.pairs == ((0, 1), (0, 2), (0, 3), (1, 2), (1, 3))
+        # qb: one label group -> 1 candidate + 3 random documents; "p" (relevant) is excluded from them.
+        candidate, *randoms = qb.doc_ids
+        assert candidate in {"v1", "v2", "v3"} and qb.labels == (1.0, 0.0, 0.0, 0.0)
+        assert len(set(randoms)) == 3 and set(randoms) <= QB_RANDOM_POOL
+        assert qb.pairs == ((0, 1), (0, 2), (0, 3))
+    # Over many epochs the random documents cover exactly the allowed pool (another query's candidates included).
+    assert {d for epoch in range(200) for d in sampler.item(0, epoch).doc_ids[2:]} == QA_RANDOM_POOL
+
+
+def test_label_groups_are_picked_uniformly():
+    sampler = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=11)
+    groups = [sampler.item(0, epoch) for epoch in range(600)]
+    picks = Counter(group.labels[:2] for group in groups)
+    # 3 label groups -> 3 unordered pairs, each with probability 1/3 (200 of 600; sd about 12).
+    assert set(picks) == {(3.0, 2.0), (3.0, 1.0), (2.0, 1.0)}
+    assert all(150 <= count <= 250 for count in picks.values()), picks
+    # Within the label-1 group (4 candidates), each is drawn about 1/4 of the time it is picked (~100 of ~400).
+    label_one = Counter(group.doc_ids[1] for group in groups if group.labels[1] == 1.0)
+    assert set(label_one) == QA_LABEL_ONE
+    assert all(60 <= count <= 140 for count in label_one.values()), label_one
+
+
+def test_label_groups_depth_and_group_size():
+    # Top 2 of qa: c2 (label 3) and u1 (label 1): the only possible pick, in that order.
+    shallow = LabelGroupSampler({"qa": LG_QRELS["qa"]}, LG_RUN, LG_COLLECTION, depth=2, seed=0)
+    for group in shallow.examples(0) + shallow.examples(1):
+        assert group.doc_ids[:2] == ("c2", "u1") and group.labels == (3.0, 1.0, 0.0, 0.0)
+        # Random documents exclude only the top-2 candidates and the relevant documents (c1, out).
+        assert not set(group.doc_ids[2:]) & {"c2", "u1", "c1", "out"}
+    # group_size 3: two candidates and one random document; pairs 0>1, 0>2, 1>2.
+    three = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, group_size=3, seed=0)
+    qa, qb = three.examples()
+    assert len(qa.doc_ids) == 3 and qa.labels[2] == 0.0 and qa.pairs == ((0, 1), (0, 2), (1, 2))
+    assert len(qb.doc_ids) == 3 and qb.labels == (1.0, 0.0, 0.0)
+    # group_size 2: a query with two label groups needs no random document, hence no collection.
+    two = LabelGroupSampler({"qa": LG_QRELS["qa"]}, LG_RUN, group_size=2, seed=0)
+    group = two[0]
+    assert len(group.doc_ids) == 2 and group.labels[0] > group.labels[1] > 0.0 and group.pairs == ((0, 1),)
+
+
+def test_label_groups_are_deterministic():
+    first = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=5)
+    again = LabelGroupSampler(dict(reversed(LG_QRELS.items())), LG_RUN, list(LG_COLLECTION), seed=5)
+    assert first.item(0, 3) == again.item(0, 3) and first.examples(7) == again.examples(7)
+    first.set_epoch(2)
+    assert [first[i] for i in (1, 0)] == list(reversed(first.examples(2)))
+    epochs = [first.examples(epoch) for epoch in range(4)]
+    assert any(epochs[0] != later for later in epochs[1:])
+    assert first.examples(0) != LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=6).examples(0)
+
+
+def test_label_groups_impossible_configurations_fail_clearly(tmp_path):
+    with pytest.raises(ValueError, match="group_size must be at least 2"):
+        LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, group_size=1)
+    with pytest.raises(ValueError, match="needs the collection's document ids"):
+        LabelGroupSampler(LG_QRELS, LG_RUN)
+    # qb needs one random document even at group_size 2 (a single label group).
+    with pytest.raises(ValueError, match="needs the collection's document ids"):
+        LabelGroupSampler(LG_QRELS, LG_RUN, group_size=2)
+    # One document outside qa's candidates and relevant documents, but qa needs 2.
+    with pytest.raises(ValueError, match="query 'qa': the collection has fewer than 2 documents outside"):
+        LabelGroupSampler(LG_QRELS, LG_RUN, list(LG_RUN["qa"]) + ["out", "r00"])
+    with pytest.raises(ValueError, match="no training examples"):
+        LabelGroupSampler({"qc": {"x": 1}, "qd": {"y": 0}}, LG_RUN, LG_COLLECTION)
+    with pytest.raises(IndexError):
+        LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION)[2]
+
+
+def test_label_groups_respect_topics_and_from_source(tmp_path):
+    only_qb = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, topics={"qb": "b", "qc": "c"})
+    assert len(only_qb) == 1 and only_qb[0].qid == "qb" and only_qb.stats.skipped_queries == 1
+
+    write_topics(tmp_path / "topics.tsv", {qid: f"query {qid}" for qid in LG_QRELS})
+    write_qrels(tmp_path / "qrels.txt", LG_QRELS)
+    write_run(tmp_path / "run.trec", LG_RUN)
+    write_collection(tmp_path / "docs.jsonl", [Document(d, f"text of {d}") for d in LG_COLLECTION])
+    source = FileSource(tmp_path / "topics.tsv", tmp_path / "qrels.txt", tmp_path / "run.trec",
+                        tmp_path / "docs.jsonl", cache_dir=tmp_path / "cache")
+    sampler = from_source("label_groups", source, seed=4)
+    assert isinstance(sampler, LabelGroupSampler)
+    assert sampler.examples() == LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=4).examples()

@@ -1,0 +1,180 @@
+"""A re-ranker's tasks: the data module's splits (`TaskSplits`), loaders (`SplitLoaders`) and training dataset
+(`SamplerGroups`), and the task an evaluate command names (`add_task_arguments`, `task_spec_from_args`).
+
+Every package's data module names three tasks (`common.data.source.SourceSpec`: ``builtin:<split>``,
+``irds:<ir_datasets id>`` or a mapping of TREC files), dev and test optionally, and answers the
+same questions of them: is a split configured, its `RankingSource` (opened once), its qrels and
+candidates, and which of its queries are evaluated. `TaskSplits` answers them once for all.
+
+It is a mixin rather than a member object, since the data module itself is what the models,
+the training and evaluate commands and the tests ask (``data.qrels("test")``), and a member would
+need the same five delegating methods in every package. Use it as
+
+    class MyData(TaskSplits, L.LightningDataModule):
+        def __init__(self, train="builtin:train", dev="builtin:dev", test="builtin:test",
+                     dev_queries=None, test_queries=None, seed=0, ...):
+            super().__init__()
+            self.save_hyperparameters()
+            self.specs = {"train": train, "dev": dev, "test": test}
+
+What it reads of the data module: ``self.specs`` (split -> `SourceSpec` or None), and from
+``self.hparams`` ``dev_queries`` / ``test_queries`` (evaluate a sample of that many queries; None
+or absent: all) and ``seed`` (absent: 0). It keeps the opened sources in ``self._sources``.
+
+The evaluated queries of a split are those with candidates, qrels and a topic, sorted; a sample is
+drawn with ``numpy.random.default_rng(seed).choice(..., replace=False)`` and sorted again, so the
+same seed evaluates the same queries in every package.
+
+`SplitLoaders` makes the loaders of the datasets the package builds in ``self._dataset(split)``
+(a training dataset, and `common.rerank.RerankPairs` for dev and test, each with a ``collate``):
+torchdata's ``StatefulDataLoader`` (a checkpoint taken mid-epoch resumes at the next batch),
+the training one shuffled by a generator seeded with ``hparams.seed``, ``hparams.batch_size``
+items a training batch and ``hparams.eval_batch_size`` an evaluation one, ``hparams.num_workers``
+workers. No dev task: no validation loader.
+
+    class MyData(TaskSplits, SplitLoaders, L.LightningDataModule): ...
+
+`SamplerGroups` is the training dataset over a `common.data.samplers` sampler (item i = its group
+i, ``set_epoch`` forwarded); a package subclasses it with the ``collate`` that encodes its groups.
+
+An evaluate command names its task with `add_task_arguments` (``--<option> TASK``, or the files
+``--topics/--qrels/--run/--collection``) and reads it back with `task_spec_from_args`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+from common.data.formats import Qrels, Run, Topics
+from common.data.source import RankingSource, SourceSpec, source_from_spec
+
+#: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
+TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
+
+
+class TaskSplits:
+    """Mixin for a LightningDataModule with ``specs`` {"train", "dev", "test"} -> `SourceSpec` (see the module docstring)."""
+
+    specs: dict[str, SourceSpec | None]
+
+    def has_split(self, split: str) -> bool:
+        """Whether a task is configured for `split` (``train``, ``dev`` or ``test``)."""
+        return self.specs[split] is not None
+
+    def source(self, split: str) -> RankingSource:
+        """The task of `split`, opened on first use and kept; ValueError where the split is None."""
+        sources = self.__dict__.setdefault("_sources", {})
+        if split not in sources:
+            if not self.has_split(split):
+                raise ValueError(f"no {split} task configured (data.{split} is null)")
+            sources[split] = source_from_spec(self.specs[split])
+        return sources[split]
+
+    def qrels(self, split: str) -> Qrels:
+        return self.source(split).qrels()
+
+    def candidates(self, split: str) -> Run:
+        return self.source(split).candidates()
+
+    def eval_sample_size(self, split: str) -> int | None:
+        """How many queries of `split` are evaluated: ``dev_queries`` for dev, else ``test_queries`` (None: all)."""
+        return self.hparams.get("dev_queries" if split == "dev" else "test_queries")
+
+    def eval_queries(self, split: str) -> list[str]:
+        """The evaluated queries of `split`: those with candidates, qrels and a topic, sorted, cut to a seeded sample."""
+        source = self.source(split)
+        qids = sorted(set(source.candidates()) & set(source.qrels()) & set(source.topics()))
+        limit = self.eval_sample_size(split)
+        if limit is not None and limit < len(qids):
+            rng = np.random.default_rng(self.hparams.get("seed", 0))
+            qids = sorted(rng.choice(qids, size=limit, replace=False).tolist())
+        return qids
+
+
+class SplitLoaders:
+    """Mixin: the train/dev/test loaders of the data module's ``_dataset(split)`` (see the module docstring)."""
+
+    def train_dataloader(self):
+        generator = torch.Generator().manual_seed(self.hparams.seed)
+        return self._loader(self._dataset("train"), self.hparams.batch_size, shuffle=True, generator=generator)
+
+    def val_dataloader(self):
+        return self._loader(self._dataset("dev"), self.hparams.eval_batch_size) if self.has_split("dev") else []
+
+    def test_dataloader(self):
+        return self._loader(self._dataset("test"), self.hparams.eval_batch_size)
+
+    def test_pairs(self) -> list[tuple[str, str]]:
+        """The test (qid, docid) pairs in the order the test loader visits them (``index`` refers to it)."""
+        return self._dataset("test").pairs
+
+    def _loader(self, dataset, batch_size: int, **options):
+        from torchdata.stateful_dataloader import StatefulDataLoader
+
+        return StatefulDataLoader(dataset, batch_size=batch_size, collate_fn=dataset.collate,
+                                  num_workers=self.hparams.num_workers, **options)
+
+
+class SamplerGroups(Dataset):
+    """A training sampler's groups as a dataset: item i = ``sampler[i]``, and `set_epoch` draws another epoch's.
+
+    Subclasses add ``collate(groups) -> dict`` (the loader's ``collate_fn``), encoding the groups' queries
+    (`topics`) and documents (`documents`, a `common.data.source.DocumentLookup`). The model calls
+    ``set_epoch(current_epoch)`` when each training epoch starts.
+    """
+
+    def __init__(self, sampler, topics: Topics, documents):
+        self.sampler, self.topics, self.documents = sampler, topics, documents
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __getitem__(self, index: int):
+        return self.sampler[index]
+
+    def set_epoch(self, epoch: int) -> None:
+        self.sampler.set_epoch(epoch)
+
+    def collate(self, groups: list) -> dict:
+        raise NotImplementedError(f"{type(self).__name__} encodes no batch: define collate(groups)")
+
+
+# --------------------------------------------------------------------------- evaluate commands
+
+
+def add_task_arguments(parser: argparse.ArgumentParser, option: str = "task",
+                       help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:
+    """Add ``--<option> TASK`` (`help_text`) and, in a group "or a task from files", ``--topics --qrels --run
+    --collection`` (read back by `task_spec_from_args`)."""
+    parser.add_argument(f"--{option}", help=help_text)
+    files = parser.add_argument_group("or a task from files")
+    for name in TASK_FILES:
+        files.add_argument(f"--{name}")
+
+
+def task_spec_from_args(args: argparse.Namespace, option: str = "task",
+                        required: Sequence[str] = ("topics", "run")) -> SourceSpec:
+    """The task of an evaluate command line (`add_task_arguments`): ``args.<option>`` where given, else the
+    `FileSource` mapping of ``--topics/--qrels/--run/--collection`` (an absent file: None).
+
+    `required` names the files that must be given without ``--<option>``; SystemExit, saying what to give,
+    where one is missing.
+    """
+    named = getattr(args, option)
+    if named:
+        return named
+    if not all(getattr(args, name) for name in required):
+        optional = [name for name in TASK_FILES if name not in required]
+        also = f" (and optionally {_flags(optional)})" if optional else ""
+        raise SystemExit(f"give --{option} TASK, or {_flags(required)}{also}")
+    return {field: getattr(args, name) for name, field in TASK_FILES.items()}
+
+
+def _flags(names: Sequence[str]) -> str:
+    flags = [f"--{name}" for name in names]
+    return flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"

@@ -1,0 +1,177 @@
+"""`ConformerKernelData`: the LightningDataModule of the Conformer-Kernel (Mitra et al. 2021).
+
+- Training groups (Sec. 4 and the official sampler): per query with a relevant document, one
+  document from each of two label groups of its top-100 candidates (label = qrel + 1) and random
+  collection documents (label 0) up to 4 (`common.data.samplers.LabelGroupSampler`); 32 queries
+  per batch.
+- Dev and test: each query's top-`depth` candidates re-ranked, one (query, document) pair per row,
+  batches of similar document length.
+- Vocabulary, IDFs and word2vec embeddings come from the training task (its queries and its
+  collection; `conformer_kernel.vocab`), built once and cached; or from a checkpoint
+  (`use_featurizer`), so evaluation featurises exactly as training did.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from pathlib import Path
+
+import torch
+from lightning import pytorch as L
+from torch.utils.data import Dataset
+
+from common.data.formats import Document, Topics
+from common.data.samplers import from_source
+from common.data.source import RankingSource, SourceSpec
+from common.rerank import RerankPairs, rerank_pairs
+from common.tasks import SamplerGroups, SplitLoaders, TaskSplits
+from conformer_kernel.features import Featurizer
+from conformer_kernel.orcas import orcas_from_spec
+from conformer_kernel.vocab import EmbeddingOptions, Resources
+
+
+class TrainGroups(SamplerGroups):
+    """The sampler's groups; `collate` makes `Features` (Q groups x D documents) and labels (Q, D)."""
+
+    def __init__(self, sampler, topics: Topics, documents, featurizer: Featurizer):
+        super().__init__(sampler, topics, documents)
+        self.featurizer = featurizer
+
+    def collate(self, groups) -> dict:
+        f = self.featurizer
+        queries = [f.query_terms(self.topics[g.qid]) for g in groups]
+        docs = [[f.document_terms(d) for d in self.documents.get_many(list(g.doc_ids))] for g in groups]
+        return {"features": f.batch(queries, docs), "labels": torch.tensor([g.labels for g in groups])}
+
+
+def encode_pairs(featurizer: Featurizer, queries: list[str], documents: list[Document]) -> dict:
+    """`common.rerank.RerankPairs`' encoder: one (query, document) pair per row, as {"features": `Features`}."""
+    f = featurizer
+    return {"features": f.batch([f.query_terms(q) for q in queries], [[f.document_terms(d)] for d in documents])}
+
+
+class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
+    """Training, dev and test data (see the module docstring).
+
+    Args:
+        train, dev, test: tasks (`common.data.source.SourceSpec`); dev and test may be None.
+        orcas: ORCAS clicked queries as an extra document field (`conformer_kernel.orcas`:
+            ``irds:msmarco-document/orcas`` or topics/qrels files), or None.
+        max_query_terms, max_doc_terms, max_orcas_terms: paper: 20 and 4,000; official: 2,000.
+        embedding_dim, embedding_window, min_count, embedding_epochs, embedding_workers: word2vec
+            (paper/official: 128, 10, 100, 5; 1 worker is reproducible).
+        depth: candidates per query, for the training label groups and for re-ranking (top 100).
+        group_size: documents per training query (official: 4).
+        dev_queries, test_queries: evaluate dev / test on a sample of this many queries (None: all).
+        relevance_level: lowest qrels label counted relevant.
+        batch_size: training queries per batch (paper: 32); eval_batch_size: pairs per evaluation batch.
+    """
+
+    def __init__(
+        self,
+        train: SourceSpec = "builtin:train",
+        dev: SourceSpec | None = "builtin:dev",
+        test: SourceSpec | None = "builtin:test",
+        orcas: SourceSpec | None = None,
+        max_query_terms: int = 20,
+        max_doc_terms: int = 4000,
+        max_orcas_terms: int = 2000,
+        embedding_dim: int = 128,
+        embedding_window: int = 10,
+        min_count: int = 100,
+        embedding_epochs: int = 5,
+        embedding_workers: int = 1,
+        depth: int = 100,
+        group_size: int = 4,
+        dev_queries: int | None = None,
+        test_queries: int | None = None,
+        relevance_level: int = 1,
+        batch_size: int = 32,
+        eval_batch_size: int = 64,
+        num_workers: int = 0,
+        seed: int = 0,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        self.specs = {"train": train, "dev": dev, "test": test}
+        self.relevance_level = relevance_level
+        self._datasets: dict[str, Dataset] = {}
+        self._resources: Resources | None = None
+        self._featurizer: Featurizer | None = None
+
+    # --- tasks (has_split, source, qrels, candidates, eval_queries: `common.tasks.TaskSplits`) ---
+
+    # --- vocabulary -----------------------------------------------------------------------
+
+    @property
+    def resources(self) -> Resources:
+        """Vocabulary, IDFs and embeddings of the training task (built on first use, cached on disk)."""
+        if self._resources is None:
+            if not self.has_split("train"):
+                raise ValueError("no vocabulary: configure a training task (data.train) or call use_featurizer")
+            source = self.source("train")
+            options = EmbeddingOptions(self.hparams.embedding_dim, self.hparams.embedding_window,
+                                       self.hparams.min_count, self.hparams.embedding_epochs, self.hparams.seed,
+                                       self.hparams.embedding_workers)
+            docs = source.documents()
+            self._resources = Resources.cached(_fingerprint(self.specs["train"], source), source.topics().values(),
+                                               _all_documents(docs), options)
+        return self._resources
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.resources)
+
+    def use_featurizer(self, featurizer: Featurizer) -> None:
+        """Featurise as a checkpoint does (its vocabulary, IDFs, limits and ORCAS field), not from the training task."""
+        self._resources, self._featurizer = featurizer.resources, featurizer
+        self._datasets.clear()
+
+    @property
+    def featurizer(self) -> Featurizer:
+        if self._featurizer is None:
+            h = self.hparams
+            self._featurizer = Featurizer(self.resources, h.max_query_terms, h.max_doc_terms, h.max_orcas_terms,
+                                          orcas_from_spec(h.orcas))
+        return self._featurizer
+
+    # --- datasets (loaders: `common.tasks.SplitLoaders`) ----------------------------------
+
+    def setup(self, stage: str) -> None:
+        splits = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}.get(stage, ())
+        for split in splits:
+            if self.has_split(split):
+                self._dataset(split)
+
+    def _dataset(self, split: str) -> Dataset:
+        if split not in self._datasets:
+            source = self.source(split)
+            if split == "train":
+                sampler = from_source("label_groups", source, depth=self.hparams.depth,
+                                      group_size=self.hparams.group_size, relevance_level=self.relevance_level,
+                                      seed=self.hparams.seed)
+                self._datasets[split] = TrainGroups(sampler, source.topics(), source.documents(), self.featurizer)
+            else:
+                pairs = rerank_pairs(source.candidates(), self.hparams.depth, self.eval_queries(split))
+                self._datasets[split] = RerankPairs(pairs, source.topics(), source.documents(),
+                                                     partial(encode_pairs, self.featurizer))
+        return self._datasets[split]
+
+
+def _all_documents(documents):
+    """Every document of a collection, in a stable order (a `DocumentStore` or an ir_datasets docstore)."""
+    if hasattr(documents, "documents"):
+        return documents.documents()
+    raise ValueError(f"cannot iterate over the documents of {documents!r}")
+
+
+def _fingerprint(spec: SourceSpec, source: RankingSource) -> dict:
+    """What identifies a training corpus in the resources cache: the spec, and the files' sizes and times."""
+    files = {}
+    for name in ("topics_path", "collection_path"):
+        path = getattr(source, name, None)
+        if path is not None and Path(path).is_file():
+            stat = os.stat(path)
+            files[name] = [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
+    return {"spec": spec, "files": files}

@@ -1,0 +1,85 @@
+"""``python -m conformer_kernel.evaluate --checkpoint CKPT --task TASK``: re-rank and/or fully retrieve with a trained model.
+
+``CKPT`` is a `conformer_kernel.train` checkpoint (it holds the vocabulary and IDFs). ``TASK``
+names topics, qrels, candidates and documents: ``irds:msmarco-document/trec-dl-2020/judged``,
+``builtin:test``, or ``--topics/--qrels/--run/--collection`` files. ``--modes rerank`` scores the
+candidates (top ``--depth``); ``--modes fullrank`` retrieves each query's top 100 from an impact
+index of the task's documents (`conformer_kernel.index`), built into ``OUTPUT_DIR/index`` or
+read from ``--index`` when given. Writes ``run.<mode>.trec`` and ``metrics.json`` (Table 1's
+NDCG@10, NCG@100, AP, RR; BM25 under ``bm25``) and prints the comparison with Table 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import lightning as L
+
+from common.cli import fresh_output_dir
+from common.rerank import reranked_run
+from common.tasks import add_task_arguments, task_spec_from_args
+from conformer_kernel.data import ConformerKernelData
+from conformer_kernel.index import ImpactIndex, build_index, index_terms, load_for_inference
+from conformer_kernel.outputs import comparison_table, metrics_table, reported_table, write_results
+
+MODES = ("rerank", "fullrank")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m conformer_kernel.evaluate", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="a conformer_kernel.train checkpoint")
+    add_task_arguments(parser, "task", "builtin:<split> or irds:<ir_datasets id>")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: both")
+    parser.add_argument("--index", help="an existing conformer_kernel.index folder for fullrank (default: build one)")
+    parser.add_argument("--orcas", default=None, help="ORCAS field (default: the checkpoint's training setting)")
+    parser.add_argument("--output_dir", help="default: a new outputs/ck-evaluate-<time>")
+    parser.add_argument("--depth", type=int, default=100, help="candidates re-ranked per query (default 100)")
+    parser.add_argument("--test_queries", type=int, default=None,
+                        help="evaluate a sample of this many queries (seed 0, as data.test_queries; default all)")
+    parser.add_argument("--batch_size", type=int, default=64, help="pairs per re-ranking batch (default 64)")
+    parser.add_argument("--relevance_level", type=int, default=1, help="lowest relevant label (default 1)")
+    parser.add_argument("--devices", default="auto", help="Lightning devices (default auto)")
+    return parser
+
+
+def main(argv=None) -> dict:
+    args = build_parser().parse_args(argv)
+    out = fresh_output_dir(args.output_dir, "ck-evaluate")
+    task = task_spec_from_args(args, "task", required=("topics", "qrels", "collection"))  # --run: to re-rank
+    model, featurizer = load_for_inference(args.checkpoint, args.orcas)
+    data = ConformerKernelData(train=None, dev=None, test=task, depth=args.depth, test_queries=args.test_queries,
+                               eval_batch_size=args.batch_size, relevance_level=args.relevance_level,
+                               max_query_terms=featurizer.max_query_terms, max_doc_terms=featurizer.max_doc_terms)
+    data.use_featurizer(featurizer)
+    out.mkdir(parents=True, exist_ok=True)
+    runs = {}
+    if "rerank" in args.modes:
+        trainer = L.Trainer(devices=args.devices, logger=False, default_root_dir=out, enable_model_summary=False)
+        trainer.test(model, datamodule=data)
+        runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
+    if "fullrank" in args.modes:
+        source = data.source("test")
+        topics = {qid: source.topics()[qid] for qid in data.eval_queries("test")}
+        if args.index:
+            index = ImpactIndex.load(args.index)
+        else:
+            documents = source.documents()
+            index = build_index(model, featurizer, documents, list(documents), index_terms([topics], featurizer),
+                                out / "index", trainer_options={"devices": 1})
+        runs["fullrank"] = index.retrieve(topics, featurizer)
+    name = model.hparams.model
+    metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level)
+    print(metrics_table(metrics, f"{data.source('test').name}: {len(data.eval_queries('test'))} queries"))
+    print()
+    if str(args.task).startswith("builtin"):
+        print(reported_table())
+    else:
+        print(comparison_table(metrics, orcas=bool(featurizer.orcas)))
+    print(f"\nwritten: {', '.join(str(out / f'run.{m}.trec') for m in runs)}, {out / 'metrics.json'}")
+    return metrics
+
+
+if __name__ == "__main__":
+    main()

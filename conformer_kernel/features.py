@@ -1,0 +1,80 @@
+"""From text to the `Features` of a batch (official ``featurize``, ``model_utils.py``).
+
+- Queries: their first `max_query_terms` (20) terms after `conformer_kernel.text.analyze`, padded
+  to 20 (the official code always pads to 20; `conformer_kernel.model` relies on it for its batch
+  statistics). A longer list of terms can be scored as one pseudo-query (the index does).
+- Documents: `conformer_kernel.text.document_terms` (``<S>`` ORCAS URL title body ``</S>``); the
+  model reads the first `max_doc_terms` (4000) ids, padded to the batch's longest; NDRM2 reads
+  each query term's frequency in, and the length of, the whole untruncated term list.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+
+import torch
+
+from common.data.formats import Document
+from conformer_kernel.model import Features
+from conformer_kernel.text import analyze, document_terms
+from conformer_kernel.vocab import Resources
+
+
+class Featurizer:
+    """Analyses queries and documents and builds padded `Features` batches.
+
+    Args:
+        resources: vocabulary ids and IDFs.
+        max_query_terms, max_doc_terms, max_orcas_terms: the paper's 20 and 4,000, the official 2,000.
+        orcas: doc_id -> clicked-queries text (`conformer_kernel.orcas`), or None without ORCAS.
+        cache_size: analysed documents kept per process (training draws the same ones again).
+    """
+
+    def __init__(self, resources: Resources, max_query_terms: int = 20, max_doc_terms: int = 4000,
+                 max_orcas_terms: int = 2000, orcas: Mapping[str, str] | None = None, cache_size: int = 50_000):
+        self.resources = resources
+        self.max_query_terms, self.max_doc_terms, self.max_orcas_terms = max_query_terms, max_doc_terms, max_orcas_terms
+        self.orcas = orcas
+        self.cache_size = cache_size
+        self._cache: dict[str, list[str]] = {}
+
+    def query_terms(self, text: str) -> list[str]:
+        return analyze(text)[: self.max_query_terms]
+
+    def document_terms(self, doc: Document) -> list[str]:
+        terms = self._cache.get(doc.doc_id)
+        if terms is None:
+            orcas = self.orcas.get(doc.doc_id, "") if self.orcas is not None else ""
+            terms = document_terms(doc, orcas, self.max_orcas_terms)
+            if len(self._cache) < self.cache_size:
+                self._cache[doc.doc_id] = terms
+        return terms
+
+    def batch(self, queries: Sequence[Sequence[str]], documents: Sequence[Sequence[Sequence[str]]]) -> Features:
+        """Q term lists and, for each, D document term lists -> `Features` (Q, D, ...)."""
+        Q, D = len(queries), len(documents[0])
+        if any(len(docs) != D for docs in documents):
+            raise ValueError("every query needs the same number of documents")
+        Tq = max(self.max_query_terms, *(len(q) for q in queries))
+        Td = max(min(len(d), self.max_doc_terms) for docs in documents for d in docs)
+        query_ids = torch.zeros(Q, Tq, dtype=torch.long)
+        query_mask = torch.zeros(Q, Tq)
+        query_idf = torch.zeros(Q, Tq)
+        doc_ids = torch.zeros(Q, D, Td, dtype=torch.long)
+        doc_mask = torch.zeros(Q, D, Td)
+        tf = torch.zeros(Q, D, Tq)
+        doc_length = torch.zeros(Q, D)
+        ids, idf = self.resources.id, self.resources.idf
+        for i, terms in enumerate(queries):
+            query_ids[i, : len(terms)] = torch.tensor([ids(t) for t in terms], dtype=torch.long)
+            query_mask[i, : len(terms)] = 1.0
+            query_idf[i, : len(terms)] = torch.tensor([idf.get(t, 0.0) for t in terms])
+            for j, doc in enumerate(documents[i]):
+                kept = doc[: self.max_doc_terms]
+                doc_ids[i, j, : len(kept)] = torch.tensor([ids(t) for t in kept], dtype=torch.long)
+                doc_mask[i, j, : len(kept)] = 1.0
+                counts = Counter(doc)
+                tf[i, j, : len(terms)] = torch.tensor([float(counts[t]) for t in terms])
+                doc_length[i, j] = len(doc)
+        return Features(query_ids, query_mask, query_idf, doc_ids, doc_mask, tf, doc_length)

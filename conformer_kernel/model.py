@@ -1,0 +1,362 @@
+"""Conformer-Kernel with query term independence: NDRM1, NDRM2, NDRM3 (Mitra et al. 2021).
+
+Read top to bottom: the separable self-attention (Eq. 2) beside the standard one (Eq. 1), the
+Conformer layer, the document encoder, windowed kernel pooling, BatchScale, and the three
+rankers. Every ranker returns one score per query term (`term_scores`, shape ``(Q, D, Tq)``) and
+sums them (query term independence, Sec. 2: s_qd = Σ_{t∈q} s_td), which is what lets
+`conformer_kernel.index` precompute s_td for every (term, document).
+
+Where the paper is silent this follows the official implementation
+(bmitra-msft/TREC-Deep-Learning-Quick-Start, ``model.py``, ``conformer.py``):
+
+- Separable attention shares one projection for queries and keys (``in_proj`` of size 2H x H gives
+  K and V; Q = K), scales Q by d_h^-1/2 before its softmax over the d_h features, puts padded
+  positions at -inf in the softmax of Kᵀ over positions, and drops out both attention matrices.
+- Conformer layer: grouped 1-D convolution (window 31, padding 15, groups = heads = 32) whose
+  output is what the attention reads; the residual adds the layer's input:
+  x = LN(x + Dropout(Attn(Conv(x)))); x = LN(x + Dropout(FF(x))) with FF = Linear(H, H)-ReLU-
+  Dropout-Linear(H, H) (post-norm, like ``nn.TransformerEncoderLayer``). The Transformer-Kernel
+  (TK) variant keeps everything but uses standard attention (separate Q, K, V) and no convolution.
+- NDRM1: documents are w0·embedding + w1·context + b (a ``Linear(2, 1)`` over the pair); queries
+  are ``Linear(H, H)`` of their non-contextual embeddings; cosine similarity; 10 RBF kernels
+  (mu_i = 1 - 2i/10, sigma = 0.1); windowed kernel pooling per query term (windows of 300 terms,
+  stride 100: sum of kernel values, log(x + 1e-6), MLP Linear(10, H)-ReLU-Dropout-Linear(H, 1),
+  max over windows).
+- NDRM2: Eq. 4 with BatchScale's cumulative mean over all training batches, w_dlen = 1, b_dlen = 0
+  at the start; tf and |d| count the untruncated document.
+- NDRM3: Eq. 3 as BatchNorm over the pair [NDRM1 term score, NDRM2 term score], then Linear(2, 1).
+
+Choices of this repository, each exact with respect to the official computation:
+
+- The official code pads every document to 4,000 terms, so the kernel pooling always has 38
+  windows, the trailing ones empty (their value, the MLP of log(1e-6), is a floor of the max).
+  Batches here pad only to their longest document and add that one empty window whenever the
+  4,000-term layout would have had one. Padded positions are zeroed before the convolution and
+  masked in attention, so a document's scores do not depend on what it is batched with (the
+  precomputed index equals the re-ranking scores).
+- Queries are padded to `max_query_terms` (20) as in the official code, so BatchScale's mean and
+  NDRM3's BatchNorm statistics count the same padded slots.
+- Cosine similarity as unit vectors times unit vectors (a matmul), not a broadcast
+  (Q, D, Tq, Td, H) product.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+# --- inputs ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Features:
+    """One batch: Q queries with D documents each (`conformer_kernel.features` builds them)."""
+
+    query_ids: Tensor  # (Q, Tq) vocabulary ids, 0 = UNK/padding
+    query_mask: Tensor  # (Q, Tq) 1.0 for a real term
+    query_idf: Tensor  # (Q, Tq)
+    doc_ids: Tensor  # (Q, D, Td)
+    doc_mask: Tensor  # (Q, D, Td)
+    tf: Tensor  # (Q, D, Tq) frequency of each query term in the untruncated document
+    doc_length: Tensor  # (Q, D) untruncated length |d|
+
+    def to(self, device) -> Features:
+        return Features(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
+
+
+# --- attention ------------------------------------------------------------------------------
+
+
+class SeparableSelfAttention(nn.Module):
+    """Eq. 2: Φ(Q) · (Φ(Kᵀ) · V), never forming the n x n matrix QKᵀ; memory O(n · d_key)."""
+
+    def __init__(self, hidden: int, heads: int, dropout: float):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden size {hidden} is not divisible by {heads} heads")
+        self.heads = heads
+        self.in_proj = nn.Linear(hidden, 2 * hidden)  # K and V; Q shares K's projection
+        self.out_proj = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, padding: Tensor) -> Tensor:
+        B, N, H = x.shape  # padding: (B, N), True at padded positions
+        k, v = self.in_proj(x).view(B, N, 2, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # (B, h, N, dh)
+        q = k
+        q = self.dropout(torch.softmax(q * k.shape[-1] ** -0.5, dim=-1))  # Φ(Q): softmax over d_key
+        k = k.masked_fill(padding[:, None, :, None], float("-inf"))
+        k = self.dropout(torch.softmax(k, dim=-2))  # Φ(Kᵀ): softmax over the n positions
+        a = k.transpose(-2, -1) @ v  # A = Φ(Kᵀ) · V: (B, h, dh, dh)
+        y = q @ a  # (B, h, N, dh)
+        return self.out_proj(y.transpose(1, 2).reshape(B, N, H))
+
+
+class DotProductSelfAttention(nn.Module):
+    """Eq. 1: Φ(QKᵀ / √d_key) · V, the Transformer-Kernel's attention (forms the n x n matrix)."""
+
+    def __init__(self, hidden: int, heads: int, dropout: float):
+        super().__init__()
+        if hidden % heads:
+            raise ValueError(f"hidden size {hidden} is not divisible by {heads} heads")
+        self.heads = heads
+        self.in_proj = nn.Linear(hidden, 3 * hidden)
+        self.out_proj = nn.Linear(hidden, hidden)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, padding: Tensor) -> Tensor:
+        B, N, H = x.shape
+        q, k, v = self.in_proj(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # (B, h, N, dh)
+        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, h, N, N)
+        scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
+        y = self.dropout(torch.softmax(scores, dim=-1)) @ v  # (B, h, N, dh)
+        return self.out_proj(y.transpose(1, 2).reshape(B, N, H))
+
+
+# --- the document encoder ---------------------------------------------------------------------
+
+
+class ConformerLayer(nn.Module):
+    """Grouped convolution, then (separable) self-attention and a feed-forward block, post-norm (Sec. 3)."""
+
+    def __init__(self, hidden: int, heads: int, dropout: float, conv_window: int | None, separable: bool):
+        super().__init__()
+        if conv_window is not None and conv_window % 2 == 0:
+            raise ValueError(f"conv_window must be odd (same-length output with padding w // 2), got {conv_window}")
+        # TK (no convolution, standard attention) is the same layer with conv_window=None, separable=False.
+        self.conv = None if conv_window is None else \
+            nn.Conv1d(hidden, hidden, conv_window, padding=conv_window // 2, groups=heads)
+        self.attn = (SeparableSelfAttention if separable else DotProductSelfAttention)(hidden, heads, dropout)
+        self.ff = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, hidden))
+        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, padding: Tensor) -> Tensor:  # x: (B, N, H)
+        h = x
+        if self.conv is not None:
+            # Zeroed padding: the convolution then reads a document the same however it is padded.
+            h = self.conv(h.masked_fill(padding[..., None], 0.0).transpose(1, 2).contiguous()).transpose(1, 2)
+        x = self.norm1(x + self.dropout1(self.attn(h, padding)))
+        return self.norm2(x + self.dropout2(self.ff(x)))
+
+
+class PositionalEncoding(nn.Module):
+    """Sinusoidal positions added to the document embeddings (Vaswani et al. 2017), then dropout."""
+
+    def __init__(self, hidden: int, max_len: int, dropout: float):
+        super().__init__()
+        position = torch.arange(max_len, dtype=torch.float32)[:, None]
+        frequency = torch.exp(torch.arange(0, hidden, 2, dtype=torch.float32) * (-math.log(10000.0) / hidden))
+        pe = torch.zeros(max_len, hidden)
+        pe[:, 0::2] = torch.sin(position * frequency)
+        pe[:, 1::2] = torch.cos(position * frequency)
+        self.register_buffer("pe", pe, persistent=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:  # (B, N, H)
+        return self.dropout(x + self.pe[: x.shape[1]])
+
+
+class DocumentEncoder(nn.Module):
+    """Positions, then `layers` Conformer (CK) or Transformer (TK) layers."""
+
+    def __init__(self, hidden: int, heads: int, layers: int, dropout: float, max_len: int,
+                 conv_window: int | None = 31, separable: bool = True):
+        super().__init__()
+        self.positions = PositionalEncoding(hidden, max_len, dropout)
+        self.layers = nn.ModuleList(ConformerLayer(hidden, heads, dropout, conv_window, separable)
+                                    for _ in range(layers))
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:  # x: (B, N, H), mask: (B, N) 1.0 = term
+        padding = mask == 0
+        x = self.positions(x)
+        for layer in self.layers:
+            x = layer(x, padding)
+        return x
+
+
+# --- windowed kernel pooling ----------------------------------------------------------------------
+
+
+def window_count(length: int, window: int, stride: int) -> int:
+    """Windows of the official layout: a 4,000-term document has (4000 - 300) // 100 + 1 = 38."""
+    return max(length - window, 0) // stride + 1
+
+
+class WindowedKernelPooling(nn.Module):
+    """Per query term: RBF kernels over the cosine similarities, summed per window, log, MLP, max (TKL)."""
+
+    def __init__(self, kernels: int, sigma: float, window: int, stride: int, max_doc_terms: int, hidden: int,
+                 dropout: float):
+        super().__init__()
+        self.register_buffer("mus", torch.tensor([1 - 2 * i / kernels for i in range(kernels)]), persistent=False)
+        # A document limit below the window gives one window over all of it (the official code fails there).
+        self.sigma, self.window, self.stride = sigma, min(window, max_doc_terms), stride
+        self.windows = window_count(max_doc_terms, self.window, stride)
+        self.mlp = nn.Sequential(nn.Linear(kernels, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+
+    def forward(self, similarity: Tensor, doc_mask: Tensor) -> Tensor:
+        """(..., Tq, Td) cosine similarities and a (..., Td) mask -> (..., Tq) term scores."""
+        k = torch.exp(-((similarity[..., None] - self.mus) ** 2) / (2 * self.sigma**2))  # (..., Tq, Td, K)
+        k = k * doc_mask[..., None, :, None]
+        sums = self.window_sums(k)  # (..., Tq, W, K)
+        return self.mlp(torch.log(sums + 1e-6)).squeeze(-1).amax(dim=-1)
+
+    def window_sums(self, k: Tensor) -> Tensor:
+        """Sums over the windows that start inside the padded length, plus one empty window when the
+        official 4,000-term layout has windows starting beyond it (their sums are all zero)."""
+        length = k.shape[-2]
+        starts = min(self.windows, -(-length // self.stride))  # windows starting before `length`
+        end = self.stride * (starts - 1) + self.window
+        k = F.pad(k, (0, 0, 0, max(end - length, 0)))[..., :end, :]
+        sums = k.unfold(-2, self.window, self.stride).sum(-1)  # (..., Tq, starts, K)
+        if starts < self.windows:
+            sums = F.pad(sums, (0, 0, 0, 1))
+        return sums
+
+
+# --- BatchScale -----------------------------------------------------------------------------------
+
+
+class BatchScale(nn.Module):
+    """BS(x) = x / (E[x] + ε), E[x] the cumulative mean of every training value seen (Eq. 4)."""
+
+    def __init__(self, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.register_buffer("running_mean", torch.zeros(()))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.training:
+            n = x.numel()
+            self.count += n
+            self.running_mean += ((x.detach().sum() - n * self.running_mean) / self.count).to(self.running_mean)
+        return x / (self.running_mean + self.eps)
+
+
+# --- the rankers ------------------------------------------------------------------------------------
+
+
+class NDRM1(nn.Module):
+    """Conformer-Kernel with QTI (Fig. 1b): latent matching of non-contextual query terms."""
+
+    def __init__(self, vocab_size: int, hidden: int = 256, heads: int = 32, layers: int = 2, dropout: float = 0.2,
+                 conv_window: int | None = 31, separable: bool = True, kernels: int = 10, sigma: float = 0.1,
+                 pool_window: int = 300, pool_stride: int = 100, max_doc_terms: int = 4000,
+                 identity_init: bool = False):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, hidden)
+        self.query_proj = nn.Linear(hidden, hidden)
+        self.encoder = DocumentEncoder(hidden, heads, layers, dropout, max_doc_terms, conv_window, separable)
+        self.mix = nn.Linear(2, 1)  # w0·embedding + w1·context + b
+        self.pooling = WindowedKernelPooling(kernels, sigma, pool_window, pool_stride, max_doc_terms, hidden, dropout)
+        if identity_init:
+            # Not the paper's (PyTorch's default initialisation): query projection = identity and document =
+            # embedding (w0 = 1, w1 = 0, b = 0), so an untrained model already matches a term with itself at cosine 1.
+            with torch.no_grad():
+                self.query_proj.weight.copy_(torch.eye(hidden))
+                self.query_proj.bias.zero_()
+                self.mix.weight.copy_(torch.tensor([[1.0, 0.0]]))
+                self.mix.bias.zero_()
+
+    def encode_documents(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
+        """(B, Td) ids -> (B, Td, H) unit vectors of w0·embedding + w1·context + b."""
+        e = self.embed(doc_ids)  # (B, Td, H)
+        context = self.encoder(e, doc_mask)
+        d = self.mix(torch.stack([e, context], dim=-1)).squeeze(-1)
+        return F.normalize(d, dim=-1, eps=1e-8)
+
+    def encode_terms(self, term_ids: Tensor) -> Tensor:
+        """(..., Tq) ids -> (..., Tq, H) unit vectors of Linear(embedding)."""
+        return F.normalize(self.query_proj(self.embed(term_ids)), dim=-1, eps=1e-8)
+
+    def match(self, terms: Tensor, docs: Tensor, doc_mask: Tensor) -> Tensor:
+        """Unit vectors (Q, Tq, H) and (Q, D, Td, H) -> (Q, D, Tq) kernel-pooled term scores."""
+        similarity = terms[:, None] @ docs.transpose(-2, -1)  # cosine: (Q, D, Tq, Td)
+        return self.pooling(similarity, doc_mask)
+
+    def term_scores(self, f: Features) -> Tensor:
+        Q, D, Td = f.doc_ids.shape
+        docs = self.encode_documents(f.doc_ids.view(Q * D, Td), f.doc_mask.view(Q * D, Td)).view(Q, D, Td, -1)
+        return self.match(self.encode_terms(f.query_ids), docs, f.doc_mask) * f.query_mask[:, None]
+
+    def forward(self, f: Features) -> Tensor:
+        return self.term_scores(f).sum(-1)  # QTI: s_qd = Σ_t s_td
+
+    def index_scores(self, f: Features, chunk: int = 64) -> Tensor:
+        """s_td of one pseudo-query's T terms (Q = 1) for its N documents: (N, T), `chunk` terms at a time."""
+        docs = self.encode_documents(f.doc_ids[0], f.doc_mask[0])  # (N, Td, H), once for all terms
+        terms = self.encode_terms(f.query_ids[0])  # (T, H)
+        scores = [self.pooling(terms[i : i + chunk] @ docs.transpose(-2, -1), f.doc_mask[0])  # (N, chunk)
+                  for i in range(0, len(terms), chunk)]
+        return torch.cat(scores, dim=-1) * f.query_mask
+
+
+class NDRM2(nn.Module):
+    """Eq. 4: IDF_t · BS(tf) / (BS(tf) + ReLU(w_dlen · BS(|d|) + b_dlen) + ε), explicit term matching."""
+
+    def __init__(self, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.scale_tf, self.scale_length = BatchScale(), BatchScale()
+        self.length = nn.Linear(1, 1)
+        with torch.no_grad():
+            self.length.weight.fill_(1.0)
+            self.length.bias.zero_()
+
+    def term_scores(self, f: Features) -> Tensor:
+        length = F.relu(self.length(self.scale_length(f.doc_length)[..., None]))  # (Q, D, 1)
+        tf = self.scale_tf(f.tf)  # (Q, D, Tq)
+        return f.query_idf[:, None] * tf / (tf + length + self.eps) * f.query_mask[:, None]
+
+    def forward(self, f: Features) -> Tensor:
+        return self.term_scores(f).sum(-1)
+
+    def index_scores(self, f: Features, chunk: int = 64) -> Tensor:
+        return self.term_scores(f)[0]  # (N, T)
+
+
+class NDRM3(nn.Module):
+    """Eq. 3: s_td = w1·BN(s_td^latent) + w2·BN(s_td^explicit) + b, NDRM1 and NDRM2 per query term."""
+
+    def __init__(self, vocab_size: int, **ndrm1_options):
+        super().__init__()
+        self.ndrm1 = NDRM1(vocab_size, **ndrm1_options)
+        self.ndrm2 = NDRM2()
+        self.norm = nn.BatchNorm1d(2)
+        self.combine = nn.Linear(2, 1)
+
+    def combine_terms(self, latent: Tensor, explicit: Tensor, query_mask: Tensor) -> Tensor:
+        """(Q, D, Tq) NDRM1 and NDRM2 term scores -> (Q, D, Tq) NDRM3 term scores."""
+        pair = torch.stack([latent, explicit], dim=-1)  # (Q, D, Tq, 2)
+        y = self.combine(self.norm(pair.view(-1, 2))).view(pair.shape[:-1])
+        return y * query_mask[:, None]
+
+    def term_scores(self, f: Features) -> Tensor:
+        return self.combine_terms(self.ndrm1.term_scores(f), self.ndrm2.term_scores(f), f.query_mask)
+
+    def forward(self, f: Features) -> Tensor:
+        return self.term_scores(f).sum(-1)
+
+    def index_scores(self, f: Features, chunk: int = 64) -> Tensor:
+        return self.combine_terms(self.ndrm1.index_scores(f, chunk)[None], self.ndrm2.term_scores(f), f.query_mask)[0]
+
+
+def build_ranker(kind: str, vocab_size: int, encoder: str = "conformer", conv_window: int = 31,
+                 **options) -> nn.Module:
+    """NDRM1, NDRM2 or NDRM3; ``encoder="transformer"`` gives the TK variant (no convolution, Eq. 1)."""
+    if encoder not in ("conformer", "transformer"):
+        raise ValueError(f"encoder must be 'conformer' or 'transformer', got {encoder!r}")
+    if kind == "ndrm2":
+        return NDRM2()
+    conformer = encoder == "conformer"
+    options.update(conv_window=conv_window if conformer else None, separable=conformer)
+    if kind == "ndrm1":
+        return NDRM1(vocab_size, **options)
+    if kind == "ndrm3":
+        return NDRM3(vocab_size, **options)
+    raise ValueError(f"unknown model {kind!r}: expected ndrm1, ndrm2 or ndrm3")

@@ -1,0 +1,394 @@
+"""The ORCAS "clicked queries" document field of the Conformer-Kernel TREC DL 2020 runs.
+
+Paper (Mitra et al. 2021, "Improving Transformer-Kernel Ranking Model Using
+Conformer and Query Term Independence", TREC 2020 Deep Learning track; Sec. 4,
+"Model variants"): "The TREC 2020 Deep Learning track provided participants
+with a click log dataset called ORCAS. We use clicked queries in the ORCAS data
+as additional meta description for corresponding documents to complement the
+intrinsic document content (URL, title, and body). Unlike previous work on
+fielded document representations, we simply concatenate the different fields"
+-- the "NDRM3 + ORCAS" rows of Table 1.
+
+The official implementation (github.com/bmitra-msft/TREC-Deep-Learning-Quick-Start,
+``data_utils.py``) builds this as one extra text field per document: it reads the
+ORCAS click records (``orcas.tsv``: qid, query, docid, url) in file order, appends each clicked query's text to the list
+of its document, and joins the list with single spaces; a document nobody
+clicked gets ``""``. The featuriser later keeps the first ``max_terms_orcas =
+2000`` terms of that field after its own text processing, so nothing is
+truncated here. This module gives that field as `OrcasField`, a read-only
+mapping ``doc_id -> text``, with two choices of ours:
+
+- each query appears once per document (a repeated (query, document) click is
+  kept at its first position), and clicks with relevance <= 0 are ignored (ORCAS
+  grades every click 1, "User click");
+- the click order is the order of the qrels input, first seen first;
+- a query whose text is empty adds nothing (no stray double space), and a
+  document whose clicked queries are all empty counts as unclicked.
+
+The official code keeps every click record as it comes; ORCAS describes its
+records as distinct clicked query-document pairs, so on ORCAS itself the
+deduplication should change nothing.
+
+Inputs: ``OrcasField.from_files(topics, qrels)`` reads a ``qid<TAB>text`` topics
+file and a ``qid iter docid rel`` qrels file through `common.data.formats`
+(errors name the file and line; a click whose query id is not in the topics is
+an error); ``OrcasField.from_irds("msmarco-document/orcas")`` reads ir_datasets'
+ORCAS queries (``(query_id, text)``, ~10.4M) and qrels (``query_id -> doc_id``,
+~18.8M clicks over ~1.4M documents), reporting a missing download as
+`common.data.irds.DatasetUnavailableError`. Configs name it through
+`orcas_from_spec` (``data.orcas: irds:msmarco-document/orcas``).
+
+Storage: the field is computed once into an SQLite file (table ``field(doc_id
+PRIMARY KEY, text)`` plus a ``meta`` table recording what it was built from)
+under ``common.data.docstore.cache_root() / "orcas"``
+(``$EFFICIENT_RANKERS_CACHE/orcas``), named by a key of its inputs (resolved path,
+size and modification time of both files; or the ir_datasets id) and a format
+version, and reused by every later run. The build streams the inputs into a
+staging SQLite database beside it (ORCAS's queries do not fit comfortably in a
+Python dict), groups the clicks by document there, writes the field into a
+temporary file and renames it into place, so an interrupted build never leaves a
+half-built cache. Lookups open the file read-only, one connection per process,
+so an `OrcasField` can be pickled into DataLoader workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import sqlite3
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tqdm.auto import tqdm
+
+from common.data import irds
+from common.data.docstore import cache_root
+from common.data.formats import DataFormatError, iter_qrels, iter_topics
+
+#: Bumped whenever the build's semantics change, so that an old cache is not reused.
+FORMAT_VERSION = 1
+#: The ir_datasets id of ORCAS.
+DEFAULT_DATASET_ID = "msmarco-document/orcas"
+
+_BATCH = 100_000
+
+
+class OrcasField:
+    """Read-only mapping ``doc_id -> clicked-queries text`` backed by SQLite; safe to use after a fork.
+
+    Like a ``defaultdict(str)`` that never grows: ``field[doc_id]`` is ``""`` for a
+    document nobody clicked, while ``doc_id in field``, ``len(field)`` and
+    iteration cover only the documents with at least one click.
+    ``field.get(doc_id, None)`` tells the two apart.
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise FileNotFoundError(f"{self.path}: no such ORCAS field file")
+        self._connection: sqlite3.Connection | None = None
+        self._pid: int | None = None
+
+    # --- construction -------------------------------------------------------
+
+    @classmethod
+    def from_files(
+        cls,
+        topics_path: str | os.PathLike,
+        qrels_path: str | os.PathLike,
+        cache_dir: str | os.PathLike | None = None,
+        *,
+        progress: bool = True,
+    ) -> OrcasField:
+        """The field built from a topics file (ORCAS queries) and a qrels file (clicks); cached."""
+        inputs = []
+        for path in (topics_path, qrels_path):
+            resolved = Path(path).resolve()
+            if not resolved.is_file():
+                raise FileNotFoundError(f"{path}: no such file")
+            stat = resolved.stat()
+            inputs.append(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}")
+        key = _key("files", *inputs)
+        path = _cache_dir(cache_dir) / f"{_slug(Path(topics_path).name)}-{key}.sqlite"
+        if path.is_file():
+            return cls(path)
+        topics_label, qrels_label = str(topics_path), str(qrels_path)
+        _build(
+            path,
+            iter_topics(topics_path),
+            iter_qrels(qrels_path),
+            duplicate_query=lambda number, qid: DataFormatError(topics_label, number, f"duplicate topic id {qid!r}"),
+            unknown_query=lambda number, qid: DataFormatError(
+                qrels_label, number, f"query id {qid!r} is not in the topics file {topics_label}"
+            ),
+            source=f"files: topics={Path(topics_path).resolve()} qrels={Path(qrels_path).resolve()}",
+            name=Path(qrels_path).name,
+            progress=progress,
+        )
+        return cls(path)
+
+    @classmethod
+    def from_irds(
+        cls,
+        dataset_id: str = DEFAULT_DATASET_ID,
+        cache_dir: str | os.PathLike | None = None,
+        *,
+        progress: bool = True,
+    ) -> OrcasField:
+        """The field built from an ir_datasets dataset's queries and qrels (default: ORCAS); cached by id.
+
+        A cached field is opened without touching ir_datasets. Otherwise the id is
+        resolved (`common.data.irds.UnknownDatasetError` for a typo) and its files
+        read, or `common.data.irds.DatasetUnavailableError` raised naming where
+        ir_datasets expects them.
+        """
+        path = _cache_dir(cache_dir) / f"irds-{_slug(dataset_id)}-{_key('irds', dataset_id)}.sqlite"
+        if path.is_file():
+            return cls(path)
+        dataset = irds.load_dataset(dataset_id)
+        for entity in ("queries", "qrels"):
+            has = getattr(dataset, f"has_{entity}", None)
+            if has is not None and not has():
+                raise ValueError(f"ir_datasets dataset {dataset_id!r} has no {entity}; the ORCAS field needs both")
+
+        def queries() -> Iterator[tuple[int, str, str]]:
+            with irds._reading(dataset_id, "queries"):
+                for number, query in enumerate(dataset.queries_iter(), start=1):
+                    yield number, str(query.query_id), irds.query_text(query)
+
+        def clicks() -> Iterator[tuple[int, str, str, int]]:
+            with irds._reading(dataset_id, "qrels"):
+                for number, qrel in enumerate(dataset.qrels_iter(), start=1):
+                    yield number, str(qrel.query_id), str(qrel.doc_id), int(qrel.relevance)
+
+        _build(
+            path,
+            queries(),
+            clicks(),
+            duplicate_query=lambda number, qid: DataFormatError(
+                f"ir_datasets:{dataset_id} queries", None, f"duplicate query id {qid!r} (record {number})"
+            ),
+            unknown_query=lambda number, qid: DataFormatError(
+                f"ir_datasets:{dataset_id} qrels", None, f"query id {qid!r} is not among the queries (record {number})"
+            ),
+            source=f"irds:{dataset_id}",
+            name=dataset_id,
+            progress=progress,
+        )
+        return cls(path)
+
+    # --- lookup -------------------------------------------------------------
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        # SQLite connections must not cross a fork (DataLoader workers): reopen per process.
+        if self._connection is None or self._pid != os.getpid():
+            uri = f"{self.path.resolve().as_uri()}?mode=ro"
+            self._connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self._pid = os.getpid()
+        return self._connection
+
+    def _lookup(self, doc_id: object) -> str | None:
+        if not isinstance(doc_id, str):
+            return None
+        row = self._db.execute("SELECT text FROM field WHERE doc_id = ?", (doc_id,)).fetchone()
+        return None if row is None else row[0]
+
+    def __getitem__(self, doc_id: str) -> str:
+        if not isinstance(doc_id, str):
+            raise TypeError(f"document ids are str, not {type(doc_id).__name__}")
+        text = self._lookup(doc_id)
+        return "" if text is None else text
+
+    def get(self, doc_id: str, default: Any = "") -> Any:
+        text = self._lookup(doc_id)
+        return default if text is None else text
+
+    def __contains__(self, doc_id: object) -> bool:
+        return self._lookup(doc_id) is not None
+
+    def __len__(self) -> int:
+        return self._db.execute("SELECT COUNT(*) FROM field").fetchone()[0]
+
+    def __iter__(self) -> Iterator[str]:
+        """The clicked documents' ids, in id order."""
+        for (doc_id,) in self._db.execute("SELECT doc_id FROM field ORDER BY doc_id"):
+            yield doc_id
+
+    @property
+    def source(self) -> str:
+        """What the field was built from (``files: ...`` or ``irds:<id>``)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'source'").fetchone()
+        return "" if row is None else row[0]
+
+    def __repr__(self) -> str:
+        return f"OrcasField({str(self.path)!r})"
+
+    def __getstate__(self) -> dict:
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["path"])
+
+
+#: An ORCAS field as a config value: ``"irds:<ir_datasets id>"`` or ``{"topics_path": ..., "qrels_path": ...}``.
+OrcasSpec = str | dict
+
+
+def orcas_from_spec(spec: OrcasSpec | None) -> OrcasField | None:
+    """The `OrcasField` a config names (None for none); a malformed spec raises ValueError saying why."""
+    if spec is None:
+        return None
+    if isinstance(spec, dict):
+        if set(spec) != {"topics_path", "qrels_path"}:
+            raise ValueError(
+                f"an ORCAS field from files needs exactly topics_path and qrels_path; got {sorted(map(str, spec))}"
+            )
+        return OrcasField.from_files(spec["topics_path"], spec["qrels_path"])
+    if isinstance(spec, str):
+        kind, _, value = spec.partition(":")
+        if kind == "irds" and value:
+            return OrcasField.from_irds(value)
+    raise ValueError(
+        f"cannot read the ORCAS field {spec!r}: expected None, 'irds:<ir_datasets id>' (e.g. "
+        f"'irds:{DEFAULT_DATASET_ID}') or a mapping with topics_path and qrels_path"
+    )
+
+
+# --- building -------------------------------------------------------------------
+
+
+def _cache_dir(cache_dir: str | os.PathLike | None) -> Path:
+    return Path(cache_dir) if cache_dir is not None else cache_root() / "orcas"
+
+
+def _key(*parts: str) -> str:
+    return hashlib.sha256("\0".join((f"v{FORMAT_VERSION}", *parts)).encode()).hexdigest()[:16]
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "orcas"
+
+
+def _batched(rows: Iterable, size: int = _BATCH) -> Iterator[list]:
+    batch = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _build(
+    path: Path,
+    queries: Iterable[tuple[int, str, str]],
+    clicks: Iterable[tuple[int, str, str, int]],
+    *,
+    duplicate_query,
+    unknown_query,
+    source: str,
+    name: str,
+    progress: bool,
+) -> None:
+    """Write the field of `clicks` (``(number, qid, doc_id, rel)``) over `queries` (``(number, qid, text)``) to `path`.
+
+    The queries and clicks are staged in a scratch database beside `path`; the field
+    goes to a temporary file renamed onto `path` at the end. Both scratch files
+    are removed whatever happens.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    scratch = []
+    for suffix in (".tmp", ".stage.tmp"):
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+        os.close(fd)
+        scratch.append(tmp)
+    tmp, stage = scratch
+    try:
+        with contextlib.closing(sqlite3.connect(tmp)) as db:
+            db.execute("ATTACH DATABASE ? AS stage", (stage,))
+            for schema in ("main", "stage"):
+                db.execute(f"PRAGMA {schema}.journal_mode = OFF")
+                db.execute(f"PRAGMA {schema}.synchronous = OFF")
+            db.execute("PRAGMA cache_size = -262144")  # 256 MiB for the staging index and sort
+            db.execute("CREATE TABLE stage.queries (qid TEXT PRIMARY KEY, text TEXT NOT NULL) WITHOUT ROWID")
+            db.execute("CREATE TABLE stage.clicks (qid TEXT NOT NULL, doc_id TEXT NOT NULL, number INTEGER NOT NULL)")
+
+            for number, qid, text in tqdm(queries, desc=f"ORCAS queries ({name})", unit=" queries",
+                                          disable=not progress):
+                try:
+                    db.execute("INSERT INTO stage.queries VALUES (?, ?)", (qid, text))
+                except sqlite3.IntegrityError:
+                    raise duplicate_query(number, qid) from None
+
+            kept = (
+                (qid, doc_id, number)
+                for number, qid, doc_id, rel in tqdm(clicks, desc=f"ORCAS clicks ({name})", unit=" clicks",
+                                                      disable=not progress)
+                if rel > 0
+            )
+            for batch in _batched(kept):
+                db.executemany("INSERT INTO stage.clicks VALUES (?, ?, ?)", batch)
+
+            unknown = db.execute(
+                "SELECT c.number, c.qid FROM stage.clicks AS c "
+                "WHERE NOT EXISTS (SELECT 1 FROM stage.queries AS q WHERE q.qid = c.qid) ORDER BY c.rowid LIMIT 1"
+            ).fetchone()
+            if unknown is not None:
+                raise unknown_query(*unknown)
+
+            # A covering index lists each document's clicks in input order (`number` grows with the input).
+            db.execute("CREATE INDEX stage.clicks_by_doc ON clicks (doc_id, number, qid)")
+            db.execute("CREATE TABLE field (doc_id TEXT PRIMARY KEY, text TEXT NOT NULL)")
+            db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            (documents,) = db.execute("SELECT COUNT(DISTINCT doc_id) FROM stage.clicks").fetchone()
+            rows = db.execute(
+                "SELECT c.doc_id, c.qid, q.text FROM stage.clicks AS c JOIN stage.queries AS q ON q.qid = c.qid "
+                "ORDER BY c.doc_id, c.number"
+            )
+            fields = tqdm(_fields(rows), total=documents, desc=f"ORCAS field ({name})", unit=" docs",
+                          disable=not progress)
+            written = 0
+            for batch in _batched(fields):
+                db.cursor().executemany("INSERT INTO field VALUES (?, ?)", batch)
+                written += len(batch)
+            (total_clicks,) = db.execute("SELECT COUNT(*) FROM stage.clicks").fetchone()
+            db.executemany(
+                "INSERT INTO meta VALUES (?, ?)",
+                [("source", source), ("format_version", str(FORMAT_VERSION)),
+                 ("clicks", str(total_clicks)), ("documents", str(written))],
+            )
+            db.commit()
+            db.execute("DETACH DATABASE stage")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(stage)
+
+
+def _fields(rows: Iterable[tuple[str, str, str]]) -> Iterator[tuple[str, str]]:
+    """``(doc_id, text)`` from rows sorted by document then click order: each query once, joined by spaces."""
+    current: str | None = None
+    seen: set[str] = set()
+    texts: list[str] = []
+    for doc_id, qid, text in rows:
+        if doc_id != current:
+            if current is not None and texts:
+                yield current, " ".join(texts)
+            current, seen, texts = doc_id, set(), []
+        if qid in seen:
+            continue
+        seen.add(qid)
+        if text:
+            texts.append(text)
+    if current is not None and texts:
+        yield current, " ".join(texts)

@@ -1,0 +1,79 @@
+"""What `conformer_kernel.train` and `conformer_kernel.evaluate` write and print.
+
+``run.<mode>.trec`` per evaluated setting (``rerank``, ``fullrank``) and ``metrics.json``
+mapping run name (``<model>-<mode>``, and ``bm25`` for the first-stage candidates on the same
+queries) -> Table 1's measures, written atomically and never over an existing file.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from common.data.formats import Qrels, Run, ranked, write_run
+from common.io import atomic_write
+from common.metrics import evaluate_run
+from common.report import load_reported, to_markdown
+from conformer_kernel.ranker import MEASURES
+
+MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "ncg@100": "NCG@100", "map": "AP", "recip_rank": "RR"}
+#: Runs are 100 deep in Table 1 ("all metrics are computed at rank 100").
+DEPTH = 100
+
+
+def cut(run: Run, depth: int = DEPTH) -> Run:
+    """Each query's top `depth` documents in trec_eval's order."""
+    return {qid: dict(ranked(scores)[:depth]) for qid, scores in run.items()}
+
+
+def write_results(output_dir: Path, model: str, runs: dict[str, Run], qrels: Qrels, candidates: Run,
+                  relevance_level: int) -> dict:
+    """Write ``run.<mode>.trec`` per run and ``metrics.json`` (BM25 on the same queries included)."""
+    metrics = {}
+    for mode, run in runs.items():
+        run = cut(run)
+        write_run(output_dir / f"run.{mode}.trec", run, tag=f"{model}-{mode}")
+        metrics[f"{model}-{mode}"] = evaluate_run(qrels, run, MEASURES, relevance_level=relevance_level)
+    queries = set().union(*runs.values())
+    bm25 = cut({qid: candidates[qid] for qid in queries if qid in candidates})
+    metrics["bm25"] = evaluate_run(qrels, bm25, MEASURES, relevance_level=relevance_level)
+    with atomic_write(output_dir / "metrics.json") as f:
+        json.dump(metrics, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return metrics
+
+
+def metrics_table(metrics: dict, title: str) -> str:
+    """The reproduced runs side by side (rows: runs; columns: NDCG@10, NCG@100, AP, RR)."""
+    frame = pd.DataFrame([{"run": run, **{MEASURE_LABELS[m]: values[m] for m in MEASURES}}
+                          for run, values in metrics.items()])
+    return f"{title}\n\n{to_markdown(frame)}"
+
+
+def reported_table() -> str:
+    """Table 1 of the paper (TREC DL 2020 documents), for reference."""
+    rows = load_reported("conformer_kernel", table=1)
+    frame = rows.pivot_table(index=["method", "setting"], columns="metric", values="value", aggfunc="first",
+                             sort=False)
+    frame = frame[list(MEASURE_LABELS)].rename(columns=MEASURE_LABELS).reset_index()
+    return f"Reported in the paper (Table 1, TREC DL 2020 documents, official evaluation)\n\n{to_markdown(frame)}"
+
+
+def comparison_table(metrics: dict, orcas: bool = False) -> str:
+    """Reproduced vs Table 1 on TREC DL 2020: runs ``ndrm<k>-<mode>`` against the row of that model and subtask."""
+    reported = load_reported("conformer_kernel", table=1)
+    rows = []
+    for run, values in metrics.items():
+        model, _, mode = run.partition("-")
+        method = model.upper() + (" + ORCAS" if orcas else "")
+        match = reported[(reported["method"] == method) & (reported["setting"] == mode)]
+        for _, row in match.iterrows():
+            if row["metric"] in values:
+                rows.append({"method": method, "subtask": mode, "measure": MEASURE_LABELS[row["metric"]],
+                             "reported": row["value"], "reproduced": values[row["metric"]],
+                             "diff": values[row["metric"]] - row["value"]})
+    if not rows:
+        return f"No row of Table 1 matches {sorted(metrics)}."
+    return f"Reproduced vs reported (Table 1, TREC DL 2020 documents)\n\n{to_markdown(pd.DataFrame(rows))}"

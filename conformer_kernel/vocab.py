@@ -1,0 +1,155 @@
+"""Vocabulary, IDF and pretrained word embeddings of the Conformer-Kernel (Mitra et al. 2021).
+
+- Embeddings (Sec. 4, "Model training"): word2vec skip-gram trained on the training queries and
+  the documents (URL, title and body; the official code's corpus, without ORCAS), "a
+  concatenation of the IN and OUT embeddings" initialising the embedding layer. The official code
+  uses fastText's word2vec with dim 128 (so 256 after concatenation), window 10, min count 100,
+  5 epochs and no character n-grams; here gensim's `Word2Vec` (sg=1) with fastText's defaults for
+  what the paper does not state: learning rate 0.05, 5 negatives, sub-sampling threshold 1e-4.
+  A single worker thread keeps the vectors a function of the seed (``workers`` > 1 is faster on
+  MS MARCO and not reproducible).
+- Ids: UNK = 0 (also padding), ``<S>`` = 1, ``</S>`` = 2, all three zero vectors; then the word2vec
+  vocabulary, most frequent first.
+- IDF (official ``model_utils.py``): max(log((N - df + 0.5) / (df + 0.5)), 0) over the N collection
+  documents (URL, title, body), kept for every collection term with a positive value (missing = 0),
+  keyed by term so that a query term outside the embedding vocabulary still has its IDF (NDRM2).
+
+`Resources.build` does both in one pass over the collection and `Resources.cached` keeps the
+result under ``$EFFICIENT_RANKERS_CACHE/conformer_kernel/`` (built in a temporary folder, then
+renamed; keyed by the corpus and every option).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from common.data.docstore import cache_root
+from common.data.formats import Document
+from conformer_kernel.text import END, START, analyze
+
+#: The three ids before the word2vec vocabulary.
+SPECIAL = ("UNK", START, END)
+UNK = 0
+
+
+@dataclass(frozen=True)
+class EmbeddingOptions:
+    """word2vec settings (the paper's: dim 128 per direction, window 10, 5 epochs; min count 100 on MS MARCO)."""
+
+    dim: int = 128
+    window: int = 10
+    min_count: int = 100
+    epochs: int = 5
+    seed: int = 0
+    workers: int = 1
+
+
+@dataclass
+class Resources:
+    """Term ids, IDFs and the initial embedding matrix ``(len(terms), 2 * dim)`` (IN ‖ OUT)."""
+
+    terms: list[str]
+    idf: dict[str, float]
+    embeddings: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.ids = {term: i for i, term in enumerate(self.terms)}
+
+    def __len__(self) -> int:
+        return len(self.terms)
+
+    def id(self, term: str) -> int:
+        return self.ids.get(term, UNK)
+
+    # -- building --
+
+    @classmethod
+    def build(cls, queries: Iterable[str], documents: Iterable[Document], options: EmbeddingOptions,
+              progress: bool = True) -> Resources:
+        """Embeddings from `queries` + `documents`, IDFs from `documents` (see the module docstring)."""
+        from gensim.models import Word2Vec
+
+        sentences: list[list[str]] = [terms for q in queries if (terms := analyze(q))]
+        df: Counter[str] = Counter()
+        n = 0
+        for doc in tqdm(documents, desc="analysing documents", unit=" docs", disable=not progress):
+            fields = [terms for part in (getattr(doc, "url", ""), doc.title, doc.text) if (terms := analyze(part))]
+            sentences += fields  # one word2vec sentence per field, as the official corpus file has one line each
+            df.update(set().union(*fields))
+            n += 1
+        if n == 0:
+            raise ValueError("no documents to compute IDFs and embeddings from")
+        idf = {t: v for t, count in df.items() if (v := max(math.log((n - count + 0.5) / (count + 0.5)), 0.0)) > 0}
+        model = Word2Vec(sentences=sentences, vector_size=options.dim, window=options.window,
+                         min_count=options.min_count, sg=1, epochs=options.epochs, seed=options.seed,
+                         workers=options.workers, alpha=0.05, sample=1e-4, negative=5)
+        vectors = np.concatenate([model.wv.vectors, model.syn1neg], axis=1).astype(np.float32)
+        embeddings = np.concatenate([np.zeros((len(SPECIAL), vectors.shape[1]), np.float32), vectors])
+        return cls([*SPECIAL, *model.wv.index_to_key], idf, embeddings)
+
+    @classmethod
+    def cached(cls, key: dict, queries: Iterable[str], documents: Iterable[Document],
+               options: EmbeddingOptions) -> Resources:
+        """`build`'s result for the corpus described by `key` (JSON-serialisable), built once."""
+        digest = hashlib.sha256(json.dumps({"corpus": key, "options": asdict(options), "version": 1},
+                                           sort_keys=True).encode()).hexdigest()[:16]
+        folder = cache_root() / "conformer_kernel" / f"resources-{digest}"
+        if not (folder / "meta.json").is_file():
+            resources = cls.build(queries, documents, options)
+            resources.save(folder, meta={"corpus": key, "options": asdict(options)})
+        return cls.load(folder)
+
+    # -- storage --
+
+    def save(self, folder: str | os.PathLike, meta: dict | None = None) -> None:
+        """Write ``terms.txt``, ``idf.tsv``, ``embeddings.npy`` and ``meta.json`` into a new `folder`, atomically."""
+        folder = Path(folder)
+        if folder.exists():
+            raise FileExistsError(f"{folder} already exists; refusing to overwrite it")
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
+        try:
+            (tmp / "terms.txt").write_text("".join(f"{t}\n" for t in self.terms), encoding="utf-8")
+            (tmp / "idf.tsv").write_text("".join(f"{t}\t{v!r}\n" for t, v in sorted(self.idf.items())),
+                                         encoding="utf-8")
+            if self.embeddings is not None:
+                np.save(tmp / "embeddings.npy", self.embeddings)
+            (tmp / "meta.json").write_text(json.dumps(meta or {}, indent=2, sort_keys=True) + "\n")
+            tmp.chmod(0o755)
+            os.replace(tmp, folder)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    @classmethod
+    def load(cls, folder: str | os.PathLike) -> Resources:
+        folder = Path(folder)
+        terms = (folder / "terms.txt").read_text(encoding="utf-8").splitlines()
+        idf = {}
+        for line in (folder / "idf.tsv").read_text(encoding="utf-8").splitlines():
+            term, value = line.split("\t")
+            idf[term] = float(value)
+        embeddings = np.load(folder / "embeddings.npy") if (folder / "embeddings.npy").is_file() else None
+        return cls(terms, idf, embeddings)
+
+    # -- inside checkpoints --
+
+    def state(self) -> dict:
+        """What a checkpoint keeps (the embeddings live in the model's weights)."""
+        return {"terms": self.terms, "idf": self.idf}
+
+    @classmethod
+    def from_state(cls, state: dict) -> Resources:
+        return cls(list(state["terms"]), dict(state["idf"]))

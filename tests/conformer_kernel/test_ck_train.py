@@ -1,0 +1,93 @@
+"""End to end on the built-in collection: training improves the ranking, and train/evaluate/index agree.
+
+Small model (hidden 32, 4 heads), so that the whole file runs in a minute or two on 2 CPU cores;
+the paper-size default is measured in results/conformer_kernel/README.md.
+"""
+
+import json
+
+import lightning as L
+import pytest
+import torch
+
+from common.data.formats import read_run
+from conformer_kernel import evaluate, train
+from conformer_kernel.data import ConformerKernelData
+from conformer_kernel.index import ImpactIndex
+from conformer_kernel.ranker import ConformerKernel
+
+SMALL = ["--data.embedding_dim", "16", "--model.heads", "4", "--model.layers", "1", "--data.batch_size", "8"]
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_training_beats_the_initial_ranking():
+    L.seed_everything(0)
+    data = ConformerKernelData(dev=None, min_count=2, embedding_dim=16, batch_size=8, depth=20, test_queries=40,
+                               eval_batch_size=200)
+    model = ConformerKernel(vocab_size=data.vocab_size, hidden=32, heads=4, layers=1, lr=1e-3)
+    trainer = L.Trainer(max_steps=60, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1)
+    before = trainer.test(model, datamodule=data, verbose=False)[0]
+    trainer.fit(model, datamodule=data)
+    after = trainer.test(model, datamodule=data, verbose=False)[0]
+    assert after["test/ndcg_cut_10"] > before["test/ndcg_cut_10"] + 0.05, (before, after)
+    assert after["test/map"] > before["test/map"]
+
+
+def test_train_evaluate_and_index_agree(tmp_path):
+    out = tmp_path / "run"
+    metrics = train.main([*SMALL, "--data.min_count", "2", "--data.depth", "10", "--data.dev_queries", "10",
+                          "--data.test_queries", "25", "--trainer.max_steps", "4", "--trainer.val_check_interval",
+                          "2", "--output_dir", str(out)])
+    assert sorted(metrics) == ["bm25", "ndrm3-fullrank", "ndrm3-rerank"]
+    assert set(metrics["ndrm3-fullrank"]) == {"ndcg_cut_10", "ncg@100", "map", "recip_rank"}
+    assert json.loads((out / "metrics.json").read_text()) == metrics
+    for name in ("config.yaml", "run.rerank.trec", "run.fullrank.trec", "index/index.npz", "checkpoints/last.ckpt"):
+        assert (out / name).is_file(), name
+    best = next((out / "checkpoints").glob("best-*.ckpt"))
+
+    # QTI: the index's s_qd of each re-ranked document equals the model's re-ranking score.
+    index = ImpactIndex.load(out / "index")
+    model = ConformerKernel.load_from_checkpoint(best, map_location="cpu").eval()
+    data = ConformerKernelData(train=None, dev=None, depth=10, test_queries=25)
+    from conformer_kernel.index import load_for_inference
+
+    _, featurizer = load_for_inference(str(best))
+    data.use_featurizer(featurizer)
+    reranked = read_run(out / "run.rerank.trec")
+    topics = data.source("test").topics()
+    checked = 0
+    for qid in data.eval_queries("test"):
+        top = dict(sorted(reranked[qid].items(), key=lambda kv: -kv[1])[:10])  # the 10 documents the model scored
+        scores = index.score_all(featurizer.query_terms(topics[qid]))
+        for doc_id, score in top.items():
+            assert scores[index.doc_ids.index(doc_id)] == pytest.approx(score, abs=1e-5)
+            checked += 1
+        by_model = sorted(top, key=lambda d: -top[d])
+        by_index = sorted(top, key=lambda d: -scores[index.doc_ids.index(d)])
+        assert by_model == by_index
+    assert checked == 250
+
+    # The evaluate command reproduces the training run's test runs from the checkpoint and the index.
+    evaluate.main(["--checkpoint", str(best), "--task", "builtin:test", "--depth", "10", "--test_queries", "25",
+                   "--index", str(out / "index"), "--output_dir", str(tmp_path / "eval")])
+    for mode in ("rerank", "fullrank"):
+        trained, evaluated = read_run(out / f"run.{mode}.trec"), read_run(tmp_path / "eval" / f"run.{mode}.trec")
+        assert set(trained) == set(evaluated) and len(evaluated) == 25
+        for qid, scores in trained.items():
+            assert evaluated[qid] == pytest.approx(scores, abs=1e-5)
+    assert model.hparams.model == "ndrm3"
+
+
+def test_output_folder_is_never_reused(tmp_path):
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "x").write_text("taken")
+    with pytest.raises(SystemExit, match="not empty"):
+        train.main([*SMALL, "--output_dir", str(tmp_path / "run")])
