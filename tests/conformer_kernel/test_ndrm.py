@@ -280,3 +280,18 @@ def test_build_ranker():
         build_ranker("ndrm4", 10)
     with pytest.raises(ValueError, match="encoder"):
         build_ranker("ndrm1", 10, encoder="lstm")
+
+
+def test_identity_init_matches_a_term_with_itself_at_cosine_one():
+    torch.manual_seed(0)
+    model = NDRM1(30, hidden=16, heads=4, layers=1, dropout=0.0, max_doc_terms=50, pool_window=10, pool_stride=5,
+                  identity_init=True).eval()
+    ids = torch.tensor([[5, 7, 9, 5]])
+    with torch.no_grad():
+        docs = model.encode_documents(ids, torch.ones(1, 4))  # (1, 4, H)
+        terms = model.encode_terms(torch.tensor([5, 8]))  # (2, H)
+        cosine = terms @ docs[0].T  # (2, 4)
+    assert cosine[0, 0].item() == pytest.approx(1.0, abs=1e-6) and cosine[0, 3].item() == pytest.approx(1.0, abs=1e-6)
+    assert abs(cosine[1, 0].item()) < 0.9  # another term's embedding: not the same direction
+    default = NDRM1(30, hidden=16, heads=4, layers=1, max_doc_terms=50, pool_window=10, pool_stride=5)
+    assert not torch.equal(default.query_proj.weight, torch.eye(16))
