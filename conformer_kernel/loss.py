@@ -8,7 +8,6 @@ adds 1e-6 inside the log; ``logsigmoid`` computes the same value without it, sta
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 

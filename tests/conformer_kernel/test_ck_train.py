@@ -8,7 +8,6 @@ import json
 
 import lightning as L
 import pytest
-import torch
 
 from common.data.formats import read_run
 from conformer_kernel import evaluate, train
@@ -19,12 +18,7 @@ from conformer_kernel.ranker import ConformerKernel
 SMALL = ["--data.embedding_dim", "16", "--model.heads", "4", "--model.layers", "1", "--data.batch_size", "8"]
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: threads only contend on a shared machine
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_training_beats_the_initial_ranking():

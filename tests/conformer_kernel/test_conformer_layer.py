@@ -12,13 +12,7 @@ from conformer_kernel.model import (
 )
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These tensors are tiny: intra-op threads only add overhead (a lot of it on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _layer(hidden=16, heads=4, conv_window=31, separable=True, seed=0) -> ConformerLayer:

@@ -46,13 +46,7 @@ TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
 SMALL = dict(hidden=16, heads=4, layers=1, conv_window=3, max_doc_terms=200, pool_window=30, pool_stride=10)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny tensors: intra-op threads only add overhead (a lot of it on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 class Lookup(dict):

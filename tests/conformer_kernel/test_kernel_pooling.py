@@ -9,13 +9,7 @@ from torch import nn
 from conformer_kernel.model import WindowedKernelPooling, window_count
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These tensors are tiny: intra-op threads only add overhead (a lot of it on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _kv(s: float, mu: float, sigma: float = 0.1) -> float:

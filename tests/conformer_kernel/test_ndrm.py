@@ -22,13 +22,7 @@ from conformer_kernel.model import (
 from conformer_kernel.vocab import Resources
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These tensors are tiny: intra-op threads only add overhead (a lot of it on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 EPS = 1e-6

@@ -15,13 +15,7 @@ import torch
 from conformer_kernel.model import DotProductSelfAttention, SeparableSelfAttention
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """These tensors are tiny: intra-op threads only add overhead (a lot of it on a busy machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def _seeded(module: torch.nn.Module, seed: int, scale: float = 0.5) -> torch.nn.Module:
