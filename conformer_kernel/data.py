@@ -100,9 +100,7 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         self._resources: Resources | None = None
         self._featurizer: Featurizer | None = None
 
-    # --- tasks (has_split, source, qrels, candidates, eval_queries: `common.tasks.TaskSplits`) ---
-
-    # --- vocabulary -----------------------------------------------------------------------
+    # --- vocabulary (the tasks' accessors come from `common.tasks.TaskSplits`) ----------------
 
     @property
     def resources(self) -> Resources:
@@ -114,9 +112,8 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
             options = EmbeddingOptions(self.hparams.embedding_dim, self.hparams.embedding_window,
                                        self.hparams.min_count, self.hparams.embedding_epochs, self.hparams.seed,
                                        self.hparams.embedding_workers)
-            docs = source.documents()
             self._resources = Resources.cached(_fingerprint(self.specs["train"], source), source.topics().values(),
-                                               _all_documents(docs), options)
+                                               source.documents().documents(), options)
         return self._resources
 
     @property
@@ -157,13 +154,6 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
                 self._datasets[split] = RerankPairs(pairs, source.topics(), source.documents(),
                                                      partial(encode_pairs, self.featurizer))
         return self._datasets[split]
-
-
-def _all_documents(documents):
-    """Every document of a collection, in a stable order (a `DocumentStore` or an ir_datasets docstore)."""
-    if hasattr(documents, "documents"):
-        return documents.documents()
-    raise ValueError(f"cannot iterate over the documents of {documents!r}")
 
 
 def _fingerprint(spec: SourceSpec, source: RankingSource) -> dict:

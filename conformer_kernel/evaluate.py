@@ -19,7 +19,7 @@ from common.cli import fresh_output_dir
 from common.rerank import reranked_run
 from common.tasks import add_task_arguments, task_spec_from_args
 from conformer_kernel.data import ConformerKernelData
-from conformer_kernel.index import ImpactIndex, build_index, index_terms, load_for_inference
+from conformer_kernel.index import full_ranking, load_for_inference
 from conformer_kernel.outputs import comparison_table, metrics_table, reported_table, write_results
 
 MODES = ("rerank", "fullrank")
@@ -60,15 +60,7 @@ def main(argv=None) -> dict:
         trainer.test(model, datamodule=data)
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     if "fullrank" in args.modes:
-        source = data.source("test")
-        topics = {qid: source.topics()[qid] for qid in data.eval_queries("test")}
-        if args.index:
-            index = ImpactIndex.load(args.index)
-        else:
-            documents = source.documents()
-            index = build_index(model, featurizer, documents, list(documents), index_terms([topics], featurizer),
-                                out / "index", trainer_options={"devices": 1})
-        runs["fullrank"] = index.retrieve(topics, featurizer)
+        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", {"devices": 1}, args.index)
     name = model.hparams.model
     metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level)
     print(metrics_table(metrics, f"{data.source('test').name}: {len(data.eval_queries('test'))} queries"))

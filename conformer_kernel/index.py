@@ -21,6 +21,7 @@ it stopped (``--resume``); when every shard exists the rank-zero process merges 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import shutil
@@ -33,6 +34,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
@@ -40,6 +42,7 @@ from common.data.formats import Run, Topics
 from common.data.source import source_from_spec
 from common.io import atomic_write
 from conformer_kernel.features import Featurizer
+from conformer_kernel.orcas import orcas_from_spec
 from conformer_kernel.ranker import ConformerKernel
 
 INDEX_FILES = ("index.npz", "terms.txt", "doc_ids.txt", "meta.json")
@@ -221,6 +224,22 @@ def build_index(model: ConformerKernel, featurizer: Featurizer, documents, doc_i
 # --- command line ------------------------------------------------------------------------------------------
 
 
+def full_ranking(model: ConformerKernel, featurizer: Featurizer, data, folder: str | os.PathLike,
+                 trainer_options: dict | None = None, index_folder: str | os.PathLike | None = None) -> Run:
+    """The top 100 of every evaluated test query of `data` (a `ConformerKernelData`) by full retrieval: from the
+    index in `index_folder`, or from one built into `folder` for those queries' terms over the test collection."""
+    source = data.source("test")
+    topics = {qid: source.topics()[qid] for qid in data.eval_queries("test")}
+    if index_folder is not None:
+        index = ImpactIndex.load(index_folder)
+    else:
+        documents = source.documents()
+        doc_ids, terms = list(documents), index_terms([topics], featurizer)
+        rank_zero_info(f"fullrank: indexing {len(terms)} query terms x {len(doc_ids)} documents into {folder}")
+        index = build_index(model, featurizer, documents, doc_ids, terms, folder, trainer_options=trainer_options)
+    return index.retrieve(topics, featurizer)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m conformer_kernel.index", description=__doc__.split("\n\n")[0],
                                      epilog=__doc__.split("\n\n", 1)[1],
@@ -246,8 +265,6 @@ def load_for_inference(checkpoint: str, orcas=None) -> tuple[ConformerKernel, Fe
     """A trained model in eval mode and a featuriser with its vocabulary, IDFs and text limits."""
     model = ConformerKernel.load_from_checkpoint(checkpoint, map_location="cpu").eval()
     data = torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
-    from conformer_kernel.orcas import orcas_from_spec
-
     featurizer = Featurizer(model.resources, data.get("max_query_terms", 20), data.get("max_doc_terms", 4000),
                             data.get("max_orcas_terms", 2000), orcas_from_spec(orcas if orcas else data.get("orcas")))
     return model, featurizer
@@ -281,8 +298,6 @@ def _read_lines(path: Path) -> list[str]:
 
 
 def _digest(items: Sequence[str]) -> str:
-    import hashlib
-
     return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
 
 

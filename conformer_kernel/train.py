@@ -21,12 +21,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 
 from common.cli import RankerCLI
 from common.rerank import reranked_run
 from conformer_kernel.data import ConformerKernelData
-from conformer_kernel.index import build_index, index_terms
+from conformer_kernel.index import full_ranking
 from conformer_kernel.outputs import metrics_table, reported_table, write_results
 from conformer_kernel.ranker import ConformerKernel
 
@@ -57,19 +56,6 @@ class ConformerKernelCLI(RankerCLI):
         super().before_instantiate_classes()
 
 
-def full_ranking(model: ConformerKernel, data: ConformerKernelData, folder: Path, accelerator: str) -> dict:
-    """Index the test collection for the test queries' terms and retrieve every query's top 100."""
-    source = data.source("test")
-    topics = {qid: source.topics()[qid] for qid in data.eval_queries("test")}
-    documents = source.documents()
-    doc_ids = list(documents)
-    terms = index_terms([topics], data.featurizer)
-    rank_zero_info(f"fullrank: indexing {len(terms)} query terms x {len(doc_ids)} documents into {folder}")
-    index = build_index(model, data.featurizer, documents, doc_ids, terms, folder,
-                        trainer_options={"devices": 1, "accelerator": accelerator})
-    return index.retrieve(topics, data.featurizer)
-
-
 def main(args=None) -> dict | None:
     """Run the command line; returns the test metrics (None without a test split)."""
     torch.set_float32_matmul_precision("high")
@@ -83,7 +69,8 @@ def main(args=None) -> dict | None:
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     if "fullrank" in modes:
         accelerator = "gpu" if model.device.type == "cuda" else "cpu"
-        runs["fullrank"] = full_ranking(model.eval(), data, out / "index", accelerator)
+        runs["fullrank"] = full_ranking(model.eval(), data.featurizer, data, out / "index",
+                                        {"devices": 1, "accelerator": accelerator})
     name = model.hparams.model
     metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), data.relevance_level)
     print()

@@ -362,6 +362,10 @@ class IrDatasetsDocuments:
             for doc in self._dataset.docs_iter():
                 yield to_document(doc, self.text_field)
 
+    def __iter__(self) -> Iterator[str]:
+        """Document ids in collection order, as `DocumentStore` gives them (random negatives, impact indexes)."""
+        return (doc.doc_id for doc in self.documents())
+
     def __repr__(self) -> str:
         return f"IrDatasetsDocuments({self.dataset_id!r})"
 

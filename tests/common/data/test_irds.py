@@ -238,6 +238,7 @@ def test_title_and_body_documents_keep_the_url_apart(tmp_path, register):
     with pytest.raises(KeyError):
         docs["d10"]
     assert list(docs.documents()) == list(EXPECTED_DOCS.values())
+    assert list(docs) == list(EXPECTED_DOCS)  # ids in collection order, like a DocumentStore
 
 
 def test_text_only_documents(tmp_path, register):
