@@ -23,6 +23,7 @@ Evaluate commands (``python -m <package>.evaluate``) take their output folder fr
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -34,7 +35,14 @@ from lightning.pytorch.cli import LightningCLI
 from lightning.pytorch.loggers import CSVLogger
 from lightning.pytorch.utilities import rank_zero_info
 
+from common.data.formats import DataFormatError
+from common.data.source import TaskSpecError, check_spec
 from common.io import atomic_write
+from common.tasks import MissingDocumentsError, TaskSplits
+from common.usage import usage_error
+
+#: Bad data or task input, answered in one line with exit status 2 (`common.usage.usage_error`).
+INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError)
 
 
 def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
@@ -96,8 +104,26 @@ class RankerCLI(LightningCLI):
         parser.add_argument("--save_every_n_steps", type=int, default=100,
                             help="write checkpoints/last.ckpt every this many training steps (for --ckpt_path last)")
 
+    def _set_seed(self) -> None:
+        # Lightning announces "Seed set to N" before the classes are built, so a bad input would not end in the one
+        # line it should; the seed is in config.yaml.
+        announcer = logging.getLogger("lightning.fabric.utilities.seed")
+        level = announcer.level
+        announcer.setLevel(logging.WARNING)
+        try:
+            super()._set_seed()
+        finally:
+            announcer.setLevel(level)
+
     def before_instantiate_classes(self) -> None:
         config = self.config
+        for split in ("train", "dev", "test"):
+            spec = config.data.get(split)
+            if spec is not None:
+                try:
+                    check_spec(spec.as_dict() if isinstance(spec, Namespace) else spec, f"data.{split}")
+                except TaskSpecError as error:
+                    usage_error(str(error))
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
         self.resume_from = None
@@ -113,6 +139,23 @@ class RankerCLI(LightningCLI):
                     f"{self.output_dir} is not empty: choose a new --output_dir, or pass --ckpt_path last to resume"
                 )
             self.resume_from = config.ckpt_path
+
+    def instantiate_classes(self) -> None:
+        """Open and check the data module's tasks first (`common.tasks.TaskSplits.check_tasks`), then build the
+        classes: a task's bad file or missing documents end in one line, before anything is built or written.
+
+        The checked data module is the one trained on (the parser's own, built from the same config, is dropped).
+        """
+        checked = None
+        if issubclass(self.datamodule_class, TaskSplits):
+            try:
+                checked = self.datamodule_class(**self.config.data.as_dict())
+                checked.check_tasks()
+            except INPUT_ERRORS as error:
+                usage_error(str(error).strip("'\""))
+        super().instantiate_classes()
+        if checked is not None:
+            self.datamodule = checked
         self.output_dir.mkdir(parents=True, exist_ok=True)
         rank_zero_info(f"output folder: {self.output_dir}")
 

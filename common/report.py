@@ -32,6 +32,30 @@ metric_map=None, include_missing=False) -> DataFrame``
 ``to_markdown(df, float_format=None) -> str``
     A GitHub-flavoured markdown table (no ``tabulate`` needed).
 
+``paper_dataset(paper, task) -> str | None``
+    The ``dataset`` of the paper's CSV that a task spec (``builtin:<split>``,
+    ``irds:<ir_datasets id>`` or a mapping of files, `common.data.source`)
+    is: an ir_datasets id in :data:`IRDS_DATASETS` (or one under it, such as
+    ``msmarco-document/trec-dl-2019/judged``) whose dataset the paper reports.
+    Anything else is None: the built-in collection and files are none of the
+    papers' datasets (a command's ``--dataset`` says when files are).
+
+``write_task_info(output_dir, task, dataset)`` / ``read_task_info(metrics_path)``
+    ``task.json`` beside ``metrics.json``: ``{"test": <task spec>, "dataset":
+    <reported dataset id or null>}``, which every train/evaluate command of
+    ``qds`` and ``conformer_kernel`` writes, so that a metrics file says what it
+    was measured on (``metrics.json`` itself keeps its run -> measure -> value
+    shape). ``task_label(task)`` names a task spec in messages.
+
+Datasets. ``diff`` is a reproduction gap only when the metrics were measured on
+the reported rows' dataset. The CLI reads the ``task.json`` beside the metrics
+file and prints a ``note:`` line above the table (at the top of ``--out`` too)
+when its dataset is null or differs from a compared row's (rows with dataset
+``n/a``, parameter counts and timings, belong to none), or, without a
+``task.json`` and without ``--dataset``, that the metrics file does not say
+which dataset it was measured on, naming the compared rows' datasets. Exit
+codes are the same with or without a note.
+
 Scale: a reported (paper, table, metric) group is in percent when its metric
 is a bounded effectiveness measure (NDCG, MAP, MRR, RR, recall, precision,
 NCG, ERR) and any of its values exceeds 1; reproduced values for such groups
@@ -84,6 +108,10 @@ __all__ = [
     "percent_scaled",
     "compare",
     "to_markdown",
+    "paper_dataset",
+    "task_label",
+    "write_task_info",
+    "read_task_info",
     "main",
 ]
 
@@ -108,6 +136,17 @@ _BOUNDED = re.compile(
     re.IGNORECASE,
 )
 
+
+#: ir_datasets ids -> the ``dataset`` of the reported CSVs; an id under one (``.../judged``) is the same dataset,
+#: since evaluation keeps only the judged queries anyway.
+IRDS_DATASETS = {
+    "msmarco-document/trec-dl-2019": "trec-dl-2019-doc",
+    "msmarco-document/trec-dl-2020": "trec-dl-2020-doc",
+    "msmarco-document/dev": "msmarco-doc-dev",
+}
+
+#: The file beside ``metrics.json`` that names the task the metrics were measured on.
+TASK_FILE = "task.json"
 
 # Rounding applied to reproduced values and diffs (removes float noise such as
 # 0.347 * 100 - 34.7 = -7e-15; reported values have at most 5 decimals).
@@ -365,6 +404,78 @@ def compare(
     return pd.DataFrame(rows, columns=out_cols)
 
 
+# --------------------------------------------------------------------------- datasets
+def paper_dataset(paper: str, task: Any, root: str | os.PathLike | None = None) -> str | None:
+    """The ``dataset`` id of ``results/reported/<paper>.csv`` that task spec `task` is, or None.
+
+    Only an ``irds:`` task in :data:`IRDS_DATASETS` (or under one of its ids) can be, and only when the
+    paper reports that dataset; the built-in collection and tasks from files are none of the papers'.
+    """
+    if not isinstance(task, str) or not task.startswith("irds:"):
+        return None
+    ident = task[len("irds:"):]
+    dataset = next((d for prefix, d in IRDS_DATASETS.items() if ident == prefix or ident.startswith(prefix + "/")),
+                   None)
+    if dataset is None or dataset not in set(load_reported(paper, root=root)["dataset"]):
+        return None
+    return dataset
+
+
+def task_label(task: Any) -> str:
+    """A task spec as messages name it: the spec itself, or for files the topics (or rank_llm) file."""
+    if isinstance(task, Mapping):
+        return f"the task from files {task.get('topics_path') or task.get('rank_llm_path')}"
+    return str(task)
+
+
+def write_task_info(output_dir: str | os.PathLike, task: Any, dataset: str | None) -> Path:
+    """Write ``task.json`` (``{"test": task, "dataset": dataset}``) into `output_dir`, atomically and never over
+    an existing one; returns its path."""
+    path = Path(output_dir) / TASK_FILE
+    spec = dict(task) if isinstance(task, Mapping) else task
+    with atomic_write(path) as f:
+        json.dump({"test": spec, "dataset": dataset}, f, indent=2, default=str)
+        f.write("\n")
+    return path
+
+
+def read_task_info(metrics_path: str | os.PathLike) -> dict | None:
+    """The ``task.json`` beside `metrics_path` (None where there is none); ReportError where it is malformed."""
+    path = Path(metrics_path).parent / TASK_FILE
+    if not path.is_file():
+        return None
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ReportError(f"{path}: cannot read ({exc})") from None
+    if not (isinstance(info, Mapping) and {"test", "dataset"} <= set(info)
+            and isinstance(info["dataset"], (str, type(None)))):
+        raise ReportError(f'{path}: expected {{"test": TASK, "dataset": DATASET or null}}')
+    return dict(info)
+
+
+def _dataset_note(metrics_path: str, info: Mapping | None, datasets: list[str], dataset_given: bool) -> str | None:
+    """The ``note:`` line above a comparison whose rows are on `datasets` (see the module docstring), or None."""
+    if not datasets:
+        return None
+    if info is None:
+        if dataset_given:
+            return None
+        return (f"note: {metrics_path} does not say which dataset it was measured on (no {TASK_FILE} beside it); "
+                f"the reported rows are on {', '.join(datasets)}: diff is a reproduction gap only where the metrics "
+                f"were measured on the row's dataset (--dataset keeps that one's rows)")
+    measured = info["dataset"]
+    others = [d for d in datasets if d != measured]
+    if not others:
+        return None
+    if measured is None:
+        return (f"note: these metrics were measured on {task_label(info['test'])}; the reported rows are on "
+                f"{', '.join(datasets)}: different datasets, so diff is no reproduction gap")
+    return (f"note: these metrics were measured on {task_label(info['test'])} ({measured}); the reported rows on "
+            f"{', '.join(others)} are on another dataset, so their diff is no reproduction gap "
+            f"(--dataset {measured} leaves them out)")
+
+
 # --------------------------------------------------------------------------- markdown
 def _fmt_float(x: float) -> str:
     if math.isnan(x):
@@ -435,7 +546,9 @@ def _build_parser() -> argparse.ArgumentParser:
             "example: python -m common.report outputs/metrics.json --paper qds --table 2 "
             "--dataset trec-dl-2019-doc --map qds=QDS-Transformer --out outputs/report.md\n"
             "Runs without --map are matched to a paper method of the same name "
-            "(case and punctuation ignored). Exit status: 0 ok, 1 nothing matched, 2 bad input."
+            "(case and punctuation ignored). A note above the table says when the task.json beside the metrics "
+            "file names another dataset than a compared row's, or when there is no task.json (and no --dataset). "
+            "Exit status: 0 ok, 1 nothing matched, 2 bad input."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -481,6 +594,10 @@ def main(argv: list[str] | None = None) -> int:
             )
             return 1
         text = to_markdown(df.drop(columns=["note"]))
+        datasets = [d for d in dict.fromkeys(df["dataset"]) if d != "n/a"]
+        note = _dataset_note(args.metrics_json, read_task_info(args.metrics_json), datasets, bool(args.dataset))
+        if note:
+            text = f"{note}\n\n{text}"
         sys.stdout.write(text)
         if args.out:
             try:

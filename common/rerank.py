@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from common.data.formats import Document, Run, Topics, ranked
+from common.data.formats import Document, Run, Topics, ranked, with_unscored_below
 
 #: A package's batch encoder: the query texts and documents of a batch's pairs -> the model's inputs.
 Encode = Callable[[list[str], list[Document]], dict]
@@ -46,17 +46,13 @@ def rerank_pairs(candidates: Run, depth: int, queries: list[str] | None = None) 
 
 
 def reranked_run(pairs: list[tuple[str, str]], scores: Tensor, candidates: Run) -> Run:
-    """The run of the scored `pairs` ((index, score) rows of `scores`), each query's unscored candidates below."""
+    """The run of the scored `pairs` ((index, score) rows of `scores`), each query's unscored candidates below
+    (`common.data.formats.with_unscored_below`)."""
     run: Run = {}
     for index, score in scores.tolist():  # duplicates from a padded DistributedSampler carry equal scores
         qid, doc_id = pairs[int(index)]
         run.setdefault(qid, {})[doc_id] = float(score)
-    for qid, scored in run.items():
-        floor = min(scored.values())
-        rest = [doc_id for doc_id, _ in ranked(candidates.get(qid, {})) if doc_id not in scored]
-        for rank, doc_id in enumerate(rest, start=1):
-            scored[doc_id] = floor - rank
-    return run
+    return with_unscored_below(run, candidates)
 
 
 def gather_scores(module: L.LightningModule, rows: list[Tensor]) -> Tensor:

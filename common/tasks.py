@@ -25,6 +25,18 @@ The evaluated queries of a split are those with candidates, qrels and a topic, s
 drawn with ``numpy.random.default_rng(seed).choice(..., replace=False)`` and sorted again, so the
 same seed evaluates the same queries in every package.
 
+Documents without text. A task from files may judge or retrieve documents its collection lacks (a
+collection made of the candidates' text misses most of TREC DL's judged passages). `TaskSplits`
+counts them when a split's task is opened, before any loader exists, and ``hparams.missing_documents``
+chooses: ``"skip"`` (the default) warns, naming how many and a few ids, and leaves them out: of
+training, relevant documents from the qrels and candidates from the run; of evaluation, candidates
+from the re-ranked pairs (`rerank_pairs`: they stay in the run below the re-ranked documents, in
+first-stage order, as candidates below the depth do; the qrels are never cut, so metrics stay
+honest); ``"error"`` stops with `MissingDocumentsError`. No loader meets a missing document. Tasks
+from ir_datasets are not checked: their collections hold every judged and retrieved document, and
+looking up MS MARCO's 37M training candidates would take minutes. `check_tasks` opens and checks
+every configured split (a train command calls it before fitting).
+
 `SplitLoaders` makes the loaders of the datasets the package builds in ``self._dataset(split)``
 (a training dataset, and `common.rerank.RerankPairs` for dev and test, each with a ``collate``):
 torchdata's ``StatefulDataLoader`` (a checkpoint taken mid-epoch resumes at the next batch),
@@ -50,11 +62,22 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from lightning.pytorch.utilities import rank_zero_warn
+
 from common.data.formats import Qrels, Run, Topics
 from common.data.source import RankingSource, SourceSpec, source_from_spec
+from common.rerank import rerank_pairs
 
 #: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
 TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
+#: What ``hparams.missing_documents`` may say about documents without text (see the module docstring).
+MISSING_DOCUMENTS = ("skip", "error")
+#: Ids named in a missing-documents message.
+NAMED = 5
+
+
+class MissingDocumentsError(ValueError):
+    """Documents a task needs that its collection lacks, under ``missing_documents="error"``."""
 
 
 class TaskSplits:
@@ -67,13 +90,74 @@ class TaskSplits:
         return self.specs[split] is not None
 
     def source(self, split: str) -> RankingSource:
-        """The task of `split`, opened on first use and kept; ValueError where the split is None."""
+        """The task of `split`, opened on first use and kept; ValueError where the split is None.
+
+        The training task comes without the relevant documents and candidates its collection lacks
+        (under ``missing_documents="skip"``; see the module docstring).
+        """
         sources = self.__dict__.setdefault("_sources", {})
         if split not in sources:
             if not self.has_split(split):
                 raise ValueError(f"no {split} task configured (data.{split} is null)")
-            sources[split] = source_from_spec(self.specs[split])
+            source = source_from_spec(self.specs[split])
+            sources[split] = _present_documents(source, self._missing_documents(split, source))
         return sources[split]
+
+    def check_tasks(self) -> None:
+        """Open every configured split's task, counting its documents without text (MissingDocumentsError)."""
+        for split in ("train", "dev", "test"):
+            if self.has_split(split):
+                self.source(split)
+                if split != "train":
+                    self.eval_pairs(split)
+
+    def eval_depth(self, split: str) -> int:
+        """Candidates re-ranked per query of `split`: ``dev_depth`` (if set) for dev, else ``depth``."""
+        depth = self.hparams.get("dev_depth") if split == "dev" else None
+        return depth or self.hparams.depth
+
+    def eval_pairs(self, split: str) -> list[tuple[str, str]]:
+        """The (qid, docid) pairs re-ranked for `split`: each evaluated query's top `eval_depth` candidates
+        that have text (`common.rerank.rerank_pairs`; the others stay below in first-stage order)."""
+        pairs_by_split = self.__dict__.setdefault("_eval_pairs", {})
+        if split not in pairs_by_split:
+            source = self.source(split)
+            pairs = rerank_pairs(source.candidates(), self.eval_depth(split), self.eval_queries(split))
+            missing = self._check_present(split, source, {"candidates": {doc_id for _, doc_id in pairs}})
+            pairs_by_split[split] = [pair for pair in pairs if pair[1] not in missing]
+        return pairs_by_split[split]
+
+    def _missing_documents(self, split: str, source: RankingSource) -> set[str]:
+        """Training: the relevant judged documents and candidates without text (checked per the policy)."""
+        if split != "train":
+            return set()
+        level = self.hparams.get("relevance_level", 1)
+        topics, qrels = source.topics(), source.qrels()
+        relevant = {d for qid, labels in qrels.items() if qid in topics
+                    for d, label in labels.items() if label >= level}
+        candidates = {d for qid, docs in source.candidates().items() if qid in topics for d in docs}
+        return self._check_present(split, source, {f"relevant judged documents (label >= {level})": relevant,
+                                                   "candidates": candidates})
+
+    def _check_present(self, split: str, source: RankingSource, needed: dict[str, set[str]]) -> set[str]:
+        """The ids of `needed` (what -> ids) that `source` has no text for; warns or raises per the policy."""
+        policy = self.hparams.get("missing_documents", "skip")
+        if policy not in MISSING_DOCUMENTS:
+            raise MissingDocumentsError(f"data.missing_documents: {policy!r} is none of {', '.join(MISSING_DOCUMENTS)}")
+        if type(source).__module__ == "common.data.irds":
+            return set()
+        documents = source.documents()
+        missing = {what: sorted(d for d in ids if d not in documents) for what, ids in needed.items()}
+        if not any(missing.values()):
+            return set()
+        counts = "; ".join(f"{len(ids):,} of {len(needed[what]):,} {what}" for what, ids in missing.items() if ids)
+        examples = ", ".join([d for ids in missing.values() for d in ids][:NAMED])
+        message = f"data.{split} ({source.name}): {counts} have no text in its collection (e.g. {examples})"
+        if policy == "error":
+            raise MissingDocumentsError(f"{message}; data.missing_documents=skip leaves them out")
+        left_out = "training" if split == "train" else "re-ranking (kept below, in first-stage order)"
+        rank_zero_warn(f"{message}: left out of {left_out}; data.missing_documents=error stops instead")
+        return {d for ids in missing.values() for d in ids}
 
     def qrels(self, split: str) -> Qrels:
         return self.source(split).qrels()
@@ -94,6 +178,39 @@ class TaskSplits:
             rng = np.random.default_rng(self.hparams.get("seed", 0))
             qids = sorted(rng.choice(qids, size=limit, replace=False).tolist())
         return qids
+
+
+class _PresentDocuments:
+    """A training task without some documents: its qrels and candidates cut to those with text."""
+
+    def __init__(self, source: RankingSource, missing: set[str]):
+        self._source, self._missing = source, missing
+        self.name = source.name
+        self._qrels = {qid: {d: label for d, label in labels.items() if d not in missing}
+                       for qid, labels in source.qrels().items()}
+        self._candidates = {qid: {d: score for d, score in scores.items() if d not in missing}
+                            for qid, scores in source.candidates().items()}
+
+    def __getattr__(self, name: str):  # the source's files (topics_path, ...) for cache fingerprints
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._source, name)
+
+    def topics(self) -> Topics:
+        return self._source.topics()
+
+    def qrels(self) -> Qrels:
+        return self._qrels
+
+    def candidates(self) -> Run:
+        return self._candidates
+
+    def documents(self):
+        return self._source.documents()
+
+
+def _present_documents(source: RankingSource, missing: set[str]) -> RankingSource:
+    return _PresentDocuments(source, missing) if missing else source
 
 
 class SplitLoaders:
@@ -173,6 +290,16 @@ def task_spec_from_args(args: argparse.Namespace, option: str = "task",
         also = f" (and optionally {_flags(optional)})" if optional else ""
         raise SystemExit(f"give --{option} TASK, or {_flags(required)}{also}")
     return {field: getattr(args, name) for name, field in TASK_FILES.items()}
+
+
+def resolve_depth(depth: int | None, data_settings: dict, default: int = 100) -> tuple[int, str]:
+    """An evaluate command's re-ranking depth and where it comes from: `depth` (``--depth``), else the checkpoint's
+    data setting ``depth`` (how deep it was trained and evaluated), else `default` (the paper's top 100)."""
+    if depth is not None:
+        return depth, "--depth"
+    if data_settings.get("depth") is not None:
+        return int(data_settings["depth"]), "the checkpoint's data.depth, as in training"
+    return default, f"the checkpoint has no data.depth; the paper's top {default}"
 
 
 def _flags(names: Sequence[str]) -> str:

@@ -13,9 +13,8 @@
 
 from __future__ import annotations
 
-import os
+from collections.abc import Iterator
 from functools import partial
-from pathlib import Path
 
 import torch
 from lightning import pytorch as L
@@ -23,8 +22,8 @@ from torch.utils.data import Dataset
 
 from common.data.formats import Document, Topics
 from common.data.samplers import from_source
-from common.data.source import RankingSource, SourceSpec
-from common.rerank import RerankPairs, rerank_pairs
+from common.data.source import RankingSource, SourceSpec, source_fingerprint, source_from_spec
+from common.rerank import RerankPairs
 from common.tasks import SamplerGroups, SplitLoaders, TaskSplits
 from conformer_kernel.features import Featurizer
 from conformer_kernel.orcas import orcas_from_spec
@@ -55,16 +54,28 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
     """Training, dev and test data (see the module docstring).
 
     Args:
-        train, dev, test: tasks (`common.data.source.SourceSpec`); dev and test may be None.
+        train: the training task: builtin:<split>, irds:<ir_datasets id>, TREC files as nested keys
+            (--data.train.topics_path, .qrels_path, .candidates_path, .collection_path, .name) or a rank_llm
+            candidate file (--data.train.rank_llm_path, .qrels_path, .name); see the README, "Your own data".
+            Its queries and collection also give the vocabulary, IDFs and word2vec embeddings.
+        dev: the task whose dev NDCG@10 selects the checkpoint, in the same forms; null: none (the final
+            weights are tested).
+        test: the task evaluated after training, in the same forms; null: none.
         orcas: ORCAS clicked queries as an extra document field (`conformer_kernel.orcas`:
             ``irds:msmarco-document/orcas`` or topics/qrels files), or None.
         max_query_terms, max_doc_terms, max_orcas_terms: paper: 20 and 4,000; official: 2,000.
+        collections: further tasks whose documents join the training task's in the collection statistics
+            (vocabulary, IDFs, word2vec). The paper's collection is all of MS MARCO, test documents included; a
+            task whose collection is only its candidates' text (a rank_llm file) needs the test task's here, or
+            the test documents' terms are unknown. Queries come from the training task alone.
         embedding_dim, embedding_window, min_count, embedding_epochs, embedding_workers: word2vec
             (paper/official: 128, 10, 100, 5; 1 worker is reproducible).
         depth: candidates per query, for the training label groups and for re-ranking (top 100).
         group_size: documents per training query (official: 4).
         dev_queries, test_queries: evaluate dev / test on a sample of this many queries (None: all).
         relevance_level: lowest qrels label counted relevant.
+        missing_documents: ``skip`` leaves the documents a task judges or retrieves but its collection lacks
+            out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.tasks`).
         batch_size: training queries per batch (paper: 32); eval_batch_size: pairs per evaluation batch.
     """
 
@@ -74,6 +85,7 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         dev: SourceSpec | None = "builtin:dev",
         test: SourceSpec | None = "builtin:test",
         orcas: SourceSpec | None = None,
+        collections: list[SourceSpec] | None = None,
         max_query_terms: int = 20,
         max_doc_terms: int = 4000,
         max_orcas_terms: int = 2000,
@@ -87,6 +99,7 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         dev_queries: int | None = None,
         test_queries: int | None = None,
         relevance_level: int = 1,
+        missing_documents: str = "skip",
         batch_size: int = 32,
         eval_batch_size: int = 64,
         num_workers: int = 0,
@@ -104,16 +117,21 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
 
     @property
     def resources(self) -> Resources:
-        """Vocabulary, IDFs and embeddings of the training task (built on first use, cached on disk)."""
+        """Vocabulary, IDFs and embeddings of the training task's queries and the collection (built on first use,
+        cached on disk): the training task's documents and those of `collections`, each id once."""
         if self._resources is None:
             if not self.has_split("train"):
                 raise ValueError("no vocabulary: configure a training task (data.train) or call use_featurizer")
             source = self.source("train")
+            others = [(spec, source_from_spec(spec)) for spec in self.hparams.collections or []]
+            key = source_fingerprint(self.specs["train"], source)
+            if others:
+                key = {"train": key, "collections": [source_fingerprint(spec, other) for spec, other in others]}
             options = EmbeddingOptions(self.hparams.embedding_dim, self.hparams.embedding_window,
                                        self.hparams.min_count, self.hparams.embedding_epochs, self.hparams.seed,
                                        self.hparams.embedding_workers)
-            self._resources = Resources.cached(_fingerprint(self.specs["train"], source), source.topics().values(),
-                                               source.documents().documents(), options)
+            documents = _unique_documents([source, *(other for _, other in others)])
+            self._resources = Resources.cached(key, source.topics().values(), documents, options)
         return self._resources
 
     @property
@@ -150,18 +168,16 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
                                       seed=self.hparams.seed)
                 self._datasets[split] = TrainGroups(sampler, source.topics(), source.documents(), self.featurizer)
             else:
-                pairs = rerank_pairs(source.candidates(), self.hparams.depth, self.eval_queries(split))
-                self._datasets[split] = RerankPairs(pairs, source.topics(), source.documents(),
+                self._datasets[split] = RerankPairs(self.eval_pairs(split), source.topics(), source.documents(),
                                                      partial(encode_pairs, self.featurizer))
         return self._datasets[split]
 
 
-def _fingerprint(spec: SourceSpec, source: RankingSource) -> dict:
-    """What identifies a training corpus in the resources cache: the spec, and the files' sizes and times."""
-    files = {}
-    for name in ("topics_path", "collection_path"):
-        path = getattr(source, name, None)
-        if path is not None and Path(path).is_file():
-            stat = os.stat(path)
-            files[name] = [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
-    return {"spec": spec, "files": files}
+def _unique_documents(sources: list[RankingSource]) -> Iterator[Document]:
+    """The documents of `sources` in order, each id once (the same passage may be a candidate of two tasks)."""
+    seen: set[str] = set()
+    for source in sources:
+        for document in source.documents().documents():
+            if document.doc_id not in seen:
+                seen.add(document.doc_id)
+                yield document

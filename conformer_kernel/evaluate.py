@@ -5,8 +5,19 @@ names topics, qrels, candidates and documents: ``irds:msmarco-document/trec-dl-2
 ``builtin:test``, or ``--topics/--qrels/--run/--collection`` files. ``--modes rerank`` scores the
 candidates (top ``--depth``); ``--modes fullrank`` retrieves each query's top 100 from an impact
 index of the task's documents (`conformer_kernel.index`), built into ``OUTPUT_DIR/index`` or
-read from ``--index`` when given. Writes ``run.<mode>.trec`` and ``metrics.json`` (Table 1's
-NDCG@10, NCG@100, AP, RR; BM25 under ``bm25``) and prints the comparison with Table 1.
+read from ``--index`` when given. Writes ``run.<mode>.trec``, ``metrics.json`` (Table 1's
+NDCG@10, NCG@100, AP, RR; BM25 under ``bm25``) and ``task.json`` (the task and the paper's
+dataset it is) and prints the metrics.
+
+Depth: without ``--depth``, re-ranking takes the checkpoint's data setting ``depth`` (what
+`conformer_kernel.train` re-ranked when it reported its test metrics), else 100 (Table 1's
+rerank subtask); the command prints which depth and why.
+
+Comparison: with Table 1 only where the task is its dataset, TREC DL 2020 documents: ``--dataset
+trec-dl-2020-doc`` (for files holding it), else an ``irds:`` task that is
+(`common.report.paper_dataset`, e.g. ``msmarco-document/trec-dl-2020/judged``). Any other task
+gets a line saying there is nothing to compare with, and ``builtin:`` tasks Table 1 labelled as
+another dataset's (`conformer_kernel.outputs.paper_tables`).
 """
 
 from __future__ import annotations
@@ -14,15 +25,19 @@ from __future__ import annotations
 import argparse
 
 import lightning as L
+import torch
 
 from common.cli import fresh_output_dir
+from common.report import paper_dataset
 from common.rerank import reranked_run
-from common.tasks import add_task_arguments, task_spec_from_args
+from common.tasks import add_task_arguments, resolve_depth, task_spec_from_args
 from conformer_kernel.data import ConformerKernelData
 from conformer_kernel.index import full_ranking, load_for_inference
-from conformer_kernel.outputs import comparison_table, metrics_table, reported_table, write_results
+from conformer_kernel.outputs import DATASET, PAPER, metrics_table, paper_tables, write_results
 
 MODES = ("rerank", "fullrank")
+#: Candidates re-ranked per query by a checkpoint without a depth setting: Table 1's rerank subtask, BM25's top 100.
+DEFAULT_DEPTH = 100
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,7 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--index", help="an existing conformer_kernel.index folder for fullrank (default: build one)")
     parser.add_argument("--orcas", default=None, help="ORCAS field (default: the checkpoint's training setting)")
     parser.add_argument("--output_dir", help="default: a new outputs/ck-evaluate-<time>")
-    parser.add_argument("--depth", type=int, default=100, help="candidates re-ranked per query (default 100)")
+    parser.add_argument("--depth", type=int, default=None,
+                        help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")
+    parser.add_argument("--dataset", default=None, choices=(DATASET,),
+                        help="the paper's dataset the task is, to compare with Table 1 (default: an irds: task's own, "
+                             "if it is TREC DL 2020 documents; files and builtin: none)")
     parser.add_argument("--test_queries", type=int, default=None,
                         help="evaluate a sample of this many queries (seed 0, as data.test_queries; default all)")
     parser.add_argument("--batch_size", type=int, default=64, help="pairs per re-ranking batch (default 64)")
@@ -49,7 +68,12 @@ def main(argv=None) -> dict:
     out = fresh_output_dir(args.output_dir, "ck-evaluate")
     task = task_spec_from_args(args, "task", required=("topics", "qrels", "collection"))  # --run: to re-rank
     model, featurizer = load_for_inference(args.checkpoint, args.orcas)
-    data = ConformerKernelData(train=None, dev=None, test=task, depth=args.depth, test_queries=args.test_queries,
+    data_settings = torch.load(args.checkpoint, map_location="cpu", weights_only=True).get(
+        "datamodule_hyper_parameters", {})
+    depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
+    if "rerank" in args.modes:
+        print(f"re-ranking the top {depth} candidates per query ({depth_source})")
+    data = ConformerKernelData(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
                                eval_batch_size=args.batch_size, relevance_level=args.relevance_level,
                                max_query_terms=featurizer.max_query_terms, max_doc_terms=featurizer.max_doc_terms)
     data.use_featurizer(featurizer)
@@ -62,14 +86,14 @@ def main(argv=None) -> dict:
     if "fullrank" in args.modes:
         runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", {"devices": 1}, args.index)
     name = model.hparams.model
-    metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level)
+    dataset = args.dataset or paper_dataset(PAPER, task)
+    metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level,
+                            task=task, dataset=dataset)
     print(metrics_table(metrics, f"{data.source('test').name}: {len(data.eval_queries('test'))} queries"))
     print()
-    if str(args.task).startswith("builtin"):
-        print(reported_table())
-    else:
-        print(comparison_table(metrics, orcas=bool(featurizer.orcas)))
-    print(f"\nwritten: {', '.join(str(out / f'run.{m}.trec') for m in runs)}, {out / 'metrics.json'}")
+    print(paper_tables(metrics, task, dataset, orcas=bool(featurizer.orcas)))
+    print(f"\nwritten: {', '.join(str(out / f'run.{m}.trec') for m in runs)}, {out / 'metrics.json'}, "
+          f"{out / 'task.json'}")
     return metrics
 
 

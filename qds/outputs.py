@@ -1,9 +1,16 @@
 """What `qds.train` and `qds.evaluate` write and print: the re-ranked run, metrics.json and the comparison.
 
 Conventions (README): ``run.trec``, ``metrics.json`` mapping run name -> measure -> value with
-the BM25 first stage under ``bm25``, written atomically and never over an existing file.
+the BM25 first stage under ``bm25``, and ``task.json`` naming the test task and the paper's dataset
+it is (`common.report.write_task_info`), written atomically and never over an existing file.
 The re-ranked run itself is `common.rerank.reranked_run`'s (documents below the re-ranking depth
 keep their first-stage order under the re-ranked ones).
+
+The paper's numbers (`paper_tables`): reproduced vs reported side by side only where the test task is
+one of the datasets of Tables 2 and 4 (`DATASETS`: an ``irds:`` task that is, found by
+`common.report.paper_dataset`, or what ``qds.evaluate --dataset`` says of files); anything else gets a
+line saying there is nothing in the paper to compare with, and the built-in collection also the
+reported rows, labelled as another dataset's, to show what scale the paper's models reach.
 """
 
 from __future__ import annotations
@@ -16,8 +23,12 @@ import pandas as pd
 from common.data.formats import Run, write_run
 from common.io import atomic_write
 from common.metrics import evaluate_run
-from common.report import compare, load_reported, to_markdown
+from common.report import compare, load_reported, task_label, to_markdown, write_task_info
 from qds.model import MEASURES
+
+PAPER = "qds"
+#: The datasets of Tables 2 and 4: TREC DL 2019 documents (NDCG@10, MAP) and MS MARCO documents dev (MRR@10).
+DATASETS = ("trec-dl-2019-doc", "msmarco-doc-dev")
 
 #: Run names (= pattern) -> the method names of Tables 2 and 4.
 PAPER_METHODS = {
@@ -33,8 +44,10 @@ PAPER_METHODS = {
 MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "map": "MAP", "mrr@10": "MRR@10"}
 
 
-def write_results(output_dir: Path, name: str, run: Run, qrels, candidates: Run, relevance_level: int) -> dict:
-    """Write ``run.trec`` and ``metrics.json`` ({name: ..., "bm25": ...} on the same queries); returns the metrics."""
+def write_results(output_dir: Path, name: str, run: Run, qrels, candidates: Run, relevance_level: int, *,
+                  task, dataset: str | None) -> dict:
+    """Write ``run.trec``, ``metrics.json`` ({name: ..., "bm25": ...} on the same queries) and ``task.json`` (test
+    task spec `task`, the paper's `dataset` it is or None); returns the metrics."""
     write_run(output_dir / "run.trec", run, tag=name)
     bm25 = {qid: candidates[qid] for qid in run if qid in candidates}
     metrics = {
@@ -44,6 +57,7 @@ def write_results(output_dir: Path, name: str, run: Run, qrels, candidates: Run,
     with atomic_write(output_dir / "metrics.json") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
         f.write("\n")
+    write_task_info(output_dir, task, dataset)
     return metrics
 
 
@@ -67,13 +81,29 @@ def reported_table(name: str) -> str:
     )
 
 
+def paper_tables(metrics: dict, name: str, task, dataset: str | None) -> str:
+    """What the paper has for `metrics`, measured on test task `task`: `comparison_table` on `dataset` (one of
+    `DATASETS`); with None, a line saying there is nothing to compare with and, for a built-in task,
+    `reported_table`."""
+    if dataset is not None:
+        return comparison_table(metrics, dataset)
+    text = (f"Nothing in the paper to compare with: {task_label(task)} is none of its datasets "
+            f"({', '.join(DATASETS)}; qds.evaluate --dataset names the one a task from files is).")
+    if isinstance(task, str) and task.partition(":")[0] == "builtin":
+        text += f"\n\n{reported_table(name)}"
+    return text
+
+
 def comparison_table(metrics: dict, dataset: str) -> str:
     """Reproduced vs reported on the same benchmark (`common.report.compare`), Tables 2 and 4."""
     frames = []
     for table in (2, 4):
-        methods = set(load_reported("qds", table=table)["method"])
+        reported = load_reported(PAPER, table=table, dataset=dataset)
+        if reported.empty:  # Table 4 has no MS MARCO dev column
+            continue
+        methods = set(reported["method"])
         method_map = {run: m for run in metrics for m in _paper_names(run) if m in methods}
-        frames.append(compare(metrics, "qds", tables=table, dataset=dataset, method_map=method_map))
+        frames.append(compare(metrics, PAPER, tables=table, dataset=dataset, method_map=method_map))
     frame = pd.concat(frames, ignore_index=True)
     if frame.empty:
         return f"No reported row of the paper matches {sorted(metrics)} on {dataset}."

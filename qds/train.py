@@ -8,7 +8,8 @@ option is a LightningCLI flag (``--model.window 64``, ``--trainer.devices 8``; `
 
 Outputs (``--output_dir``, default a new ``outputs/qds-<pattern>-<time>``; `common.cli.RankerCLI`): ``config.yaml``
 (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv`` (training log),
-``run.trec`` and ``metrics.json`` (test). ``--ckpt_path last`` resumes the run in ``--output_dir``
+``run.trec``, ``metrics.json`` and ``task.json`` (test; `qds.outputs`, which also says when the paper's Tables 2
+and 4 are compared with). ``--ckpt_path last`` resumes the run in ``--output_dir``
 at its last checkpoint (mid-epoch included) and ends as the uninterrupted run would.
 """
 
@@ -19,10 +20,11 @@ from pathlib import Path
 import torch
 
 from common.cli import RankerCLI
+from common.report import paper_dataset
 from common.rerank import reranked_run
-from qds.data import QDSDataModule
+from qds.data import QDSDataModule, resolved_tokenizer_task
 from qds.model import QDSTransformer
-from qds.outputs import metrics_table, reported_table, write_results
+from qds.outputs import PAPER, metrics_table, paper_tables, write_results
 
 CONFIGS = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIGS / "builtin.yaml"
@@ -48,6 +50,8 @@ class QDSCLI(RankerCLI):
         super().add_arguments_to_parser(parser)
         parser.link_arguments("model.pattern", "data.pattern")
         parser.link_arguments("data.tokenizer", "model.tokenizer")
+        parser.link_arguments(("data.tokenizer", "data.tokenizer_task", "data.train"), "model.tokenizer_task",
+                              compute_fn=resolved_tokenizer_task)
         parser.link_arguments("data.max_length", "model.max_length")
 
 
@@ -60,13 +64,17 @@ def main(args=None) -> dict | None:
         return None
     name = model.hparams.pattern
     run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
-    metrics = write_results(out, name, run, data.qrels("test"), data.candidates("test"), data.relevance_level)
+    task = data.specs["test"]
+    dataset = paper_dataset(PAPER, task)
+    metrics = write_results(out, name, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
+                            task=task, dataset=dataset)
     print()
     print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(run)}), re-ranking "
                                  f"the top {data.hparams.depth} BM25 candidates"))  # fmt: skip
     print()
-    print(reported_table(name))
-    print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'config.yaml'}, {cli.tested_checkpoint}")
+    print(paper_tables(metrics, name, task, dataset))
+    print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'task.json'}, {out / 'config.yaml'}, "
+          f"{cli.tested_checkpoint}")
     return metrics
 
 

@@ -81,6 +81,21 @@ def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
     return [(doc_id, scores[doc_id]) for _, doc_id in order]
 
 
+def with_unscored_below(run: Run, candidates: Run) -> Run:
+    """`run` (re-ranked scores) with each of its queries' other `candidates` below, in their own order.
+
+    A re-ranker scores a query's top candidates; the rest keep the first-stage order under the
+    lowest re-ranked score (score = floor - rank below it), so the run is as deep as the candidates.
+    `run` is changed in place and returned.
+    """
+    for qid, scored in run.items():
+        floor = min(scored.values())
+        rest = [doc_id for doc_id, _ in ranked(candidates.get(qid, {})) if doc_id not in scored]
+        for rank, doc_id in enumerate(rest, start=1):
+            scored[doc_id] = floor - rank
+    return run
+
+
 # --- reading -----------------------------------------------------------------
 
 

@@ -12,6 +12,11 @@ score) triples in one process.
 
 A (qid, docid) pair seen more than once counts once, with its first score in
 rank order: DistributedSampler pads the last batches by repeating samples.
+
+With `candidates` (a first-stage run), each scored query's unscored candidates are ranked below
+its scored ones in first-stage order (`common.data.formats.with_unscored_below`), as the run a
+re-ranker writes: a model that re-ranks the top 30 is then measured on the same full run that its
+``run.trec`` and ``metrics.json`` hold (MAP over 30 documents and over 100 differ).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
+from common.data.formats import with_unscored_below
 from common.metrics.evaluation import Qrels, evaluate_run
 from common.metrics.registry import DEFAULT_MEASURES, parse_measures
 
@@ -49,6 +55,7 @@ class RankingMetrics(Metric):
         relevance_level: int = 1,
         complete: bool = False,
         depth: int | None = None,
+        candidates: dict[str, dict[str, float]] | None = None,
         **kwargs,
     ) -> None:
         super().__init__(**kwargs)
@@ -56,6 +63,7 @@ class RankingMetrics(Metric):
         self.measures = (measures,) if isinstance(measures, str) else tuple(measures)
         parse_measures(self.measures)  # an unknown measure fails here, not at the end of an epoch
         self.relevance_level, self.complete, self.depth = relevance_level, complete, depth
+        self.candidates = candidates
         for name in _STATES:
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
@@ -78,6 +86,8 @@ class RankingMetrics(Metric):
         run: dict[str, dict[str, float]] = {}
         for qid, docid, score in zip(qids, docids, scores.tolist(), strict=True):
             run.setdefault(qid, {}).setdefault(docid, score)
+        if self.candidates is not None:
+            run = with_unscored_below(run, self.candidates)
         values = evaluate_run(
             self.qrels,
             run,

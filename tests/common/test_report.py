@@ -1,4 +1,5 @@
-"""common.report: load_reported, compare (incl. percent scale), to_markdown and the CLI."""
+"""common.report: load_reported, compare (incl. percent scale), to_markdown, the datasets of tasks (paper_dataset,
+task.json) and the CLI, with its note when the metrics and the reported rows are on different datasets."""
 
 import json
 import os
@@ -10,7 +11,8 @@ import pandas as pd
 import pytest
 
 from common import report
-from common.report import ReportError, compare, load_reported, main, to_markdown
+from common.report import (ReportError, compare, load_reported, main, paper_dataset, read_task_info, task_label,
+                           to_markdown, write_task_info)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,6 +98,58 @@ def test_compare_bad_inputs():
         compare({"qds": {"map": 0.5}}, "qds", tables=5)
     with pytest.raises(ReportError, match="unknown paper"):
         compare({"qds": {"map": 0.5}}, "bert")
+
+
+# ----------------------------------------------------------------------------- datasets
+@pytest.mark.parametrize(
+    "paper, task, dataset",
+    [
+        ("qds", "irds:msmarco-document/trec-dl-2019/judged", "trec-dl-2019-doc"),
+        ("qds", "irds:msmarco-document/trec-dl-2019", "trec-dl-2019-doc"),
+        ("qds", "irds:msmarco-document/dev", "msmarco-doc-dev"),
+        ("conformer_kernel", "irds:msmarco-document/trec-dl-2020/judged", "trec-dl-2020-doc"),
+        ("ck", "irds:msmarco-document/trec-dl-2020", "trec-dl-2020-doc"),
+        # datasets the paper does not report
+        ("qds", "irds:msmarco-document/trec-dl-2020/judged", None),
+        ("conformer_kernel", "irds:msmarco-document/trec-dl-2019/judged", None),
+        ("conformer_kernel", "irds:msmarco-document/dev", None),
+        # other collections and ids
+        ("qds", "irds:msmarco-document-v2/trec-dl-2019", None),
+        ("qds", "irds:msmarco-document/trec-dl-hard", None),
+        ("qds", "irds:msmarco-passage/trec-dl-2019/judged", None),
+        ("qds", "irds:msmarco-document/train", None),
+        # the built-in collection and files are none of the papers' datasets
+        ("qds", "builtin:test", None),
+        ("conformer_kernel", "builtin:test", None),
+        ("qds", {"topics_path": "t.tsv", "qrels_path": "q.txt"}, None),
+        ("qds", {"rank_llm_path": "r.json"}, None),
+    ],
+)
+def test_paper_dataset(paper, task, dataset):
+    assert paper_dataset(paper, task) == dataset
+
+
+def test_task_label():
+    assert task_label("builtin:test") == "builtin:test"
+    assert task_label("irds:msmarco-document/dev") == "irds:msmarco-document/dev"
+    assert task_label({"topics_path": "a/t.tsv", "qrels_path": None}) == "the task from files a/t.tsv"
+    assert task_label({"rank_llm_path": "r.json"}) == "the task from files r.json"
+
+
+def test_task_info_is_written_atomically_once_and_read_back(tmp_path):
+    files = {"topics_path": tmp_path / "t.tsv", "qrels_path": None}
+    path = write_task_info(tmp_path, files, None)
+    assert path == tmp_path / "task.json"
+    assert json.loads(path.read_text()) == {"test": {"topics_path": str(tmp_path / "t.tsv"), "qrels_path": None},
+                                            "dataset": None}
+    assert read_task_info(tmp_path / "metrics.json") == json.loads(path.read_text())
+    with pytest.raises(FileExistsError):
+        write_task_info(tmp_path, "builtin:test", None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["task.json"]  # no temp left, the first one kept
+    assert read_task_info(tmp_path / "elsewhere" / "metrics.json") is None
+    path.write_text('{"test": "builtin:test"}')
+    with pytest.raises(ReportError, match="task.json: expected"):
+        read_task_info(tmp_path / "metrics.json")
 
 
 # ----------------------------------------------------------------------------- to_markdown
@@ -206,3 +260,66 @@ def test_python_dash_m(metrics_file):
     helped = subprocess.run([sys.executable, "-m", "common.report", "--help"],
                             cwd=REPO, capture_output=True, text=True, check=False)
     assert helped.returncode == 0 and "--map RUN=METHOD" in helped.stdout and "--overwrite" in helped.stdout
+
+
+# ----------------------------------------------------------------------------- CLI: datasets
+BUILTIN_BM25 = {"bm25": {"ndcg_cut_10": 0.234, "map": 0.2, "mrr@10": 0.3}}
+
+
+def _metrics_with_task(folder: Path, metrics: dict, task=None, dataset=None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "metrics.json").write_text(json.dumps(metrics))
+    if task is not None:
+        write_task_info(folder, task, dataset)
+    return folder / "metrics.json"
+
+
+def test_cli_notes_that_a_builtin_run_is_on_another_dataset(tmp_path, capsys):
+    path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25, "builtin:test")
+    out = tmp_path / "report.md"
+    assert main([str(path), "--paper", "qds", "--table", "2", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    assert lines[0] == ("note: these metrics were measured on builtin:test; the reported rows are on trec-dl-2019-doc, "
+                        "msmarco-doc-dev: different datasets, so diff is no reproduction gap")
+    assert lines[1] == "" and lines[2].startswith("| paper")
+    assert "-0.254" in printed  # the diff is still shown, under the note
+    assert out.read_text() == printed
+    # the same with --dataset: still another dataset
+    assert main([str(path), "--paper", "qds", "--dataset", "trec-dl-2019-doc"]) == 0
+    assert capsys.readouterr().out.startswith(
+        "note: these metrics were measured on builtin:test; the reported rows are on trec-dl-2019-doc: different")
+
+
+def test_cli_no_note_when_the_task_is_the_rows_dataset(tmp_path, capsys):
+    path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25, "irds:msmarco-document/trec-dl-2019/judged",
+                              "trec-dl-2019-doc")
+    assert main([str(path), "--paper", "qds", "--dataset", "trec-dl-2019-doc"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("| paper") and "note" not in printed and "-0.254" in printed
+    # without --dataset the MS MARCO dev row is another dataset's
+    assert main([str(path), "--paper", "qds", "--table", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "note: these metrics were measured on irds:msmarco-document/trec-dl-2019/judged (trec-dl-2019-doc); the "
+        "reported rows on msmarco-doc-dev are on another dataset, so their diff is no reproduction gap "
+        "(--dataset trec-dl-2019-doc leaves them out)")
+
+
+def test_cli_notes_a_metrics_file_without_task_json(tmp_path, capsys):
+    path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25)
+    assert main([str(path), "--paper", "qds", "--table", "2"]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == (
+        f"note: {path} does not say which dataset it was measured on (no task.json beside it); the reported rows are "
+        "on trec-dl-2019-doc, msmarco-doc-dev: diff is a reproduction gap only where the metrics were measured on "
+        "the row's dataset (--dataset keeps that one's rows)")
+    # --dataset says which: no note
+    assert main([str(path), "--paper", "qds", "--table", "2", "--dataset", "trec-dl-2019-doc"]) == 0
+    assert capsys.readouterr().out.startswith("| paper")
+
+
+def test_cli_a_malformed_task_json_is_bad_input(tmp_path, capsys):
+    path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25)
+    (tmp_path / "run" / "task.json").write_text("[]")
+    assert main([str(path), "--paper", "qds"]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.startswith("error: ") and "task.json: expected" in captured.err

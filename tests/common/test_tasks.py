@@ -186,14 +186,17 @@ def test_a_named_task_is_taken_as_it_is():
     assert task_spec_from_args(args, "task") == "irds:msmarco-document/trec-dl-2020/judged"
 
 
-def test_a_task_from_files_is_a_file_source_mapping(spec):
+def test_a_task_from_files_is_a_file_source_mapping(spec, tmp_path):
     args = _parse("candidates", ["--topics", "t.tsv", "--run", "r.trec"])
     assert task_spec_from_args(args, "candidates") == {
         "topics_path": "t.tsv", "qrels_path": None, "candidates_path": "r.trec", "collection_path": None,
     }  # fmt: skip
-    args = _parse("task", ["--topics", spec["topics_path"], "--qrels", spec["qrels_path"], "--collection", "c.tsv"])
+    collection = tmp_path / "c.tsv"
+    collection.write_text("d1\tsome text\n")
+    args = _parse("task", ["--topics", spec["topics_path"], "--qrels", spec["qrels_path"], "--collection",
+                           str(collection)])
     task = task_spec_from_args(args, "task", required=("topics", "qrels", "collection"))
-    assert task["candidates_path"] is None and task["collection_path"] == "c.tsv"
+    assert task["candidates_path"] is None and task["collection_path"] == str(collection)
     data = Tasks(test=task)
     assert set(data.qrels("test")) == {*WITH_ALL, "q20"}  # a spec `common.data.source` opens
 

@@ -22,3 +22,36 @@ def test_trained_once_then_cached():
     before = (path / "tokenizer.json").stat().st_mtime_ns
     assert builtin_tokenizer_path() == path
     assert (path / "tokenizer.json").stat().st_mtime_ns == before
+
+
+def _task(folder, words: str) -> dict:
+    """A task whose collection repeats `words` (a BPE merges what is frequent) and two queries."""
+    from common.data.formats import Document, write_collection, write_topics
+
+    folder.mkdir(exist_ok=True)
+    write_topics(folder / "topics.tsv", {"1": "how long is life cycle of flea", "2": "flea treatment"})
+    write_collection(folder / "docs.jsonl", [Document(f"d{i}", f"{words} number {i}") for i in range(200)])
+    return {"topics_path": str(folder / "topics.tsv"), "collection_path": str(folder / "docs.jsonl")}
+
+
+def test_train_learns_the_training_task_text(tmp_path, monkeypatch):
+    from qds.tokenizer import task_tokenizer_path
+
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
+    task = _task(tmp_path / "fleas", "the flea lives a year on its host; a flea lays eggs")
+    tok = load_tokenizer("train", task=task)
+    assert tok.tokenize(" flea") == ["Ġflea"]  # a word of the task is one token
+    assert load_tokenizer("builtin").tokenize(" flea") != ["Ġflea"]  # the built-in BPE never saw it
+    assert (tok.bos_token_id, tok.pad_token_id, tok.eos_token_id) == (0, 1, 2)
+    path = task_tokenizer_path(task)
+    before = (path / "tokenizer.json").stat().st_mtime_ns
+    assert task_tokenizer_path(task) == path and (path / "tokenizer.json").stat().st_mtime_ns == before  # cached
+    other = task_tokenizer_path(_task(tmp_path / "cats", "the cat sleeps all day; a cat eats fish"))
+    assert other != path and load_tokenizer(str(other)).tokenize(" cat") == ["Ġcat"]
+
+
+def test_train_needs_a_task():
+    import pytest
+
+    with pytest.raises(ValueError, match="tokenizer 'train' learns a BPE on the training task: configure data.train"):
+        load_tokenizer("train")

@@ -134,3 +134,17 @@ def test_lightning_ddp_on_two_cpu_processes_matches_one_process(shared_data, tmp
         read_qrels(shared_data / QRELS), float32_run(read_run(tmp_path / "run.txt")), MEASURES, relevance_level=2
     )
     assert ranks[0]["values"] == ranks[1]["values"] == reference
+
+
+def test_candidates_rank_the_unscored_below_as_the_written_run():
+    """Re-ranking the top 2 of 4 (b above a): with the candidates, c and d follow in first-stage order and AP counts
+    d at rank 4, (1/2 + 2/4) / 2 = 0.5, as run.trec's; without them d is missed, (1/2) / 2 = 0.25."""
+    qrels = {"q": {"a": 1, "d": 1}}
+    candidates = {"q": {"a": 4.0, "b": 3.0, "c": 2.0, "d": 1.0}}
+    full = RankingMetrics(qrels, ["map", "recall_100"], candidates=candidates)
+    cut = RankingMetrics(qrels, ["map", "recall_100"])
+    for metric in (full, cut):
+        metric.update(["q", "q"], ["b", "a"], torch.tensor([0.9, 0.1]))  # re-ranked: b above a
+    assert full.compute()["map"].item() == pytest.approx(0.5)
+    assert full.compute()["recall_100"].item() == 1.0
+    assert cut.compute()["map"].item() == pytest.approx(0.25) and cut.compute()["recall_100"].item() == 0.5
