@@ -123,13 +123,15 @@ class TaskSplits:
         if split not in pairs_by_split:
             source = self.source(split)
             pairs = rerank_pairs(source.candidates(), self.eval_depth(split), self.eval_queries(split))
-            missing = self._check_present(split, source, {"candidates": {doc_id for _, doc_id in pairs}})
+            missing = set()
+            if _checked(source):
+                missing = self._check_present(split, source, {"candidates": {doc_id for _, doc_id in pairs}})
             pairs_by_split[split] = [pair for pair in pairs if pair[1] not in missing]
         return pairs_by_split[split]
 
     def _missing_documents(self, split: str, source: RankingSource) -> set[str]:
         """Training: the relevant judged documents and candidates without text (checked per the policy)."""
-        if split != "train":
+        if split != "train" or not _checked(source):
             return set()
         level = self.hparams.get("relevance_level", 1)
         topics, qrels = source.topics(), source.qrels()
@@ -144,8 +146,6 @@ class TaskSplits:
         policy = self.hparams.get("missing_documents", "skip")
         if policy not in MISSING_DOCUMENTS:
             raise MissingDocumentsError(f"data.missing_documents: {policy!r} is none of {', '.join(MISSING_DOCUMENTS)}")
-        if type(source).__module__ == "common.data.irds":
-            return set()
         documents = source.documents()
         missing = {what: sorted(d for d in ids if d not in documents) for what, ids in needed.items()}
         if not any(missing.values()):
@@ -207,6 +207,12 @@ class _PresentDocuments:
 
     def documents(self):
         return self._source.documents()
+
+
+def _checked(source: RankingSource) -> bool:
+    """Whether `source`'s documents are checked: not for a source whose collection is complete (ir_datasets),
+    where the check would only read every qrels and candidate (37M for MS MARCO training) to find nothing."""
+    return not getattr(source, "complete_collection", False)
 
 
 def _present_documents(source: RankingSource, missing: set[str]) -> RankingSource:

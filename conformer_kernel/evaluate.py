@@ -25,14 +25,13 @@ from __future__ import annotations
 import argparse
 
 import lightning as L
-import torch
 
 from common.cli import fresh_output_dir
 from common.report import paper_dataset
 from common.rerank import reranked_run
 from common.tasks import add_task_arguments, resolve_depth, task_spec_from_args
 from conformer_kernel.data import ConformerKernelData
-from conformer_kernel.index import full_ranking, load_for_inference
+from conformer_kernel.index import checkpoint_data_settings, full_ranking, load_for_inference
 from conformer_kernel.outputs import DATASET, PAPER, metrics_table, paper_tables, write_results
 
 MODES = ("rerank", "fullrank")
@@ -67,9 +66,8 @@ def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     out = fresh_output_dir(args.output_dir, "ck-evaluate")
     task = task_spec_from_args(args, "task", required=("topics", "qrels", "collection"))  # --run: to re-rank
-    model, featurizer = load_for_inference(args.checkpoint, args.orcas)
-    data_settings = torch.load(args.checkpoint, map_location="cpu", weights_only=True).get(
-        "datamodule_hyper_parameters", {})
+    data_settings = checkpoint_data_settings(args.checkpoint)
+    model, featurizer = load_for_inference(args.checkpoint, args.orcas, data_settings)
     depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
     if "rerank" in args.modes:
         print(f"re-ranking the top {depth} candidates per query ({depth_source})")

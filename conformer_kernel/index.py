@@ -261,10 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def load_for_inference(checkpoint: str, orcas=None) -> tuple[ConformerKernel, Featurizer]:
-    """A trained model in eval mode and a featuriser with its vocabulary, IDFs and text limits."""
+def checkpoint_data_settings(checkpoint: str) -> dict:
+    """The data module's settings a checkpoint was trained with (empty where it holds none)."""
+    return torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
+
+
+def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) -> tuple[ConformerKernel, Featurizer]:
+    """A trained model in eval mode and a featuriser with its vocabulary, IDFs and text limits (from `data`, the
+    checkpoint's `checkpoint_data_settings`, read here where not given)."""
     model = ConformerKernel.load_from_checkpoint(checkpoint, map_location="cpu").eval()
-    data = torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
+    data = checkpoint_data_settings(checkpoint) if data is None else data
     featurizer = Featurizer(model.resources, data.get("max_query_terms", 20), data.get("max_doc_terms", 4000),
                             data.get("max_orcas_terms", 2000), orcas_from_spec(orcas if orcas else data.get("orcas")))
     return model, featurizer

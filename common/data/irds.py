@@ -385,6 +385,9 @@ class IrDatasetsSource:
     field used as text. Construction only looks the id up in the registry.
     """
 
+    #: Its collection holds every judged and retrieved document (`common.tasks` checks none).
+    complete_collection = True
+
     def __init__(
         self,
         dataset_id: str,

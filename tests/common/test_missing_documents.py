@@ -79,3 +79,22 @@ def test_a_complete_task_gives_no_warning():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         data.check_tasks()
+
+
+def test_a_complete_collection_is_not_read_to_be_checked(monkeypatch):
+    """ir_datasets sources (`complete_collection`) open without reading their qrels or candidates."""
+
+    class Complete:
+        complete_collection, name = True, "msmarco"
+
+        def qrels(self):
+            raise AssertionError("read")
+
+        candidates = topics = documents = qrels
+
+    monkeypatch.setattr("common.tasks.source_from_spec", lambda spec: Complete())
+    data = Data(train="irds:msmarco-document/train")
+    assert isinstance(data.source("train"), Complete)
+    from common.data.irds import IrDatasetsSource
+
+    assert IrDatasetsSource.complete_collection
