@@ -9,8 +9,11 @@ Conventions (README, "Conventions every package follows"):
   ``logs/metrics.csv``; a folder that is not empty is refused, so a run never writes over another.
 - ``checkpoints/`` holds the best checkpoint on the monitored dev measure (``best-step=N.ckpt``,
   mode max; `RankerCLI.checkpoint`) and ``last.ckpt``, written every ``--save_every_n_steps``
-  training steps. ``--ckpt_path last --output_dir DIR`` resumes the run in DIR at its
-  ``last.ckpt`` (mid-epoch included); ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
+  training steps (`common.resume.LastCheckpoint`). ``--ckpt_path last --output_dir DIR`` resumes
+  the run in DIR at its ``last.ckpt`` (mid-epoch included) with the settings of its ``config.yaml``
+  (flags given again must not change them) and ends as the uninterrupted run would, byte for byte,
+  wherever it was killed (`common.resume`); a finished run (its ``metrics.json`` written) says so.
+  ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
 
 A package subclasses it, passes its classes, default config, run name and monitored measure, and
 adds its argument links in ``add_arguments_to_parser`` after calling ``super()``'s. The CLI only
@@ -24,22 +27,38 @@ Evaluate commands (``python -m <package>.evaluate``) take their output folder fr
 from __future__ import annotations
 
 import logging
+import os
+import re
 import sys
 import time
+import warnings
+import zipfile
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 
-from jsonargparse import Namespace
-from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.cli import LightningCLI
-from lightning.pytorch.loggers import CSVLogger
+import yaml
+from jsonargparse import DefaultHelpFormatter, Namespace
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from common.data.formats import DataFormatError
 from common.data.source import TaskSpecError, check_spec
+from common.cli_help import replaces_default_config
 from common.io import atomic_write
+from common.progress import progress_callback
+from common.resume import LAST, AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_step, discard_unfinished_writes
 from common.tasks import MissingDocumentsError, TaskSplits
 from common.usage import usage_error
+
+#: A run's resolved settings, in its output folder.
+CONFIG = "config.yaml"
+#: Written last by a training command's test: a run whose folder holds it has finished.
+FINISHED = "metrics.json"
+#: Settings that say where a run is and how it was started, not what it is: a resumed run may differ in them.
+_RUN_KEYS = {"output_dir", "ckpt_path", "config"}
+_ABSENT = object()
 
 #: Bad data or task input, answered in one line with exit status 2 (`common.usage.usage_error`).
 INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError)
@@ -57,6 +76,111 @@ def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
     return out
 
 
+def _flag(given: list[str], name: str) -> str | None:
+    """The value of ``--name`` on a command line (``--name v`` or ``--name=v``; the last one given)."""
+    value = None
+    for i, arg in enumerate(given):
+        if arg == f"--{name}" and i + 1 < len(given):
+            value = given[i + 1]
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def _resumed_run(given) -> Path | None:
+    """The folder of the run that ``--ckpt_path last --output_dir DIR`` resumes; None for a new run.
+
+    Checked before anything is parsed, built or written: a resumed run needs its ``config.yaml`` and
+    ``checkpoints/last.ckpt``; a finished one (its ``metrics.json`` written) says so and exits with status 0; a
+    ``--ckpt_path`` file to start from must be a checkpoint.
+    """
+    if not isinstance(given, list):
+        return None
+    ckpt, out = _flag(given, "ckpt_path"), _flag(given, "output_dir")
+    if ckpt is None:
+        return None
+    if ckpt != "last":
+        if not Path(ckpt).is_file():
+            usage_error(f"--ckpt_path: no such checkpoint file: {ckpt}")
+        if not zipfile.is_zipfile(ckpt):
+            usage_error(f"--ckpt_path: {ckpt} is not a checkpoint (not a file torch.save wrote)")
+        return None
+    if out is None:
+        usage_error("--ckpt_path last resumes a run: give its --output_dir")
+    folder = Path(out)
+    if (folder / FINISHED).is_file():
+        print(f"{folder} holds a finished run (its {FINISHED} is written): nothing to resume")
+        raise SystemExit(0)
+    for needed in (folder / CONFIG, folder / "checkpoints" / LAST):
+        if not needed.is_file():
+            usage_error(f"nothing to resume in {folder}: {needed} does not exist")
+    return folder
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    """A config's nested mappings as ``{"a.b.c": value}``."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat = {}
+    for key, value in tree.items():
+        flat.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def _shown(value) -> str:
+    return "absent" if value is _ABSENT else yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def one_line(message: str) -> str:
+    """A parser error as one line naming the option: jsonargparse's own spreads over several (``Parser key
+    "model.window":``, then the reasons, indented; a Union's alternatives each with its own error)."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    key = re.match(r'Parser key "([^"]+)":\s*', lines[0]) if lines else None
+    if key is not None:
+        lines = [lines[0][key.end():], *lines[1:]]
+    # A Union's alternatives: its subtypes say enough without each one's error.
+    reasons = [line for line in lines if line and not line.startswith(("Errors:", "- ", "Given value type:"))]
+    text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", "; ".join(reasons)).replace("typing.", "")
+    text = text[:1].lower() + text[1:]
+    return f"--{key.group(1)}: {text}" if key is not None else text
+
+
+class CommandHelpFormatter(DefaultHelpFormatter):
+    """``--help`` as committed beside each command (`common.cli_help`): the description keeps its docstring's
+    paragraphs, the repository's files are named relative to it (the same in every checkout), and docstrings'
+    reST quotes (``x``, `x`) are left out (a terminal shows them as they are)."""
+
+    _root = str(Path(__file__).resolve().parents[1]) + os.sep
+
+    def _plain(self, text: str) -> str:
+        return text.replace(self._root, "").replace("`", "")
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        fill = super()._fill_text
+        return "\n\n".join(fill(paragraph, width, indent) for paragraph in re.split(r"\n\s*\n", self._plain(text)))
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return super()._split_lines(self._plain(text), width)
+
+
+class CommandParser(LightningArgumentParser):
+    """The parser of a training command: an error is one line, ``error: <what>`` naming the option, with exit
+    status 2 (`common.usage.usage_error`), instead of the usage and a message over several lines."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error:  # a nested parser: its caller catches the exception
+            return super().error(message, ex)
+        usage_error(one_line(message))
+
+
+def _command_text(command: str | None) -> dict:
+    """The parser's program name, short usage and description for ``python -m command``: its module docstring."""
+    if command is None:
+        return {}
+    return {"prog": f"python -m {command}", "description": import_module(command).__doc__,
+            "usage": "%(prog)s [-h] [-c CONFIG] [--print_config[=flags]] [--OPTION VALUE ...]"}
+
+
 class RankerCLI(LightningCLI):
     """LightningCLI with the output-folder, resume and checkpoint conventions (see the module docstring).
 
@@ -66,11 +190,15 @@ class RankerCLI(LightningCLI):
         run_name: the name of a run from its parsed config (``qds-<pattern>``), the default
             output folder being ``outputs/<run_name(config)>-<time>``.
         monitor: the logged dev measure that selects the best checkpoint (higher is better).
+        command: the module ``python -m`` runs (``qds.train``): ``--help`` names it and shows its docstring.
+        check: what no single option's type rules out, on the parsed config as a dict (a ``config.yaml``): a
+            one-line problem naming the option, refused before anything is built, or None (`common.cli_help`).
         args: the command line (default: ``sys.argv[1:]``).
         kwargs: further `LightningCLI` arguments.
 
     After construction: `output_dir` (created), `resume_from` (None, a checkpoint file, or
-    ``output_dir/checkpoints/last.ckpt`` with ``--ckpt_path last``), `checkpoint` (the best-on-dev
+    ``output_dir/checkpoints/last.ckpt`` with ``--ckpt_path last``), `resuming` (whether it is the latter: the
+    test outputs a killed run left may then be replaced), `checkpoint` (the best-on-dev
     `ModelCheckpoint`), and LightningCLI's `config`, `model`, `datamodule`, `trainer`; after
     `fit_and_test`, `tested_checkpoint`.
     """
@@ -83,18 +211,46 @@ class RankerCLI(LightningCLI):
         default_config: Path,
         run_name: Callable[[Namespace], str],
         monitor: str,
+        command: str | None = None,
+        check: Callable[[dict], str | None] | None = None,
         args=None,
         **kwargs,
     ):
-        self.run_name, self.monitor = run_name, monitor
+        self.run_name, self.monitor, self.check = run_name, monitor, check
         given = sys.argv[1:] if args is None else args
-        explicit = any(a == "--config" or a.startswith("--config=") for a in given)
-        parser_kwargs = {"default_config_files": [] if explicit else [str(default_config)]}
+        explicit = replaces_default_config(given)
+        self.resumed_dir = _resumed_run(given)
+        if self.resumed_dir is not None:  # the run's own settings, which flags given again must not change
+            default_config = self.resumed_dir / CONFIG
+        # No abbreviations (jsonargparse 5 drops them): --model.p would silently be --model.pattern.
+        parser_kwargs = {"default_config_files": [] if explicit else [str(default_config)], "allow_abbrev": False,
+                         "formatter_class": CommandHelpFormatter, **_command_text(command)}
         parser_kwargs.update(kwargs.pop("parser_kwargs", None) or {})
         super().__init__(
             model_class, datamodule_class, args=args, run=False, save_config_callback=None,
-            seed_everything_default=0, parser_kwargs=parser_kwargs, **kwargs,
+            seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser, **kwargs,
         )  # fmt: skip
+
+    def add_core_arguments_to_parser(self, parser) -> None:
+        """The model's and data module's options, then the trainer's: ``--help`` lists the package's own first."""
+        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
+        parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
+        parser.add_lightning_class_args(self.trainer_class, "trainer")
+        parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
+
+    def parse_arguments(self, parser, args) -> None:
+        """Parse, then refuse what `check` finds in the config (before anything is built or written).
+
+        Values of restricted types (``PositiveInt``...) become plain numbers: they end in checkpoints'
+        hyperparameters, which ``torch.load(weights_only=True)`` loads only of built-in types.
+        """
+        super().parse_arguments(parser, args)
+        for key, value in list(self.config.items()):
+            if isinstance(value, (int, float)) and type(value) not in (int, float, bool):
+                self.config[key] = int(value) if isinstance(value, int) else float(value)
+        problem = self.check(self.config.as_dict()) if self.check else None
+        if problem:
+            usage_error(problem)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--output_dir", type=str | None, default=None,
@@ -127,18 +283,30 @@ class RankerCLI(LightningCLI):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
         self.resume_from = None
-        if config.ckpt_path == "last":
-            if config.output_dir is None:
-                raise SystemExit("--ckpt_path last resumes a run: give its --output_dir")
-            self.resume_from = self.output_dir / "checkpoints" / "last.ckpt"
-            if not self.resume_from.is_file():
-                raise SystemExit(f"nothing to resume: {self.resume_from} does not exist")
+        self.resuming = config.ckpt_path == "last"
+        if self.resuming:
+            if self.resumed_dir is None:  # "last" came from a config file, not the command line
+                usage_error("--ckpt_path last resumes a run: give it and the run's --output_dir on the command line")
+            self.resume_from = self.output_dir / "checkpoints" / LAST
+            self._check_same_settings()
         else:
             if self.output_dir.exists() and any(self.output_dir.iterdir()):
-                raise SystemExit(
-                    f"{self.output_dir} is not empty: choose a new --output_dir, or pass --ckpt_path last to resume"
-                )
+                usage_error(f"{self.output_dir} is not empty: choose a new --output_dir, or pass --ckpt_path last "
+                            "to resume the run in it")
             self.resume_from = config.ckpt_path
+
+    def _check_same_settings(self) -> None:
+        """A resumed run keeps the settings in its ``config.yaml``: flags given again that change one are refused."""
+        saved = _flat(yaml.safe_load((self.output_dir / CONFIG).read_text()))
+        now = _flat(yaml.safe_load(self.parser.dump(self.config, skip_unset=False)))
+        changed = [k for k in sorted(saved.keys() | now.keys())
+                   if k not in _RUN_KEYS and saved.get(k, _ABSENT) != now.get(k, _ABSENT)]  # fmt: skip
+        if changed:
+            said = "; ".join(f"{k}: {_shown(saved.get(k, _ABSENT))} there, {_shown(now.get(k, _ABSENT))} here"
+                             for k in changed[:3])  # fmt: skip
+            more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
+            usage_error(f"--ckpt_path last resumes {self.output_dir} with its {CONFIG}; other settings given: "
+                        f"{said}{more}")
 
     def instantiate_classes(self) -> None:
         """Open and check the data module's tasks first (`common.tasks.TaskSplits.check_tasks`), then build the
@@ -161,24 +329,35 @@ class RankerCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         folder = self.output_dir / "checkpoints"
-        # The best on dev, saved when validation ends; and last.ckpt every few steps, to resume from.
-        self.checkpoint = ModelCheckpoint(dirpath=folder, filename="best-{step}", monitor=self.monitor, mode="max")
-        last = ModelCheckpoint(dirpath=folder, save_top_k=0, save_last=True,
-                               every_n_train_steps=self.config.save_every_n_steps)
+        # The best on dev, saved when validation ends (a resumed run rewrites the same file, hence no versions);
+        # and last.ckpt every few steps, to resume from (`common.resume`).
+        self.checkpoint = ModelCheckpoint(dirpath=folder, filename="best-{step}", monitor=self.monitor, mode="max",
+                                          enable_version_counter=False)  # fmt: skip
+        last = LastCheckpoint(folder, self.config.save_every_n_steps)
         configured = self.config_init.trainer.get("callbacks") or []
+        resume_step = checkpoint_step(self.resume_from) if self.config.ckpt_path == "last" else None
         kwargs.update(
             default_root_dir=str(self.output_dir),
-            logger=CSVLogger(self.output_dir, name="logs", version=""),
-            callbacks=[*configured, self.checkpoint, last],
+            logger=RunLogger(self.output_dir, resume_step),
+            callbacks=[*configured, *self._progress(configured), self.checkpoint, last],
+            plugins=[*(self.config_init.trainer.get("plugins") or []), AtomicCheckpointIO()],
         )
         return super().instantiate_trainer(**kwargs)
 
+    def _progress(self, configured: list) -> list:
+        """A step-counting bar in a terminal, progress lines otherwise (`common.progress`); none where it is off or
+        one is configured (Lightning refuses both)."""
+        wanted = self.config_init.trainer.get("enable_progress_bar") is not False
+        if not wanted or any(isinstance(c, ProgressBar) for c in configured):
+            return []
+        return [progress_callback(self.monitor)]
+
     def write_config(self) -> Path:
         """Write the resolved config to ``output_dir/config.yaml`` (global rank zero, atomically, if absent)."""
-        path = self.output_dir / "config.yaml"
+        path = self.output_dir / CONFIG
         if self.trainer.is_global_zero and not path.exists():
             with atomic_write(path) as f:
-                f.write(self.parser.dump(self.config))
+                f.write(self.parser.dump(self.config, skip_unset=False))  # nulls too: it is resumed from
         return path
 
     def fit_and_test(self) -> bool:
@@ -192,7 +371,12 @@ class RankerCLI(LightningCLI):
         """
         trainer, model, data = self.trainer, self.model, self.datamodule
         self.write_config()
-        trainer.fit(model, datamodule=data, ckpt_path=self.resume_from)
+        with warnings.catch_warnings():
+            if self.resuming:  # Lightning warns of a checkpoint folder in use: a resumed run's is
+                warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
+                if trainer.is_global_zero:
+                    discard_unfinished_writes(self.output_dir / "checkpoints")
+            trainer.fit(model, datamodule=data, ckpt_path=self.resume_from)
         self.tested_checkpoint = None
         if not data.has_split("test"):
             return False

@@ -428,12 +428,12 @@ def task_label(task: Any) -> str:
     return str(task)
 
 
-def write_task_info(output_dir: str | os.PathLike, task: Any, dataset: str | None) -> Path:
+def write_task_info(output_dir: str | os.PathLike, task: Any, dataset: str | None, *, overwrite: bool = False) -> Path:
     """Write ``task.json`` (``{"test": task, "dataset": dataset}``) into `output_dir`, atomically and never over
-    an existing one; returns its path."""
+    an existing one unless `overwrite`; returns its path."""
     path = Path(output_dir) / TASK_FILE
     spec = dict(task) if isinstance(task, Mapping) else task
-    with atomic_write(path) as f:
+    with atomic_write(path, overwrite=overwrite) as f:
         json.dump({"test": spec, "dataset": dataset}, f, indent=2, default=str)
         f.write("\n")
     return path

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from functools import partial
+from typing import Literal
 
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_type
 from lightning import pytorch as L
 from torch.utils.data import Dataset
 
@@ -24,10 +26,13 @@ from common.data.formats import Document, Topics
 from common.data.samplers import from_source
 from common.data.source import RankingSource, SourceSpec, source_fingerprint, source_from_spec
 from common.rerank import RerankPairs
-from common.tasks import SamplerGroups, SplitLoaders, TaskSplits
+from common.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
 from conformer_kernel.features import Featurizer
 from conformer_kernel.orcas import orcas_from_spec
 from conformer_kernel.vocab import EmbeddingOptions, Resources
+
+#: Documents per training query: RankNet needs two (`common.data.samplers.LabelGroupSampler`).
+GroupSize = restricted_number_type("GroupSize", int, (">=", 2), docstring="an integer of at least 2")
 
 
 class TrainGroups(SamplerGroups):
@@ -63,20 +68,30 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         test: the task evaluated after training, in the same forms; null: none.
         orcas: ORCAS clicked queries as an extra document field (`conformer_kernel.orcas`:
             ``irds:msmarco-document/orcas`` or topics/qrels files), or None.
-        max_query_terms, max_doc_terms, max_orcas_terms: paper: 20 and 4,000; official: 2,000.
+        max_query_terms: query terms read (paper: 20).
+        max_doc_terms: document terms read (paper: 4,000).
+        max_orcas_terms: terms of the ORCAS field read (official: 2,000).
         collections: further tasks whose documents join the training task's in the collection statistics
             (vocabulary, IDFs, word2vec). The paper's collection is all of MS MARCO, test documents included; a
             task whose collection is only its candidates' text (a rank_llm file) needs the test task's here, or
             the test documents' terms are unknown. Queries come from the training task alone.
-        embedding_dim, embedding_window, min_count, embedding_epochs, embedding_workers: word2vec
-            (paper/official: 128, 10, 100, 5; 1 worker is reproducible).
+        embedding_dim: word2vec dimension (paper/official: 128); the model's hidden size is twice it (IN || OUT).
+        embedding_window: word2vec context window (official: 10).
+        min_count: a term's least count to enter the vocabulary, word2vec's (official: 100).
+        embedding_epochs: word2vec training epochs (official: 5).
+        embedding_workers: word2vec threads (1 is reproducible).
         depth: candidates per query, for the training label groups and for re-ranking (top 100).
-        group_size: documents per training query (official: 4).
-        dev_queries, test_queries: evaluate dev / test on a sample of this many queries (None: all).
+        group_size: documents per training query, at least 2 (official: 4).
+        dev_queries: evaluate dev on a sample of this many queries, drawn with `seed` (None: all).
+        test_queries: evaluate test on a sample of this many queries (None: all).
         relevance_level: lowest qrels label counted relevant.
         missing_documents: ``skip`` leaves the documents a task judges or retrieves but its collection lacks
             out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.tasks`).
-        batch_size: training queries per batch (paper: 32); eval_batch_size: pairs per evaluation batch.
+        batch_size: training queries per batch (paper: 32).
+        eval_batch_size: (query, document) pairs per evaluation batch.
+        num_workers: loader worker processes (0: in the main process).
+        seed: seed of word2vec, the training groups and order and the dev and test samples (not
+            ``--seed_everything``'s).
     """
 
     def __init__(
@@ -86,23 +101,23 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         test: SourceSpec | None = "builtin:test",
         orcas: SourceSpec | None = None,
         collections: list[SourceSpec] | None = None,
-        max_query_terms: int = 20,
-        max_doc_terms: int = 4000,
-        max_orcas_terms: int = 2000,
-        embedding_dim: int = 128,
-        embedding_window: int = 10,
-        min_count: int = 100,
-        embedding_epochs: int = 5,
-        embedding_workers: int = 1,
-        depth: int = 100,
-        group_size: int = 4,
-        dev_queries: int | None = None,
-        test_queries: int | None = None,
+        max_query_terms: PositiveInt = 20,
+        max_doc_terms: PositiveInt = 4000,
+        max_orcas_terms: PositiveInt = 2000,
+        embedding_dim: PositiveInt = 128,
+        embedding_window: PositiveInt = 10,
+        min_count: NonNegativeInt = 100,
+        embedding_epochs: PositiveInt = 5,
+        embedding_workers: PositiveInt = 1,
+        depth: PositiveInt = 100,
+        group_size: GroupSize = 4,
+        dev_queries: PositiveInt | None = None,
+        test_queries: PositiveInt | None = None,
         relevance_level: int = 1,
-        missing_documents: str = "skip",
-        batch_size: int = 32,
-        eval_batch_size: int = 64,
-        num_workers: int = 0,
+        missing_documents: Literal[MISSING_DOCUMENTS] = "skip",
+        batch_size: PositiveInt = 32,
+        eval_batch_size: PositiveInt = 64,
+        num_workers: NonNegativeInt = 0,
         seed: int = 0,
     ):
         super().__init__()

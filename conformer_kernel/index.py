@@ -225,18 +225,28 @@ def build_index(model: ConformerKernel, featurizer: Featurizer, documents, doc_i
 
 
 def full_ranking(model: ConformerKernel, featurizer: Featurizer, data, folder: str | os.PathLike,
-                 trainer_options: dict | None = None, index_folder: str | os.PathLike | None = None) -> Run:
+                 trainer_options: dict | None = None, index_folder: str | os.PathLike | None = None, *,
+                 resume: bool = False) -> Run:
     """The top 100 of every evaluated test query of `data` (a `ConformerKernelData`) by full retrieval: from the
-    index in `index_folder`, or from one built into `folder` for those queries' terms over the test collection."""
+    index in `index_folder`, or from one built into `folder` for those queries' terms over the test collection.
+
+    `resume`: `folder` may hold what a killed run left there: its finished index is read, an unfinished one
+    finished, and one killed before its plan was written started again."""
     source = data.source("test")
     topics = {qid: source.topics()[qid] for qid in data.eval_queries("test")}
+    folder = Path(folder)
+    if resume and (folder / "meta.json").is_file():
+        index_folder = folder
+    elif resume and not (folder / "shards" / "plan.json").is_file():
+        shutil.rmtree(folder, ignore_errors=True)
     if index_folder is not None:
         index = ImpactIndex.load(index_folder)
     else:
         documents = source.documents()
         doc_ids, terms = list(documents), index_terms([topics], featurizer)
         rank_zero_info(f"fullrank: indexing {len(terms)} query terms x {len(doc_ids)} documents into {folder}")
-        index = build_index(model, featurizer, documents, doc_ids, terms, folder, trainer_options=trainer_options)
+        index = build_index(model, featurizer, documents, doc_ids, terms, folder, trainer_options=trainer_options,
+                            resume=resume)
     return index.retrieve(topics, featurizer)
 
 

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -346,10 +347,16 @@ class NDRM3(nn.Module):
         return self.combine_terms(self.ndrm1.index_scores(f, chunk)[None], self.ndrm2.term_scores(f), f.query_mask)[0]
 
 
-def build_ranker(kind: str, vocab_size: int, encoder: str = "conformer", conv_window: int = 31,
+#: The three rankers (``--model.model``).
+ModelName = Literal["ndrm1", "ndrm2", "ndrm3"]
+#: The document encoders (``--model.encoder``): the paper's Conformer (CK) or a standard Transformer (TK).
+EncoderName = Literal["conformer", "transformer"]
+
+
+def build_ranker(kind: ModelName, vocab_size: int, encoder: EncoderName = "conformer", conv_window: int = 31,
                  **options) -> nn.Module:
     """NDRM1, NDRM2 or NDRM3; ``encoder="transformer"`` gives the TK variant (no convolution, Eq. 1)."""
-    if encoder not in ("conformer", "transformer"):
+    if encoder not in get_args(EncoderName):
         raise ValueError(f"encoder must be 'conformer' or 'transformer', got {encoder!r}")
     if kind == "ndrm2":
         return NDRM2()

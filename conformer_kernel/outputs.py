@@ -40,21 +40,24 @@ def cut(run: Run, depth: int = DEPTH) -> Run:
 
 
 def write_results(output_dir: Path, model: str, runs: dict[str, Run], qrels: Qrels, candidates: Run,
-                  relevance_level: int, *, task, dataset: str | None) -> dict:
-    """Write ``run.<mode>.trec`` per run, ``metrics.json`` (BM25 on the same queries included) and ``task.json``
-    (test task spec `task`, the paper's `dataset` it is or None); returns the metrics."""
+                  relevance_level: int, *, task, dataset: str | None, overwrite: bool = False) -> dict:
+    """Write ``run.<mode>.trec`` per run, ``task.json`` (test task spec `task`, the paper's `dataset` it is or None)
+    and, last, as the mark of a finished run, ``metrics.json`` (BM25 on the same queries included); returns the
+    metrics.
+
+    `overwrite`: replace those a killed run left (a resumed run writes the same)."""
     metrics = {}
     for mode, run in runs.items():
         run = cut(run)
-        write_run(output_dir / f"run.{mode}.trec", run, tag=f"{model}-{mode}")
+        write_run(output_dir / f"run.{mode}.trec", run, tag=f"{model}-{mode}", overwrite=overwrite)
         metrics[f"{model}-{mode}"] = evaluate_run(qrels, run, MEASURES, relevance_level=relevance_level)
     queries = set().union(*runs.values())
     bm25 = cut({qid: candidates[qid] for qid in queries if qid in candidates})
     metrics["bm25"] = evaluate_run(qrels, bm25, MEASURES, relevance_level=relevance_level)
-    with atomic_write(output_dir / "metrics.json") as f:
+    write_task_info(output_dir, task, dataset, overwrite=overwrite)
+    with atomic_write(output_dir / "metrics.json", overwrite=overwrite) as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
         f.write("\n")
-    write_task_info(output_dir, task, dataset)
     return metrics
 
 

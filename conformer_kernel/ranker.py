@@ -11,6 +11,7 @@ measures (NDCG@10, NCG@100, AP and RR on runs 100 deep) through the DDP-synced
 from __future__ import annotations
 
 import torch
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
@@ -19,7 +20,7 @@ from common.metrics import RankingMetrics
 from common.rerank import gather_scores
 from common.rng import rng_states, set_rng_states
 from conformer_kernel.loss import ranknet_loss
-from conformer_kernel.model import Features, build_ranker
+from conformer_kernel.model import EncoderName, Features, ModelName, build_ranker
 from conformer_kernel.vocab import Resources
 
 #: Table 1's measures; runs are 100 deep, so AP and RR are at rank 100.
@@ -33,8 +34,16 @@ class ConformerKernel(L.LightningModule):
         model: ``ndrm1`` (latent, Conformer-Kernel with QTI), ``ndrm2`` (explicit, Eq. 4) or ``ndrm3`` (both, Eq. 3).
         encoder: ``conformer`` (the paper's CK) or ``transformer`` (TK: standard attention, no convolution).
         vocab_size: embedding rows (linked from the data module's vocabulary in the CLI).
-        hidden, heads, layers, conv_window, dropout: paper: 256, 32, 2, 31, 0.2.
-        kernels, sigma, pool_window, pool_stride: paper: 10 RBF kernels (sigma 0.1), windows of 300 with stride 100.
+        hidden: embedding and encoder width (paper: 256); linked to 2 x the data module's word2vec dimension, and a
+            multiple of `heads`.
+        heads: attention heads, also the convolution's groups (paper: 32).
+        layers: Conformer (or Transformer) layers of the document encoder (paper: 2).
+        conv_window: the convolution's window, odd so that its output keeps the document's length (paper: 31).
+        dropout: dropout probability throughout (paper: 0.2).
+        kernels: RBF kernels of the kernel pooling, mu_i = 1 - 2i / kernels (paper: 10).
+        sigma: the kernels' width (paper: 0.1).
+        pool_window: document terms per pooling window (paper: 300).
+        pool_stride: terms between the starts of two pooling windows (paper: 100).
         max_doc_terms: the document terms read (paper: 4,000; also fixes the number of pooling windows).
         identity_init: start NDRM1's query projection at the identity and its document mix at the embedding
             (not the paper's: PyTorch's default initialisation; see `conformer_kernel.model.NDRM1`).
@@ -43,21 +52,21 @@ class ConformerKernel(L.LightningModule):
 
     def __init__(
         self,
-        model: str = "ndrm3",
-        encoder: str = "conformer",
-        vocab_size: int = 3,
-        hidden: int = 256,
-        heads: int = 32,
-        layers: int = 2,
-        conv_window: int = 31,
-        dropout: float = 0.2,
-        kernels: int = 10,
-        sigma: float = 0.1,
-        pool_window: int = 300,
-        pool_stride: int = 100,
-        max_doc_terms: int = 4000,
+        model: ModelName = "ndrm3",
+        encoder: EncoderName = "conformer",
+        vocab_size: PositiveInt = 3,
+        hidden: PositiveInt = 256,
+        heads: PositiveInt = 32,
+        layers: NonNegativeInt = 2,
+        conv_window: PositiveInt = 31,
+        dropout: ClosedUnitInterval = 0.2,
+        kernels: PositiveInt = 10,
+        sigma: PositiveFloat = 0.1,
+        pool_window: PositiveInt = 300,
+        pool_stride: PositiveInt = 100,
+        max_doc_terms: PositiveInt = 4000,
         identity_init: bool = False,
-        lr: float = 1e-4,
+        lr: NonNegativeFloat = 1e-4,
     ):
         super().__init__()
         self.save_hyperparameters()

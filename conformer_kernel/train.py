@@ -1,4 +1,6 @@
-"""``python -m conformer_kernel.train``: train NDRM1, NDRM2 or NDRM3, then re-rank and fully retrieve the test queries.
+"""``python -m conformer_kernel.train``: train NDRM1, NDRM2 or NDRM3, the Conformer-Kernel with query term
+independence (Mitra et al.: "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term
+Independence", TREC 2020 Deep Learning track), then re-rank and fully retrieve the test queries.
 
 With no ``--config`` the embedded default (`conformer_kernel/configs/builtin.yaml`) trains NDRM3
 on the built-in collection in a few CPU minutes. ``--config conformer_kernel/configs/<row>.yaml``
@@ -21,45 +23,47 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+from common.cli_help import check_command_line, is_int
 
-from common.cli import RankerCLI
-from common.report import paper_dataset
-from common.rerank import reranked_run
-from conformer_kernel.data import ConformerKernelData
-from conformer_kernel.index import full_ranking
-from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results
-from conformer_kernel.ranker import ConformerKernel
-
+#: This command, as ``python -m`` runs it.
+COMMAND = "conformer_kernel.train"
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "builtin.yaml"
-MONITOR = "dev/ndcg_cut_10"
+#: How the best checkpoint is tested (``--test_modes``; see the module docstring).
 MODES = ("rerank", "fullrank")
 
 
-class ConformerKernelCLI(RankerCLI):
-    def __init__(self, args=None, **kwargs):
-        super().__init__(ConformerKernel, ConformerKernelData, default_config=DEFAULT_CONFIG,
-                         run_name=lambda config: f"ck-{config.model.model}", monitor=MONITOR, args=args, **kwargs)
-
-    def add_arguments_to_parser(self, parser) -> None:
-        super().add_arguments_to_parser(parser)
-        parser.add_argument("--test_modes", type=list[str], default=list(MODES),
-                            help="evaluate the best checkpoint by re-ranking the test candidates and/or by full "
-                                 "retrieval from a precomputed impact index (default: both)")
-        parser.link_arguments("data.max_doc_terms", "model.max_doc_terms")
-        # The embedding layer starts from word2vec's IN ‖ OUT vectors: hidden = 2 x word2vec dim.
-        parser.link_arguments("data.embedding_dim", "model.hidden", compute_fn=lambda dim: 2 * dim)
-        parser.link_arguments("data", "model.vocab_size", apply_on="instantiate", compute_fn=lambda d: d.vocab_size)
-
-    def before_instantiate_classes(self) -> None:
-        unknown = set(self.config.test_modes) - set(MODES)
-        if unknown:
-            raise SystemExit(f"unknown --test_modes {sorted(unknown)}: expected {', '.join(MODES)}")
-        super().before_instantiate_classes()
+def check_settings(config: dict) -> str | None:
+    """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
+    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model."""
+    model, data = config.get("model") or {}, config.get("data") or {}
+    if model.get("model") == "ndrm2":  # explicit matching only: no encoder
+        return None
+    heads, dim, window = model.get("heads"), data.get("embedding_dim"), model.get("conv_window")
+    if is_int(heads) and is_int(dim) and heads > 0 and 2 * dim % heads:
+        return f"--model.heads: must divide the hidden size {2 * dim} (2 x --data.embedding_dim), got {heads}"
+    if model.get("encoder") == "conformer" and is_int(window) and window % 2 == 0:
+        return f"--model.conv_window: must be odd (the convolution keeps the document's length), got {window}"
+    return None
 
 
 def main(args=None) -> dict | None:
-    """Run the command line; returns the test metrics (None without a test split)."""
+    """Run the command line; returns the test metrics (None without a test split).
+
+    ``--help`` and a bad option are answered before Lightning is imported (`common.cli_help`).
+    """
+    check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
+    import torch
+
+    from common.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    from common.report import paper_dataset
+    from common.rerank import reranked_run
+    from conformer_kernel.cli import ConformerKernelCLI
+    from conformer_kernel.index import full_ranking
+    from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results
+
     torch.set_float32_matmul_precision("high")
     cli = ConformerKernelCLI(args)
     model, data, out = cli.model, cli.datamodule, cli.output_dir
@@ -72,12 +76,12 @@ def main(args=None) -> dict | None:
     if "fullrank" in modes:
         accelerator = "gpu" if model.device.type == "cuda" else "cpu"
         runs["fullrank"] = full_ranking(model.eval(), data.featurizer, data, out / "index",
-                                        {"devices": 1, "accelerator": accelerator})
+                                        {"devices": 1, "accelerator": accelerator}, resume=cli.resuming)
     name = model.hparams.model
     task = data.specs["test"]
     dataset = paper_dataset(PAPER, task)
     metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), data.relevance_level,
-                            task=task, dataset=dataset)
+                            task=task, dataset=dataset, overwrite=cli.resuming)
     print()
     print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(data.eval_queries('test'))})"))
     print()

@@ -18,8 +18,11 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import lightning as L
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch import Tensor
 from torch.utils.data import Dataset
 
@@ -27,7 +30,7 @@ from common.data.formats import Document, Topics
 from common.data.samplers import PointwiseSampler
 from common.data.source import SourceSpec
 from common.rerank import RerankPairs
-from common.tasks import SamplerGroups, SplitLoaders, TaskSplits
+from common.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
 from qds.inputs import ALL_PATTERNS, BASELINES, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
 
@@ -141,16 +144,24 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
             built-in collection; ``train``: one trained on the training task's collection and queries (cached).
         tokenizer_task: the task whose collection and queries train the ``train`` tokenizer (default: the
             training task; evaluate passes the checkpoint's).
-        max_length, max_sentences: input limits (paper and official code: 2048, 256).
+        max_length: longest input in tokens, query and document (paper and official code: 2048; the baselines
+            read at most 512).
+        max_sentences: most document sentences read, each after an [SOS] marker (official code: 256).
+        max_passages: most passages of a document scored by MaxP (150 words, stride 75; 16 read about as much as
+            QDS's 2048 tokens).
         negatives: non-relevant candidates per positive (official: 1).
         depth: candidates re-ranked per query (TREC DL: top 100); also where negatives come from.
-        dev_queries, dev_depth: evaluate dev on this many queries (None: all) and candidates.
+        dev_queries: evaluate dev on a sample of this many queries, drawn with `seed` (None: all; MS MARCO dev has
+            5,193).
+        dev_depth: re-rank this many candidates per dev query (None: `depth`).
         test_queries: evaluate test on this many queries (None: all; a sample for quick checks).
         relevance_level: lowest qrels label counted relevant, for training and MRR/MAP.
         missing_documents: ``skip`` leaves the documents a task judges or retrieves but its collection lacks
             out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.tasks`).
         batch_size: training groups per batch (each is 1 + `negatives` documents).
         eval_batch_size: pairs per evaluation batch.
+        num_workers: loader worker processes (0: in the main process).
+        seed: seed of the negatives, the training order and the dev and test samples (not ``--seed_everything``'s).
     """
 
     def __init__(
@@ -158,22 +169,22 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         train: SourceSpec = "builtin:train",
         dev: SourceSpec | None = "builtin:dev",
         test: SourceSpec | None = "builtin:test",
-        pattern: str = "qds",
+        pattern: Literal[ALL_PATTERNS] = "qds",
         tokenizer: str = "builtin",
         tokenizer_task: SourceSpec | None = None,
-        max_length: int = 2048,
-        max_sentences: int = 256,
-        max_passages: int = 16,
-        negatives: int = 1,
-        depth: int = 100,
-        dev_queries: int | None = None,
-        dev_depth: int | None = None,
-        test_queries: int | None = None,
+        max_length: PositiveInt = 2048,
+        max_sentences: PositiveInt = 256,
+        max_passages: PositiveInt = 16,
+        negatives: PositiveInt = 1,
+        depth: PositiveInt = 100,
+        dev_queries: PositiveInt | None = None,
+        dev_depth: PositiveInt | None = None,
+        test_queries: PositiveInt | None = None,
         relevance_level: int = 1,
-        missing_documents: str = "skip",
-        batch_size: int = 1,
-        eval_batch_size: int = 16,
-        num_workers: int = 0,
+        missing_documents: Literal[MISSING_DOCUMENTS] = "skip",
+        batch_size: PositiveInt = 1,
+        eval_batch_size: PositiveInt = 16,
+        num_workers: NonNegativeInt = 0,
         seed: int = 0,
     ):
         # Resolved before save_hyperparameters, as the CLI resolves the model's (`qds.train`): Lightning requires the

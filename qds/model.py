@@ -23,12 +23,15 @@ how the built-in default runs (`qds/configs/builtin.yaml`). A BERT encoder (the 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import lightning as L
 import torch
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveInt
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from common.kernels import IMPLEMENTATIONS
 from common.kernels.longformer import use_qds_attention
 from common.metrics import RankingMetrics
 from common.rerank import gather_scores
@@ -37,6 +40,10 @@ from qds.inputs import ALL_PATTERNS, BASELINES
 
 #: Measures of Table 2 (TREC DL: nDCG@10 and MAP on test, MRR@10 on dev).
 MEASURES = ("ndcg_cut_10", "map", "mrr@10")
+#: The attention patterns of Table 4 and the dense baselines of Table 2: what ``--model.pattern`` accepts.
+Pattern = Literal[ALL_PATTERNS]
+#: `common.kernels` implementations of the sparse attention, or ``auto``: what ``--model.impl`` accepts.
+Impl = Literal[("auto", *IMPLEMENTATIONS)]
 
 
 class RankingHead(nn.Module):
@@ -142,30 +149,36 @@ class QDSTransformer(L.LightningModule):
             ``roberta-base``); None builds one from scratch with the sizes below.
         tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; gives vocabulary and pad id).
         tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
-        window: local attention window w (Eq. 7: |i - j| <= w / 2).
-        impl: `common.kernels` implementation of the sparse attention.
-        lr, betas, weight_decay: Adam's (paper: 1e-5, (0.9, 0.999), none).
-        dropout: hidden, attention and head dropout (paper: 0.1).
-        max_length: longest input (sets the position table of a from-scratch encoder).
+        window: local attention window w (Eq. 7: |i - j| <= w / 2); even, as Longformer requires (paper: 128).
+        num_layers: layers of a from-scratch encoder (the pretrained Longformer's: 12).
+        hidden_size: hidden size of a from-scratch encoder, a multiple of `num_heads` (the Longformer's: 768).
+        num_heads: attention heads of a from-scratch encoder (the Longformer's: 12).
+        intermediate_size: feed-forward size of a from-scratch encoder (the Longformer's: 3072).
+        max_length: longest input (linked from the data module; sets the position table of a from-scratch encoder).
+        dropout: hidden, attention and head dropout probability (paper: 0.1).
+        lr: Adam's learning rate (paper: 1e-5).
+        betas: Adam's two betas, each in [0, 1) (paper: 0.9, 0.999).
+        weight_decay: Adam's weight decay (paper: none).
+        impl: `common.kernels` implementation of the sparse attention (``auto``: TVM on CPU, else portable).
     """
 
     def __init__(
         self,
-        pattern: str = "qds",
+        pattern: Pattern = "qds",
         encoder: str | None = None,
         tokenizer: str = "builtin",
         tokenizer_task: str | dict | None = None,
-        window: int = 128,
-        num_layers: int = 12,
-        hidden_size: int = 768,
-        num_heads: int = 12,
-        intermediate_size: int = 3072,
-        max_length: int = 2048,
-        dropout: float = 0.1,
-        lr: float = 1e-5,
+        window: PositiveInt = 128,
+        num_layers: NonNegativeInt = 12,
+        hidden_size: PositiveInt = 768,
+        num_heads: PositiveInt = 12,
+        intermediate_size: PositiveInt = 3072,
+        max_length: PositiveInt = 2048,
+        dropout: ClosedUnitInterval = 0.1,
+        lr: NonNegativeFloat = 1e-5,
         betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: float = 0.0,
-        impl: str = "auto",
+        weight_decay: NonNegativeFloat = 0.0,
+        impl: Impl = "auto",
     ):
         super().__init__()
         if pattern not in ALL_PATTERNS:

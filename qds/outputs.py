@@ -45,19 +45,21 @@ MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "map": "MAP", "mrr@10": "MRR@10"}
 
 
 def write_results(output_dir: Path, name: str, run: Run, qrels, candidates: Run, relevance_level: int, *,
-                  task, dataset: str | None) -> dict:
-    """Write ``run.trec``, ``metrics.json`` ({name: ..., "bm25": ...} on the same queries) and ``task.json`` (test
-    task spec `task`, the paper's `dataset` it is or None); returns the metrics."""
-    write_run(output_dir / "run.trec", run, tag=name)
+                  task, dataset: str | None, overwrite: bool = False) -> dict:
+    """Write ``run.trec``, ``task.json`` (test task spec `task`, the paper's `dataset` it is or None) and, last, as
+    the mark of a finished run, ``metrics.json`` ({name: ..., "bm25": ...} on the same queries); returns the metrics.
+
+    `overwrite`: replace those a killed run left (a resumed run writes the same)."""
+    write_run(output_dir / "run.trec", run, tag=name, overwrite=overwrite)
     bm25 = {qid: candidates[qid] for qid in run if qid in candidates}
     metrics = {
         name: evaluate_run(qrels, run, MEASURES, relevance_level=relevance_level),
         "bm25": evaluate_run(qrels, bm25, MEASURES, relevance_level=relevance_level),
     }
-    with atomic_write(output_dir / "metrics.json") as f:
+    write_task_info(output_dir, task, dataset, overwrite=overwrite)
+    with atomic_write(output_dir / "metrics.json", overwrite=overwrite) as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
         f.write("\n")
-    write_task_info(output_dir, task, dataset)
     return metrics
 
 

@@ -1,4 +1,5 @@
-"""``python -m qds.train``: train QDS-Transformer (or a Table 2/4 variant), pick the checkpoint on dev
+"""``python -m qds.train``: train QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document Ranking with
+Query-Directed Sparse Transformer", Findings of EMNLP 2020) or a Table 2/4 variant, pick the checkpoint on dev
 MRR@10, re-rank the test candidates, write the run and metrics, and print them next to BM25's.
 
 With no ``--config`` the embedded default (`qds/configs/builtin.yaml`) runs: a small QDS trained
@@ -17,46 +18,47 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import torch
+from common.cli_help import check_command_line, is_int
 
-from common.cli import RankerCLI
-from common.report import paper_dataset
-from common.rerank import reranked_run
-from qds.data import QDSDataModule, resolved_tokenizer_task
-from qds.model import QDSTransformer
-from qds.outputs import PAPER, metrics_table, paper_tables, write_results
-
+#: This command, as ``python -m`` runs it.
+COMMAND = "qds.train"
 CONFIGS = Path(__file__).parent / "configs"
 DEFAULT_CONFIG = CONFIGS / "builtin.yaml"
-#: Logged dev measure that selects the checkpoint (the paper's model selection, Sec. 5).
-MONITOR = "dev/mrr@10"
 
 
-def _run_name(config) -> str:
-    """``qds-<pattern>``: the default output folder is ``outputs/qds-<pattern>-<time>``."""
-    return f"qds-{config.model.pattern}"
-
-
-class QDSCLI(RankerCLI):
-    """`common.cli.RankerCLI` for QDS-Transformer: the data module gets the model's pattern, the model its inputs'."""
-
-    def __init__(self, args=None, **kwargs):
-        super().__init__(
-            QDSTransformer, QDSDataModule, default_config=DEFAULT_CONFIG, run_name=_run_name, monitor=MONITOR,
-            args=args, **kwargs,
-        )  # fmt: skip
-
-    def add_arguments_to_parser(self, parser) -> None:
-        super().add_arguments_to_parser(parser)
-        parser.link_arguments("model.pattern", "data.pattern")
-        parser.link_arguments("data.tokenizer", "model.tokenizer")
-        parser.link_arguments(("data.tokenizer", "data.tokenizer_task", "data.train"), "model.tokenizer_task",
-                              compute_fn=resolved_tokenizer_task)
-        parser.link_arguments("data.max_length", "model.max_length")
+def check_settings(config: dict) -> str | None:
+    """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
+    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model."""
+    model = config.get("model") or {}
+    window, heads, hidden, betas = (model.get(k) for k in ("window", "num_heads", "hidden_size", "betas"))
+    if is_int(window) and window % 2:
+        return f"--model.window: must be even (Longformer's window spans w / 2 each side), got {window}"
+    # Only a from-scratch encoder takes these sizes; a pretrained one has its own.
+    if model.get("encoder") is None and is_int(heads) and is_int(hidden) and heads > 0 and hidden % heads:
+        return f"--model.num_heads: must divide --model.hidden_size ({hidden}), got {heads}"
+    if isinstance(betas, (list, tuple)) and all(isinstance(b, (int, float)) for b in betas) \
+            and not all(0 <= b < 1 for b in betas):
+        return f"--model.betas: each must be at least 0 and below 1 (Adam's), got {list(betas)}"
+    return None
 
 
 def main(args=None) -> dict | None:
-    """Run the command line; returns the test metrics (None without a test split)."""
+    """Run the command line; returns the test metrics (None without a test split).
+
+    ``--help`` and a bad option are answered before Lightning is imported (`common.cli_help`).
+    """
+    check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
+    import torch
+
+    from common.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    from common.report import paper_dataset
+    from common.rerank import reranked_run
+    from qds.cli import QDSCLI
+    from qds.outputs import PAPER, metrics_table, paper_tables, write_results
+
     torch.set_float32_matmul_precision("high")
     cli = QDSCLI(args)
     model, data, out = cli.model, cli.datamodule, cli.output_dir
@@ -67,7 +69,7 @@ def main(args=None) -> dict | None:
     task = data.specs["test"]
     dataset = paper_dataset(PAPER, task)
     metrics = write_results(out, name, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
-                            task=task, dataset=dataset)
+                            task=task, dataset=dataset, overwrite=cli.resuming)
     print()
     print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(run)}), re-ranking "
                                  f"the top {data.hparams.depth} BM25 candidates"))  # fmt: skip

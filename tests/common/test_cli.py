@@ -1,6 +1,7 @@
 """`common.cli.RankerCLI` with a tiny model and data module: default config, output folder, resume, outputs."""
 
 import re
+import sys
 from pathlib import Path
 
 import lightning as L
@@ -67,6 +68,12 @@ class TinyCLI(RankerCLI):
         parser.link_arguments("data.width", "model.width")
 
 
+@pytest.fixture(autouse=True)
+def bare_argv(monkeypatch):
+    """pytest's own command line is not the CLI's (Lightning warns when both are there)."""
+    monkeypatch.setattr(sys, "argv", ["tiny"])
+
+
 @pytest.fixture
 def default_config(tmp_path) -> Path:
     path = tmp_path / "default.yaml"
@@ -94,19 +101,34 @@ def test_the_default_output_folder_is_named_after_the_run(tmp_path, default_conf
     assert (tmp_path / cli.output_dir).is_dir()
 
 
-def test_a_used_output_folder_and_a_missing_checkpoint_are_refused(tmp_path, default_config):
+def _refusal(capsys, args, default_config) -> str:
+    """The one line `TinyCLI(args)` refuses with (exit status 2)."""
+    capsys.readouterr()  # what came before
+    with pytest.raises(SystemExit) as exit:
+        TinyCLI(args, default_config)
+    assert exit.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ")
+    return err[0]
+
+
+def test_a_used_output_folder_and_a_missing_checkpoint_are_refused(tmp_path, default_config, capsys):
     used = tmp_path / "used"
     used.mkdir()
     (used / "run.trec").write_text("")
-    with pytest.raises(SystemExit, match="used is not empty"):
-        TinyCLI(["--output_dir", str(used)], default_config)
-    with pytest.raises(SystemExit, match="give its --output_dir"):
-        TinyCLI(["--ckpt_path", "last"], default_config)
-    with pytest.raises(SystemExit, match="nothing to resume: .*last.ckpt does not exist"):
-        TinyCLI(["--output_dir", str(tmp_path / "fresh"), "--ckpt_path", "last"], default_config)
+    assert "used is not empty" in _refusal(capsys, ["--output_dir", str(used)], default_config)
+    assert "give its --output_dir" in _refusal(capsys, ["--ckpt_path", "last"], default_config)
+    fresh = tmp_path / "fresh"
+    line = _refusal(capsys, ["--output_dir", str(fresh), "--ckpt_path", "last"], default_config)
+    assert line == f"error: nothing to resume in {fresh}: {fresh / 'config.yaml'} does not exist"
+    line = _refusal(capsys, ["--output_dir", str(fresh), "--ckpt_path", str(tmp_path / "none.ckpt")], default_config)
+    assert line == f"error: --ckpt_path: no such checkpoint file: {tmp_path / 'none.ckpt'}"
+    line = _refusal(capsys, ["--output_dir", str(fresh), "--ckpt_path", str(used / "run.trec")], default_config)
+    assert line == f"error: --ckpt_path: {used / 'run.trec'} is not a checkpoint (not a file torch.save wrote)"
+    assert not fresh.exists()
 
 
-def test_a_two_step_fit_writes_checkpoints_logs_and_config(tmp_path, default_config):
+def test_a_two_step_fit_writes_checkpoints_logs_and_config(tmp_path, default_config, capsys):
     out = tmp_path / "run"
     cli = TinyCLI(["--output_dir", str(out)], default_config)
     assert cli.write_config() == out / "config.yaml"
@@ -121,6 +143,25 @@ def test_a_two_step_fit_writes_checkpoints_logs_and_config(tmp_path, default_con
     cli.write_config()  # present: left as it is
     assert (out / "config.yaml").read_text() == written
     resumed = TinyCLI(["--output_dir", str(out), "--ckpt_path", "last"], default_config)
-    assert resumed.resume_from == out / "checkpoints" / "last.ckpt"
-    with pytest.raises(SystemExit, match="not empty"):
-        TinyCLI(["--output_dir", str(out)], default_config)
+    assert resumed.resume_from == out / "checkpoints" / "last.ckpt" and resumed.resuming
+    assert resumed.model.hparams.lr == 0.5
+    assert "not empty" in _refusal(capsys, ["--output_dir", str(out)], default_config)
+
+
+def test_a_resumed_run_takes_its_config_and_refuses_other_settings(tmp_path, default_config, capsys):
+    out = tmp_path / "run"
+    cli = TinyCLI(["--output_dir", str(out), "--model.lr", "0.25"], default_config)
+    cli.write_config()
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    resumed = TinyCLI(["--output_dir", str(out), "--ckpt_path", "last"], default_config)
+    assert resumed.model.hparams.lr == 0.25  # config.yaml's, not the default config's 0.5
+    TinyCLI(["--output_dir", str(out), "--ckpt_path", "last", "--model.lr", "0.25"], default_config)  # the same
+    line = _refusal(capsys, ["--output_dir", str(out), "--ckpt_path", "last", "--model.lr", "0.5",
+                             "--data.width", "2"], default_config)  # fmt: skip
+    assert line == (f"error: --ckpt_path last resumes {out} with its config.yaml; other settings given: "
+                    "data.width: 3 there, 2 here; model.lr: 0.25 there, 0.5 here")  # fmt: skip
+    (out / "metrics.json").write_text("{}")
+    with pytest.raises(SystemExit) as exit:
+        TinyCLI(["--output_dir", str(out), "--ckpt_path", "last"], default_config)
+    assert exit.value.code == 0
+    assert capsys.readouterr().out == f"{out} holds a finished run (its metrics.json is written): nothing to resume\n"

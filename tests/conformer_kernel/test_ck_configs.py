@@ -51,6 +51,9 @@ def test_no_arguments_means_the_builtin_default(capsys):
     assert config["test_modes"] == ["rerank", "fullrank"]
 
 
-def test_unknown_test_mode_is_refused(tmp_path):
-    with pytest.raises(SystemExit, match="unknown --test_modes"):
+def test_unknown_test_mode_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
         train.main(["--test_modes", "[rerank, everything]", "--output_dir", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: --test_modes: must be a list ([a, b]), each item one of rerank")
+    assert not (tmp_path / "out").exists()

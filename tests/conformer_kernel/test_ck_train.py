@@ -80,8 +80,9 @@ def test_train_evaluate_and_index_agree(tmp_path):
     assert model.hparams.model == "ndrm3"
 
 
-def test_output_folder_is_never_reused(tmp_path):
+def test_output_folder_is_never_reused(tmp_path, capsys):
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "x").write_text("taken")
-    with pytest.raises(SystemExit, match="not empty"):
+    with pytest.raises(SystemExit) as exit:
         train.main([*SMALL, "--output_dir", str(tmp_path / "run")])
+    assert exit.value.code == 2 and "run is not empty" in capsys.readouterr().err.splitlines()[-1]

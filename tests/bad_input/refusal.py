@@ -1,0 +1,42 @@
+"""Running a command on bad input, as a user would, and checking how it refuses.
+
+Every command answers bad input with exactly one line on stderr, ``error: <what>`` naming the
+option or the file (and line), exit status 2, nothing on stdout and nothing written: no output
+file or folder in the working folder, nothing beside the inputs.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _listing(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def refused(module: str, args: list[str], tmp_path: Path, expect: str, *, inputs: Path | None = None,
+            timeout: float = 300) -> str:
+    """Run ``python -m module *args`` in an empty folder ``tmp_path/work`` and assert that it refused.
+
+    `expect` is a part of the one line the command must print; `inputs`, where given, is the folder holding
+    the case's input files, which must be left as it was. Returns the line.
+    """
+    work = tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    before = _listing(inputs) if inputs else []
+    env = {**os.environ, "EFFICIENT_RANKERS_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-m", module, *args], cwd=work, env=env, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+    said = f"{module} {' '.join(args)}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"
+    assert done.returncode == 2, said
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), said
+    assert expect in lines[0], said
+    assert done.stdout == "", said
+    assert _listing(work) == [], said
+    if inputs:
+        assert _listing(inputs) == before, said
+    return lines[0]

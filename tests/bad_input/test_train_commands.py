@@ -1,0 +1,70 @@
+"""``python -m qds.train`` and ``python -m conformer_kernel.train`` refuse bad options in one line, before anything is
+built or written: most at the front door (`common.cli_help`), the rest at the real parser or on its resolved config
+(`common.cli.RankerCLI`)."""
+
+import pytest
+
+from bad_input.refusal import refused
+
+QDS = [
+    (["--model.pattern", "nonsense"], "--model.pattern: must be one of sparse, longformer_qa, qds_s, qds_q, qds, "
+                                      "firstp, maxp, got nonsense"),
+    (["--data.max_length", "-5"], "--data.max_length: must be a positive integer, got -5"),
+    (["--model.window", "0"], "--model.window: must be a positive integer, got 0"),
+    (["--model.window", "33"], "--model.window: must be even"),
+    (["--model.num_heads", "3"], "--model.num_heads: must divide --model.hidden_size (64), got 3"),
+    (["--model.patern", "qds"], "unknown option --model.patern (did you mean --model.pattern?)"),
+    (["--model.window", "wide"], "--model.window: must be a positive integer, got wide"),
+    (["--model.dropout", "1.5"], "--model.dropout: must be a number >= 0 and <= 1, got 1.5"),
+    (["--model.betas", "[0.9, 1.5]"], "--model.betas: each must be at least 0 and below 1"),
+    (["--model.impl", "cuda"], "--model.impl: must be one of auto, reference, portable, tvm, flex, got cuda"),
+    (["--data.dev_queries", "0"], "--data.dev_queries: must be a positive integer or null, got 0"),
+    (["--data.missing_documents", "warn"], "--data.missing_documents: must be one of skip, error, got warn"),
+    (["--trainer.max_steps", "many"], "--trainer.max_steps: must be an integer, got many"),
+    (["--model.window"], "--model.window: expected a value"),
+    (["32"], "unrecognized argument 32"),
+]  # fmt: skip
+
+CK = [
+    (["--model.model", "ndrm9"], "--model.model: must be one of ndrm1, ndrm2, ndrm3, got ndrm9"),
+    (["--data.embedding_dim", "-4"], "--data.embedding_dim: must be a positive integer, got -4"),
+    (["--test_modes", "bogus"], "--test_modes: must be a list ([a, b]), each item one of rerank, fullrank, got bogus"),
+    (["--test_modes", "[rerank, everything]"], "--test_modes: must be a list"),
+    (["--model.heads", "3"], "--model.heads: must divide the hidden size 64 (2 x --data.embedding_dim), got 3"),
+    (["--model.conv_window", "30"], "--model.conv_window: must be odd"),
+    (["--data.group_size", "1"], "--data.group_size: must be an integer >= 2, got 1"),
+    (["--model.sigma", "0"], "--model.sigma: must be a positive number, got 0"),
+    (["--data.batch_size", "0"], "--data.batch_size: must be a positive integer, got 0"),
+    (["--model.head", "4"], "unknown option --model.head (did you mean --model.heads?)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("args, expect", QDS)
+def test_qds_train_refuses(tmp_path, args, expect):
+    refused("qds.train", args, tmp_path, expect)
+
+
+@pytest.mark.parametrize("args, expect", CK)
+def test_conformer_kernel_train_refuses(tmp_path, args, expect):
+    refused("conformer_kernel.train", args, tmp_path, expect)
+
+
+@pytest.mark.parametrize("module, config, expect", [
+    ("qds.train", "model:\n  window: 0\n", "--model.window: not of type PositiveInt: 0 does not conform"),
+    ("conformer_kernel.train", "data:\n  group_size: 1\n", "--data.group_size: not of type GroupSize"),
+])  # fmt: skip
+def test_a_bad_value_in_a_config_file_is_the_real_parsers_one_line(tmp_path, module, config, expect):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "bad.yaml").write_text(config)
+    refused(module, ["--config", str(inputs / "bad.yaml")], tmp_path, expect, inputs=inputs)
+
+
+def test_what_only_the_resolved_config_shows_is_refused_before_anything_is_built(tmp_path):
+    """A section's own config file (``--model FILE``) is not resolved at the front door: the parsed config is
+    checked before the classes are built."""
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "model.yaml").write_text("num_heads: 3\n")
+    refused("qds.train", ["--model", str(inputs / "model.yaml")], tmp_path,
+            "--model.num_heads: must divide --model.hidden_size (64), got 3", inputs=inputs)
