@@ -12,6 +12,8 @@ the standard library and PyYAML:
   the closest known one), a value of the wrong type, not one of the choices, or out of range (a
   ``jsonargparse.typing.PositiveInt``...), a missing value or a stray argument end in one line,
   ``error: --model.window: must be a positive integer, got 0``, and exit status 2 (`common.usage`);
+- the run ``--ckpt_path`` names is checked (`common.run_folder.resumed_run`): a missing checkpoint, nothing to
+  resume, or a finished run is answered here;
 - the command's own check of what no single type rules out (heads dividing the hidden size...) runs
   on the settings resolved as the parser would: option defaults, the default config (or the
   ``--config`` files), then the flags in order.
@@ -46,6 +48,7 @@ from typing import Literal, Union, get_args, get_origin
 
 import yaml
 
+from common.run_folder import resumed_run
 from common.usage import usage_error
 
 #: Each training command built on `common.cli.RankerCLI`, and its RankerCLI subclass.
@@ -91,6 +94,8 @@ def check_command_line(command: str, args: list[str] | None, default_config: Pat
     help_file, options_file = command_files(command)
     schema = yaml.load(options_file.read_text(), Loader=_LOADER)
     settings = _read(given, schema["options"], help_file)
+    if not {"-h", "--help"} & set(given):  # help with --ckpt_path is the real parser's
+        resumed_run(given)  # the run --ckpt_path names: its files exist, or one line now
     if check is None or settings is None:
         return
     config = _resolved(settings, schema["options"], default_config, given)

@@ -41,6 +41,8 @@ def atomic_write(
     binary = "b" in mode
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        # mkstemp makes the file private (0600); an output gets the mode any new file gets (0644 under umask 022).
+        os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=None if binary else encoding, newline=None if binary else "\n") as f:
             yield f
             f.flush()
@@ -50,6 +52,13 @@ def atomic_write(
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
+
+
+def _umask() -> int:
+    """The process's file-creation mask (reading it means setting it: it is set back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def check_encoding(name: str) -> str:

@@ -35,9 +35,7 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from common.io import atomic_write
-
-#: The checkpoint a run resumes from, in its ``checkpoints/`` folder.
-LAST = "last.ckpt"
+from common.run_folder import LAST
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

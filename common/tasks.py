@@ -1,5 +1,5 @@
 """A re-ranker's tasks: the data module's splits (`TaskSplits`), loaders (`SplitLoaders`) and training dataset
-(`SamplerGroups`), and the task an evaluate command names (`add_task_arguments`, `task_spec_from_args`).
+(`SamplerGroups`); the task an evaluate command names is `common.task_options`'.
 
 Every package's data module names three tasks (`common.data.source.SourceSpec`: ``builtin:<split>``,
 ``irds:<ir_datasets id>`` or a mapping of TREC files), dev and test optionally, and answers the
@@ -48,15 +48,10 @@ workers. No dev task: no validation loader.
 
 `SamplerGroups` is the training dataset over a `common.data.samplers` sampler (item i = its group
 i, ``set_epoch`` forwarded); a package subclasses it with the ``collate`` that encodes its groups.
-
-An evaluate command names its task with `add_task_arguments` (``--<option> TASK``, or the files
-``--topics/--qrels/--run/--collection``) and reads it back with `task_spec_from_args`.
 """
 
 from __future__ import annotations
 
-import argparse
-from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -68,8 +63,6 @@ from common.data.formats import Qrels, Run, Topics
 from common.data.source import RankingSource, SourceSpec, source_from_spec
 from common.rerank import rerank_pairs
 
-#: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
-TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
 #: What ``hparams.missing_documents`` may say about documents without text (see the module docstring).
 MISSING_DOCUMENTS = ("skip", "error")
 #: Ids named in a missing-documents message.
@@ -265,49 +258,3 @@ class SamplerGroups(Dataset):
 
     def collate(self, groups: list) -> dict:
         raise NotImplementedError(f"{type(self).__name__} encodes no batch: define collate(groups)")
-
-
-# --------------------------------------------------------------------------- evaluate commands
-
-
-def add_task_arguments(parser: argparse.ArgumentParser, option: str = "task",
-                       help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:
-    """Add ``--<option> TASK`` (`help_text`) and, in a group "or a task from files", ``--topics --qrels --run
-    --collection`` (read back by `task_spec_from_args`)."""
-    parser.add_argument(f"--{option}", help=help_text)
-    files = parser.add_argument_group("or a task from files")
-    for name in TASK_FILES:
-        files.add_argument(f"--{name}")
-
-
-def task_spec_from_args(args: argparse.Namespace, option: str = "task",
-                        required: Sequence[str] = ("topics", "run")) -> SourceSpec:
-    """The task of an evaluate command line (`add_task_arguments`): ``args.<option>`` where given, else the
-    `FileSource` mapping of ``--topics/--qrels/--run/--collection`` (an absent file: None).
-
-    `required` names the files that must be given without ``--<option>``; SystemExit, saying what to give,
-    where one is missing.
-    """
-    named = getattr(args, option)
-    if named:
-        return named
-    if not all(getattr(args, name) for name in required):
-        optional = [name for name in TASK_FILES if name not in required]
-        also = f" (and optionally {_flags(optional)})" if optional else ""
-        raise SystemExit(f"give --{option} TASK, or {_flags(required)}{also}")
-    return {field: getattr(args, name) for name, field in TASK_FILES.items()}
-
-
-def resolve_depth(depth: int | None, data_settings: dict, default: int = 100) -> tuple[int, str]:
-    """An evaluate command's re-ranking depth and where it comes from: `depth` (``--depth``), else the checkpoint's
-    data setting ``depth`` (how deep it was trained and evaluated), else `default` (the paper's top 100)."""
-    if depth is not None:
-        return depth, "--depth"
-    if data_settings.get("depth") is not None:
-        return int(data_settings["depth"]), "the checkpoint's data.depth, as in training"
-    return default, f"the checkpoint has no data.depth; the paper's top {default}"
-
-
-def _flags(names: Sequence[str]) -> str:
-    flags = [f"--{name}" for name in names]
-    return flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"

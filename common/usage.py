@@ -1,8 +1,27 @@
-"""Bad command-line input ends in one line and exit status 2 (argparse's status for usage errors), no traceback."""
+"""Bad command-line input ends in one line and exit status 2 (argparse's status for usage errors), no traceback.
+
+Every command of every package answers bad input the same way, before it builds or writes anything:
+``error: <what>`` on stderr, naming the option, or the file and line, and exit status 2. This module holds
+what they share, importing only the standard library (a command's ``--help`` and its argument errors must
+not wait for torch or Lightning):
+
+- `usage_error`: print the line and exit;
+- `ArgumentParser`: argparse whose errors are that one line (argparse's own are the usage and then
+  ``prog: error: ...``, two lines);
+- `positive_int`, `nonnegative_int`, `positive_float`, `existing_file`, `checkpoint_file`: argparse types
+  whose complaint argparse prefixes with the option (``argument --depth: must be a positive integer, got 0``);
+- `input_errors`: a ``with`` block turning the errors that bad input files raise (a malformed line, a missing
+  file) into that one line.
+"""
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
 from typing import NoReturn
 
 
@@ -10,3 +29,72 @@ def usage_error(message: str) -> NoReturn:
     """Print ``error: <message>`` on stderr and exit with status 2."""
     print(f"error: {message}", file=sys.stderr)
     raise SystemExit(2)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """An argparse parser whose errors are one line, ``error: argument --k: ...``, with exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        usage_error(message)
+
+
+def _integer(text: str, least: int, what: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise argparse.ArgumentTypeError(f"must be a {what} integer, got {text}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """An integer of at least 1."""
+    return _integer(text, 1, "positive")
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer of at least 0."""
+    return _integer(text, 0, "non-negative")
+
+
+def positive_float(text: str) -> float:
+    """A finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def existing_file(text: str) -> Path:
+    """The path of an existing file (not a folder)."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder, not a file")
+    if not path.is_file():
+        raise argparse.ArgumentTypeError(f"no such file: {text}")
+    return path
+
+
+def checkpoint_file(text: str) -> Path:
+    """The path of a file that ``torch.save`` wrote (a zip archive), checked without importing torch."""
+    path = Path(text)
+    if not path.is_file() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"no such checkpoint file: {text}")
+    existing_file(text)
+    if not zipfile.is_zipfile(path):
+        raise argparse.ArgumentTypeError(f"{text} is not a checkpoint (not a file torch.save wrote)")
+    return path
+
+
+@contextlib.contextmanager
+def input_errors(*errors: type[BaseException]) -> Iterator[None]:
+    """Inside the block, any of `errors` (exceptions whose message names the file and line, or the option) ends the
+    command with its message as the one line of `usage_error`."""
+    try:
+        yield
+    except errors as error:
+        usage_error(str(error).strip("'\""))

@@ -91,7 +91,6 @@ def test_what_the_front_door_does_not_understand_passes_on(capsys, args):
     (["--model.num_heads", "3", "--model.hidden_size", "96"], False),
     (["--model.num_heads", "3", "--model.encoder", "roberta-base"], False),  # a pretrained encoder has its sizes
     (["--model.num_heads", "3", "--print_config"], False),  # the real parser prints, building nothing
-    (["--model.num_heads", "3", "--ckpt_path", "last", "--output_dir", "run"], False),  # the run's config.yaml
 ])  # fmt: skip
 def test_checks_across_options_run_on_the_settings_as_resolved(capsys, args, refused):
     from qds.train import check_settings
@@ -99,6 +98,27 @@ def test_checks_across_options_run_on_the_settings_as_resolved(capsys, args, ref
     code, line = front_door(args, capsys, check=check_settings)
     assert (code == 2) == refused, line
     assert not refused or line == "error: --model.num_heads: must divide --model.hidden_size (64), got 3"
+
+
+def test_a_resumed_runs_settings_are_its_config_yamls_not_checked_here(capsys, tmp_path):
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("model:\n  num_heads: 3\n")
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    from qds.train import check_settings
+
+    args = ["--model.num_heads", "3", "--ckpt_path", "last", "--output_dir", str(run)]
+    assert front_door(args, capsys, check=check_settings) == (None, "")
+
+
+@pytest.mark.parametrize("args, line", [
+    (["--ckpt_path", "none.ckpt"], "error: --ckpt_path: no such checkpoint file: none.ckpt"),
+    (["--ckpt_path", "last"], "error: --ckpt_path last resumes a run: give its --output_dir"),
+    (["--ckpt_path", "last", "--output_dir", "nowhere"],
+     "error: nothing to resume in nowhere: nowhere/config.yaml does not exist"),
+])  # fmt: skip
+def test_the_run_ckpt_path_names_is_checked_at_the_front_door(capsys, args, line):
+    assert front_door(args, capsys) == (2, line)
 
 
 def test_config_files_and_flags_apply_in_command_line_order(capsys, tmp_path):

@@ -1,6 +1,8 @@
 """Atomic writes and tolerant decoding (common.io)."""
 
 import logging
+import os
+import stat
 
 import pytest
 
@@ -27,6 +29,20 @@ def test_atomic_write_refuses_to_overwrite(tmp_path):
         with atomic_write(target) as f:
             f.write("new")
     assert target.read_text() == "{}"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_an_atomically_written_file_gets_the_mode_of_any_new_file(tmp_path, umask):
+    """mkstemp's 0600 is not kept: run.trec and metrics.json get what open() would give, 0644 under umask 022."""
+    before = os.umask(umask)
+    try:
+        with atomic_write(tmp_path / "run.trec") as f:
+            f.write("x")
+        (tmp_path / "plain").write_text("x")
+    finally:
+        os.umask(before)
+    assert stat.S_IMODE((tmp_path / "run.trec").stat().st_mode) == 0o666 & ~umask
+    assert stat.S_IMODE((tmp_path / "run.trec").stat().st_mode) == stat.S_IMODE((tmp_path / "plain").stat().st_mode)
 
 
 def test_read_lines_falls_back_per_line_and_warns_once(tmp_path, caplog):
