@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from common.data.formats import DataFormatError, read_qrels, read_run
 from common.metrics import DEFAULT_MEASURES, MeasureResult, evaluate, parse_measures
+from common.usage import ArgumentParser, existing_file, input_errors, positive_int, usage_error
 
 DESCRIPTION = """\
 Evaluate a TREC run (qid Q0 docid rank score tag; the rank column is ignored:
@@ -52,7 +53,7 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m common.evaluate",
         description=DESCRIPTION,
         epilog=EPILOG,
@@ -84,16 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
         "(trec_eval -c; gdeval/NCG: the queries with a label > 0). Default: the queries in both files",
     )  # fmt: skip
     parser.add_argument(
-        "-M", "--depth", type=_positive_int, metavar="DEPTH",
+        "-M", "--depth", type=positive_int, metavar="DEPTH",
         help="evaluate only the top DEPTH documents of each query (trec_eval -M)",
     )  # fmt: skip
     return parser
-
-
-def _positive_int(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
-    return int(text)
 
 
 def format_results(results: Mapping[str, MeasureResult], per_query: bool) -> str:
@@ -119,6 +114,17 @@ def _builtin_test_files() -> tuple[str, str]:
     return str(source.qrels_path), str(source.candidates_path)
 
 
+def _check_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """QRELS and RUN, where given, are files. Checked here, not by the parser, whose names other tools resolve
+    against their own folders."""
+    for name in ("qrels", "run"):
+        try:
+            if getattr(args, name) is not None:
+                existing_file(getattr(args, name))
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"argument {name}: {error}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -126,19 +132,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parse_measures(measures)
     except ValueError as error:
-        parser.error(str(error))
+        parser.error(f"argument -m/--measure: {error}")
     if (args.qrels is None) != (args.run is None):
         parser.error("give both QRELS and RUN, or neither (the built-in collection's BM25 test run)")
-    try:
+    _check_files(parser, args)
+    with input_errors(DataFormatError, OSError):
         if args.qrels is None:
             args.qrels, args.run = _builtin_test_files()
         qrels, run = read_qrels(args.qrels), read_run(args.run)
+    try:
         results = evaluate(
             qrels, run, measures, relevance_level=args.relevance_level, complete=args.complete, depth=args.depth
         )
-    except (DataFormatError, OSError, ValueError) as error:
-        print(f"{parser.prog}: error: {error}", file=sys.stderr)
-        return 2
+    except ValueError as error:
+        # What evaluation finds wrong is in the two files together (no query in both, a topic id gdeval cannot read).
+        usage_error(f"run {args.run}, qrels {args.qrels}: {error}")
     sys.stdout.write(format_results(results, args.per_query))
     return 0
 

@@ -96,6 +96,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from common.io import atomic_write
+from common.usage import ArgumentParser, existing_file
 
 __all__ = [
     "COLUMNS",
@@ -210,13 +211,18 @@ def _table_mask(col: pd.Series, tables: list[str]) -> pd.Series:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
-    df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8")
+    except (OSError, ValueError) as exc:  # a folder, pandas' parser errors, an empty file, bytes that are not UTF-8
+        raise ReportError(f"{path}: not a CSV pandas can read ({str(exc).strip()})") from None
     if list(df.columns) != COLUMNS:
         raise ReportError(f"{path}: expected columns {COLUMNS}, found {list(df.columns)}")
-    try:
-        df["value"] = df["value"].astype(float)
-    except ValueError as exc:
-        raise ReportError(f"{path}: non-numeric value ({exc})") from None
+    for row, (method, metric, value) in enumerate(zip(df["method"], df["metric"], df["value"]), start=1):
+        try:
+            float(value)
+        except ValueError:
+            raise ReportError(f"{path}: row {row} ({method}, {metric}): value {value!r} is not a number") from None
+    df["value"] = df["value"].astype(float)
     return df
 
 
@@ -534,7 +540,7 @@ def _parse_map(items: list[str]) -> dict[str, str]:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m common.report",
         description=(
             "Compare reproduced metrics (metrics.json: run -> measure -> value, 0-1 scale, "
@@ -552,7 +558,7 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("metrics_json", metavar="METRICS_JSON", help="reproduced metrics file")
+    parser.add_argument("metrics_json", metavar="METRICS_JSON", type=existing_file, help="reproduced metrics file")
     parser.add_argument("--paper", required=True,
                         help="paper id: qds, conformer_kernel, earl or mva")
     parser.add_argument("--table", action="append", metavar="TABLE",
@@ -571,11 +577,24 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_out(out: str | None, overwrite: bool) -> None:
+    """Refuse an --out that cannot be written before comparing anything, rather than after printing the table."""
+    if out is None:
+        return
+    path = Path(out)
+    if path.is_dir():
+        raise ReportError(f"--out {out}: is a folder, not a file")
+    if path.exists() and not overwrite:
+        raise ReportError(f"{out}: already exists; refusing to overwrite (pass --overwrite)")
+    folder = next(parent for parent in path.parents if parent.exists())
+    if not folder.is_dir():
+        raise ReportError(f"--out {out}: {folder} is a file, not a folder")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        if args.out and Path(args.out).exists() and not args.overwrite:
-            raise ReportError(f"{args.out}: already exists; refusing to overwrite (pass --overwrite)")
+        _check_out(args.out, args.overwrite)
         metrics = load_metrics(args.metrics_json)
         method_map = _parse_map(args.map)
         metric_map = _parse_map(args.metric_map)
@@ -598,7 +617,6 @@ def main(argv: list[str] | None = None) -> int:
         note = _dataset_note(args.metrics_json, read_task_info(args.metrics_json), datasets, bool(args.dataset))
         if note:
             text = f"{note}\n\n{text}"
-        sys.stdout.write(text)
         if args.out:
             try:
                 with atomic_write(args.out, overwrite=args.overwrite) as f:
@@ -608,6 +626,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ReportError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    # Printed once --out is written, so that a failed write prints nothing but its error.
+    sys.stdout.write(text)
     return 0
 
 

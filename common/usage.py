@@ -97,4 +97,5 @@ def input_errors(*errors: type[BaseException]) -> Iterator[None]:
     try:
         yield
     except errors as error:
-        usage_error(str(error).strip("'\""))
+        # A KeyError's str() is its message quoted; any other's is the message.
+        usage_error(error.args[0] if isinstance(error, KeyError) and error.args else str(error))

@@ -25,13 +25,16 @@ a flat int32 array (4 bytes per token) instead of lists of Python ints
 (~36 bytes per token); only document ids and the vocabulary are kept besides.
 bm25s then needs ~20 bytes per (document, distinct term) posting while it builds
 its sparse score matrix (8 bytes per posting afterwards), e.g. ~6 GB at peak for
-MS MARCO passages (~300M postings). For MS MARCO documents (~2 billion postings)
-use the official or Pyserini candidates instead.
+MS MARCO passages (~300M postings); the command adds 8 bytes per document (its
+line in the file, to name both lines of a repeated id). For MS MARCO documents
+(~2 billion postings) use the official or Pyserini candidates instead.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -42,7 +45,10 @@ import numpy as np
 from bm25s.tokenization import Tokenized, Tokenizer
 from tqdm.auto import tqdm
 
-from common.data.formats import Document, Run, Topics, iter_collection, ranked, read_topics, write_run
+from common.data.formats import (
+    DataFormatError, Document, Run, Topics, collection_format, iter_numbered_collection, ranked, read_topics, write_run,
+)
+from common.usage import ArgumentParser, existing_file, input_errors, positive_int, usage_error
 
 #: Pyserini's defaults for MS MARCO / TREC DL (Anserini's `-bm25 -bm25.k1 0.9 -bm25.b 0.4`).
 DEFAULT_K1 = 0.9
@@ -63,6 +69,18 @@ def _stemmer(name: str | None) -> Callable[[str], str] | None:
 def document_text(doc: Document) -> str:
     """The indexed field: title and text concatenated (Anserini's `contents`)."""
     return f"{doc.title} {doc.text}" if doc.title else doc.text
+
+
+class DuplicateDocumentError(ValueError):
+    """A document id seen before; `position` and `first` are the 0-based positions of the repeat and of the first."""
+
+    def __init__(self, doc_id: str, position: int, first: int):
+        self.doc_id, self.position, self.first = doc_id, position, first
+        super().__init__(f"duplicate document id {doc_id!r} (documents {first + 1} and {position + 1})")
+
+
+class UnindexableError(ValueError):
+    """A collection with nothing to index: no document, or no document with an indexable term."""
 
 
 class _FlatTokenIds(Sequence[list[int]]):
@@ -104,21 +122,27 @@ class BM25Index:
         stopwords: str | list[str] | None = "english",
         progress: bool = False,
     ) -> BM25Index:
-        """Tokenise `documents` one at a time and build the index; a repeated document id is an error."""
+        """Tokenise `documents` one at a time and build the index.
+
+        Raises `DuplicateDocumentError` for a repeated document id, `UnindexableError` when there is no document
+        or no document has an indexable term (bm25s would fail on the first query instead).
+        """
         tokenizer = Tokenizer(lower=True, stopwords=stopwords or [], stemmer=_stemmer(stemmer))
         doc_ids: list[str] = []
         token_ids = _FlatTokenIds()
         seen: set[str] = set()
         documents = tqdm(documents, desc="tokenising", unit=" docs", disable=not progress)
-        for doc in documents:
+        for position, doc in enumerate(documents):
             if doc.doc_id in seen:
-                raise ValueError(f"duplicate document id {doc.doc_id!r}")
+                raise DuplicateDocumentError(doc.doc_id, position, doc_ids.index(doc.doc_id))
             seen.add(doc.doc_id)
             doc_ids.append(doc.doc_id)
             # allow_empty=False: an empty document has length 0 instead of one "" token.
             token_ids.append(next(tokenizer.streaming_tokenize([document_text(doc)], allow_empty=False)))
         if not doc_ids:
-            raise ValueError("cannot index an empty collection")
+            raise UnindexableError("no document to index (the collection is empty)")
+        if not tokenizer.get_vocab_dict():
+            raise UnindexableError("no document has an indexable term (only stopwords or one-character tokens)")
         model = bm25s.BM25(k1=k1, b=b, method="lucene", idf_method="lucene")
         model.index(Tokenized(ids=token_ids, vocab=tokenizer.get_vocab_dict()), create_empty_token=False,
                     show_progress=progress)
@@ -168,36 +192,117 @@ def bm25_retrieve(
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m common.data.bm25",
         description="Retrieve a BM25 top-k run (Lucene BM25, Porter stemming, Lucene stopwords, title+text) "
         "for a topics file over a TSV/JSONL collection, and write it as a TREC run.",
     )
-    parser.add_argument("--collection", required=True, type=Path,
+    parser.add_argument("--collection", required=True, type=_collection_file,
                         help="collection: docid<TAB>[title<TAB>]text TSV, or JSONL with doc_id/title/text (.gz ok)")
-    parser.add_argument("--topics", required=True, type=Path, help="topics file: qid<TAB>text")
+    parser.add_argument("--topics", required=True, type=existing_file, help="topics file: qid<TAB>text")
     parser.add_argument("--output", required=True, type=Path, help="TREC run to write (qid Q0 docid rank score tag)")
-    parser.add_argument("-k", type=int, default=100, help="documents per query (default: %(default)s)")
-    parser.add_argument("--k1", type=float, default=DEFAULT_K1,
-                        help="BM25 k1 (default: %(default)s, Pyserini MS MARCO)")
-    parser.add_argument("--b", type=float, default=DEFAULT_B, help="BM25 b (default: %(default)s, Pyserini MS MARCO)")
-    parser.add_argument("--stemmer", default=DEFAULT_STEMMER,
+    parser.add_argument("-k", type=positive_int, default=100, help="documents per query (default: %(default)s)")
+    parser.add_argument("--k1", type=_number_between(0, math.inf), default=DEFAULT_K1,
+                        help="BM25 k1, >= 0 (default: %(default)s, Pyserini MS MARCO)")
+    parser.add_argument("--b", type=_number_between(0, 1), default=DEFAULT_B,
+                        help="BM25 b, in [0, 1] (default: %(default)s, Pyserini MS MARCO)")
+    parser.add_argument("--stemmer", type=_stemmer_name, default=DEFAULT_STEMMER,
                         help="PyStemmer algorithm, or 'none' (default: %(default)s)")
-    parser.add_argument("--tag", default="bm25", help="run tag in the last column (default: %(default)s)")
+    parser.add_argument("--tag", type=_tag, default="bm25", help="run tag in the last column (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="replace --output if it exists")
     return parser
 
 
+def _collection_file(text: str) -> Path:
+    """An existing file whose name tells TSV from JSONL."""
+    path = existing_file(text)
+    try:
+        collection_format(path)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return path
+
+
+def _number_between(low: float, high: float) -> Callable[[str], float]:
+    """An argparse type: a finite number in [`low`, `high`]."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and low <= value <= high):
+            bounds = f">= {low:g}" + (f" and <= {high:g}" if math.isfinite(high) else "")
+            raise argparse.ArgumentTypeError(f"must be a number {bounds}, got {text}")
+        return value
+
+    return number
+
+
+def _stemmer_name(text: str) -> str:
+    """'none' or a PyStemmer algorithm."""
+    import Stemmer  # PyStemmer
+
+    names = ["none", *sorted(Stemmer.algorithms())]
+    if text not in names:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(names)}, got {text}")
+    return text
+
+
+def _tag(text: str) -> str:
+    # The tag is the last of the run's whitespace-separated columns.
+    if not text or any(c.isspace() for c in text):
+        raise argparse.ArgumentTypeError(f"must be one word without spaces or tabs, got {text!r}")
+    return text
+
+
+def _check_output(output: Path, overwrite: bool) -> None:
+    """Refuse an --output that cannot be written, before the (possibly long) indexing rather than after it."""
+    if output.is_dir():
+        usage_error(f"argument --output: {output} is a folder, not a file")
+    if output.exists() and not overwrite:
+        usage_error(f"{output} already exists; pass --overwrite to replace it")
+    folder = next(parent for parent in output.parents if parent.exists())
+    if not folder.is_dir():
+        usage_error(f"argument --output: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK):
+        usage_error(f"argument --output: cannot write in {folder}")
+
+
+def _read_topics(path: Path) -> Topics:
+    topics = read_topics(path)
+    if not topics:
+        raise DataFormatError(path, None, "no topic (expected qid<TAB>text lines)")
+    return topics
+
+
+def _index(args: argparse.Namespace, progress: bool) -> BM25Index:
+    """Index --collection; what makes it unindexable is a `DataFormatError` naming the file (and the lines)."""
+    lines = array("q")  # each document's line in the file, to name a repeated id's two lines
+
+    def documents() -> Iterator[Document]:
+        for number, doc in iter_numbered_collection(args.collection):
+            lines.append(number)
+            yield doc
+
+    try:
+        return BM25Index.build(documents(), k1=args.k1, b=args.b, stemmer=args.stemmer, progress=progress)
+    except DuplicateDocumentError as error:
+        raise DataFormatError(args.collection, lines[error.position],
+                              f"duplicate document id {error.doc_id!r} (first on line {lines[error.first]})") from None
+    except UnindexableError as error:
+        raise DataFormatError(args.collection, None, str(error)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    # Fail before the (possibly long) indexing, not after it.
-    if args.output.exists() and not args.overwrite:
-        print(f"error: {args.output} already exists; pass --overwrite to replace it", file=sys.stderr)
-        return 2
-    topics = read_topics(args.topics)
-    index = BM25Index.build(iter_collection(args.collection), k1=args.k1, b=args.b, stemmer=args.stemmer,
-                            progress=True)
-    run = index.retrieve(topics, args.k, progress=True)
+    _check_output(args.output, args.overwrite)
+    # Bars only on a terminal: elsewhere they would be noise in a log, and an error must be the only line.
+    progress = sys.stderr.isatty()
+    with input_errors(DataFormatError, OSError):
+        topics = _read_topics(args.topics)
+        index = _index(args, progress)
+    run = index.retrieve(topics, args.k, progress=progress)
     write_run(args.output, run, tag=args.tag, depth=args.k, overwrite=args.overwrite)
     empty = sum(1 for scores in run.values() if not scores)
     print(f"wrote {args.output}: {len(run)} queries over {len(index)} documents, k={args.k}"

@@ -67,7 +67,6 @@ query has a relevant document among its candidates.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -86,10 +85,12 @@ import numpy as np
 from common.data.bm25 import DEFAULT_B, DEFAULT_K1, DEFAULT_STEMMER, bm25_retrieve
 from common.data.docstore import cache_root
 from common.data.formats import (
-    Document, Qrels, Run, Topics, ranked, write_collection, write_qrels, write_run, write_topics,
+    DataFormatError, Document, Qrels, Run, Topics, iter_collection, ranked, read_qrels, read_run, write_collection,
+    write_qrels, write_run, write_topics,
 )
 from common.data.source import FileSource
 from common.io import atomic_write
+from common.usage import ArgumentParser, input_errors, nonnegative_int, usage_error
 
 #: Bump when the generated files change for a given seed (it names the cache folder).
 VERSION = 1
@@ -525,47 +526,77 @@ def builtin_source(split: str = "test", root: str | os.PathLike | None = None, s
 
 
 def describe(root: str | os.PathLike) -> str:
-    """Counts, document lengths, label counts and BM25 effectiveness of each split, as a small report."""
-    from common.data.formats import iter_collection, read_qrels, read_run
-    from common.metrics import evaluate_run
+    """Counts, document lengths, label counts and BM25 effectiveness of each split, as a small report.
 
+    Raises `DataFormatError` naming the file for a damaged build (an empty collection, a split BM25 cannot be
+    evaluated on).
+    """
     root = Path(root)
     lengths = np.array([len(f"{d.title} {d.text}".split()) for d in iter_collection(root / "collection.jsonl")])
+    if not len(lengths):
+        raise DataFormatError(root / "collection.jsonl", None, "no document")
     lines = [
         f"{root}: {len(lengths)} documents; words (title + text) min {lengths.min()}, "
         f"median {int(np.median(lengths))}, mean {lengths.mean():.0f}, p90 {int(np.percentile(lengths, 90))}, "
         f"max {lengths.max()}; {np.mean(lengths > 512):.0%} over 512 words",
     ]
-    for split in SPLITS:
-        qrels, run = read_qrels(root / f"qrels.{split}.txt"), read_run(root / f"bm25.{split}.trec")
-        labels = Counter(label for judged in qrels.values() for label in judged.values())
+    return "\n".join(lines + [_describe_split(root, split) for split in SPLITS])
+
+
+def _describe_split(root: Path, split: str) -> str:
+    from common.metrics import evaluate_run
+
+    qrels_path, run_path = root / f"qrels.{split}.txt", root / f"bm25.{split}.trec"
+    qrels, run = read_qrels(qrels_path), read_run(run_path)
+    labels = Counter(label for judged in qrels.values() for label in judged.values())
+    try:
         measures = evaluate_run(qrels, run, ["ndcg_cut_10", "mrr@10", "recall_100"])
         strict = evaluate_run(qrels, run, ["recall_100"], relevance_level=2)
-        lines.append(
-            f"{split:>5}: {len(qrels)} queries, labels {dict(sorted(labels.items()))}; BM25 nDCG@10 "
-            f"{measures['ndcg_cut_10']:.4f}, MRR@10 {measures['mrr@10']:.4f}, recall@100 {measures['recall_100']:.4f} "
-            f"(label >= 2: {strict['recall_100']:.4f})"
-        )
-    return "\n".join(lines)
+    except ValueError as error:  # e.g. no query in both files
+        raise DataFormatError(run_path, None, f"{error} (qrels {qrels_path})") from None
+    return (
+        f"{split:>5}: {len(qrels)} queries, labels {dict(sorted(labels.items()))}; BM25 nDCG@10 "
+        f"{measures['ndcg_cut_10']:.4f}, MRR@10 {measures['mrr@10']:.4f}, recall@100 {measures['recall_100']:.4f} "
+        f"(label >= 2: {strict['recall_100']:.4f})"
+    )
+
+
+def _check_root(root: Path, overwrite: bool) -> None:
+    """Refuse a --root that cannot take a build, before building (seconds of work) rather than after."""
+    if (root / "manifest.json").is_file() and not overwrite:
+        return  # a complete build, reused
+    folder = next(path for path in (root, *root.parents) if path.exists())
+    if not folder.is_dir():
+        usage_error(f"argument --root: {folder} is a file, not a folder")
+    if folder == root and not overwrite:
+        usage_error(f"argument --root: {root} holds no complete built-in collection (no manifest.json); "
+                    "remove it, or pass --overwrite to build into it")
+    if not os.access(folder, os.W_OK):
+        usage_error(f"argument --root: cannot write in {folder}")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m common.data.builtin",
         description="Build the built-in synthetic ranking collection (or reuse a complete build) and print "
         "its statistics and BM25's effectiveness on each split.",
     )
     parser.add_argument("--root", type=Path, help=f"output folder (default: the cache, {default_root(0)} for seed 0)")
-    parser.add_argument("--seed", type=int, default=0, help="generator seed (default: %(default)s)")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="generator seed (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if the folder holds a complete build")
     args = parser.parse_args(argv)
+    root = args.root or default_root(args.seed)
+    _check_root(root, args.overwrite)
     start = time.perf_counter()
-    if args.overwrite:
-        root = build_builtin(args.root or default_root(args.seed), args.seed, overwrite=True)
-    else:
-        root = ensure_builtin(args.root, args.seed)
-    print(f"ready in {time.perf_counter() - start:.1f} s")
-    print(describe(root))
+    with input_errors(DataFormatError, OSError):
+        if args.overwrite:
+            build_builtin(root, args.seed, overwrite=True)
+        else:
+            ensure_builtin(root, args.seed)
+        ready = time.perf_counter() - start
+        report = describe(root)
+    print(f"ready in {ready:.1f} s")
+    print(report)
     return 0
 
 

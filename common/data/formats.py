@@ -201,10 +201,16 @@ def collection_format(path) -> str:
 
 def iter_collection(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[Document]:
     """Stream the documents of a TSV or JSONL collection (see the module docstring)."""
+    for _, doc in iter_numbered_collection(path, fallback):
+        yield doc
+
+
+def iter_numbered_collection(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, Document]]:
+    """Stream ``(line, Document)`` from a TSV or JSONL collection, for messages that name a document's line."""
     parse = _parse_jsonl_document if collection_format(path) == "jsonl" else _parse_tsv_document
     for number, line in _read(path, fallback):
         if line.strip():
-            yield parse(path, number, line)
+            yield number, parse(path, number, line)
 
 
 def _parse_tsv_document(path, number: int, line: str) -> Document:

@@ -25,7 +25,11 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def run_main(capsys, *args) -> tuple[int, str, str]:
-    code = main([str(a) for a in args])
+    """`main`'s exit status (returned, or raised as SystemExit by a refusal), stdout and stderr."""
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exit_info:
+        code = exit_info.code
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -101,14 +105,14 @@ def test_malformed_run_line_names_file_and_line(tmp_path, capsys):
     run = write(tmp_path / "run", "1 Q0 a 1 1.0 t\n1 Q0 b 2 high t\n")
     code, out, err = run_main(capsys, qrels, run)
     assert (code, out) == (2, "")
-    assert err == f"python -m common.evaluate: error: {run}:2: score 'high' is not a number\n"
+    assert err == f"error: {run}:2: score 'high' is not a number\n"
 
 
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["-m", "nope"], "unknown measure 'nope'"),
-        (["-M", "0"], "must be a positive integer"),
+        (["-m", "nope"], "argument -m/--measure: unknown measure 'nope'"),
+        (["-M", "0"], "argument -M/--depth: must be a positive integer, got 0"),
         (["-l", "two"], "invalid int value"),
     ],
 )
@@ -117,15 +121,17 @@ def test_usage_errors_exit_2(tmp_path, capsys, args, message):
     run = write(tmp_path / "run", "1 Q0 a 1 1.0 t\n")
     with pytest.raises(SystemExit) as exit_info:
         main([*args, str(qrels), str(run)])
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert exit_info.value.code == 2 and err.startswith("error: ") and err.count("\n") == 1 and message in err
 
 
 @pytest.mark.parametrize(
     ("qrels_text", "run_text", "message"),
     [
-        (None, "1 Q0 a 1 1.0 t\n", "no such file"),
-        ("1 0 a 1\n", "2 Q0 a 1 1.0 t\n", "no query has both results and relevance judgments"),
-        ("q1 0 a 1\n", "q1 Q0 a 1 1.0 t\n", "numeric topic ids"),
+        (None, "1 Q0 a 1 1.0 t\n", "argument qrels: no such file: {qrels}"),
+        ("1 0 a 1\n", "2 Q0 a 1 1.0 t\n", "run {run}, qrels {qrels}: no query has both results and relevance"),
+        ("1 0 a 1\n", "", "run {run}, qrels {qrels}: no query has both results and relevance judgments"),
+        ("q1 0 a 1\n", "q1 Q0 a 1 1.0 t\n", "run {run}, qrels {qrels}: gdeval measures need numeric topic ids"),
     ],
 )
 def test_input_errors_exit_2_with_one_line(tmp_path, capsys, qrels_text, run_text, message):
@@ -135,7 +141,7 @@ def test_input_errors_exit_2_with_one_line(tmp_path, capsys, qrels_text, run_tex
     run = write(tmp_path / "run", run_text)
     code, out, err = run_main(capsys, "-m", "map", "-m", "gdeval_ndcg@10", qrels, run)
     assert (code, out) == (2, "")
-    assert message in err and err.count("\n") == 1
+    assert err.startswith("error: ") and message.format(qrels=qrels, run=run) in err and err.count("\n") == 1
 
 
 def test_no_arguments_evaluates_builtin_bm25_test_run(tmp_path, monkeypatch, capsys):
@@ -150,7 +156,7 @@ def test_no_arguments_evaluates_builtin_bm25_test_run(tmp_path, monkeypatch, cap
     assert lines["recall_100            "] == "1.0000"
 
 
-def test_only_one_of_qrels_and_run_is_a_usage_error(capsys):
+def test_only_one_of_qrels_and_run_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        main(["qrels.txt"])
+        main([str(write(tmp_path / "qrels.txt", "1 0 a 1\n"))])
     assert exit_info.value.code == 2 and "give both QRELS and RUN, or neither" in capsys.readouterr().err

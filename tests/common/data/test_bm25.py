@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from common.data.bm25 import BM25Index, bm25_retrieve, main
+from common.data.bm25 import BM25Index, DuplicateDocumentError, UnindexableError, bm25_retrieve, main
 from common.data.formats import Document, read_qrels, read_run, write_collection, write_topics
 
 # Tokens after lower-casing, Lucene's stopwords ("the", "on", "a", "and") and Porter ("cats" -> "cat"):
@@ -43,6 +43,7 @@ def test_multi_term_query_ranking_and_cutoff():
     # k cuts through the d1/d2 tie deterministically: the larger id makes the cut.
     assert list(index.search("cats", k=2)) == ["d4", "d2"]
     assert index.search("unicorn", k=10) == {}  # no matching term: nothing, as in Lucene
+    assert index.search("the a on", k=10) == {}  # only stopwords: no term at all
     with pytest.raises(ValueError, match="k must be positive"):
         index.search("cat", k=0)
 
@@ -50,17 +51,30 @@ def test_multi_term_query_ranking_and_cutoff():
 def test_no_stemming_and_duplicate_ids():
     run = bm25_retrieve(DOCS, {"q": "cats"}, stemmer=None)
     assert set(run["q"]) == {"d2", "d4"}  # without Porter, "cats" matches only the literal token
-    with pytest.raises(ValueError, match="duplicate document id 'd1'"):
+    with pytest.raises(DuplicateDocumentError, match="duplicate document id 'd1'") as raised:
         BM25Index.build(DOCS + [Document("d1", "again")])
+    assert (raised.value.position, raised.value.first) == (4, 0)
+
+
+@pytest.mark.parametrize("documents, message", [
+    ([], "no document to index"),
+    ([Document("d1", "the a on"), Document("d2", "x y", title="and")], "no document has an indexable term"),
+])  # fmt: skip
+def test_a_collection_with_nothing_to_index_is_refused_before_bm25s_sees_it(documents, message):
+    with pytest.raises(UnindexableError, match=message):
+        BM25Index.build(documents)
 
 
 def test_cli_writes_a_trec_run_and_refuses_to_overwrite(tmp_path, capsys):
     collection, topics, output = tmp_path / "docs.jsonl", tmp_path / "topics.tsv", tmp_path / "run.trec"
     write_collection(collection, DOCS)
-    write_topics(topics, {"1": "cat", "2": "bird song", "3": "unicorn"})
+    write_topics(topics, {"1": "cat", "2": "bird song", "3": "unicorn", "4": "the a"})  # 3, 4: no indexed term
     args = ["--collection", str(collection), "--topics", str(topics), "--output", str(output), "-k", "2",
             "--tag", "bm25test"]
     assert main(args) == 0
+    # No progress bar off a terminal: the summary is the one line.
+    summary = f"wrote {output}: 4 queries over 4 documents, k=2 (2 queries matched no document)\n"
+    assert capsys.readouterr().err == summary
     lines = output.read_text().splitlines()
     assert [line.split()[:4] for line in lines] == [["1", "Q0", "d4", "1"], ["1", "Q0", "d2", "2"],
                                                     ["2", "Q0", "d3", "1"]]
@@ -68,8 +82,10 @@ def test_cli_writes_a_trec_run_and_refuses_to_overwrite(tmp_path, capsys):
     assert read_run(output)["1"]["d4"] == pytest.approx(0.2720821, abs=1e-5)
 
     before = output.read_text()
-    assert main(args) == 2
-    assert "already exists" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:
+        main(args)
+    assert refused.value.code == 2
+    assert capsys.readouterr().err == f"error: {output} already exists; pass --overwrite to replace it\n"
     assert output.read_text() == before
     assert main(args[:-2] + ["-k", "1", "--overwrite"]) == 0
     assert len(output.read_text().splitlines()) == 2

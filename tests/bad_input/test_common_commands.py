@@ -1,0 +1,172 @@
+"""``python -m common.data.bm25``, ``common.evaluate``, ``common.data.builtin`` and ``common.report`` refuse bad
+input in one line naming the option, or the file (and line), before anything is built or written.
+
+Each case runs the command on files under ``tmp_path/inputs`` (``{in}`` in the arguments and the expected text),
+which must be left as they were.
+"""
+
+import pytest
+
+from bad_input.refusal import refused
+
+FILES = {
+    "docs.tsv": "d1\tthe cat sat\nd2\tdogs chase cats\n",
+    "topics.tsv": "1\tcat\n2\tunicorn\n",
+    "run.trec": "1 Q0 d1 1 1.0 bm25\n",
+    "no_tab.tsv": "d1\tthe cat\nd2 dogs chase cats\n",
+    "duplicate.tsv": "d1\tthe cat\n\nd2\tdogs\nd1\tbirds\n",
+    "empty.tsv": "",
+    "stopwords.tsv": "d1\tthe a of\nd2\tx y and\n",
+    "docs.csv": "d1,the cat\n",
+    "bad_topics.tsv": "1 cat\n",
+    "no_topics.tsv": "# nothing but a comment\n\n",
+    "twice_topics.tsv": "1\tcat\n1\tdog\n",
+    "qrels.txt": "1 0 d1 1\n",
+    "empty.trec": "",
+    "other.trec": "2 Q0 d1 1 1.0 bm25\n",
+    "bad_qrels.txt": "1 0 d1\n",
+    "bad_run.trec": "1 Q0 d1 1 high bm25\n",
+    "not_a_build/notes.txt": "mine\n",
+    "no_collection/manifest.json": "{}\n",
+    "bad_collection/manifest.json": "{}\n",
+    "bad_collection/collection.jsonl": "not json\n",
+    "metrics.json": '{"qds": {"ndcg_cut_10": 0.61}}\n',
+    "bad.json": "{not json\n",
+    "list.json": "[1, 2]\n",
+    "text_value.json": '{"qds": {"map": "high"}}\n',
+    "report.md": "keep me\n",
+    "with_task/metrics.json": '{"qds": {"ndcg_cut_10": 0.61}}\n',
+    "with_task/task.json": "[]\n",
+}
+
+BM25 = ["--collection", "{in}/docs.tsv", "--topics", "{in}/topics.tsv", "--output", "run.trec"]
+BM25_CASES = [
+    (["--collection", "{in}/no_tab.tsv"],
+     "{in}/no_tab.tsv:2: expected 2-4 tab-separated columns (docid [url] [title] text), got 1"),
+    (["--collection", "{in}/duplicate.tsv"], "{in}/duplicate.tsv:4: duplicate document id 'd1' (first on line 1)"),
+    (["--collection", "{in}/empty.tsv"], "{in}/empty.tsv: no document to index (the collection is empty)"),
+    (["--collection", "{in}/stopwords.tsv"],
+     "{in}/stopwords.tsv: no document has an indexable term (only stopwords or one-character tokens)"),
+    (["--collection", "{in}/missing.tsv"], "argument --collection: no such file: {in}/missing.tsv"),
+    (["--collection", "{in}"], "argument --collection: {in} is a folder, not a file"),
+    (["--collection", "{in}/docs.csv"], "argument --collection: {in}/docs.csv: cannot tell the collection format"),
+    (["--topics", "{in}/missing.tsv"], "argument --topics: no such file: {in}/missing.tsv"),
+    (["--topics", "{in}/bad_topics.tsv"], "{in}/bad_topics.tsv:1: expected 'qid<TAB>text'"),
+    (["--topics", "{in}/no_topics.tsv"], "{in}/no_topics.tsv: no topic (expected qid<TAB>text lines)"),
+    (["--topics", "{in}/twice_topics.tsv"], "{in}/twice_topics.tsv:2: duplicate topic id '1"),
+    (["-k", "0"], "argument -k: must be a positive integer, got 0"),
+    (["--stemmer", "klingon"], "argument --stemmer: must be one of none, arabic, "),
+    (["--stemmer", "klingon"], "porter, portuguese, romanian, russian, serbian, sesotho, spanish, swedish, tamil, "
+                               "turkish, yiddish, got klingon"),
+    (["--k1", "-0.5"], "argument --k1: must be a number >= 0, got -0.5"),
+    (["--k1", "inf"], "argument --k1: must be a number >= 0, got inf"),
+    (["--b", "1.5"], "argument --b: must be a number >= 0 and <= 1, got 1.5"),
+    (["--b", "half"], "argument --b: must be a number >= 0 and <= 1, got half"),
+    (["--tag", "my run"], "argument --tag: must be one word without spaces or tabs, got 'my run'"),
+    (["--output", "{in}/run.trec"], "{in}/run.trec already exists; pass --overwrite to replace it"),
+    (["--output", "{in}", "--overwrite"], "argument --output: {in} is a folder, not a file"),
+    (["--output", "{in}/docs.tsv/run.trec"], "argument --output: {in}/docs.tsv is a file, not a folder"),
+]  # fmt: skip
+
+EVALUATE_CASES = [
+    (["{in}", "{in}/run.trec"], "argument qrels: {in} is a folder, not a file"),
+    (["{in}/qrels.txt", "{in}"], "argument run: {in} is a folder, not a file"),
+    (["{in}/qrels.txt", "{in}/missing.trec"], "argument run: no such file: {in}/missing.trec"),
+    (["{in}/qrels.txt", "{in}/empty.trec"],
+     "run {in}/empty.trec, qrels {in}/qrels.txt: no query has both results and relevance judgments"),
+    (["{in}/qrels.txt", "{in}/other.trec"],
+     "run {in}/other.trec, qrels {in}/qrels.txt: no query has both results and relevance judgments"),
+    (["{in}/bad_qrels.txt", "{in}/run.trec"], "{in}/bad_qrels.txt:1: expected 4 fields 'qid iter docid rel', got 3"),
+    (["{in}/qrels.txt", "{in}/bad_run.trec"], "{in}/bad_run.trec:1: score 'high' is not a number"),
+    (["-M", "0", "{in}/qrels.txt", "{in}/run.trec"], "argument -M/--depth: must be a positive integer, got 0"),
+    (["-m", "nope", "{in}/qrels.txt", "{in}/run.trec"], "argument -m/--measure: unknown measure 'nope'"),
+    (["-l", "two", "{in}/qrels.txt", "{in}/run.trec"], "argument -l/--level: invalid int value: 'two'"),
+    (["{in}/qrels.txt"], "give both QRELS and RUN, or neither"),
+]  # fmt: skip
+
+BUILTIN_CASES = [
+    (["--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
+    (["--seed", "one"], "argument --seed: must be a non-negative integer, got one"),
+    (["--root", "{in}/docs.tsv"], "argument --root: {in}/docs.tsv is a file, not a folder"),
+    (["--root", "{in}/docs.tsv/builtin", "--overwrite"], "argument --root: {in}/docs.tsv is a file, not a folder"),
+    (["--root", "{in}/not_a_build"], "argument --root: {in}/not_a_build holds no complete built-in collection "
+                                     "(no manifest.json); remove it, or pass --overwrite"),
+    (["--root", "{in}/no_collection"], "{in}/no_collection/collection.jsonl: no such file"),
+    (["--root", "{in}/bad_collection"], "{in}/bad_collection/collection.jsonl:1: invalid JSON"),
+]  # fmt: skip
+
+REPORT = ["--paper", "qds", "--table", "2", "--map", "qds=QDS-Transformer"]
+REPORT_CASES = [
+    (["{in}/missing.json", *REPORT], "argument METRICS_JSON: no such file: {in}/missing.json"),
+    (["{in}", *REPORT], "argument METRICS_JSON: {in} is a folder, not a file"),
+    (["{in}/bad.json", *REPORT], "{in}/bad.json: invalid JSON (Expecting property name enclosed in double quotes "
+                                 "at line 1 column 2)"),
+    (["{in}/list.json", *REPORT], '{in}/list.json: expected {"run": {"measure": number, ...}, ...}, got a JSON list'),
+    (["{in}/text_value.json", *REPORT], "{in}/text_value.json: expected {\"run\": {\"measure\": number, ...}, ...}; "
+                                        "'qds'/'map' is not a number: 'high'"),
+    (["{in}/metrics.json", "--table", "2"], "the following arguments are required: --paper"),
+    (["{in}/metrics.json", "--paper", "bert"], "unknown paper 'bert'; known papers: conformer_kernel, earl, mva, qds"),
+    (["{in}/metrics.json", "--paper", "qds", "--table", "9"], "no reported rows for paper qds table 9; tables: 2, "),
+    (["{in}/metrics.json", "--paper", "qds", "--map", "qds"], "--map 'qds': expected RUN=METHOD"),
+    (["{in}/metrics.json", *REPORT, "--out", "{in}/report.md"],
+     "{in}/report.md: already exists; refusing to overwrite (pass --overwrite)"),
+    (["{in}/metrics.json", *REPORT, "--out", "{in}", "--overwrite"], "--out {in}: is a folder, not a file"),
+    (["{in}/metrics.json", *REPORT, "--out", "{in}/docs.tsv/report.md"],
+     "--out {in}/docs.tsv/report.md: {in}/docs.tsv is a file, not a folder"),
+    (["{in}/with_task/metrics.json", *REPORT],
+     '{in}/with_task/task.json: expected {"test": TASK, "dataset": DATASET or null}'),
+]  # fmt: skip
+
+HEADER = "paper,table,dataset,split,setting,method,metric,value,note\n"
+REPORTED_CASES = [
+    (HEADER + "qds,2,d,test,s,QDS-Transformer,map,0.3,\nqds,2,d,test,s,QDS-Transformer,mrr,high,\n",
+     "{in}/reported/qds.csv: row 2 (QDS-Transformer, mrr): value 'high' is not a number"),
+    (HEADER + "qds,2,d,test,s,QDS-Transformer,map,0.3,\nqds,2,d,test,s,QDS-Transformer,mrr,0.3,,extra\n",
+     "{in}/reported/qds.csv: not a CSV pandas can read (Error tokenizing data. C error: Expected 9 fields in line 3"),
+    ("paper,method,value\nqds,QDS-Transformer,0.3\n", "{in}/reported/qds.csv: expected columns"),
+    ("", "{in}/reported/qds.csv: not a CSV pandas can read (No columns to parse from file)"),
+]  # fmt: skip
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    folder = tmp_path / "inputs"
+    for name, text in FILES.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
+def _refused(module: str, args: list[str], expect: str, tmp_path, inputs) -> None:
+    """`refused` with ``{in}`` in `args` and `expect` standing for the inputs folder."""
+    fill = lambda text: text.replace("{in}", str(inputs))  # noqa: E731
+    refused(module, [fill(arg) for arg in args], tmp_path, fill(expect), inputs=inputs)
+
+
+@pytest.mark.parametrize("args, expect", BM25_CASES)
+def test_bm25_refuses(tmp_path, inputs, args, expect):
+    # Options given twice: argparse keeps the last, so a case's own replaces the base's.
+    _refused("common.data.bm25", BM25 + args, expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("args, expect", EVALUATE_CASES)
+def test_evaluate_refuses(tmp_path, inputs, args, expect):
+    _refused("common.evaluate", args, expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("args, expect", BUILTIN_CASES)
+def test_builtin_refuses(tmp_path, inputs, args, expect):
+    _refused("common.data.builtin", args, expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("args, expect", REPORT_CASES)
+def test_report_refuses(tmp_path, inputs, args, expect):
+    _refused("common.report", args, expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("csv, expect", REPORTED_CASES)
+def test_report_refuses_a_malformed_reported_csv(tmp_path, inputs, monkeypatch, csv, expect):
+    (inputs / "reported").mkdir()
+    (inputs / "reported" / "qds.csv").write_text(csv)
+    monkeypatch.setenv("EFFICIENT_RANKERS_REPORTED", str(inputs / "reported"))
+    _refused("common.report", ["{in}/metrics.json", *REPORT], expect, tmp_path, inputs)
