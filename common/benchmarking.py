@@ -1,4 +1,4 @@
-"""What every benchmark measures the same way: median wall-clock milliseconds and peak memory.
+"""What every benchmark measures the same way (median wall-clock milliseconds, peak memory), and checks the same way.
 
 - `median_ms(step, repeats, device)`: median of `repeats` timed calls (CUDA synchronised around each).
 - CPU memory (Linux): `rss_mb` (resident set now), `max_rss_mb` (lifetime peak, ``ru_maxrss``: a
@@ -7,24 +7,35 @@
 - CUDA memory: `cuda_peak_mb(step)`, the allocator's peak above what was allocated before.
 - `run_isolated(command, timeout)`: one measurement in a fresh process.
 - `write_rows(rows, fields, csv_path, jsonl_path, overwrite)`: a sweep's rows as CSV and JSONL.
+
+The command lines' shared checks, which answer bad input in one line before anything is measured
+(`common.usage`): argparse types `probability`, `fraction` and `output_folder`, `DEVICES` and
+`resolve_device` (the default device, cuda where available), `refuse_repeats` (a value given twice in a
+list option) and `refuse_existing` (results that ``--overwrite`` alone may replace). Torch is imported only
+inside what needs it: a benchmark's ``--help`` and its argument errors do not wait for it.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
 import os
 import resource
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-import torch
+from common.usage import usage_error
+
+DEVICES = ("cpu", "cuda")
 
 
 def median_ms(step: Callable[[], object], repeats: int, device: str) -> float:
     """Median milliseconds of `repeats` calls of `step`."""
+    import torch
+
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     times = []
     for _ in range(repeats):
@@ -38,6 +49,8 @@ def median_ms(step: Callable[[], object], repeats: int, device: str) -> float:
 
 def cuda_peak_mb(step: Callable[[], object]) -> float:
     """Peak CUDA memory one call of `step` allocates above what was allocated before it."""
+    import torch
+
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()
@@ -115,3 +128,65 @@ def write_rows(rows: list[dict], fields: Sequence[str], csv_path: Path, jsonl_pa
     if jsonl_path is not None:
         with atomic_write(jsonl_path, overwrite=overwrite) as f:
             f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+# --------------------------------------------------------------------------- command-line checks
+
+
+def _number(text: str, above_zero: bool) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value <= 1 if above_zero else 0 <= value <= 1):
+        raise argparse.ArgumentTypeError(f"must be a number {'>' if above_zero else '>='} 0 and <= 1, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A number from 0 to 1 (a dropout rate)."""
+    return _number(text, above_zero=False)
+
+
+def fraction(text: str) -> float:
+    """A number above 0, at most 1 (a share of a budget)."""
+    return _number(text, above_zero=True)
+
+
+def output_folder(text: str) -> Path:
+    """A folder to write results into: an existing one, or one that can be made (made only when there is something
+    to write, so that a refused command leaves no empty folder behind)."""
+    path = Path(text)
+    nearest = next(p for p in (path, *path.parents) if p.exists())  # "." or "/" at the latest
+    if not nearest.is_dir():
+        raise argparse.ArgumentTypeError(f"{nearest} is a file, not a folder")
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write in {nearest}")
+    return path
+
+
+def resolve_device(requested: str | None) -> str:
+    """`requested` (one of `DEVICES`), or cuda where available when None; cuda requested without CUDA ends the
+    command (`common.usage.usage_error`)."""
+    import torch
+
+    available = torch.cuda.is_available()
+    if requested == "cuda" and not available:
+        usage_error("argument --device: cuda is not available here")
+    return requested or ("cuda" if available else "cpu")
+
+
+def refuse_repeats(option: str, values: Iterable) -> None:
+    """End the command if a value of the list `option` is given twice (it would be measured twice)."""
+    seen = set()
+    for value in values:
+        if value in seen:
+            usage_error(f"argument {option}: {value} is given twice")
+        seen.add(value)
+
+
+def refuse_existing(paths: Iterable[Path], overwrite: bool) -> None:
+    """End the command if any of `paths` exists and `overwrite` is off: results are replaced only on request."""
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not overwrite:
+        usage_error(f"refusing to overwrite {', '.join(existing)} (pass --overwrite)")

@@ -78,12 +78,16 @@ import json
 import os
 import sys
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from common.benchmarking import (
-    cuda_peak_mb, max_rss_mb, median_ms, peak_rss_mb, reset_peak_rss, rss_mb, run_isolated, write_rows,
+    DEVICES, cuda_peak_mb, fraction, max_rss_mb, median_ms, output_folder, peak_rss_mb, probability, refuse_existing,
+    refuse_repeats, reset_peak_rss, resolve_device, rss_mb, run_isolated, write_rows,
 )
+from common.usage import ArgumentParser, nonnegative_int, positive_float, positive_int
+
+if TYPE_CHECKING:
+    import torch
 
 BENCH = "conformer_kernel_memory"
 ENCODERS = {"tk": "transformer", "ck": "conformer"}
@@ -97,6 +101,8 @@ FIELDS = ["bench", "impl", "n", "pass", "ms", "peak_mb", "device", "queries", "d
           "hidden", "heads", "layers", "conv_window", "query_terms", "vocab_size", "threads", "mmap_threshold",
           "skipped"]
 MB = 2**20
+#: glibc ignores a MALLOC_MMAP_THRESHOLD_ above this (HEAP_MAX_SIZE / 2 on 64-bit), keeping its dynamic threshold.
+MAX_MMAP_THRESHOLD = 32 * MB
 
 
 # --------------------------------------------------------------------------- inputs, model, estimate
@@ -104,6 +110,8 @@ MB = 2**20
 
 def make_batch(n: int, queries: int, docs: int, query_terms: int, vocab_size: int, seed: int):
     """`Features` of `queries` x `docs` documents of exactly n terms, and RankNet labels (first document relevant)."""
+    import torch
+
     from conformer_kernel.model import Features
 
     generator = torch.Generator().manual_seed(seed)
@@ -120,6 +128,8 @@ def make_batch(n: int, queries: int, docs: int, query_terms: int, vocab_size: in
 
 def build_model(impl: str, n: int, settings: dict) -> torch.nn.Module:
     """NDRM1 with Transformer (``tk``) or Conformer (``ck``) layers, seeded, in train mode."""
+    import torch
+
     from conformer_kernel.model import build_ranker
 
     torch.manual_seed(settings["seed"])
@@ -186,6 +196,8 @@ def make_step(model, features, labels, optimizer):
 
 def measure(impl: str, n: int, settings: dict, device: str) -> dict:
     """``ms`` and ``peak_mb`` of one training step of `impl` at length n, in this process (see the docstring)."""
+    import torch
+
     torch.set_num_threads(settings["threads"])
     model = build_model(impl, n, settings).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
@@ -460,7 +472,9 @@ example:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    """The options, checked (a bad one ends the command in one line, `common.usage`), with the device and
+    ``--repeats`` resolved."""
+    parser = ArgumentParser(
         prog="python -m conformer_kernel.benchmark",
         description="Conformer-Kernel Figure 2 (RQ2): peak memory of one NDRM1 training step with Transformer\n"
         "layers (tk) vs Conformer layers (ck) as the document length n grows, with linear (ck) and\n"
@@ -468,63 +482,73 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--lengths", type=int, nargs="+", default=DEFAULT_LENGTHS, metavar="N",
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=DEFAULT_LENGTHS, metavar="N",
                         help="document lengths in terms, every document exactly n terms, no padding (default: "
                         "500 1000 ... 4000)")
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS,
                         help="tk: NDRM1 with Transformer layers; ck: with Conformer layers (default: both)")
-    parser.add_argument("--queries", type=int, default=1, help="queries per batch (default: %(default)s; paper: 32)")
-    parser.add_argument("--docs", type=int, default=2,
+    parser.add_argument("--queries", type=positive_int, default=1,
+                        help="queries per batch (default: %(default)s; paper: 32)")
+    parser.add_argument("--docs", type=positive_int, default=2,
                         help="documents per query, the first one relevant (default: %(default)s; paper: 4, but "
                         "32 x 4 does not fit a 24 GiB CPU machine for tk)")
-    parser.add_argument("--query_terms", type=int, default=20, help="terms per query (default: %(default)s)")
-    parser.add_argument("--vocab_size", type=int, default=10_000,
-                        help="vocabulary size of the random token ids (default: %(default)s)")
-    parser.add_argument("--hidden", type=int, default=256, help="hidden size (default: %(default)s)")
-    parser.add_argument("--heads", type=int, default=32,
-                        help="attention heads = convolution groups (default: %(default)s)")
-    parser.add_argument("--layers", type=int, default=2, help="encoder layers (default: %(default)s)")
-    parser.add_argument("--conv_window", type=int, default=31,
-                        help="grouped-convolution window, ck only (default: %(default)s)")
-    parser.add_argument("--kernels", type=int, default=10, help="RBF kernels (default: %(default)s)")
-    parser.add_argument("--pool_window", type=int, default=300, help="kernel-pooling window (default: %(default)s)")
-    parser.add_argument("--pool_stride", type=int, default=100, help="kernel-pooling stride (default: %(default)s)")
-    parser.add_argument("--dropout", type=float, default=0.2, help="dropout, training mode (default: %(default)s)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"),
-                        help="device (default: cuda when available, here %(default)s)")
-    parser.add_argument("--repeats", type=int,
+    parser.add_argument("--query_terms", type=positive_int, default=20, help="terms per query (default: %(default)s)")
+    parser.add_argument("--vocab_size", type=positive_int, default=10_000,
+                        help="vocabulary size of the random token ids, at least 2: id 0 is padding (default: "
+                        "%(default)s)")
+    parser.add_argument("--hidden", type=positive_int, default=256, help="hidden size (default: %(default)s)")
+    parser.add_argument("--heads", type=positive_int, default=32,
+                        help="attention heads = convolution groups, dividing --hidden (default: %(default)s)")
+    parser.add_argument("--layers", type=positive_int, default=2, help="encoder layers (default: %(default)s)")
+    parser.add_argument("--conv_window", type=positive_int, default=31,
+                        help="grouped-convolution window, odd, ck only (default: %(default)s)")
+    parser.add_argument("--kernels", type=positive_int, default=10, help="RBF kernels (default: %(default)s)")
+    parser.add_argument("--pool_window", type=positive_int, default=300,
+                        help="kernel-pooling window (default: %(default)s)")
+    parser.add_argument("--pool_stride", type=positive_int, default=100,
+                        help="kernel-pooling stride (default: %(default)s)")
+    parser.add_argument("--dropout", type=probability, default=0.2,
+                        help="dropout, training mode (default: %(default)s)")
+    parser.add_argument("--device", choices=DEVICES, help="device (default: cuda when available)")
+    parser.add_argument("--repeats", type=positive_int,
                         help="timed steps, the median is reported (default: 1 on CPU, 5 on CUDA)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(),
+    parser.add_argument("--threads", type=positive_int, default=os.cpu_count(),
                         help="torch.set_num_threads in each child (default: the core count, %(default)s)")
     parser.add_argument("--seed", type=int, default=0,
                         help="seeds the weights and the token ids (default: %(default)s)")
-    parser.add_argument("--memory_fraction", type=float, default=0.85,
+    parser.add_argument("--memory_fraction", type=fraction, default=0.85,
                         help="CPU: skip a measurement whose estimate exceeds this fraction of MemAvailable, and "
                         "limit each child's data segment to it (default: %(default)s)")
-    parser.add_argument("--mmap_threshold", type=int, default=128 * 1024,
+    parser.add_argument("--mmap_threshold", type=nonnegative_int, default=128 * 1024,
                         help="bytes: each child runs with glibc's MALLOC_MMAP_THRESHOLD_ fixed at this, so that every "
                         "larger block is its own mapping, returned when freed, and the resident set follows the live "
                         "tensors (0: glibc's dynamic threshold, which keeps freed blocks of up to 32 MB in the heap "
-                        "and made ck's peak 40-90%% higher and noisy from run to run) (default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=1800,
+                        f"and made ck's peak 40-90%% higher and noisy from run to run; at most {MAX_MMAP_THRESHOLD}) "
+                        "(default: %(default)s)")
+    parser.add_argument("--timeout", type=positive_float, default=1800,
                         help="seconds per measurement; a child past it is a skipped row (default: %(default)s)")
-    parser.add_argument("--output_dir", type=Path, default=RESULTS,
+    parser.add_argument("--output_dir", type=output_folder, default=RESULTS,
                         help="where memory.csv/.jsonl/.png and memory_fits.json go (default: results/conformer_kernel)")
     parser.add_argument("--overwrite", action="store_true", help="replace existing result files")
     parser.add_argument("--json", action="store_true",
                         help="print one JSON object per measurement per line on stdout (everything else on stderr)")
     parser.add_argument("--_one", help=argparse.SUPPRESS)  # internal: one isolated measurement
     args = parser.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        parser.error("--device cuda, but CUDA is not available here")
+    refuse_repeats("--lengths", args.lengths)
+    refuse_repeats("--impls", args.impls)
+    if args.vocab_size < 2:
+        parser.error(f"argument --vocab_size: must be at least 2 (id 0 is padding), got {args.vocab_size}")
+    if args.hidden % args.heads:
+        parser.error(f"argument --heads: must divide --hidden ({args.hidden}), got {args.heads}")
+    if "ck" in args.impls and args.conv_window % 2 == 0:
+        parser.error(f"argument --conv_window: must be odd (the convolution keeps the document's length), "
+                     f"got {args.conv_window}")
+    if args.mmap_threshold > MAX_MMAP_THRESHOLD:
+        parser.error(f"argument --mmap_threshold: must be at most {MAX_MMAP_THRESHOLD} (glibc ignores a larger "
+                     f"one), got {args.mmap_threshold}")
+    args.device = resolve_device(args.device)
     if args.repeats is None:
         args.repeats = 1 if args.device == "cpu" else 5
-    if min(args.repeats, args.queries, args.docs, args.query_terms, *args.lengths) < 1:
-        parser.error("--repeats, --queries, --docs, --query_terms and --lengths must be at least 1")
-    if args.hidden % args.heads:
-        parser.error(f"--hidden {args.hidden} is not divisible by --heads {args.heads}")
-    if not 0 < args.memory_fraction <= 1:
-        parser.error("--memory_fraction must be in (0, 1]")
     return args
 
 
@@ -542,10 +566,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure_guarded(spec["impl"], spec["n"], spec["settings"], spec["device"])))
         return 0
     paths = output_paths(args.output_dir, args.device)
-    existing = [str(p) for p in paths.values() if p.exists()]
-    if existing and not args.overwrite:
-        print(f"refusing to overwrite {', '.join(existing)} (pass --overwrite)", file=sys.stderr)
-        return 2
+    refuse_existing(paths.values(), args.overwrite)
     settings = {k: getattr(args, k) for k in SETTINGS}
     report = sys.stderr if args.json else sys.stdout
     print(f"NDRM1 training step on {args.device}: {args.layers} layers, hidden {args.hidden}, {args.heads} heads, "

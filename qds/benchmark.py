@@ -43,16 +43,19 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
 import sys
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from common.benchmarking import (
-    cuda_peak_mb, max_rss_mb, median_ms, peak_rss_mb, reset_peak_rss, rss_mb, run_isolated, write_rows,
+    DEVICES, cuda_peak_mb, max_rss_mb, median_ms, output_folder, peak_rss_mb, probability, refuse_existing,
+    refuse_repeats, reset_peak_rss, resolve_device, rss_mb, run_isolated, write_rows,
 )
+from common.usage import ArgumentParser, positive_float, positive_int
+
+if TYPE_CHECKING:
+    import torch
 
 SYSTEMS = ("dense", "sparse", "longformer_qa", "qds_s", "qds_q", "qds")
 IMPLS = ("reference", "portable", "tvm", "flex")
@@ -73,15 +76,21 @@ WARMUP_N = 256
 
 
 def qds_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int, generator: torch.Generator):
-    """A `QDSInput` of exactly n tokens: random ids, a query of `query_tokens`, sentences of `sentence_tokens`."""
+    """A `QDSInput` of exactly n >= query_tokens + 5 tokens: random ids, a query of `query_tokens`, sentences of
+    `sentence_tokens`, the last one cut."""
+    import torch
+
     from qds.inputs import build_qds_input
 
     def ids(k: int) -> list[int]:
         return torch.randint(FIRST_ORDINARY_ID, vocab_size, (k,), generator=generator).tolist()
 
-    count = math.ceil(n / (sentence_tokens + 1)) + 1  # more than fit: the document is cut at n - 1
-    built = build_qds_input(ids(query_tokens), [ids(sentence_tokens) for _ in range(count)], bos=BOS, eos=EOS,
-                            max_length=n, max_sentences=count)
+    whole, rest = divmod(n - query_tokens - 3, sentence_tokens + 1)  # what <s> query </s> ... </s> leaves
+    lengths = [sentence_tokens] * (whole + 1)  # the document is cut at n - 1
+    if rest == 1:  # an [SOS] without a token cannot end the document: the last whole sentence takes the token
+        lengths[whole - 1] += 1
+    built = build_qds_input(ids(query_tokens), [ids(k) for k in lengths], bos=BOS, eos=EOS, max_length=n,
+                            max_sentences=len(lengths), max_query_tokens=query_tokens)
     assert len(built.input_ids) == n, (len(built.input_ids), n)
     return built
 
@@ -90,6 +99,8 @@ def pattern_density(system: str, n: int, window: int, query_tokens: int, sentenc
     """Nonzero fraction of the attention matrix of `system` on the benchmark's input layout (1.0 for dense)."""
     if system == "dense":
         return 1.0
+    import torch
+
     from common.kernels.patterns import density
 
     layout = qds_input(n, query_tokens, sentence_tokens, 100, torch.Generator())  # the ids do not matter
@@ -97,6 +108,8 @@ def pattern_density(system: str, n: int, window: int, query_tokens: int, sentenc
 
 
 def make_batch(system: str, n: int, args: dict, device: str) -> dict:
+    import torch
+
     generator = torch.Generator().manual_seed(args["seed"])
     inputs = [qds_input(n, args["query_tokens"], args["sentence_tokens"], args["vocab_size"], generator)
               for _ in range(args["batch_size"])]
@@ -110,6 +123,7 @@ def make_batch(system: str, n: int, args: dict, device: str) -> dict:
 
 def build_ranker(system: str, impl: str, n: int, args: dict):
     """`qds.model.Ranker` of `system` at the benchmark's size, seeded."""
+    import torch
     from transformers import RobertaConfig, RobertaModel
 
     from qds.model import RankingHead, Ranker, build_encoder
@@ -136,6 +150,8 @@ def build_ranker(system: str, impl: str, n: int, args: dict):
 
 def make_step(ranker, batch: dict, pass_: str, optimizer=None):
     """A zero-argument callable running `ranker` on one batch of `pass_` (``train`` needs the optimizer)."""
+    import torch
+
     if pass_ == "infer":
         ranker.eval()
 
@@ -159,6 +175,8 @@ def make_step(ranker, batch: dict, pass_: str, optimizer=None):
 
 def measure(system: str, impl: str, n: int, pass_: str, args: dict, device: str) -> dict:
     """Median ms per pair and peak memory of one (system, impl, n, pass) in this process."""
+    import torch
+
     torch.set_num_threads(args["threads"])
     gc.collect()  # the previous measurement's model and optimizer
     ranker = build_ranker(system, impl, n, args).to(device)  # its position table holds n tokens
@@ -192,6 +210,8 @@ def measure_isolated(system: str, impl: str, n: int, pass_: str, args: dict, dev
 def measure_guarded(system: str, impl: str, n: int, pass_: str, args: dict, device: str) -> dict:
     """`measure` in this process; a measurement that fails (flex has no CPU backward, out of memory, a kernel
     that does not build) gives {"skipped": reason}, as a failed subprocess does with ``--isolate``."""
+    import torch
+
     try:
         return measure(system, impl, n, pass_, args, device)
     except Exception as error:  # noqa: BLE001 - one row's failure must not lose the others
@@ -280,17 +300,27 @@ def table(rows: list[dict]) -> str:
 # --------------------------------------------------------------------------- command line
 
 
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, but for None: the help of those options says what they default to."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The options, checked (a bad one ends the command in one line, `common.usage`), with the device and the
+    model sizes resolved."""
     cpu, cuda = SIZES["cpu"], SIZES["cuda"]
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="python -m qds.benchmark",
         description="QDS-Transformer Table 5: training and inference milliseconds per query-document pair (MSpP) "
         "and attention density of dense RoBERTa, Sparse-Transformer, Longformer-QA, QDS(S), QDS(Q) and QDS, per "
         "sparse attention implementation, with the ratio of each row to dense RoBERTa measured in the same run. "
         "Writes efficiency_<device>.csv, .jsonl and .png under --output_dir.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=_Help,
     )
-    parser.add_argument("--lengths", type=int, nargs="+", default=[2048], metavar="N", help="input lengths in tokens")
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[2048], metavar="N",
+                        help="input lengths in tokens, each at least --query_tokens + 5")
     parser.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=SYSTEMS, metavar="SYSTEM",
                         help=f"rows to run, of {', '.join(SYSTEMS)} (dense: RoBERTa with dense SDPA attention; "
                         "the ratios need it)")
@@ -298,42 +328,58 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"common.kernels implementations for the sparse rows, of {', '.join(IMPLS)}")
     parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=PASSES,
                         help="train: forward + backward + Adam step; infer: inference_mode forward")
-    parser.add_argument("--batch_size", type=int, default=2, help="query-document pairs per timed batch")
-    parser.add_argument("--repeats", type=int, default=5, help="timed batches (the median is reported)")
-    parser.add_argument("--warmup", type=int, default=1,
+    parser.add_argument("--batch_size", type=positive_int, default=2, help="query-document pairs per timed batch")
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed batches (the median is reported)")
+    parser.add_argument("--warmup", type=positive_int, default=1,
                         help="untimed full-size batches before the timed ones (at least 1: it measures peak memory)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=("cpu", "cuda"),
-                        help="device (default: cuda when available)")
+    parser.add_argument("--device", choices=DEVICES, help="device (default: cuda when available)")
     size = "default: %s on CPU, %s on CUDA"
-    parser.add_argument("--num_layers", type=int, help=size % (cpu[0], cuda[0]))
-    parser.add_argument("--hidden_size", type=int, help=size % (cpu[1], cuda[1]))
-    parser.add_argument("--num_heads", type=int, help=size % (cpu[2], cuda[2]))
-    parser.add_argument("--intermediate_size", type=int, help=size % (cpu[3], cuda[3]))
-    parser.add_argument("--window", type=int, default=128, help="local attention window w (|i - j| <= w/2)")
-    parser.add_argument("--vocab_size", type=int, default=50265, help="vocabulary (RoBERTa's)")
-    parser.add_argument("--dropout", type=float, default=0.1, help="dropout in training (paper: 0.1)")
-    parser.add_argument("--query_tokens", type=int, default=8,
+    parser.add_argument("--num_layers", type=positive_int, help=size % (cpu[0], cuda[0]))
+    parser.add_argument("--hidden_size", type=positive_int, help=size % (cpu[1], cuda[1]))
+    parser.add_argument("--num_heads", type=positive_int,
+                        help=size % (cpu[2], cuda[2]) + "; must divide the hidden size")
+    parser.add_argument("--intermediate_size", type=positive_int, help=size % (cpu[3], cuda[3]))
+    parser.add_argument("--window", type=positive_int, default=128,
+                        help="local attention window w (|i - j| <= w/2), even")
+    parser.add_argument("--vocab_size", type=positive_int, default=50265,
+                        help=f"vocabulary (RoBERTa's), more than the {FIRST_ORDINARY_ID} special ids")
+    parser.add_argument("--dropout", type=probability, default=0.1, help="dropout in training (paper: 0.1)")
+    parser.add_argument("--query_tokens", type=positive_int, default=8,
                         help="query length in tokens (MS MARCO document dev queries average 5.9 words; about "
                         "1.3 BPE tokens a word)")
-    parser.add_argument("--sentence_tokens", type=int, default=25,
+    parser.add_argument("--sentence_tokens", type=positive_int, default=25,
                         help="tokens per document sentence (MS MARCO text, BM25 top 20 of TREC DL 2019: 18.6 words "
                         "a sentence)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count(), help="torch.set_num_threads")
+    parser.add_argument("--threads", type=positive_int, default=os.cpu_count(), help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0, help="seeds the weights and the token ids")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per measurement (with --isolate)")
+    parser.add_argument("--timeout", type=positive_float, default=600,
+                        help="seconds per measurement (with --isolate)")
     parser.add_argument("--isolate", action="store_true",
                         help="run each measurement in a fresh subprocess (as common.kernels.benchmark; each pays "
                         "the imports, ~5 s) instead of in this process with the peak resident set reset before it")
-    parser.add_argument("--output_dir", type=Path, default=RESULTS, help="where the CSV, JSONL and plot go")
+    parser.add_argument("--output_dir", type=output_folder, default=RESULTS,
+                        help="where the CSV, JSONL and plot go")
     parser.add_argument("--overwrite", action="store_true", help="replace existing result files")
     parser.add_argument("--json", action="store_true", help="print one JSON object per measurement per line")
     parser.add_argument("--_one", help=argparse.SUPPRESS)  # internal: one isolated measurement
     args = parser.parse_args(argv)
+    for option in ("--lengths", "--systems", "--impls", "--passes"):
+        refuse_repeats(option, getattr(args, option[2:]))
+    shortest = args.query_tokens + 5
+    if min(args.lengths) < shortest:
+        parser.error(f"argument --lengths: each must be at least --query_tokens + 5 = {shortest} (<s> query </s> "
+                     f"[SOS] token </s>), got {min(args.lengths)}")
+    if args.window % 2:
+        parser.error(f"argument --window: must be even (Longformer's window spans w / 2 each side), got {args.window}")
+    if args.vocab_size <= FIRST_ORDINARY_ID:
+        parser.error(f"argument --vocab_size: must be above {FIRST_ORDINARY_ID} (ids 0-{FIRST_ORDINARY_ID - 1} are "
+                     f"special), got {args.vocab_size}")
+    args.device = resolve_device(args.device)
     for name, value in zip(("num_layers", "hidden_size", "num_heads", "intermediate_size"), SIZES[args.device]):
         if getattr(args, name) is None:
             setattr(args, name, value)
-    if args.repeats < 1 or args.batch_size < 1:
-        parser.error("--repeats and --batch_size must be at least 1")
+    if args.hidden_size % args.num_heads:
+        parser.error(f"argument --num_heads: must divide the hidden size {args.hidden_size}, got {args.num_heads}")
     return args
 
 
@@ -344,12 +390,11 @@ def main(argv: list[str] | None = None) -> int:
         result = measure_guarded(spec["system"], spec["impl"], spec["n"], spec["pass"], spec["args"], spec["device"])
         print(json.dumps(result))
         return 0
-    torch.set_num_threads(args.threads)
     paths = output_paths(args.output_dir, args.device)
-    existing = [str(p) for p in paths.values() if p.exists()]
-    if existing and not args.overwrite:
-        print(f"refusing to overwrite {', '.join(existing)} (pass --overwrite)", file=sys.stderr)
-        return 2
+    refuse_existing(paths.values(), args.overwrite)
+    import torch
+
+    torch.set_num_threads(args.threads)
     settings = {k: getattr(args, k) for k in ("batch_size", "repeats", "warmup", "num_layers", "hidden_size",
                                               "num_heads", "intermediate_size", "window", "vocab_size", "dropout",
                                               "query_tokens", "sentence_tokens", "threads", "seed", "timeout")}

@@ -19,7 +19,10 @@ a table, each pattern's density and ideal speed-up 1/density, and speed-up
 ratios against ``sdpa_dense`` and ``hf_longformer`` measured in the same run;
 writes ``results/kernels/bench_<device>.csv`` and ``.png``; with ``--json`` it
 prints one JSON object per measurement (keys ``bench, impl, n, pass, ms,
-peak_mb``, plus ``density`` and the setting).
+peak_mb``, plus ``density`` and the setting). A measurement known not to run
+(``hf_longformer`` needs n to be a multiple of w; ``reference``, and ``flex`` on
+CPU, above ``--max-quadratic-n``) is skipped with the reason, one that fails is
+skipped with its error; a run in which nothing can be measured is refused.
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ import csv
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+from common.benchmarking import (
+    DEVICES, cuda_peak_mb, max_rss_mb, median_ms, output_folder, refuse_repeats, resolve_device, rss_mb, run_isolated,
+)
+from common.usage import ArgumentParser, positive_float, positive_int, usage_error
 
-from common.benchmarking import cuda_peak_mb, max_rss_mb, median_ms, rss_mb, run_isolated
+if TYPE_CHECKING:
+    import torch
 
 IMPLS = ("reference", "portable", "tvm", "flex", "sdpa_masked", "sdpa_dense", "hf_longformer")
 PASSES = ("fwd", "fwdbwd")
@@ -41,6 +49,8 @@ HEADS, HEAD_DIM, WINDOW, QUERY_LEN, SENTENCE_EVERY = 12, 64, 128, 20, 25
 
 
 def make_inputs(n: int, device: str, requires_grad: bool, seed: int = 0) -> dict:
+    import torch
+
     from common.kernels.patterns import global_tokens, synthetic_layout
 
     generator = torch.Generator().manual_seed(seed)
@@ -74,6 +84,7 @@ def build(impl: str, inputs: dict):
 
 
 def _hf_longformer(x: torch.Tensor, is_global: torch.Tensor):
+    import torch
     from torch import nn
     from transformers import LongformerConfig
     from transformers.models.longformer.modeling_longformer import LongformerSelfAttention
@@ -115,6 +126,8 @@ def measure(impl: str, n: int, pass_: str, device: str, repeats: int) -> dict:
 
 
 def _step(impl: str, n: int, pass_: str, device: str):
+    import torch
+
     inputs = make_inputs(n, device, requires_grad=pass_ == "fwdbwd")
     run = build(impl, inputs)
     leaves = [inputs["q"], inputs["k"], inputs["v"]]
@@ -127,6 +140,15 @@ def _step(impl: str, n: int, pass_: str, device: str):
         return out
 
     return step
+
+
+def unmeasurable(impl: str, n: int, device: str, max_quadratic_n: int) -> str | None:
+    """Why (`impl`, n) is not measured on `device`, known without trying, or None."""
+    if impl == "hf_longformer" and n % WINDOW:
+        return f"LongformerSelfAttention needs n to be a multiple of the window ({WINDOW})"
+    if (impl == "reference" or (impl == "flex" and device == "cpu")) and n > max_quadratic_n:
+        return f"(n, n) scores, above --max-quadratic-n {max_quadratic_n}"
+    return None
 
 
 def measure_isolated(impl: str, n: int, pass_: str, device: str, repeats: int, timeout: float) -> dict:
@@ -209,29 +231,42 @@ def speedups(rows: list[dict], baselines=("sdpa_dense", "hf_longformer")) -> lis
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+    """The options, checked (a bad one ends the command in one line, `common.usage`), with the device resolved.
+    A run in which nothing can be measured (`unmeasurable`) is refused; one in which some can skips the rest."""
+    parser = ArgumentParser(
         prog="python -m common.kernels.benchmark",
         description="Time and peak memory of query-directed sparse attention implementations against dense "
         f"attention: (1, {HEADS}, n, {HEAD_DIM}) inputs, w = {WINDOW}, QDS pattern ({QUERY_LEN} query tokens, "
         f"an [SOS] every {SENTENCE_EVERY} tokens). Writes results/kernels/bench_<device>.csv and .png.",
     )
-    parser.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192], metavar="N",
-                        help="sequence lengths (default: %(default)s)")
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[512, 1024, 2048, 4096, 8192], metavar="N",
+                        help=f"sequence lengths (hf_longformer: multiples of {WINDOW}; default: %(default)s)")
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS, metavar="IMPL",
                         help=f"implementations to run (default: all of {', '.join(IMPLS)})")
     parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=PASSES,
                         help="fwd and/or fwdbwd (default: both)")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                        help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs after a warm-up (default: %(default)s)")
-    parser.add_argument("--max-quadratic-n", type=int, default=4096, metavar="N",
+    parser.add_argument("--device", choices=DEVICES, help="cpu or cuda (default: cuda when available)")
+    parser.add_argument("--repeats", type=positive_int, default=5,
+                        help="timed runs after a warm-up (default: %(default)s)")
+    parser.add_argument("--max-quadratic-n", type=positive_int, default=4096, metavar="N",
                         help="longest n for the implementations that hold (n, n) fp32 scores on this device: "
                         "reference, and flex on CPU (8192 would need ~20 GB for fwd+bwd; default: %(default)s)")
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per measurement (default: %(default)s)")
-    parser.add_argument("--out-dir", type=Path, default=RESULTS, help="where the CSV and plot go (default: %(default)s)")
+    parser.add_argument("--timeout", type=positive_float, default=600,
+                        help="seconds per measurement (default: %(default)s)")
+    parser.add_argument("--out-dir", type=output_folder, default=RESULTS,
+                        help="where the CSV and plot go (default: %(default)s)")
     parser.add_argument("--json", action="store_true", help="print one JSON object per measurement per line")
     parser.add_argument("--_one", nargs=5, help=argparse.SUPPRESS)  # internal: one isolated measurement
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for option in ("--lengths", "--impls", "--passes"):
+        refuse_repeats(option, getattr(args, option[2:]))
+    args.device = resolve_device(args.device)
+    reasons = {impl: {unmeasurable(impl, n, args.device, args.max_quadratic_n) for n in args.lengths}
+               for impl in args.impls}  # where none can run, one reason an implementation at every n
+    if None not in set().union(*reasons.values()):
+        usage_error(f"nothing to measure at --lengths {' '.join(map(str, args.lengths))}: "
+                    + "; ".join(f"{impl}: {reason}" for impl, why in reasons.items() for reason in why))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -241,19 +276,20 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(measure(impl, int(n), pass_, device, int(repeats))))
         return 0
 
+    import torch
+
     from common.kernels.patterns import density, global_tokens, synthetic_layout
 
     rows = []
     for row in densities(args.lengths):
-        print(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  ideal speed-up {row['ideal_speedup']:.1f}x",
-              file=sys.stderr if args.json else sys.stdout)
+        print(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  "
+              f"ideal speed-up {row['ideal_speedup']:.1f}x", file=sys.stderr if args.json else sys.stdout)
     for n in args.lengths:
         d = density(global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
         for impl in args.impls:
-            quadratic = impl == "reference" or (impl == "flex" and args.device == "cpu")
-            if quadratic and n > args.max_quadratic_n:
-                print(f"skipped {impl} n={n}: (n, n) scores, above --max-quadratic-n {args.max_quadratic_n}",
-                      file=sys.stderr)
+            reason = unmeasurable(impl, n, args.device, args.max_quadratic_n)
+            if reason:
+                print(f"skipped {impl} n={n}: {reason}", file=sys.stderr)
                 continue
             for pass_ in args.passes:
                 result = measure_isolated(impl, n, pass_, args.device, args.repeats, args.timeout)

@@ -89,7 +89,9 @@ def test_refuses_to_overwrite_without_flag(run, monkeypatch):
     out = run[1]
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     in_process(monkeypatch)
-    assert benchmark.main([*TINY, "--lengths", "32", "--impls", "ck", "--output_dir", str(out)]) == 2
+    with pytest.raises(SystemExit) as refused:
+        benchmark.main([*TINY, "--lengths", "32", "--impls", "ck", "--output_dir", str(out)])
+    assert refused.value.code == 2
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 

@@ -91,8 +91,9 @@ def test_json_lines_parse_and_match_the_jsonl(run):
 def test_refuses_to_overwrite_without_flag(run):
     out = run[1]
     before = {p.name: p.read_bytes() for p in out.iterdir()}
-    assert benchmark.main([*TINY, "--systems", "dense", "--passes", "infer",
-                           "--output_dir", str(out)]) == 2
+    with pytest.raises(SystemExit) as refused:
+        benchmark.main([*TINY, "--systems", "dense", "--passes", "infer", "--output_dir", str(out)])
+    assert refused.value.code == 2
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 

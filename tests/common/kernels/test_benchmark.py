@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from common.kernels.benchmark import densities, main, speedups
+from common.kernels.benchmark import densities, main, measure_isolated, speedups
 
 
 def test_speedups_are_ratios_of_the_same_run():
@@ -42,10 +42,15 @@ def test_json_lines_csv_and_plot(tmp_path, capsys):
     assert (tmp_path / "bench_cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_failed_implementation_is_skipped_with_its_reason(tmp_path, capsys):
+def test_failed_measurement_is_skipped_with_its_error():
     # hf_longformer needs n to be a multiple of its window (128).
-    assert main(["--lengths", "200", "--impls", "hf_longformer", "--passes", "fwd", "--repeats", "1",
-                 "--out-dir", str(tmp_path)]) == 1
-    assert "skipped hf_longformer n=200 fwd: ValueError: LongformerSelfAttention needs n to be a multiple" in (
+    result = measure_isolated("hf_longformer", 200, "fwd", "cpu", repeats=1, timeout=120)
+    assert result["skipped"].startswith("ValueError: LongformerSelfAttention needs n to be a multiple")
+
+
+def test_a_measurement_known_not_to_run_is_skipped_with_the_reason(tmp_path, capsys):
+    assert main(["--lengths", "200", "256", "--impls", "hf_longformer", "--passes", "fwd", "--repeats", "1",
+                 "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
+    assert "skipped hf_longformer n=200: LongformerSelfAttention needs n to be a multiple of the window (128)" in (
         capsys.readouterr().err
     )

@@ -1,0 +1,174 @@
+"""``python -m qds.benchmark``, ``conformer_kernel.benchmark`` and ``common.kernels.benchmark`` refuse bad options in
+one line, before anything is measured or written.
+
+Each case writes into ``out`` (in the empty working folder `refused` checks), never into the repository's
+``results/``, should a refusal ever fail to happen; the cases about the output folder itself point into `inputs`.
+"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from bad_input.refusal import refused
+from qds import benchmark as qds_benchmark
+
+CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
+
+QDS = [
+    (["--lengths", "0"], "argument --lengths: must be a positive integer, got 0"),
+    (["--lengths", "-5"], "argument --lengths: must be a positive integer, got -5"),
+    (["--lengths", "512,1024"], "argument --lengths: must be a positive integer, got 512,1024"),
+    (["--lengths"], "argument --lengths: expected at least one argument"),
+    (["--lengths", "12"], "argument --lengths: each must be at least --query_tokens + 5 = 13 (<s> query </s> [SOS] "
+                          "token </s>), got 12"),
+    (["--lengths", "512", "1024", "512"], "argument --lengths: 512 is given twice"),
+    (["--systems", "bert"], "argument --systems: invalid choice: 'bert' (choose from 'dense', 'sparse', "
+                            "'longformer_qa', 'qds_s', 'qds_q', 'qds')"),
+    (["--impls", "cuda"], "argument --impls: invalid choice: 'cuda' (choose from 'reference', 'portable', 'tvm', "
+                          "'flex')"),
+    (["--impls", "tvm", "tvm"], "argument --impls: tvm is given twice"),
+    (["--passes", "backward"], "argument --passes: invalid choice: 'backward' (choose from 'train', 'infer')"),
+    (["--batch_size", "0"], "argument --batch_size: must be a positive integer, got 0"),
+    (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+    (["--warmup", "0"], "argument --warmup: must be a positive integer, got 0"),
+    (["--window", "0"], "argument --window: must be a positive integer, got 0"),
+    (["--window", "33"], "argument --window: must be even (Longformer's window spans w / 2 each side), got 33"),
+    (["--device", "cpu", "--num_heads", "3"], "argument --num_heads: must divide the hidden size 256, got 3"),
+    (["--hidden_size", "64.5"], "argument --hidden_size: must be a positive integer, got 64.5"),
+    (["--vocab_size", "5"], "argument --vocab_size: must be above 5 (ids 0-4 are special), got 5"),
+    (["--dropout", "1.5"], "argument --dropout: must be a number >= 0 and <= 1, got 1.5"),
+    (["--query_tokens", "0"], "argument --query_tokens: must be a positive integer, got 0"),
+    (["--threads", "0"], "argument --threads: must be a positive integer, got 0"),
+    (["--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["--timeout", "0"], "argument --timeout: must be a positive number, got 0"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu' (choose from 'cpu', 'cuda')"),
+    pytest.param(["--device", "cuda"], "argument --device: cuda is not available here", marks=CUDA),
+    (["2048"], "unrecognized arguments: 2048"),
+]  # fmt: skip
+
+CK = [
+    (["--lengths", "0"], "argument --lengths: must be a positive integer, got 0"),
+    (["--lengths", "1.5"], "argument --lengths: must be a positive integer, got 1.5"),
+    (["--lengths", "500", "500"], "argument --lengths: 500 is given twice"),
+    (["--impls", "tkl"], "argument --impls: invalid choice: 'tkl' (choose from 'tk', 'ck')"),
+    (["--queries", "0"], "argument --queries: must be a positive integer, got 0"),
+    (["--docs", "-1"], "argument --docs: must be a positive integer, got -1"),
+    (["--query_terms", "0"], "argument --query_terms: must be a positive integer, got 0"),
+    (["--vocab_size", "1"], "argument --vocab_size: must be at least 2 (id 0 is padding), got 1"),
+    (["--heads", "3"], "argument --heads: must divide --hidden (256), got 3"),
+    (["--layers", "0"], "argument --layers: must be a positive integer, got 0"),
+    (["--conv_window", "30"], "argument --conv_window: must be odd (the convolution keeps the document's length), "
+                              "got 30"),
+    (["--kernels", "0"], "argument --kernels: must be a positive integer, got 0"),
+    (["--pool_stride", "0"], "argument --pool_stride: must be a positive integer, got 0"),
+    (["--dropout", "-0.1"], "argument --dropout: must be a number >= 0 and <= 1, got -0.1"),
+    (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+    (["--memory_fraction", "0"], "argument --memory_fraction: must be a number > 0 and <= 1, got 0"),
+    (["--memory_fraction", "1.5"], "argument --memory_fraction: must be a number > 0 and <= 1, got 1.5"),
+    (["--mmap_threshold", "-1"], "argument --mmap_threshold: must be a non-negative integer, got -1"),
+    (["--mmap_threshold", "67108864"], "argument --mmap_threshold: must be at most 33554432 (glibc ignores a larger "
+                                       "one), got 67108864"),
+    (["--threads", "two"], "argument --threads: must be a positive integer, got two"),
+    (["--timeout", "inf"], "argument --timeout: must be a positive number, got inf"),
+    (["--device", "gpu"], "argument --device: invalid choice: 'gpu' (choose from 'cpu', 'cuda')"),
+    pytest.param(["--device", "cuda"], "argument --device: cuda is not available here", marks=CUDA),
+    (["--lengths", "500", "1000", "tk"], "argument --lengths: must be a positive integer, got tk"),
+    (["ck"], "unrecognized arguments: ck"),
+]  # fmt: skip
+
+KERNELS = [
+    (["--lengths", "0"], "argument --lengths: must be a positive integer, got 0"),
+    (["--lengths", "512,1024"], "argument --lengths: must be a positive integer, got 512,1024"),
+    (["--lengths", "512", "512"], "argument --lengths: 512 is given twice"),
+    (["--impls", "cuda"], "argument --impls: invalid choice: 'cuda' (choose from 'reference', 'portable', 'tvm', "
+                          "'flex', 'sdpa_masked', 'sdpa_dense', 'hf_longformer')"),
+    (["--passes", "bwd"], "argument --passes: invalid choice: 'bwd' (choose from 'fwd', 'fwdbwd')"),
+    (["--passes", "fwd", "fwd"], "argument --passes: fwd is given twice"),
+    (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+    (["--max-quadratic-n", "0"], "argument --max-quadratic-n: must be a positive integer, got 0"),
+    (["--timeout", "-1"], "argument --timeout: must be a positive number, got -1"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu' (choose from 'cpu', 'cuda')"),
+    pytest.param(["--device", "cuda"], "argument --device: cuda is not available here", marks=CUDA),
+    (["--lengths", "200", "--impls", "hf_longformer"], "nothing to measure at --lengths 200: hf_longformer: "
+                                                       "LongformerSelfAttention needs n to be a multiple of the "
+                                                       "window (128)"),
+    (["--lengths", "8192", "--impls", "reference"], "nothing to measure at --lengths 8192: reference: (n, n) scores, "
+                                                    "above --max-quadratic-n 4096"),
+    (["8192"], "unrecognized arguments: 8192"),
+]  # fmt: skip
+
+#: Each command, its output folder option and the name of a file it would write on CPU.
+COMMANDS = {
+    "qds.benchmark": ("--output_dir", "efficiency_cpu.csv"),
+    "conformer_kernel.benchmark": ("--output_dir", "memory.csv"),
+    "common.kernels.benchmark": ("--out-dir", "bench_cpu.csv"),
+}
+
+
+def refused_writing_into_out(module: str, args: list[str], tmp_path, expect: str) -> None:
+    refused(module, [*args, COMMANDS[module][0], "out"], tmp_path, expect)
+
+
+@pytest.mark.parametrize("args, expect", QDS)
+def test_qds_benchmark_refuses(tmp_path, args, expect):
+    refused_writing_into_out("qds.benchmark", args, tmp_path, expect)
+
+
+@pytest.mark.parametrize("args, expect", CK)
+def test_conformer_kernel_benchmark_refuses(tmp_path, args, expect):
+    refused_writing_into_out("conformer_kernel.benchmark", args, tmp_path, expect)
+
+
+@pytest.mark.parametrize("args, expect", KERNELS)
+def test_kernels_benchmark_refuses(tmp_path, args, expect):
+    refused_writing_into_out("common.kernels.benchmark", args, tmp_path, expect)
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+@pytest.mark.parametrize("where", ["{file}", "{file}/sub"])
+def test_an_output_folder_that_is_a_file_is_refused(tmp_path, module, where):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    (inputs / "results").write_text("a file\n")
+    option = COMMANDS[module][0]
+    refused(module, [option, where.format(file=inputs / "results")], tmp_path,
+            f"argument {option}: {inputs / 'results'} is a file, not a folder", inputs=inputs)
+
+
+@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark"])
+def test_existing_results_are_refused_without_overwrite(tmp_path, module):
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    option, name = COMMANDS[module]
+    (inputs / name).write_text("earlier results\n")
+    refused(module, ["--device", "cpu", option, str(inputs)], tmp_path,
+            f"refusing to overwrite {inputs / name} (pass --overwrite)", inputs=inputs)
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_help_names_the_command(module):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"usage: python -m {module} ")
+
+
+@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark"])
+@pytest.mark.parametrize("args", [["--help"], ["--repeats", "0"]])
+def test_help_and_argument_errors_do_not_wait_for_torch(module, args):
+    """(common.kernels.benchmark cannot: its package, common.kernels, imports torch.)"""
+    code = (f"import sys\nfrom {module} import main\ntry:\n    main({args!r})\nexcept SystemExit:\n    pass\n"
+            "print('torch' in sys.modules, file=sys.stderr)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stderr.splitlines()[-1] == "False", done.stderr
+
+
+def test_every_length_qds_benchmark_accepts_is_built_exactly():
+    """From the shortest length it accepts on, every one gives an input of exactly n tokens, including those where
+    whole sentences would leave room for an [SOS] alone (n = 12 + 26 k with the default query and sentences)."""
+    query, sentence = 8, 25
+    for n in range(query + 5, 200):
+        built = qds_benchmark.qds_input(n, query, sentence, 100, torch.Generator())
+        assert len(built.input_ids) == n
+        assert len(built.sentence_starts) == -(-(n - query - 4) // (sentence + 1))
