@@ -20,8 +20,8 @@ adds its argument links in ``add_arguments_to_parser`` after calling ``super()``
 builds (``run=False``): the package's ``main`` calls `RankerCLI.fit_and_test` (`write_config`,
 ``trainer.fit``, then ``trainer.test`` of the best checkpoint) and writes its test outputs.
 
-Evaluate commands (``python -m <package>.evaluate``) take their output folder from
-`fresh_output_dir` (``--output_dir`` or a new ``outputs/<prefix>-<time>``; never a used one).
+Evaluate commands (``python -m <package>.evaluate``) are no LightningCLI: argparse (`common.usage`) with the
+options of `common.task_options`, the output folder included.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ import re
 import sys
 import time
 import warnings
-import zipfile
 from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
@@ -48,73 +47,17 @@ from common.data.source import TaskSpecError, check_spec
 from common.cli_help import replaces_default_config
 from common.io import atomic_write
 from common.progress import progress_callback
-from common.resume import LAST, AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_step, discard_unfinished_writes
+from common.resume import AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_step, discard_unfinished_writes
+from common.run_folder import CONFIG, LAST, resumed_run
 from common.tasks import MissingDocumentsError, TaskSplits
-from common.usage import usage_error
+from common.usage import input_errors, usage_error
 
-#: A run's resolved settings, in its output folder.
-CONFIG = "config.yaml"
-#: Written last by a training command's test: a run whose folder holds it has finished.
-FINISHED = "metrics.json"
 #: Settings that say where a run is and how it was started, not what it is: a resumed run may differ in them.
 _RUN_KEYS = {"output_dir", "ckpt_path", "config"}
 _ABSENT = object()
 
 #: Bad data or task input, answered in one line with exit status 2 (`common.usage.usage_error`).
 INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError)
-
-
-def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
-    """An evaluate command's output folder: `path`, or ``outputs/<default_prefix>-<time>`` where None.
-
-    SystemExit where it exists and is not empty (a run never writes over another). It is not created
-    here: the command creates it once its inputs have loaded.
-    """
-    out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if out.exists() and any(out.iterdir()):
-        raise SystemExit(f"{out} is not empty: choose a new --output_dir")
-    return out
-
-
-def _flag(given: list[str], name: str) -> str | None:
-    """The value of ``--name`` on a command line (``--name v`` or ``--name=v``; the last one given)."""
-    value = None
-    for i, arg in enumerate(given):
-        if arg == f"--{name}" and i + 1 < len(given):
-            value = given[i + 1]
-        elif arg.startswith(f"--{name}="):
-            value = arg.split("=", 1)[1]
-    return value
-
-
-def _resumed_run(given) -> Path | None:
-    """The folder of the run that ``--ckpt_path last --output_dir DIR`` resumes; None for a new run.
-
-    Checked before anything is parsed, built or written: a resumed run needs its ``config.yaml`` and
-    ``checkpoints/last.ckpt``; a finished one (its ``metrics.json`` written) says so and exits with status 0; a
-    ``--ckpt_path`` file to start from must be a checkpoint.
-    """
-    if not isinstance(given, list):
-        return None
-    ckpt, out = _flag(given, "ckpt_path"), _flag(given, "output_dir")
-    if ckpt is None:
-        return None
-    if ckpt != "last":
-        if not Path(ckpt).is_file():
-            usage_error(f"--ckpt_path: no such checkpoint file: {ckpt}")
-        if not zipfile.is_zipfile(ckpt):
-            usage_error(f"--ckpt_path: {ckpt} is not a checkpoint (not a file torch.save wrote)")
-        return None
-    if out is None:
-        usage_error("--ckpt_path last resumes a run: give its --output_dir")
-    folder = Path(out)
-    if (folder / FINISHED).is_file():
-        print(f"{folder} holds a finished run (its {FINISHED} is written): nothing to resume")
-        raise SystemExit(0)
-    for needed in (folder / CONFIG, folder / "checkpoints" / LAST):
-        if not needed.is_file():
-            usage_error(f"nothing to resume in {folder}: {needed} does not exist")
-    return folder
 
 
 def _flat(tree, prefix: str = "") -> dict:
@@ -219,7 +162,7 @@ class RankerCLI(LightningCLI):
         self.run_name, self.monitor, self.check = run_name, monitor, check
         given = sys.argv[1:] if args is None else args
         explicit = replaces_default_config(given)
-        self.resumed_dir = _resumed_run(given)
+        self.resumed_dir = resumed_run(given) if isinstance(given, list) else None
         if self.resumed_dir is not None:  # the run's own settings, which flags given again must not change
             default_config = self.resumed_dir / CONFIG
         # No abbreviations (jsonargparse 5 drops them): --model.p would silently be --model.pattern.
@@ -316,11 +259,9 @@ class RankerCLI(LightningCLI):
         """
         checked = None
         if issubclass(self.datamodule_class, TaskSplits):
-            try:
+            with input_errors(*INPUT_ERRORS):
                 checked = self.datamodule_class(**self.config.data.as_dict())
                 checked.check_tasks()
-            except INPUT_ERRORS as error:
-                usage_error(str(error).strip("'\""))
         super().instantiate_classes()
         if checked is not None:
             self.datamodule = checked

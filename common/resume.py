@@ -35,7 +35,6 @@ from lightning.pytorch.loggers.logger import rank_zero_experiment
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 
 from common.io import atomic_write
-from common.run_folder import LAST
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):

@@ -1,16 +1,24 @@
-"""The task an evaluate command names, and how deep it re-ranks: ``--<option> TASK`` or the task's files.
+"""What an evaluate command line names, checked before anything is built: its task, checkpoint, devices, output
+folder and the paper's datasets it may compare with.
 
 An evaluate command adds ``--<option> TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
-its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), reads the task back as a
-`common.data.source.SourceSpec` and checks it (`task_spec_from_args`), before anything is built: a missing file or
-an unknown split or id is one line naming the option (`common.usage`). Only the standard library and
-`common.data.source` are imported, so that ``--help`` and these errors answer at once.
+its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), and reads the task back as a
+`common.data.source.SourceSpec`, checked (`task_spec_from_args`). `lightning_devices` is the type of its
+``--devices``, `paper_datasets` its ``--dataset`` choices, `fresh_output_dir` its output folder (new or empty), and
+`read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file, an unknown split or id, a
+used folder, a foreign checkpoint end the command in one line naming the option (`common.usage`).
+
+Importing it imports only the standard library and `common.data.source`, so that ``--help`` and these errors
+answer at once: pandas comes with `paper_datasets`, torch with `read_checkpoint`, once the arguments are checked.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import pickle
+import re
+import time
+from pathlib import Path
 
 from common.data.source import SourceSpec, TaskSpecError, check_spec
 from common.usage import usage_error
@@ -31,22 +39,21 @@ def add_task_arguments(parser: argparse.ArgumentParser, option: str = "task",
         files.add_argument(f"--{name}", metavar="FILE", help=what)
 
 
-def task_spec_from_args(args: argparse.Namespace, option: str = "task",
-                        required: Sequence[str] = ("topics", "run")) -> SourceSpec:
+def task_spec_from_args(args: argparse.Namespace, option: str = "task") -> SourceSpec:
     """The task of an evaluate command line (`add_task_arguments`): ``args.<option>`` where given, else the
-    `FileSource` mapping of ``--topics/--qrels/--run/--collection`` (an absent file: None).
+    `FileSource` mapping of ``--topics/--qrels/--run/--collection``.
 
-    `required` names the files that must be given without ``--<option>``. A missing one, a file that does not exist,
-    an unknown split or ir_datasets id end the command in one line naming the option (`common.usage.usage_error`).
+    An evaluate command needs all four files: the topics, the qrels it measures with, the candidates it re-ranks
+    (and whose queries it evaluates) and their text. One not given, a file that does not exist, an unknown split
+    or ir_datasets id end the command in one line naming the option (`common.usage.usage_error`).
     """
     named = getattr(args, option)
     if named:
         spec, where = named, f"--{option}"
     else:
-        if not all(getattr(args, name) for name in required):
-            optional = [name for name in TASK_FILES if name not in required]
-            also = f" (and optionally {_flags(optional)})" if optional else ""
-            usage_error(f"give --{option} TASK, or {_flags(required)}{also}")
+        if not all(getattr(args, name) for name in TASK_FILES):
+            files = [f"--{name}" for name in TASK_FILES]
+            usage_error(f"give --{option} TASK, or {', '.join(files[:-1])} and {files[-1]}")
         spec, where = {field: getattr(args, name) for name, field in TASK_FILES.items()}, "task"
     try:
         check_spec(spec, where)
@@ -65,13 +72,55 @@ def resolve_depth(depth: int | None, data_settings: dict, default: int = 100) ->
     return default, f"the checkpoint has no data.depth; the paper's top {default}"
 
 
+def paper_datasets(paper: str, tables: list | None = None) -> list[str]:
+    """``--dataset``'s choices: the datasets `paper`'s `tables` (None: all) report, as `common.report` reads them
+    (pandas, no torch: a package's own list is in its outputs module, which imports its model)."""
+    from common.report import load_reported
+
+    return list(load_reported(paper, table=tables)["dataset"].unique())
+
+
+def lightning_devices(text: str) -> str:
+    """An argparse type: Lightning's ``devices`` as a command line gives them, ``auto``, a number of devices
+    (``-1``: all) or device indices (``0,1``; ``0,`` for index 0 alone); passed on as the text."""
+    indices = text.rstrip(",").split(",")
+    if text == "auto" or re.fullmatch(r"-1|[1-9]\d*", text) or ("," in text and all(i.isdigit() for i in indices)):
+        return text
+    raise argparse.ArgumentTypeError(f"must be auto, a number of devices (-1: all) or device indices such as 0,1; "
+                                     f"got {text}")
+
+
+def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
+    """An evaluate command's output folder: `path` (``--output_dir``), or ``outputs/<default_prefix>-<time>`` where
+    None.
+
+    One that exists and is not empty (a run never writes over another), or is a file, ends the command in one line.
+    It is not created here: the command creates it once its inputs have loaded.
+    """
+    out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if out.exists() and not out.is_dir():
+        usage_error(f"--output_dir: {out} is a file, not a folder")
+    if out.exists() and any(out.iterdir()):
+        usage_error(f"--output_dir: {out} is not empty: choose a new one")
+    return out
+
+
+def read_checkpoint(path: str | Path, what: str, fits) -> dict:
+    """The contents of checkpoint file `path` (tensors on the CPU), where `fits` (contents -> bool) says it is
+    `what` (``a qds.train checkpoint``); else one line naming the file. Imports torch."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError) as error:  # what it cannot unpickle; a zip it did not write
+        usage_error(f"--checkpoint: {path} is not a checkpoint torch can read ({type(error).__name__})")
+    if not isinstance(state, dict) or not fits(state):
+        usage_error(f"--checkpoint: {path} is not {what}")
+    return state
+
+
 def _as_flags(message: str) -> str:
     """`check_spec`'s message about a task from files (``task.topics_path: no such file``) in this command's flags."""
     for name, field in TASK_FILES.items():
         message = message.replace(f"task.{field}", f"--{name}")
     return message
-
-
-def _flags(names: Sequence[str]) -> str:
-    flags = [f"--{name}" for name in names]
-    return flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} and {flags[-1]}"

@@ -1,4 +1,6 @@
-"""``python -m conformer_kernel.evaluate --checkpoint CKPT --task TASK``: re-rank and/or fully retrieve with a trained model.
+"""``python -m conformer_kernel.evaluate --checkpoint CKPT --task TASK``: re-rank and/or fully retrieve with a trained
+NDRM, the Conformer-Kernel with query term independence (Mitra et al.: "Improving Transformer-Kernel Ranking Model
+Using Conformer and Query Term Independence", TREC 2020 Deep Learning track), and compare with the paper's Table 1.
 
 ``CKPT`` is a `conformer_kernel.train` checkpoint (it holds the vocabulary and IDFs). ``TASK``
 names topics, qrels, candidates and documents: ``irds:msmarco-document/trec-dl-2020/judged``,
@@ -18,21 +20,27 @@ trec-dl-2020-doc`` (for files holding it), else an ``irds:`` task that is
 (`common.report.paper_dataset`, e.g. ``msmarco-document/trec-dl-2020/judged``). Any other task
 gets a line saying there is nothing to compare with, and ``builtin:`` tasks Table 1 labelled as
 another dataset's (`conformer_kernel.outputs.paper_tables`).
+
+Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
+written (`common.usage`): the options and the task's names at once, before torch and Lightning are imported
+(seconds); a checkpoint that is not conformer_kernel.train's once read, and a malformed task file once the task
+is opened, before the output folder is created.
 """
 
 from __future__ import annotations
 
 import argparse
 
-import lightning as L
-
-from common.cli import fresh_output_dir
-from common.report import paper_dataset
-from common.rerank import reranked_run
-from common.tasks import add_task_arguments, resolve_depth, task_spec_from_args
-from conformer_kernel.data import ConformerKernelData
-from conformer_kernel.index import checkpoint_data_settings, full_ranking, load_for_inference
-from conformer_kernel.outputs import DATASET, PAPER, metrics_table, paper_tables, write_results
+from common.task_options import (
+    add_task_arguments,
+    fresh_output_dir,
+    lightning_devices,
+    paper_datasets,
+    resolve_depth,
+    task_spec_from_args,
+)
+from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from conformer_kernel.index import existing_index, orcas_task, read_trained
 
 MODES = ("rerank", "fullrank")
 #: Candidates re-ranked per query by a checkpoint without a depth setting: Table 1's rerank subtask, BM25's top 100.
@@ -40,41 +48,59 @@ DEFAULT_DEPTH = 100
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m conformer_kernel.evaluate", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a conformer_kernel.train checkpoint")
+    parser = ArgumentParser(prog="python -m conformer_kernel.evaluate", description=__doc__.split("\n\n")[0],
+                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help="a conformer_kernel.train checkpoint")
     add_task_arguments(parser, "task", "builtin:<split> or irds:<ir_datasets id>")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: both")
-    parser.add_argument("--index", help="an existing conformer_kernel.index folder for fullrank (default: build one)")
-    parser.add_argument("--orcas", default=None, help="ORCAS field (default: the checkpoint's training setting)")
+    parser.add_argument("--index", type=existing_index,
+                        help="an existing conformer_kernel.index folder for fullrank (default: build one)")
+    parser.add_argument("--orcas", type=orcas_task, default=None,
+                        help="ORCAS field (default: the checkpoint's training setting)")
     parser.add_argument("--output_dir", help="default: a new outputs/ck-evaluate-<time>")
-    parser.add_argument("--depth", type=int, default=None,
+    parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")
-    parser.add_argument("--dataset", default=None, choices=(DATASET,),
+    parser.add_argument("--dataset", default=None, choices=paper_datasets("conformer_kernel"),  # outputs.DATASET
                         help="the paper's dataset the task is, to compare with Table 1 (default: an irds: task's own, "
                              "if it is TREC DL 2020 documents; files and builtin: none)")
-    parser.add_argument("--test_queries", type=int, default=None,
+    parser.add_argument("--test_queries", type=positive_int, default=None,
                         help="evaluate a sample of this many queries (seed 0, as data.test_queries; default all)")
-    parser.add_argument("--batch_size", type=int, default=64, help="pairs per re-ranking batch (default 64)")
+    parser.add_argument("--batch_size", type=positive_int, default=64, help="pairs per re-ranking batch (default 64)")
     parser.add_argument("--relevance_level", type=int, default=1, help="lowest relevant label (default 1)")
-    parser.add_argument("--devices", default="auto", help="Lightning devices (default auto)")
+    parser.add_argument("--devices", type=lightning_devices, default="auto", help="Lightning devices (default auto)")
     return parser
 
 
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
+    if args.index and "fullrank" not in args.modes:
+        usage_error("--index: only fullrank reads an index; add it to --modes, or leave --index out")
     out = fresh_output_dir(args.output_dir, "ck-evaluate")
-    task = task_spec_from_args(args, "task", required=("topics", "qrels", "collection"))  # --run: to re-rank
-    data_settings = checkpoint_data_settings(args.checkpoint)
-    model, featurizer = load_for_inference(args.checkpoint, args.orcas, data_settings)
+    task = task_spec_from_args(args, "task")
+    from common.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    import lightning as L
+
+    from common.cli import INPUT_ERRORS
+    from common.report import paper_dataset
+    from common.rerank import reranked_run
+    from conformer_kernel.data import ConformerKernelData
+    from conformer_kernel.impact_index import full_ranking, load_for_inference
+    from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results
+
+    data_settings = read_trained(args.checkpoint).get("datamodule_hyper_parameters", {})
     depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
+    # Featurised as the checkpoint was trained (use_featurizer: its vocabulary, text limits and ORCAS field).
+    data = ConformerKernelData(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
+                               eval_batch_size=args.batch_size, relevance_level=args.relevance_level)
+    with input_errors(*INPUT_ERRORS):  # the task's files and the ORCAS field's, before anything is built or written
+        data.check_tasks()
+        model, featurizer = load_for_inference(args.checkpoint, args.orcas, data_settings)
+    data.use_featurizer(featurizer)
     if "rerank" in args.modes:
         print(f"re-ranking the top {depth} candidates per query ({depth_source})")
-    data = ConformerKernelData(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
-                               eval_batch_size=args.batch_size, relevance_level=args.relevance_level,
-                               max_query_terms=featurizer.max_query_terms, max_doc_terms=featurizer.max_doc_terms)
-    data.use_featurizer(featurizer)
     out.mkdir(parents=True, exist_ok=True)
     runs = {}
     if "rerank" in args.modes:

@@ -1,320 +1,159 @@
-"""``python -m conformer_kernel.index``: precompute s_td for every (term, document) and retrieve with it.
+"""``python -m conformer_kernel.index --checkpoint CKPT --collection TASK --topics TASK --output DIR``: precompute the
+impact index of a trained NDRM, the Conformer-Kernel with query term independence (Mitra et al.: "Improving
+Transformer-Kernel Ranking Model Using Conformer and Query Term Independence", TREC 2020 Deep Learning track),
+for full retrieval (``python -m conformer_kernel.evaluate --index DIR``).
 
-Query term independence (Mitra et al. 2021, Sec. 2-3): every NDRM scores a query as the sum of
-its terms' scores, s_qd = Σ_{t∈q} s_td, and s_td depends on the term and the document only. So
-s_td can be computed offline for a set of terms over the whole collection and stored as an
-impact index, a (terms x documents) `scipy.sparse.csr_matrix`, each row a term's postings; full
-retrieval multiplies a query's term counts by it and keeps the top 100 (`ImpactIndex.search`),
-the paper's single-stage "fullrank" setting. Which terms: as in the official code, every term of
-the queries to be run (the first 20 analysed terms of each topic; ``--topics``), optionally the
-whole model vocabulary (``--vocabulary``). NDRM1 and NDRM3 score every (term, document) pair, so
-their postings are dense (T x N x 4 bytes); NDRM2's are zero where the term does not occur, and
-zeros are not stored.
+Query term independence: every NDRM scores a query as the sum of its terms' scores, s_qd = Σ_{t∈q} s_td,
+and s_td depends on the term and the document only. So s_td is computed offline for a set of terms over
+the whole collection (``--collection``) and stored as an impact index, each term's postings a row; full
+retrieval sums a query's rows and keeps the top 100, the paper's single-stage "fullrank" setting
+(`conformer_kernel.impact_index`). Which terms: as in the official code, every term of the queries to be
+run (the first 20 analysed terms of each topic; ``--topics``), optionally the whole model vocabulary
+(``--vocabulary``).
 
-Computation: Lightning ``predict`` over shards of ``--shard_size`` documents (a shard per
-prediction step; with several devices the shards are split among them). Each shard's scores
-are written atomically to ``shards/`` as soon as they exist, so an interrupted run resumes where
-it stopped (``--resume``); when every shard exists the rank-zero process merges them into
-``index.npz`` (+ ``terms.txt``, ``doc_ids.txt``, ``meta.json``) and removes the shards.
+Output: ``index.npz``, ``terms.txt``, ``doc_ids.txt`` and ``meta.json`` (written last) in a new ``--output``
+folder. Shards of ``--shard_size`` documents are written as soon as they are scored, so an interrupted run
+resumes where it stopped (``--resume``); with several ``--devices`` the shards are split among them.
+
+Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
+written (`common.usage`): the options, the tasks' names and the output folder at once, before torch and
+Lightning are imported; a checkpoint that is not conformer_kernel.train's once read, and a malformed task file
+once the task is opened.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
-import os
-import shutil
-from collections import Counter
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-import lightning as L
-import numpy as np
-import scipy.sparse as sp
-import torch
-from lightning.pytorch.callbacks import BasePredictionWriter
-from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import Dataset
-from tqdm.auto import tqdm
+from common.data.source import TaskSpecError, check_spec, source_from_spec
+from common.task_options import lightning_devices, read_checkpoint
+from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 
-from common.data.formats import Run, Topics
-from common.data.source import source_from_spec
-from common.io import atomic_write
-from conformer_kernel.features import Featurizer
-from conformer_kernel.orcas import orcas_from_spec
-from conformer_kernel.ranker import ConformerKernel
-
+#: A finished index's files (`conformer_kernel.impact_index.ImpactIndex.save`); meta.json, written last, marks one.
 INDEX_FILES = ("index.npz", "terms.txt", "doc_ids.txt", "meta.json")
-
-
-class ImpactIndex:
-    """s_td postings: ``matrix[term, doc]`` (float32 CSR) with its `terms` and `doc_ids`."""
-
-    def __init__(self, terms: Sequence[str], doc_ids: Sequence[str], matrix: sp.csr_matrix, meta: dict | None = None):
-        if matrix.shape != (len(terms), len(doc_ids)):
-            raise ValueError(f"matrix {matrix.shape} does not match {len(terms)} terms x {len(doc_ids)} documents")
-        self.terms, self.doc_ids, self.matrix = list(terms), list(doc_ids), matrix.tocsr()
-        self.meta = meta or {}
-        self.rows = {t: i for i, t in enumerate(self.terms)}
-
-    def score_all(self, query_terms: Sequence[str]) -> np.ndarray:
-        """s_qd = Σ_{t∈q} s_td for every document (a repeated query term counts each time), float64."""
-        missing = sorted({t for t in query_terms if t not in self.rows})
-        if missing:
-            raise KeyError(f"terms not in the index: {missing}; build it with the topics that contain them (--topics)")
-        counts = Counter(query_terms)
-        postings = self.matrix[[self.rows[t] for t in counts]].astype(np.float64)  # (terms of q, N)
-        return np.asarray(postings.T @ np.array(list(counts.values()), dtype=np.float64)).ravel()
-
-    def search(self, query_terms: Sequence[str], k: int = 100) -> dict[str, float]:
-        """The top-`k` documents for `query_terms`; ties in trec_eval's (and the official code's) order:
-        the larger document id first."""
-        scores = self.score_all(query_terms)
-        if k <= 0:
-            return {}
-        if k < len(scores):
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            top = np.flatnonzero(scores >= kth)
-        else:
-            top = np.arange(len(scores))
-        top = sorted(top, key=lambda i: (scores[i], self.doc_ids[i]), reverse=True)[:k]
-        return {self.doc_ids[i]: float(scores[i]) for i in top}
-
-    def retrieve(self, topics: Topics, featurizer: Featurizer, k: int = 100) -> Run:
-        """A run of every topic's top-`k` documents (full retrieval, the paper's "fullrank")."""
-        return {qid: self.search(featurizer.query_terms(text), k) for qid, text in tqdm(
-            sorted(topics.items()), desc="retrieving", unit=" queries")}
-
-    # -- storage --
-
-    def save(self, folder: str | os.PathLike, overwrite: bool = False) -> None:
-        folder = Path(folder)
-        with atomic_write(folder / "index.npz", "wb", overwrite=overwrite) as f:
-            sp.save_npz(f, self.matrix, compressed=False)
-        _write_lines(folder / "terms.txt", self.terms, overwrite)
-        _write_lines(folder / "doc_ids.txt", self.doc_ids, overwrite)
-        with atomic_write(folder / "meta.json", overwrite=overwrite) as f:  # last: marks a complete index
-            json.dump(self.meta, f, indent=2, sort_keys=True)
-            f.write("\n")
-
-    @classmethod
-    def load(cls, folder: str | os.PathLike) -> ImpactIndex:
-        folder = Path(folder)
-        if not (folder / "meta.json").is_file():
-            raise FileNotFoundError(f"{folder}: no complete index (meta.json is written last)")
-        return cls(_read_lines(folder / "terms.txt"), _read_lines(folder / "doc_ids.txt"),
-                   sp.load_npz(folder / "index.npz"), json.loads((folder / "meta.json").read_text()))
-
-
-def index_terms(topic_sets: Iterable[Topics], featurizer: Featurizer, vocabulary: bool = False) -> list[str]:
-    """The sorted terms to index: each query's scored terms (first 20 analysed), plus the vocabulary if asked."""
-    terms = {t for topics in topic_sets for text in topics.values() for t in featurizer.query_terms(text)}
-    if vocabulary:
-        terms.update(featurizer.resources.terms[3:])  # not UNK, <S>, </S>
-    return sorted(terms)
-
-
-# --- computing the postings with Lightning predict ------------------------------------------------------
-
-
-class DocumentShards(Dataset):
-    """Item i: (i, the analysed term lists of shard i's documents); only the shards still to compute."""
-
-    def __init__(self, doc_ids: list[str], documents, featurizer: Featurizer, shard_size: int, todo: list[int]):
-        self.doc_ids, self.documents, self.featurizer = doc_ids, documents, featurizer
-        self.shard_size, self.todo = shard_size, todo
-
-    def __len__(self) -> int:
-        return len(self.todo)
-
-    def __getitem__(self, index: int) -> tuple[int, list[list[str]]]:
-        shard = self.todo[index]
-        ids = self.doc_ids[shard * self.shard_size : (shard + 1) * self.shard_size]
-        return shard, [self.featurizer.document_terms(doc) for doc in self.documents.get_many(ids)]
-
-    @staticmethod
-    def collate(items):
-        (item,) = items  # one shard per prediction step
-        return item
-
-
-class TermDocumentScorer(L.LightningModule):
-    """Wraps a trained `ConformerKernel`: predict_step turns a shard's documents into (docs, terms) s_td."""
-
-    def __init__(self, model: ConformerKernel, featurizer: Featurizer, terms: list[str], batch_size: int,
-                 term_chunk: int):
-        super().__init__()
-        self.model, self.featurizer, self.terms = model, featurizer, terms
-        self.batch_size, self.term_chunk = batch_size, term_chunk
-
-    def predict_step(self, batch, batch_idx: int) -> tuple[int, np.ndarray]:
-        shard, docs = batch
-        scores = []
-        for start in range(0, len(docs), self.batch_size):
-            part = docs[start : start + self.batch_size]
-            f = self.featurizer.batch([self.terms], [part]).to(self.device)  # one pseudo-query of all terms
-            s_td = self.model.ranker.index_scores(f, self.term_chunk)[:, : len(self.terms)]  # not the padding to 20
-            scores.append(s_td.float().cpu().numpy())
-        return shard, np.concatenate(scores)  # (docs, terms)
-
-
-class ShardWriter(BasePredictionWriter):
-    """Writes each shard's scores to ``shards/<shard>.npy`` atomically, as soon as they exist."""
-
-    def __init__(self, folder: Path):
-        super().__init__(write_interval="batch")
-        self.folder = folder
-
-    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
-        shard, scores = prediction
-        path = shard_path(self.folder, shard)
-        if not path.exists():  # a padded DistributedSampler may hand the same shard to two ranks
-            with atomic_write(path, "wb", overwrite=True) as f:
-                np.save(f, scores.astype(np.float32))
-
-
-def shard_path(folder: Path, shard: int) -> Path:
-    return folder / "shards" / f"{shard:07d}.npy"
-
-
-def build_index(model: ConformerKernel, featurizer: Featurizer, documents, doc_ids: list[str], terms: list[str],
-                folder: str | os.PathLike, *, shard_size: int = 256, batch_size: int = 8, term_chunk: int = 64,
-                resume: bool = False, trainer_options: dict | None = None) -> ImpactIndex | None:
-    """Compute (or finish computing, with `resume`) the index of `documents` for `terms` into `folder`.
-
-    Returns the index on global rank zero (None on the other ranks).
-    """
-    folder = Path(folder)
-    meta = {"terms": len(terms), "documents": len(doc_ids), "shard_size": shard_size,
-            "model": model.hparams.model, "encoder": model.hparams.encoder,
-            "terms_sha": _digest(terms), "doc_ids_sha": _digest(doc_ids)}
-    plan = folder / "shards" / "plan.json"
-    if (folder / "meta.json").exists():
-        raise FileExistsError(f"{folder} already holds an index; choose a new folder")
-    if plan.exists():
-        if not resume:
-            raise FileExistsError(f"{folder} holds an unfinished index: pass --resume to finish it, or a new folder")
-        if json.loads(plan.read_text()) != meta:
-            raise ValueError(f"{folder}: the unfinished index was started with other terms, documents or model")
-    elif folder.exists() and any(folder.iterdir()):
-        raise FileExistsError(f"{folder} is not empty; choose a new folder")
-    shards = -(-len(doc_ids) // shard_size)
-    todo = [s for s in range(shards) if not shard_path(folder, s).exists()]
-    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False,
-                        callbacks=[ShardWriter(folder)], default_root_dir=folder, **(trainer_options or {}))
-    if trainer.is_global_zero and not plan.exists():
-        with atomic_write(plan) as f:
-            json.dump(meta, f, indent=2, sort_keys=True)
-    if todo:
-        dataset = DocumentShards(doc_ids, documents, featurizer, shard_size, todo)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=1, collate_fn=DocumentShards.collate)
-        scorer = TermDocumentScorer(model, featurizer, terms, batch_size, term_chunk)
-        trainer.predict(scorer, loader, return_predictions=False)
-    trainer.strategy.barrier()
-    if not trainer.is_global_zero:
-        return None
-    blocks = [sp.csr_matrix(np.load(shard_path(folder, s)).T) for s in tqdm(range(shards), desc="merging shards")]
-    index = ImpactIndex(terms, doc_ids, sp.hstack(blocks, format="csr", dtype=np.float32), meta)
-    index.save(folder)
-    shutil.rmtree(folder / "shards")
-    return index
-
-
-# --- command line ------------------------------------------------------------------------------------------
-
-
-def full_ranking(model: ConformerKernel, featurizer: Featurizer, data, folder: str | os.PathLike,
-                 trainer_options: dict | None = None, index_folder: str | os.PathLike | None = None, *,
-                 resume: bool = False) -> Run:
-    """The top 100 of every evaluated test query of `data` (a `ConformerKernelData`) by full retrieval: from the
-    index in `index_folder`, or from one built into `folder` for those queries' terms over the test collection.
-
-    `resume`: `folder` may hold what a killed run left there: its finished index is read, an unfinished one
-    finished, and one killed before its plan was written started again."""
-    source = data.source("test")
-    topics = {qid: source.topics()[qid] for qid in data.eval_queries("test")}
-    folder = Path(folder)
-    if resume and (folder / "meta.json").is_file():
-        index_folder = folder
-    elif resume and not (folder / "shards" / "plan.json").is_file():
-        shutil.rmtree(folder, ignore_errors=True)
-    if index_folder is not None:
-        index = ImpactIndex.load(index_folder)
-    else:
-        documents = source.documents()
-        doc_ids, terms = list(documents), index_terms([topics], featurizer)
-        rank_zero_info(f"fullrank: indexing {len(terms)} query terms x {len(doc_ids)} documents into {folder}")
-        index = build_index(model, featurizer, documents, doc_ids, terms, folder, trainer_options=trainer_options,
-                            resume=resume)
-    return index.retrieve(topics, featurizer)
+#: An unfinished index's plan (what it indexes, with which model), written before its first shard.
+PLAN = "shards/plan.json"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m conformer_kernel.index", description=__doc__.split("\n\n")[0],
-                                     epilog=__doc__.split("\n\n", 1)[1],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a conformer_kernel.train checkpoint")
+    parser = ArgumentParser(prog="python -m conformer_kernel.index", description=__doc__.split("\n\n")[0],
+                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
+                        help="a conformer_kernel.train checkpoint")
     parser.add_argument("--collection", required=True,
                         help="task whose documents are indexed: builtin:<split>, irds:<ir_datasets id>")
-    parser.add_argument("--topics", nargs="+", default=[],
-                        help="tasks whose queries' terms are indexed (builtin:test, irds:msmarco-document/trec-dl-2020)")
+    parser.add_argument("--topics", nargs="+", default=[], help="tasks whose queries' terms are indexed "
+                                                                "(builtin:test, irds:msmarco-document/trec-dl-2020)")
     parser.add_argument("--vocabulary", action="store_true", help="also index every term of the model's vocabulary")
-    parser.add_argument("--output", required=True, help="a new folder for the index (or an unfinished one with --resume)")
+    parser.add_argument("--output", required=True,
+                        help="a new folder for the index (or an unfinished one with --resume)")
     parser.add_argument("--resume", action="store_true", help="finish an interrupted index in --output")
-    parser.add_argument("--orcas", default=None, help="ORCAS field as in training (irds:msmarco-document/orcas)")
-    parser.add_argument("--shard_size", type=int, default=256, help="documents per written shard (default 256)")
-    parser.add_argument("--batch_size", type=int, default=8, help="documents per forward pass (default 8)")
-    parser.add_argument("--term_chunk", type=int, default=64, help="terms per kernel-pooling pass (default 64)")
-    parser.add_argument("--devices", default="auto", help="Lightning devices; shards are split among them")
+    parser.add_argument("--orcas", type=orcas_task, default=None,
+                        help="ORCAS field as in training (irds:msmarco-document/orcas; default: the checkpoint's)")
+    parser.add_argument("--shard_size", type=positive_int, default=256,
+                        help="documents per written shard (default 256)")
+    parser.add_argument("--batch_size", type=positive_int, default=8, help="documents per forward pass (default 8)")
+    parser.add_argument("--term_chunk", type=positive_int, default=64,
+                        help="terms per kernel-pooling pass (default 64)")
+    parser.add_argument("--devices", type=lightning_devices, default="auto",
+                        help="Lightning devices; shards are split among them")
     parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
     return parser
 
 
-def checkpoint_data_settings(checkpoint: str) -> dict:
-    """The data module's settings a checkpoint was trained with (empty where it holds none)."""
-    return torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
+def orcas_task(text: str) -> str:
+    """An argparse type: an ORCAS field named on a command line, ``irds:<ir_datasets id>`` (queries and qrels)."""
+    kind, _, dataset_id = text.partition(":")
+    if kind != "irds" or not dataset_id:
+        raise argparse.ArgumentTypeError(f"must be irds:<ir_datasets id> (e.g. irds:msmarco-document/orcas), "
+                                         f"got {text}")
+    from common.data.irds import load_dataset
+
+    try:
+        load_dataset(dataset_id)  # the registry's, nothing downloaded
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+    return text
 
 
-def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) -> tuple[ConformerKernel, Featurizer]:
-    """A trained model in eval mode and a featuriser with its vocabulary, IDFs and text limits (from `data`, the
-    checkpoint's `checkpoint_data_settings`, read here where not given)."""
-    model = ConformerKernel.load_from_checkpoint(checkpoint, map_location="cpu").eval()
-    data = checkpoint_data_settings(checkpoint) if data is None else data
-    featurizer = Featurizer(model.resources, data.get("max_query_terms", 20), data.get("max_doc_terms", 4000),
-                            data.get("max_orcas_terms", 2000), orcas_from_spec(orcas if orcas else data.get("orcas")))
-    return model, featurizer
+def existing_index(text: str) -> Path:
+    """An argparse type: the folder of a finished index (`INDEX_FILES`)."""
+    folder = Path(text)
+    if not folder.is_dir():
+        raise argparse.ArgumentTypeError(f"no such folder: {text}")
+    missing = [name for name in INDEX_FILES if not (folder / name).is_file()]
+    if missing:
+        raise argparse.ArgumentTypeError(f"{text} holds no finished conformer_kernel.index index "
+                                         f"(no {', '.join(missing)})")
+    return folder
 
 
-def main(argv=None) -> ImpactIndex | None:
-    args = build_parser().parse_args(argv)
+def output_problem(folder: Path, resume: bool = False) -> str | None:
+    """What keeps an index from being built into `folder`, or None: a new or empty folder takes one, and with
+    `resume` one holding an unfinished index (its `PLAN`)."""
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if (folder / "meta.json").exists():
+        return f"{folder} already holds an index; choose a new folder"
+    if (folder / PLAN).exists():
+        return None if resume else f"{folder} holds an unfinished index: pass --resume to finish it, or a new folder"
+    if folder.exists() and any(folder.iterdir()):
+        return f"{folder} is not empty; choose a new folder"
+    return None
+
+
+def read_trained(checkpoint: str | Path) -> dict:
+    """The contents of `checkpoint`, a `conformer_kernel.train` checkpoint (its vocabulary with it), else one line
+    naming the file. Imports torch."""
+    return read_checkpoint(checkpoint, "a conformer_kernel.train checkpoint (one with its vocabulary)",
+                           lambda state: "state_dict" in state and "resources" in state)
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What the option types do not check, before anything is imported or read: something to index, the tasks'
+    names, and an output folder to write the index into."""
     if not args.topics and not args.vocabulary:
-        raise SystemExit("nothing to index: give --topics TASK [TASK ...] and/or --vocabulary")
-    model, featurizer = load_for_inference(args.checkpoint, args.orcas)
-    terms = index_terms((source_from_spec(t).topics() for t in args.topics), featurizer, args.vocabulary)
-    documents = source_from_spec(args.collection).documents()
-    doc_ids = list(documents)
+        usage_error("nothing to index: give --topics TASK [TASK ...] and/or --vocabulary")
+    with input_errors(TaskSpecError):
+        check_spec(args.collection, "--collection")
+        for spec in args.topics:
+            check_spec(spec, "--topics")
+    problem = output_problem(Path(args.output), args.resume)
+    if problem:
+        usage_error(f"--output: {problem}")
+
+
+def main(argv=None):
+    """Build the index the command line names; returns it (a `conformer_kernel.impact_index.ImpactIndex`) on
+    global rank zero, else None."""
+    args = build_parser().parse_args(argv)
+    check_args(args)
+    from common.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    from common.cli import INPUT_ERRORS
+    from conformer_kernel.impact_index import UnfinishedIndexError, build_index, index_terms, load_for_inference
+
+    data_settings = read_trained(args.checkpoint).get("datamodule_hyper_parameters", {})
+    with input_errors(*INPUT_ERRORS):  # the tasks' files and the ORCAS field's, read before the model is built
+        topic_sets = [source_from_spec(spec).topics() for spec in args.topics]
+        documents = source_from_spec(args.collection).documents()
+        doc_ids = list(documents)
+        model, featurizer = load_for_inference(args.checkpoint, args.orcas, data_settings)
+    terms = index_terms(topic_sets, featurizer, args.vocabulary)
     print(f"indexing {len(terms)} terms x {len(doc_ids)} documents "
           f"(at most {len(terms) * len(doc_ids) * 8 / 2**30:.2f} GiB of postings) into {args.output}")
-    index = build_index(model, featurizer, documents, doc_ids, terms, args.output, shard_size=args.shard_size,
-                        batch_size=args.batch_size, term_chunk=args.term_chunk, resume=args.resume,
-                        trainer_options={"devices": args.devices, "accelerator": args.accelerator})
+    try:
+        index = build_index(model, featurizer, documents, doc_ids, terms, args.output, shard_size=args.shard_size,
+                            batch_size=args.batch_size, term_chunk=args.term_chunk, resume=args.resume,
+                            trainer_options={"devices": args.devices, "accelerator": args.accelerator})
+    except UnfinishedIndexError as error:  # known once the terms are: after the model is built
+        usage_error(f"--output: {error}")
     if index is not None:
         print(f"written: {args.output} ({index.matrix.nnz} postings)")
     return index
-
-
-def _write_lines(path: Path, lines: Iterable[str], overwrite: bool) -> None:
-    with atomic_write(path, overwrite=overwrite) as f:
-        f.writelines(f"{line}\n" for line in lines)
-
-
-def _read_lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
-
-
-def _digest(items: Sequence[str]) -> str:
-    return hashlib.sha256("\n".join(items).encode()).hexdigest()[:16]
 
 
 if __name__ == "__main__":

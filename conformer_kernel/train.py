@@ -61,7 +61,7 @@ def main(args=None) -> dict | None:
     from common.report import paper_dataset
     from common.rerank import reranked_run
     from conformer_kernel.cli import ConformerKernelCLI
-    from conformer_kernel.index import full_ranking
+    from conformer_kernel.impact_index import full_ranking
     from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results
 
     torch.set_float32_matmul_precision("high")

@@ -1,4 +1,6 @@
-"""``python -m qds.evaluate --checkpoint CKPT --candidates TASK``: re-rank a candidate run with a trained model.
+"""``python -m qds.evaluate --checkpoint CKPT --candidates TASK``: re-rank a candidate run with a trained
+QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document Ranking with Query-Directed Sparse Transformer",
+Findings of EMNLP 2020) and compare with the paper.
 
 ``CKPT`` is a checkpoint of `qds.train` (``checkpoints/best-*.ckpt``) or the official
 QDS-Transformer release (`qds.checkpoint`; give ``--encoder`` for its architecture, e.g.
@@ -17,38 +19,45 @@ datasets: ``--dataset`` (for files holding one), else the dataset of an ``irds:`
 (`common.report.paper_dataset`, e.g. ``msmarco-document/trec-dl-2019/judged`` is
 ``trec-dl-2019-doc``). Any other task gets a line saying there is nothing to compare with, and
 ``builtin:`` tasks the reported numbers labelled as another dataset's (`qds.outputs.paper_tables`).
+
+Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
+written (`common.usage`): the options and the task's names at once, before torch and Lightning are imported
+(seconds); a checkpoint that is not QDS-Transformer's once read, and a malformed task file once the task is
+opened, before the output folder is created.
 """
 
 from __future__ import annotations
 
 import argparse
 
-import lightning as L
-import torch
-
-from common.cli import fresh_output_dir
-from common.report import paper_dataset
-from common.rerank import reranked_run
-from common.tasks import add_task_arguments, resolve_depth, task_spec_from_args
-from qds.data import QDSDataModule
-from qds.model import QDSTransformer
-from qds.outputs import DATASETS, PAPER, metrics_table, paper_tables, write_results
+from common.task_options import (
+    add_task_arguments,
+    fresh_output_dir,
+    lightning_devices,
+    paper_datasets,
+    read_checkpoint,
+    resolve_depth,
+    task_spec_from_args,
+)
+from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int
 
 #: Candidates re-ranked per query by a checkpoint without data settings: the official release's top 100 (Table 2).
 DEFAULT_DEPTH = 100
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m qds.evaluate", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a qds.train checkpoint or the official release")
+    parser = ArgumentParser(prog="python -m qds.evaluate", description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
+                        help="a qds.train checkpoint or the official release")
     add_task_arguments(parser, "candidates", "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
     parser.add_argument("--output_dir", help="default: a new outputs/qds-evaluate-<time>")
-    parser.add_argument("--depth", type=int, default=None,
+    parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")
-    parser.add_argument("--batch_size", type=int, default=16, help="pairs per batch (default 16)")
-    parser.add_argument("--impl", default=None, help="sparse attention implementation (default: the checkpoint's)")
-    parser.add_argument("--dataset", default=None, choices=DATASETS,
+    parser.add_argument("--batch_size", type=positive_int, default=16, help="pairs per batch (default 16)")
+    parser.add_argument("--impl", default=None, choices=_implementations(),
+                        help="sparse attention implementation (default: the checkpoint's)")
+    parser.add_argument("--dataset", default=None, choices=paper_datasets("qds", [2, 4]),  # qds.outputs.DATASETS
                         help="the paper's dataset the task is, to compare with (default: an irds: task's own, if the "
                              "paper reports it; files and builtin: none)")
     parser.add_argument("--relevance_level", type=int, default=None,
@@ -56,49 +65,110 @@ def build_parser() -> argparse.ArgumentParser:
     official = parser.add_argument_group("official checkpoint")
     official.add_argument("--encoder", default="allenai/longformer-base-4096", help="its encoder (name or path)")
     official.add_argument("--tokenizer", default="roberta-base", help="its tokenizer (name or path)")
-    official.add_argument("--window", type=int, default=128, help="its attention window w (default 128)")
-    parser.add_argument("--devices", default="auto", help="Lightning devices (default auto)")
+    official.add_argument("--window", type=_window, default=128, help="its attention window w, even (default 128)")
+    parser.add_argument("--devices", type=lightning_devices, default="auto", help="Lightning devices (default auto)")
     return parser
 
 
-def load_model(args) -> tuple[QDSTransformer, dict]:
-    """The model of `args.checkpoint` and the data settings it was trained with."""
-    from qds.checkpoint import is_official, load_official
+def _implementations() -> list[str]:
+    """``--impl``'s choices: those of ``python -m qds.train --model.impl``, from its committed option schema
+    (`common.cli_help`, which a test keeps equal to the model's): the model's own list comes with torch."""
+    import yaml
 
-    state = torch.load(args.checkpoint, map_location="cpu", weights_only=True)
+    from common.cli_help import command_files
+
+    _, options = command_files("qds.train")
+    return yaml.safe_load(options.read_text())["options"]["--model.impl"]["choices"]
+
+
+def _window(text: str) -> int:
+    """An argparse type: Longformer's attention window, a positive even integer (it spans w / 2 each side)."""
+    window = positive_int(text)
+    if window % 2:
+        raise argparse.ArgumentTypeError(f"must be even (Longformer's window spans w / 2 each side), got {text}")
+    return window
+
+
+def read_state(path) -> dict:
+    """The contents of checkpoint `path`, the official release or a `qds.train` checkpoint; any other file ends
+    the command in one line naming it."""
+    from qds.checkpoint import is_official
+
+    return read_checkpoint(path, "a qds.train checkpoint or the official QDS-Transformer release",
+                           lambda state: is_official(state) or _trained(state))
+
+
+def _trained(state: dict) -> bool:
+    """Whether checkpoint contents `state` are `qds.train`'s: a Lightning checkpoint of a model with a pattern."""
+    hyper_parameters = state.get("hyper_parameters")
+    return "state_dict" in state and isinstance(hyper_parameters, dict) and "pattern" in hyper_parameters
+
+
+def checkpoint_settings(args, state: dict) -> tuple[str, dict]:
+    """The pattern of checkpoint contents `state` and the data settings it was trained with: the official
+    release's (qds; it holds none but its tokenizer, ``--tokenizer``) or those `qds.train` saved."""
+    from qds.checkpoint import is_official
+
+    if is_official(state):
+        return "qds", {"tokenizer": args.tokenizer}
+    return state["hyper_parameters"]["pattern"], dict(state.get("datamodule_hyper_parameters", {}))
+
+
+def load_model(args, state: dict | None = None):
+    """The `qds.model.QDSTransformer` of `args.checkpoint` and the data settings it was trained with; `state`: the
+    checkpoint's contents, where read already (`read_state`)."""
+    from qds.checkpoint import is_official, load_official
+    from qds.model import QDSTransformer
+
+    state = read_state(args.checkpoint) if state is None else state
+    _, data_settings = checkpoint_settings(args, state)
     if is_official(state):
         model = QDSTransformer(pattern="qds", encoder=args.encoder, tokenizer=args.tokenizer, window=args.window,
                                impl=args.impl or "auto")
-        return load_official(model, args.checkpoint), {"tokenizer": args.tokenizer}
+        return load_official(model, args.checkpoint), data_settings
     overrides = {"impl": args.impl} if args.impl else {}
-    model = QDSTransformer.load_from_checkpoint(args.checkpoint, map_location="cpu", **overrides)
-    return model, dict(state.get("datamodule_hyper_parameters", {}))
+    return QDSTransformer.load_from_checkpoint(args.checkpoint, map_location="cpu", **overrides), data_settings
 
 
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     out = fresh_output_dir(args.output_dir, "qds-evaluate")
-    task = task_spec_from_args(args, "candidates", required=("topics", "run"))
-    model, data_settings = load_model(args)
+    task = task_spec_from_args(args, "candidates")
+    from common.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    import lightning as L
+
+    from common.cli import INPUT_ERRORS
+    from common.report import paper_dataset
+    from common.rerank import reranked_run
+    from qds.data import QDSDataModule
+    from qds.outputs import PAPER, metrics_table, paper_tables, write_results
+
+    state = read_state(args.checkpoint)
+    pattern, data_settings = checkpoint_settings(args, state)
     keep = ("tokenizer_task", "tokenizer", "max_length", "max_sentences", "max_passages", "relevance_level")
     settings = {k: v for k, v in data_settings.items() if k in keep}
     if args.relevance_level is not None:
         settings["relevance_level"] = args.relevance_level
     depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
+    data = QDSDataModule(train=None, dev=None, test=task, pattern=pattern, depth=depth,
+                         eval_batch_size=args.batch_size, **settings)
+    with input_errors(*INPUT_ERRORS):
+        data.check_tasks()  # the task's files read before anything is built, printed or written
+    model, _ = load_model(args, state)
     print(f"re-ranking the top {depth} candidates per query ({depth_source})")
-    data = QDSDataModule(train=None, dev=None, test=task, pattern=model.hparams.pattern,
-                         depth=depth, eval_batch_size=args.batch_size, **settings)
     out.mkdir(parents=True, exist_ok=True)
     trainer = L.Trainer(devices=args.devices, logger=False, default_root_dir=out, enable_model_summary=False)
     trainer.test(model, datamodule=data)
-    name = model.hparams.pattern
     run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     dataset = args.dataset or paper_dataset(PAPER, task)
-    metrics = write_results(out, name, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
+    metrics = write_results(out, pattern, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
                             task=task, dataset=dataset)
     print(metrics_table(metrics, f"{data.source('test').name}: {len(run)} queries, top {depth} re-ranked"))
     print()
-    print(paper_tables(metrics, name, task, dataset))
+    print(paper_tables(metrics, pattern, task, dataset))
     print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'task.json'}")
     return metrics
 

@@ -1,19 +1,13 @@
-"""`common.tasks`: a data module's tasks and evaluated queries (`TaskSplits`), its loaders (`SplitLoaders`), the
-training dataset over a sampler (`SamplerGroups`), and the task and output folder of an evaluate command line
-(`task_spec_from_args`, `common.cli.fresh_output_dir`)."""
-
-import argparse
-import re
-from pathlib import Path
+"""`common.tasks`: a data module's tasks and evaluated queries (`TaskSplits`), its loaders (`SplitLoaders`) and the
+training dataset over a sampler (`SamplerGroups`)."""
 
 import lightning as L
 import numpy as np
 import pytest
 import torch
 
-from common.cli import fresh_output_dir
 from common.data.formats import write_qrels, write_run, write_topics
-from common.tasks import SamplerGroups, SplitLoaders, TaskSplits, add_task_arguments, task_spec_from_args
+from common.tasks import SamplerGroups, SplitLoaders, TaskSplits
 
 #: q00..q19 have a topic, qrels and candidates; q20 has no candidates, q21 no qrels, q22 no topic.
 WITH_ALL = [f"q{i:02d}" for i in range(20)]
@@ -169,56 +163,3 @@ def test_evaluation_loaders_keep_the_order_and_no_dev_task_has_no_loader():
     with_dev = Tasks(dev="unused")
     with_dev.datasets["dev"] = Pairs()
     assert [batch["index"].tolist() for batch in with_dev.val_dataloader()][0] == [0, 1, 2]
-
-
-# --------------------------------------------------------------------------- evaluate commands
-
-
-def _parse(option: str, argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_task_arguments(parser, option, "the task")
-    return parser.parse_args(argv)
-
-
-def test_a_named_task_is_taken_as_it_is():
-    assert task_spec_from_args(_parse("candidates", ["--candidates", "builtin:test"]), "candidates") == "builtin:test"
-    args = _parse("task", ["--task", "irds:msmarco-document/trec-dl-2020/judged", "--topics", "ignored"])
-    assert task_spec_from_args(args, "task") == "irds:msmarco-document/trec-dl-2020/judged"
-
-
-def test_a_task_from_files_is_a_file_source_mapping(spec, tmp_path):
-    args = _parse("candidates", ["--topics", "t.tsv", "--run", "r.trec"])
-    assert task_spec_from_args(args, "candidates") == {
-        "topics_path": "t.tsv", "qrels_path": None, "candidates_path": "r.trec", "collection_path": None,
-    }  # fmt: skip
-    collection = tmp_path / "c.tsv"
-    collection.write_text("d1\tsome text\n")
-    args = _parse("task", ["--topics", spec["topics_path"], "--qrels", spec["qrels_path"], "--collection",
-                           str(collection)])
-    task = task_spec_from_args(args, "task", required=("topics", "qrels", "collection"))
-    assert task["candidates_path"] is None and task["collection_path"] == str(collection)
-    data = Tasks(test=task)
-    assert set(data.qrels("test")) == {*WITH_ALL, "q20"}  # a spec `common.data.source` opens
-
-
-def test_a_missing_file_says_what_to_give():
-    message = "give --candidates TASK, or --topics and --run (and optionally --qrels and --collection)"
-    with pytest.raises(SystemExit, match=re.escape(message)):
-        task_spec_from_args(_parse("candidates", ["--topics", "t.tsv"]), "candidates", required=("topics", "run"))
-    message = "give --task TASK, or --topics, --qrels and --collection (and optionally --run)"
-    with pytest.raises(SystemExit, match=re.escape(message)):
-        task_spec_from_args(_parse("task", ["--run", "r.trec"]), "task", required=("topics", "qrels", "collection"))
-
-
-def test_an_evaluate_output_folder_is_new_or_empty_and_not_created(tmp_path, monkeypatch):
-    assert fresh_output_dir(tmp_path / "given", "x-evaluate") == tmp_path / "given"
-    assert not (tmp_path / "given").exists()
-    (tmp_path / "empty").mkdir()
-    assert fresh_output_dir(str(tmp_path / "empty"), "x-evaluate") == tmp_path / "empty"
-    (tmp_path / "used").mkdir()
-    (tmp_path / "used" / "run.trec").write_text("")
-    with pytest.raises(SystemExit, match="used is not empty: choose a new --output_dir"):
-        fresh_output_dir(tmp_path / "used", "x-evaluate")
-    monkeypatch.chdir(tmp_path)
-    default = fresh_output_dir(None, "x-evaluate")
-    assert default.parent == Path("outputs") and re.fullmatch(r"x-evaluate-\d{8}-\d{6}", default.name)

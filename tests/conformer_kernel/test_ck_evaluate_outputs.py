@@ -23,15 +23,18 @@ AFTER = (" is not trec-dl-2020-doc, Table 1's dataset (conformer_kernel.evaluate
          "from files).")
 
 
-def test_depth_comes_from_the_flag_then_the_checkpoint_then_100():
+def test_depth_comes_from_the_flag_then_the_checkpoint_then_100(tmp_path):
     assert evaluate.resolve_depth(10, {"depth": 30}) == (10, "--depth")
     assert evaluate.resolve_depth(None, {"depth": 30}) == (30, "the checkpoint's data.depth, as in training")
     assert evaluate.resolve_depth(None, {}) == (100, "the checkpoint has no data.depth; the paper's top 100")
-    assert evaluate.build_parser().parse_args(["--checkpoint", "c", "--task", "builtin:test"]).depth is None
+    checkpoint = tmp_path / "c.ckpt"
+    torch.save({}, checkpoint)  # the parser checks that the file is one torch.save wrote
+    assert evaluate.build_parser().parse_args(["--checkpoint", str(checkpoint), "--task", "builtin:test"]).depth is None
 
 
 def test_table_1_has_one_dataset():
     assert set(load_reported(PAPER)["dataset"]) == {DATASET}
+    assert f"--dataset {{{DATASET}}}" in evaluate.build_parser().format_usage()  # its choices, read without torch
     assert paper_dataset(PAPER, "irds:msmarco-document/trec-dl-2020/judged") == DATASET
     assert paper_dataset(PAPER, "irds:msmarco-document/trec-dl-2019/judged") is None
 

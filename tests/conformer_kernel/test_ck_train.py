@@ -12,7 +12,7 @@ import pytest
 from common.data.formats import read_run
 from conformer_kernel import evaluate, train
 from conformer_kernel.data import ConformerKernelData
-from conformer_kernel.index import ImpactIndex
+from conformer_kernel.impact_index import ImpactIndex
 from conformer_kernel.ranker import ConformerKernel
 
 SMALL = ["--data.embedding_dim", "16", "--model.heads", "4", "--model.layers", "1", "--data.batch_size", "8"]
@@ -51,7 +51,7 @@ def test_train_evaluate_and_index_agree(tmp_path):
     index = ImpactIndex.load(out / "index")
     model = ConformerKernel.load_from_checkpoint(best, map_location="cpu").eval()
     data = ConformerKernelData(train=None, dev=None, depth=10, test_queries=25)
-    from conformer_kernel.index import load_for_inference
+    from conformer_kernel.impact_index import load_for_inference
 
     _, featurizer = load_for_inference(str(best))
     data.use_featurizer(featurizer)

@@ -14,16 +14,15 @@ import conformer_kernel.index as index_module
 from common.data.formats import Document, write_collection, write_topics
 from common.data.source import FileSource
 from conformer_kernel.features import Featurizer
-from conformer_kernel.index import (
-    INDEX_FILES,
+from conformer_kernel.impact_index import (
     ImpactIndex,
     ShardWriter,
     TermDocumentScorer,
     build_index,
     index_terms,
     load_for_inference,
-    main,
 )
+from conformer_kernel.index import INDEX_FILES, main
 from conformer_kernel.loss import ranknet_loss
 from conformer_kernel.ranker import ConformerKernel
 from conformer_kernel.text import analyze
@@ -385,6 +384,7 @@ def test_command_line(built, corpus, tmp_path, monkeypatch, capsys):
     sources = {"mine:topics": FileSource(topics_path),
                "mine:collection": FileSource(topics_path, collection_path=collection_path)}
     monkeypatch.setattr(index_module, "source_from_spec", lambda spec: sources[spec])
+    monkeypatch.setattr(index_module, "check_spec", lambda spec, option: None)  # mine:... names no real task
     output = tmp_path / "cli-index"
     result = main(["--checkpoint", str(checkpoint), "--collection", "mine:collection", "--topics", "mine:topics",
                    "--output", str(output), "--shard_size", "16", "--batch_size", "5", "--term_chunk", "8",
@@ -405,10 +405,13 @@ def test_command_line(built, corpus, tmp_path, monkeypatch, capsys):
           str(vocab_output), "--shard_size", "40", "--accelerator", "cpu", "--devices", "1"])
     assert ImpactIndex.load(vocab_output).terms == sorted(resources.terms[3:])
 
-    # an existing output is refused, naming --resume for an unfinished one
-    with pytest.raises(FileExistsError, match="already holds an index"):
+    # an existing output is refused in one line, before the checkpoint is read
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
         main(["--checkpoint", str(checkpoint), "--collection", "mine:collection", "--topics", "mine:topics",
               "--output", str(output), "--accelerator", "cpu", "--devices", "1"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == f"error: --output: {output} already holds an index; choose a new folder\n"
 
 
 def test_command_line_help_and_nothing_to_index(capsys, tmp_path):
@@ -417,10 +420,12 @@ def test_command_line_help_and_nothing_to_index(capsys, tmp_path):
     assert exit_info.value.code == 0
     text = capsys.readouterr().out
     assert "impact index" in text and "--resume" in text and "--vocabulary" in text and "--shard_size" in text
+    checkpoint = tmp_path / "any.ckpt"
+    torch.save({}, checkpoint)
     with pytest.raises(SystemExit) as exit_info:  # checked before the checkpoint is read
-        main(["--checkpoint", str(tmp_path / "absent.ckpt"), "--collection", "builtin:test", "--output",
-              str(tmp_path / "out")])
-    assert "nothing to index" in str(exit_info.value.code) and "--topics" in str(exit_info.value.code)
+        main(["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output", str(tmp_path / "out")])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == "error: nothing to index: give --topics TASK [TASK ...] and/or --vocabulary\n"
     assert not (tmp_path / "out").exists()
     with pytest.raises(SystemExit) as exit_info:  # --checkpoint, --collection and --output are required
         main(["--topics", "builtin:test"])

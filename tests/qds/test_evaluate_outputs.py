@@ -2,6 +2,9 @@
 compared only on the paper's dataset (a built-in or file task says there is nothing to compare with)."""
 
 import json
+import subprocess
+import sys
+from typing import get_args
 
 import lightning as L
 import pytest
@@ -10,7 +13,7 @@ import torch
 from common.data.builtin import builtin_source
 from common.report import load_reported
 from qds import evaluate
-from qds.model import QDSTransformer
+from qds.model import Impl, QDSTransformer
 from qds.outputs import DATASETS, paper_tables, write_results
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -20,17 +23,26 @@ METRICS = {"qds": {"ndcg_cut_10": 0.7, "map": 0.3, "mrr@10": 0.4}, "bm25": {"ndc
 NOTHING = "Nothing in the paper to compare with: "
 
 
-def test_depth_comes_from_the_flag_then_the_checkpoint_then_100():
+def test_depth_comes_from_the_flag_then_the_checkpoint_then_100(tmp_path):
     assert evaluate.resolve_depth(10, {"depth": 30}) == (10, "--depth")
     assert evaluate.resolve_depth(None, {"depth": 30, "tokenizer": "builtin"}) == (
         30, "the checkpoint's data.depth, as in training")
     # the official release holds no data settings: the paper's top 100
     assert evaluate.resolve_depth(None, {"tokenizer": "roberta-base"})[0] == 100
-    assert evaluate.build_parser().parse_args(["--checkpoint", "c", "--candidates", "builtin:test"]).depth is None
+    checkpoint = tmp_path / "c.ckpt"
+    torch.save({}, checkpoint)  # the parser checks that the file is one torch.save wrote
+    args = evaluate.build_parser().parse_args(["--checkpoint", str(checkpoint), "--candidates", "builtin:test"])
+    assert args.depth is None
 
 
 def test_datasets_are_those_of_tables_2_and_4():
     assert set(DATASETS) == set(load_reported("qds", table=[2, 4])["dataset"])
+
+
+def test_the_choices_the_parser_reads_without_torch_are_the_papers_and_the_models():
+    usage = evaluate.build_parser().format_usage()
+    assert f"--dataset {{{','.join(DATASETS)}}}" in usage
+    assert f"--impl {{{','.join(get_args(Impl))}}}" in usage
 
 
 def test_a_builtin_task_has_nothing_to_compare_with_but_shows_the_reported_rows_as_another_datasets():
@@ -128,3 +140,13 @@ def test_evaluate_files_compares_nothing_unless_told_the_dataset(checkpoint, tmp
                    "--output_dir", str(told), "--devices", "1"])
     assert "Reproduced vs reported (trec-dl-2019-doc)" in capsys.readouterr().out
     assert json.loads((told / "task.json").read_text())["dataset"] == "trec-dl-2019-doc"
+
+
+def test_the_command_prints_no_lightning_tips_nor_their_deprecation_warnings(checkpoint, tmp_path):
+    """`common.quiet.quiet_lightning`: the run's output is about the run."""
+    done = subprocess.run([sys.executable, "-m", "qds.evaluate", "--checkpoint", str(checkpoint), "--candidates",
+                           "builtin:test", "--output_dir", str(tmp_path / "out"), "--devices", "1"],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0 and "written: " in done.stdout, done.stderr
+    for noise in ("Tip:", "set_vital", "LeafSpec"):
+        assert noise not in done.stdout + done.stderr

@@ -105,7 +105,7 @@ def main(command: str, point: str, args: list[str]) -> None:
     for module in ("common.data.formats", "common.report", "qds.outputs", "conformer_kernel.outputs"):
         _patch(importlib.import_module(module), "atomic_write", atomic_write)
     if kill.moment == "index-shard":
-        from conformer_kernel.index import ShardWriter
+        from conformer_kernel.impact_index import ShardWriter
 
         def write_shard(write):
             def writing(writer, *a, **kw):

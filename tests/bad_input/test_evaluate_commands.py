@@ -1,0 +1,204 @@
+"""``python -m qds.evaluate``, ``conformer_kernel.evaluate`` and ``conformer_kernel.index`` refuse bad input in one
+line naming the option, or the file (and line), before anything is written: the options, the task's names and the
+output folder before torch and Lightning are imported; a checkpoint of another kind once read; a malformed task file
+once the task is opened (before the model is built).
+
+Each case runs the command on files under ``tmp_path/inputs`` (``{in}`` in the arguments and the expected text),
+which must be left as they were. The checkpoints are as small as the check they pass needs: a command reads a
+checkpoint's kind, then the task, then builds the model.
+"""
+
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import torch
+
+from bad_input.refusal import refused
+
+FILES = {
+    "topics.tsv": "q1\tthe cat\nq2\tdogs\n",
+    "qrels.txt": "q1 0 d1 1\nq2 0 d2 1\n",
+    "run.trec": "q1 Q0 d1 1 2.0 bm25\nq1 Q0 d2 2 1.0 bm25\nq2 Q0 d2 1 2.0 bm25\n",
+    "docs.tsv": "d1\tthe cat sat\nd2\tdogs chase cats\n",
+    "bad_topics.tsv": "q1\tthe cat\nq2 dogs\n",
+    "bad_run.trec": "q1 Q0 d1 1 2.0 bm25\nq2 Q0 d2 first 2.0 bm25\n",
+    "notackpt.txt": "not a checkpoint\n",
+    "used/run.trec": "q1 Q0 d1 1 2.0 mine\n",
+    "not_an_index/notes.txt": "mine\n",
+    "unfinished/shards/plan.json": "{}\n",
+    **{f"index/{name}": "" for name in ("index.npz", "terms.txt", "doc_ids.txt", "meta.json")},
+}
+#: Checkpoint contents, each just enough to pass (or fail) the check of its kind.
+CHECKPOINTS = {
+    "qds.ckpt": {"state_dict": {}, "hyper_parameters": {"pattern": "qds"}},
+    "ck.ckpt": {"state_dict": {}, "hyper_parameters": {"model": "ndrm3"}, "resources": {}},
+    "dict.ckpt": {"weights": [1, 2]},
+}
+
+TASK = ["--topics", "{in}/topics.tsv", "--qrels", "{in}/qrels.txt", "--run", "{in}/run.trec",
+        "--collection", "{in}/docs.tsv"]  # fmt: skip
+QDS = ["--checkpoint", "{in}/qds.ckpt", "--candidates", "builtin:test"]
+QDS_CASES = [
+    (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
+    (["--checkpoint", "{in}/notackpt.txt"],
+     "argument --checkpoint: {in}/notackpt.txt is not a checkpoint (not a file torch.save wrote)"),
+    (["--candidates", "builtin:nope"], "--candidates: unknown built-in split 'nope' in 'builtin:nope'; expected one of "
+                                       "builtin:train, builtin:dev, builtin:test"),
+    (["--candidates", "irds:no/such-id"], "--candidates: unknown ir_datasets id 'no/such-id'"),
+    (["--depth", "0"], "argument --depth: must be a positive integer, got 0"),
+    (["--batch_size", "0"], "argument --batch_size: must be a positive integer, got 0"),
+    (["--window", "0"], "argument --window: must be a positive integer, got 0"),
+    (["--window", "33"], "argument --window: must be even (Longformer's window spans w / 2 each side), got 33"),
+    (["--relevance_level", "high"], "argument --relevance_level: invalid int value: 'high'"),
+    (["--impl", "cuda"], "argument --impl: invalid choice: 'cuda' (choose from 'auto', 'reference', 'portable', "
+                         "'tvm', 'flex')"),
+    (["--dataset", "robust04"], "argument --dataset: invalid choice: 'robust04' (choose from 'trec-dl-2019-doc', "
+                                "'msmarco-doc-dev')"),
+    (["--devices", "many"], "argument --devices: must be auto, a number of devices (-1: all) or device indices such "
+                            "as 0,1; got many"),
+    (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
+    (["--output_dir", "{in}/notackpt.txt"], "--output_dir: {in}/notackpt.txt is a file, not a folder"),
+    (["--depth"], "argument --depth: expected one argument"),
+]  # fmt: skip
+QDS_TASK_CASES = [
+    ([], "give --candidates TASK, or --topics, --qrels, --run and --collection"),
+    (["--topics", "{in}/topics.tsv", "--run", "{in}/run.trec"],
+     "give --candidates TASK, or --topics, --qrels, --run and --collection"),
+    ([*TASK, "--topics", "{in}/missing.tsv"], "--topics: no such file: {in}/missing.tsv"),
+]
+CK = ["--checkpoint", "{in}/ck.ckpt", "--task", "builtin:test"]
+CK_CASES = [
+    (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
+    (["--task", "builtin:nope"], "--task: unknown built-in split 'nope'"),
+    (["--modes", "bogus"], "argument --modes: invalid choice: 'bogus' (choose from 'rerank', 'fullrank')"),
+    (["--index", "{in}/missing"], "argument --index: no such folder: {in}/missing"),
+    (["--index", "{in}/not_an_index"], "argument --index: {in}/not_an_index holds no finished conformer_kernel.index "
+                                       "index (no index.npz, terms.txt, doc_ids.txt, meta.json)"),
+    (["--modes", "rerank", "--index", "{in}/index"],
+     "--index: only fullrank reads an index; add it to --modes, or leave --index out"),
+    (["--test_queries", "0"], "argument --test_queries: must be a positive integer, got 0"),
+    (["--depth", "-3"], "argument --depth: must be a positive integer, got -3"),
+    (["--batch_size", "none"], "argument --batch_size: must be a positive integer, got none"),
+    (["--orcas", "builtin:train"],
+     "argument --orcas: must be irds:<ir_datasets id> (e.g. irds:msmarco-document/orcas), got builtin:train"),
+    (["--orcas", "irds:no/such-id"], "argument --orcas: unknown ir_datasets id 'no/such-id'"),
+    (["--dataset", "trec-dl-2019-doc"], "argument --dataset: invalid choice: 'trec-dl-2019-doc' (choose from "
+                                        "'trec-dl-2020-doc')"),
+    (["--devices", "0"], "argument --devices: must be auto, a number of devices"),
+    (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
+    (["--task", "", "--topics", "{in}/topics.tsv"], "give --task TASK, or --topics, --qrels, --run and --collection"),
+]  # fmt: skip
+INDEX = ["--checkpoint", "{in}/ck.ckpt", "--collection", "builtin:test", "--topics", "builtin:test", "--output", "idx"]
+INDEX_CASES = [
+    (["--checkpoint", "{in}/notackpt.txt"], "argument --checkpoint: {in}/notackpt.txt is not a checkpoint"),
+    (["--topics"], "argument --topics: expected at least one argument"),
+    (["--collection", "files.tsv"], "--collection: cannot read the task 'files.tsv'"),
+    (["--topics", "builtin:test", "irds:no/such-id"], "--topics: unknown ir_datasets id 'no/such-id'"),
+    (["--output", "{in}/used"], "--output: {in}/used is not empty; choose a new folder"),
+    (["--output", "{in}/unfinished"],
+     "--output: {in}/unfinished holds an unfinished index: pass --resume to finish it, or a new folder"),
+    (["--output", "{in}/notackpt.txt"], "--output: {in}/notackpt.txt is a file, not a folder"),
+    (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
+    (["--term_chunk", "-1"], "argument --term_chunk: must be a positive integer, got -1"),
+    (["--orcas", "orcas.tsv"], "argument --orcas: must be irds:<ir_datasets id>"),
+    (["--devices", "gpu"], "argument --devices: must be auto, a number of devices"),
+]  # fmt: skip
+#: Refused once the checkpoint is read (torch imported) or the task opened (Lightning too): seconds each.
+READ_CASES = [
+    ("qds.evaluate", [*QDS, "--checkpoint", "{in}/ck.ckpt"],
+     "--checkpoint: {in}/ck.ckpt is not a qds.train checkpoint or the official QDS-Transformer release"),
+    ("qds.evaluate", [*QDS, "--checkpoint", "{in}/dict.ckpt"], "--checkpoint: {in}/dict.ckpt is not a qds.train"),
+    ("qds.evaluate", [*QDS, "--checkpoint", "{in}/notes.zip"],
+     "--checkpoint: {in}/notes.zip is not a checkpoint torch can read (RuntimeError)"),
+    ("qds.evaluate", ["--checkpoint", "{in}/qds.ckpt", *TASK, "--topics", "{in}/bad_topics.tsv"],
+     "{in}/bad_topics.tsv:2: expected 'qid<TAB>text', got 'q2 dogs'"),
+    ("qds.evaluate", ["--checkpoint", "{in}/qds.ckpt", *TASK, "--run", "{in}/bad_run.trec"],
+     "{in}/bad_run.trec:2: rank 'first' is not an integer"),
+    ("conformer_kernel.evaluate", [*CK, "--checkpoint", "{in}/qds.ckpt"],
+     "--checkpoint: {in}/qds.ckpt is not a conformer_kernel.train checkpoint (one with its vocabulary)"),
+    ("conformer_kernel.evaluate", ["--checkpoint", "{in}/ck.ckpt", *TASK, "--topics", "{in}/bad_topics.tsv"],
+     "{in}/bad_topics.tsv:2: expected 'qid<TAB>text', got 'q2 dogs'"),
+    ("conformer_kernel.evaluate", ["--checkpoint", "{in}/ck.ckpt", *TASK, "--run", "{in}/bad_run.trec"],
+     "{in}/bad_run.trec:2: rank 'first' is not an integer"),
+    ("conformer_kernel.index", [*INDEX, "--checkpoint", "{in}/dict.ckpt"],
+     "--checkpoint: {in}/dict.ckpt is not a conformer_kernel.train checkpoint"),
+]  # fmt: skip
+#: Each command, and the paper its help names at the top.
+NDRM = "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence"
+PAPERS = {"qds.evaluate": "Long Document Ranking with Query-Directed Sparse Transformer",
+          "conformer_kernel.evaluate": NDRM, "conformer_kernel.index": NDRM}
+#: What ``--help`` and an option's error must answer without: seconds to import.
+HEAVY = {"torch", "lightning", "transformers"}
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    folder = tmp_path / "inputs"
+    for name, text in FILES.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    for name, contents in CHECKPOINTS.items():
+        torch.save(contents, folder / name)
+    with zipfile.ZipFile(folder / "notes.zip", "w") as archive:  # a zip, as torch.save writes, but not torch's
+        archive.writestr("notes.txt", "mine\n")
+    return folder
+
+
+def _check(module: str, base: list[str], args: list[str], expect: str, tmp_path, inputs) -> None:
+    """`module` on `base` then `args` (a later flag overrides an earlier one) refuses with `expect`."""
+    given = [arg.replace("{in}", str(inputs)) for arg in [*base, *args]]
+    refused(module, given, tmp_path, expect.replace("{in}", str(inputs)), inputs=inputs)
+
+
+@pytest.mark.parametrize("args, expect", QDS_CASES)
+def test_qds_evaluate_refuses(tmp_path, inputs, args, expect):
+    _check("qds.evaluate", QDS, args, expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("args, expect", QDS_TASK_CASES)
+def test_qds_evaluate_refuses_an_incomplete_task(tmp_path, inputs, args, expect):
+    _check("qds.evaluate", ["--checkpoint", "{in}/qds.ckpt"], args, expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("args, expect", CK_CASES)
+def test_conformer_kernel_evaluate_refuses(tmp_path, inputs, args, expect):
+    _check("conformer_kernel.evaluate", CK, args, expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("args, expect", INDEX_CASES)
+def test_conformer_kernel_index_refuses(tmp_path, inputs, args, expect):
+    _check("conformer_kernel.index", INDEX, args, expect, tmp_path, inputs)
+
+
+def test_conformer_kernel_index_needs_something_to_index(tmp_path, inputs):
+    refused("conformer_kernel.index", ["--checkpoint", str(inputs / "ck.ckpt"), "--collection", "builtin:test",
+                                       "--output", "idx"], tmp_path,
+            "nothing to index: give --topics TASK [TASK ...] and/or --vocabulary", inputs=inputs)  # fmt: skip
+
+
+@pytest.mark.parametrize("module, args, expect", READ_CASES)
+def test_a_foreign_checkpoint_or_a_malformed_task_file_is_refused_before_anything_is_written(tmp_path, inputs,
+                                                                                            module, args, expect):
+    _check(module, [], args, expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("module", PAPERS)
+def test_help_names_the_command_and_its_paper_at_the_top(module):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"usage: python -m {module} ")
+    top = " ".join(done.stdout.split("\noptions:")[0].split())
+    assert PAPERS[module] in top
+
+
+@pytest.mark.parametrize("module", PAPERS)
+@pytest.mark.parametrize("args", [["--help"], ["--checkpoint"]])
+def test_help_and_option_errors_import_neither_torch_nor_lightning(module, args):
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, *args], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:")}  # fmt: skip
+    assert done.returncode in (0, 2) and "typing" in imported, done.stderr[-2000:]
+    assert not imported & HEAVY
