@@ -9,7 +9,7 @@
 - `write_rows(rows, fields, csv_path, jsonl_path, overwrite)`: a sweep's rows as CSV and JSONL.
 
 The command lines' shared checks, which answer bad input in one line before anything is measured
-(`common.usage`): argparse types `probability`, `fraction` and `output_folder`, `DEVICES` and
+(`common.usage` has the rest): argparse types `probability` and `fraction`, `DEVICES` and
 `resolve_device` (the default device, cuda where available), `refuse_repeats` (a value given twice in a
 list option) and `refuse_existing` (results that ``--overwrite`` alone may replace). Torch is imported only
 inside what needs it: a benchmark's ``--help`` and its argument errors do not wait for it.
@@ -17,7 +17,6 @@ inside what needs it: a benchmark's ``--help`` and its argument errors do not wa
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import os
@@ -27,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from common.usage import usage_error
+from common.usage import number_in, usage_error
 
 DEVICES = ("cpu", "cuda")
 
@@ -133,36 +132,10 @@ def write_rows(rows: list[dict], fields: Sequence[str], csv_path: Path, jsonl_pa
 # --------------------------------------------------------------------------- command-line checks
 
 
-def _number(text: str, above_zero: bool) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (0 < value <= 1 if above_zero else 0 <= value <= 1):
-        raise argparse.ArgumentTypeError(f"must be a number {'>' if above_zero else '>='} 0 and <= 1, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    """A number from 0 to 1 (a dropout rate)."""
-    return _number(text, above_zero=False)
-
-
-def fraction(text: str) -> float:
-    """A number above 0, at most 1 (a share of a budget)."""
-    return _number(text, above_zero=True)
-
-
-def output_folder(text: str) -> Path:
-    """A folder to write results into: an existing one, or one that can be made (made only when there is something
-    to write, so that a refused command leaves no empty folder behind)."""
-    path = Path(text)
-    nearest = next(p for p in (path, *path.parents) if p.exists())  # "." or "/" at the latest
-    if not nearest.is_dir():
-        raise argparse.ArgumentTypeError(f"{nearest} is a file, not a folder")
-    if not os.access(nearest, os.W_OK | os.X_OK):
-        raise argparse.ArgumentTypeError(f"cannot write in {nearest}")
-    return path
+#: A dropout rate: from 0 to 1.
+probability = number_in(0, 1)
+#: A share of a budget: above 0, at most 1.
+fraction = number_in(0, 1, above_low=True)
 
 
 def resolve_device(requested: str | None) -> str:

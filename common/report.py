@@ -96,7 +96,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from common.io import atomic_write
-from common.usage import ArgumentParser, existing_file
+from common.usage import ArgumentParser, existing_file, output_file_problem
 
 __all__ = [
     "COLUMNS",
@@ -581,14 +581,9 @@ def _check_out(out: str | None, overwrite: bool) -> None:
     """Refuse an --out that cannot be written before comparing anything, rather than after printing the table."""
     if out is None:
         return
-    path = Path(out)
-    if path.is_dir():
-        raise ReportError(f"--out {out}: is a folder, not a file")
-    if path.exists() and not overwrite:
-        raise ReportError(f"{out}: already exists; refusing to overwrite (pass --overwrite)")
-    folder = next(parent for parent in path.parents if parent.exists())
-    if not folder.is_dir():
-        raise ReportError(f"--out {out}: {folder} is a file, not a folder")
+    problem = output_file_problem(Path(out), overwrite)
+    if problem:
+        raise ReportError(f"--out: {problem}")
 
 
 def main(argv: list[str] | None = None) -> int:

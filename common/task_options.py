@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from common.data.source import SourceSpec, TaskSpecError, check_spec
-from common.usage import usage_error
+from common.usage import output_folder, usage_error
 
 #: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
 TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
@@ -98,8 +98,10 @@ def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
     It is not created here: the command creates it once its inputs have loaded.
     """
     out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if out.exists() and not out.is_dir():
-        usage_error(f"--output_dir: {out} is a file, not a folder")
+    try:
+        output_folder(str(out))
+    except argparse.ArgumentTypeError as error:
+        usage_error(f"--output_dir: {error}")
     if out.exists() and any(out.iterdir()):
         usage_error(f"--output_dir: {out} is not empty: choose a new one")
     return out

@@ -8,8 +8,10 @@ not wait for torch or Lightning):
 - `usage_error`: print the line and exit;
 - `ArgumentParser`: argparse whose errors are that one line (argparse's own are the usage and then
   ``prog: error: ...``, two lines);
-- `positive_int`, `nonnegative_int`, `positive_float`, `existing_file`, `checkpoint_file`: argparse types
-  whose complaint argparse prefixes with the option (``argument --depth: must be a positive integer, got 0``);
+- `positive_int`, `nonnegative_int`, `positive_float`, `number_in`, `existing_file`, `checkpoint_file`,
+  `output_folder`: argparse types whose complaint argparse prefixes with the option (``argument --depth: must be
+  a positive integer, got 0``); `output_file_problem`, what keeps a file from being written where a command
+  would write it, checked before the work rather than after it;
 - `input_errors`: a ``with`` block turning the errors that bad input files raise (a malformed line, a missing
   file) into that one line.
 """
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
+import os
 import sys
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 
@@ -69,6 +73,22 @@ def positive_float(text: str) -> float:
     return value
 
 
+def number_in(low: float, high: float = math.inf, *, above_low: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number from `low` (above it with `above_low`) to `high`."""
+
+    def number(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (low < value if above_low else low <= value) and value <= high):
+            bounds = f"{'>' if above_low else '>='} {low:g}" + (f" and <= {high:g}" if math.isfinite(high) else "")
+            raise argparse.ArgumentTypeError(f"must be a number {bounds}, got {text}")
+        return value
+
+    return number
+
+
 def existing_file(text: str) -> Path:
     """The path of an existing file (not a folder)."""
     path = Path(text)
@@ -88,6 +108,35 @@ def checkpoint_file(text: str) -> Path:
     if not zipfile.is_zipfile(path):
         raise argparse.ArgumentTypeError(f"{text} is not a checkpoint (not a file torch.save wrote)")
     return path
+
+
+def _unwritable(nearest: Path) -> str | None:
+    """Why nothing can be made in `nearest`, the nearest existing folder above a path to be written, or None."""
+    if not nearest.is_dir():
+        return f"{nearest} is a file, not a folder"
+    if not os.access(nearest, os.W_OK | os.X_OK):
+        return f"cannot write in {nearest}"
+    return None
+
+
+def output_folder(text: str) -> Path:
+    """A folder to write into: an existing one, or one that can be made (made only once there is something to write,
+    so that a refused command leaves no empty folder behind)."""
+    path = Path(text)
+    problem = _unwritable(next(p for p in (path, *path.parents) if p.exists()))  # "." or "/" at the latest
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return path
+
+
+def output_file_problem(path: Path, overwrite: bool = False) -> str | None:
+    """What keeps a file from being written at `path`, or None: a folder there, a file there without `overwrite`, a
+    file where a folder above it should be, or a folder this process cannot write in."""
+    if path.is_dir():
+        return f"{path} is a folder, not a file"
+    if path.exists() and not overwrite:
+        return f"{path} already exists; pass --overwrite to replace it"
+    return _unwritable(next(p for p in path.parents if p.exists()))
 
 
 @contextlib.contextmanager

@@ -81,10 +81,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.benchmarking import (
-    DEVICES, cuda_peak_mb, fraction, max_rss_mb, median_ms, output_folder, peak_rss_mb, probability, refuse_existing,
+    DEVICES, cuda_peak_mb, fraction, max_rss_mb, median_ms, peak_rss_mb, probability, refuse_existing,
     refuse_repeats, reset_peak_rss, resolve_device, rss_mb, run_isolated, write_rows,
 )
-from common.usage import ArgumentParser, nonnegative_int, positive_float, positive_int
+from common.usage import ArgumentParser, nonnegative_int, output_folder, positive_float, positive_int
 
 if TYPE_CHECKING:
     import torch

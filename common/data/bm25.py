@@ -33,8 +33,6 @@ line in the file, to name both lines of a repeated id). For MS MARCO documents
 from __future__ import annotations
 
 import argparse
-import math
-import os
 import sys
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -48,7 +46,9 @@ from tqdm.auto import tqdm
 from common.data.formats import (
     DataFormatError, Document, Run, Topics, collection_format, iter_numbered_collection, ranked, read_topics, write_run,
 )
-from common.usage import ArgumentParser, existing_file, input_errors, positive_int, usage_error
+from common.usage import (
+    ArgumentParser, existing_file, input_errors, number_in, output_file_problem, positive_int, usage_error,
+)
 
 #: Pyserini's defaults for MS MARCO / TREC DL (Anserini's `-bm25 -bm25.k1 0.9 -bm25.b 0.4`).
 DEFAULT_K1 = 0.9
@@ -202,9 +202,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--topics", required=True, type=existing_file, help="topics file: qid<TAB>text")
     parser.add_argument("--output", required=True, type=Path, help="TREC run to write (qid Q0 docid rank score tag)")
     parser.add_argument("-k", type=positive_int, default=100, help="documents per query (default: %(default)s)")
-    parser.add_argument("--k1", type=_number_between(0, math.inf), default=DEFAULT_K1,
+    parser.add_argument("--k1", type=number_in(0), default=DEFAULT_K1,
                         help="BM25 k1, >= 0 (default: %(default)s, Pyserini MS MARCO)")
-    parser.add_argument("--b", type=_number_between(0, 1), default=DEFAULT_B,
+    parser.add_argument("--b", type=number_in(0, 1), default=DEFAULT_B,
                         help="BM25 b, in [0, 1] (default: %(default)s, Pyserini MS MARCO)")
     parser.add_argument("--stemmer", type=_stemmer_name, default=DEFAULT_STEMMER,
                         help="PyStemmer algorithm, or 'none' (default: %(default)s)")
@@ -223,22 +223,6 @@ def _collection_file(text: str) -> Path:
     return path
 
 
-def _number_between(low: float, high: float) -> Callable[[str], float]:
-    """An argparse type: a finite number in [`low`, `high`]."""
-
-    def number(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and low <= value <= high):
-            bounds = f">= {low:g}" + (f" and <= {high:g}" if math.isfinite(high) else "")
-            raise argparse.ArgumentTypeError(f"must be a number {bounds}, got {text}")
-        return value
-
-    return number
-
-
 def _stemmer_name(text: str) -> str:
     """'none' or a PyStemmer algorithm."""
     import Stemmer  # PyStemmer
@@ -254,19 +238,6 @@ def _tag(text: str) -> str:
     if not text or any(c.isspace() for c in text):
         raise argparse.ArgumentTypeError(f"must be one word without spaces or tabs, got {text!r}")
     return text
-
-
-def _check_output(output: Path, overwrite: bool) -> None:
-    """Refuse an --output that cannot be written, before the (possibly long) indexing rather than after it."""
-    if output.is_dir():
-        usage_error(f"argument --output: {output} is a folder, not a file")
-    if output.exists() and not overwrite:
-        usage_error(f"{output} already exists; pass --overwrite to replace it")
-    folder = next(parent for parent in output.parents if parent.exists())
-    if not folder.is_dir():
-        usage_error(f"argument --output: {folder} is a file, not a folder")
-    if not os.access(folder, os.W_OK):
-        usage_error(f"argument --output: cannot write in {folder}")
 
 
 def _read_topics(path: Path) -> Topics:
@@ -296,7 +267,9 @@ def _index(args: argparse.Namespace, progress: bool) -> BM25Index:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    _check_output(args.output, args.overwrite)
+    problem = output_file_problem(args.output, args.overwrite)  # before the (possibly long) indexing, not after it
+    if problem:
+        usage_error(f"argument --output: {problem}")
     # Bars only on a terminal: elsewhere they would be noise in a log, and an error must be the only line.
     progress = sys.stderr.isatty()
     with input_errors(DataFormatError, OSError):

@@ -67,6 +67,7 @@ query has a relevant document among its candidates.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import math
@@ -90,7 +91,7 @@ from common.data.formats import (
 )
 from common.data.source import FileSource
 from common.io import atomic_write
-from common.usage import ArgumentParser, input_errors, nonnegative_int, usage_error
+from common.usage import ArgumentParser, input_errors, nonnegative_int, output_folder, usage_error
 
 #: Bump when the generated files change for a given seed (it names the cache folder).
 VERSION = 1
@@ -565,14 +566,13 @@ def _check_root(root: Path, overwrite: bool) -> None:
     """Refuse a --root that cannot take a build, before building (seconds of work) rather than after."""
     if (root / "manifest.json").is_file() and not overwrite:
         return  # a complete build, reused
-    folder = next(path for path in (root, *root.parents) if path.exists())
-    if not folder.is_dir():
-        usage_error(f"argument --root: {folder} is a file, not a folder")
-    if folder == root and not overwrite:
+    try:
+        output_folder(str(root))
+    except argparse.ArgumentTypeError as error:
+        usage_error(f"argument --root: {error}")
+    if root.exists() and not overwrite:
         usage_error(f"argument --root: {root} holds no complete built-in collection (no manifest.json); "
                     "remove it, or pass --overwrite to build into it")
-    if not os.access(folder, os.W_OK):
-        usage_error(f"argument --root: cannot write in {folder}")
 
 
 def main(argv: list[str] | None = None) -> int:

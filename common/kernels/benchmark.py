@@ -35,9 +35,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.benchmarking import (
-    DEVICES, cuda_peak_mb, max_rss_mb, median_ms, output_folder, refuse_repeats, resolve_device, rss_mb, run_isolated,
+    DEVICES, cuda_peak_mb, max_rss_mb, median_ms, refuse_repeats, resolve_device, rss_mb, run_isolated,
 )
-from common.usage import ArgumentParser, positive_float, positive_int, usage_error
+from common.usage import ArgumentParser, output_folder, positive_float, positive_int, usage_error
 
 if TYPE_CHECKING:
     import torch

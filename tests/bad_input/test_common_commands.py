@@ -109,10 +109,10 @@ REPORT_CASES = [
     (["{in}/metrics.json", "--paper", "qds", "--table", "9"], "no reported rows for paper qds table 9; tables: 2, "),
     (["{in}/metrics.json", "--paper", "qds", "--map", "qds"], "--map 'qds': expected RUN=METHOD"),
     (["{in}/metrics.json", *REPORT, "--out", "{in}/report.md"],
-     "{in}/report.md: already exists; refusing to overwrite (pass --overwrite)"),
-    (["{in}/metrics.json", *REPORT, "--out", "{in}", "--overwrite"], "--out {in}: is a folder, not a file"),
+     "--out: {in}/report.md already exists; pass --overwrite to replace it"),
+    (["{in}/metrics.json", *REPORT, "--out", "{in}", "--overwrite"], "--out: {in} is a folder, not a file"),
     (["{in}/metrics.json", *REPORT, "--out", "{in}/docs.tsv/report.md"],
-     "--out {in}/docs.tsv/report.md: {in}/docs.tsv is a file, not a folder"),
+     "--out: {in}/docs.tsv is a file, not a folder"),
     (["{in}/with_task/metrics.json", *REPORT],
      '{in}/with_task/task.json: expected {"test": TASK, "dataset": DATASET or null}'),
 ]  # fmt: skip

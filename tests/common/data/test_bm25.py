@@ -85,7 +85,7 @@ def test_cli_writes_a_trec_run_and_refuses_to_overwrite(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         main(args)
     assert refused.value.code == 2
-    assert capsys.readouterr().err == f"error: {output} already exists; pass --overwrite to replace it\n"
+    assert capsys.readouterr().err == f"error: argument --output: {output} already exists; pass --overwrite to replace it\n"
     assert output.read_text() == before
     assert main(args[:-2] + ["-k", "1", "--overwrite"]) == 0
     assert len(output.read_text().splitlines()) == 2

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from common.data.formats import Run, read_qrels, read_run
+from common.data.formats import read_qrels, read_run
 from common.evaluate import format_results
 from common.metrics import evaluate
 from conftest import SHARED_DATA
