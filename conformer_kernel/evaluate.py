@@ -87,7 +87,9 @@ def main(argv=None) -> dict:
     from common.report import paper_dataset
     from common.rerank import reranked_run
     from conformer_kernel.data import ConformerKernelData
-    from conformer_kernel.impact_index import full_ranking, load_for_inference
+    from conformer_kernel.impact_index import (
+        ImpactIndex, MissingTermsError, evaluated_topics, full_ranking, load_for_inference,
+    )
     from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results
 
     data_settings = read_trained(args.checkpoint).get("datamodule_hyper_parameters", {})
@@ -99,6 +101,11 @@ def main(argv=None) -> dict:
         data.check_tasks()
         model, featurizer = load_for_inference(args.checkpoint, args.orcas, data_settings)
     data.use_featurizer(featurizer)
+    index = None
+    if args.index:  # read, and checked to hold every evaluated query's terms, before anything is written
+        index = ImpactIndex.load(args.index)
+        with input_errors(MissingTermsError):
+            index.check_terms(featurizer.query_terms(text) for text in evaluated_topics(data).values())
     if "rerank" in args.modes:
         print(f"re-ranking the top {depth} candidates per query ({depth_source})")
     out.mkdir(parents=True, exist_ok=True)
@@ -108,7 +115,7 @@ def main(argv=None) -> dict:
         trainer.test(model, datamodule=data)
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     if "fullrank" in args.modes:
-        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", {"devices": 1}, args.index)
+        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", {"devices": 1}, index)
     name = model.hparams.model
     dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level,

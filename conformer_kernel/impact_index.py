@@ -51,6 +51,10 @@ class UnfinishedIndexError(ValueError):
     """An unfinished index to resume that was started for other terms, documents or model."""
 
 
+class MissingTermsError(ValueError):
+    """Query terms that an index was not built for."""
+
+
 class ImpactIndex:
     """s_td postings: ``matrix[term, doc]`` (float32 CSR) with its `terms` and `doc_ids`."""
 
@@ -61,11 +65,18 @@ class ImpactIndex:
         self.meta = meta or {}
         self.rows = {t: i for i, t in enumerate(self.terms)}
 
+    def check_terms(self, queries: Iterable[Sequence[str]]) -> None:
+        """Raise `MissingTermsError` naming the terms of `queries` (each a query's terms) this index lacks."""
+        missing = sorted({t for terms in queries for t in terms if t not in self.rows})
+        if missing:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            some = f"{len(missing)} query term is" if len(missing) == 1 else f"{len(missing)} query terms are"
+            raise MissingTermsError(f"{some} not in the index ({shown}); build it with the "
+                                    "topics that contain them (conformer_kernel.index --topics)")
+
     def score_all(self, query_terms: Sequence[str]) -> np.ndarray:
         """s_qd = Σ_{t∈q} s_td for every document (a repeated query term counts each time), float64."""
-        missing = sorted({t for t in query_terms if t not in self.rows})
-        if missing:
-            raise KeyError(f"terms not in the index: {missing}; build it with the topics that contain them (--topics)")
+        self.check_terms([query_terms])
         counts = Counter(query_terms)
         postings = self.matrix[[self.rows[t] for t in counts]].astype(np.float64)  # (terms of q, N)
         return np.asarray(postings.T @ np.array(list(counts.values()), dtype=np.float64)).ravel()
@@ -224,25 +235,28 @@ def build_index(model: ConformerKernel, featurizer: Featurizer, documents, doc_i
 # --- full retrieval with a trained model ----------------------------------------------------------------
 
 
+def evaluated_topics(data) -> Topics:
+    """The evaluated test queries of `data` (a `ConformerKernelData`) and their text."""
+    topics = data.source("test").topics()
+    return {qid: topics[qid] for qid in data.eval_queries("test")}
+
+
 def full_ranking(model: ConformerKernel, featurizer: Featurizer, data, folder: str | os.PathLike,
-                 trainer_options: dict | None = None, index_folder: str | os.PathLike | None = None, *,
+                 trainer_options: dict | None = None, index: ImpactIndex | None = None, *,
                  resume: bool = False) -> Run:
-    """The top 100 of every evaluated test query of `data` (a `ConformerKernelData`) by full retrieval: from the
-    index in `index_folder`, or from one built into `folder` for those queries' terms over the test collection.
+    """The top 100 of every evaluated test query of `data` (a `ConformerKernelData`) by full retrieval: from `index`,
+    or from one built into `folder` for those queries' terms over the test collection.
 
     `resume`: `folder` may hold what a killed run left there: its finished index is read, an unfinished one
     finished, and one killed before its plan was written started again."""
-    source = data.source("test")
-    topics = {qid: source.topics()[qid] for qid in data.eval_queries("test")}
+    topics = evaluated_topics(data)
     folder = Path(folder)
-    if resume and (folder / "meta.json").is_file():
-        index_folder = folder
-    elif resume and not (folder / PLAN).is_file():
+    if index is None and resume and (folder / "meta.json").is_file():
+        index = ImpactIndex.load(folder)
+    elif index is None and resume and not (folder / PLAN).is_file():
         shutil.rmtree(folder, ignore_errors=True)
-    if index_folder is not None:
-        index = ImpactIndex.load(index_folder)
-    else:
-        documents = source.documents()
+    if index is None:
+        documents = data.source("test").documents()
         doc_ids, terms = list(documents), index_terms([topics], featurizer)
         rank_zero_info(f"fullrank: indexing {len(terms)} query terms x {len(doc_ids)} documents into {folder}")
         index = build_index(model, featurizer, documents, doc_ids, terms, folder, trainer_options=trainer_options,

@@ -5,6 +5,7 @@ the paper-size default is measured in results/conformer_kernel/README.md.
 """
 
 import json
+import re
 
 import lightning as L
 import pytest
@@ -35,7 +36,7 @@ def test_training_beats_the_initial_ranking():
     assert after["test/map"] > before["test/map"]
 
 
-def test_train_evaluate_and_index_agree(tmp_path):
+def test_train_evaluate_and_index_agree(tmp_path, capsys):
     out = tmp_path / "run"
     metrics = train.main([*SMALL, "--data.min_count", "2", "--data.depth", "10", "--data.dev_queries", "10",
                           "--data.test_queries", "25", "--trainer.max_steps", "4", "--trainer.val_check_interval",
@@ -79,6 +80,14 @@ def test_train_evaluate_and_index_agree(tmp_path):
             assert evaluated[qid] == pytest.approx(scores, abs=1e-5)
     assert model.hparams.model == "ndrm3"
 
+    # An index built for other queries (the 25 evaluated above) is refused in one line, before anything is written.
+    with pytest.raises(SystemExit) as exit:
+        evaluate.main(["--checkpoint", str(best), "--task", "builtin:test", "--modes", "fullrank", "--index",
+                       str(out / "index"), "--output_dir", str(tmp_path / "all")])  # every test query
+    assert exit.value.code == 2 and not (tmp_path / "all").exists()
+    assert re.fullmatch(r"error: \d+ query terms? (is|are) not in the index \(.+\); build it with the topics that "
+                        r"contain them \(conformer_kernel.index --topics\)", capsys.readouterr().err.splitlines()[-1])
+
 
 def test_output_folder_is_never_reused(tmp_path, capsys):
     (tmp_path / "run").mkdir()
@@ -86,3 +95,4 @@ def test_output_folder_is_never_reused(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit:
         train.main([*SMALL, "--output_dir", str(tmp_path / "run")])
     assert exit.value.code == 2 and "run is not empty" in capsys.readouterr().err.splitlines()[-1]
+
