@@ -49,7 +49,7 @@ from typing import Literal, Union, get_args, get_origin
 import yaml
 
 from common.run_folder import resumed_run
-from common.usage import usage_error
+from common.usage import ArgumentParser, usage_error
 
 #: Each training command built on `common.cli.RankerCLI`, and its RankerCLI subclass.
 COMMANDS = {"qds.train": "qds.cli.QDSCLI", "conformer_kernel.train": "conformer_kernel.cli.ConformerKernelCLI"}
@@ -451,7 +451,7 @@ def _plain(value):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m common.cli_help", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="python -m common.cli_help", description=__doc__.split("\n\n")[0])
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--write", action="store_true", help="regenerate every command's help and options files")
     action.add_argument("--check", action="store_true", help="exit 1 naming the files that differ from the parser's")

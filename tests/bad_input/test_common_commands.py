@@ -1,4 +1,5 @@
-"""``python -m common.data.bm25``, ``common.evaluate``, ``common.data.builtin`` and ``common.report`` refuse bad
+"""``python -m common.data.bm25``, ``common.evaluate``, ``common.data.builtin``, ``common.report`` and
+``common.cli_help`` refuse bad
 input in one line naming the option, or the file (and line), before anything is built or written.
 
 Each case runs the command on files under ``tmp_path/inputs`` (``{in}`` in the arguments and the expected text),
@@ -170,3 +171,12 @@ def test_report_refuses_a_malformed_reported_csv(tmp_path, inputs, monkeypatch, 
     (inputs / "reported" / "qds.csv").write_text(csv)
     monkeypatch.setenv("EFFICIENT_RANKERS_REPORTED", str(inputs / "reported"))
     _refused("common.report", ["{in}/metrics.json", *REPORT], expect, tmp_path, inputs)
+
+
+@pytest.mark.parametrize("args, expect", [
+    ([], "one of the arguments --write --check is required"),
+    (["--write", "--check"], "argument --check: not allowed with argument --write"),
+    (["--check", "qds.train"], "unrecognized arguments: qds.train"),
+])  # fmt: skip
+def test_cli_help_refuses(tmp_path, args, expect):
+    refused("common.cli_help", args, tmp_path, expect)
