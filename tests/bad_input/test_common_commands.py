@@ -1,6 +1,6 @@
 """``python -m common.data.bm25``, ``common.evaluate``, ``common.data.builtin``, ``common.report`` and
-``common.cli_help`` refuse bad
-input in one line naming the option, or the file (and line), before anything is built or written.
+``common.cli_help`` refuse bad input in one line naming the option, or the file (and line), before anything is
+built or written.
 
 Each case runs the command on files under ``tmp_path/inputs`` (``{in}`` in the arguments and the expected text),
 which must be left as they were.
