@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from common.data.source import SourceSpec, TaskSpecError, check_spec
-from common.usage import output_folder, usage_error
+from common.usage import output_folder_problem, usage_error
 
 #: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
 TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
@@ -98,10 +98,9 @@ def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
     It is not created here: the command creates it once its inputs have loaded.
     """
     out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
-    try:
-        output_folder(str(out))
-    except argparse.ArgumentTypeError as error:
-        usage_error(f"--output_dir: {error}")
+    problem = output_folder_problem(out)
+    if problem:
+        usage_error(f"--output_dir: {problem}")
     if out.exists() and any(out.iterdir()):
         usage_error(f"--output_dir: {out} is not empty: choose a new one")
     return out

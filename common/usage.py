@@ -10,8 +10,8 @@ not wait for torch or Lightning):
   ``prog: error: ...``, two lines);
 - `positive_int`, `nonnegative_int`, `positive_float`, `number_in`, `existing_file`, `checkpoint_file`,
   `output_folder`: argparse types whose complaint argparse prefixes with the option (``argument --depth: must be
-  a positive integer, got 0``); `output_file_problem`, what keeps a file from being written where a command
-  would write it, checked before the work rather than after it;
+  a positive integer, got 0``); `output_folder_problem` and `output_file_problem`, what keeps a command from
+  writing where it would, checked before the work rather than after it;
 - `input_errors`: a ``with`` block turning the errors that bad input files raise (a malformed line, a missing
   file) into that one line.
 """
@@ -119,14 +119,18 @@ def _unwritable(nearest: Path) -> str | None:
     return None
 
 
+def output_folder_problem(path: Path) -> str | None:
+    """What keeps `path` from being a folder to write into, or None: an existing folder, or one that can be made
+    (made only once there is something to write, so that a refused command leaves no empty folder behind)."""
+    return _unwritable(next(p for p in (path, *path.parents) if p.exists()))  # "." or "/" at the latest
+
+
 def output_folder(text: str) -> Path:
-    """A folder to write into: an existing one, or one that can be made (made only once there is something to write,
-    so that a refused command leaves no empty folder behind)."""
-    path = Path(text)
-    problem = _unwritable(next(p for p in (path, *path.parents) if p.exists()))  # "." or "/" at the latest
+    """An argparse type: a folder to write into (`output_folder_problem`)."""
+    problem = output_folder_problem(Path(text))
     if problem:
         raise argparse.ArgumentTypeError(problem)
-    return path
+    return Path(text)
 
 
 def output_file_problem(path: Path, overwrite: bool = False) -> str | None:

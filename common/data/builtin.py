@@ -67,7 +67,6 @@ query has a relevant document among its candidates.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import math
@@ -91,7 +90,7 @@ from common.data.formats import (
 )
 from common.data.source import FileSource
 from common.io import atomic_write
-from common.usage import ArgumentParser, input_errors, nonnegative_int, output_folder, usage_error
+from common.usage import ArgumentParser, input_errors, nonnegative_int, output_folder_problem, usage_error
 
 #: Bump when the generated files change for a given seed (it names the cache folder).
 VERSION = 1
@@ -566,10 +565,9 @@ def _check_root(root: Path, overwrite: bool) -> None:
     """Refuse a --root that cannot take a build, before building (seconds of work) rather than after."""
     if (root / "manifest.json").is_file() and not overwrite:
         return  # a complete build, reused
-    try:
-        output_folder(str(root))
-    except argparse.ArgumentTypeError as error:
-        usage_error(f"argument --root: {error}")
+    problem = output_folder_problem(root)
+    if problem:
+        usage_error(f"argument --root: {problem}")
     if root.exists() and not overwrite:
         usage_error(f"argument --root: {root} holds no complete built-in collection (no manifest.json); "
                     "remove it, or pass --overwrite to build into it")

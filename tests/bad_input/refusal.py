@@ -17,13 +17,24 @@ def _listing(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
 
 
+def write_inputs(folder: Path, files: dict[str, str]) -> Path:
+    """Write each ``{relative path: text}`` of `files` under `folder`; returns `folder`."""
+    for name, text in files.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return folder
+
+
 def refused(module: str, args: list[str], tmp_path: Path, expect: str, *, inputs: Path | None = None,
             timeout: float = 300) -> str:
     """Run ``python -m module *args`` in an empty folder ``tmp_path/work`` and assert that it refused.
 
     `expect` is a part of the one line the command must print; `inputs`, where given, is the folder holding
-    the case's input files, which must be left as it was. Returns the line.
+    the case's input files, which must be left as it was, and ``{in}`` in `args` and `expect` stands for it.
+    Returns the line.
     """
+    if inputs:
+        args, expect = [arg.replace("{in}", str(inputs)) for arg in args], expect.replace("{in}", str(inputs))
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     before = _listing(inputs) if inputs else []

@@ -8,7 +8,7 @@ which must be left as they were.
 
 import pytest
 
-from bad_input.refusal import refused
+from bad_input.refusal import refused, write_inputs
 
 FILES = {
     "docs.tsv": "d1\tthe cat sat\nd2\tdogs chase cats\n",
@@ -131,38 +131,28 @@ REPORTED_CASES = [
 
 @pytest.fixture
 def inputs(tmp_path):
-    folder = tmp_path / "inputs"
-    for name, text in FILES.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(text)
-    return folder
-
-
-def _refused(module: str, args: list[str], expect: str, tmp_path, inputs) -> None:
-    """`refused` with ``{in}`` in `args` and `expect` standing for the inputs folder."""
-    fill = lambda text: text.replace("{in}", str(inputs))  # noqa: E731
-    refused(module, [fill(arg) for arg in args], tmp_path, fill(expect), inputs=inputs)
+    return write_inputs(tmp_path / "inputs", FILES)
 
 
 @pytest.mark.parametrize("args, expect", BM25_CASES)
 def test_bm25_refuses(tmp_path, inputs, args, expect):
     # Options given twice: argparse keeps the last, so a case's own replaces the base's.
-    _refused("common.data.bm25", BM25 + args, expect, tmp_path, inputs)
+    refused("common.data.bm25", BM25 + args, tmp_path, expect, inputs=inputs)
 
 
 @pytest.mark.parametrize("args, expect", EVALUATE_CASES)
 def test_evaluate_refuses(tmp_path, inputs, args, expect):
-    _refused("common.evaluate", args, expect, tmp_path, inputs)
+    refused("common.evaluate", args, tmp_path, expect, inputs=inputs)
 
 
 @pytest.mark.parametrize("args, expect", BUILTIN_CASES)
 def test_builtin_refuses(tmp_path, inputs, args, expect):
-    _refused("common.data.builtin", args, expect, tmp_path, inputs)
+    refused("common.data.builtin", args, tmp_path, expect, inputs=inputs)
 
 
 @pytest.mark.parametrize("args, expect", REPORT_CASES)
 def test_report_refuses(tmp_path, inputs, args, expect):
-    _refused("common.report", args, expect, tmp_path, inputs)
+    refused("common.report", args, tmp_path, expect, inputs=inputs)
 
 
 @pytest.mark.parametrize("csv, expect", REPORTED_CASES)
@@ -170,7 +160,7 @@ def test_report_refuses_a_malformed_reported_csv(tmp_path, inputs, monkeypatch, 
     (inputs / "reported").mkdir()
     (inputs / "reported" / "qds.csv").write_text(csv)
     monkeypatch.setenv("EFFICIENT_RANKERS_REPORTED", str(inputs / "reported"))
-    _refused("common.report", ["{in}/metrics.json", *REPORT], expect, tmp_path, inputs)
+    refused("common.report", ["{in}/metrics.json", *REPORT], tmp_path, expect, inputs=inputs)
 
 
 @pytest.mark.parametrize("args, expect", [

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 import torch
 
-from bad_input.refusal import refused
+from bad_input.refusal import refused, write_inputs
 
 FILES = {
     "topics.tsv": "q1\tthe cat\nq2\tdogs\n",
@@ -135,10 +135,7 @@ HEAVY = {"torch", "lightning", "transformers"}
 
 @pytest.fixture
 def inputs(tmp_path):
-    folder = tmp_path / "inputs"
-    for name, text in FILES.items():
-        (folder / name).parent.mkdir(parents=True, exist_ok=True)
-        (folder / name).write_text(text)
+    folder = write_inputs(tmp_path / "inputs", FILES)
     for name, contents in CHECKPOINTS.items():
         torch.save(contents, folder / name)
     with zipfile.ZipFile(folder / "notes.zip", "w") as archive:  # a zip, as torch.save writes, but not torch's
@@ -148,8 +145,7 @@ def inputs(tmp_path):
 
 def _check(module: str, base: list[str], args: list[str], expect: str, tmp_path, inputs) -> None:
     """`module` on `base` then `args` (a later flag overrides an earlier one) refuses with `expect`."""
-    given = [arg.replace("{in}", str(inputs)) for arg in [*base, *args]]
-    refused(module, given, tmp_path, expect.replace("{in}", str(inputs)), inputs=inputs)
+    refused(module, [*base, *args], tmp_path, expect, inputs=inputs)
 
 
 @pytest.mark.parametrize("args, expect", QDS_CASES)

@@ -6,7 +6,8 @@ import math
 import pytest
 
 from common.usage import (
-    ArgumentParser, checkpoint_file, input_errors, number_in, output_file_problem, output_folder, positive_int,
+    ArgumentParser, checkpoint_file, input_errors, number_in, output_file_problem, output_folder, output_folder_problem,
+    positive_int,
 )
 
 
@@ -60,6 +61,8 @@ def test_where_an_output_can_go(tmp_path):
     assert not (tmp_path / "new").exists()  # nothing made before there is something to write
     with pytest.raises(argparse.ArgumentTypeError, match=f"^{tmp_path / 'file'} is a file, not a folder$"):
         output_folder(str(tmp_path / "file" / "sub"))
+    assert output_folder_problem(tmp_path) is None
+    assert output_folder_problem(tmp_path / "file") == f"{tmp_path / 'file'} is a file, not a folder"
     assert output_file_problem(tmp_path / "new.trec") is None
     assert output_file_problem(tmp_path) == f"{tmp_path} is a folder, not a file"
     assert output_file_problem(tmp_path / "file") == f"{tmp_path / 'file'} already exists; pass --overwrite to replace it"
