@@ -37,7 +37,7 @@ from qds.sentences import split_sentences
 
 def resolved_tokenizer_task(tokenizer: str, tokenizer_task: SourceSpec | None, train: SourceSpec | None):
     """The task a ``train`` tokenizer learns on (`tokenizer_task`, else the training task); None for others."""
-    from qds.tokenizer import TRAIN
+    from common.tokenizer import TRAIN
 
     if tokenizer != TRAIN:
         return None
@@ -63,7 +63,7 @@ class Encoder:
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            from qds.tokenizer import load_tokenizer
+            from common.tokenizer import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.tokenizer_name, task=self.tokenizer_task)
         return self._tokenizer

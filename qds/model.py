@@ -91,7 +91,8 @@ def build_encoder(
     if encoder is not None:
         from transformers import AutoConfig
 
-        from qds.pretrained import longformer_from_bert, resolve
+        from common.pretrained import resolve
+        from qds.pretrained import longformer_from_bert
 
         encoder = resolve(encoder)
         if AutoConfig.from_pretrained(encoder).model_type == "bert":  # e.g. the offline MiniLM (qds.pretrained)
@@ -260,7 +261,7 @@ class QDSTransformer(L.LightningModule):
 
 def _vocabulary(tokenizer: str, task) -> tuple[int, int]:
     """Vocabulary size and padding id of a from-scratch encoder's tokenizer."""
-    from qds.tokenizer import load_tokenizer
+    from common.tokenizer import load_tokenizer
 
     vocab = load_tokenizer(tokenizer, task=task)
     return len(vocab), vocab.pad_token_id

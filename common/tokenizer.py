@@ -46,7 +46,7 @@ def load_tokenizer(name_or_path: str, *, task=None, vocab_size: int = 8192, seed
         if task is None:
             raise ValueError("tokenizer 'train' learns a BPE on the training task: configure data.train")
         return AutoTokenizer.from_pretrained(task_tokenizer_path(task, vocab_size=vocab_size))
-    from qds.pretrained import bert_special_tokens, resolve
+    from common.pretrained import bert_special_tokens, resolve
 
     return bert_special_tokens(AutoTokenizer.from_pretrained(resolve(name_or_path)))
 
@@ -56,7 +56,7 @@ def builtin_tokenizer_path(vocab_size: int = 8192, seed: int = 0) -> Path:
     from common.data.builtin import ensure_builtin
     from common.data.docstore import cache_root
 
-    root = cache_root() / "qds" / f"tokenizer-builtin-seed{seed}-bpe{vocab_size}-v{VERSION}"
+    root = cache_root() / "tokenizers" / f"builtin-seed{seed}-bpe{vocab_size}-v{VERSION}"
     return _cached_bpe(root, lambda: _builtin_texts(ensure_builtin(seed=seed)), vocab_size)
 
 
@@ -68,7 +68,7 @@ def task_tokenizer_path(task, vocab_size: int = 8192) -> Path:
     source = source_from_spec(task)
     key = json.dumps([source_fingerprint(task, source), vocab_size, VERSION], sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    root = cache_root() / "qds" / f"tokenizer-{_slug(source.name)}-bpe{vocab_size}-{digest}"
+    root = cache_root() / "tokenizers" / f"{_slug(source.name)}-bpe{vocab_size}-{digest}"
     return _cached_bpe(root, lambda: _task_texts(source), vocab_size)
 
 

@@ -1,6 +1,6 @@
 """The built-in BPE: RoBERTa's special-token layout, lossless, trained once and then loaded from the cache."""
 
-from qds.tokenizer import builtin_tokenizer_path, load_tokenizer
+from common.tokenizer import builtin_tokenizer_path, load_tokenizer
 
 
 def test_roberta_special_ids_and_pair_format():
@@ -35,7 +35,7 @@ def _task(folder, words: str) -> dict:
 
 
 def test_train_learns_the_training_task_text(tmp_path, monkeypatch):
-    from qds.tokenizer import task_tokenizer_path
+    from common.tokenizer import task_tokenizer_path
 
     monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
     task = _task(tmp_path / "fleas", "the flea lives a year on its host; a flea lays eggs")
