@@ -1,0 +1,81 @@
+"""Building a representation store (`common.representations`) with Lightning ``predict``: one prediction step per
+shard, so that Lightning's distributed sampler splits the shards among devices and nodes, and a prediction writer
+that writes each shard as soon as it is computed.
+
+Writing from the writer callback, and never returning the predictions, keeps memory flat however large the
+collection: a shard's arrays live from its prediction step to its write. Each process writes only the shards it
+was given (predict's sampler repeats none); once every process is done, global rank zero checks that all the
+shards are there and writes the manifest. A killed build resumes with a writer made with ``resume=True``: only
+the shards missing or found broken are computed again.
+
+This module imports torch and Lightning; `common.representations`, which reads the stores, does not.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities import rank_zero_info
+from torch.utils.data import DataLoader, Dataset
+
+from common.representations import RepresentationStore, StoreWriter
+
+
+class ShardDataset(Dataset):
+    """Item i: the i-th shard still to write, an index into the writer's shards."""
+
+    def __init__(self, pending: list[int]):
+        self.pending = list(pending)
+
+    def __len__(self) -> int:
+        return len(self.pending)
+
+    def __getitem__(self, index: int) -> int:
+        return self.pending[index]
+
+    @staticmethod
+    def collate(items: list[int]) -> int:
+        (shard,) = items  # one shard per prediction step
+        return shard
+
+
+class StoreShardWriter(BasePredictionWriter):
+    """Writes each prediction, ``(shard_index, arrays)``, as that shard of the store (`StoreWriter.write_shard`)."""
+
+    def __init__(self, writer: StoreWriter):
+        super().__init__(write_interval="batch")
+        self.writer = writer
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
+        shard, arrays = prediction
+        if shard != batch:
+            raise ValueError(f"predict_step was given shard {batch} and returned shard {shard}")
+        self.writer.write_shard(shard, arrays)
+
+
+def build_store(module: L.LightningModule, writer: StoreWriter,
+                trainer_options: dict | None = None) -> RepresentationStore | None:
+    """Compute the shards `writer` still lacks (`StoreWriter.pending`) with `module` and finish the store.
+
+    `module`'s ``predict_step(shard_index)`` (a ``batch_idx`` argument is optional) is given one shard index at a
+    time, reads that shard's documents (their ids are ``writer.shard_doc_ids(shard_index)``, so a module keeps a
+    reference to the writer or to the same doc ids) and returns ``(shard_index, arrays)``: one (rows, width)
+    matrix per document, in that order, as numpy arrays or tensors (on any device: they are moved to the CPU),
+    cast to the store's dtype when written. It must not depend on which other shards a process computes, so that
+    a resumed or distributed build writes what a single uninterrupted one would.
+
+    `trainer_options` go to ``lightning.Trainer`` (``accelerator``, ``devices``, ``num_nodes``, ``strategy``,
+    ``precision``, ``enable_progress_bar``: Lightning's bar counts shards on rank zero). Every process calls this;
+    global rank zero returns the finished store once all have written their shards, the others None.
+    """
+    pending = writer.pending()
+    trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False,
+                        callbacks=[StoreShardWriter(writer)], default_root_dir=writer.folder,
+                        **(trainer_options or {}))
+    rank_zero_info(f"{writer.folder}: {len(pending)} of {writer.num_shards} shards to compute")
+    if pending:  # every process, each given its part of the shards by Lightning's sampler
+        loader = DataLoader(ShardDataset(pending), batch_size=1, collate_fn=ShardDataset.collate)
+        trainer.predict(module, dataloaders=loader, return_predictions=False)
+    trainer.strategy.barrier()  # rank zero finishes once every shard exists
+    return writer.finish() if trainer.is_global_zero else None
+
