@@ -144,6 +144,8 @@ IRDS_DATASETS = {
     "msmarco-document/trec-dl-2019": "trec-dl-2019-doc",
     "msmarco-document/trec-dl-2020": "trec-dl-2020-doc",
     "msmarco-document/dev": "msmarco-doc-dev",
+    "msmarco-passage/trec-dl-2019": "trec-dl-2019-passage",
+    "msmarco-passage/dev/small": "msmarco-passage-dev",
 }
 
 #: The file beside ``metrics.json`` that names the task the metrics were measured on.

