@@ -107,6 +107,7 @@ class EARLRanker(L.LightningModule):
             self.ranker = BertRanker(bert, loss=loss)
         else:
             self.ranker = BertSiamese(bert)
+        self.ranker.train()  # from_pretrained returns BERT in eval mode, and Lightning keeps modules' modes: dropout on
         self.name = run_name(architecture, pool, tied)
         rank_zero_info(f"{self.name}: {count_parameters(self.ranker) / 1e6:.2f}M parameters")
         self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)

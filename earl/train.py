@@ -46,6 +46,10 @@ def check_settings(config: dict) -> str | None:
                 and is_int(model.get("num_blocks")) and model["num_blocks"] > layers:
             return f"--model.num_blocks: l = L - K needs K at most --model.num_layers ({layers}), " \
                    f"got {model['num_blocks']}"
+    data = config.get("data") or {}
+    for option in ("query_length", "passage_length"):
+        if is_int(data.get(option)) and data[option] < 3:
+            return f"--data.{option}: must leave room for [CLS], a token and [SEP] (at least 3), got {data[option]}"
     for name in config.get("compare_with") or []:
         if name not in ("bert_ranker", "bert_siamese"):
             return f"--compare_with: must list bert_ranker and/or bert_siamese, got {name}"

@@ -1,4 +1,4 @@
-"""``python -m qds.train`` and ``python -m conformer_kernel.train`` refuse bad options in one line, before anything is
+"""``python -m qds.train``, ``python -m conformer_kernel.train`` and ``python -m earl.train`` refuse bad options in one line, before anything is
 built or written: most at the front door (`common.cli_help`), the rest at the real parser or on its resolved config
 (`common.cli.RankerCLI`)."""
 
@@ -38,6 +38,21 @@ CK = [
     (["--model.head", "4"], "unknown option --model.head (did you mean --model.heads?)"),
 ]  # fmt: skip
 
+EARL = [
+    (["--model.architecture", "colbert"], "--model.architecture: must be one of earl, bert_ranker, bert_siamese, "
+                                          "got colbert"),
+    (["--model.pool", "max"], "--model.pool: must be one of cls, mean, got max"),
+    (["--model.num_blocks", "0"], "--model.num_blocks: must be a positive integer, got 0"),
+    (["--model.num_heads", "3"], "--model.num_heads: must divide --model.hidden_size (64), got 3"),
+    (["--model.query_layers", "5"], "--model.query_layers: T_qry takes at most T_doc's 2 layers (--model.num_layers), "
+                                    "got 5"),
+    (["--model.loss", "softmax"], "--model.loss: must be one of hinge, cross_entropy, got softmax"),
+    (["--data.passage_length", "0"], "--data.passage_length: must be a positive integer, got 0"),
+    (["--data.query_length", "2"], "--data.query_length: must leave room for [CLS], a token and [SEP] (at least 3), "
+                                   "got 2"),
+    (["--compare_with", "[colbert]"], "--compare_with: must list bert_ranker and/or bert_siamese, got colbert"),
+]  # fmt: skip
+
 
 @pytest.mark.parametrize("args, expect", QDS)
 def test_qds_train_refuses(tmp_path, args, expect):
@@ -47,6 +62,11 @@ def test_qds_train_refuses(tmp_path, args, expect):
 @pytest.mark.parametrize("args, expect", CK)
 def test_conformer_kernel_train_refuses(tmp_path, args, expect):
     refused("conformer_kernel.train", args, tmp_path, expect)
+
+
+@pytest.mark.parametrize("args, expect", EARL)
+def test_earl_train_refuses(tmp_path, args, expect):
+    refused("earl.train", args, tmp_path, expect)
 
 
 @pytest.mark.parametrize("module, config, expect", [
