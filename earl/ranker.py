@@ -64,6 +64,9 @@ class EARLRanker(L.LightningModule):
         lr: AdamW's learning rate (paper: 3e-5).
         warmup_steps: linear warm-up steps (paper: 1,000), then linear decay to zero at the last training step.
         weight_decay: AdamW's weight decay (not LayerNorm weights or biases).
+        init_checkpoint: an ``earl.train`` checkpoint of the same architecture whose weights the model starts from
+            (weights only: a fresh optimizer, schedule and step count), e.g. the MS MARCO model that the ClueWeb09-B
+            transfer trains further (Sec. 4.3). ``--ckpt_path`` instead resumes that run, step and schedule included.
     """
 
     def __init__(
@@ -87,6 +90,7 @@ class EARLRanker(L.LightningModule):
         lr: NonNegativeFloat = 3e-5,
         warmup_steps: NonNegativeInt = 1000,
         weight_decay: NonNegativeFloat = 0.0,
+        init_checkpoint: str | None = None,
     ):
         super().__init__()
         self.save_hyperparameters()
@@ -107,6 +111,9 @@ class EARLRanker(L.LightningModule):
             self.ranker = BertRanker(bert, loss=loss)
         else:
             self.ranker = BertSiamese(bert)
+        if init_checkpoint is not None:
+            state = torch.load(init_checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+            self.load_state_dict(state)  # strict: the same architecture and sizes
         self.ranker.train()  # from_pretrained returns BERT in eval mode, and Lightning keeps modules' modes: dropout on
         self.name = run_name(architecture, pool, tied)
         rank_zero_info(f"{self.name}: {count_parameters(self.ranker) / 1e6:.2f}M parameters")

@@ -70,3 +70,18 @@ def test_a_finished_run_is_not_trained_again(trained, capsys):
         train.main(["--ckpt_path", "last", "--output_dir", str(out)])
     assert exit.value.code == 0
     assert capsys.readouterr().out.strip() == f"{out} holds a finished run (its metrics.json is written): nothing to resume"
+
+
+def test_init_checkpoint_starts_from_a_trained_models_weights_only(trained):
+    """``--model.init_checkpoint``: the weights of an earl.train checkpoint (the ClueWeb09-B transfer's start)."""
+    import torch
+
+    from earl.ranker import EARLRanker
+
+    out, _ = trained
+    checkpoint = torch.load(out / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)
+    settings = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
+    model = EARLRanker(**settings | {"init_checkpoint": str(out / "checkpoints" / "last.ckpt")})
+    state = model.state_dict()
+    assert state.keys() == checkpoint["state_dict"].keys()
+    assert all(torch.equal(state[k], v) for k, v in checkpoint["state_dict"].items())
