@@ -198,3 +198,121 @@ def test_help_and_option_errors_import_neither_torch_nor_lightning(module, args)
                 if line.startswith("import time:")}  # fmt: skip
     assert done.returncode in (0, 2) and "typing" in imported, done.stderr[-2000:]
     assert not imported & HEAVY
+
+
+# --- earl.index and earl.evaluate -------------------------------------------------------------------------------
+
+#: An earl.train checkpoint's hyper-parameters, as far as the commands read them before building the model.
+EARL_HPARAMS = {"num_blocks": 2, "pool": "cls", "copy_cross": True}
+EARL_CHECKPOINTS = {
+    "earl.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "earl", **EARL_HPARAMS},
+                  "datamodule_hyper_parameters": {"tokenizer": "builtin"}},
+    "earl_bert_ranker.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "bert_ranker", **EARL_HPARAMS}},
+    "earl_bert_siamese.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "bert_siamese", **EARL_HPARAMS}},
+}  # fmt: skip
+EARL_FILES = {
+    "unfinished_store/plan.json": "{}\n",
+    "finished_store/manifest.json": "{}\n",
+    # a store of another checkpoint: refused on its identity, before its shards are read
+    "other_store/manifest.json": '{"format": 1, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "s1"}}\n',
+}
+EARL_INDEX = ["--checkpoint", "{in}/earl.ckpt", "--strategy", "s1", "--collection", "builtin:test", "--output", "store"]
+EARL_INDEX_CASES = [
+    (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
+    (["--checkpoint", "{in}/notackpt.txt"], "argument --checkpoint: {in}/notackpt.txt is not a checkpoint"),
+    (["--strategy", "s3"], "argument --strategy: invalid choice: 's3' (choose from 's1', 's2')"),
+    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16')"),
+    (["--collection", "builtin:nope"], "--collection: unknown built-in split 'nope' in 'builtin:nope'"),
+    (["--collection", "irds:no/such-id"], "--collection: unknown ir_datasets id 'no/such-id'"),
+    (["--collection", "{in}/missing.tsv"], "--collection: {in}/missing.tsv is neither builtin:<split>, "
+                                           "irds:<ir_datasets id> nor a collection file: no such file"),
+    (["--collection", "{in}/used"], "--collection: {in}/used is a folder, not a collection file"),
+    (["--output", "{in}/used"], "--output: {in}/used is not empty; choose a new folder"),
+    (["--output", "{in}/notackpt.txt"], "--output: {in}/notackpt.txt is a file, not a folder"),
+    (["--output", "{in}/unfinished_store"], "--output: {in}/unfinished_store holds an unfinished store; resume it, "
+                                            "or choose a new folder (pass --resume to finish it)"),
+    (["--output", "{in}/finished_store", "--resume"],
+     "--output: {in}/finished_store already holds a finished store; open it, or choose a new folder"),
+    (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
+    (["--num_nodes", "none"], "argument --num_nodes: must be a positive integer, got none"),
+    (["--devices", "gpu"], "argument --devices: must be auto, a number of devices"),
+]  # fmt: skip
+EARL_EVALUATE = ["--checkpoint", "{in}/earl.ckpt", "--task", "builtin:test"]
+EARL_EVALUATE_CASES = [
+    (["--task", "builtin:nope"], "--task: unknown built-in split 'nope'"),
+    (["--task", "", "--topics", "{in}/topics.tsv"], "give --task TASK, or --topics, --qrels, --run and --collection"),
+    (["--store", "{in}/missing"], "argument --store: no such folder: {in}/missing"),
+    (["--store", "{in}/not_an_index"],
+     "argument --store: {in}/not_an_index holds no finished earl.index store (no manifest.json)"),
+    (["--store", "{in}/unfinished_store"], "argument --store: {in}/unfinished_store holds no finished earl.index "
+                                           "store (no manifest.json) (an unfinished one: finish it with earl.index "
+                                           "--resume)"),
+    (["--compare_end_to_end"], "--compare_end_to_end: compares a store's scores with end-to-end ones; give --store"),
+    (["--depth", "0"], "argument --depth: must be a positive integer, got 0"),
+    (["--batch_size", "none"], "argument --batch_size: must be a positive integer, got none"),
+    (["--dataset", "clueweb09b"], "argument --dataset: invalid choice: 'clueweb09b' (choose from "
+                                  "'msmarco-passage-dev', 'trec-dl-2019-passage')"),
+    (["--device", "tpu"], "argument --device: must be auto, cpu, cuda or cuda:N, got tpu"),
+    (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
+]  # fmt: skip
+#: Refused once the checkpoint is read or the store opened (torch imported, not Lightning): seconds each.
+EARL_READ_CASES = [
+    ("earl.index", [*EARL_INDEX, "--checkpoint", "{in}/qds.ckpt"],
+     "--checkpoint: {in}/qds.ckpt is not an earl.train checkpoint"),
+    ("earl.index", [*EARL_INDEX, "--checkpoint", "{in}/earl_bert_ranker.ckpt"],
+     "--checkpoint: {in}/earl_bert_ranker.ckpt is an earl.train checkpoint of bert_ranker, not of EARL"),
+    ("earl.evaluate", [*EARL_EVALUATE, "--checkpoint", "{in}/earl_bert_siamese.ckpt"],
+     "--checkpoint: {in}/earl_bert_siamese.ckpt is an earl.train checkpoint of bert_siamese, not of EARL"),
+    ("earl.evaluate", [*EARL_EVALUATE, "--store", "{in}/other_store"],
+     "--store: {in}/other_store was built from checkpoint 000000000000…; this needs checkpoint "),
+]  # fmt: skip
+EARL_PAPER = "EARL: Speedup Transformer-based Rankers with Pre-computed Representation"
+
+
+@pytest.fixture
+def earl_inputs(inputs):
+    write_inputs(inputs, EARL_FILES)
+    for name, contents in EARL_CHECKPOINTS.items():
+        torch.save(contents, inputs / name)
+    return inputs
+
+
+@pytest.mark.parametrize("args, expect", EARL_INDEX_CASES)
+def test_earl_index_refuses(tmp_path, earl_inputs, args, expect):
+    _check("earl.index", EARL_INDEX, args, expect, tmp_path, earl_inputs)
+
+
+def test_earl_index_needs_a_strategy(tmp_path, earl_inputs):
+    refused("earl.index", ["--checkpoint", str(earl_inputs / "earl.ckpt"), "--collection", "builtin:test",
+                           "--output", "store"], tmp_path,
+            "the following arguments are required: --strategy", inputs=earl_inputs)  # fmt: skip
+
+
+@pytest.mark.parametrize("args, expect", EARL_EVALUATE_CASES)
+def test_earl_evaluate_refuses(tmp_path, earl_inputs, args, expect):
+    _check("earl.evaluate", EARL_EVALUATE, args, expect, tmp_path, earl_inputs)
+
+
+@pytest.mark.parametrize("module, args, expect", EARL_READ_CASES)
+def test_earl_refuses_a_foreign_checkpoint_or_another_checkpoints_store(tmp_path, earl_inputs, module, args,
+                                                                         expect):
+    _check(module, [], args, expect, tmp_path, earl_inputs)
+
+
+@pytest.mark.parametrize("module", ["earl.index", "earl.evaluate"])
+def test_earl_help_names_the_command_and_its_paper_at_the_top(module):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"usage: python -m {module} ")
+    assert EARL_PAPER in " ".join(done.stdout.split("\noptions:")[0].split())
+
+
+@pytest.mark.parametrize("module", ["earl.index", "earl.evaluate"])
+@pytest.mark.parametrize("args", [["--help"], ["--checkpoint"]])
+def test_earl_help_and_option_errors_import_neither_torch_nor_lightning(module, args):
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, *args], capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:")}  # fmt: skip
+    assert done.returncode in (0, 2) and "typing" in imported, done.stderr[-2000:]
+    assert not imported & HEAVY

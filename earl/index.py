@@ -1,0 +1,175 @@
+"""``python -m earl.index --checkpoint CKPT --strategy s1|s2 --collection TASK --output DIR``: precompute the
+document representations of a trained EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with
+Pre-computed Representation", 2020), so that ``python -m earl.evaluate --store DIR`` ranks without T_doc.
+
+Sec. 3.3: T_doc never sees the query, so its output over a document can be computed offline. Strategy S1 (document
+representation reuse) stores D = T_doc(doc), h numbers per token; S2 (transformed document representation reuse)
+stores D' of Eq. 25, each judge block's keys and values of D (D W_Y, D W_Z), 2·K·h numbers per token, which
+also saves the judge's document projections at query time (Table 1's n^2 d term). A document's rows are its real
+tokens, [CLS] and [SEP] included and padding left out, the passage cut and tokenised exactly as in training (the
+checkpoint's tokenizer and passage length). The command prints the bytes per document of the store it built and
+what the other strategy would cost (S2 = 2·K x S1).
+
+``CKPT`` is an `earl.train` checkpoint of EARL (the BERT ranker and BERT-Siamese have nothing to precompute).
+``--collection`` names the documents: ``builtin:<split>``, ``irds:<ir_datasets id>`` (``msmarco-passage`` for
+the paper's 8.8M passages) or a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok); every
+document is stored, in the collection's order.
+
+Output: a representation store (`common.representations`) in a new ``--output`` folder: ``plan.json``, shards
+of ``--shard_size`` documents (``shard-*.bin`` rows and ``shard-*.index.json``), ``manifest.json`` written last.
+Its identity is the checkpoint file's sha256 and the strategy, and ``earl.evaluate`` refuses a store of another
+checkpoint; ``extra`` records the judge blocks, hidden size, heads, passage length and tokenizer. ``--dtype
+fp16`` halves the bytes (rows rounded to half precision; ``earl.evaluate --compare_end_to_end`` measures what it
+costs). The shards are computed by Lightning ``predict``, split among ``--devices`` and ``--num_nodes``, and
+written as soon as each is done, so a killed build loses the shards in flight only: ``--resume`` finishes it
+(with the same checkpoint, strategy, dtype, collection and shard size, else it is refused).
+
+Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
+(`common.usage`): the options, the collection's name and the output folder at once, before torch and Lightning
+are imported; a checkpoint that is not EARL's once read; a collection file that cannot be read once it is opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from common.data.source import TaskSpecError, check_spec
+from common.task_options import lightning_devices, read_checkpoint
+from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+
+#: Reuse strategies (Sec. 3.3): S1 stores D, S2 stores D' (Eq. 25).
+STRATEGIES = ("s1", "s2")
+#: ``--dtype`` -> how the store holds its rows.
+DTYPES = {"fp32": "float32", "fp16": "float16"}
+#: What the parts of an `earl.train` checkpoint's hyper-parameters say it is EARLRanker's.
+_RANKER_KEYS = ("architecture", "num_blocks", "pool", "copy_cross")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="python -m earl.index", description=__doc__.split("\n\n")[0],
+                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help="an earl.train checkpoint of EARL")
+    parser.add_argument("--strategy", required=True, choices=STRATEGIES,
+                        help="s1: store D = T_doc(doc) (h per token); s2: store D' = each judge block's keys and "
+                             "values of D (2·K·h per token, Eq. 25)")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
+    parser.add_argument("--collection", required=True,
+                        help="the documents: builtin:<split>, irds:<ir_datasets id> or a collection FILE "
+                             "(docid<TAB>[title<TAB>]text TSV or JSONL)")
+    parser.add_argument("--output", required=True, help="a new folder for the store (or an unfinished one with "
+                                                        "--resume)")
+    parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output")
+    parser.add_argument("--shard_size", type=positive_int, default=1000,
+                        help="documents per written shard (default 1000)")
+    parser.add_argument("--batch_size", type=positive_int, default=128,
+                        help="documents per T_doc forward pass (default 128)")
+    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
+    parser.add_argument("--devices", type=lightning_devices, default="auto",
+                        help="Lightning devices; the shards are split among them (default auto)")
+    parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
+    return parser
+
+
+def is_collection_task(text: str) -> bool:
+    """Whether ``--collection`` names a task (``builtin:`` or ``irds:``) rather than a collection file."""
+    return text.startswith(("builtin:", "irds:"))
+
+
+def check_collection(text: str) -> None:
+    """``--collection``: a task's name that `common.data.source.check_spec` accepts, or an existing file; else one
+    line naming the option."""
+    if is_collection_task(text):
+        with input_errors(TaskSpecError):
+            check_spec(text, "--collection")
+    elif Path(text).is_dir():
+        usage_error(f"--collection: {text} is a folder, not a collection file")
+    elif not Path(text).is_file():
+        usage_error(f"--collection: {text} is neither builtin:<split>, irds:<ir_datasets id> nor a collection "
+                    "file: no such file")
+
+
+def open_collection(text: str):
+    """The documents ``--collection`` names (a `common.data.source.DocumentLookup`, iterable over its ids)."""
+    if is_collection_task(text):
+        from common.data.source import source_from_spec
+
+        return source_from_spec(text).documents()
+    from common.data.docstore import DocumentStore
+
+    return DocumentStore.for_collection(text)
+
+
+def is_ranker_checkpoint(state: dict) -> bool:
+    """Whether checkpoint contents `state` are `earl.train`'s (an `earl.ranker.EARLRanker`, any architecture)."""
+    hyper_parameters = state.get("hyper_parameters")
+    return "state_dict" in state and isinstance(hyper_parameters, dict) and all(
+        key in hyper_parameters for key in _RANKER_KEYS)
+
+
+def read_trained(path: str | Path) -> dict:
+    """The contents of `path`, an `earl.train` checkpoint of EARL; any other file, a BERT ranker's or
+    BERT-Siamese's checkpoint included, ends the command in one line naming it. Imports torch."""
+    state = read_checkpoint(path, "an earl.train checkpoint", is_ranker_checkpoint)
+    architecture = state["hyper_parameters"]["architecture"]
+    if architecture != "earl":
+        usage_error(f"--checkpoint: {path} is an earl.train checkpoint of {architecture}, not of EARL: only EARL's "
+                    "document side is computed without the query, so only EARL has representations to store")
+    return state
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What the option types do not check, before anything is imported or read: the collection and an output
+    folder to build the store into."""
+    from common.representations import store_output_problem
+
+    check_collection(args.collection)
+    problem = store_output_problem(Path(args.output), args.resume)
+    if problem:
+        hint = " (pass --resume to finish it)" if "unfinished" in problem else ""
+        usage_error(f"--output: {problem}{hint}")
+
+
+def main(argv=None):
+    """Build the store the command line names; returns it (a `common.representations.RepresentationStore`) on
+    global rank zero, else None."""
+    args = build_parser().parse_args(argv)
+    check_args(args)
+    from common.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    state = read_trained(args.checkpoint)  # torch alone: a foreign checkpoint is refused before Lightning loads
+
+    from common.cli import INPUT_ERRORS
+    from common.data.formats import DataFormatError
+    from common.representations import StoreMismatchError, checkpoint_hash
+    from earl.store import build_representations, data_encoder, load_ranker, storage_report
+
+    encoder = data_encoder(state.get("datamodule_hyper_parameters", {}))
+    with input_errors(*INPUT_ERRORS, DataFormatError):
+        documents = open_collection(args.collection)
+        doc_ids = list(documents)
+    if not doc_ids:
+        usage_error(f"--collection: {args.collection} holds no documents")
+    checkpoint_sha256 = checkpoint_hash(args.checkpoint)
+    ranker = load_ranker(state)
+    print(f"{'resuming' if args.resume else 'building'} the {args.strategy.upper()} store of {ranker.name} "
+          f"({args.dtype}) over {len(doc_ids):,} documents of {args.collection} in {args.output}")
+    try:
+        store = build_representations(
+            ranker, encoder, documents, doc_ids, args.output, checkpoint_sha256=checkpoint_sha256,
+            strategy=args.strategy, dtype=DTYPES[args.dtype], shard_size=args.shard_size, batch_size=args.batch_size,
+            resume=args.resume, trainer_options={"accelerator": args.accelerator, "devices": args.devices,
+                                                 "num_nodes": args.num_nodes},
+        )  # fmt: skip
+    except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
+        usage_error(f"--output: {error}")
+    if store is not None:
+        print(storage_report(store))
+        print(f"written: {args.output}")
+    return store
+
+
+if __name__ == "__main__":
+    main()

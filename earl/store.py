@@ -1,0 +1,259 @@
+"""EARL's precomputed document representations (Gao, Dai, Callan 2020, Sec. 3.3): what ``python -m earl.index``
+stores and how ``python -m earl.evaluate`` scores from it, in one place so that the two agree.
+
+- A store (`common.representations`) holds, per document, one row per REAL token of the passage as training
+  encoded it (`earl.data.Encoder` with the checkpoint's tokenizer and passage length): [CLS], the words and
+  [SEP], never padding. Strategy S1 stores D = T_doc(doc) (width h); S2 stores D' of Eq. 25, every judge block's
+  keys and values of D side by side (`EARL.document_keys_values`, width 2·K·h), so S2 costs 2·K times S1's bytes.
+- What made the numbers is the store's identity: ``checkpoint`` (the sha256 of the checkpoint file,
+  `common.representations.checkpoint_hash`) and ``strategy``; its ``extra`` records the model's shape and the
+  encoding (judge blocks, hidden size, heads, passage length, tokenizer). A store is opened with the checkpoint's
+  hash expected, so another checkpoint's store, right shapes and wrong numbers, is refused.
+- Indexing (`DocumentIndexer`, `build_representations`): Lightning ``predict``, a step per shard
+  (`common.representation_writer.build_store`: shards split among devices and nodes, each written as soon as it
+  is computed, a killed build resumed). Within a shard the documents go through T_doc in batches sorted by
+  length (less padding); each document's rows are cut back to its real tokens, so the order changes nothing.
+- Scoring (`QueryScorer`): per query, T_qry once (Eqs. 14-16), then the candidates in batches through the judge
+  blocks (Eqs. 17-22) with their keys and values read from an S2 store, computed from an S1 store's D (the n^2 d
+  term of Table 1 that S2 saves), or, end to end, from T_doc at query time. The three paths differ only in where
+  the keys and values come from: fp32 stores score as end-to-end does, to float rounding (the tests hold them
+  within 1e-5); an fp16 store rounds the stored rows to half precision (about 3 decimal digits), and
+  `compare_scores` measures what that costs.
+
+Matrix products run in full fp32 (torch's default ``highest`` matmul precision, not TF32), so that a GPU run's
+stored and end-to-end scores agree as closely as a CPU run's.
+
+This module imports torch and Lightning; the command lines (`earl.index`, `earl.evaluate`) answer ``--help`` and
+bad options without them.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from collections.abc import Sequence
+
+import lightning as L
+import torch
+from torch import Tensor
+
+from common.representation_writer import build_store
+from common.representations import RepresentationStore, StoreWriter
+from earl.data import Encoder
+from earl.index import STRATEGIES
+from earl.model import EARL
+from earl.ranker import EARLRanker
+
+
+# --- the checkpoint --------------------------------------------------------------------------------------------
+
+
+def load_ranker(state: dict) -> EARLRanker:
+    """The `EARLRanker` of checkpoint contents `state` (read by `earl.index.read_trained`), in eval mode on the CPU.
+
+    Built from its saved hyper-parameters and loaded with its weights, without reading the file again.
+    """
+    names = set(inspect.signature(EARLRanker.__init__).parameters) - {"self"}
+    hyper_parameters = {k: v for k, v in state["hyper_parameters"].items() if k in names}
+    ranker = EARLRanker(**hyper_parameters)
+    ranker.load_state_dict(state["state_dict"])
+    return ranker.eval()
+
+
+def data_encoder(data_settings: dict) -> Encoder:
+    """The `Encoder` of a checkpoint's data settings (``datamodule_hyper_parameters``): queries and passages
+    tokenised and cut exactly as in training."""
+    return Encoder("earl", data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 16),
+                   data_settings.get("passage_length", 128), data_settings.get("tokenizer_task"))  # fmt: skip
+
+
+def store_width(model: EARL, strategy: str) -> int:
+    """Columns of a row: h for S1 (D), 2·K·h for S2 (D', Eq. 25)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    return model.hidden_size * (1 if strategy == "s1" else 2 * model.num_blocks)
+
+
+def store_identity(checkpoint_sha256: str, strategy: str) -> dict:
+    """What a store's numbers are made from (`common.representations` checks it when a store is opened)."""
+    return {"checkpoint": checkpoint_sha256, "strategy": strategy}
+
+
+def store_extra(ranker: EARLRanker, encoder: Encoder) -> dict:
+    """The model's shape and the passages' encoding, recorded beside the identity."""
+    model = ranker.ranker
+    return {"model": ranker.name, "num_blocks": model.num_blocks, "hidden_size": model.hidden_size,
+            "heads": model.doc_encoder.config.num_attention_heads, "passage_length": encoder.passage_length,
+            "tokenizer": encoder.tokenizer_name}  # fmt: skip
+
+
+# --- indexing --------------------------------------------------------------------------------------------------
+
+
+class DocumentIndexer(L.LightningModule):
+    """`build_store`'s module: ``predict_step(shard)`` encodes that shard's documents with T_doc and returns each
+    one's rows over its real tokens: D (S1) or D' (S2)."""
+
+    def __init__(self, model: EARL, encoder: Encoder, documents, writer: StoreWriter, strategy: str,
+                 batch_size: int):  # fmt: skip
+        super().__init__()
+        store_width(model, strategy)  # checks the strategy
+        self.model, self.encoder, self.documents = model, encoder, documents
+        self.writer, self.strategy, self.batch_size = writer, strategy, batch_size
+
+    def predict_step(self, shard_index: int, batch_idx: int = 0) -> tuple[int, list[Tensor]]:
+        docs = self.documents.get_many(self.writer.shard_doc_ids(shard_index))
+        order = sorted(range(len(docs)), key=lambda i: (len(docs[i].title) + len(docs[i].text), i))
+        arrays: list[Tensor | None] = [None] * len(docs)
+        for start in range(0, len(order), self.batch_size):
+            part = order[start : start + self.batch_size]
+            batch = self.encoder.documents([docs[i] for i in part])
+            rows = self.represent(batch["doc_tokens"].to(self.device), batch["doc_mask"].to(self.device)).float().cpu()
+            for j, (i, length) in enumerate(zip(part, batch["doc_mask"].sum(1).tolist())):
+                arrays[i] = rows[j, :length]  # the real tokens: [CLS], the words, [SEP]
+        return shard_index, arrays
+
+    def represent(self, tokens: Tensor, mask: Tensor) -> Tensor:
+        """(B, d) token ids and mask -> (B, d, width): D = T_doc(doc) for S1, D' of Eq. 25 for S2."""
+        documents = self.model.encode_documents(tokens, mask)
+        return documents if self.strategy == "s1" else self.model.document_keys_values(documents)
+
+
+def build_representations(ranker: EARLRanker, encoder: Encoder, documents, doc_ids: Sequence[str],
+                          folder: str | os.PathLike, *, checkpoint_sha256: str, strategy: str, dtype: str = "float32",
+                          shard_size: int = 1000, batch_size: int = 128, resume: bool = False,
+                          trainer_options: dict | None = None) -> RepresentationStore | None:  # fmt: skip
+    """Build (or, with `resume`, finish) the `strategy` store of `documents` (`doc_ids`, in that order) into
+    `folder`; returns it on global rank zero, None on the other ranks.
+
+    `common.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan (another
+    checkpoint, strategy, dtype, collection or shard size), before anything is computed."""
+    model = ranker.ranker
+    writer = StoreWriter(folder, doc_ids=doc_ids, width=store_width(model, strategy), dtype=dtype,
+                         shard_size=shard_size, identity=store_identity(checkpoint_sha256, strategy),
+                         extra=store_extra(ranker, encoder), resume=resume)  # fmt: skip
+    return build_store(DocumentIndexer(model, encoder, documents, writer, strategy, batch_size), writer,
+                       trainer_options)
+
+
+def storage_report(store: RepresentationStore) -> str:
+    """Bytes per document of `store` and what the other strategy would cost (S2 = 2·K x S1, Eq. 25)."""
+    strategy, blocks = store.identity["strategy"], store.manifest["extra"]["num_blocks"]
+    factor, per_document = 2 * blocks, store.bytes_per_document
+    built = (f"{strategy.upper()}: {per_document:,.0f} bytes/document ({store.dtype}; {len(store):,} documents, "
+             f"{store.manifest['rows']:,} token rows, {store.manifest['bytes'] / 2**20:,.1f} MiB)")
+    if strategy == "s1":
+        other = f"S2 would be {factor} x that ({per_document * factor:,.0f} bytes/document: 2·K, K = {blocks})"
+    else:
+        other = f"S1 would be 1/{factor} of that ({per_document / factor:,.0f} bytes/document: 2·K, K = {blocks})"
+    return f"{built}; {other}"
+
+
+# --- scoring ---------------------------------------------------------------------------------------------------
+
+
+class QueryScorer:
+    """Scores one query's candidates: T_qry once, then batches of `batch_size` candidates through the judge.
+
+    The candidates' keys and values come from `store` (S2: its rows; S1: `EARL.document_keys_values` of its D)
+    or, without a store, from T_doc over `documents` at query time (end to end). ``seconds`` accumulates the time
+    spent (reading and computing, the query's encoding included).
+    """
+
+    def __init__(self, model: EARL, encoder: Encoder, *, batch_size: int, device: torch.device | str = "cpu",
+                 store: RepresentationStore | None = None, documents=None):  # fmt: skip
+        if store is None and documents is None:
+            raise ValueError("give a store, or the documents to encode end to end")
+        self.strategy = store.identity["strategy"] if store is not None else None
+        if store is not None and store.width != store_width(model, self.strategy):
+            raise ValueError(f"{store.folder}: rows of width {store.width}, not the {self.strategy.upper()} width "
+                             f"{store_width(model, self.strategy)} of this model")
+        self.model, self.encoder, self.store, self.documents = model, encoder, store, documents
+        self.batch_size, self.device = batch_size, torch.device(device)
+        self.seconds = 0.0
+
+    @property
+    def label(self) -> str:
+        """How the candidates are scored: ``end to end``, ``S1 store (float16)``..."""
+        return "end to end" if self.store is None else f"{self.strategy.upper()} store ({self.store.dtype})"
+
+    @torch.inference_mode()
+    def __call__(self, query: str, doc_ids: Sequence[str]) -> Tensor:
+        """Scores (len(doc_ids),), float64 on the CPU, of the candidates `doc_ids` for query text `query`."""
+        start = time.perf_counter()
+        encoded = self.encoder.queries([query])
+        tokens, mask = encoded["query_tokens"].to(self.device), encoded["query_mask"].to(self.device)
+        queries, query_mask = self.model.encode_queries(tokens, mask), mask.bool()  # (1, q, h): once per query
+        scores = []
+        for first in range(0, len(doc_ids), self.batch_size):
+            chunk = list(doc_ids[first : first + self.batch_size])
+            keys_values, doc_mask = self.keys_values(chunk)
+            index = torch.zeros(len(chunk), dtype=torch.long, device=self.device)
+            scores.append(self.model.judge(queries, query_mask, keys_values, doc_mask, index).double().cpu())
+        self.seconds += time.perf_counter() - start
+        return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)
+
+    def keys_values(self, doc_ids: list[str]) -> tuple[Tensor, Tensor]:
+        """The candidates' (B, d, 2·K·h) keys and values of D (Eq. 25) and their (B, d) mask."""
+        if self.store is None:
+            batch = self.encoder.documents(self.documents.get_many(doc_ids))
+            tokens, mask = batch["doc_tokens"].to(self.device), batch["doc_mask"].to(self.device)
+            return self.model.document_keys_values(self.model.encode_documents(tokens, mask)), mask.bool()
+        rows, mask = self.store.padded(doc_ids)  # fp32 (an fp16 store's rows converted)
+        rows, mask = rows.to(self.device), mask.to(self.device)
+        return (self.model.document_keys_values(rows) if self.strategy == "s1" else rows), mask
+
+
+def score_pairs(scorer: QueryScorer, pairs: Sequence[tuple[str, str]], topics) -> Tensor:
+    """(index, score) rows (`common.rerank`) of every (qid, docid) pair, each query's candidates scored together
+    (its query encoded once)."""
+    by_query: dict[str, list[int]] = {}
+    for i, (qid, _) in enumerate(pairs):
+        by_query.setdefault(qid, []).append(i)
+    rows = []
+    for qid, positions in by_query.items():
+        scores = scorer(topics[qid], [pairs[i][1] for i in positions])
+        rows.append(torch.stack([torch.tensor(positions, dtype=torch.float64), scores], 1))
+    return torch.cat(rows) if rows else torch.zeros(0, 2, dtype=torch.float64)
+
+
+def compare_scores(scores: Tensor, reference: Tensor, pairs: Sequence[tuple[str, str]], metrics: dict,
+                   reference_metrics: dict) -> dict:  # fmt: skip
+    """How far `scores` (from a store) are from `reference` (end to end) on the same `pairs`: the largest and the
+    mean absolute score difference, the queries whose re-ranked order differs, and the NDCG@10 change
+    (`metrics` and `reference_metrics`: each run's measures)."""
+    a = scores[scores[:, 0].argsort()]
+    b = reference[reference[:, 0].argsort()]
+    if not torch.equal(a[:, 0], b[:, 0]):
+        raise ValueError("the two score sets are not of the same pairs")
+    difference = (a[:, 1] - b[:, 1]).abs()
+    orders: dict[str, list[list]] = {}
+    for (i, x), y in zip(a.tolist(), b[:, 1].tolist()):
+        qid, doc_id = pairs[int(i)]
+        orders.setdefault(qid, [[], []])
+        orders[qid][0].append((x, doc_id))
+        orders[qid][1].append((y, doc_id))
+    reordered = sorted(qid for qid, (mine, theirs) in orders.items() if _order(mine) != _order(theirs))
+    ndcg, reference_ndcg = metrics["ndcg_cut_10"], reference_metrics["ndcg_cut_10"]
+    return {"pairs": len(a), "queries": len(orders),
+            "max_abs_score_difference": float(difference.max()) if len(a) else 0.0,
+            "mean_abs_score_difference": float(difference.mean()) if len(a) else 0.0,
+            "queries_reordered": len(reordered), "reordered_queries": reordered[:20],
+            "ndcg_cut_10": ndcg, "end_to_end_ndcg_cut_10": reference_ndcg, "ndcg_cut_10_change": ndcg - reference_ndcg}
+
+
+def _order(scored: list[tuple[float, str]]) -> list[str]:
+    from common.data.formats import ranked
+
+    return [doc_id for doc_id, _ in ranked({doc_id: score for score, doc_id in scored})]
+
+
+def exactness_line(label: str, report: dict) -> str:
+    """`compare_scores`' report in one line."""
+    reordered = report["queries_reordered"]
+    order = "the same order for every query" if not reordered else f"{reordered} queries in another order"
+    return (f"{label} vs end to end, {report['pairs']:,} pairs of {report['queries']:,} queries: largest |score "
+            f"difference| {report['max_abs_score_difference']:.3g} (mean {report['mean_abs_score_difference']:.3g}); "
+            f"{order}; NDCG@10 {report['ndcg_cut_10']:.4f} vs {report['end_to_end_ndcg_cut_10']:.4f} (change "
+            f"{report['ndcg_cut_10_change']:+.4g})")
