@@ -1,5 +1,5 @@
-"""``python -m qds.benchmark``, ``conformer_kernel.benchmark`` and ``common.kernels.benchmark`` refuse bad options in
-one line, before anything is measured or written.
+"""``python -m qds.benchmark``, ``conformer_kernel.benchmark``, ``common.kernels.benchmark`` and ``earl.benchmark``
+refuse bad options in one line, before anything is measured or written.
 
 Each case writes into ``out`` (in the empty working folder `refused` checks), never into the repository's
 ``results/``, should a refusal ever fail to happen; the cases about the output folder itself point into `inputs`.
@@ -99,11 +99,30 @@ KERNELS = [
     (["8192"], "unrecognized arguments: 8192"),
 ]  # fmt: skip
 
+EARL = [
+    (["--candidates", "0"], "argument --candidates: must be a positive integer, got 0"),
+    (["--lengths", "-3"], "argument --lengths: must be a positive integer, got -3"),
+    (["--lengths", "1"], "argument --lengths: each must be at least 2 ([CLS] and a word), got 1"),
+    (["--lengths", "128", "128"], "argument --lengths: 128 is given twice"),
+    (["--size", "huge"], "argument --size: invalid choice: 'huge' (choose from 'base', 'small')"),
+    (["--size", "base", "base"], "argument --size: base is given twice"),
+    (["--ranker_candidates", "0"], "argument --ranker_candidates: must be a positive integer, got 0"),
+    (["--earl_batch_size", "0"], "argument --earl_batch_size: must be a positive integer, got 0"),
+    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16')"),
+    (["--documents", "real"], "argument --documents: invalid choice: 'real' (choose from 'encoded', 'random')"),
+    (["--impls", "earl_s3"], "argument --impls: invalid choice: 'earl_s3' (choose from 'bert_ranker', 'earl_s1', "
+                             "'earl_s2')"),
+    (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+    (["--threads", "0"], "argument --threads: must be a positive integer, got 0"),
+    (["512"], "unrecognized arguments: 512"),
+]  # fmt: skip
+
 #: Each command, its output folder option and the name of a file it would write on CPU.
 COMMANDS = {
     "qds.benchmark": ("--output_dir", "efficiency_cpu.csv"),
     "conformer_kernel.benchmark": ("--output_dir", "memory.csv"),
     "common.kernels.benchmark": ("--out-dir", "bench_cpu.csv"),
+    "earl.benchmark": ("--output_dir", "speed.csv"),
 }
 
 
@@ -124,6 +143,11 @@ def test_conformer_kernel_benchmark_refuses(tmp_path, args, expect):
 @pytest.mark.parametrize("args, expect", KERNELS)
 def test_kernels_benchmark_refuses(tmp_path, args, expect):
     refused_writing_into_out("common.kernels.benchmark", args, tmp_path, expect)
+
+
+@pytest.mark.parametrize("args, expect", EARL)
+def test_earl_benchmark_refuses(tmp_path, args, expect):
+    refused_writing_into_out("earl.benchmark", args, tmp_path, expect)
 
 
 @pytest.mark.parametrize("module", COMMANDS)
@@ -154,7 +178,7 @@ def test_help_names_the_command(module):
     assert done.stdout.startswith(f"usage: python -m {module} ")
 
 
-@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark"])
+@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark", "earl.benchmark"])
 @pytest.mark.parametrize("args", [["--help"], ["--repeats", "0"]])
 def test_help_and_argument_errors_do_not_wait_for_torch(module, args):
     """(common.kernels.benchmark cannot: its package, common.kernels, imports torch.)"""

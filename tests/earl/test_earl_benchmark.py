@@ -1,0 +1,211 @@
+"""earl.benchmark (EARL Table 3): the rows it writes, Table 1's cost worked by hand, FLOP counts against it, and the
+scores its timed path computes against `EARL.forward`, on tiny settings. No timing is asserted.
+
+(Named test_earl_benchmark.py, not test_benchmark.py: tests/common/kernels/test_benchmark.py has that basename, and
+pytest's default import mode refuses two test modules of one basename in folders without ``__init__.py``.)
+"""
+
+import csv
+import io
+import json
+import math
+import sys
+
+import pytest
+import torch
+
+from earl import benchmark
+from earl.benchmark import COUNTED, TABLE1, Size, analytic_cost
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CLI = ["--size", "small", "--lengths", "32", "--candidates", "8", "--ranker_candidates", "4", "--repeats", "1",
+       "--earl_batch_size", "3", "--batch_size", "2", "--threads", "1"]
+KEYS = {"bench", "impl", "n", "pass", "ms", "candidates", "size", "measured_candidates", "extrapolated", "read_ms",
+        "flops", "gflops_per_s", "analytic_ratio", "table1_ratio", "flop_ratio", "speedup", "cpu", "threads",
+        "store_bytes_per_document", "cpu_ms", "query_ms", "judge_ms"}
+TINY = Size(layers=3, hidden=32, heads=2, intermediate=96, blocks=2, query_layers=1)  # FFN 3h: t = 10, j_q = 12
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One in-process run at the small size, n = 32, 8 candidates (the BERT ranker timed on 4), with --json."""
+    out = tmp_path_factory.mktemp("earl_bench")
+    capture = pytest.MonkeyPatch()
+    stdout = io.StringIO()
+    capture.setattr(sys, "stdout", stdout)
+    try:
+        code = benchmark.main([*CLI, "--json", "--output_dir", str(out)])
+    finally:
+        capture.undo()
+    return code, out, stdout.getvalue()
+
+
+def records(out):
+    return [json.loads(line) for line in (out / "speed.jsonl").read_text().splitlines()]
+
+
+def test_rows_have_the_required_keys_and_values(run):
+    code, out, stdout = run
+    assert code == 0
+    printed = [json.loads(line) for line in stdout.splitlines()]  # --json: nothing else on stdout
+    assert printed == records(out)
+    assert [r["impl"] for r in printed] == list(benchmark.IMPLS)
+    threads = torch.get_num_threads()
+    for row in printed:
+        assert KEYS <= set(row)
+        assert (row["n"], row["candidates"], row["size"], row["pass"]) == (32, 8, "small", "infer")
+        assert row["ms"] > 0 and row["flops"] > 0 and row["cpu"] and row["threads"] == threads == 1
+        assert row["gflops_per_s"] == pytest.approx(row["flops"] / row["ms"] / 1e6, rel=1e-2)
+    ranker, s1, s2 = printed
+    assert (ranker["measured_candidates"], ranker["extrapolated"], ranker["read_ms"]) == (4, True, None)
+    assert ranker["speedup"] == ranker["flop_ratio"] == ranker["analytic_ratio"] == 1.0
+    for row in (s1, s2):
+        assert (row["measured_candidates"], row["extrapolated"]) == (8, False)
+        assert row["read_ms"] >= 0 and row["query_ms"] > 0 and row["judge_ms"] > 0
+        assert row["speedup"] == pytest.approx(ranker["ms"] / row["ms"], rel=1e-2)
+        assert row["flop_ratio"] == pytest.approx(ranker["flops"] / row["flops"], rel=1e-2)
+        assert row["affordable_candidates"] == math.floor(8 * row["ms"] / ranker["ms"])
+    assert s1["keys_values_ms"] >= 0 and s2["keys_values_ms"] is None
+    # S2 stores D' (2 K h columns) where S1 stores D (h): 2K = 4 times the bytes
+    assert s1["store_bytes_per_document"] == 32 * 256 * 4
+    assert s2["store_bytes_per_document"] == 2 * 2 * s1["store_bytes_per_document"]
+    # S2 does less work than S1, by Table 1, with constants and as counted
+    assert s2["analytic_ratio"] > s1["analytic_ratio"] and s2["flop_ratio"] > s1["flop_ratio"]
+
+
+def test_outputs_are_written_and_refused_without_overwrite(run):
+    _, out, _ = run
+    with open(out / "speed.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    assert list(rows[0]) == benchmark.FIELDS and len(rows) == 3
+    assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SystemExit) as refused:
+        benchmark.main([*CLI, "--output_dir", str(out)])
+    assert refused.value.code == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_analytic_cost_is_table_1_worked_by_hand():
+    """n = 4, q = 2, d = 3, N = 5, one layer of each: Table 1's cells with every constant 1."""
+    tiny = {"n": 4, "q": 2, "d": 3, "documents": 5}
+    # BERT ranker: (n (d+q)^2 + n^2 (d+q)) N = (4*25 + 16*5) * 5 = 900
+    assert analytic_cost("bert_ranker", **tiny) == 900
+    # query understanding n q^2 + n^2 q = 16 + 32 = 48; S1 judge (n (qd + q^2) + n^2 (q + d)) N = (40 + 80) * 5
+    assert analytic_cost("earl_s1", **tiny) == 48 + 600
+    # S2 judge (n (qd + q^2) + n^2 q) N = (40 + 32) * 5
+    assert analytic_cost("earl_s2", **tiny) == 48 + 360
+    # per-layer costs times the layer counts: L for the ranker, l for T_qry, K for the judge
+    assert analytic_cost("bert_ranker", **tiny, layers=12) == 12 * 900
+    assert analytic_cost("earl_s2", **tiny, query_layers=10, blocks=2) == 10 * 48 + 2 * 360
+    # in multiply-adds: a = 2, t = 12, j_q = 14, j_d = 2
+    assert analytic_cost("bert_ranker", **tiny, constants=COUNTED) == (2 * 4 * 25 + 12 * 16 * 5) * 5  # 5800
+    query = 2 * 4 * 4 + 12 * 16 * 2  # 416
+    assert analytic_cost("earl_s1", **tiny, constants=COUNTED) == query + (2 * 4 * 10 + 14 * 16 * 2 + 2 * 16 * 3) * 5
+    assert analytic_cost("earl_s2", **tiny, constants=COUNTED) == query + (2 * 4 * 10 + 14 * 16 * 2) * 5
+    assert TABLE1.attention == TABLE1.layer_token == 1
+    assert benchmark.counted_constants(32, 96) == benchmark.Constants(2, 10, 12, 2)
+    with pytest.raises(ValueError):
+        analytic_cost("earl_s3", **tiny)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny EARL and BERT ranker, and S1 and S2 stores of 5 encoded documents of 12 tokens."""
+    n, count = 12, 5
+    model, ranker = benchmark.build_models(TINY, benchmark.QUERY_LENGTH + n, seed=0)
+    stores = benchmark.build_stores(tmp_path_factory.mktemp("stores"), model, size_name="tiny", size=TINY,
+                                    impls=["earl_s1", "earl_s2"], n=n, count=count, dtype="fp32",
+                                    documents="encoded", seed=0, shard_size=2, batch_size=2)  # fmt: skip
+    return model, ranker, stores, n, count
+
+
+def forward_scores(model, n, count):
+    """EARL.forward, end to end, on the benchmark's query and documents."""
+    tokens, mask = benchmark.query_tokens(0)
+    docs = benchmark.document_tokens(benchmark.document_words(n, count, 0))
+    batch = {"query_tokens": tokens, "query_mask": mask, "doc_tokens": docs, "doc_mask": torch.ones_like(docs),
+             "query_index": torch.zeros(count, dtype=torch.long)}
+    with torch.inference_mode():
+        return model(batch)
+
+
+@pytest.mark.parametrize("impl, keys_values", [("earl_s1", "fused"), ("earl_s1", "model"), ("earl_s2", "fused")])
+def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl, keys_values):
+    """Batches of 2 over 5 candidates (the last one short), from the memory-mapped store, as timed."""
+    model, _, stores, n, count = tiny
+    tokens, mask = benchmark.query_tokens(0)
+    scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=2, keys_values=keys_values)
+    with torch.inference_mode():
+        scores = scorer(tokens, mask, benchmark.doc_ids(count))
+    expected = forward_scores(model, n, count)
+    assert scores.shape == (count,) and expected.std() > 0
+    torch.testing.assert_close(scores, expected, atol=1e-5, rtol=0)
+    assert set(scorer.parts) == {"query_ms", "read_ms", "keys_values_ms", "judge_ms"}
+
+
+def test_fused_keys_values_are_the_models(tiny):
+    model = tiny[0]
+    documents = torch.randn(3, 7, TINY.hidden)
+    with torch.inference_mode():
+        torch.testing.assert_close(benchmark.fused_keys_values(model)(documents),
+                                   model.document_keys_values(documents), atol=1e-6, rtol=0)
+
+
+def test_s2_store_holds_2k_times_s1s_bytes_and_is_reused(tiny, tmp_path):
+    model, _, stores, n, count = tiny
+    s1, s2 = stores["earl_s1"], stores["earl_s2"]
+    assert (s1.width, s2.width) == (TINY.hidden, 2 * TINY.blocks * TINY.hidden)
+    assert s1.bytes_per_document == n * TINY.hidden * 4
+    assert s2.bytes_per_document == 2 * TINY.blocks * s1.bytes_per_document
+    again = benchmark.build_stores(s1.folder.parent, model, size_name="tiny", size=TINY, impls=["earl_s2"], n=n,
+                                   count=count, dtype="fp32", documents="encoded", seed=0, shard_size=2,
+                                   batch_size=2)  # fmt: skip
+    assert again["earl_s2"].folder == s2.folder  # opened, not rebuilt
+    half = benchmark.build_stores(tmp_path, model, size_name="tiny", size=TINY, impls=["earl_s1", "earl_s2"], n=n,
+                                  count=count, dtype="fp16", documents="random", seed=0, shard_size=2,
+                                  batch_size=2)  # fmt: skip
+    assert half["earl_s2"].bytes_per_document == s2.bytes_per_document / 2
+
+
+def test_fp16_rows_are_converted_and_score_close_to_fp32(tiny, tmp_path):
+    model, _, _, n, count = tiny
+    half = benchmark.build_stores(tmp_path, model, size_name="tiny", size=TINY, impls=["earl_s2"], n=n, count=count,
+                                  dtype="fp16", documents="encoded", seed=0, shard_size=2, batch_size=2)["earl_s2"]
+    tokens, mask = benchmark.query_tokens(0)
+    with torch.inference_mode():
+        scores = benchmark.EarlScorer(model, half, "earl_s2", n, batch_size=2)(tokens, mask, benchmark.doc_ids(count))
+    assert scores.dtype == torch.float32
+    torch.testing.assert_close(scores, forward_scores(model, n, count), atol=2e-2, rtol=0)
+
+
+def test_flop_counts_agree_with_the_counted_analytic_cost(tiny):
+    """FlopCounterMode's FLOPs are 2 per multiply-add of `COUNTED`'s cost, but for what Table 1 leaves out: the score
+    head (2 h per candidate) and the first block's query projection, done once per batch, not per candidate."""
+    model, ranker, stores, n, count = tiny
+    h, q = TINY.hidden, benchmark.QUERY_LENGTH
+    tokens, mask = benchmark.query_tokens(0)
+    one = benchmark.pair_batch(tokens, benchmark.document_words(n, 1, 0))
+    with torch.inference_mode():
+        ranker_flops = benchmark.count_flops(lambda: ranker(one))
+    assert ranker_flops == 2 * benchmark.size_cost("bert_ranker", TINY, n, 1) + 2 * h
+    candidates, batch = 7, 2
+    calls = math.ceil(candidates / batch)
+    for impl in ("earl_s1", "earl_s2"):
+        scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=batch)
+        with torch.inference_mode():
+            flops = benchmark.earl_flops(scorer, tokens, mask, benchmark.doc_ids(count), candidates)
+        macs = benchmark.size_cost(impl, TINY, n, candidates) - (candidates - calls) * h * h * q
+        assert flops == 2 * macs + candidates * 2 * h
+
+
+def test_help_is_fast_and_lists_the_options():
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "earl.benchmark", "--help"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == ""
+    for option in ("--size", "--lengths", "--candidates", "--ranker_candidates", "--batch_size", "--earl_batch_size",
+                   "--dtype", "--repeats", "--output_dir", "--json", "--overwrite", "--store_dir"):
+        assert option in done.stdout
