@@ -87,7 +87,7 @@ def main(args=None) -> dict | None:
     print()
     print(paper_tables(metrics, task, dataset, orcas=bool(data.featurizer.orcas)))
     print(f"\nwritten: {', '.join(str(out / f'run.{m}.trec') for m in runs)}, {out / 'metrics.json'}, "
-          f"{out / 'task.json'}, {cli.tested_checkpoint}")
+          f"{out / 'task.json'}, {cli.tested_checkpoint or 'the weights after the last step'}")
     return metrics
 
 

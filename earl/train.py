@@ -92,7 +92,7 @@ def main(args=None) -> dict | None:
     print()
     print(paper_tables(metrics, task, dataset))
     print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'task.json'}, {out / 'config.yaml'}, "
-          f"{cli.tested_checkpoint}")
+          f"{cli.tested_checkpoint or 'the weights after the last step'}")
     return metrics
 
 
