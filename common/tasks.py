@@ -37,8 +37,9 @@ from ir_datasets are not checked: their collections hold every judged and retrie
 looking up MS MARCO's 37M training candidates would take minutes. `check_tasks` opens and checks
 every configured split (a train command calls it before fitting).
 
-`SplitLoaders` makes the loaders of the datasets the package builds in ``self._dataset(split)``
-(a training dataset, and `common.rerank.RerankPairs` for dev and test, each with a ``collate``):
+`SplitLoaders` builds each split's dataset once, through the package's ``build_dataset(split)`` (a
+training dataset, and `common.rerank.RerankPairs` for dev and test, each with a ``collate``), kept in
+``self._datasets`` (a dict the data module creates), and makes their loaders:
 torchdata's ``StatefulDataLoader`` (a checkpoint taken mid-epoch resumes at the next batch),
 the training one shuffled by a generator seeded with ``hparams.seed``, ``hparams.batch_size``
 items a training batch and ``hparams.eval_batch_size`` an evaluation one, ``hparams.num_workers``
@@ -213,7 +214,24 @@ def _present_documents(source: RankingSource, missing: set[str]) -> RankingSourc
 
 
 class SplitLoaders:
-    """Mixin: the train/dev/test loaders of the data module's ``_dataset(split)`` (see the module docstring)."""
+    """Mixin: the datasets of the data module's ``build_dataset(split)``, each built once, and their train/dev/test
+    loaders (see the module docstring)."""
+
+    def setup(self, stage: str) -> None:
+        # the test split is built with fit too: its documents are checked before training starts
+        if stage == "fit":
+            self._dataset("train")
+            if self.has_split("dev"):
+                self._dataset("dev")
+        if stage in ("test", "fit") and self.has_split("test"):
+            self._dataset("test")
+        if stage == "validate":
+            self._dataset("dev")
+
+    def _dataset(self, split: str) -> Dataset:
+        if split not in self._datasets:
+            self._datasets[split] = self.build_dataset(split)
+        return self._datasets[split]
 
     def train_dataloader(self):
         generator = torch.Generator().manual_seed(self.hparams.seed)

@@ -168,24 +168,20 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
 
     # --- datasets (loaders: `common.tasks.SplitLoaders`) ----------------------------------
 
-    def setup(self, stage: str) -> None:
+    def setup(self, stage: str) -> None:  # SplitLoaders.setup but for fit, which leaves the test split to test
         splits = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}.get(stage, ())
         for split in splits:
             if self.has_split(split):
                 self._dataset(split)
 
-    def _dataset(self, split: str) -> Dataset:
-        if split not in self._datasets:
-            source = self.source(split)
-            if split == "train":
-                sampler = from_source("label_groups", source, depth=self.hparams.depth,
-                                      group_size=self.hparams.group_size, relevance_level=self.relevance_level,
-                                      seed=self.hparams.seed)
-                self._datasets[split] = TrainGroups(sampler, source.topics(), source.documents(), self.featurizer)
-            else:
-                self._datasets[split] = RerankPairs(self.eval_pairs(split), source.topics(), source.documents(),
-                                                     partial(encode_pairs, self.featurizer))
-        return self._datasets[split]
+    def build_dataset(self, split: str) -> Dataset:
+        source = self.source(split)
+        if split == "train":
+            sampler = from_source("label_groups", source, depth=self.hparams.depth, group_size=self.hparams.group_size,
+                                  relevance_level=self.relevance_level, seed=self.hparams.seed)
+            return TrainGroups(sampler, source.topics(), source.documents(), self.featurizer)
+        return RerankPairs(self.eval_pairs(split), source.topics(), source.documents(),
+                           partial(encode_pairs, self.featurizer))
 
 
 def _unique_documents(sources: list[RankingSource]) -> Iterator[Document]:

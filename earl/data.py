@@ -199,26 +199,12 @@ class EARLDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         self.encoder = Encoder(architecture, tokenizer, query_length, passage_length, tokenizer_task)
         self._datasets: dict[str, Dataset] = {}
 
-    def setup(self, stage: str) -> None:
-        if stage == "fit":
-            self._dataset("train")
-            if self.has_split("dev"):
-                self._dataset("dev")
-        if stage in ("test", "fit") and self.has_split("test"):
-            self._dataset("test")
-        if stage == "validate":
-            self._dataset("dev")
-
-    def _dataset(self, split: str) -> Dataset:
-        if split not in self._datasets:
-            source = self.source(split)
-            if split == "train":
-                sampler = PointwiseSampler(
-                    source.qrels(), source.candidates(), negatives=self.hparams.negatives, depth=self.hparams.depth,
-                    relevance_level=self.relevance_level, seed=self.hparams.seed,
-                )  # fmt: skip
-                self._datasets[split] = TrainTriples(sampler, source.topics(), source.documents(), self.encoder)
-            else:
-                self._datasets[split] = RerankPairs(self.eval_pairs(split), source.topics(), source.documents(),
-                                                    self.encoder)
-        return self._datasets[split]
+    def build_dataset(self, split: str) -> Dataset:
+        source = self.source(split)
+        if split == "train":
+            sampler = PointwiseSampler(
+                source.qrels(), source.candidates(), negatives=self.hparams.negatives, depth=self.hparams.depth,
+                relevance_level=self.relevance_level, seed=self.hparams.seed,
+            )  # fmt: skip
+            return TrainTriples(sampler, source.topics(), source.documents(), self.encoder)
+        return RerankPairs(self.eval_pairs(split), source.topics(), source.documents(), self.encoder)
