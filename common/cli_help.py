@@ -264,6 +264,8 @@ def _expected(spec: dict) -> str:
         text = "one of " + ", ".join(str(choice) for choice in spec["choices"])
     elif kind == "bool":
         text = "true or false"
+    elif kind in ("str", "any"):
+        text = "a string" if kind == "str" else "a value"
     else:
         noun = "integer" if kind == "int" else "number"
         bounds = [f"{op} {ref}" for op, ref in spec.get("restrictions", [])]

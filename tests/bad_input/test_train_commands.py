@@ -50,6 +50,7 @@ EARL = [
     (["--data.passage_length", "0"], "--data.passage_length: must be a positive integer, got 0"),
     (["--data.query_length", "2"], "--data.query_length: must leave room for [CLS], a token and [SEP] (at least 3), "
                                    "got 2"),
+    (["--compare_with", "null"], "--compare_with: must be a list ([a, b]), each item a string, got null"),
     (["--compare_with", "[colbert]"], "--compare_with: must list bert_ranker and/or bert_siamese, got colbert"),
 ]  # fmt: skip
 
