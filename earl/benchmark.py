@@ -24,7 +24,7 @@ projects the first block's cross-attention queries once per call, so once per ba
 
 Sizes (``--size``, several at once into one set of files): ``base`` = BERT-base (L = 12, h = 768, 12 heads, FFN
 3072) with EARL's K = 2 judge blocks and l = 10 query layers (the paper's setting, Sec. 4.3); ``small`` = L = 4, h =
-256, 4 heads, FFN 1024, K = 2, l = 2. Weights are random (`earl.model.bert_config`, seeded; T_qry and the blocks
+256, 4 heads, FFN 1024, K = 2, l = 2. Weights are random (`common.pretrained.bert_config`, seeded; T_qry and the blocks
 are built by `build_earl` from that BERT, as Sec. 3.4): timing does not depend on them. The position table holds
 q + max(--lengths) tokens (528 at d = 512, past BERT's 512: random weights, so nothing is lost). Everything runs in
 ``torch.inference_mode``, eval mode, fp32; ``--dtype fp16`` stores the rows in half precision (converted to fp32
@@ -202,7 +202,8 @@ def build_models(size: Size, max_length: int, seed: int) -> tuple[EARL, BertRank
     import torch
     from transformers import BertModel
 
-    from earl.model import BertRanker, bert_config, build_earl
+    from common.pretrained import bert_config
+    from earl.model import BertRanker, build_earl
 
     torch.manual_seed(seed)
     config = bert_config(vocab_size=VOCAB_SIZE, pad_token_id=PAD, num_layers=size.layers, hidden_size=size.hidden,

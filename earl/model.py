@@ -257,27 +257,6 @@ class EARL(nn.Module):
                           batch["query_index"])  # fmt: skip
 
 
-def bert_config(*, vocab_size: int, pad_token_id: int, num_layers: int, hidden_size: int, num_heads: int,
-                intermediate_size: int, dropout: float, max_length: int = 512):  # fmt: skip
-    """A from-scratch BERT's config (two token types: the BERT ranker's query and document segments)."""
-    from transformers import BertConfig
-
-    return BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
-                      num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
-                      max_position_embeddings=max_length, hidden_dropout_prob=dropout,
-                      attention_probs_dropout_prob=dropout)  # fmt: skip
-
-
-def load_bert(name_or_path: str, dropout: float):
-    """``BertModel.from_pretrained`` without pooler (`common.pretrained.resolve` names the offline MiniLM)."""
-    from transformers import BertModel
-
-    from common.pretrained import resolve
-
-    return BertModel.from_pretrained(resolve(name_or_path), add_pooling_layer=False, hidden_dropout_prob=dropout,
-                                     attention_probs_dropout_prob=dropout)  # fmt: skip
-
-
 def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: bool = False,
                copy_from_bert: bool = True, copy_cross: bool = True, pool: Pool = "cls", loss: Loss = "hinge") -> EARL:
     """EARL from an L-layer ``BertModel`` `bert` (taken as T_doc, not copied), Sec. 3.4.

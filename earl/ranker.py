@@ -22,10 +22,19 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from common.metrics import RankingMetrics
+from common.pretrained import bert_config, load_bert
 from common.rerank import gather_scores
 from common.rng import rng_states, set_rng_states
 from earl.data import Architecture
-from earl.model import BertRanker, BertSiamese, Loss, Pool, bert_config, build_earl, count_parameters, hinge_loss, load_bert
+from earl.model import (
+    BertRanker,
+    BertSiamese,
+    Loss,
+    Pool,
+    build_earl,
+    count_parameters,
+    hinge_loss,
+)
 
 #: Table 2's measures: NDCG@10, MAP (at 1,000), MRR (TREC DL) and MRR@10 (MS MARCO dev).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")

@@ -13,15 +13,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common.pretrained import bert_config, load_bert
 from earl.model import (
     BertRanker,
     BertSiamese,
     JudgeBlock,
-    bert_config,
     build_earl,
     count_parameters,
     hinge_loss,
-    load_bert,
     pool,
 )
 
