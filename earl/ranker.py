@@ -26,15 +26,7 @@ from common.pretrained import bert_config, load_bert
 from common.rerank import gather_scores
 from common.rng import rng_states, set_rng_states
 from earl.data import Architecture
-from earl.model import (
-    BertRanker,
-    BertSiamese,
-    Loss,
-    Pool,
-    build_earl,
-    count_parameters,
-    hinge_loss,
-)
+from earl.model import BertRanker, BertSiamese, Loss, Pool, build_earl, count_parameters, hinge_loss
 
 #: Table 2's measures: NDCG@10, MAP (at 1,000), MRR (TREC DL) and MRR@10 (MS MARCO dev).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
