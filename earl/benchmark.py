@@ -97,7 +97,8 @@ if TYPE_CHECKING:
     import torch
 
     from common.representations import RepresentationStore
-    from earl.model import EARL, BertRanker
+    from common.bert_rankers import BertRanker
+    from earl.model import EARL
 
 BENCH = "earl_speed"
 IMPLS = ("bert_ranker", "earl_s1", "earl_s2")
@@ -203,7 +204,8 @@ def build_models(size: Size, max_length: int, seed: int) -> tuple[EARL, BertRank
     from transformers import BertModel
 
     from common.pretrained import bert_config
-    from earl.model import BertRanker, build_earl
+    from common.bert_rankers import BertRanker
+    from earl.model import build_earl
 
     torch.manual_seed(seed)
     config = bert_config(vocab_size=VOCAB_SIZE, pad_token_id=PAD, num_layers=size.layers, hidden_size=size.hidden,

@@ -1,9 +1,9 @@
-"""EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with Pre-computed Representation", 2020) and
-its Table 2 baselines, the BERT ranker and BERT-Siamese, as plain ``nn.Module`` s (the LightningModule is
-`earl.ranker`).
+"""EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with Pre-computed Representation", 2020) as a
+plain ``nn.Module`` (the LightningModule is `earl.ranker`; its Table 2 baselines, the BERT ranker and
+BERT-Siamese, are `common.bert_rankers`).
 
 Read top to bottom: the judge block's parts, the judge block (Eqs. 17-19), EARL (Eqs. 6-8, 20-22, 25), its
-initialisation from BERT (Sec. 3.4), then the baselines.
+initialisation from BERT (Sec. 3.4), then the hinge loss.
 
 - T_doc and T_qry (Eqs. 9-16) are Hugging Face ``BertModel`` s without pooler, so ``bert-base-uncased`` (or the
   offline MiniLM, `common.pretrained`) loads by name or path; their inputs carry [CLS] first and their token-level
@@ -297,44 +297,7 @@ def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: 
     return model
 
 
-# --- baselines (Table 2) --------------------------------------------------------------------------------------
-
-
-class BertRanker(nn.Module):
-    """The BERT ranker (Eq. 5; Nogueira and Cho 2019): ``[CLS] query [SEP] document [SEP]`` -> BERT -> [CLS] ->
-    dropout -> linear."""
-
-    def __init__(self, bert, loss: Loss = "hinge"):
-        super().__init__()
-        _check_loss(loss)
-        self.bert = bert
-        self.dropout = nn.Dropout(bert.config.hidden_dropout_prob)
-        hidden = bert.config.hidden_size
-        self.score = nn.Linear(hidden, 2) if loss == "cross_entropy" else nn.Linear(hidden, 1)
-        self.score.apply(bert._init_weights)
-
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        hidden = self.bert(input_ids=batch["pair_tokens"], attention_mask=batch["pair_mask"],
-                           token_type_ids=batch["pair_types"]).last_hidden_state  # (B, n, h)
-        out = self.score(self.dropout(hidden[:, 0]))
-        return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
-
-
-class BertSiamese(nn.Module):
-    """BERT-Siamese (Sec. 4.2; Reimers and Gurevych 2019): one BERT encodes the query and the document apart; the
-    score is the dot product of their [CLS] embeddings, so document embeddings could be precomputed."""
-
-    def __init__(self, bert):
-        super().__init__()
-        self.bert = bert
-
-    def embed(self, tokens: Tensor, mask: Tensor) -> Tensor:  # (B, n) -> (B, h)
-        return self.bert(input_ids=tokens, attention_mask=mask).last_hidden_state[:, 0]
-
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        queries = self.embed(batch["query_tokens"], batch["query_mask"])[batch["query_index"]]  # (B, h)
-        documents = self.embed(batch["doc_tokens"], batch["doc_mask"])  # (B, h)
-        return (queries * documents).sum(-1)
+# --- training ----------------------------------------------------------------------------------------------------
 
 
 def hinge_loss(positive: Tensor, negative: Tensor, margin: float = 1.0) -> Tensor:

@@ -26,7 +26,8 @@ from common.pretrained import bert_config, load_bert
 from common.rerank import gather_scores
 from common.rng import rng_states, set_rng_states
 from earl.data import Architecture
-from earl.model import BertRanker, BertSiamese, Loss, Pool, build_earl, count_parameters, hinge_loss
+from common.bert_rankers import BertRanker, BertSiamese
+from earl.model import Loss, Pool, build_earl, count_parameters, hinge_loss
 
 #: Table 2's measures: NDCG@10, MAP (at 1,000), MRR (TREC DL) and MRR@10 (MS MARCO dev).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
@@ -109,7 +110,7 @@ class EARLRanker(L.LightningModule):
             self.ranker = build_earl(bert, num_blocks=num_blocks, query_layers=query_layers, tied=tied,
                                      copy_from_bert=encoder is not None, copy_cross=copy_cross, pool=pool, loss=loss)
         elif architecture == "bert_ranker":
-            self.ranker = BertRanker(bert, loss=loss)
+            self.ranker = BertRanker(bert, logits=2 if loss == "cross_entropy" else 1)
         else:
             self.ranker = BertSiamese(bert)
         if init_checkpoint is not None:

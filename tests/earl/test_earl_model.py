@@ -14,9 +14,8 @@ import torch
 import torch.nn.functional as F
 
 from common.pretrained import bert_config, load_bert
+from common.bert_rankers import BertRanker, BertSiamese
 from earl.model import (
-    BertRanker,
-    BertSiamese,
     JudgeBlock,
     build_earl,
     count_parameters,
@@ -409,7 +408,7 @@ def test_cross_entropy_score_is_log_odds_and_matches_bce():
 def test_bert_ranker_is_linear_on_cls_of_the_pair(loss):
     """Eq. 5: BERT over ``[CLS] q [SEP] d [SEP]`` (token types 0 then 1), then a linear layer on [CLS]."""
     bert = small_bert()
-    ranker = BertRanker(bert, loss=loss).double().eval()
+    ranker = BertRanker(bert, logits=2 if loss == "cross_entropy" else 1).double().eval()
     pair, mask = tokens([9, 6], width=9, seed=8)
     types = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 1, 0, 0, 0]])
     with torch.no_grad():

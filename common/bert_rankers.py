@@ -1,0 +1,52 @@
+"""The two BERT rankers every efficient architecture is measured against: the cross-encoder and the dual encoder.
+
+- `BertRanker` (Nogueira and Cho 2019; EARL's "BERT ranker", Eq. 5; MVA's "cross-attention", CA): ``[CLS] query
+  [SEP] document [SEP]`` (token types 0 then 1) -> BERT -> [CLS] -> dropout -> linear. With two logits (MORES's
+  2-class head) the score is their difference, the log-odds of relevance.
+- `BertSiamese` (Reimers and Gurevych 2019; EARL's "BERT-Siamese"; MVA's "dual encoder", DE): one BERT encodes
+  the query and the document apart, the score is the dot product of their [CLS] vectors, so document vectors
+  can be computed ahead of time.
+
+Batches: ``pair_tokens``/``pair_mask``/``pair_types`` (B, n) for the cross-encoder; ``query_tokens``/
+``query_mask`` (Bq, q) of each distinct query, ``query_index`` (B,) its row per pair, and ``doc_tokens``/
+``doc_mask`` (B, d) for the dual encoder.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+
+
+class BertRanker(nn.Module):
+    """BERT over the concatenated pair, a linear map of its [CLS] vector (`logits` 1, or 2: their difference)."""
+
+    def __init__(self, bert, logits: int = 1):
+        super().__init__()
+        if logits not in (1, 2):
+            raise ValueError(f"logits must be 1 (a score) or 2 (a 2-class head), got {logits}")
+        self.bert = bert
+        self.dropout = nn.Dropout(bert.config.hidden_dropout_prob)
+        self.score = nn.Linear(bert.config.hidden_size, logits)
+        self.score.apply(bert._init_weights)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        hidden = self.bert(input_ids=batch["pair_tokens"], attention_mask=batch["pair_mask"],
+                           token_type_ids=batch["pair_types"]).last_hidden_state  # (B, n, h)
+        out = self.score(self.dropout(hidden[:, 0]))  # (B, logits)
+        return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
+
+
+class BertSiamese(nn.Module):
+    """One BERT encoding queries and documents apart; the score is <BERT(q)[CLS], BERT(d)[CLS]>."""
+
+    def __init__(self, bert):
+        super().__init__()
+        self.bert = bert
+
+    def embed(self, tokens: Tensor, mask: Tensor) -> Tensor:  # (B, n) -> (B, h)
+        return self.bert(input_ids=tokens, attention_mask=mask).last_hidden_state[:, 0]
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        queries = self.embed(batch["query_tokens"], batch["query_mask"])[batch["query_index"]]  # (B, h)
+        documents = self.embed(batch["doc_tokens"], batch["doc_mask"])  # (B, h)
+        return (queries * documents).sum(-1)
