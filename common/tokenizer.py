@@ -51,6 +51,14 @@ def load_tokenizer(name_or_path: str, *, task=None, vocab_size: int = 8192, seed
     return bert_special_tokens(AutoTokenizer.from_pretrained(resolve(name_or_path)))
 
 
+def resolved_tokenizer_task(tokenizer: str, tokenizer_task, train):
+    """The task a ``train`` tokenizer learns on (`tokenizer_task`, else the training task `train`; both
+    `common.data.source.SourceSpec` s); None for other tokenizers. Data modules and CLIs resolve it alike."""
+    if tokenizer != TRAIN:
+        return None
+    return tokenizer_task if tokenizer_task is not None else train
+
+
 def builtin_tokenizer_path(vocab_size: int = 8192, seed: int = 0) -> Path:
     """The folder of the BPE trained on the built-in collection of `seed`, trained on first use."""
     from common.data.builtin import ensure_builtin

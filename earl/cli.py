@@ -8,8 +8,9 @@ without importing Lightning.
 from __future__ import annotations
 
 from common.cli import RankerCLI
+from common.tokenizer import resolved_tokenizer_task
 from earl import train
-from earl.data import ARCHITECTURES, EARLDataModule, resolved_tokenizer_task
+from earl.data import ARCHITECTURES, EARLDataModule
 from earl.ranker import EARLRanker, run_name
 
 #: Logged dev measure that selects the checkpoint (MS MARCO's official measure; the paper does not say).

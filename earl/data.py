@@ -6,11 +6,9 @@
   documents from the query's top-`depth` candidates (`common.data.samplers.PointwiseSampler`: positive first), new
   negatives each epoch; ``StatefulDataLoader``, so a checkpoint taken mid-epoch resumes at the next batch.
 - Evaluation: every query's top-`depth` candidates (`common.rerank.RerankPairs`, batched by document length).
-- Inputs (`Encoder`): a query is ``[CLS] query [SEP]`` cut to `query_length` tokens and a passage ``[CLS]
-  title text [SEP]`` cut to `passage_length` (MORES's limits, 16 and 128, special tokens included). EARL and
-  BERT-Siamese read them apart; a batch holds each distinct query once (``query_tokens``) and, per document, the
-  row of its query (``query_index``), so T_qry runs once per query. The BERT ranker reads ``[CLS] query [SEP]
-  passage [SEP]`` with the same query and passage tokens (token types 0 then 1).
+- Inputs (`common.bert_inputs.BertInputs`): queries of `query_length` and passages of `passage_length` tokens
+  (MORES's limits, 16 and 128, special tokens included). EARL and BERT-Siamese read them apart, each distinct
+  query once per batch (so T_qry runs once per query); the BERT ranker reads them concatenated.
 """
 
 from __future__ import annotations
@@ -20,116 +18,25 @@ from typing import Literal
 import lightning as L
 import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
-from torch import Tensor
 from torch.utils.data import Dataset
 
-from common.data.formats import Document, Topics
+from common.bert_inputs import BertInputs
+from common.data.formats import Topics
 from common.data.samplers import PointwiseSampler
 from common.data.source import SourceSpec
 from common.rerank import RerankPairs
 from common.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
+from common.tokenizer import resolved_tokenizer_task
 
 #: The rankers of Table 2: EARL and its two baselines (what ``--model.architecture`` accepts).
 ARCHITECTURES = ("earl", "bert_ranker", "bert_siamese")
 Architecture = Literal[ARCHITECTURES]
 
 
-def resolved_tokenizer_task(tokenizer: str, tokenizer_task: SourceSpec | None, train: SourceSpec | None):
-    """The task a ``train`` tokenizer learns on (`tokenizer_task`, else the training task); None for others."""
-    from common.tokenizer import TRAIN
-
-    if tokenizer != TRAIN:
-        return None
-    return tokenizer_task if tokenizer_task is not None else train
-
-
-def pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Token id lists as a right-padded (B, n) tensor and its (B, n) 0/1 mask."""
-    width = max(len(r) for r in rows)
-    tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, row in enumerate(rows):
-        tokens[i, : len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[i, : len(row)] = 1
-    return tokens, mask
-
-
-class Encoder:
-    """(query text, document) pairs -> a model batch for one architecture (module docstring)."""
-
-    def __init__(self, architecture: str, tokenizer: str, query_length: int = 16, passage_length: int = 128,
-                 tokenizer_task: SourceSpec | None = None):  # fmt: skip
-        if architecture not in ARCHITECTURES:
-            raise ValueError(f"unknown architecture {architecture!r}; expected one of {', '.join(ARCHITECTURES)}")
-        if query_length < 3 or passage_length < 3:
-            raise ValueError("query_length and passage_length must leave room for [CLS], a token and [SEP]")
-        self.architecture, self.tokenizer_name, self.tokenizer_task = architecture, tokenizer, tokenizer_task
-        self.query_length, self.passage_length = query_length, passage_length
-        self._tokenizer = None
-        self._cache: dict[str, list[int]] = {}
-
-    def __getstate__(self) -> dict:  # workers load their own tokenizer and cache
-        return {**self.__dict__, "_tokenizer": None, "_cache": {}}
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            from common.tokenizer import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.tokenizer_name, task=self.tokenizer_task)
-        return self._tokenizer
-
-    def words(self, texts: list[str], length: int) -> list[list[int]]:
-        """Token ids without special tokens, cut to leave room for [CLS] and [SEP] in `length`."""
-        return [ids[: length - 2] for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
-
-    def passage_words(self, documents: list[Document]) -> list[list[int]]:
-        missing = [d for d in documents if d.doc_id not in self._cache]
-        if missing:
-            if len(self._cache) >= 200_000:
-                self._cache.clear()
-            texts = [f"{d.title} {d.text}".strip() for d in missing]
-            self._cache.update(zip([d.doc_id for d in missing], self.words(texts, self.passage_length)))
-        return [self._cache[d.doc_id] for d in documents]
-
-    def queries(self, texts: list[str]) -> dict[str, Tensor]:
-        """``query_tokens`` and ``query_mask`` (B, q) of query texts."""
-        tok = self.tokenizer
-        tokens, mask = pad([[tok.cls_token_id, *w, tok.sep_token_id] for w in self.words(texts, self.query_length)],
-                           tok.pad_token_id)  # fmt: skip
-        return {"query_tokens": tokens, "query_mask": mask}
-
-    def documents(self, documents: list[Document]) -> dict[str, Tensor]:
-        """``doc_tokens`` and ``doc_mask`` (B, d) of documents."""
-        tok = self.tokenizer
-        tokens, mask = pad([[tok.cls_token_id, *w, tok.sep_token_id] for w in self.passage_words(documents)],
-                           tok.pad_token_id)  # fmt: skip
-        return {"doc_tokens": tokens, "doc_mask": mask}
-
-    def __call__(self, queries: list[str], documents: list[Document]) -> dict[str, Tensor]:
-        """The batch of the pairs (``queries[i]``, ``documents[i]``)."""
-        if self.architecture == "bert_ranker":
-            return self._pairs(queries, documents)
-        distinct = list(dict.fromkeys(queries))
-        row = {text: i for i, text in enumerate(distinct)}
-        return {**self.queries(distinct), "query_index": torch.tensor([row[q] for q in queries]),
-                **self.documents(documents)}  # fmt: skip
-
-    def _pairs(self, queries: list[str], documents: list[Document]) -> dict[str, Tensor]:
-        tok = self.tokenizer
-        rows, types = [], []
-        for q, d in zip(self.words(queries, self.query_length), self.passage_words(documents)):
-            first = [tok.cls_token_id, *q, tok.sep_token_id]
-            rows.append(first + [*d, tok.sep_token_id])
-            types.append([0] * len(first) + [1] * (len(d) + 1))
-        tokens, mask = pad(rows, tok.pad_token_id)
-        return {"pair_tokens": tokens, "pair_mask": mask, "pair_types": pad(types, 0)[0]}
-
-
 class TrainTriples(SamplerGroups):
     """A pointwise sampler's groups (positive first, then the negatives) as a dataset of training batches."""
 
-    def __init__(self, sampler: PointwiseSampler, topics: Topics, documents, encoder: Encoder):
+    def __init__(self, sampler: PointwiseSampler, topics: Topics, documents, encoder: BertInputs):
         super().__init__(sampler, topics, documents)
         self.encoder = encoder
 
@@ -196,7 +103,7 @@ class EARLDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         self.save_hyperparameters()
         self.specs = {"train": train, "dev": dev, "test": test}
         self.relevance_level = relevance_level
-        self.encoder = Encoder(architecture, tokenizer, query_length, passage_length, tokenizer_task)
+        self.encoder = BertInputs(architecture == "bert_ranker", tokenizer, query_length, passage_length, tokenizer_task)
         self._datasets: dict[str, Dataset] = {}
 
     def build_dataset(self, split: str) -> Dataset:

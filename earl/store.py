@@ -2,7 +2,7 @@
 stores and how ``python -m earl.evaluate`` scores from it, in one place so that the two agree.
 
 - A store (`common.representations`) holds, per document, one row per REAL token of the passage as training
-  encoded it (`earl.data.Encoder` with the checkpoint's tokenizer and passage length): [CLS], the words and
+  encoded it (`common.bert_inputs.BertInputs` with the checkpoint's tokenizer and passage length): [CLS], the words and
   [SEP], never padding. Strategy S1 stores D = T_doc(doc) (width h); S2 stores D' of Eq. 25, every judge block's
   keys and values of D side by side (`EARL.document_keys_values`, width 2·K·h), so S2 costs 2·K times S1's bytes.
 - What made the numbers is the store's identity: ``checkpoint`` (the sha256 of the checkpoint file,
@@ -38,9 +38,9 @@ import lightning as L
 import torch
 from torch import Tensor
 
+from common.bert_inputs import BertInputs
 from common.representation_writer import build_store
 from common.representations import RepresentationStore, StoreWriter
-from earl.data import Encoder
 from earl.index import STRATEGIES
 from earl.model import EARL
 from earl.ranker import EARLRanker
@@ -61,10 +61,10 @@ def load_ranker(state: dict) -> EARLRanker:
     return ranker.eval()
 
 
-def data_encoder(data_settings: dict) -> Encoder:
-    """The `Encoder` of a checkpoint's data settings (``datamodule_hyper_parameters``): queries and passages
+def data_encoder(data_settings: dict) -> BertInputs:
+    """The `BertInputs` of a checkpoint's data settings (``datamodule_hyper_parameters``): queries and passages
     tokenised and cut exactly as in training."""
-    return Encoder("earl", data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 16),
+    return BertInputs(False, data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 16),
                    data_settings.get("passage_length", 128), data_settings.get("tokenizer_task"))  # fmt: skip
 
 
@@ -80,7 +80,7 @@ def store_identity(checkpoint_sha256: str, strategy: str) -> dict:
     return {"checkpoint": checkpoint_sha256, "strategy": strategy}
 
 
-def store_extra(ranker: EARLRanker, encoder: Encoder) -> dict:
+def store_extra(ranker: EARLRanker, encoder: BertInputs) -> dict:
     """The model's shape and the passages' encoding, recorded beside the identity."""
     model = ranker.ranker
     return {"model": ranker.name, "num_blocks": model.num_blocks, "hidden_size": model.hidden_size,
@@ -95,7 +95,7 @@ class DocumentIndexer(L.LightningModule):
     """`build_store`'s module: ``predict_step(shard)`` encodes that shard's documents with T_doc and returns each
     one's rows over its real tokens: D (S1) or D' (S2)."""
 
-    def __init__(self, model: EARL, encoder: Encoder, documents, writer: StoreWriter, strategy: str,
+    def __init__(self, model: EARL, encoder: BertInputs, documents, writer: StoreWriter, strategy: str,
                  batch_size: int):  # fmt: skip
         super().__init__()
         store_width(model, strategy)  # checks the strategy
@@ -120,7 +120,7 @@ class DocumentIndexer(L.LightningModule):
         return documents if self.strategy == "s1" else self.model.document_keys_values(documents)
 
 
-def build_representations(ranker: EARLRanker, encoder: Encoder, documents, doc_ids: Sequence[str],
+def build_representations(ranker: EARLRanker, encoder: BertInputs, documents, doc_ids: Sequence[str],
                           folder: str | os.PathLike, *, checkpoint_sha256: str, strategy: str, dtype: str = "float32",
                           shard_size: int = 1000, batch_size: int = 128, resume: bool = False,
                           trainer_options: dict | None = None) -> RepresentationStore | None:  # fmt: skip
@@ -161,7 +161,7 @@ class QueryScorer:
     spent (reading and computing, the query's encoding included).
     """
 
-    def __init__(self, model: EARL, encoder: Encoder, *, batch_size: int, device: torch.device | str = "cpu",
+    def __init__(self, model: EARL, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
                  store: RepresentationStore | None = None, documents=None):  # fmt: skip
         if store is None and documents is None:
             raise ValueError("give a store, or the documents to encode end to end")

@@ -7,8 +7,9 @@ options without importing Lightning.
 from __future__ import annotations
 
 from common.cli import RankerCLI
+from common.tokenizer import resolved_tokenizer_task
 from qds import train
-from qds.data import QDSDataModule, resolved_tokenizer_task
+from qds.data import QDSDataModule
 from qds.model import QDSTransformer
 
 #: Logged dev measure that selects the checkpoint (the paper's model selection, Sec. 5).

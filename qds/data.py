@@ -31,17 +31,9 @@ from common.data.samplers import PointwiseSampler
 from common.data.source import SourceSpec
 from common.rerank import RerankPairs
 from common.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
+from common.tokenizer import resolved_tokenizer_task
 from qds.inputs import ALL_PATTERNS, BASELINES, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
-
-
-def resolved_tokenizer_task(tokenizer: str, tokenizer_task: SourceSpec | None, train: SourceSpec | None):
-    """The task a ``train`` tokenizer learns on (`tokenizer_task`, else the training task); None for others."""
-    from common.tokenizer import TRAIN
-
-    if tokenizer != TRAIN:
-        return None
-    return tokenizer_task if tokenizer_task is not None else train
 
 
 class Encoder:

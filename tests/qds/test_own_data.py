@@ -88,7 +88,8 @@ def test_judged_documents_without_text_stop_before_training(tmp_path, without_po
 
 
 def test_a_train_tokenizer_sizes_the_model_and_travels_in_its_hyperparameters(tmp_path, monkeypatch):
-    from qds.data import QDSDataModule, resolved_tokenizer_task
+    from common.tokenizer import resolved_tokenizer_task
+    from qds.data import QDSDataModule
     from qds.model import QDSTransformer
     from common.tokenizer import load_tokenizer
 
