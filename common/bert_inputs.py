@@ -9,6 +9,7 @@
   (B, d).
 - Concatenated: ``[CLS] query [SEP] passage [SEP]`` with the same query and passage tokens (``pair_tokens``,
   ``pair_mask``, and ``pair_types``: 0 for the query's part, 1 for the passage's).
+- `TrainTriples`: a sampler's training groups as batches of these inputs.
 - Passages are tokenised once and cached by document id (cleared past 200,000 entries); a worker process starts
   with its own tokenizer and an empty cache.
 """
@@ -19,6 +20,7 @@ import torch
 from torch import Tensor
 
 from common.data.formats import Document
+from common.tasks import SamplerGroups
 
 
 def pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -100,3 +102,19 @@ class BertInputs:
             types.append([0] * len(first) + [1] * (len(d) + 1))
         tokens, mask = pad(rows, tok.pad_token_id)
         return {"pair_tokens": tokens, "pair_mask": mask, "pair_types": pad(types, 0)[0]}
+
+
+class TrainTriples(SamplerGroups):
+    """A `common.data.samplers.PointwiseSampler`'s groups (positive first, then the negatives) as a dataset of
+    training batches of `encoder`'s inputs, with ``labels``, ``qids``, ``doc_ids`` and ``group_size``."""
+
+    def __init__(self, sampler, topics, documents, encoder: BertInputs):
+        super().__init__(sampler, topics, documents)
+        self.encoder = encoder
+
+    def collate(self, groups) -> dict:
+        qids = [g.qid for g in groups for _ in g.doc_ids]
+        doc_ids = [d for g in groups for d in g.doc_ids]
+        batch = self.encoder([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
+        batch["labels"] = torch.tensor([label for g in groups for label in g.labels], dtype=torch.float)
+        return batch | {"qids": qids, "doc_ids": doc_ids, "group_size": len(groups[0].doc_ids)}

@@ -53,7 +53,7 @@ from common.usage import ArgumentParser, usage_error
 
 #: Each training command built on `common.cli.RankerCLI`, and its RankerCLI subclass.
 COMMANDS = {"qds.train": "qds.cli.QDSCLI", "conformer_kernel.train": "conformer_kernel.cli.ConformerKernelCLI",
-            "earl.train": "earl.cli.EARLCLI"}
+            "earl.train": "earl.cli.EARLCLI", "mva.train": "mva.cli.MVACLI"}
 #: Columns of the stored help (argparse wraps to the terminal's width; the stored text must not depend on it).
 HELP_COLUMNS = 100
 _HEADER = "# Generated from the parser of `python -m {command}` by `python -m common.cli_help --write`: do not edit.\n"

@@ -59,6 +59,12 @@ def resolved_tokenizer_task(tokenizer: str, tokenizer_task, train):
     return tokenizer_task if tokenizer_task is not None else train
 
 
+def vocabulary(tokenizer: str, task) -> tuple[int, int]:
+    """Vocabulary size and padding id of a from-scratch model's tokenizer."""
+    vocab = load_tokenizer(tokenizer, task=task)
+    return len(vocab), vocab.pad_token_id
+
+
 def builtin_tokenizer_path(vocab_size: int = 8192, seed: int = 0) -> Path:
     """The folder of the BPE trained on the built-in collection of `seed`, trained on first use."""
     from common.data.builtin import ensure_builtin

@@ -16,36 +16,19 @@ from __future__ import annotations
 from typing import Literal
 
 import lightning as L
-import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import Dataset
 
-from common.bert_inputs import BertInputs
-from common.data.formats import Topics
+from common.bert_inputs import BertInputs, TrainTriples
 from common.data.samplers import PointwiseSampler
 from common.data.source import SourceSpec
 from common.rerank import RerankPairs
-from common.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
+from common.tasks import MISSING_DOCUMENTS, SplitLoaders, TaskSplits
 from common.tokenizer import resolved_tokenizer_task
 
 #: The rankers of Table 2: EARL and its two baselines (what ``--model.architecture`` accepts).
 ARCHITECTURES = ("earl", "bert_ranker", "bert_siamese")
 Architecture = Literal[ARCHITECTURES]
-
-
-class TrainTriples(SamplerGroups):
-    """A pointwise sampler's groups (positive first, then the negatives) as a dataset of training batches."""
-
-    def __init__(self, sampler: PointwiseSampler, topics: Topics, documents, encoder: BertInputs):
-        super().__init__(sampler, topics, documents)
-        self.encoder = encoder
-
-    def collate(self, groups) -> dict:
-        qids = [g.qid for g in groups for _ in g.doc_ids]
-        doc_ids = [d for g in groups for d in g.doc_ids]
-        batch = self.encoder([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
-        batch["labels"] = torch.tensor([label for g in groups for label in g.labels], dtype=torch.float)
-        return batch | {"qids": qids, "doc_ids": doc_ids, "group_size": len(groups[0].doc_ids)}
 
 
 class EARLDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):

@@ -24,7 +24,7 @@ sample of the queries (seed 0, as data.test_queries).
 
 Outputs (a new ``--output_dir``, default ``outputs/earl-evaluate-<time>``): ``run.trec``, ``task.json`` and
 ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``; with ``--compare_end_to_end`` the end-to-end
-run under ``<name>_end_to_end``), written by `earl.outputs.write_results`, metrics.json last. The metrics are
+run under ``<name>_end_to_end``), written by `common.run_outputs.write_results`, metrics.json last. The metrics are
 printed beside BM25's and, where the task is one of Table 2's MS MARCO datasets (``--dataset`` for files), beside
 the paper's. Scoring runs in one process on ``--device`` (one query at a time, the paper's online setting).
 
@@ -159,7 +159,8 @@ def main(argv=None) -> dict:
     from common.report import paper_dataset
     from common.rerank import reranked_run
     from earl.data import EARLDataModule
-    from earl.outputs import PAPER, metrics_table, paper_tables, write_results
+    from common.run_outputs import metrics_table, write_results
+    from earl.outputs import PAPER, paper_tables
     from earl.ranker import MEASURES
     from earl.store import QueryScorer, compare_scores, data_encoder, exactness_line, load_ranker, score_pairs
 
@@ -213,10 +214,11 @@ def main(argv=None) -> dict:
             json.dump(report, f, indent=2)
             f.write("\n")
     dataset = args.dataset or paper_dataset(PAPER, task)
-    metrics = write_results(out, ranker.name, run, qrels, candidates, data.relevance_level, task=task,
-                            dataset=dataset, others=others)  # fmt: skip
+    metrics = write_results(out, ranker.name, run, qrels, candidates, data.relevance_level, measures=MEASURES,
+                            task=task, dataset=dataset, others=others)  # fmt: skip
     print()
-    print(metrics_table(metrics, f"{source.name}: {len(run)} queries, top {depth} re-ranked, {scorer.label}"))
+    print(metrics_table(metrics, f"{source.name}: {len(run)} queries, top {depth} re-ranked, {scorer.label}",
+                        MEASURES))  # fmt: skip
     print()
     print(paper_tables(metrics, task, dataset))
     if report is not None:

@@ -21,12 +21,11 @@ from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from common.metrics import RankingMetrics
-from common.pretrained import bert_config, load_bert
-from common.rerank import gather_scores
-from common.rng import rng_states, set_rng_states
-from earl.data import Architecture
 from common.bert_rankers import BertRanker, BertSiamese
+from common.pretrained import bert_config, load_bert
+from common.reranking_module import RerankingEvaluation, decay_groups, warmup_linear_decay
+from common.tokenizer import vocabulary
+from earl.data import Architecture
 from earl.model import Loss, Pool, build_earl, count_parameters, hinge_loss
 
 #: Table 2's measures: NDCG@10, MAP (at 1,000), MRR (TREC DL) and MRR@10 (MS MARCO dev).
@@ -40,7 +39,7 @@ def run_name(architecture: str, pool: str = "cls", tied: bool = False) -> str:
     return f"earl_{pool}" + ("_tied" if tied else "")
 
 
-class EARLRanker(L.LightningModule):
+class EARLRanker(RerankingEvaluation, L.LightningModule):
     """EARL or a baseline, trained with the hinge loss and evaluated by re-ranking (module docstring).
 
     Args:
@@ -70,6 +69,8 @@ class EARLRanker(L.LightningModule):
             (weights only: a fresh optimizer, schedule and step count), e.g. the MS MARCO model that the ClueWeb09-B
             transfer trains further (Sec. 4.3). ``--ckpt_path`` instead resumes that run, step and schedule included.
     """
+
+    measures = MEASURES
 
     def __init__(
         self,
@@ -101,7 +102,7 @@ class EARLRanker(L.LightningModule):
         else:
             from transformers import BertModel
 
-            vocab_size, pad_token_id = _vocabulary(tokenizer, tokenizer_task)
+            vocab_size, pad_token_id = vocabulary(tokenizer, tokenizer_task)
             bert = BertModel(bert_config(vocab_size=vocab_size, pad_token_id=pad_token_id, num_layers=num_layers,
                                          hidden_size=hidden_size, num_heads=num_heads,
                                          intermediate_size=intermediate_size, dropout=dropout),
@@ -137,70 +138,10 @@ class EARLRanker(L.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        decay = [p for n, p in self.named_parameters() if p.ndim > 1]
-        no_decay = [p for n, p in self.named_parameters() if p.ndim <= 1]  # biases and LayerNorms
-        optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": self.hparams.weight_decay},
-                                       {"params": no_decay, "weight_decay": 0.0}], lr=self.hparams.lr)  # fmt: skip
-        total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = self.hparams.warmup_steps
-
-        def factor(step: int) -> float:  # linear warm-up, then linear decay to 0 at the last step
-            if step < warmup:
-                return (step + 1) / warmup
-            return max(0.0, (total - step) / max(1, total - warmup))
-
-        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        optimizer = torch.optim.AdamW(decay_groups(self, self.hparams.weight_decay), lr=self.hparams.lr)
+        scheduler = warmup_linear_decay(optimizer, self.hparams.warmup_steps,
+                                        int(self.trainer.estimated_stepping_batches))  # fmt: skip
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def on_train_epoch_start(self) -> None:
         self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new negatives each epoch
-
-    # --- evaluation -----------------------------------------------------------------------
-
-    def setup(self, stage: str) -> None:
-        data = self.trainer.datamodule
-        for split in ("dev", "test"):
-            if split not in self.metrics and data.has_split(split):
-                # Measured on the full run (unscored candidates below), as run.trec and metrics.json are.
-                self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level,
-                                                     candidates=data.candidates(split))
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self(batch))
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_metrics("dev")
-
-    def on_test_epoch_start(self) -> None:
-        self._scores: list[Tensor] = []
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        scores = self(batch)
-        self.metrics["test"].update(batch["qids"], batch["doc_ids"], scores)
-        self._scores.append(torch.stack([batch["index"].double(), scores.detach().double()], 1))  # (B, 2)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_metrics("test")
-        self.test_scores = gather_scores(self, self._scores)  # (index, score) rows of every rank
-
-    def _log_metrics(self, split: str) -> None:
-        values = self.metrics[split].compute()
-        self.log_dict({f"{split}/{name}": value.float() for name, value in values.items()}, prog_bar=split == "dev")
-        self.metrics[split].reset()
-
-    # --- resuming exactly ------------------------------------------------------------------
-
-    def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["rng_states"] = rng_states()  # dropout's generators: a resumed run repeats an uninterrupted one
-
-    def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if "rng_states" in checkpoint:
-            set_rng_states(checkpoint["rng_states"])
-
-
-def _vocabulary(tokenizer: str, task) -> tuple[int, int]:
-    """Vocabulary size and padding id of a from-scratch model's tokenizer."""
-    from common.tokenizer import load_tokenizer
-
-    vocab = load_tokenizer(tokenizer, task=task)
-    return len(vocab), vocab.pad_token_id

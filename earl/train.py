@@ -71,7 +71,9 @@ def main(args=None) -> dict | None:
     from common.report import paper_dataset
     from common.rerank import reranked_run
     from earl.cli import EARLCLI
-    from earl.outputs import PAPER, metrics_table, paper_tables, write_results
+    from common.run_outputs import metrics_table, write_results
+    from earl.outputs import PAPER, paper_tables
+    from earl.ranker import MEASURES
 
     torch.set_float32_matmul_precision("high")
     cli = EARLCLI(args)
@@ -85,10 +87,10 @@ def main(args=None) -> dict | None:
     task = data.specs["test"]
     dataset = paper_dataset(PAPER, task)
     metrics = write_results(out, model.name, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
-                            task=task, dataset=dataset, others=others, overwrite=cli.resuming)
+                            measures=MEASURES, task=task, dataset=dataset, others=others, overwrite=cli.resuming)
     print()
     print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(run)}), re-ranking "
-                                 f"the top {data.hparams.depth} BM25 candidates"))  # fmt: skip
+                                 f"the top {data.hparams.depth} BM25 candidates", MEASURES))  # fmt: skip
     print()
     print(paper_tables(metrics, task, dataset))
     print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'task.json'}, {out / 'config.yaml'}, "

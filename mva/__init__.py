@@ -5,5 +5,8 @@ document vectors.
 
 - `mva.model`: pooling (Sec. 2.2), the MVA scoring head (Sec. 2.1, single- and multi-head), the softmax loss
   (Sec. 2.3); the dual-encoder (DE) and cross-attention (CA) baselines are `common.bert_rankers`;
+- `mva.data`, `mva.ranker`, `mva.train` (``python -m mva.train``): the data module (groups of a positive and
+  negatives, re-ranking), the LightningModule (softmax loss, Adam, warm-up), the command with DE and CA trained
+  beside MVA (``--compare_with``); `mva/configs/builtin.yaml` is its embedded default;
 - `mva.costs` (``python -m mva.costs``): joint compute and storage of Tables 5 and 6.
 """

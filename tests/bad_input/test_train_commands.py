@@ -1,6 +1,6 @@
-"""``python -m qds.train``, ``python -m conformer_kernel.train`` and ``python -m earl.train`` refuse bad options in one line, before anything is
-built or written: most at the front door (`common.cli_help`), the rest at the real parser or on its resolved config
-(`common.cli.RankerCLI`)."""
+"""``python -m qds.train``, ``python -m conformer_kernel.train``, ``python -m earl.train`` and ``python -m mva.train``
+refuse bad options in one line, before anything is built or written: most at the front door (`common.cli_help`),
+the rest at the real parser or on its resolved config (`common.cli.RankerCLI`)."""
 
 import pytest
 
@@ -55,6 +55,19 @@ EARL = [
 ]  # fmt: skip
 
 
+MVA = [
+    (["--model.architecture", "colbert"], "--model.architecture: must be one of mva, de, ca, got colbert"),
+    (["--model.doc_pooling", "max"], "--model.doc_pooling: must be one of all, first_k, cls, temporal, got max"),
+    (["--model.doc_pooling", "cls"], "--model.doc_timesteps: cls pooling keeps K timesteps: give K"),
+    (["--model.query_pooling", "temporal"], "--model.query_factor: temporal pooling needs its factor rho"),
+    (["--model.projection", "0"], "--model.projection: must be a positive integer, got 0"),
+    (["--model.num_heads", "3"], "--model.num_heads: must divide --model.hidden_size (64), got 3"),
+    (["--data.query_length", "2"], "--data.query_length: must leave room for [CLS], a token and [SEP] (at least 3), "
+                                   "got 2"),
+    (["--compare_with", "[earl]"], "--compare_with: must list de and/or ca, got earl"),
+]  # fmt: skip
+
+
 @pytest.mark.parametrize("args, expect", QDS)
 def test_qds_train_refuses(tmp_path, args, expect):
     refused("qds.train", args, tmp_path, expect)
@@ -89,3 +102,8 @@ def test_what_only_the_resolved_config_shows_is_refused_before_anything_is_built
     (inputs / "model.yaml").write_text("num_heads: 3\n")
     refused("qds.train", ["--model", str(inputs / "model.yaml")], tmp_path,
             "--model.num_heads: must divide --model.hidden_size (64), got 3", inputs=inputs)
+
+
+@pytest.mark.parametrize("args, expect", MVA)
+def test_mva_train_refuses(tmp_path, args, expect):
+    refused("mva.train", args, tmp_path, expect)

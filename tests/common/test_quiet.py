@@ -41,7 +41,8 @@ def shown(tmp_path, capfd, caplog, monkeypatch):
     messages = logging.getLogger(LIGHTNING_MESSAGES)
     # Lightning's handler writes to the stream of when it was set up: catch the records where they are made.
     monkeypatch.setattr(messages, "handlers", [*messages.handlers, caplog.handler])
-    monkeypatch.setattr(messages, "filters", list(messages.filters))  # quiet_lightning's filter ends with the test
+    # As in a fresh process, whatever ran before in this one (a command calls quiet_lightning); restored after.
+    monkeypatch.setattr(messages, "filters", [])
 
     def run(before=lambda: None) -> str:
         rows = TensorDataset(torch.randn(8, 4))

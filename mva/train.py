@@ -1,0 +1,117 @@
+"""``python -m mva.train``: train MVA (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", 2021)
+or a baseline (DE, CA), pick the checkpoint on dev MRR@10, re-rank the test candidates, write the run and
+metrics, and print them next to BM25's.
+
+With no ``--config`` the embedded default (`mva/configs/builtin.yaml`) runs: a small MVA trained from scratch on
+the built-in collection, then a dual encoder and a cross-attention model of the same size trained the same way
+(``--compare_with [de, ca]``), in a few CPU minutes. Every option is a LightningCLI flag (``--model.projection
+32``, ``--model.doc_pooling cls --model.doc_timesteps 24``, ``--trainer.devices 8``; ``--help``).
+
+Outputs (``--output_dir``, default a new ``outputs/mva-<architecture>-<time>``; `common.cli.RankerCLI`):
+``config.yaml`` (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv``,
+``run.trec``, ``metrics.json`` (with BM25's and each ``--compare_with`` baseline's, trained in
+``<output_dir>/<baseline>/``) and ``task.json`` (`common.run_outputs`). ``--ckpt_path last`` resumes the run in
+``--output_dir`` (its baselines too).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.cli_help import check_command_line, is_int
+
+#: This command, as ``python -m`` runs it.
+COMMAND = "mva.train"
+CONFIGS = Path(__file__).parent / "configs"
+DEFAULT_CONFIG = CONFIGS / "builtin.yaml"
+#: What ``--compare_with`` accepts.
+BASELINES = ("de", "ca")
+
+
+def check_settings(config: dict) -> str | None:
+    """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
+    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model."""
+    model = config.get("model") or {}
+    heads, hidden = model.get("num_heads"), model.get("hidden_size")
+    if model.get("encoder") is None and is_int(heads) and is_int(hidden) and heads > 0 and hidden % heads:
+        return f"--model.num_heads: must divide --model.hidden_size ({hidden}), got {heads}"
+    if model.get("architecture", "mva") == "mva":
+        for side in ("query", "doc"):
+            pooling = model.get(f"{side}_pooling", "all")
+            if pooling in ("first_k", "cls") and model.get(f"{side}_timesteps") is None:
+                return f"--model.{side}_timesteps: {pooling} pooling keeps K timesteps: give K"
+            if pooling == "temporal" and model.get(f"{side}_factor") is None:
+                return f"--model.{side}_factor: temporal pooling needs its factor rho"
+    data = config.get("data") or {}
+    for option in ("query_length", "passage_length"):
+        if is_int(data.get(option)) and data[option] < 3:
+            return f"--data.{option}: must leave room for [CLS], a token and [SEP] (at least 3), got {data[option]}"
+    for name in config.get("compare_with") or []:
+        if name not in BASELINES:
+            return f"--compare_with: must list de and/or ca, got {name}"
+    return None
+
+
+def main(args=None) -> dict | None:
+    """Run the command line; returns the test metrics (None without a test split).
+
+    ``--help`` and a bad option are answered before Lightning is imported (`common.cli_help`).
+    """
+    check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
+    import torch
+
+    from common.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    from common.report import paper_dataset
+    from common.rerank import reranked_run
+    from common.run_outputs import metrics_table, write_results
+    from mva.cli import MVACLI
+    from mva.outputs import PAPER, paper_tables
+    from mva.ranker import MEASURES
+
+    torch.set_float32_matmul_precision("high")
+    cli = MVACLI(args)
+    model, data, out = cli.model, cli.datamodule, cli.output_dir
+    if not cli.fit_and_test():  # no test split, or not global rank zero
+        return None
+    run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
+    others = {}
+    for baseline in cli.config.compare_with:
+        others.update({k: v for k, v in train_baseline(out, baseline).items() if k != "bm25"})
+    task = data.specs["test"]
+    dataset = paper_dataset(PAPER, task)
+    metrics = write_results(out, model.name, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
+                            measures=MEASURES, task=task, dataset=dataset, others=others, overwrite=cli.resuming)
+    print()
+    print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(run)}), re-ranking "
+                                 f"the top {data.hparams.depth} BM25 candidates", MEASURES))  # fmt: skip
+    print()
+    print(paper_tables(metrics, task, dataset))
+    print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'task.json'}, {out / 'config.yaml'}, "
+          f"{cli.tested_checkpoint or 'the weights after the last step'}")
+    return metrics
+
+
+def train_baseline(output_dir: Path, architecture: str) -> dict:
+    """The test metrics of `architecture` trained with the settings of ``output_dir/config.yaml`` into
+    ``output_dir/<architecture>/``: read when that run finished, resumed when it started, else trained."""
+    import json
+
+    from common.run_folder import CONFIG, FINISHED
+
+    folder = output_dir / architecture
+    if (folder / FINISHED).is_file():
+        return json.loads((folder / FINISHED).read_text())
+    if (folder / CONFIG).is_file():
+        args = ["--ckpt_path", "last", "--output_dir", str(folder)]
+    else:
+        args = ["--config", str(output_dir / CONFIG), "--model.architecture", architecture, "--compare_with", "[]",
+                "--output_dir", str(folder)]  # fmt: skip
+    print(f"\ntraining the {architecture} baseline the same way into {folder}")
+    return main(args)
+
+
+if __name__ == "__main__":
+    main()
