@@ -96,8 +96,8 @@ from common.usage import ArgumentParser, output_folder, positive_int
 if TYPE_CHECKING:
     import torch
 
-    from common.representations import RepresentationStore
     from common.bert_rankers import BertRanker
+    from common.representations import RepresentationStore
     from earl.model import EARL
 
 BENCH = "earl_speed"
@@ -203,8 +203,8 @@ def build_models(size: Size, max_length: int, seed: int) -> tuple[EARL, BertRank
     import torch
     from transformers import BertModel
 
-    from common.pretrained import bert_config
     from common.bert_rankers import BertRanker
+    from common.pretrained import bert_config
     from earl.model import build_earl
 
     torch.manual_seed(seed)

@@ -38,11 +38,27 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
-from pathlib import Path
 
-from common.task_options import add_task_arguments, fresh_output_dir, resolve_depth, task_spec_from_args
-from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from common.store_options import (
+    check_candidates,
+    device_name,
+    existing_store,
+    open_store,
+    resolve_device,
+)
+from common.task_options import (
+    add_task_arguments,
+    fresh_output_dir,
+    resolve_depth,
+    task_spec_from_args,
+)
+from common.usage import (
+    ArgumentParser,
+    checkpoint_file,
+    input_errors,
+    positive_int,
+    usage_error,
+)
 from earl.index import STRATEGIES, read_trained
 
 #: Candidates re-ranked per query by a checkpoint without a depth setting: BM25's top 1,000 (Sec. 4.1).
@@ -56,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                             epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help="an earl.train checkpoint of EARL")
     add_task_arguments(parser, "task", "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
-    parser.add_argument("--store", type=existing_store, default=None,
+    parser.add_argument("--store", type=existing_store("earl.index"), default=None,
                         help="an earl.index store of this checkpoint (default: none, T_doc at query time)")
     parser.add_argument("--compare_end_to_end", action="store_true",
                         help="with --store: also score the same pairs end to end and report the differences")
@@ -77,68 +93,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def existing_store(text: str) -> Path:
-    """An argparse type: the folder of a finished store (`common.representations`: its manifest.json)."""
-    from common.representations import MANIFEST, PLAN
-
-    folder = Path(text)
-    if not folder.is_dir():
-        raise argparse.ArgumentTypeError(f"no such folder: {text}")
-    if not (folder / MANIFEST).is_file():
-        unfinished = " (an unfinished one: finish it with earl.index --resume)" if (folder / PLAN).is_file() else ""
-        raise argparse.ArgumentTypeError(f"{text} holds no finished earl.index store (no {MANIFEST}){unfinished}")
-    return folder
-
-
-def device_name(text: str) -> str:
-    """An argparse type: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``."""
-    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
-        return text
-    raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text}")
-
-
-def resolve_device(name: str):
-    """The torch device of ``--device``; one that this machine lacks ends the command in one line."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and (not torch.cuda.is_available()
-                                    or (":" in name and int(name.split(":")[1]) >= torch.cuda.device_count())):
-        usage_error(f"--device: {name} is not available on this machine")
-    return torch.device(name)
-
-
-def open_store(folder: Path, checkpoint: Path):
-    """The store in `folder`, which must have been built from `checkpoint` (its sha256) with S1 or S2; else one
-    line naming both."""
-    from common.representations import CorruptStoreError, RepresentationStore, StoreMismatchError, checkpoint_hash
-
-    try:
-        store = RepresentationStore.open(folder, expect={"checkpoint": checkpoint_hash(checkpoint)})
-    except StoreMismatchError as error:
-        usage_error(f"--store: {error} (--checkpoint {checkpoint}); build one with earl.index --checkpoint "
-                    f"{checkpoint}")
-    except (CorruptStoreError, ValueError) as error:
-        usage_error(f"--store: {error}")
-    if store.identity.get("strategy") not in STRATEGIES:
-        usage_error(f"--store: {folder} holds representations of strategy {store.identity.get('strategy')}, not "
-                    f"EARL's {' or '.join(STRATEGIES)}")
-    return store
-
-
-def check_candidates(store, pairs: list[tuple[str, str]]) -> None:
-    """Every re-ranked candidate has rows in `store`; else one line naming the first missing one."""
-    missing = [(qid, doc_id) for qid, doc_id in pairs if doc_id not in store]
-    if missing:
-        qid, doc_id = missing[0]
-        more = len({d for _, d in missing}) - 1
-        others = f" (and {more:,} other candidates)" if more else ""
-        usage_error(f"--store: {store.folder} has no representation of document {doc_id!r}, a candidate of query "
-                    f"{qid!r}{others}: it was built from another collection; build one with earl.index "
-                    "--collection holding this task's documents")
-
-
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     if args.compare_end_to_end and args.store is None:
@@ -151,18 +105,19 @@ def main(argv=None) -> dict:
 
     # torch alone: a foreign checkpoint, or a store of another checkpoint, is refused before Lightning loads
     state = read_trained(args.checkpoint)
-    store = None if args.store is None else open_store(args.store, args.checkpoint)
+    store = None if args.store is None else open_store(args.store, args.checkpoint, "earl.index", STRATEGIES)
 
     from common.cli import INPUT_ERRORS
     from common.io import atomic_write
     from common.metrics import evaluate_run
     from common.report import paper_dataset
     from common.rerank import reranked_run
-    from earl.data import EARLDataModule
     from common.run_outputs import metrics_table, write_results
+    from common.store_scoring import compare_scores, exactness_line, score_pairs
+    from earl.data import EARLDataModule
     from earl.outputs import PAPER, paper_tables
     from earl.ranker import MEASURES
-    from earl.store import QueryScorer, compare_scores, data_encoder, exactness_line, load_ranker, score_pairs
+    from earl.store import QueryScorer, data_encoder, load_ranker
 
     data_settings = state.get("datamodule_hyper_parameters", {})
     keep = ("tokenizer", "tokenizer_task", "query_length", "passage_length", "relevance_level")
@@ -176,7 +131,7 @@ def main(argv=None) -> dict:
         data.check_tasks()  # the task's files read before anything is built, printed or written
     pairs = data.eval_pairs("test")
     if store is not None:
-        check_candidates(store, pairs)
+        check_candidates(store, pairs, "earl.index")
     device = resolve_device(args.device)
     ranker = load_ranker(state)
     model, encoder = ranker.ranker.to(device), data_encoder(data_settings)

@@ -34,9 +34,15 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.data.source import TaskSpecError, check_spec
+from common.store_options import check_collection, open_collection
 from common.task_options import lightning_devices, read_checkpoint
-from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from common.usage import (
+    ArgumentParser,
+    checkpoint_file,
+    input_errors,
+    positive_int,
+    usage_error,
+)
 
 #: Reuse strategies (Sec. 3.3): S1 stores D, S2 stores D' (Eq. 25).
 STRATEGIES = ("s1", "s2")
@@ -69,35 +75,6 @@ def build_parser() -> argparse.ArgumentParser:
                         help="Lightning devices; the shards are split among them (default auto)")
     parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
     return parser
-
-
-def is_collection_task(text: str) -> bool:
-    """Whether ``--collection`` names a task (``builtin:`` or ``irds:``) rather than a collection file."""
-    return text.startswith(("builtin:", "irds:"))
-
-
-def check_collection(text: str) -> None:
-    """``--collection``: a task's name that `common.data.source.check_spec` accepts, or an existing file; else one
-    line naming the option."""
-    if is_collection_task(text):
-        with input_errors(TaskSpecError):
-            check_spec(text, "--collection")
-    elif Path(text).is_dir():
-        usage_error(f"--collection: {text} is a folder, not a collection file")
-    elif not Path(text).is_file():
-        usage_error(f"--collection: {text} is neither builtin:<split>, irds:<ir_datasets id> nor a collection "
-                    "file: no such file")
-
-
-def open_collection(text: str):
-    """The documents ``--collection`` names (a `common.data.source.DocumentLookup`, iterable over its ids)."""
-    if is_collection_task(text):
-        from common.data.source import source_from_spec
-
-        return source_from_spec(text).documents()
-    from common.data.docstore import DocumentStore
-
-    return DocumentStore.for_collection(text)
 
 
 def is_ranker_checkpoint(state: dict) -> bool:
@@ -144,7 +121,12 @@ def main(argv=None):
     from common.cli import INPUT_ERRORS
     from common.data.formats import DataFormatError
     from common.representations import StoreMismatchError, checkpoint_hash
-    from earl.store import build_representations, data_encoder, load_ranker, storage_report
+    from earl.store import (
+        build_representations,
+        data_encoder,
+        load_ranker,
+        storage_report,
+    )
 
     encoder = data_encoder(state.get("datamodule_hyper_parameters", {}))
     with input_errors(*INPUT_ERRORS, DataFormatError):

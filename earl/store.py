@@ -18,7 +18,7 @@ stores and how ``python -m earl.evaluate`` scores from it, in one place so that 
   term of Table 1 that S2 saves), or, end to end, from T_doc at query time. The three paths differ only in where
   the keys and values come from: fp32 stores score as end-to-end does, to float rounding (the tests hold them
   within 1e-5); an fp16 store rounds the stored rows to half precision (about 3 decimal digits), and
-  `compare_scores` measures what that costs.
+  `common.store_scoring.compare_scores` measures what that costs.
 
 Matrix products run in full fp32 (torch's default ``highest`` matmul precision, not TF32), so that a GPU run's
 stored and end-to-end scores agree as closely as a CPU run's.
@@ -29,7 +29,6 @@ bad options without them.
 
 from __future__ import annotations
 
-import inspect
 import os
 import time
 from collections.abc import Sequence
@@ -41,24 +40,17 @@ from torch import Tensor
 from common.bert_inputs import BertInputs
 from common.representation_writer import build_store
 from common.representations import RepresentationStore, StoreWriter
+from common.store_scoring import load_module
 from earl.index import STRATEGIES
 from earl.model import EARL
 from earl.ranker import EARLRanker
-
 
 # --- the checkpoint --------------------------------------------------------------------------------------------
 
 
 def load_ranker(state: dict) -> EARLRanker:
-    """The `EARLRanker` of checkpoint contents `state` (read by `earl.index.read_trained`), in eval mode on the CPU.
-
-    Built from its saved hyper-parameters and loaded with its weights, without reading the file again.
-    """
-    names = set(inspect.signature(EARLRanker.__init__).parameters) - {"self"}
-    hyper_parameters = {k: v for k, v in state["hyper_parameters"].items() if k in names}
-    ranker = EARLRanker(**hyper_parameters)
-    ranker.load_state_dict(state["state_dict"])
-    return ranker.eval()
+    """The `EARLRanker` of checkpoint contents `state` (read by `earl.index.read_trained`), in eval mode on the CPU."""
+    return load_module(EARLRanker, state)
 
 
 def data_encoder(data_settings: dict) -> BertInputs:
@@ -203,57 +195,3 @@ class QueryScorer:
         rows, mask = self.store.padded(doc_ids)  # fp32 (an fp16 store's rows converted)
         rows, mask = rows.to(self.device), mask.to(self.device)
         return (self.model.document_keys_values(rows) if self.strategy == "s1" else rows), mask
-
-
-def score_pairs(scorer: QueryScorer, pairs: Sequence[tuple[str, str]], topics) -> Tensor:
-    """(index, score) rows (`common.rerank`) of every (qid, docid) pair, each query's candidates scored together
-    (its query encoded once)."""
-    by_query: dict[str, list[int]] = {}
-    for i, (qid, _) in enumerate(pairs):
-        by_query.setdefault(qid, []).append(i)
-    rows = []
-    for qid, positions in by_query.items():
-        scores = scorer(topics[qid], [pairs[i][1] for i in positions])
-        rows.append(torch.stack([torch.tensor(positions, dtype=torch.float64), scores], 1))
-    return torch.cat(rows) if rows else torch.zeros(0, 2, dtype=torch.float64)
-
-
-def compare_scores(scores: Tensor, reference: Tensor, pairs: Sequence[tuple[str, str]], metrics: dict,
-                   reference_metrics: dict) -> dict:  # fmt: skip
-    """How far `scores` (from a store) are from `reference` (end to end) on the same `pairs`: the largest and the
-    mean absolute score difference, the queries whose re-ranked order differs, and the NDCG@10 change
-    (`metrics` and `reference_metrics`: each run's measures)."""
-    a = scores[scores[:, 0].argsort()]
-    b = reference[reference[:, 0].argsort()]
-    if not torch.equal(a[:, 0], b[:, 0]):
-        raise ValueError("the two score sets are not of the same pairs")
-    difference = (a[:, 1] - b[:, 1]).abs()
-    orders: dict[str, list[list]] = {}
-    for (i, x), y in zip(a.tolist(), b[:, 1].tolist()):
-        qid, doc_id = pairs[int(i)]
-        orders.setdefault(qid, [[], []])
-        orders[qid][0].append((x, doc_id))
-        orders[qid][1].append((y, doc_id))
-    reordered = sorted(qid for qid, (mine, theirs) in orders.items() if _order(mine) != _order(theirs))
-    ndcg, reference_ndcg = metrics["ndcg_cut_10"], reference_metrics["ndcg_cut_10"]
-    return {"pairs": len(a), "queries": len(orders),
-            "max_abs_score_difference": float(difference.max()) if len(a) else 0.0,
-            "mean_abs_score_difference": float(difference.mean()) if len(a) else 0.0,
-            "queries_reordered": len(reordered), "reordered_queries": reordered[:20],
-            "ndcg_cut_10": ndcg, "end_to_end_ndcg_cut_10": reference_ndcg, "ndcg_cut_10_change": ndcg - reference_ndcg}
-
-
-def _order(scored: list[tuple[float, str]]) -> list[str]:
-    from common.data.formats import ranked
-
-    return [doc_id for doc_id, _ in ranked({doc_id: score for score, doc_id in scored})]
-
-
-def exactness_line(label: str, report: dict) -> str:
-    """`compare_scores`' report in one line."""
-    reordered = report["queries_reordered"]
-    order = "the same order for every query" if not reordered else f"{reordered} queries in another order"
-    return (f"{label} vs end to end, {report['pairs']:,} pairs of {report['queries']:,} queries: largest |score "
-            f"difference| {report['max_abs_score_difference']:.3g} (mean {report['mean_abs_score_difference']:.3g}); "
-            f"{order}; NDCG@10 {report['ndcg_cut_10']:.4f} vs {report['end_to_end_ndcg_cut_10']:.4f} (change "
-            f"{report['ndcg_cut_10_change']:+.4g})")

@@ -70,8 +70,8 @@ def main(args=None) -> dict | None:
 
     from common.report import paper_dataset
     from common.rerank import reranked_run
-    from earl.cli import EARLCLI
     from common.run_outputs import metrics_table, write_results
+    from earl.cli import EARLCLI
     from earl.outputs import PAPER, paper_tables
     from earl.ranker import MEASURES
 

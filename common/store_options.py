@@ -1,0 +1,133 @@
+"""Command-line pieces of the commands that build and read representation stores (`common.representations`):
+``earl.index``/``earl.evaluate`` and ``mva.index``/``mva.evaluate``.
+
+- ``--collection``: the documents to store, a task's name (``builtin:<split>``, ``irds:<id>``) or a collection
+  file (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok): `check_collection` before anything is imported,
+  `open_collection` to read it.
+- ``--store``: `existing_store` (an argparse type: a finished store's folder), `open_store` (built from this very
+  checkpoint file, else one line naming both), `check_candidates` (every candidate to re-rank has rows).
+- ``--device``: `device_name` (an argparse type) and `resolve_device`.
+
+Every refusal is one line naming the option, exit status 2 (`common.usage`). Nothing here imports torch at
+module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from common.data.source import TaskSpecError, check_spec
+from common.usage import input_errors, usage_error
+
+# --- --collection -------------------------------------------------------------------------------------------------
+
+
+def is_collection_task(text: str) -> bool:
+    """Whether ``--collection`` names a task (``builtin:`` or ``irds:``) rather than a collection file."""
+    return text.startswith(("builtin:", "irds:"))
+
+
+def check_collection(text: str) -> None:
+    """``--collection``: a task's name that `common.data.source.check_spec` accepts, or an existing file; else one
+    line naming the option."""
+    if is_collection_task(text):
+        with input_errors(TaskSpecError):
+            check_spec(text, "--collection")
+    elif Path(text).is_dir():
+        usage_error(f"--collection: {text} is a folder, not a collection file")
+    elif not Path(text).is_file():
+        usage_error(f"--collection: {text} is neither builtin:<split>, irds:<ir_datasets id> nor a collection "
+                    "file: no such file")
+
+
+def open_collection(text: str):
+    """The documents ``--collection`` names (a `common.data.source.DocumentLookup`, iterable over its ids)."""
+    if is_collection_task(text):
+        from common.data.source import source_from_spec
+
+        return source_from_spec(text).documents()
+    from common.data.docstore import DocumentStore
+
+    return DocumentStore.for_collection(text)
+
+
+# --- --store ------------------------------------------------------------------------------------------------------
+
+
+def existing_store(index_command: str):
+    """An argparse type: the folder of a finished store (`common.representations`: its manifest.json) that
+    `index_command` (e.g. ``earl.index``) builds."""
+
+    def store_folder(text: str) -> Path:
+        from common.representations import MANIFEST, PLAN
+
+        folder = Path(text)
+        if not folder.is_dir():
+            raise argparse.ArgumentTypeError(f"no such folder: {text}")
+        if not (folder / MANIFEST).is_file():
+            unfinished = (f" (an unfinished one: finish it with {index_command} --resume)"
+                          if (folder / PLAN).is_file() else "")  # fmt: skip
+            raise argparse.ArgumentTypeError(f"{text} holds no finished {index_command} store (no {MANIFEST})"
+                                             f"{unfinished}")  # fmt: skip
+        return folder
+
+    return store_folder
+
+
+def open_store(folder: Path, checkpoint: Path, index_command: str, strategies: tuple[str, ...]):
+    """The store in `folder`, which must have been built from `checkpoint` (its sha256) with one of `strategies`;
+    else one line naming both, and how to build the right one (`index_command`, e.g. ``earl.index``)."""
+    from common.representations import (
+        CorruptStoreError,
+        RepresentationStore,
+        StoreMismatchError,
+        checkpoint_hash,
+    )
+
+    try:
+        store = RepresentationStore.open(folder, expect={"checkpoint": checkpoint_hash(checkpoint)})
+    except StoreMismatchError as error:
+        usage_error(f"--store: {error} (--checkpoint {checkpoint}); build one with {index_command} --checkpoint "
+                    f"{checkpoint}")
+    except (CorruptStoreError, ValueError) as error:
+        usage_error(f"--store: {error}")
+    if store.identity.get("strategy") not in strategies:
+        usage_error(f"--store: {folder} holds representations of strategy {store.identity.get('strategy')}, not "
+                    f"{' or '.join(strategies)}")
+    return store
+
+
+def check_candidates(store, pairs: list[tuple[str, str]], index_command: str) -> None:
+    """Every re-ranked candidate has rows in `store`; else one line naming the first missing one."""
+    missing = [(qid, doc_id) for qid, doc_id in pairs if doc_id not in store]
+    if missing:
+        qid, doc_id = missing[0]
+        more = len({d for _, d in missing}) - 1
+        others = f" (and {more:,} other candidates)" if more else ""
+        usage_error(f"--store: {store.folder} has no representation of document {doc_id!r}, a candidate of query "
+                    f"{qid!r}{others}: it was built from another collection; build one with {index_command} "
+                    "--collection holding this task's documents")
+
+
+# --- --device -----------------------------------------------------------------------------------------------------
+
+
+def device_name(text: str) -> str:
+    """An argparse type: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``."""
+    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
+        return text
+    raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text}")
+
+
+def resolve_device(name: str):
+    """The torch device of ``--device``; one that this machine lacks ends the command in one line."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and (not torch.cuda.is_available()
+                                    or (":" in name and int(name.split(":")[1]) >= torch.cuda.device_count())):
+        usage_error(f"--device: {name} is not available on this machine")
+    return torch.device(name)
