@@ -16,24 +16,14 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from jsonargparse.typing import (
-    ClosedUnitInterval,
-    NonNegativeFloat,
-    NonNegativeInt,
-    PositiveFloat,
-    PositiveInt,
-)
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from common.bert_rankers import BertRanker, BertSiamese
 from common.pretrained import bert_config, load_bert
-from common.reranking_module import (
-    RerankingEvaluation,
-    decay_groups,
-    warmup_linear_decay,
-)
+from common.reranking_module import RerankingEvaluation, decay_groups, warmup_linear_decay
 from common.tokenizer import vocabulary
 from earl.data import Architecture
 from earl.model import Loss, Pool, build_earl, count_parameters, hinge_loss
