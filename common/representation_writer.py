@@ -13,9 +13,12 @@ This module imports torch and Lightning; `common.representations`, which reads t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import lightning as L
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
 from common.representations import RepresentationStore, StoreWriter
@@ -37,6 +40,37 @@ class ShardDataset(Dataset):
     def collate(items: list[int]) -> int:
         (shard,) = items  # one shard per prediction step
         return shard
+
+
+class DocumentIndexer(L.LightningModule):
+    """`build_store`'s module for document encoders: ``predict_step(shard)`` encodes that shard's documents with
+    `encoder` (``encoder.documents(docs) -> {"doc_tokens", "doc_mask"}``, `common.bert_inputs.BertInputs`) in
+    batches of `batch_size` and returns each one's rows: those `represent` keeps.
+
+    `represent(tokens, mask)` maps (B, d) token ids and mask to (B, t, width) rows and their (B, t) keep mask (the
+    rows a document owns: its real tokens, or timesteps); it belongs to `model`, which Lightning moves to the
+    device. Within a shard the documents go in order of length (less padding); a document's rows do not depend on
+    its batch, so the order changes nothing.
+    """
+
+    def __init__(self, model: nn.Module, represent: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]], encoder,
+                 documents, writer: StoreWriter, batch_size: int):  # fmt: skip
+        super().__init__()
+        self.model, self.represent, self.encoder, self.documents = model, represent, encoder, documents
+        self.writer, self.batch_size = writer, batch_size
+
+    def predict_step(self, shard_index: int, batch_idx: int = 0) -> tuple[int, list[Tensor]]:
+        docs = self.documents.get_many(self.writer.shard_doc_ids(shard_index))
+        order = sorted(range(len(docs)), key=lambda i: (len(docs[i].title) + len(docs[i].text), i))
+        arrays: list[Tensor | None] = [None] * len(docs)
+        for start in range(0, len(order), self.batch_size):
+            part = order[start : start + self.batch_size]
+            batch = self.encoder.documents([docs[i] for i in part])
+            rows, keep = self.represent(batch["doc_tokens"].to(self.device), batch["doc_mask"].to(self.device))
+            rows, keep = rows.float().cpu(), keep.bool().cpu()
+            for j, i in enumerate(part):
+                arrays[i] = rows[j][keep[j]]
+        return shard_index, arrays
 
 
 class StoreShardWriter(BasePredictionWriter):

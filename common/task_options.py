@@ -106,17 +106,17 @@ def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
     return out
 
 
-def read_checkpoint(path: str | Path, what: str, fits) -> dict:
+def read_checkpoint(path: str | Path, what: str, fits, option: str = "--checkpoint") -> dict:
     """The contents of checkpoint file `path` (tensors on the CPU), where `fits` (contents -> bool) says it is
-    `what` (``a qds.train checkpoint``); else one line naming the file. Imports torch."""
+    `what` (``a qds.train checkpoint``); else one line naming the `option` and the file. Imports torch."""
     import torch
 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError) as error:  # what it cannot unpickle; a zip it did not write
-        usage_error(f"--checkpoint: {path} is not a checkpoint torch can read ({type(error).__name__})")
+        usage_error(f"{option}: {path} is not a checkpoint torch can read ({type(error).__name__})")
     if not isinstance(state, dict) or not fits(state):
-        usage_error(f"--checkpoint: {path} is not {what}")
+        usage_error(f"{option}: {path} is not {what}")
     return state
 
 

@@ -9,10 +9,9 @@ stores and how ``python -m earl.evaluate`` scores from it, in one place so that 
   `common.representations.checkpoint_hash`) and ``strategy``; its ``extra`` records the model's shape and the
   encoding (judge blocks, hidden size, heads, passage length, tokenizer). A store is opened with the checkpoint's
   hash expected, so another checkpoint's store, right shapes and wrong numbers, is refused.
-- Indexing (`DocumentIndexer`, `build_representations`): Lightning ``predict``, a step per shard
-  (`common.representation_writer.build_store`: shards split among devices and nodes, each written as soon as it
-  is computed, a killed build resumed). Within a shard the documents go through T_doc in batches sorted by
-  length (less padding); each document's rows are cut back to its real tokens, so the order changes nothing.
+- Indexing (`build_representations`): Lightning ``predict``, a step per shard (`common.representation_writer`:
+  shards split among devices and nodes, each written as soon as it is computed, a killed build resumed); each
+  document's rows are cut back to its real tokens.
 - Scoring (`QueryScorer`): per query, T_qry once (Eqs. 14-16), then the candidates in batches through the judge
   blocks (Eqs. 17-22) with their keys and values read from an S2 store, computed from an S1 store's D (the n^2 d
   term of Table 1 that S2 saves), or, end to end, from T_doc at query time. The three paths differ only in where
@@ -33,12 +32,11 @@ import os
 import time
 from collections.abc import Sequence
 
-import lightning as L
 import torch
 from torch import Tensor
 
 from common.bert_inputs import BertInputs
-from common.representation_writer import build_store
+from common.representation_writer import DocumentIndexer, build_store
 from common.representations import RepresentationStore, StoreWriter
 from common.store_scoring import load_module
 from earl.index import STRATEGIES
@@ -83,33 +81,16 @@ def store_extra(ranker: EARLRanker, encoder: BertInputs) -> dict:
 # --- indexing --------------------------------------------------------------------------------------------------
 
 
-class DocumentIndexer(L.LightningModule):
-    """`build_store`'s module: ``predict_step(shard)`` encodes that shard's documents with T_doc and returns each
-    one's rows over its real tokens: D (S1) or D' (S2)."""
+def representer(model: EARL, strategy: str):
+    """``represent(tokens, mask)`` of `common.representation_writer.DocumentIndexer`: D = T_doc(doc) (S1) or D' of
+    Eq. 25 (S2) over every real token: [CLS], the words, [SEP]."""
+    store_width(model, strategy)  # checks the strategy
 
-    def __init__(self, model: EARL, encoder: BertInputs, documents, writer: StoreWriter, strategy: str,
-                 batch_size: int):  # fmt: skip
-        super().__init__()
-        store_width(model, strategy)  # checks the strategy
-        self.model, self.encoder, self.documents = model, encoder, documents
-        self.writer, self.strategy, self.batch_size = writer, strategy, batch_size
+    def represent(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        documents = model.encode_documents(tokens, mask)
+        return (documents if strategy == "s1" else model.document_keys_values(documents)), mask.bool()
 
-    def predict_step(self, shard_index: int, batch_idx: int = 0) -> tuple[int, list[Tensor]]:
-        docs = self.documents.get_many(self.writer.shard_doc_ids(shard_index))
-        order = sorted(range(len(docs)), key=lambda i: (len(docs[i].title) + len(docs[i].text), i))
-        arrays: list[Tensor | None] = [None] * len(docs)
-        for start in range(0, len(order), self.batch_size):
-            part = order[start : start + self.batch_size]
-            batch = self.encoder.documents([docs[i] for i in part])
-            rows = self.represent(batch["doc_tokens"].to(self.device), batch["doc_mask"].to(self.device)).float().cpu()
-            for j, (i, length) in enumerate(zip(part, batch["doc_mask"].sum(1).tolist())):
-                arrays[i] = rows[j, :length]  # the real tokens: [CLS], the words, [SEP]
-        return shard_index, arrays
-
-    def represent(self, tokens: Tensor, mask: Tensor) -> Tensor:
-        """(B, d) token ids and mask -> (B, d, width): D = T_doc(doc) for S1, D' of Eq. 25 for S2."""
-        documents = self.model.encode_documents(tokens, mask)
-        return documents if self.strategy == "s1" else self.model.document_keys_values(documents)
+    return represent
 
 
 def build_representations(ranker: EARLRanker, encoder: BertInputs, documents, doc_ids: Sequence[str],
@@ -125,8 +106,8 @@ def build_representations(ranker: EARLRanker, encoder: BertInputs, documents, do
     writer = StoreWriter(folder, doc_ids=doc_ids, width=store_width(model, strategy), dtype=dtype,
                          shard_size=shard_size, identity=store_identity(checkpoint_sha256, strategy),
                          extra=store_extra(ranker, encoder), resume=resume)  # fmt: skip
-    return build_store(DocumentIndexer(model, encoder, documents, writer, strategy, batch_size), writer,
-                       trainer_options)
+    indexer = DocumentIndexer(model, representer(model, strategy), encoder, documents, writer, batch_size)
+    return build_store(indexer, writer, trainer_options)
 
 
 def storage_report(store: RepresentationStore) -> str:

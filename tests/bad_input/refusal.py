@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 
 def _listing(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
@@ -51,3 +53,17 @@ def refused(module: str, args: list[str], tmp_path: Path, expect: str, *, inputs
     if inputs:
         assert _listing(inputs) == before, said
     return lines[0]
+
+
+def refused_in_process(main, args: list[str], capsys, expect: str) -> str:
+    """`main` (a command's ``main(argv)``) on `args`, in this process (so that a test's fixtures stay loaded), exits
+    with status 2 and ``error: <expect>`` as the last line on stderr, its only error line; returns the line."""
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert errors == [err.splitlines()[-1]] and len(errors) == 1, err
+    assert expect in errors[0], err
+    return errors[0]

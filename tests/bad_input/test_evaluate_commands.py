@@ -316,3 +316,104 @@ def test_earl_help_and_option_errors_import_neither_torch_nor_lightning(module, 
                 if line.startswith("import time:")}  # fmt: skip
     assert done.returncode in (0, 2) and "typing" in imported, done.stderr[-2000:]
     assert not imported & HEAVY
+
+
+# --- mva.index and mva.evaluate ---------------------------------------------------------------------------------
+
+#: An mva.train checkpoint's hyper-parameters, as far as the commands read them before building the model.
+MVA_HPARAMS = {"projection": 8, "heads": 1, "query_pooling": "all", "doc_pooling": "all"}
+MVA_CHECKPOINTS = {
+    "mva.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "mva", **MVA_HPARAMS},
+                 "datamodule_hyper_parameters": {"tokenizer": "builtin"}},
+    "mva_ca.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "ca", **MVA_HPARAMS}},
+    "mva_de.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "de", **MVA_HPARAMS}},
+}  # fmt: skip
+MVA_FILES = {
+    "unfinished_store/plan.json": "{}\n",
+    "other_store/manifest.json": '{"format": 1, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "mva"}}\n',
+}
+MVA_INDEX = ["--checkpoint", "{in}/mva.ckpt", "--collection", "builtin:test", "--output", "store"]
+MVA_INDEX_CASES = [
+    (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
+    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16')"),
+    (["--collection", "builtin:nope"], "--collection: unknown built-in split 'nope' in 'builtin:nope'"),
+    (["--collection", "{in}/missing.tsv"], "--collection: {in}/missing.tsv is neither builtin:<split>, "
+                                           "irds:<ir_datasets id> nor a collection file: no such file"),
+    (["--output", "{in}/used"], "--output: {in}/used is not empty; choose a new folder"),
+    (["--output", "{in}/unfinished_store"], "--output: {in}/unfinished_store holds an unfinished store; resume it, "
+                                            "or choose a new folder (pass --resume to finish it)"),
+    (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
+]  # fmt: skip
+MVA_EVALUATE = ["--checkpoint", "{in}/mva.ckpt", "--task", "builtin:test"]
+MVA_EVALUATE_CASES = [
+    (["--task", "builtin:nope"], "--task: unknown built-in split 'nope'"),
+    (["--store", "{in}/missing"], "argument --store: no such folder: {in}/missing"),
+    (["--store", "{in}/unfinished_store"], "argument --store: {in}/unfinished_store holds no finished mva.index "
+                                           "store (no manifest.json) (an unfinished one: finish it with mva.index "
+                                           "--resume)"),
+    (["--compare_end_to_end"], "--compare_end_to_end: compares a store's scores with end-to-end ones; give --store"),
+    (["--rescore", "{in}/missing.ckpt"], "argument --rescore: no such checkpoint file: {in}/missing.ckpt"),
+    (["--rescore", "{in}/mva_ca.ckpt", "--rescore_top", "0"],
+     "argument --rescore_top: must be a positive integer, got 0"),
+    (["--rescore", "{in}/mva_ca.ckpt", "--rescore_top", "10", "10"], "--rescore_top: each K once, got 10 10"),
+    (["--dataset", "trec-dl-2019-passage"], "argument --dataset: invalid choice: 'trec-dl-2019-passage' (choose "
+                                            "from 'msmarco-passage-dev')"),
+    (["--device", "tpu"], "argument --device: must be auto, cpu, cuda or cuda:N, got tpu"),
+    (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
+]  # fmt: skip
+#: Refused once the checkpoint is read or the store opened (torch imported, not Lightning): seconds each.
+MVA_READ_CASES = [
+    ("mva.index", [*MVA_INDEX, "--checkpoint", "{in}/qds.ckpt"],
+     "--checkpoint: {in}/qds.ckpt is not an mva.train checkpoint"),
+    ("mva.index", [*MVA_INDEX, "--checkpoint", "{in}/mva_ca.ckpt"],
+     "--checkpoint: {in}/mva_ca.ckpt is an mva.train checkpoint of ca, not of mva or de: CA reads the query and "
+     "the document together, so it has no document representation to store"),
+    ("mva.evaluate", [*MVA_EVALUATE, "--rescore", "{in}/mva_de.ckpt"],
+     "--rescore: {in}/mva_de.ckpt is an mva.train checkpoint of de, not of ca"),
+    ("mva.evaluate", [*MVA_EVALUATE, "--checkpoint", "{in}/mva_ca.ckpt", "--store", "{in}/other_store"],
+     "--store: {in}/mva_ca.ckpt is CA's, which stores nothing: it reads query and document together"),
+    ("mva.evaluate", [*MVA_EVALUATE, "--store", "{in}/other_store"],
+     "--store: {in}/other_store was built from checkpoint 000000000000…; this needs checkpoint "),
+]  # fmt: skip
+MVA_PAPER = "Multi-Vector Attention Models for Deep Re-ranking"
+
+
+@pytest.fixture
+def mva_inputs(inputs):
+    write_inputs(inputs, MVA_FILES)
+    for name, contents in MVA_CHECKPOINTS.items():
+        torch.save(contents, inputs / name)
+    return inputs
+
+
+@pytest.mark.parametrize("args, expect", MVA_INDEX_CASES)
+def test_mva_index_refuses(tmp_path, mva_inputs, args, expect):
+    _check("mva.index", MVA_INDEX, args, expect, tmp_path, mva_inputs)
+
+
+@pytest.mark.parametrize("args, expect", MVA_EVALUATE_CASES)
+def test_mva_evaluate_refuses(tmp_path, mva_inputs, args, expect):
+    _check("mva.evaluate", MVA_EVALUATE, args, expect, tmp_path, mva_inputs)
+
+
+@pytest.mark.parametrize("module, args, expect", MVA_READ_CASES)
+def test_mva_refuses_a_foreign_checkpoint_or_another_checkpoints_store(tmp_path, mva_inputs, module, args, expect):
+    _check(module, [], args, expect, tmp_path, mva_inputs)
+
+
+@pytest.mark.parametrize("module", ["mva.index", "mva.evaluate"])
+def test_mva_help_names_the_command_and_its_paper_at_the_top(module):
+    done = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.startswith(f"usage: python -m {module} ")
+    assert MVA_PAPER in " ".join(done.stdout.split("\noptions:")[0].split())
+
+
+@pytest.mark.parametrize("module", ["mva.index", "mva.evaluate"])
+def test_mva_help_and_option_errors_import_neither_torch_nor_lightning(module):
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--checkpoint"], capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
+                if line.startswith("import time:")}  # fmt: skip
+    assert done.returncode == 2 and "typing" in imported, done.stderr[-2000:]
+    assert not imported & HEAVY

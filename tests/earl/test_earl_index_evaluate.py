@@ -24,6 +24,7 @@ from pathlib import Path
 import lightning as L
 import pytest
 import torch
+from bad_input.refusal import refused_in_process
 
 from common.data.docstore import DocumentStore
 from common.data.formats import read_run, write_collection
@@ -241,23 +242,10 @@ def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, caps
 # --- refusals ------------------------------------------------------------------------------------------------
 
 
-def refused(main, args: list[str], capsys, expect: str) -> str:
-    """`main` on `args` exits with status 2 and ``error: <expect>`` as the last line on stderr, only one error."""
-    capsys.readouterr()
-    with pytest.raises(SystemExit) as exit_info:
-        main(args)
-    assert exit_info.value.code == 2
-    err = capsys.readouterr().err
-    errors = [line for line in err.splitlines() if line.startswith("error: ")]
-    assert errors == [err.splitlines()[-1]] and len(errors) == 1, err
-    assert expect in errors[0], err
-    return errors[0]
-
-
-def test_a_store_of_another_checkpoint_is_refused(built, tmp_path, capsys):
+def test_a_store_of_another_checkpoint_is_refused_in_process(built, tmp_path, capsys):
     other = save_checkpoint(tmp_path / "other.ckpt", seed=1)
     output = tmp_path / "out"
-    line = refused(evaluate.main, ["--checkpoint", str(other), "--task", "builtin:test", "--store",
+    line = refused_in_process(evaluate.main, ["--checkpoint", str(other), "--task", "builtin:test", "--store",
                                    str(built["root"] / "s1"), "--output_dir", str(output)], capsys,
                    f"--store: {built['root'] / 's1'} was built from checkpoint "
                    f"{checkpoint_hash(built['checkpoint'])[:12]}…; this needs checkpoint "
@@ -266,9 +254,9 @@ def test_a_store_of_another_checkpoint_is_refused(built, tmp_path, capsys):
     assert not output.exists()
 
 
-def test_a_candidate_missing_from_the_store_is_refused(built, tmp_path, capsys):
+def test_a_candidate_missing_from_the_store_is_refused_in_process(built, tmp_path, capsys):
     output = tmp_path / "out"
-    refused(evaluate.main, ["--checkpoint", str(built["checkpoint"]), "--task", "builtin:test", "--test_queries",
+    refused_in_process(evaluate.main, ["--checkpoint", str(built["checkpoint"]), "--task", "builtin:test", "--test_queries",
                             str(QUERIES), "--depth", str(2 * DEPTH), "--store", str(built["root"] / "subset_fp32"),
                             "--output_dir", str(output)], capsys,
             f"--store: {built['root'] / 'subset_fp32'} has no representation of document ")  # fmt: skip
@@ -278,30 +266,30 @@ def test_a_candidate_missing_from_the_store_is_refused(built, tmp_path, capsys):
 def test_index_refusals(built, tmp_path, capsys):
     checkpoint, output = str(built["checkpoint"]), tmp_path / "store"
     base = ["--checkpoint", checkpoint, "--collection", "builtin:test", "--output", str(output)]
-    refused(index.main, [*base, "--strategy", "s3"], capsys,
+    refused_in_process(index.main, [*base, "--strategy", "s3"], capsys,
             "argument --strategy: invalid choice: 's3' (choose from 's1', 's2')")
     output.mkdir()
     (output / "notes.txt").write_text("mine\n")
-    refused(index.main, [*base, "--strategy", "s1"], capsys, f"--output: {output} is not empty; choose a new folder")
+    refused_in_process(index.main, [*base, "--strategy", "s1"], capsys, f"--output: {output} is not empty; choose a new folder")
     assert os.listdir(output) == ["notes.txt"]
     ranker = save_checkpoint(tmp_path / "bert_ranker.ckpt", architecture="bert_ranker")
     fresh = tmp_path / "fresh"
-    refused(index.main, ["--checkpoint", str(ranker), "--strategy", "s1", "--collection", "builtin:test", "--output",
+    refused_in_process(index.main, ["--checkpoint", str(ranker), "--strategy", "s1", "--collection", "builtin:test", "--output",
                          str(fresh)], capsys,
             f"--checkpoint: {ranker} is an earl.train checkpoint of bert_ranker, not of EARL")  # fmt: skip
     assert not fresh.exists()
-    refused(index.main, [*base[:-1], str(fresh), "--strategy", "s1", "--collection", str(tmp_path / "none.tsv")],
+    refused_in_process(index.main, [*base[:-1], str(fresh), "--strategy", "s1", "--collection", str(tmp_path / "none.tsv")],
             capsys, f"--collection: {tmp_path / 'none.tsv'} is neither builtin:<split>, irds:<ir_datasets id> nor "
                     "a collection file")  # fmt: skip
 
 
 def test_evaluate_refusals_before_anything_is_read(built, tmp_path, capsys):
     base = ["--checkpoint", str(built["checkpoint"]), "--task", "builtin:test", "--output_dir", str(tmp_path / "o")]
-    refused(evaluate.main, [*base, "--compare_end_to_end"], capsys,
+    refused_in_process(evaluate.main, [*base, "--compare_end_to_end"], capsys,
             "--compare_end_to_end: compares a store's scores with end-to-end ones; give --store")
-    refused(evaluate.main, [*base, "--store", str(tmp_path)], capsys,
+    refused_in_process(evaluate.main, [*base, "--store", str(tmp_path)], capsys,
             f"argument --store: {tmp_path} holds no finished earl.index store (no manifest.json)")
-    refused(evaluate.main, [*base, "--device", "tpu"], capsys,
+    refused_in_process(evaluate.main, [*base, "--device", "tpu"], capsys,
             "argument --device: must be auto, cpu, cuda or cuda:N, got tpu")
     assert not (tmp_path / "o").exists()
 

@@ -1,0 +1,150 @@
+"""``python -m mva.index --checkpoint CKPT --collection TASK --output DIR``: precompute the document representations
+of a trained MVA or dual encoder (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", 2021), so
+that ``python -m mva.evaluate --store DIR`` re-ranks without encoding a document at query time.
+
+MVA's score reads each candidate only through D_K = Y W_DK and D_V = Y W_DV of its pooled timesteps Y (Sec. 2.1),
+which never see the query: the store keeps them, [D_K | D_V] per timestep, 2·H·p floats (Table 5 counts both:
+70 x 128 x 2 = 17,920 floats per document for MVA¹). A dual encoder's store keeps its [CLS] vector, h floats. A
+document's rows are the timesteps its pooling keeps (`mva.store`), the passage cut and tokenised exactly as in
+training (the checkpoint's tokenizer and passage length). The command prints the bytes per document it stored.
+
+``CKPT`` is an `mva.train` checkpoint of MVA or DE (CA reads query and document together: nothing to store).
+``--collection`` names the documents: ``builtin:<split>``, ``irds:<ir_datasets id>`` (``msmarco-passage`` for
+the paper's 8.8M passages) or a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok); every
+document is stored, in the collection's order.
+
+Output: a representation store (`common.representations`) in a new ``--output`` folder: ``plan.json``, shards
+of ``--shard_size`` documents, ``manifest.json`` written last. Its identity is the checkpoint file's sha256 and
+the architecture; ``mva.evaluate`` refuses a store of another checkpoint. ``--dtype fp16`` halves the bytes. The
+shards are computed by Lightning ``predict``, split among ``--devices`` and ``--num_nodes``, each written as soon
+as it is done; ``--resume`` finishes a killed build (with the same checkpoint, dtype, collection and shard size).
+
+Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
+(`common.usage`): the options, the collection's name and the output folder before torch and Lightning are
+imported; a checkpoint that is not MVA's or DE's once read; a collection file that cannot be read once opened.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from common.store_options import check_collection, open_collection
+from common.task_options import lightning_devices, read_checkpoint
+from common.usage import (
+    ArgumentParser,
+    checkpoint_file,
+    input_errors,
+    positive_int,
+    usage_error,
+)
+
+#: ``--dtype`` -> how the store holds its rows.
+DTYPES = {"fp32": "float32", "fp16": "float16"}
+#: What the hyper-parameters of an `mva.train` checkpoint hold.
+_RANKER_KEYS = ("architecture", "projection", "heads", "query_pooling", "doc_pooling")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = ArgumentParser(prog="python -m mva.index", description=__doc__.split("\n\n")[0],
+                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
+                        help="an mva.train checkpoint of MVA or DE")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
+    parser.add_argument("--collection", required=True,
+                        help="the documents: builtin:<split>, irds:<ir_datasets id> or a collection FILE "
+                             "(docid<TAB>[title<TAB>]text TSV or JSONL)")
+    parser.add_argument("--output", required=True,
+                        help="a new folder for the store (or an unfinished one with --resume)")
+    parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output")
+    parser.add_argument("--shard_size", type=positive_int, default=1000,
+                        help="documents per written shard (default 1000)")
+    parser.add_argument("--batch_size", type=positive_int, default=128,
+                        help="documents per encoder forward pass (default 128)")
+    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
+    parser.add_argument("--devices", type=lightning_devices, default="auto",
+                        help="Lightning devices; the shards are split among them (default auto)")
+    parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
+    return parser
+
+
+def is_ranker_checkpoint(state: dict) -> bool:
+    """Whether checkpoint contents `state` are `mva.train`'s (an `mva.ranker.MVARanker`, any architecture)."""
+    hyper_parameters = state.get("hyper_parameters")
+    return "state_dict" in state and isinstance(hyper_parameters, dict) and all(
+        key in hyper_parameters for key in _RANKER_KEYS)
+
+
+def read_trained(path: str | Path, architectures: tuple[str, ...] = ("mva", "de"),
+                 option: str = "--checkpoint") -> dict:  # fmt: skip
+    """The contents of `path`, an `mva.train` checkpoint of one of `architectures`; any other file ends the command
+    in one line naming `option` and the file. Imports torch."""
+    state = read_checkpoint(path, "an mva.train checkpoint", is_ranker_checkpoint, option)
+    architecture = state["hyper_parameters"]["architecture"]
+    if architecture not in architectures:
+        why = (": CA reads the query and the document together, so it has no document representation to store"
+               if architecture == "ca" else "")
+        usage_error(f"{option}: {path} is an mva.train checkpoint of {architecture}, not of "
+                    f"{' or '.join(architectures)}{why}")
+    return state
+
+
+def check_args(args: argparse.Namespace) -> None:
+    """What the option types do not check, before anything is imported or read: the collection and an output
+    folder to build the store into."""
+    from common.representations import store_output_problem
+
+    check_collection(args.collection)
+    problem = store_output_problem(Path(args.output), args.resume)
+    if problem:
+        hint = " (pass --resume to finish it)" if "unfinished" in problem else ""
+        usage_error(f"--output: {problem}{hint}")
+
+
+def main(argv=None):
+    """Build the store the command line names; returns it (a `common.representations.RepresentationStore`) on
+    global rank zero, else None."""
+    args = build_parser().parse_args(argv)
+    check_args(args)
+    from common.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    state = read_trained(args.checkpoint)  # torch alone: a foreign checkpoint is refused before Lightning loads
+
+    from common.cli import INPUT_ERRORS
+    from common.data.formats import DataFormatError
+    from common.representations import StoreMismatchError, checkpoint_hash
+    from mva.store import (
+        build_representations,
+        data_encoder,
+        load_ranker,
+        storage_report,
+    )
+
+    encoder = data_encoder(state.get("datamodule_hyper_parameters", {}))
+    with input_errors(*INPUT_ERRORS, DataFormatError):
+        documents = open_collection(args.collection)
+        doc_ids = list(documents)
+    if not doc_ids:
+        usage_error(f"--collection: {args.collection} holds no documents")
+    checkpoint_sha256 = checkpoint_hash(args.checkpoint)
+    ranker = load_ranker(state)
+    print(f"{'resuming' if args.resume else 'building'} the store of {ranker.name} ({args.dtype}) over "
+          f"{len(doc_ids):,} documents of {args.collection} in {args.output}")
+    try:
+        store = build_representations(
+            ranker, encoder, documents, doc_ids, args.output, checkpoint_sha256=checkpoint_sha256,
+            dtype=DTYPES[args.dtype], shard_size=args.shard_size, batch_size=args.batch_size, resume=args.resume,
+            trainer_options={"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes},
+        )  # fmt: skip
+    except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
+        usage_error(f"--output: {error}")
+    if store is not None:
+        print(storage_report(store))
+        print(f"written: {args.output}")
+    return store
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,212 @@
+"""MVA's precomputed document representations (Zhou and Devlin 2021, Sec. 2.1 and Table 5): what ``python -m
+mva.index`` stores and how ``python -m mva.evaluate`` scores from it, in one place so that the two agree.
+
+- A store (`common.representations`) holds, per document, the rows the scoring head reads: for MVA the pooled,
+  projected [D_K | D_V] of each real timestep (`mva.model.MVA.document_keys_values`; width 2·H·p, Table 5's
+  ``70 x 128 x 2 = 17,920`` floats per document of all-tokens MVA¹); for the dual encoder (DE) one row, the
+  [CLS] vector (width h). A document's timesteps are those its pooling keeps (`mva.model.timestep_mask`: all
+  tokens without [SEP] and padding; First-K's first K real ones; the K [CLS] timesteps; the temporal groups
+  holding a real token), so its bytes are ``4 x 2 d H p`` in fp32, `mva.costs.mva_storage` per document. The
+  cross-attention model (CA) has nothing to store: it reads query and document together.
+- Identity: ``checkpoint`` (the sha256 of the checkpoint file) and ``strategy`` (the architecture: ``mva`` or
+  ``de``); ``extra`` records the pooling, projection, heads, hidden size, passage length and tokenizer.
+- Scoring (`QueryScorer`): per query, the query side once (pooling, Q_K and Q_V; or DE's [CLS] vector), then the
+  candidates in batches, their rows read from the store or, end to end, computed by the encoder at query time.
+  The two paths differ only in where the rows come from: an fp32 store scores as end-to-end does, to float
+  rounding (the tests hold them within 1e-5).
+- Multi-pass (`CrossScorer`, Table 6): CA re-scores the top K of a first pass, its pairs encoded as CA was
+  trained.
+
+This module imports torch and Lightning; the command lines answer ``--help`` and bad options without them.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from common.bert_inputs import BertInputs
+from common.representation_writer import DocumentIndexer, build_store
+from common.representations import RepresentationStore, StoreWriter
+from common.store_scoring import load_module
+from mva.costs import bert_macs, dual_encoder_macs, mva_macs
+from mva.ranker import MVARanker
+
+#: The architectures whose document side is computed without the query, so can be stored.
+STORED = ("mva", "de")
+
+
+def load_ranker(state: dict) -> MVARanker:
+    """The `MVARanker` of checkpoint contents `state` (read by `mva.index.read_trained`), in eval mode on the CPU."""
+    return load_module(MVARanker, state)
+
+
+def data_encoder(data_settings: dict, pairs: bool = False) -> BertInputs:
+    """The `BertInputs` of a checkpoint's data settings (``datamodule_hyper_parameters``): queries and passages
+    tokenised and cut exactly as in training (concatenated for CA: `pairs`)."""
+    return BertInputs(pairs, data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 32),
+                      data_settings.get("passage_length", 112), data_settings.get("tokenizer_task"))  # fmt: skip
+
+
+def architecture(ranker: MVARanker) -> str:
+    return ranker.hparams.architecture
+
+
+def store_width(ranker: MVARanker) -> int:
+    """Columns of a row: 2·H·p for MVA ([D_K | D_V]), h for DE."""
+    if architecture(ranker) == "mva":
+        return 2 * ranker.hparams.heads * ranker.hparams.projection
+    if architecture(ranker) == "de":
+        return ranker.ranker.bert.config.hidden_size
+    raise ValueError(f"{architecture(ranker)} has no document representation to store (only {', '.join(STORED)})")
+
+
+def document_rows(ranker: MVARanker, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+    """(B, d) token ids and mask -> the (B, t, width) rows a store holds and their (B, t) keep mask."""
+    if architecture(ranker) == "mva":
+        return ranker.ranker.document_keys_values(tokens, mask)
+    vectors = ranker.ranker.embed(tokens, mask)  # (B, h): DE's [CLS]
+    return vectors.unsqueeze(1), mask.new_ones(len(tokens), 1, dtype=torch.bool)
+
+
+def store_extra(ranker: MVARanker, encoder: BertInputs) -> dict:
+    """The model's shape and the passages' encoding, recorded beside the identity."""
+    settings = ranker.hparams
+    extra = {"model": ranker.name, "hidden_size": ranker.ranker.bert.config.hidden_size,
+             "passage_length": encoder.passage_length, "tokenizer": encoder.tokenizer_name}  # fmt: skip
+    if architecture(ranker) == "mva":
+        extra |= {"projection": settings.projection, "heads": settings.heads, "doc_pooling": settings.doc_pooling,
+                  "doc_timesteps": settings.doc_timesteps, "doc_factor": settings.doc_factor}  # fmt: skip
+    return extra
+
+
+def build_representations(ranker: MVARanker, encoder: BertInputs, documents, doc_ids: Sequence[str],
+                          folder: str | os.PathLike, *, checkpoint_sha256: str, dtype: str = "float32",
+                          shard_size: int = 1000, batch_size: int = 128, resume: bool = False,
+                          trainer_options: dict | None = None) -> RepresentationStore | None:  # fmt: skip
+    """Build (or, with `resume`, finish) the store of `documents` (`doc_ids`, in that order) into `folder`; returns
+    it on global rank zero, None on the other ranks (`common.representation_writer.build_store`).
+
+    `common.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan."""
+    writer = StoreWriter(folder, doc_ids=doc_ids, width=store_width(ranker), dtype=dtype, shard_size=shard_size,
+                         identity={"checkpoint": checkpoint_sha256, "strategy": architecture(ranker)},
+                         extra=store_extra(ranker, encoder), resume=resume)  # fmt: skip
+
+    def represent(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        return document_rows(ranker, tokens, mask)
+
+    indexer = DocumentIndexer(ranker.ranker, represent, encoder, documents, writer, batch_size)
+    return build_store(indexer, writer, trainer_options)
+
+
+def storage_report(store: RepresentationStore) -> str:
+    """Bytes and timesteps per document of `store`."""
+    per_document = store.bytes_per_document
+    timesteps = store.manifest["rows"] / max(len(store), 1)
+    return (f"{store.identity['strategy'].upper()}: {per_document:,.0f} bytes/document ({store.dtype}; "
+            f"{timesteps:,.1f} timesteps of {store.width} per document; {len(store):,} documents, "
+            f"{store.manifest['bytes'] / 2**20:,.1f} MiB)")
+
+
+# --- scoring ------------------------------------------------------------------------------------------------------
+
+
+class QueryScorer:
+    """Scores one query's candidates with MVA or DE: the query side once, then batches of `batch_size` candidates,
+    their rows read from `store` or, without one, computed from `documents` at query time (end to end).
+
+    ``seconds`` accumulates the time spent (reading and computing, the query's encoding included), ``macs`` the
+    joint compute (`mva.costs`: the scoring head's multiply-accumulates, the query's encoding left out) over
+    ``queries`` queries and ``candidates`` candidates of ``doc_steps`` timesteps in all.
+    """
+
+    def __init__(self, ranker: MVARanker, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
+                 store: RepresentationStore | None = None, documents=None):  # fmt: skip
+        if store is None and documents is None:
+            raise ValueError("give a store, or the documents to encode end to end")
+        if store is not None and store.width != store_width(ranker):
+            raise ValueError(f"{store.folder}: rows of width {store.width}, not the width {store_width(ranker)} of "
+                             "this model")  # fmt: skip
+        self.ranker, self.encoder, self.store, self.documents = ranker, encoder, store, documents
+        self.batch_size, self.device = batch_size, torch.device(device)
+        self.seconds, self.macs, self.queries, self.candidates, self.doc_steps = 0.0, 0, 0, 0, 0
+
+    @property
+    def label(self) -> str:
+        return "end to end" if self.store is None else f"{self.store.identity['strategy'].upper()} store ({self.store.dtype})"
+
+    @torch.inference_mode()
+    def __call__(self, query: str, doc_ids: Sequence[str]) -> Tensor:
+        """Scores (len(doc_ids),), float64 on the CPU, of the candidates `doc_ids` for query text `query`."""
+        start = time.perf_counter()
+        encoded = self.encoder.queries([query])
+        tokens, mask = encoded["query_tokens"].to(self.device), encoded["query_mask"].to(self.device)
+        mva = architecture(self.ranker) == "mva"
+        if mva:
+            queries = self.ranker.ranker.encode_queries(tokens, mask)  # Q_K, Q_V, keep: once per query
+            query_steps = int(queries[2].sum())
+        else:
+            queries = self.ranker.ranker.embed(tokens, mask)[0]  # (h,)
+        scores = []
+        for first in range(0, len(doc_ids), self.batch_size):
+            rows, keep = self.rows(list(doc_ids[first : first + self.batch_size]))
+            self.doc_steps += int(keep.sum())
+            if mva:
+                heads, projection = self.ranker.hparams.heads, self.ranker.hparams.projection
+                self.macs += sum(mva_macs(query_steps, d, projection, heads) for d in keep.sum(1).tolist())
+                index = torch.zeros(len(rows), dtype=torch.long, device=self.device)
+                scores.append(self.ranker.ranker.score(queries, index, rows, keep).double().cpu())
+            else:
+                self.macs += len(rows) * dual_encoder_macs(len(queries))
+                scores.append((rows[:, 0] @ queries).double().cpu())
+        self.seconds += time.perf_counter() - start
+        self.queries, self.candidates = self.queries + 1, self.candidates + len(doc_ids)
+        return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)
+
+    @property
+    def bytes_per_document(self) -> float:
+        """The store's bytes per document, or, end to end, what an fp32 store of the scored candidates would take."""
+        if self.store is not None:
+            return self.store.bytes_per_document
+        return 4 * store_width(self.ranker) * self.doc_steps / max(self.candidates, 1)
+
+    def rows(self, doc_ids: list[str]) -> tuple[Tensor, Tensor]:
+        """The candidates' (B, t, width) rows and their (B, t) keep mask."""
+        if self.store is None:
+            batch = self.encoder.documents(self.documents.get_many(doc_ids))
+            return document_rows(self.ranker, batch["doc_tokens"].to(self.device), batch["doc_mask"].to(self.device))
+        rows, mask = self.store.padded(doc_ids)  # fp32 (an fp16 store's rows converted)
+        return rows.to(self.device), mask.to(self.device)
+
+
+class CrossScorer:
+    """Scores query-candidate pairs with CA (`common.bert_rankers.BertRanker` over the concatenated pair), in
+    batches of `batch_size`; ``macs`` accumulates its joint compute (`mva.costs.bert_macs` of each pair's real
+    tokens)."""
+
+    def __init__(self, ranker: MVARanker, encoder: BertInputs, documents, *, batch_size: int,
+                 device: torch.device | str = "cpu"):  # fmt: skip
+        if architecture(ranker) != "ca":
+            raise ValueError(f"the re-scoring pass is CA's, not {architecture(ranker)}'s")
+        self.ranker, self.encoder, self.documents = ranker, encoder, documents
+        self.batch_size, self.device = batch_size, torch.device(device)
+        self.seconds, self.macs = 0.0, 0
+        config = ranker.ranker.bert.config
+        self.shape = {"layers": config.num_hidden_layers, "hidden": config.hidden_size,
+                      "intermediate": config.intermediate_size}
+
+    @torch.inference_mode()
+    def __call__(self, query: str, doc_ids: Sequence[str]) -> Tensor:
+        start = time.perf_counter()
+        scores = []
+        for first in range(0, len(doc_ids), self.batch_size):
+            chunk = list(doc_ids[first : first + self.batch_size])
+            batch = self.encoder([query] * len(chunk), self.documents.get_many(chunk))
+            self.macs += sum(bert_macs(n, **self.shape) for n in batch["pair_mask"].sum(1).tolist())
+            scores.append(self.ranker.ranker({k: v.to(self.device) for k, v in batch.items()}).double().cpu())
+        self.seconds += time.perf_counter() - start
+        return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)
