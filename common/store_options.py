@@ -1,6 +1,9 @@
 """Command-line pieces of the commands that build and read representation stores (`common.representations`):
 ``earl.index``/``earl.evaluate`` and ``mva.index``/``mva.evaluate``.
 
+- An index command's options after its ``--checkpoint``: `add_index_arguments`, `check_index_args` (before
+  anything is imported), `read_collection` and `index_trainer_options`.
+
 - ``--collection``: the documents to store, a task's name (``builtin:<split>``, ``irds:<id>``) or a collection
   file (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok): `check_collection` before anything is imported,
   `open_collection` to read it.
@@ -19,7 +22,65 @@ import re
 from pathlib import Path
 
 from common.data.source import TaskSpecError, check_spec
-from common.usage import input_errors, usage_error
+from common.task_options import lightning_devices
+from common.usage import input_errors, positive_int, usage_error
+
+#: ``--dtype`` -> how a store holds its rows.
+DTYPES = {"fp32": "float32", "fp16": "float16"}
+
+# --- an index command ---------------------------------------------------------------------------------------------
+
+
+def add_index_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dtype``, ``--collection``, ``--output``, ``--resume``, ``--shard_size``, ``--batch_size`` and Lightning's
+    ``--accelerator``, ``--devices``, ``--num_nodes``."""
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
+    parser.add_argument("--collection", required=True,
+                        help="the documents: builtin:<split>, irds:<ir_datasets id> or a collection FILE "
+                             "(docid<TAB>[title<TAB>]text TSV or JSONL)")  # fmt: skip
+    parser.add_argument("--output", required=True,
+                        help="a new folder for the store (or an unfinished one with --resume)")
+    parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output")
+    parser.add_argument("--shard_size", type=positive_int, default=1000,
+                        help="documents per written shard (default 1000)")
+    parser.add_argument("--batch_size", type=positive_int, default=128,
+                        help="documents per forward pass of the document encoder (default 128)")
+    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
+    parser.add_argument("--devices", type=lightning_devices, default="auto",
+                        help="Lightning devices; the shards are split among them (default auto)")
+    parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
+
+
+def check_index_args(args: argparse.Namespace) -> None:
+    """What the option types do not check, before anything is imported or read: the collection and an output
+    folder to build the store into."""
+    from common.representations import store_output_problem
+
+    check_collection(args.collection)
+    problem = store_output_problem(Path(args.output), args.resume)
+    if problem:
+        hint = " (pass --resume to finish it)" if "unfinished" in problem else ""
+        usage_error(f"--output: {problem}{hint}")
+
+
+def read_collection(args: argparse.Namespace):
+    """The documents of ``--collection`` and their ids, in its order; a file that cannot be read, or holds no
+    document, ends the command in one line."""
+    from common.cli import INPUT_ERRORS
+    from common.data.formats import DataFormatError
+
+    with input_errors(*INPUT_ERRORS, DataFormatError):
+        documents = open_collection(args.collection)
+        doc_ids = list(documents)
+    if not doc_ids:
+        usage_error(f"--collection: {args.collection} holds no documents")
+    return documents, doc_ids
+
+
+def index_trainer_options(args: argparse.Namespace) -> dict:
+    """``lightning.Trainer`` options of ``--accelerator``, ``--devices`` and ``--num_nodes``."""
+    return {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes}
+
 
 # --- --collection -------------------------------------------------------------------------------------------------
 
@@ -79,12 +140,7 @@ def existing_store(index_command: str):
 def open_store(folder: Path, checkpoint: Path, index_command: str, strategies: tuple[str, ...]):
     """The store in `folder`, which must have been built from `checkpoint` (its sha256) with one of `strategies`;
     else one line naming both, and how to build the right one (`index_command`, e.g. ``earl.index``)."""
-    from common.representations import (
-        CorruptStoreError,
-        RepresentationStore,
-        StoreMismatchError,
-        checkpoint_hash,
-    )
+    from common.representations import CorruptStoreError, RepresentationStore, StoreMismatchError, checkpoint_hash
 
     try:
         store = RepresentationStore.open(folder, expect={"checkpoint": checkpoint_hash(checkpoint)})

@@ -39,26 +39,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from common.store_options import (
-    check_candidates,
-    device_name,
-    existing_store,
-    open_store,
-    resolve_device,
-)
-from common.task_options import (
-    add_task_arguments,
-    fresh_output_dir,
-    resolve_depth,
-    task_spec_from_args,
-)
-from common.usage import (
-    ArgumentParser,
-    checkpoint_file,
-    input_errors,
-    positive_int,
-    usage_error,
-)
+from common.store_options import check_candidates, device_name, existing_store, open_store, resolve_device
+from common.task_options import add_task_arguments, fresh_output_dir, resolve_depth, task_spec_from_args
+from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from earl.index import STRATEGIES, read_trained
 
 #: Candidates re-ranked per query by a checkpoint without a depth setting: BM25's top 1,000 (Sec. 4.1).

@@ -29,18 +29,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.store_options import check_collection, open_collection
-from common.task_options import lightning_devices, read_checkpoint
-from common.usage import (
-    ArgumentParser,
-    checkpoint_file,
-    input_errors,
-    positive_int,
-    usage_error,
-)
+from common.store_options import DTYPES, add_index_arguments, check_index_args, index_trainer_options, read_collection
+from common.task_options import read_checkpoint
+from common.usage import ArgumentParser, checkpoint_file, usage_error
 
-#: ``--dtype`` -> how the store holds its rows.
-DTYPES = {"fp32": "float32", "fp16": "float16"}
 #: What the hyper-parameters of an `mva.train` checkpoint hold.
 _RANKER_KEYS = ("architecture", "projection", "heads", "query_pooling", "doc_pooling")
 
@@ -50,21 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
                             epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
                         help="an mva.train checkpoint of MVA or DE")
-    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
-    parser.add_argument("--collection", required=True,
-                        help="the documents: builtin:<split>, irds:<ir_datasets id> or a collection FILE "
-                             "(docid<TAB>[title<TAB>]text TSV or JSONL)")
-    parser.add_argument("--output", required=True,
-                        help="a new folder for the store (or an unfinished one with --resume)")
-    parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output")
-    parser.add_argument("--shard_size", type=positive_int, default=1000,
-                        help="documents per written shard (default 1000)")
-    parser.add_argument("--batch_size", type=positive_int, default=128,
-                        help="documents per encoder forward pass (default 128)")
-    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
-    parser.add_argument("--devices", type=lightning_devices, default="auto",
-                        help="Lightning devices; the shards are split among them (default auto)")
-    parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
+    add_index_arguments(parser)
     return parser
 
 
@@ -89,45 +67,22 @@ def read_trained(path: str | Path, architectures: tuple[str, ...] = ("mva", "de"
     return state
 
 
-def check_args(args: argparse.Namespace) -> None:
-    """What the option types do not check, before anything is imported or read: the collection and an output
-    folder to build the store into."""
-    from common.representations import store_output_problem
-
-    check_collection(args.collection)
-    problem = store_output_problem(Path(args.output), args.resume)
-    if problem:
-        hint = " (pass --resume to finish it)" if "unfinished" in problem else ""
-        usage_error(f"--output: {problem}{hint}")
-
-
 def main(argv=None):
     """Build the store the command line names; returns it (a `common.representations.RepresentationStore`) on
     global rank zero, else None."""
     args = build_parser().parse_args(argv)
-    check_args(args)
+    check_index_args(args)
     from common.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
     state = read_trained(args.checkpoint)  # torch alone: a foreign checkpoint is refused before Lightning loads
 
-    from common.cli import INPUT_ERRORS
-    from common.data.formats import DataFormatError
     from common.representations import StoreMismatchError, checkpoint_hash
-    from mva.store import (
-        build_representations,
-        data_encoder,
-        load_ranker,
-        storage_report,
-    )
+    from mva.store import build_representations, data_encoder, load_ranker, storage_report
 
     encoder = data_encoder(state.get("datamodule_hyper_parameters", {}))
-    with input_errors(*INPUT_ERRORS, DataFormatError):
-        documents = open_collection(args.collection)
-        doc_ids = list(documents)
-    if not doc_ids:
-        usage_error(f"--collection: {args.collection} holds no documents")
+    documents, doc_ids = read_collection(args)
     checkpoint_sha256 = checkpoint_hash(args.checkpoint)
     ranker = load_ranker(state)
     print(f"{'resuming' if args.resume else 'building'} the store of {ranker.name} ({args.dtype}) over "
@@ -136,7 +91,7 @@ def main(argv=None):
         store = build_representations(
             ranker, encoder, documents, doc_ids, args.output, checkpoint_sha256=checkpoint_sha256,
             dtype=DTYPES[args.dtype], shard_size=args.shard_size, batch_size=args.batch_size, resume=args.resume,
-            trainer_options={"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes},
+            trainer_options=index_trainer_options(args),
         )  # fmt: skip
     except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
         usage_error(f"--output: {error}")
