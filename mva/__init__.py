@@ -10,5 +10,6 @@ document vectors.
   beside MVA (``--compare_with``); `mva/configs/builtin.yaml` is its embedded default;
 - `mva.store`, `mva.index` (``python -m mva.index``), `mva.evaluate` (``python -m mva.evaluate``): documents'
   [D_K | D_V] (or DE's vector) stored ahead of time, scoring from the store, multi-pass re-ranking (Table 6);
-- `mva.costs` (``python -m mva.costs``): joint compute and storage of Tables 5 and 6.
+- `mva.costs` (``python -m mva.costs``): joint compute and storage of Tables 5 and 6;
+  `mva.benchmark` (``python -m mva.benchmark``): the same joint compute, timed.
 """

@@ -1,5 +1,5 @@
-"""``python -m qds.benchmark``, ``conformer_kernel.benchmark``, ``common.kernels.benchmark`` and ``earl.benchmark``
-refuse bad options in one line, before anything is measured or written.
+"""``python -m qds.benchmark``, ``conformer_kernel.benchmark``, ``common.kernels.benchmark``, ``earl.benchmark``
+and ``mva.benchmark`` refuse bad options in one line, before anything is measured or written.
 
 Each case writes into ``out`` (in the empty working folder `refused` checks), never into the repository's
 ``results/``, should a refusal ever fail to happen; the cases about the output folder itself point into `inputs`.
@@ -117,12 +117,21 @@ EARL = [
     (["512"], "unrecognized arguments: 512"),
 ]  # fmt: skip
 
+MVA = [
+    (["--candidates", "0"], "argument --candidates: must be a positive integer, got 0"),
+    (["--ca_candidates", "none"], "argument --ca_candidates: must be a positive integer, got none"),
+    (["--size", "huge"], "argument --size: invalid choice: 'huge' (choose from 'base', 'small')"),
+    (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+    (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+]  # fmt: skip
+
 #: Each command, its output folder option and the name of a file it would write on CPU.
 COMMANDS = {
     "qds.benchmark": ("--output_dir", "efficiency_cpu.csv"),
     "conformer_kernel.benchmark": ("--output_dir", "memory.csv"),
     "common.kernels.benchmark": ("--out-dir", "bench_cpu.csv"),
     "earl.benchmark": ("--output_dir", "speed.csv"),
+    "mva.benchmark": ("--output_dir", "speed.csv"),
 }
 
 
@@ -150,6 +159,11 @@ def test_earl_benchmark_refuses(tmp_path, args, expect):
     refused_writing_into_out("earl.benchmark", args, tmp_path, expect)
 
 
+@pytest.mark.parametrize("args, expect", MVA)
+def test_mva_benchmark_refuses(tmp_path, args, expect):
+    refused_writing_into_out("mva.benchmark", args, tmp_path, expect)
+
+
 @pytest.mark.parametrize("module", COMMANDS)
 @pytest.mark.parametrize("where", ["{file}", "{file}/sub"])
 def test_an_output_folder_that_is_a_file_is_refused(tmp_path, module, where):
@@ -161,7 +175,7 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path, module, where):
             f"argument {option}: {inputs / 'results'} is a file, not a folder", inputs=inputs)
 
 
-@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark"])
+@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark", "mva.benchmark"])
 def test_existing_results_are_refused_without_overwrite(tmp_path, module):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
@@ -178,7 +192,7 @@ def test_help_names_the_command(module):
     assert done.stdout.startswith(f"usage: python -m {module} ")
 
 
-@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark", "earl.benchmark"])
+@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark", "earl.benchmark", "mva.benchmark"])
 @pytest.mark.parametrize("args", [["--help"], ["--repeats", "0"]])
 def test_help_and_argument_errors_do_not_wait_for_torch(module, args):
     """(common.kernels.benchmark cannot: its package, common.kernels, imports torch.)"""

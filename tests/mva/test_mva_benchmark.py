@@ -1,0 +1,136 @@
+"""mva.benchmark (MVA Tables 5-6, measured): the rows it writes, its MACs and bytes against `mva.costs`, CA's linear
+scaling, the files and its refusals, on a fast setting (small size, 20 candidates, CA timed on 2). No timing is
+asserted.
+"""
+
+import csv
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from mva import benchmark
+from mva.costs import bert_macs, dual_encoder_macs, mva_macs, mva_storage, table5
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+N, CA_TIMED = 20, 2
+CLI = ["--size", "small", "--candidates", str(N), "--ca_candidates", str(CA_TIMED), "--repeats", "1",
+       "--ca_repeats", "1", "--batch_size", "2", "--threads", "1"]
+COLUMNS = {"impl", "candidates", "timed_candidates", "ms", "timed_ms", "macs", "gflops_per_s", "ca_time_ratio",
+           "ca_macs_ratio", "bytes_per_document", "device", "cpu", "threads"}
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """One in-process run with --json, its stdout captured."""
+    out = tmp_path_factory.mktemp("mva_bench")
+    capture = pytest.MonkeyPatch()
+    stdout = io.StringIO()
+    capture.setattr(sys, "stdout", stdout)
+    try:
+        code = benchmark.main([*CLI, "--json", "--output_dir", str(out)])
+    finally:
+        capture.undo()
+    return code, out, [json.loads(line) for line in stdout.getvalue().splitlines()]
+
+
+def test_rows_have_every_impl_and_column(run):
+    code, _, rows = run
+    assert code == 0
+    assert [r["impl"] for r in rows] == ["de", "mva1", "mva2", "mva3", "ca"]
+    for row in rows:
+        assert COLUMNS <= set(row) and set(benchmark.FIELDS) == set(row)
+        assert (row["candidates"], row["size"], row["device"], row["threads"]) == (N, "small", "cpu", 1)
+        assert row["ms"] > 0 and row["cpu"]
+        assert row["gflops_per_s"] == pytest.approx(2 * row["macs"] / row["ms"] / 1e6, rel=1e-12)
+    ca = rows[-1]
+    for row in rows:
+        assert row["ca_time_ratio"] == pytest.approx(ca["ms"] / row["ms"], rel=1e-12)
+        assert row["ca_macs_ratio"] == pytest.approx(ca["macs"] / row["macs"], rel=1e-12)
+    assert ca["ca_time_ratio"] == ca["ca_macs_ratio"] == 1.0
+
+
+def test_macs_and_bytes_are_the_calculators(run):
+    rows = {r["impl"]: r for r in run[2]}
+    assert rows["mva1"]["macs"] == N * mva_macs(7, 70, 128)
+    assert rows["mva2"]["macs"] == N * mva_macs(8, 24, 64)
+    assert rows["mva3"]["macs"] == N * mva_macs(8, 16, 32)
+    assert rows["de"]["macs"] == N * dual_encoder_macs(384)
+    assert rows["ca"]["macs"] == N * bert_macs(128, layers=6, hidden=384, intermediate=1536)
+    assert rows["mva1"]["bytes_per_document"] == 4 * mva_storage(70, 128)
+    assert rows["mva2"]["bytes_per_document"] == 4 * mva_storage(24, 64)
+    assert rows["mva3"]["bytes_per_document"] == 4 * mva_storage(16, 32)
+    assert rows["de"]["bytes_per_document"] == 4 * 384 and rows["ca"]["bytes_per_document"] == 0
+
+
+def test_base_size_is_table_5():
+    """At base size, each row's MACs per candidate and floats per document are Table 5's (`mva.costs.table5`)."""
+    table = {c.method: c for c in table5()}
+    for impl, method in {"de": "DE", "mva1": "MVA1", "mva2": "MVA2", "mva3": "MVA3", "ca": "CA"}.items():
+        macs, floats, _ = benchmark.cost(impl, benchmark.SIZES["base"])
+        assert (macs, floats) == (table[method].macs_per_candidate, table[method].storage_floats)
+
+
+def test_ca_is_timed_on_fewer_and_scaled_linearly(run):
+    rows = run[2]
+    ca = rows[-1]
+    assert (ca["timed_candidates"], ca["extrapolated"]) == (CA_TIMED, True)
+    assert ca["ms"] == pytest.approx(ca["timed_ms"] * ca["candidates"] / ca["timed_candidates"], rel=1e-12)
+    for row in rows[:-1]:
+        assert (row["timed_candidates"], row["extrapolated"], row["ms"]) == (N, False, row["timed_ms"])
+
+
+def test_files_hold_the_same_rows_and_are_not_overwritten(run):
+    _, out, rows = run
+    assert [json.loads(line) for line in (out / "speed.jsonl").read_text().splitlines()] == rows
+    with open(out / "speed.csv", newline="") as f:
+        written = list(csv.DictReader(f))
+    assert list(written[0]) == benchmark.FIELDS
+    assert [(w["impl"], int(w["macs"]), float(w["ms"])) for w in written] == [(r["impl"], r["macs"], r["ms"])
+                                                                              for r in rows]  # fmt: skip
+    if benchmark.has_matplotlib():
+        assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(SystemExit) as refused:
+        benchmark.main([*CLI, "--output_dir", str(out)])
+    assert refused.value.code == 2
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_the_timed_steps_score_every_candidate():
+    """Each timed call gives one score per candidate (MVA: `MultiVectorAttention.score`; DE: dot products)."""
+    with torch.inference_mode():
+        for point in benchmark.POINTS.values():
+            scores = benchmark.mva_step(point, 5, "cpu", seed=0)()
+            assert scores.shape == (5,) and torch.isfinite(scores).all()
+        assert benchmark.de_step(16, 5, "cpu", seed=0)().shape == (5,)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--candidates", "0"], "error: argument --candidates: must be a positive integer, got 0"),
+    (["--ca_candidates", "-1"], "error: argument --ca_candidates: must be a positive integer, got -1"),
+    (["--repeats", "0"], "error: argument --repeats: must be a positive integer, got 0"),
+    (["--size", "huge"], "error: argument --size: invalid choice: 'huge' (choose from 'base', 'small')"),
+    (["--size", "small", "small"], "error: argument --size: small is given twice"),
+])  # fmt: skip
+def test_bad_options_exit_2_in_one_line_without_torch(tmp_path, args, message):
+    code = (f"import sys\nfrom mva.benchmark import main\ntry:\n    main({[*args, '--output_dir', str(tmp_path)]!r})\n"
+            "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stderr.splitlines() == [message]
+    assert done.stdout.split() == ["2", "False"]
+    assert not any(tmp_path.iterdir())
+
+
+def test_help_lists_the_options():
+    done = subprocess.run([sys.executable, "-m", "mva.benchmark", "--help"], capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith("usage: python -m mva.benchmark ")
+    for option in ("--size", "--candidates", "--ca_candidates", "--device", "--repeats", "--output_dir", "--json",
+                   "--overwrite"):
+        assert option in done.stdout
