@@ -28,6 +28,8 @@ from collections.abc import Callable
 
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 
+from common.durations import duration
+
 #: The key every package logs its training loss under.
 LOSS = "train/loss"
 
@@ -90,16 +92,6 @@ class StepProgressBar(TQDMProgressBar):
 
     def get_metrics(self, trainer, pl_module) -> dict[str, float]:
         return latest(trainer, self.loss, self.monitor)
-
-
-def duration(seconds: float) -> str:
-    """``45s``, ``1m23s``, ``2h05m``."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def _count(n: int, total: int | float | None) -> str:

@@ -19,19 +19,6 @@ from common.rerank import gather_scores
 from common.rng import rng_states, set_rng_states
 
 
-def warmup_linear_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int):
-    """Linear warm-up over `warmup_steps`, then linear decay to zero at `total_steps` (BERT's fine-tuning
-    schedule), as a per-step ``LambdaLR``."""
-    total = max(1, total_steps)
-
-    def factor(step: int) -> float:
-        if step < warmup_steps:
-            return (step + 1) / warmup_steps
-        return max(0.0, (total - step) / max(1, total - warmup_steps))
-
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
-
-
 def decay_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     """Parameter groups with `weight_decay` on matrices only (not biases and LayerNorm weights)."""
     decay = [p for p in module.parameters() if p.ndim > 1]

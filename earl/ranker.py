@@ -23,7 +23,8 @@ from torch import Tensor, nn
 
 from common.bert_rankers import BertRanker, BertSiamese
 from common.pretrained import bert_config, load_bert
-from common.reranking_module import RerankingEvaluation, decay_groups, warmup_linear_decay
+from common.reranking_module import RerankingEvaluation, decay_groups
+from common.schedules import warmup_linear_decay
 from common.tokenizer import vocabulary
 from earl.data import Architecture
 from earl.model import Loss, Pool, build_earl, count_parameters, hinge_loss

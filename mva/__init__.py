@@ -8,6 +8,8 @@ document vectors.
 - `mva.data`, `mva.ranker`, `mva.train` (``python -m mva.train``): the data module (groups of a positive and
   negatives, re-ranking), the LightningModule (softmax loss, Adam, warm-up), the command with DE and CA trained
   beside MVA (``--compare_with``); `mva/configs/builtin.yaml` is its embedded default;
+- `mva.pretrain` (``python -m mva.pretrain``): continued MLM (+ NSP) pre-training of the backbone on a
+  collection's passages, the starting point of fine-tuning (Sec. 3-4);
 - `mva.store`, `mva.index` (``python -m mva.index``), `mva.evaluate` (``python -m mva.evaluate``): documents'
   [D_K | D_V] (or DE's vector) stored ahead of time, scoring from the store, multi-pass re-ranking (Table 6);
 - `mva.costs` (``python -m mva.costs``): joint compute and storage of Tables 5 and 6;

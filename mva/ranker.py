@@ -7,7 +7,7 @@
   Dual Encoder checkpoint" (Sec. 3): ``init_encoder`` takes the encoder of an ``mva.train`` DE checkpoint.
 - Training (Sec. 2.3, 3): the softmax cross-entropy over each <query, positive, negatives> group (`mva.model.
   softmax_loss`); Adam, lr 3e-5. The paper names no schedule: linear warm-up over ``warmup_steps`` then linear
-  decay to zero, BERT's fine-tuning schedule (`common.reranking_module.warmup_linear_decay`; ``warmup_steps: 0``
+  decay to zero, BERT's fine-tuning schedule (`common.schedules.warmup_linear_decay`; ``warmup_steps: 0``
   and a constant rate are one flag away: the decay ends at the last step).
 - Evaluation: re-ranking measured with MRR@10 (MS MARCO dev, Tables 1-6) and NDCG@10, MAP and MRR (TREC DL),
   `common.reranking_module.RerankingEvaluation`; dev MRR@10 selects the checkpoint (the paper holds out 10% of
@@ -24,7 +24,8 @@ from torch import Tensor, nn
 
 from common.bert_rankers import BertRanker, BertSiamese
 from common.pretrained import bert_config, load_bert
-from common.reranking_module import RerankingEvaluation, decay_groups, warmup_linear_decay
+from common.reranking_module import RerankingEvaluation, decay_groups
+from common.schedules import warmup_linear_decay
 from common.tokenizer import load_tokenizer
 from mva.data import Architecture
 from mva.model import MVA, Pooling, softmax_loss

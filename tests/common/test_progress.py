@@ -14,7 +14,8 @@ from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.progress import ProgressLog, StepProgressBar, duration, progress_callback
+from common.durations import duration
+from common.progress import ProgressLog, StepProgressBar, progress_callback
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
               pytest.mark.filterwarnings("ignore:The '\\w+_dataloader' does not have many workers")]  # fmt: skip
