@@ -334,12 +334,12 @@ def table(rows: list[dict]) -> str:
         where = first["gpu"] or first["cpu"]
         lines += [f"size {size_name} ({SIZES[size_name].describe()}), {first['candidates']} candidates, "
                   f"{first['device']}: {where}, {first['threads']} thread(s)",
-                  f"{'impl':<6}{'ms/query':>12}{'timed on':>10}{'MMACs':>14}{'GFLOP/s':>9}{'CA/ms':>11}"
-                  f"{'CA/MACs':>11}{'bytes/doc':>11}  setting"]  # fmt: skip
+                  f"{'impl':<6}{'ms/query':>12}{'timed on':>10}{'MMACs':>14}{'GFLOP/s':>9}{'CA/ms':>13}"
+                  f"{'CA/MACs':>13}{'bytes/doc':>11}  setting"]  # fmt: skip
         for r in group:
             timed_on = f"{r['timed_candidates']}" + ("*" if r["extrapolated"] else "")
             lines.append(f"{r['impl']:<6}{r['ms']:>12.3f}{timed_on:>10}{r['mflops']:>14,.1f}{r['gflops_per_s']:>9.1f}"
-                         f"{r['ca_time_ratio']:>10,.0f}x{r['ca_macs_ratio']:>10,.0f}x{r['bytes_per_document']:>11,}"
+                         f"{r['ca_time_ratio']:>12,.0f}x{r['ca_macs_ratio']:>12,.0f}x{r['bytes_per_document']:>11,}"
                          f"  {r['setting']}")
         if any(r["extrapolated"] for r in group):
             lines.append("* timed on that many candidates, scaled linearly to the rest")
