@@ -20,6 +20,8 @@ import torch
 from torch import Tensor
 
 from common.data.formats import Document
+from common.data.samplers import PointwiseSampler
+from common.rerank import RerankPairs
 from common.tasks import SamplerGroups
 
 
@@ -118,3 +120,19 @@ class TrainTriples(SamplerGroups):
         batch = self.encoder([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
         batch["labels"] = torch.tensor([label for g in groups for label in g.labels], dtype=torch.float)
         return batch | {"qids": qids, "doc_ids": doc_ids, "group_size": len(groups[0].doc_ids)}
+
+
+class BertTripleSplits:
+    """A data module mixin (before `common.tasks.SplitLoaders`): ``build_dataset(split)`` gives training groups of a
+    positive and ``negatives`` BM25 negatives (`TrainTriples`) and evaluation pairs (`RerankPairs`), both encoded by
+    ``self.encoder`` (a `BertInputs`); EARL's and MVA's data modules."""
+
+    def build_dataset(self, split: str):
+        source = self.source(split)
+        if split == "train":
+            sampler = PointwiseSampler(
+                source.qrels(), source.candidates(), negatives=self.hparams.negatives, depth=self.hparams.depth,
+                relevance_level=self.relevance_level, seed=self.hparams.seed,
+            )  # fmt: skip
+            return TrainTriples(sampler, source.topics(), source.documents(), self.encoder)
+        return RerankPairs(self.eval_pairs(split), source.topics(), source.documents(), self.encoder)

@@ -20,10 +20,8 @@ import lightning as L
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import Dataset
 
-from common.bert_inputs import BertInputs, TrainTriples
-from common.data.samplers import PointwiseSampler
+from common.bert_inputs import BertInputs, BertTripleSplits
 from common.data.source import SourceSpec
-from common.rerank import RerankPairs
 from common.tasks import MISSING_DOCUMENTS, SplitLoaders, TaskSplits
 from common.tokenizer import resolved_tokenizer_task
 
@@ -32,7 +30,7 @@ ARCHITECTURES = ("mva", "de", "ca")
 Architecture = Literal[ARCHITECTURES]
 
 
-class MVADataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
+class MVADataModule(TaskSplits, BertTripleSplits, SplitLoaders, L.LightningDataModule):
     """Training, dev and test data of MVA and its baselines (see the module docstring).
 
     Args:
@@ -89,13 +87,3 @@ class MVADataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         self.relevance_level = relevance_level
         self.encoder = BertInputs(architecture == "ca", tokenizer, query_length, passage_length, tokenizer_task)
         self._datasets: dict[str, Dataset] = {}
-
-    def build_dataset(self, split: str) -> Dataset:
-        source = self.source(split)
-        if split == "train":
-            sampler = PointwiseSampler(
-                source.qrels(), source.candidates(), negatives=self.hparams.negatives, depth=self.hparams.depth,
-                relevance_level=self.relevance_level, seed=self.hparams.seed,
-            )  # fmt: skip
-            return TrainTriples(sampler, source.topics(), source.documents(), self.encoder)
-        return RerankPairs(self.eval_pairs(split), source.topics(), source.documents(), self.encoder)
