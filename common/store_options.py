@@ -36,8 +36,9 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     ``--accelerator``, ``--devices``, ``--num_nodes``."""
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
     parser.add_argument("--collection", required=True,
-                        help="the documents: builtin:<split>, irds:<ir_datasets id> or a collection FILE "
-                             "(docid<TAB>[title<TAB>]text TSV or JSONL)")  # fmt: skip
+                        help="the documents: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
+                             "(docid<TAB>[title<TAB>]text TSV or JSONL) or a rank_llm candidate file (.json: "
+                             "the text of its hits)")  # fmt: skip
     parser.add_argument("--output", required=True,
                         help="a new folder for the store (or an unfinished one with --resume)")
     parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output")
@@ -103,12 +104,21 @@ def check_collection(text: str) -> None:
                     "file: no such file")
 
 
+def is_rank_llm_file(text: str) -> bool:
+    """Whether ``--collection`` names a rank_llm candidate file (one JSON array; a JSONL collection is ``.jsonl``)."""
+    return text.endswith(".json")
+
+
 def open_collection(text: str):
     """The documents ``--collection`` names (a `common.data.source.DocumentLookup`, iterable over its ids)."""
     if is_collection_task(text):
         from common.data.source import source_from_spec
 
         return source_from_spec(text).documents()
+    if is_rank_llm_file(text):
+        from common.data.rank_llm import RankLLMSource
+
+        return RankLLMSource(text).documents()
     from common.data.docstore import DocumentStore
 
     return DocumentStore.for_collection(text)

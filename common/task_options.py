@@ -37,23 +37,34 @@ def add_task_arguments(parser: argparse.ArgumentParser, option: str = "task",
                        ("run", "the candidates to re-rank: qid Q0 docid rank score tag"),
                        ("collection", "docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok")):  # fmt: skip
         files.add_argument(f"--{name}", metavar="FILE", help=what)
+    files.add_argument("--rank_llm", metavar="FILE",
+                       help="a rank_llm candidate file (queries, first-stage hits and their text, e.g. ../shared/data/"
+                            "trec_dl/candidates_with_text/rank_llm.BM25.retrieve_results_dl19.json) with --qrels, "
+                            "in place of --topics, --run and --collection")
 
 
 def task_spec_from_args(args: argparse.Namespace, option: str = "task") -> SourceSpec:
     """The task of an evaluate command line (`add_task_arguments`): ``args.<option>`` where given, else the
-    `FileSource` mapping of ``--topics/--qrels/--run/--collection``.
+    `FileSource` mapping of ``--topics/--qrels/--run/--collection``, or the `RankLLMSource` mapping of
+    ``--rank_llm/--qrels``.
 
     An evaluate command needs all four files: the topics, the qrels it measures with, the candidates it re-ranks
-    (and whose queries it evaluates) and their text. One not given, a file that does not exist, an unknown split
-    or ir_datasets id end the command in one line naming the option (`common.usage.usage_error`).
+    (and whose queries it evaluates) and their text; a rank_llm file holds all but the qrels. One not given, a
+    file that does not exist, an unknown split or ir_datasets id end the command in one line naming the option
+    (`common.usage.usage_error`).
     """
     named = getattr(args, option)
     if named:
         spec, where = named, f"--{option}"
+    elif args.rank_llm:
+        if not args.qrels:
+            usage_error("--rank_llm: give the qrels it is measured with as --qrels (a rank_llm file holds none)")
+        spec, where = {"rank_llm_path": args.rank_llm, "qrels_path": args.qrels}, "task"
     else:
         if not all(getattr(args, name) for name in TASK_FILES):
             files = [f"--{name}" for name in TASK_FILES]
-            usage_error(f"give --{option} TASK, or {', '.join(files[:-1])} and {files[-1]}")
+            usage_error(f"give --{option} TASK, or {', '.join(files[:-1])} and {files[-1]}, "
+                        "or --rank_llm and --qrels")
         spec, where = {field: getattr(args, name) for name, field in TASK_FILES.items()}, "task"
     try:
         check_spec(spec, where)
@@ -122,6 +133,6 @@ def read_checkpoint(path: str | Path, what: str, fits, option: str = "--checkpoi
 
 def _as_flags(message: str) -> str:
     """`check_spec`'s message about a task from files (``task.topics_path: no such file``) in this command's flags."""
-    for name, field in TASK_FILES.items():
+    for name, field in {**TASK_FILES, "rank_llm": "rank_llm_path"}.items():
         message = message.replace(f"task.{field}", f"--{name}")
     return message

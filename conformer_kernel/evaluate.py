@@ -4,7 +4,8 @@ Using Conformer and Query Term Independence", TREC 2020 Deep Learning track), an
 
 ``CKPT`` is a `conformer_kernel.train` checkpoint (it holds the vocabulary and IDFs). ``TASK``
 names topics, qrels, candidates and documents: ``irds:msmarco-document/trec-dl-2020/judged``,
-``builtin:test``, or ``--topics/--qrels/--run/--collection`` files. ``--modes rerank`` scores the
+``builtin:test``, ``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE``.
+``--modes rerank`` scores the
 candidates (top ``--depth``); ``--modes fullrank`` retrieves each query's top 100 from an impact
 index of the task's documents (`conformer_kernel.index`), built into ``OUTPUT_DIR/index`` or
 read from ``--index`` when given. Writes ``run.<mode>.trec``, ``metrics.json`` (Table 1's

@@ -15,8 +15,9 @@ The store must have been built from this very checkpoint file (its sha256): anot
 naming both. Every re-ranked candidate must be in the store: one that is not (a store of another collection)
 is refused in one line naming it, rather than left out, which would change the metrics without a word.
 Candidates without text in the task's collection are left below the re-ranked ones with a warning, as in
-training (`common.tasks`). ``TASK``: ``irds:msmarco-passage/trec-dl-2019/judged``, ``builtin:test``, or
-``--topics/--qrels/--run/--collection`` files.
+training (`common.tasks`). ``TASK``: ``irds:msmarco-passage/trec-dl-2019/judged``, ``builtin:test``,
+``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE`` (a rank_llm candidate file:
+topics, candidates and text in one).
 
 Depth: ``--depth``, else the checkpoint's data setting ``depth`` (what `earl.train` re-ranked), else 1,000 (the
 paper's BM25 top 1,000, Sec. 4.1); the command prints which depth and why. ``--test_queries`` evaluates a seeded

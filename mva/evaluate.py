@@ -18,7 +18,8 @@ Joint compute (`mva.costs`'s convention: multiply-accumulates of the scoring hea
 query's encoding left out, here per query over its candidates at the task's real lengths) and the bytes per
 document are written to ``costs.json`` for every run and printed as Table 6 prints them.
 
-``TASK``: ``irds:msmarco-passage/dev/small``, ``builtin:test``, or ``--topics/--qrels/--run/--collection`` files.
+``TASK``: ``irds:msmarco-passage/dev/small``, ``builtin:test``, ``--topics/--qrels/--run/--collection`` files, or
+``--rank_llm FILE --qrels FILE`` (a rank_llm candidate file: topics, candidates and text in one).
 Depth: ``--depth``, else the checkpoint's data setting ``depth``, else 1,000 (the paper's BM25 top 1,000).
 ``--test_queries`` evaluates a seeded sample of the queries (seed 0, as data.test_queries).
 

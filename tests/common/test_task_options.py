@@ -59,7 +59,25 @@ def test_a_task_from_files_is_a_file_source_mapping(files):
 def test_a_task_from_files_needs_all_four(files, capsys):
     some = {name: files[name] for name in ("topics", "run")}
     line = _refused(capsys, lambda: task_spec_from_args(_parse("candidates", _flags(some)), "candidates"))
-    assert line == "error: give --candidates TASK, or --topics, --qrels, --run and --collection"
+    assert line == ("error: give --candidates TASK, or --topics, --qrels, --run and --collection, "
+                    "or --rank_llm and --qrels")
+
+
+def test_a_task_from_a_rank_llm_file_is_a_rank_llm_source_mapping(files, tmp_path, capsys):
+    """``--rank_llm FILE --qrels FILE``: the queries, hits and their text from the JSON, labels from the qrels."""
+    path = tmp_path / "rank_llm.json"
+    path.write_text('[{"query": "a query", "hits": [{"qid": "q1", "docid": "d1", "rank": 1, "score": 2.0, '
+                    '"content": "some text"}, {"qid": "q1", "docid": "d2", "rank": 2, "score": 1.0, '
+                    '"content": "other text"}]}]')
+    task = task_spec_from_args(_parse("task", ["--rank_llm", str(path), "--qrels", files["qrels"]]), "task")
+    assert task == {"rank_llm_path": str(path), "qrels_path": files["qrels"]}
+    source = source_from_spec(task)
+    assert source.topics() == {"q1": "a query"} and source.qrels() == {"q1": {"d1": 1}}
+    line = _refused(capsys, lambda: task_spec_from_args(_parse("task", ["--rank_llm", str(path)]), "task"))
+    assert line == "error: --rank_llm: give the qrels it is measured with as --qrels (a rank_llm file holds none)"
+    absent = str(tmp_path / "absent.json")
+    args = _parse("task", ["--rank_llm", absent, "--qrels", files["qrels"]])
+    assert _refused(capsys, lambda: task_spec_from_args(args, "task")) == f"error: --rank_llm: no such file: {absent}"
 
 
 def test_a_missing_file_or_an_unknown_task_is_named_by_its_option(files, tmp_path, capsys):

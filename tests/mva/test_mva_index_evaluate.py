@@ -24,7 +24,7 @@ import pytest
 import torch
 
 from bad_input.refusal import refused_in_process
-from common.data.formats import ranked, read_run
+from common.data.formats import Document, ranked, read_run, write_collection, write_qrels, write_run, write_topics
 from common.data.source import source_from_spec
 from common.representations import RepresentationStore, checkpoint_hash
 from mva import evaluate, index
@@ -185,6 +185,41 @@ def test_multi_pass_at_the_depth_is_ca_alone(built, multi_pass, tmp_path):
     assert costs[f"mva+ca@{DEPTH}"]["joint_mmacs"] == pytest.approx(json.loads(
         (tmp_path / "ca" / "costs.json").read_text())["ca"]["joint_mmacs"])  # fmt: skip
     assert costs["mva+ca@1"]["joint_mmacs"] == costs["mva"]["joint_mmacs"]  # K = 1 re-scores nothing (mva.costs)
+
+
+# --- a rank_llm candidate file -------------------------------------------------------------------------------------
+
+
+def test_a_rank_llm_file_is_indexed_and_evaluated_as_the_files_it_stands_for(built, tmp_path):
+    """``mva.index --collection FILE.json`` and ``mva.evaluate --rank_llm FILE.json --qrels FILE`` (how the TREC DL
+    candidate files in ../shared/data are read) give the run and metrics of the same task as TREC files."""
+    source = source_from_spec("builtin:test")
+    topics, candidates, documents = source.topics(), source.candidates(), source.documents()
+    qids = sorted(candidates)[:QUERIES]
+    top = {qid: [doc_id for doc_id, _ in ranked(candidates[qid])[:DEPTH]] for qid in qids}
+    entries = [{"query": topics[qid], "hits": [
+        {"qid": qid, "docid": doc_id, "rank": rank, "score": candidates[qid][doc_id],
+         "content": documents[doc_id].text} for rank, doc_id in enumerate(top[qid], 1)]} for qid in qids]
+    rank_llm = tmp_path / "rank_llm.json"
+    rank_llm.write_text(json.dumps(entries))
+    files = {"topics": tmp_path / "topics.tsv", "qrels": tmp_path / "qrels.txt", "run": tmp_path / "run.trec",
+             "collection": tmp_path / "docs.tsv"}
+    write_topics(files["topics"], {qid: topics[qid] for qid in qids})
+    write_qrels(files["qrels"], source.qrels())
+    write_run(files["run"], {qid: {doc_id: candidates[qid][doc_id] for doc_id in top[qid]} for qid in qids})
+    hit = dict.fromkeys(doc_id for qid in qids for doc_id in top[qid])
+    write_collection(files["collection"], [Document(doc_id, documents[doc_id].text) for doc_id in hit])
+    checkpoint = built["checkpoints"]["mva_cls"]
+    index.main(["--checkpoint", str(checkpoint), "--collection", str(rank_llm), "--output", str(tmp_path / "store"),
+                *CPU])  # fmt: skip
+    common = ["--checkpoint", str(checkpoint), "--depth", str(DEPTH), "--device", "cpu"]
+    from_rank_llm = evaluate.main([*common, "--rank_llm", str(rank_llm), "--qrels", str(files["qrels"]),
+                                   "--store", str(tmp_path / "store"), "--output_dir", str(tmp_path / "a")])
+    from_files = evaluate.main([*common, *(f for name, path in files.items() for f in (f"--{name}", str(path))),
+                                "--output_dir", str(tmp_path / "b")])  # fmt: skip
+    assert from_rank_llm == from_files and set(from_files) == {"mva", "bm25"}
+    assert rankings(tmp_path / "a" / "run.trec") == rankings(tmp_path / "b" / "run.trec")
+    assert sorted(rankings(tmp_path / "a" / "run.trec")) == qids
 
 
 # --- refusals -----------------------------------------------------------------------------------------------------

@@ -187,3 +187,41 @@ def test_softmax_loss_by_hand():
     scores = torch.tensor([[2.0, 0.0], [0.0, 1.0]]).double()
     expected = (math.log(1 + math.exp(-2)) + math.log(1 + math.exp(1))) / 2
     assert softmax_loss(scores).item() == pytest.approx(expected, abs=1e-12)
+
+
+def test_tied_init_starts_the_document_projections_as_copies_of_the_querys():
+    """``tied_init``: W_DK = W_QK and W_DV = W_QV at the start, as separate parameters that then train apart; off,
+    the four are drawn on their own; with different query and document widths there is nothing to copy."""
+    torch.manual_seed(0)
+    tied = MultiVectorAttention(6, 6, projection=4, tied_init=True)
+    assert torch.equal(tied.doc_key.weight, tied.query_key.weight)
+    assert torch.equal(tied.doc_value.weight, tied.query_value.weight)
+    assert not torch.equal(tied.query_key.weight, tied.query_value.weight)
+    tied.doc_key.weight.grad = torch.ones_like(tied.doc_key.weight)
+    torch.optim.SGD(tied.parameters(), lr=0.1).step()
+    assert torch.equal(tied.doc_key.weight, tied.query_key.weight - 0.1)  # only the document's moved
+    untied = MultiVectorAttention(6, 6, projection=4)
+    assert not torch.equal(untied.doc_key.weight, untied.query_key.weight)
+    with pytest.raises(ValueError, match="tied_init copies the query's projections to the document's: their "
+                                         "widths must agree, got 6 and 12"):
+        MultiVectorAttention(6, 12, projection=4, tied_init=True)
+
+
+def test_tied_init_scores_a_document_by_its_tokens_similarity_to_the_query():
+    """With W_D = W_Q the untrained head compares the sides in one projected space: a document made of the query's
+    own vectors outscores one of vectors orthogonal to them. (Independent projections give no such order.)"""
+    torch.manual_seed(0)
+    head = MultiVectorAttention(16, 16, projection=16, tied_init=True).double()
+    with torch.no_grad():  # a well-conditioned shared projection (orthogonal, scaled up from N(0, 0.02))
+        for name in ("query_key", "query_value", "doc_key", "doc_value"):
+            getattr(head, name).weight.copy_(torch.eye(16, dtype=torch.float64))
+    basis = torch.eye(16, dtype=torch.float64)
+    query = basis[:3][None]  # (1, 3, 16)
+    keys, values = head.query_keys_values(query)
+    keep = torch.ones(1, 3, dtype=torch.bool)
+    same = head.score(keys, values, keep, head.document_keys_values(basis[:3][None]), keep)
+    other = head.score(keys, values, keep, head.document_keys_values(basis[3:6][None]), keep)
+    # each query vector e_i attends to e_1..e_3 with softmax(1/4 at i, 0 elsewhere); its dot product with the
+    # attended value is that weight: e^(1/4) / (e^(1/4) + 2); orthogonal documents give exactly 0
+    assert same.item() == pytest.approx(math.exp(0.25) / (math.exp(0.25) + 2), abs=1e-12)
+    assert other.item() == 0.0
