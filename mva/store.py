@@ -69,7 +69,7 @@ def document_rows(ranker: MVARanker, tokens: Tensor, mask: Tensor) -> tuple[Tens
     """(B, d) token ids and mask -> the (B, t, width) rows a store holds and their (B, t) keep mask."""
     if architecture(ranker) == "mva":
         return ranker.ranker.document_keys_values(tokens, mask)
-    vectors = ranker.ranker.embed(tokens, mask)  # (B, h): DE's [CLS]
+    vectors = ranker.ranker.embed(tokens, mask)  # (B, h): DE's [CLS] (or mean) vector, as its score reads it
     return vectors.unsqueeze(1), mask.new_ones(len(tokens), 1, dtype=torch.bool)
 
 
