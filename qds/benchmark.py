@@ -15,10 +15,10 @@ speed up compared to vanilla BERT on long documents". This command measures the 
   softmax, ``portable``, ``tvm``, ``flex``); a pass an implementation cannot run here (flex has
   no CPU backward) is recorded as skipped, with the reason.
 
-Inputs are exactly n tokens, built by `qds.inputs.build_qds_input` from random token ids with an
-MS MARCO-like layout (a query of 8 tokens, sentences of 25 tokens: the mean lengths in words of
-MS MARCO queries and sentences, 5.9 and 18.6, times ~1.3 BPE tokens a word; see
-results/qds/README.md), so
+Inputs are exactly n tokens, built by `qds.inputs.build_qds_input` (``--layout``: the official
+layout by default) from random token ids with an MS MARCO-like layout (a query of 8 tokens,
+sentences of 25 tokens: the mean lengths in words of MS MARCO queries and sentences, 5.9 and
+18.6, times ~1.3 BPE tokens a word; see results/qds/README.md), so
 the global tokens are those of the real input construction; ``density`` is
 `common.kernels.patterns.density` of that global mask (1.0 for ``dense``).
 
@@ -67,17 +67,20 @@ SIZES = {  # num_layers, hidden_size, num_heads, intermediate_size
     "cuda": (12, 768, 12, 3072),  # RoBERTa-base, as the paper
 }
 FIELDS = ["bench", "system", "impl", "n", "pass", "ms", "peak_mb", "density", "ratio_to_dense", "batch_size",
-          "device", "num_layers", "hidden_size", "num_heads", "intermediate_size", "window", "threads", "skipped"]
+          "device", "num_layers", "hidden_size", "num_heads", "intermediate_size", "window", "layout", "threads",
+          "skipped"]
 BOS, PAD, EOS, FIRST_ORDINARY_ID = 0, 1, 2, 5  # RoBERTa's <s>, <pad>, </s>; ids 0-4 are special
 WARMUP_N = 256
+LAYOUTS = ("official", "sos")  # qds.inputs.LAYOUTS, not imported here: qds.inputs loads torch, and --help must not
 
 
 # --------------------------------------------------------------------------- inputs and models
 
 
-def qds_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int, generator: torch.Generator):
-    """A `QDSInput` of exactly n >= query_tokens + 5 tokens: random ids, a query of `query_tokens`, sentences of
-    `sentence_tokens`, the last one cut."""
+def qds_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int, generator: torch.Generator,
+              layout: str = "official"):
+    """A `QDSInput` of exactly n >= query_tokens + 5 tokens in `layout` (`qds.inputs`): random ids, a query of
+    `query_tokens`, sentences of `sentence_tokens`, the last one cut."""
     import torch
 
     from qds.inputs import build_qds_input
@@ -85,34 +88,38 @@ def qds_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int, 
     def ids(k: int) -> list[int]:
         return torch.randint(FIRST_ORDINARY_ID, vocab_size, (k,), generator=generator).tolist()
 
-    whole, rest = divmod(n - query_tokens - 3, sentence_tokens + 1)  # what <s> query </s> ... </s> leaves
-    lengths = [sentence_tokens] * (whole + 1)  # the document is cut at n - 1
-    if rest == 1:  # an [SOS] without a token cannot end the document: the last whole sentence takes the token
-        lengths[whole - 1] += 1
+    if layout == "official":  # <s> <s> query </s>, then <s> <s> sentence </s> each, cut at n as the official code
+        lengths = [sentence_tokens] * (-(-(n - query_tokens - 3) // (sentence_tokens + 3)) + 1)
+    else:
+        whole, rest = divmod(n - query_tokens - 3, sentence_tokens + 1)  # what <s> query </s> ... </s> leaves
+        lengths = [sentence_tokens] * (whole + 1)  # the document is cut at n - 1
+        if rest == 1:  # an [SOS] without a token cannot end the document: the last whole sentence takes the token
+            lengths[whole - 1] += 1
     built = build_qds_input(ids(query_tokens), [ids(k) for k in lengths], bos=BOS, eos=EOS, max_length=n,
-                            max_sentences=len(lengths), max_query_tokens=query_tokens)
+                            max_sentences=len(lengths), max_query_tokens=query_tokens, layout=layout)
     assert len(built.input_ids) == n, (len(built.input_ids), n)
     return built
 
 
-def pattern_density(system: str, n: int, window: int, query_tokens: int, sentence_tokens: int) -> float:
-    """Nonzero fraction of the attention matrix of `system` on the benchmark's input layout (1.0 for dense)."""
+def pattern_density(system: str, n: int, window: int, query_tokens: int, sentence_tokens: int,
+                    layout: str = "official") -> float:
+    """Nonzero fraction of the attention matrix of `system` on the benchmark's input in `layout` (1.0 for dense)."""
     if system == "dense":
         return 1.0
     import torch
 
     from common.kernels.patterns import density
 
-    layout = qds_input(n, query_tokens, sentence_tokens, 100, torch.Generator())  # the ids do not matter
-    return density(torch.tensor(layout.global_mask(system)), window)
+    built = qds_input(n, query_tokens, sentence_tokens, 100, torch.Generator(), layout)  # the ids do not matter
+    return density(torch.tensor(built.global_mask(system)), window)
 
 
 def make_batch(system: str, n: int, args: dict, device: str) -> dict:
     import torch
 
     generator = torch.Generator().manual_seed(args["seed"])
-    inputs = [qds_input(n, args["query_tokens"], args["sentence_tokens"], args["vocab_size"], generator)
-              for _ in range(args["batch_size"])]
+    inputs = [qds_input(n, args["query_tokens"], args["sentence_tokens"], args["vocab_size"], generator,
+                        args["layout"]) for _ in range(args["batch_size"])]
     batch = {"input_ids": torch.tensor([x.input_ids for x in inputs]),
              "attention_mask": torch.ones(len(inputs), n, dtype=torch.long),
              "labels": torch.tensor([float(i % 2 == 0) for i in range(len(inputs))])}
@@ -350,6 +357,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sentence_tokens", type=positive_int, default=25,
                         help="tokens per document sentence (MS MARCO text, BM25 top 20 of TREC DL 2019: 18.6 words "
                         "a sentence)")
+    parser.add_argument("--layout", choices=LAYOUTS, default=LAYOUTS[0],
+                        help="QDS input layout (qds.inputs; default: official, the official code's)")
     parser.add_argument("--threads", type=positive_int, default=os.cpu_count(), help="torch.set_num_threads")
     parser.add_argument("--seed", type=int, default=0, help="seeds the weights and the token ids")
     parser.add_argument("--timeout", type=positive_float, default=600,
@@ -397,16 +406,18 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     settings = {k: getattr(args, k) for k in ("batch_size", "repeats", "warmup", "num_layers", "hidden_size",
                                               "num_heads", "intermediate_size", "window", "vocab_size", "dropout",
-                                              "query_tokens", "sentence_tokens", "threads", "seed", "timeout")}
+                                              "query_tokens", "sentence_tokens", "layout", "threads", "seed",
+                                              "timeout")}
     report = sys.stderr if args.json else sys.stdout
     print(f"{args.device}: {args.num_layers} layers, hidden {args.hidden_size}, {args.num_heads} heads, intermediate "
           f"{args.intermediate_size}, window {args.window}, batch {args.batch_size}, {args.threads} threads; query "
-          f"{args.query_tokens} tokens, sentences {args.sentence_tokens} tokens", file=report, flush=True)
+          f"{args.query_tokens} tokens, sentences {args.sentence_tokens} tokens, {args.layout} layout", file=report,
+          flush=True)
     rows, dense_ms = [], {}
     systems = [s for s in SYSTEMS if s in args.systems]  # dense first: every later row gets its ratio at once
     for n in args.lengths:
         for system in systems:
-            density = pattern_density(system, n, args.window, args.query_tokens, args.sentence_tokens)
+            density = pattern_density(system, n, args.window, args.query_tokens, args.sentence_tokens, args.layout)
             for impl in [DENSE_IMPL] if system == "dense" else args.impls:
                 for pass_ in args.passes:
                     run = measure_isolated if args.isolate else measure_guarded
@@ -421,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
                            "density": round(density, 6), "ratio_to_dense": ratio,
                            "device": args.device,
                            **{k: settings[k] for k in ("batch_size", "num_layers", "hidden_size", "num_heads",
-                                                       "intermediate_size", "window", "threads")},
+                                                       "intermediate_size", "window", "layout", "threads")},
                            "skipped": result.get("skipped")}
                     rows.append(row)
                     if args.json:

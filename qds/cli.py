@@ -37,3 +37,4 @@ class QDSCLI(RankerCLI):
         parser.link_arguments(("data.tokenizer", "data.tokenizer_task", "data.train"), "model.tokenizer_task",
                               compute_fn=resolved_tokenizer_task)
         parser.link_arguments("data.max_length", "model.max_length")
+        parser.link_arguments("data.negatives", "model.negatives")

@@ -5,14 +5,17 @@
   ``msmarco-document/trec-dl-2019/judged`` for the paper) or a mapping of TREC files.
 - Training (official ``utils.Data.batch_iter``): every relevant (query, document) pair with
   `negatives` non-relevant documents from the query's top-`depth` candidates, labels 1/0
-  (`common.data.samplers.PointwiseSampler`); new negatives each epoch. The loader is torchdata's
+  (`common.data.samplers.PointwiseSampler`); new negatives each epoch. ``positives:
+  candidates`` (the default) takes, as the official code does (``src/utils.py`` lines
+  272-279), only the relevant documents among the top-100 candidates; ``qrels`` every judged
+  relevant one. The loader is torchdata's
   ``StatefulDataLoader``, so a checkpoint taken mid-epoch resumes at the next batch.
 - Evaluation: every query's top-`depth` candidates (100: the TREC DL re-ranking subtask) are
   scored; the dev split may be cut to `dev_queries` queries (drawn with the seed; the official
   code's ``num_sample_eval``) and `dev_depth` candidates, since MS MARCO dev is 5,193 queries.
   Evaluation pairs are batched in order of document length, which wastes little on padding.
-- Inputs: `qds.inputs` (QDS: sentences by `qds.sentences`, [SOS] before each; FirstP/MaxP:
-  RoBERTa pairs). Document tokens are computed in the loader (its workers when
+- Inputs: `qds.inputs` (QDS: sentences by `qds.sentences` in the ``official`` or ``sos``
+  layout; FirstP/MaxP: RoBERTa pairs). Document tokens are computed in the loader (its workers when
   ``num_workers > 0``) and kept per process.
 """
 
@@ -27,12 +30,12 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from common.data.formats import Document, Topics
-from common.data.samplers import PointwiseSampler
+from common.data.samplers import POSITIVES, PointwiseSampler
 from common.data.source import SourceSpec
 from common.rerank import RerankPairs
 from common.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
 from common.tokenizer import resolved_tokenizer_task
-from qds.inputs import ALL_PATTERNS, BASELINES, build_qds_input, pad, pair_input, passages
+from qds.inputs import ALL_PATTERNS, BASELINES, LAYOUTS, InputLayout, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
 
 
@@ -40,10 +43,13 @@ class Encoder:
     """Turns (query text, document) pairs into a model batch for one pattern (see `qds.inputs`)."""
 
     def __init__(self, pattern: str, tokenizer: str, max_length: int = 2048, max_sentences: int = 256,
-                 max_passages: int = 16, tokenizer_task: SourceSpec | None = None):
+                 max_passages: int = 16, tokenizer_task: SourceSpec | None = None, layout: str = "official"):
         if pattern not in ALL_PATTERNS:
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
+        if layout not in LAYOUTS:
+            raise ValueError(f"unknown input layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
         self.pattern, self.tokenizer_name, self.tokenizer_task = pattern, tokenizer, tokenizer_task
+        self.layout = layout
         self.max_length = min(max_length, 512) if pattern in BASELINES else max_length
         self.max_sentences, self.max_passages = max_sentences, max_passages
         self._tokenizer = None
@@ -68,7 +74,7 @@ class Encoder:
             return self._pairs(query_ids, documents, bos, eos, pad_id)
         inputs = [
             build_qds_input(q, self._sentences(d), bos=bos, eos=eos, max_length=self.max_length,
-                            max_sentences=self.max_sentences)
+                            max_sentences=self.max_sentences, layout=self.layout)
             for q, d in zip(query_ids, documents)
         ]  # fmt: skip
         input_ids = pad([x.input_ids for x in inputs], pad_id)
@@ -79,10 +85,12 @@ class Encoder:
         }
 
     def _sentences(self, document: Document) -> list[list[int]]:
-        """Token ids of the title then each sentence of the body (the URL is dropped, as in the official code)."""
+        """Token ids of the title then each sentence of the body (the URL is dropped, as in the official code; the
+        official layout keeps an empty title, as its ``[title] + sent_tokenize(body)`` does)."""
         cached = self._cache.get(document.doc_id)
         if cached is None:
-            sentences = ([document.title] if document.title.strip() else []) + split_sentences(document.text)
+            title = [document.title] if document.title.strip() or self.layout == "official" else []
+            sentences = title + split_sentences(document.text)
             cached = self.tokenizer(sentences, add_special_tokens=False)["input_ids"] if sentences else []
             if len(self._cache) >= 100_000:
                 self._cache.clear()
@@ -138,10 +146,16 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
             training task; evaluate passes the checkpoint's).
         max_length: longest input in tokens, query and document (paper and official code: 2048; the baselines
             read at most 512).
-        max_sentences: most document sentences read, each after an [SOS] marker (official code: 256).
+        max_sentences: most document sentences read, each after its marker (official code: 256).
+        layout: ``official``: the QDS input token for token as the official code builds it, ``<s> <s> query </s>``
+            then ``<s> <s> sentence </s>`` per sentence (what the released checkpoint was trained on); ``sos``: one
+            [SOS] per sentence and no sentence ``</s>`` (`qds.inputs`). Measured on the built-in default: see
+            results/qds/README.md, "Input layouts".
         max_passages: most passages of a document scored by MaxP (150 words, stride 75; 16 read about as much as
             QDS's 2048 tokens).
         negatives: non-relevant candidates per positive (official: 1).
+        positives: ``candidates``: a relevant document is a training positive only when it is among the query's
+            top-`depth` candidates (the official sampler); ``qrels``: every judged relevant document.
         depth: candidates re-ranked per query (TREC DL: top 100); also where negatives come from.
         dev_queries: evaluate dev on a sample of this many queries, drawn with `seed` (None: all; MS MARCO dev has
             5,193).
@@ -167,7 +181,9 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         max_length: PositiveInt = 2048,
         max_sentences: PositiveInt = 256,
         max_passages: PositiveInt = 16,
+        layout: InputLayout = "official",
         negatives: PositiveInt = 1,
+        positives: Literal[POSITIVES] = "candidates",
         depth: PositiveInt = 100,
         dev_queries: PositiveInt | None = None,
         dev_depth: PositiveInt | None = None,
@@ -186,7 +202,7 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         self.save_hyperparameters()
         self.specs = {"train": train, "dev": dev, "test": test}
         self.relevance_level = relevance_level
-        self.encoder = Encoder(pattern, tokenizer, max_length, max_sentences, max_passages, tokenizer_task)
+        self.encoder = Encoder(pattern, tokenizer, max_length, max_sentences, max_passages, tokenizer_task, layout)
         self._datasets: dict[str, Dataset] = {}
 
     # --- datasets (loaders: `common.tasks.SplitLoaders`) ------------------------------------------
@@ -196,7 +212,7 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         if split == "train":
             sampler = PointwiseSampler(
                 source.qrels(), source.candidates(), negatives=self.hparams.negatives, depth=self.hparams.depth,
-                relevance_level=self.relevance_level, seed=self.hparams.seed,
+                positives=self.hparams.positives, relevance_level=self.relevance_level, seed=self.hparams.seed,
             )  # fmt: skip
             return TrainGroups(sampler, source.topics(), source.documents(), self.encoder)
         return RerankPairs(self.eval_pairs(split), source.topics(), source.documents(), self.encoder)

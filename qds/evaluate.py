@@ -4,7 +4,9 @@ Findings of EMNLP 2020) and compare with the paper.
 
 ``CKPT`` is a checkpoint of `qds.train` (``checkpoints/best-*.ckpt``) or the official
 QDS-Transformer release (`qds.checkpoint`; give ``--encoder`` for its architecture, e.g.
-``allenai/longformer-base-4096``, and ``--tokenizer roberta-base``). ``TASK`` names topics, qrels,
+``allenai/longformer-base-4096``, and ``--tokenizer roberta-base``), read with the official input
+layout it was trained on (`qds.inputs`); a `qds.train` checkpoint is read with the layout it was
+trained with. ``TASK`` names topics, qrels,
 candidates and documents: ``irds:msmarco-document/trec-dl-2019/judged``, ``builtin:test``, or
 ``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.trec``, ``metrics.json`` (NDCG@10,
 MAP, MRR@10 with TREC DL conventions; BM25 under ``bm25``) and ``task.json`` (the task and the
@@ -110,8 +112,10 @@ def checkpoint_settings(args, state: dict) -> tuple[str, dict]:
     from qds.checkpoint import is_official
 
     if is_official(state):
-        return "qds", {"tokenizer": args.tokenizer}
-    return state["hyper_parameters"]["pattern"], dict(state.get("datamodule_hyper_parameters", {}))
+        return "qds", {"tokenizer": args.tokenizer, "layout": "official"}
+    settings = dict(state.get("datamodule_hyper_parameters", {}))
+    settings.setdefault("layout", "sos")  # checkpoints from before the official layout were trained on this one
+    return state["hyper_parameters"]["pattern"], settings
 
 
 def load_model(args, state: dict | None = None):
@@ -148,7 +152,7 @@ def main(argv=None) -> dict:
 
     state = read_state(args.checkpoint)
     pattern, data_settings = checkpoint_settings(args, state)
-    keep = ("tokenizer_task", "tokenizer", "max_length", "max_sentences", "max_passages", "relevance_level")
+    keep = ("tokenizer_task", "tokenizer", "max_length", "max_sentences", "max_passages", "layout", "relevance_level")
     settings = {k: v for k, v in data_settings.items() if k in keep}
     if args.relevance_level is not None:
         settings["relevance_level"] = args.relevance_level

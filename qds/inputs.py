@@ -1,27 +1,38 @@
-"""Input construction of QDS-Transformer and its baselines, token by token (the official code's choices).
+"""Input construction of QDS-Transformer and its baselines, token by token.
 
-QDS input (Sec. 4.1; official ``utils.Data.get_inputs``)::
+Two layouts of the QDS input (Sec. 4.1: an [SOS] before each sentence; the title is the first
+sentence and the URL is dropped, as the official ``split_collection_into_sentences.py`` line 33
+``[title] + sent_tokenize(body)`` does):
 
-    <s> query </s> [SOS] title [SOS] sentence_1 ... [SOS] sentence_k </s>
+- ``official`` (the default; what the released checkpoint was trained on): token for token the
+  official ``utils.Data.get_inputs`` (hallogameboy/QDS-Transformer, ``src/utils.py`` lines
+  311-359). It prepends the marker id 0 (``<s>``) and then calls RoBERTa's ``encode``, which adds
+  ``<s>`` and ``</s>`` itself, to the query (lines 321-323) and to every sentence (lines 334-335)::
 
-- [SOS] is the ``<s>`` id, as in the official code; the title is the first sentence and the URL
-  is dropped (official ``split_collection_into_sentences.py``).
-- At most `max_sentences` (256) sentences and `max_length` (2048) tokens. The final ``</s>``
-  is always kept: the document is cut so that it fits (the official code appends it and then
-  cuts the sequence, which can drop it). A sentence cut to its bare [SOS] is dropped.
-- The query is cut to `max_query_tokens` (64) so the document keeps room; MS MARCO queries are
-  far shorter. The official code neither cuts queries nor wraps each sentence's tokens in
-  their own ``<s> ... </s>`` as ``tokenizer.encode`` there does; this follows the issue's
-  specification, one [SOS] then the sentence's tokens.
+      <s> <s> query </s> <s> <s> title </s> <s> <s> sentence_1 </s> ... </s>
 
-Global tokens per attention pattern (Table 4; Eqs. 7-10; official ``attn_pattern``; the definition
-lives in `common.kernels.patterns.global_tokens`):
+  Sentences are appended while fewer than `max_sentences` (256) are in and the sequence is
+  shorter than `max_length` (2048; line 330); then the final ``</s>`` (line 339), and the whole
+  is cut to `max_length` (lines 353-355), which can cut the last sentence anywhere and drop that
+  final ``</s>``. An empty title still takes its ``<s> <s> </s>``, as ``encode("")`` gives.
+- ``sos`` (the layout the QDS issue of this repository specified: one [SOS], no sentence ``</s>``)::
 
-- ``sparse`` (Sparse-Transformer): none, local window only (Eq. 7);
-- ``longformer_qa``: ``<s>`` before the query and the [SOS] before the document;
-- ``qds_s``: ``<s>`` ([CLS]) and every [SOS] (Eq. 8 + [CLS]);
-- ``qds_q``: every query position, ``<s>`` and the query's ``</s>`` included (Eq. 9);
-- ``qds``: the union (Eq. 10).
+      <s> query </s> [SOS] title [SOS] sentence_1 ... [SOS] sentence_k </s>
+
+  The final ``</s>`` is always kept: the document is cut so that it fits; a sentence cut to its
+  bare [SOS] is dropped, as is an empty title. Measured on the built-in default (seed 0,
+  results/qds/README.md): see `qds.data.QDSDataModule`'s ``layout``.
+
+Both cut the query to `max_query_tokens` (64) so the document keeps room; the official code cuts
+none, and MS MARCO's queries are far shorter (the longest of TREC DL 2019's 43 judged document
+queries has 9 words, of MS MARCO document dev's 5,193 queries 28).
+
+Global tokens per attention pattern (Table 4; Eqs. 7-10; the official ``attn_pattern``, defined
+in `common.kernels.patterns.global_tokens` from the query's length, the ``<s>`` positions and the
+first sentence's marker): ``sparse`` none; ``longformer_qa`` position 0 and the first sentence's
+marker; ``qds_s`` every ``<s>``; ``qds_q`` every query position and the first sentence's marker;
+``qds`` every query position and every ``<s>``. In the official layout "every ``<s>``" is two
+per sentence (the marker and ``encode``'s own) and the query's two.
 
 Baseline inputs (Sec. 5, RoBERTa FirstP / MaxP, dense attention): RoBERTa's pair format
 ``<s> query </s></s> passage </s>``. FirstP takes the first ``512`` tokens of the document
@@ -34,6 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -43,25 +55,27 @@ from common.kernels.patterns import PATTERNS, Layout, global_tokens
 #: The dense-attention baselines of Table 2.
 BASELINES = ("firstp", "maxp")
 ALL_PATTERNS = PATTERNS + BASELINES
+#: The QDS input layouts (see the module docstring); the first is the default.
+LAYOUTS = ("official", "sos")
+InputLayout = Literal[LAYOUTS]
 
 
 @dataclass(frozen=True)
 class QDSInput:
-    """One query-document sequence and the role of each position."""
+    """One query-document sequence and the roles the official code reads off it."""
 
     input_ids: list[int]
-    query_end: int  # position of the query's </s>; positions 0..query_end are the query's
-    sentence_starts: list[int]  # positions of the [SOS] markers, in order
+    query_length: int  # positions 0 .. query_length - 1 are the query with its special tokens (official QL)
+    sentence_starts: list[int]  # the marker before each sentence, in order (official sent_locs)
+    bos_positions: list[int]  # every <s> (official bos_idx)
 
     def global_mask(self, pattern: str) -> list[bool]:
         """Which positions are global under `pattern` (`common.kernels.patterns.global_tokens`)."""
         n = len(self.input_ids)
-        position = torch.arange(n)
-        sentence_starts = torch.zeros(n, dtype=torch.bool)
-        sentence_starts[self.sentence_starts] = True
-        query = (position >= 1) & (position <= self.query_end)
-        layout = Layout(n, position == 0, query, sentence_starts, self.query_end + 1)
-        return global_tokens(pattern, layout).tolist()
+        bos = torch.zeros(n, dtype=torch.bool)
+        bos[self.bos_positions] = True
+        first = self.sentence_starts[0] if self.sentence_starts else None
+        return global_tokens(pattern, Layout(n, self.query_length, bos, first)).tolist()
 
 
 def build_qds_input(
@@ -73,13 +87,39 @@ def build_qds_input(
     max_length: int = 2048,
     max_sentences: int = 256,
     max_query_tokens: int = 64,
+    layout: InputLayout = "official",
 ) -> QDSInput:
-    """``<s> query </s> ([SOS] sentence)* </s>`` from token ids (see the module docstring)."""
+    """The QDS input of `layout` from token ids without special tokens (see the module docstring)."""
     query = list(query[:max_query_tokens])
-    if len(query) + 3 > max_length:
+    if len(query) + 4 > max_length:
         raise ValueError(f"max_length {max_length} leaves no room for a query of {len(query)} tokens")
+    if layout == "official":
+        ids, starts = _official(query, sentences, bos, eos, max_length, max_sentences)
+        query_length = len(query) + 3
+    elif layout == "sos":
+        ids, starts = _sos(query, sentences, bos, eos, max_length, max_sentences)
+        query_length = len(query) + 2
+    else:
+        raise ValueError(f"unknown input layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+    return QDSInput(ids, query_length, starts, [i for i, token in enumerate(ids) if token == bos])
+
+
+def _official(query, sentences, bos, eos, max_length, max_sentences) -> tuple[list[int], list[int]]:
+    """Official ``get_inputs`` (lines 321-355): ``[0] + encode(text)`` for the query and each sentence."""
+    ids = [bos, bos, *query, eos]
+    starts = []
+    for sentence in sentences[:max_sentences]:
+        if len(ids) >= max_length:
+            break
+        starts.append(len(ids))
+        ids += [bos, bos, *sentence, eos]
+    ids.append(eos)
+    return ids[:max_length], starts
+
+
+def _sos(query, sentences, bos, eos, max_length, max_sentences) -> tuple[list[int], list[int]]:
+    """One [SOS] before each sentence, the final ``</s>`` kept by cutting the document."""
     ids = [bos, *query, eos]
-    query_end = len(ids) - 1
     starts = []
     room = max_length - 1  # the final </s>
     for sentence in sentences[:max_sentences]:
@@ -92,7 +132,7 @@ def build_qds_input(
         ids.append(bos)  # [SOS]
         ids.extend(sentence[:take])
     ids.append(eos)
-    return QDSInput(ids, query_end, starts)
+    return ids, starts
 
 
 def pair_input(query: Sequence[int], passage: Sequence[int], *, bos: int, eos: int, max_length: int = 512,

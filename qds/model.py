@@ -11,9 +11,13 @@ Read top to bottom: the scoring head, the encoders, the ranker, then the Lightni
   MaxP max-pools the scores of the document's passages.
 - Head (official ``modellib.QDSTModel``): pooler output (dense + tanh on the first token)
   -> dropout -> Linear(h, h) + tanh -> dropout -> Linear(h, 1).
-- Training (Sec. 5, "Implementation Details"; official ``experiment.py``): pointwise BCE on a
-  positive and one negative from its query's top-100 candidates, Adam (lr 1e-5, betas
-  (0.9, 0.999), no weight decay), dropout 0.1; dev MRR@10 selects the checkpoint.
+- Training (Sec. 5, "Implementation Details"; official ``src/experiment.py``): pointwise BCE on a
+  positive and `negatives` negatives from its query's top-100 candidates, the positive weighted by
+  the number of negatives (``pos_weight``, official lines 46-49: identical to the unweighted loss
+  at the paper's one negative), Adam (lr 1e-5, betas (0.9, 0.999), no weight decay; lines 50-51),
+  dropout 0.1; dev MRR@10 selects the checkpoint. The official code steps once per document
+  (batch size 1: the negative, then the positive); a step here averages the loss over a group's
+  1 + `negatives` documents.
 
 With no `encoder` name or path the encoder is built from scratch at the given size; that is
 how the built-in default runs (`qds/configs/builtin.yaml`). A BERT encoder (the offline
@@ -29,6 +33,7 @@ import lightning as L
 import torch
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveInt
 from lightning.pytorch.utilities import rank_zero_info
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from common.kernels import IMPLEMENTATIONS
@@ -160,6 +165,9 @@ class QDSTransformer(L.LightningModule):
         lr: Adam's learning rate (paper: 1e-5).
         betas: Adam's two betas, each in [0, 1) (paper: 0.9, 0.999).
         weight_decay: Adam's weight decay (paper: none).
+        negatives: negatives per positive in a training group (linked from the data module): BCE's ``pos_weight``.
+        balanced_loss: weight the positive's BCE term by `negatives`, as the official loss does; False: unweighted
+            (the same at one negative).
         impl: `common.kernels` implementation of the sparse attention (``auto``: TVM on CPU, else portable).
     """
 
@@ -179,6 +187,8 @@ class QDSTransformer(L.LightningModule):
         lr: NonNegativeFloat = 1e-5,
         betas: tuple[float, float] = (0.9, 0.999),
         weight_decay: NonNegativeFloat = 0.0,
+        negatives: PositiveInt = 1,
+        balanced_loss: bool = True,
         impl: Impl = "auto",
     ):
         super().__init__()
@@ -194,13 +204,18 @@ class QDSTransformer(L.LightningModule):
         head = RankingHead(encoder_module.config.hidden_size, dropout)
         self.ranker = Ranker(encoder_module, head, pattern)
         rank_zero_info(f"{pattern}: {count_parameters(self.ranker) / 1e6:.1f}M parameters")
-        self.loss = nn.BCEWithLogitsLoss()
+        self.pos_weight = float(negatives if balanced_loss else 1)
         self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.ranker(batch)
 
     # --- training -------------------------------------------------------------------------
+
+    def loss(self, scores: Tensor, labels: Tensor) -> Tensor:
+        """Official experiment.py lines 46-49: ``BCEWithLogitsLoss(reduction='mean', pos_weight=[num_neg_samples])``."""
+        pos_weight = torch.tensor(self.pos_weight, device=scores.device)
+        return F.binary_cross_entropy_with_logits(scores, labels, pos_weight=pos_weight)
 
     def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
         loss = self.loss(self(batch), batch["labels"])

@@ -39,7 +39,10 @@ Label semantics. A document is *relevant* when its qrels label is at least
 `relevance_level` (default 1); a candidate with a lower label, or unjudged, is
 *non-relevant* (unjudged counts as non-relevant, as in MS MARCO training). The
 candidates are a query's top `depth` documents in trec_eval's order. Positives
-need not be among the candidates (MS MARCO's often are not). Pairwise labels
+need not be among the candidates (MS MARCO's often are not), unless ``positives="candidates"``:
+then only the relevant documents among a query's top-`depth` candidates are anchors, as the
+official QDS-Transformer sampler takes them (hallogameboy/QDS-Transformer, ``src/utils.py``
+lines 272-279: ``pos_records`` are the top-100 lines whose qrels label is positive). Pairwise labels
 are preference levels: the qrels label (negatives clipped to 0, unjudged = 0)
 for candidates and `RANDOM_LABEL` (-1) for documents drawn from the collection,
 so every pair (a, b) has ``labels[a] > labels[b]``.
@@ -81,6 +84,8 @@ from common.data.source import RankingSource
 
 #: Pairwise preference level of a document drawn from the whole collection: below every candidate.
 RANDOM_LABEL = -1.0
+#: Where positives come from: every judged relevant document, or only those among the top-`depth` candidates.
+POSITIVES = ("qrels", "candidates")
 
 
 @dataclass(frozen=True)
@@ -139,11 +144,14 @@ class GroupSampler:
         topics: Topics | None = None,
         depth: int = 100,
         relevance_level: int = 1,
+        positives: str = "qrels",
         seed: int = 0,
     ):
         if depth < 1:
             raise ValueError(f"depth must be positive, got {depth}")
-        self.depth, self.relevance_level, self.seed = depth, relevance_level, seed
+        if positives not in POSITIVES:
+            raise ValueError(f"unknown positives {positives!r}; expected one of {', '.join(POSITIVES)}")
+        self.depth, self.relevance_level, self.positives, self.seed = depth, relevance_level, positives, seed
         self.epoch = 0
         self._qrels = qrels
         # Each query's top-`depth` candidates in trec_eval order, and their labels (unjudged = 0).
@@ -155,12 +163,14 @@ class GroupSampler:
         for qid in sorted(qrels):
             if topics is not None and qid not in topics:
                 continue
-            positives = sorted(d for d, label in qrels[qid].items() if label >= relevance_level)
-            if not positives:
-                continue
+            relevant = sorted(d for d, label in qrels[qid].items() if label >= relevance_level)
             docs = [doc_id for doc_id, _ in ranked(candidates.get(qid, {}))[:depth]]
+            if self.positives == "candidates":
+                relevant = sorted(set(relevant).intersection(docs))
+            if not relevant:
+                continue
             labels = np.array([qrels[qid].get(doc_id, 0) for doc_id in docs], dtype=np.int64)
-            found = self._query_anchors(qid, positives, labels)
+            found = self._query_anchors(qid, relevant, labels)
             skipped_anchors += found.skipped
             if not found.usable:
                 skipped_queries += 1
@@ -430,6 +440,6 @@ def from_source(kind: str, source: RankingSource, **options) -> GroupSampler:
 
 
 __all__ = [
-    "RANDOM_LABEL", "GroupSampler", "LabelGroupSampler", "PairwiseSampler", "PointwiseSampler", "SamplerStats",
-    "SoftmaxSampler", "TrainingGroup", "from_source",
+    "POSITIVES", "RANDOM_LABEL", "GroupSampler", "LabelGroupSampler", "PairwiseSampler", "PointwiseSampler",
+    "SamplerStats", "SoftmaxSampler", "TrainingGroup", "from_source",
 ]

@@ -1,10 +1,12 @@
 """Which tokens are global: the attention patterns of QDS-Transformer's Table 4, and their density.
 
 The kernels take the global tokens as a boolean per position, so one kernel
-serves every pattern. `synthetic_layout` lays out a query-document input as the
-QDS input construction does (``<s>`` query ``</s>`` then an [SOS] marker before
-each sentence), for tests and benchmarks; the `qds` package builds the same
-masks from real tokenised inputs.
+serves every pattern. `global_tokens` sets them as the official code does
+(hallogameboy/QDS-Transformer, ``src/utils.py``, ``Data.get_inputs``, lines 361-393),
+from three facts about an input: the query's length, where its ``<s>`` tokens are,
+and where the first sentence starts. `synthetic_layout` lays out a query-document
+input for tests and benchmarks; the `qds` package builds the same facts from real
+tokenised inputs (`qds.inputs`, both of its layouts).
 """
 
 from __future__ import annotations
@@ -20,44 +22,51 @@ PATTERNS = ("sparse", "longformer_qa", "qds_s", "qds_q", "qds")
 
 @dataclass(frozen=True)
 class Layout:
-    """Token roles of one input: position 0 is [CLS] (``<s>``), then the query and its ``</s>``, then the document."""
+    """What the official code reads off one input to set its global tokens.
+
+    Position 0 is [CLS] (``<s>``); positions ``0 .. query_length - 1`` are the query with its special tokens
+    (the official ``QL``); `bos` marks every ``<s>`` token (the official ``bos_idx``: [CLS], the [SOS] markers,
+    and in the official layout the second ``<s>`` before the query and before each sentence); `first_sentence`
+    is the position of the first sentence's marker (``sent_locs[0]``), None for an input without one.
+    """
 
     n: int
-    cls: Tensor  # (N,) bool
-    query: Tensor  # (N,) bool: query tokens and the query's closing </s>
-    sentence_starts: Tensor  # (N,) bool: the [SOS] markers
-    document_start: int  # the first position after the query's </s>
+    query_length: int
+    bos: Tensor  # (N,) bool
+    first_sentence: int | None
 
 
 def synthetic_layout(n: int, query_len: int = 20, sentence_every: int = 25) -> Layout:
     """``<s>`` + `query_len` query tokens + ``</s>``, then a document with an [SOS] every `sentence_every` tokens."""
     position = torch.arange(n)
     document_start = min(query_len + 2, n)
-    query = (position >= 1) & (position < document_start)
     sentence_starts = (position >= document_start) & ((position - document_start) % sentence_every == 0)
-    return Layout(n, position == 0, query, sentence_starts, document_start)
+    first = document_start if document_start < n else None
+    return Layout(n, document_start, sentence_starts | (position == 0), first)
 
 
 def global_tokens(pattern: str, layout: Layout) -> Tensor:
-    """(N,) bool mask of the global tokens of a Table 4 pattern, as the official QDS code sets them.
+    """(N,) bool mask of the global tokens of a Table 4 pattern, as the official ``attn_pattern`` sets them.
 
-    The official ``attn_pattern`` keeps [CLS] global in every pattern but the Sparse-Transformer,
-    and Longformer-QA's token "before the document" is the first [SOS].
+    The official code's help text swaps the names of patterns 3 and 4; its code (and its comments) make pattern 3
+    the query one and pattern 4 the sentence one, and so does this.
     """
-    if pattern == "sparse":  # Sparse-Transformer: Eq. 7 only
-        return torch.zeros(layout.n, dtype=torch.bool)
-    if pattern == "longformer_qa":  # one token before the query and one before the document
-        mask = layout.cls.clone()
-        first_sentence = layout.sentence_starts.nonzero()
-        if len(first_sentence):
-            mask[first_sentence[0, 0]] = True
+    mask = torch.zeros(layout.n, dtype=torch.bool)
+    cls = torch.arange(layout.n) == 0
+    query = torch.arange(layout.n) < layout.query_length
+    first_sentence = mask.clone()
+    if layout.first_sentence is not None:
+        first_sentence[layout.first_sentence] = True
+    if pattern == "sparse":  # attn_pattern 0, Sparse-Transformer: Eq. 7 only
         return mask
-    if pattern == "qds_s":  # Eq. 8 + [CLS]
-        return layout.sentence_starts | layout.cls
-    if pattern == "qds_q":  # Eq. 9 + [CLS]
-        return layout.query | layout.cls
-    if pattern == "qds":  # Eq. 10
-        return layout.query | layout.sentence_starts | layout.cls
+    if pattern == "longformer_qa":  # 1: tok_mask[0] = 2; tok_mask[sent_locs[0]] = 2
+        return cls | first_sentence
+    if pattern == "qds_s":  # 4: tok_mask[0] = 2; tok_mask[bos_idx] = 2 (Eq. 8 + [CLS])
+        return cls | layout.bos
+    if pattern == "qds_q":  # 3: tok_mask[range(QL)] = 2; tok_mask[sent_locs[0]] = 2 (Eq. 9 + the first [SOS])
+        return query | first_sentence
+    if pattern == "qds":  # 2: tok_mask[range(QL)] = 2; tok_mask[bos_idx] = 2 (Eq. 10)
+        return query | layout.bos
     raise ValueError(f"unknown attention pattern {pattern!r}; expected one of {', '.join(PATTERNS)}")
 
 

@@ -207,6 +207,9 @@ def test_every_length_qds_benchmark_accepts_is_built_exactly():
     whole sentences would leave room for an [SOS] alone (n = 12 + 26 k with the default query and sentences)."""
     query, sentence = 8, 25
     for n in range(query + 5, 200):
-        built = qds_benchmark.qds_input(n, query, sentence, 100, torch.Generator())
+        built = qds_benchmark.qds_input(n, query, sentence, 100, torch.Generator(), "sos")
         assert len(built.input_ids) == n
         assert len(built.sentence_starts) == -(-(n - query - 4) // (sentence + 1))
+        official = qds_benchmark.qds_input(n, query, sentence, 100, torch.Generator())  # cut at n, as officially
+        assert len(official.input_ids) == n
+        assert len(official.sentence_starts) == -(-(n - query - 3) // (sentence + 3))

@@ -1,4 +1,23 @@
-"""The official checkpoint's names (``base.`` Longformer, ``hidden_layer``/``final_layer`` head) load into `qds`."""
+"""The released checkpoint's names and shapes, written out from the official model code, load into `qds`.
+
+The release (``results/qdst_model.pt.tar.gz.part_*`` of hallogameboy/QDS-Transformer) is
+``torch.save(model.state_dict())`` (``src/experiment.py`` line 78) of ``modellib.QDSTModel``
+(``src/modellib.py`` lines 22-28)::
+
+    self.base = Longformer.from_pretrained('longformer-base-4096/')
+    self.hidden_layer = nn.Linear(hidden_size, hidden_size, bias=True)
+    self.final_layer = nn.Linear(hidden_size, 1, bias=True)
+
+``Longformer`` is allenai/longformer's ``RobertaModel`` whose every ``layer.attention.self`` is a
+``LongformerSelfAttention`` holding ``query``, ``key``, ``value``, ``query_global``, ``key_global``,
+``value_global`` (``longformer/longformer.py`` lines 12-19 and 66-72); the rest is transformers'
+RoBERTa: embeddings (word, position, token type, LayerNorm), per layer ``attention.output.dense``,
+``attention.output.LayerNorm``, ``intermediate.dense``, ``output.dense``, ``output.LayerNorm``, and
+``pooler.dense``. longformer-base-4096: vocabulary 50,265, 4,098 positions, 1 token type, hidden
+768, 12 layers, feed-forward 3,072.
+"""
+
+import argparse
 
 import pytest
 import torch
@@ -8,26 +27,68 @@ from qds.model import QDSTransformer
 
 SIZES = dict(pattern="qds", tokenizer="builtin", window=8, num_layers=1, hidden_size=16, num_heads=1,
              intermediate_size=32, max_length=64, impl="portable")  # fmt: skip
+BASE = dict(layers=12, hidden=768, intermediate=3072, vocab=50265, positions=4098)  # longformer-base-4096
+
+
+def released_shapes(layers: int, hidden: int, intermediate: int, vocab: int, positions: int) -> dict[str, tuple]:
+    """Every key of the released state dict and its shape (see the module docstring), for these sizes."""
+    shapes = {
+        "base.embeddings.word_embeddings.weight": (vocab, hidden),
+        "base.embeddings.position_embeddings.weight": (positions, hidden),
+        "base.embeddings.token_type_embeddings.weight": (1, hidden),
+        "base.embeddings.LayerNorm.weight": (hidden,),
+        "base.embeddings.LayerNorm.bias": (hidden,),
+    }
+    for i in range(layers):
+        layer = f"base.encoder.layer.{i}"
+        for proj in ("query", "key", "value", "query_global", "key_global", "value_global"):
+            shapes |= {f"{layer}.attention.self.{proj}.weight": (hidden, hidden),
+                       f"{layer}.attention.self.{proj}.bias": (hidden,)}
+        shapes |= {
+            f"{layer}.attention.output.dense.weight": (hidden, hidden),
+            f"{layer}.attention.output.dense.bias": (hidden,),
+            f"{layer}.attention.output.LayerNorm.weight": (hidden,),
+            f"{layer}.attention.output.LayerNorm.bias": (hidden,),
+            f"{layer}.intermediate.dense.weight": (intermediate, hidden),
+            f"{layer}.intermediate.dense.bias": (intermediate,),
+            f"{layer}.output.dense.weight": (hidden, intermediate),
+            f"{layer}.output.dense.bias": (hidden,),
+            f"{layer}.output.LayerNorm.weight": (hidden,),
+            f"{layer}.output.LayerNorm.bias": (hidden,),
+        }
+    return shapes | {
+        "base.pooler.dense.weight": (hidden, hidden),
+        "base.pooler.dense.bias": (hidden,),
+        "hidden_layer.weight": (hidden, hidden),
+        "hidden_layer.bias": (hidden,),
+        "final_layer.weight": (1, hidden),
+        "final_layer.bias": (1,),
+    }
 
 
 def official_state_dict(model: QDSTransformer) -> dict:
-    """A state dict in the official naming, written out name by name for a 1-layer model, random values."""
-    names = ["embeddings.word_embeddings.weight", "embeddings.position_embeddings.weight",
-             "embeddings.token_type_embeddings.weight", "embeddings.LayerNorm.weight", "embeddings.LayerNorm.bias"]
-    for proj in ("query", "key", "value", "query_global", "key_global", "value_global"):
-        names += [f"encoder.layer.0.attention.self.{proj}.weight", f"encoder.layer.0.attention.self.{proj}.bias"]
-    for part in ("attention.output.dense", "attention.output.LayerNorm", "intermediate.dense", "output.dense",
-                 "output.LayerNorm"):
-        names += [f"encoder.layer.0.{part}.weight", f"encoder.layer.0.{part}.bias"]
-    names += ["pooler.dense.weight", "pooler.dense.bias"]
-    ours = model.state_dict()
+    """A released-style state dict for the 1-layer `SIZES` model, random values."""
+    vocab, hidden = model.ranker.encoder.embeddings.word_embeddings.weight.shape
+    positions = model.ranker.encoder.embeddings.position_embeddings.weight.shape[0]
     generator = torch.Generator().manual_seed(1)
-    state = {f"base.{n}": torch.randn(ours[f"ranker.encoder.{n}"].shape, generator=generator) for n in names}
-    state["base.embeddings.position_ids"] = torch.arange(64)[None]  # a buffer older transformers saved
-    for official, head in (("hidden_layer", "hidden"), ("final_layer", "out")):
-        for kind in ("weight", "bias"):
-            state[f"{official}.{kind}"] = torch.randn(ours[f"ranker.head.{head}.{kind}"].shape, generator=generator)
+    shapes = released_shapes(layers=1, hidden=hidden, intermediate=32, vocab=vocab, positions=positions)
+    state = {key: torch.randn(shape, generator=generator) for key, shape in shapes.items()}
+    state["base.embeddings.position_ids"] = torch.arange(positions)[None]  # a buffer some transformers saved
     return state
+
+
+def test_the_released_names_and_shapes_fit_a_base_size_model():
+    shapes = released_shapes(**BASE)
+    assert len(shapes) == 5 + 12 * 22 + 6
+    with torch.device("meta"):  # names and shapes only: no memory for 149M parameters
+        model = QDSTransformer(pattern="qds", tokenizer="builtin", window=128, max_length=4096)
+    ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    mapped = from_official({k: torch.empty(shape, device="meta") for k, shape in shapes.items()})
+    assert set(mapped) == set(ours)
+    for key, tensor in mapped.items():
+        if key != "ranker.encoder.embeddings.word_embeddings.weight":  # the built-in tokenizer's vocabulary here
+            assert tuple(tensor.shape) == ours[key], key
+    assert ours["ranker.encoder.embeddings.word_embeddings.weight"][1] == 768
 
 
 def test_every_official_tensor_lands_in_its_place(tmp_path):
@@ -88,3 +149,15 @@ def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
         "--checkpoint", str(tmp_path / "model.QDST.best.pt"), "--encoder", str(tmp_path / "longformer"),
         "--tokenizer", str(builtin_tokenizer_path()), "--window", "8", "--impl", "portable"]))
     assert torch.equal(reloaded.ranker.head.out.weight, state["final_layer.weight"])
+
+
+def test_evaluate_reads_each_checkpoint_with_the_layout_it_was_trained_on():
+    from qds import evaluate
+
+    args = argparse.Namespace(tokenizer="roberta-base")  # the official release's --tokenizer
+    model = QDSTransformer(**SIZES)
+    assert evaluate.checkpoint_settings(args, official_state_dict(model))[1]["layout"] == "official"
+    trained = {"state_dict": {}, "hyper_parameters": {"pattern": "qds"}}
+    assert evaluate.checkpoint_settings(args, trained)[1]["layout"] == "sos"  # before the layout option existed
+    trained["datamodule_hyper_parameters"] = {"layout": "official"}
+    assert evaluate.checkpoint_settings(args, trained)[1]["layout"] == "official"

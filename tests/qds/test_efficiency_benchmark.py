@@ -13,7 +13,7 @@ import torch
 
 from common.kernels.patterns import density
 from qds import benchmark
-from qds.inputs import build_qds_input
+from qds.inputs import LAYOUTS, build_qds_input
 
 N, WINDOW, QUERY, SENTENCE = 256, 128, 8, 25
 TINY = ["--lengths", str(N), "--num_layers", "1", "--hidden_size", "64", "--num_heads", "1",
@@ -118,7 +118,11 @@ def test_unsupported_pass_is_recorded_as_skipped(tmp_path):
 
 
 def test_inputs_are_exactly_n_tokens_with_the_requested_layout():
-    built = benchmark.qds_input(2048, 8, 25, 50265, torch.Generator().manual_seed(0))
-    assert len(built.input_ids) == 2048 and built.query_end == 9  # <s> + 8 query tokens + </s>
+    built = benchmark.qds_input(2048, 8, 25, 50265, torch.Generator().manual_seed(0), "sos")
+    assert len(built.input_ids) == 2048 and built.query_length == 10  # <s> + 8 query tokens + </s>
     assert built.sentence_starts[:3] == [10, 36, 62]  # an [SOS] before every 25-token sentence
+    official = benchmark.qds_input(2048, 8, 25, 50265, torch.Generator().manual_seed(0))
+    assert len(official.input_ids) == 2048 and official.query_length == 11  # <s> <s> + 8 query tokens + </s>
+    assert official.sentence_starts[:3] == [11, 39, 67]  # <s> <s> + 25 tokens + </s> per sentence
+    assert benchmark.LAYOUTS == LAYOUTS
     assert min(built.input_ids[1:9]) >= benchmark.FIRST_ORDINARY_ID

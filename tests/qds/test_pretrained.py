@@ -141,9 +141,14 @@ def test_bert_tokenizer_gets_cls_sep_as_bos_eos_without_growing():
     assert bert_special_tokens(tokenizer) is tokenizer and len(tokenizer) == size  # idempotent
     query = tokenizer("flea bites", add_special_tokens=False)["input_ids"]
     sentences = tokenizer(["Fleas bite.", "Dogs scratch."], add_special_tokens=False)["input_ids"]
-    qds = build_qds_input(query, sentences, bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id)
-    assert tokenizer.convert_ids_to_tokens(qds.input_ids) == [
+    sos = build_qds_input(query, sentences, bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id, layout="sos")
+    assert tokenizer.convert_ids_to_tokens(sos.input_ids) == [
         "[CLS]", "flea", "bites", "[SEP]", "[CLS]", "flea", "##s", "bite", ".", "[CLS]", "dogs", "scratch", ".", "[SEP]"
+    ]  # fmt: skip
+    official = build_qds_input(query, sentences, bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id)
+    assert tokenizer.convert_ids_to_tokens(official.input_ids) == [
+        "[CLS]", "[CLS]", "flea", "bites", "[SEP]", "[CLS]", "[CLS]", "flea", "##s", "bite", ".", "[SEP]",
+        "[CLS]", "[CLS]", "dogs", "scratch", ".", "[SEP]", "[SEP]",
     ]  # fmt: skip
 
 

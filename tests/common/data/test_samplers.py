@@ -51,6 +51,18 @@ def test_pointwise_counts_and_labels():
     assert stats.short_queries == 0
 
 
+def test_positives_only_among_the_candidates_as_the_official_qds_sampler():
+    # Official QDS utils.py lines 272-279: a positive is a top-100 line whose qrels label is > 0, so q1's d9
+    # (relevant, not retrieved) is no positive; at depth 1 only d1 is a candidate, and it is relevant.
+    sampler = PointwiseSampler(QRELS, RUN, negatives=1, positives="candidates", seed=3)
+    assert [(g.qid, g.doc_ids[0]) for g in sampler.examples()] == [("q1", "d1"), ("q1", "d2")]
+    assert sampler.stats.skipped_queries == 1  # q2 (no negative); q4's d7 is no candidate, so q4 has no positive
+    with pytest.raises(ValueError, match="no training examples"):
+        PointwiseSampler(QRELS, RUN, negatives=1, depth=1, positives="candidates")
+    with pytest.raises(ValueError, match="unknown positives 'all'"):
+        PointwiseSampler(QRELS, RUN, positives="all")
+
+
 def test_depth_limits_negatives_to_the_top_candidates():
     sampler = PointwiseSampler(QRELS, RUN, negatives=2, depth=5, seed=0)
     # Top 5 of q1: d1 d2 d3 d4 d5 -> negatives d3, d4, d5 only.

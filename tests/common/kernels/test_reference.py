@@ -60,7 +60,8 @@ def test_synthetic_layout_and_table4_patterns():
     assert where(global_tokens("sparse", layout)) == []
     assert where(global_tokens("longformer_qa", layout)) == [0, 5]  # <s> and the [SOS] before the document
     assert where(global_tokens("qds_s", layout)) == [0, 5, 30, 55]  # [CLS] and an [SOS] every 25 tokens
-    assert where(global_tokens("qds_q", layout)) == [0, 1, 2, 3, 4]  # [CLS], the query and its </s>
+    # [CLS], the query, its </s>, and the first [SOS] (official utils.py line 386: tok_mask[sent_locs[0]] = 2)
+    assert where(global_tokens("qds_q", layout)) == [0, 1, 2, 3, 4, 5]
     assert where(global_tokens("qds", layout)) == [0, 1, 2, 3, 4, 5, 30, 55]
     with pytest.raises(ValueError, match="unknown attention pattern 'dense'"):
         global_tokens("dense", layout)
