@@ -137,7 +137,10 @@ def build_model(impl: str, n: int, settings: dict) -> torch.nn.Module:
                          conv_window=settings["conv_window"], hidden=settings["hidden"], heads=settings["heads"],
                          layers=settings["layers"], dropout=settings["dropout"], kernels=settings["kernels"],
                          pool_window=settings["pool_window"], pool_stride=settings["pool_stride"],
-                         max_doc_terms=max(n, PAPER_MAX_DOC_TERMS))
+                         max_doc_terms=max(n, PAPER_MAX_DOC_TERMS),
+                         # Documents of exactly n terms, as the official code with max_terms_doc = n: no padding
+                         # to read, where "official" would add the convolution's reach (30 padded positions).
+                         doc_padding="zeroed")
     return model.train()
 
 

@@ -6,34 +6,70 @@ rankers. Every ranker returns one score per query term (`term_scores`, shape ``(
 sums them (query term independence, Sec. 2: s_qd = Σ_{t∈q} s_td), which is what lets
 `conformer_kernel.index` precompute s_td for every (term, document).
 
-Where the paper is silent this follows the official implementation
-(bmitra-msft/TREC-Deep-Learning-Quick-Start, ``model.py``, ``conformer.py``):
+Where the paper is silent this follows the official implementation (bmitra-msft/TREC-Deep-Learning-
+Quick-Start; file:line of its ``conformer.py``, ``model.py`` and ``model_utils.py``):
 
-- Separable attention shares one projection for queries and keys (``in_proj`` of size 2H x H gives
-  K and V; Q = K), scales Q by d_h^-1/2 before its softmax over the d_h features, puts padded
-  positions at -inf in the softmax of Kᵀ over positions, and drops out both attention matrices.
-- Conformer layer: grouped 1-D convolution (window 31, padding 15, groups = heads = 32) whose
-  output is what the attention reads; the residual adds the layer's input:
-  x = LN(x + Dropout(Attn(Conv(x)))); x = LN(x + Dropout(FF(x))) with FF = Linear(H, H)-ReLU-
-  Dropout-Linear(H, H) (post-norm, like ``nn.TransformerEncoderLayer``). The Transformer-Kernel
-  (TK) variant keeps everything but uses standard attention (separate Q, K, V) and no convolution.
-- NDRM1: documents are w0·embedding + w1·context + b (a ``Linear(2, 1)`` over the pair); queries
-  are ``Linear(H, H)`` of their non-contextual embeddings; cosine similarity; 10 RBF kernels
-  (mu_i = 1 - 2i/10, sigma = 0.1); windowed kernel pooling per query term (windows of 300 terms,
-  stride 100: sum of kernel values, log(x + 1e-6), MLP Linear(10, H)-ReLU-Dropout-Linear(H, 1),
-  max over windows).
-- NDRM2: Eq. 4 with BatchScale's cumulative mean over all training batches, w_dlen = 1, b_dlen = 0
-  at the start; tf and |d| count the untruncated document.
-- NDRM3: Eq. 3 as BatchNorm over the pair [NDRM1 term score, NDRM2 term score], then Linear(2, 1).
+- Separable attention (conformer.py:199-226; ``shared_qk=sep=True`` for the Conformer, model.py:18-19)
+  shares one projection for queries and keys (``in_proj`` of size 2H x H gives K and V, Q = K;
+  conformer.py:59-61), scales Q by d_h^-1/2 (conformer.py:54, 139) before its softmax over the d_h
+  features (conformer.py:218-219), puts padded positions at -inf in the softmax of Kᵀ over positions
+  (conformer.py:203-212; the only place the padding mask enters the encoder), and drops out both
+  attention matrices (conformer.py:213, 220).
+- Conformer layer (conformer.py:390-405): grouped 1-D convolution (window 31, padding 15, groups =
+  heads = 32; conformer.py:367-369) whose output is what the attention reads; the residual adds the
+  layer's input: x = LN(x + Dropout(Attn(Conv(x)))); x = LN(x + Dropout(FF(x))) with FF = Linear(H, H)-
+  ReLU-Dropout-Linear(H, H) (dim_feedforward = H, model.py:18; post-norm). The Transformer-Kernel (TK)
+  variant keeps everything but uses standard attention (separate Q, K, V; conformer.py:228-256) and no
+  convolution (``--no_conformer``, model.py:17-19).
+- Initialisation: the attention's ``in_proj`` weight Xavier-uniform and its ``in_proj`` and
+  ``out_proj`` biases zero (``_reset_parameters``, conformer.py:313-329); nothing else is
+  re-initialised there, so ``out_proj``'s weight, the convolution, the feed-forward, the LayerNorms and
+  the other layers keep PyTorch's defaults. The encoder's layers are deep copies of one layer
+  (``_get_clones``, conformer.py:408-409, 426): every layer starts with the same weights.
+- Positions: a sinusoidal table of `max_doc_terms` rows added to the document embeddings, then
+  dropout (conformer.py:442-457; model.py:15, 36).
+- NDRM1 (model.py:8-51): documents are w0·embedding + w1·context + b (``fc_ctx``, a ``Linear(2, 1)``
+  over the pair); queries are ``Linear(H, H)`` of their non-contextual embeddings; cosine similarity;
+  10 RBF kernels (mu_i = 1 - 2i/10, sigma = 0.1; model.py:126-128); windowed kernel pooling per query
+  term (model.py:137-156: windows of 300 terms, stride 100, sum of kernel values, log(x + 1e-6), MLP
+  Linear(10, H)-ReLU-Dropout-Linear(H, 1), max over windows).
+- NDRM2 (model.py:56-85): Eq. 4 with BatchScale's cumulative mean over all training batches
+  (model.py:159-176), w_dlen = 1, b_dlen = 0 at the start (model.py:64-66); tf and |d| count the
+  untruncated document.
+- NDRM3 (model.py:91-115): Eq. 3 as BatchNorm over the pair [NDRM1 term score, NDRM2 term score],
+  then Linear(2, 1).
 
-Choices of this repository, each exact with respect to the official computation:
+Document padding (``doc_padding``), where the two choices differ:
 
-- The official code pads every document to 4,000 terms, so the kernel pooling always has 38
-  windows, the trailing ones empty (their value, the MLP of log(1e-6), is a floor of the max).
-  Batches here pad only to their longest document and add that one empty window whenever the
-  4,000-term layout would have had one. Padded positions are zeroed before the convolution and
-  masked in attention, so a document's scores do not depend on what it is batched with (the
-  precomputed index equals the re-ranking scores).
+- ``"official"`` (the default; every configuration uses it): the official featuriser pads every
+  document to `max_doc_terms` (4,000) terms with id 0 (model_utils.py:97, 186-192), the UNK term, whose
+  embedding is trained like any other (it starts at zero, model_utils.py:179-181; model.py:14). The
+  encoder reads those positions as it reads terms: the first layer's convolution sees UNK's embedding
+  plus the position encoding there (conformer.py:391-394, model.py:36), and the second layer's sees
+  the first layer's outputs at the padded positions, which are computed like any position's (a padded
+  position is masked only as a key, conformer.py:203-209). So the last conv_window // 2 = 15 terms of
+  a document read padding in each layer, and through the attention's A = Φ(Kᵀ)·V every term then does.
+  Here a batch is padded with id 0 only as far as that reaches: to its longest document plus
+  conv_window // 2 terms per layer, at most `max_doc_terms` (`DocumentEncoder.padded_length`).
+  Positions further on change no term's output (a padded position reaches the terms only through the
+  convolution, 15 positions per layer), so this is the official computation up to float rounding, and
+  a document's scores still do not depend on the batch (the precomputed index equals re-ranking).
+- ``"zeroed"``: every convolution reads zeros at padded positions, so a document is encoded as if it
+  ended at its last term, whatever it is padded to; not the official computation. Measured on the
+  built-in default (seed 0, 100 test queries, 10,000 re-ranked pairs, all documents shorter than
+  4,000 terms; results/conformer_kernel/README.md): on the same weights the two choices' scores
+  differ by up to 0.028 (weights trained with official padding) and 0.092 (trained zeroed), 0.003 on
+  average (scores are about 1), and NDCG@10 by 0.003 and 0.002; trained each way, NDCG@10 is 0.4562
+  (official) and 0.4200 (zeroed), one seed; the whole command 7 min 46 s and 7 min 16 s.
+  Checkpoints written before this option existed were trained this way, and load with it
+  (`conformer_kernel.ranker.ConformerKernel.on_load_checkpoint`).
+
+Choices of this repository, each equal to the official computation up to float rounding:
+
+- Batches are not padded to 4,000 terms (see above). The official kernel pooling therefore always has
+  38 windows, the trailing ones empty (their value, the MLP of log(1e-6), is a floor of the max); here
+  the windows over the padded length are pooled, plus that one empty window whenever the 4,000-term
+  layout would have had one (`WindowedKernelPooling.window_sums`).
 - Queries are padded to `max_query_terms` (20) as in the official code, so BatchScale's mean and
   NDRM3's BatchNorm statistics count the same padded slots.
 - Cosine similarity as unit vectors times unit vectors (a matmul), not a broadcast
@@ -42,6 +78,7 @@ Choices of this repository, each exact with respect to the official computation:
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Literal, get_args
@@ -72,6 +109,14 @@ class Features:
 # --- attention ------------------------------------------------------------------------------
 
 
+def official_init(in_proj: nn.Linear, out_proj: nn.Linear) -> None:
+    """``_reset_parameters`` (conformer.py:315-329): Xavier-uniform ``in_proj`` weight, zero ``in_proj`` and
+    ``out_proj`` biases; ``out_proj``'s weight keeps ``nn.Linear``'s default (conformer.py:302)."""
+    nn.init.xavier_uniform_(in_proj.weight)
+    nn.init.zeros_(in_proj.bias)
+    nn.init.zeros_(out_proj.bias)
+
+
 class SeparableSelfAttention(nn.Module):
     """Eq. 2: Φ(Q) · (Φ(Kᵀ) · V), never forming the n x n matrix QKᵀ; memory O(n · d_key)."""
 
@@ -82,6 +127,7 @@ class SeparableSelfAttention(nn.Module):
         self.heads = heads
         self.in_proj = nn.Linear(hidden, 2 * hidden)  # K and V; Q shares K's projection
         self.out_proj = nn.Linear(hidden, hidden)
+        official_init(self.in_proj, self.out_proj)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, padding: Tensor) -> Tensor:
@@ -106,6 +152,7 @@ class DotProductSelfAttention(nn.Module):
         self.heads = heads
         self.in_proj = nn.Linear(hidden, 3 * hidden)
         self.out_proj = nn.Linear(hidden, hidden)
+        official_init(self.in_proj, self.out_proj)  # the official TK is the same module with sep=False
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, padding: Tensor) -> Tensor:
@@ -135,11 +182,14 @@ class ConformerLayer(nn.Module):
         self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
         self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
 
-    def forward(self, x: Tensor, padding: Tensor) -> Tensor:  # x: (B, N, H)
+    def forward(self, x: Tensor, padding: Tensor, zero_padding: bool = False) -> Tensor:
+        """x: (B, N, H); padding: (B, N), True at padded positions; `zero_padding`: the ``"zeroed"`` choice
+        (module docstring), else the convolution reads the padded positions as they are (official)."""
         h = x
         if self.conv is not None:
-            # Zeroed padding: the convolution then reads a document the same however it is padded.
-            h = self.conv(h.masked_fill(padding[..., None], 0.0).transpose(1, 2).contiguous()).transpose(1, 2)
+            if zero_padding:
+                h = h.masked_fill(padding[..., None], 0.0)
+            h = self.conv(h.transpose(1, 2).contiguous()).transpose(1, 2)  # (B, N, H)
         x = self.norm1(x + self.dropout1(self.attn(h, padding)))
         return self.norm2(x + self.dropout2(self.ff(x)))
 
@@ -161,21 +211,38 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x + self.pe[: x.shape[1]])
 
 
+#: How the document encoder reads the positions after a document's last term (``--model.doc_padding``; module
+#: docstring, "Document padding").
+DocPadding = Literal["official", "zeroed"]
+
+
 class DocumentEncoder(nn.Module):
-    """Positions, then `layers` Conformer (CK) or Transformer (TK) layers."""
+    """Positions, then `layers` Conformer (CK) or Transformer (TK) layers, all starting as copies of one."""
 
     def __init__(self, hidden: int, heads: int, layers: int, dropout: float, max_len: int,
-                 conv_window: int | None = 31, separable: bool = True):
+                 conv_window: int | None = 31, separable: bool = True, doc_padding: DocPadding = "official"):
         super().__init__()
+        if doc_padding not in get_args(DocPadding):
+            raise ValueError(f"doc_padding must be 'official' or 'zeroed', got {doc_padding!r}")
+        self.max_len, self.doc_padding = max_len, doc_padding
+        # How far past a document's end the padding reaches its terms: conv_window // 2 positions per layer.
+        self.reach = 0 if conv_window is None else conv_window // 2 * layers
         self.positions = PositionalEncoding(hidden, max_len, dropout)
-        self.layers = nn.ModuleList(ConformerLayer(hidden, heads, dropout, conv_window, separable)
-                                    for _ in range(layers))
+        layer = ConformerLayer(hidden, heads, dropout, conv_window, separable)
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(layers))  # _get_clones, conformer.py:408
+
+    def padded_length(self, length: int) -> int:
+        """What `length`-term documents are padded to (with id 0) before they are encoded: the official
+        `max_len`, as far as it reaches the terms (module docstring, "Document padding")."""
+        if self.doc_padding == "zeroed":
+            return length
+        return max(length, min(length + self.reach, self.max_len))
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:  # x: (B, N, H), mask: (B, N) 1.0 = term
         padding = mask == 0
         x = self.positions(x)
         for layer in self.layers:
-            x = layer(x, padding)
+            x = layer(x, padding, zero_padding=self.doc_padding == "zeroed")
         return x
 
 
@@ -248,11 +315,12 @@ class NDRM1(nn.Module):
     def __init__(self, vocab_size: int, hidden: int = 256, heads: int = 32, layers: int = 2, dropout: float = 0.2,
                  conv_window: int | None = 31, separable: bool = True, kernels: int = 10, sigma: float = 0.1,
                  pool_window: int = 300, pool_stride: int = 100, max_doc_terms: int = 4000,
-                 identity_init: bool = False):
+                 identity_init: bool = False, doc_padding: DocPadding = "official"):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, hidden)
         self.query_proj = nn.Linear(hidden, hidden)
-        self.encoder = DocumentEncoder(hidden, heads, layers, dropout, max_doc_terms, conv_window, separable)
+        self.encoder = DocumentEncoder(hidden, heads, layers, dropout, max_doc_terms, conv_window, separable,
+                                       doc_padding)
         self.mix = nn.Linear(2, 1)  # w0·embedding + w1·context + b
         self.pooling = WindowedKernelPooling(kernels, sigma, pool_window, pool_stride, max_doc_terms, hidden, dropout)
         if identity_init:
@@ -266,9 +334,11 @@ class NDRM1(nn.Module):
 
     def encode_documents(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
         """(B, Td) ids -> (B, Td, H) unit vectors of w0·embedding + w1·context + b."""
-        e = self.embed(doc_ids)  # (B, Td, H)
-        context = self.encoder(e, doc_mask)
-        d = self.mix(torch.stack([e, context], dim=-1)).squeeze(-1)
+        Td = doc_ids.shape[-1]
+        extra = self.encoder.padded_length(Td) - Td  # official padding: id 0 (UNK) read as a term by the encoder
+        e = self.embed(F.pad(doc_ids, (0, extra)))  # (B, Td + extra, H)
+        context = self.encoder(e, F.pad(doc_mask, (0, extra)))[:, :Td]  # (B, Td, H)
+        d = self.mix(torch.stack([e[:, :Td], context], dim=-1)).squeeze(-1)
         return F.normalize(d, dim=-1, eps=1e-8)
 
     def encode_terms(self, term_ids: Tensor) -> Tensor:

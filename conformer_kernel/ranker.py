@@ -20,7 +20,7 @@ from common.metrics import RankingMetrics
 from common.rerank import gather_scores
 from common.rng import rng_states, set_rng_states
 from conformer_kernel.loss import ranknet_loss
-from conformer_kernel.model import EncoderName, Features, ModelName, build_ranker
+from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, build_ranker
 from conformer_kernel.vocab import Resources
 
 #: Table 1's measures; runs are 100 deep, so AP and RR are at rank 100.
@@ -47,6 +47,9 @@ class ConformerKernel(L.LightningModule):
         max_doc_terms: the document terms read (paper: 4,000; also fixes the number of pooling windows).
         identity_init: start NDRM1's query projection at the identity and its document mix at the embedding
             (not the paper's: PyTorch's default initialisation; see `conformer_kernel.model.NDRM1`).
+        doc_padding: ``official`` (the official code's: the encoder reads the padding after a document's last
+            term, UNK embeddings up to `max_doc_terms`) or ``zeroed`` (its convolutions read zeros there); see
+            `conformer_kernel.model`, "Document padding".
         lr: Adam's learning rate (official: 1e-4).
     """
 
@@ -66,6 +69,7 @@ class ConformerKernel(L.LightningModule):
         pool_stride: PositiveInt = 100,
         max_doc_terms: PositiveInt = 4000,
         identity_init: bool = False,
+        doc_padding: DocPadding = "official",
         lr: NonNegativeFloat = 1e-4,
     ):
         super().__init__()
@@ -73,6 +77,7 @@ class ConformerKernel(L.LightningModule):
         options = {} if model == "ndrm2" else dict(
             hidden=hidden, heads=heads, layers=layers, dropout=dropout, kernels=kernels, sigma=sigma,
             pool_window=pool_window, pool_stride=pool_stride, max_doc_terms=max_doc_terms, identity_init=identity_init,
+            doc_padding=doc_padding,
         )  # fmt: skip
         self.ranker = build_ranker(model, vocab_size, encoder, conv_window, **options)
         rank_zero_info(f"{model} ({encoder}): {sum(p.numel() for p in self.ranker.parameters()) / 1e6:.2f}M parameters")
@@ -158,3 +163,7 @@ class ConformerKernel(L.LightningModule):
         self.resources = Resources.from_state(checkpoint["resources"])
         if "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
+        encoder = getattr(getattr(self.ranker, "ndrm1", self.ranker), "encoder", None)  # NDRM2 has none
+        if encoder is not None and "doc_padding" not in checkpoint.get("hyper_parameters", {}):
+            # Written before --model.doc_padding existed, when padding was always zeroed: scored as trained.
+            self.hparams.doc_padding = encoder.doc_padding = "zeroed"

@@ -1,10 +1,11 @@
 """The embedded default, ``python -m conformer_kernel.train`` with no arguments, beats BM25 on the built-in test queries.
 
-This runs the real command (about 6 minutes on 2 CPU cores): NDRM3 trained on the built-in
+This runs the real command (about 8 minutes on 2 idle CPU cores): NDRM3 trained on the built-in
 collection, then evaluated on all 100 test queries by re-ranking BM25's top 100 and by full
-retrieval from the impact index. Measured with seed 0: NDCG@10 0.292 / AP 0.238 / RR 0.339
-(re-rank) and 0.292 / 0.235 / 0.339 (full rank) against BM25's 0.234 / 0.210 / 0.272; the margins
-asserted leave room for other CPUs' floating-point differences.
+retrieval from the impact index. Measured with seed 0 (official padding and initialisation,
+results/conformer_kernel/README.md): NDCG@10 0.456 / AP 0.358 / RR 0.602 (re-rank) and 0.444 /
+0.341 / 0.597 (full rank) against BM25's 0.234 / 0.210 / 0.272; the margins asserted leave room
+for other CPUs' floating-point differences.
 """
 
 import json

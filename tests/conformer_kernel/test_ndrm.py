@@ -4,6 +4,7 @@ query term independence (the index's per-term scores equal the re-ranking scores
 import functools
 import random
 
+import lightning
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,6 +20,7 @@ from conformer_kernel.model import (
     Features,
     build_ranker,
 )
+from conformer_kernel.ranker import ConformerKernel
 from conformer_kernel.vocab import Resources
 
 
@@ -161,14 +163,15 @@ def _documents() -> list[list[list[str]]]:
 
 
 @functools.lru_cache(maxsize=None)
-def _trained(kind: str, encoder: str = "conformer", dropout: float = 0.2):
+def _trained(kind: str, encoder: str = "conformer", doc_padding: str = "official"):
     """A ranker after one RankNet step in train mode (BatchScale / BatchNorm statistics non-trivial),
     in eval mode; cached across tests, which only read it."""
     res = _resources()
     featurizer = Featurizer(res, max_doc_terms=200)
     docs = _documents()
     torch.manual_seed(0)
-    model = build_ranker(kind, len(res), encoder=encoder, dropout=dropout, **SMALL)
+    options = {} if kind == "ndrm2" else {"doc_padding": doc_padding}
+    model = build_ranker(kind, len(res), encoder=encoder, dropout=0.2, **SMALL, **options)
     f = featurizer.batch(QUERIES, docs)
     labels = torch.tensor([[1.0, 0.0, 0.0]] * 3)
     model.train()
@@ -220,12 +223,15 @@ def test_ndrm3_is_batchnorm_then_linear_over_ndrm1_and_ndrm2():
         assert isinstance(model.ndrm1, NDRM1) and isinstance(model.ndrm2, NDRM2)
 
 
-KINDS = [("ndrm1", "conformer"), ("ndrm2", "conformer"), ("ndrm3", "conformer"), ("ndrm1", "transformer")]
+KINDS = [("ndrm1", "conformer", "official"), ("ndrm2", "conformer", "official"), ("ndrm3", "conformer", "official"),
+         ("ndrm3", "conformer", "zeroed"), ("ndrm1", "transformer", "official")]
 
 
-@pytest.mark.parametrize("kind,encoder", KINDS)
-def test_index_scores_equal_term_scores(kind, encoder):
-    model, featurizer, docs = _trained(kind, encoder)
+@pytest.mark.parametrize("kind,encoder,doc_padding", KINDS)
+def test_index_scores_equal_term_scores(kind, encoder, doc_padding):
+    """With either padding a document's term scores do not depend on its batch: with the official one, each batch
+    is padded to its longest document + 2 x 15 terms (2 layers, window 31), here also to all 200 terms."""
+    model, featurizer, docs = _trained(kind, encoder, doc_padding)
     if kind == "ndrm2":
         assert model.scale_tf.count.item() == 3 * 3 * 20
     elif kind == "ndrm3":
@@ -289,3 +295,19 @@ def test_identity_init_matches_a_term_with_itself_at_cosine_one():
     assert abs(cosine[1, 0].item()) < 0.9  # another term's embedding: not the same direction
     default = NDRM1(30, hidden=16, heads=4, layers=1, max_doc_terms=50, pool_window=10, pool_stride=5)
     assert not torch.equal(default.query_proj.weight, torch.eye(16))
+
+
+def test_a_checkpoint_from_before_doc_padding_keeps_zeroed_padding(tmp_path):
+    """Checkpoints written before ``--model.doc_padding`` existed were trained with padding zeroed."""
+    res = _resources()
+    model = ConformerKernel(model="ndrm3", vocab_size=len(res), **SMALL)
+    model.use_resources(res)
+    assert model.hparams.doc_padding == "official" and model.ranker.ndrm1.encoder.doc_padding == "official"
+    for name, hparams in [("old", {k: v for k, v in model.hparams.items() if k != "doc_padding"}),
+                          ("new", dict(model.hparams))]:
+        torch.save({"state_dict": model.state_dict(), "hyper_parameters": hparams, "resources": res.state(),
+                    "pytorch-lightning_version": lightning.__version__}, tmp_path / f"{name}.ckpt")
+    old = ConformerKernel.load_from_checkpoint(str(tmp_path / "old.ckpt"), map_location="cpu")
+    assert old.hparams.doc_padding == "zeroed" and old.ranker.ndrm1.encoder.doc_padding == "zeroed"
+    new = ConformerKernel.load_from_checkpoint(str(tmp_path / "new.ckpt"), map_location="cpu")
+    assert new.hparams.doc_padding == "official" and new.ranker.ndrm1.encoder.doc_padding == "official"
