@@ -1,6 +1,9 @@
 """What every benchmark measures the same way (median wall-clock milliseconds, peak memory), and checks the same way.
 
-- `median_ms(step, repeats, device)`: median of `repeats` timed calls (CUDA synchronised around each).
+- `times_ms(step, repeats, device)`: the milliseconds of `repeats` timed calls (CUDA synchronised around
+  each); `median_ms` their median, `spread_ms` their minimum, median and maximum.
+- `cpu_description()`: the CPU a measurement ran on (model, vector extensions, logical CPUs), for the
+  results of machines that differ in CPU model.
 - CPU memory (Linux): `rss_mb` (resident set now), `max_rss_mb` (lifetime peak, ``ru_maxrss``: a
   call's own peak only in a fresh process), `reset_peak_rss` + `peak_rss_mb` (reset the peak to
   the current resident set, so the next peak belongs to what runs after it, within one process).
@@ -31,8 +34,8 @@ from common.usage import number_in, usage_error
 DEVICES = ("cpu", "cuda")
 
 
-def median_ms(step: Callable[[], object], repeats: int, device: str) -> float:
-    """Median milliseconds of `repeats` calls of `step`."""
+def times_ms(step: Callable[[], object], repeats: int, device: str) -> list[float]:
+    """Milliseconds of each of `repeats` calls of `step`, in order."""
     import torch
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
@@ -43,7 +46,42 @@ def median_ms(step: Callable[[], object], repeats: int, device: str) -> float:
         step()
         sync()
         times.append((time.perf_counter() - start) * 1000)
-    return statistics.median(times)
+    return times
+
+
+def median_ms(step: Callable[[], object], repeats: int, device: str) -> float:
+    """Median milliseconds of `repeats` calls of `step`."""
+    return statistics.median(times_ms(step, repeats, device))
+
+
+def spread_ms(times: Sequence[float]) -> dict[str, float]:
+    """``ms`` (the median), ``ms_min`` and ``ms_max`` of timed calls: how far a run's calls differ."""
+    return {"ms": statistics.median(times), "ms_min": min(times), "ms_max": max(times)}
+
+
+#: The x86 vector extensions that decide a kernel's peak rate, as /proc/cpuinfo names them.
+VECTOR_EXTENSIONS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                     "avx512_fp16", "amx_tile", "amx_bf16")
+
+
+def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """'MODEL (family F, model M), N logical CPUs, EXT EXT ...': the CPU this process runs on (Linux's
+    `cpuinfo`; elsewhere `platform.processor()`), with the vector extensions of `VECTOR_EXTENSIONS` it has."""
+    import platform
+
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError), open(cpuinfo) as f:
+        for line in f:
+            if not line.strip():
+                break  # the first processor's block describes them all
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    flags = set(fields.get("flags", "").split())
+    extensions = [e for e in VECTOR_EXTENSIONS if e in flags]
+    return f"{name}, {os.cpu_count()} logical CPUs" + (f", {' '.join(extensions)}" if extensions else "")
 
 
 def cuda_peak_mb(step: Callable[[], object]) -> float:

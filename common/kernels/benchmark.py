@@ -12,14 +12,22 @@ Table 4: [CLS] + 20 query tokens + an [SOS] every 25 document tokens). Rows:
   projections set to identity, so that only its attention is timed.
 
 For each n and pass (``fwd``, ``fwdbwd``) it reports the median time of
-``--repeats`` runs after a warm-up, and the peak memory of the measured call
-(CUDA: ``max_memory_allocated``; CPU: the peak resident set of a fresh
-subprocess per measurement, above its resident set before the call). It prints
-a table, each pattern's density and ideal speed-up 1/density, and speed-up
-ratios against ``sdpa_dense`` and ``hf_longformer`` measured in the same run;
-writes ``results/kernels/bench_<device>.csv`` and ``.png``; with ``--json`` it
-prints one JSON object per measurement (keys ``bench, impl, n, pass, ms,
-peak_mb``, plus ``density`` and the setting). A measurement known not to run
+``--repeats`` runs after a warm-up with their minimum and maximum (``ms``,
+``ms_min``, ``ms_max``), and the peak memory of the measured call (CUDA:
+``max_memory_allocated``; CPU: the peak resident set of a fresh subprocess per
+measurement, above its resident set before the call). Rates, so that machines
+with different CPUs can be compared: ``gflops`` is the useful work per second,
+`FLOPS_PER_PAIR` x the (query, key) pairs the pattern computes (n² for
+``sdpa_dense``, the QDS pattern's nonzeros for every other row) x head dimension
+x heads, and ``rate_vs_sdpa_dense`` that rate as a fraction of dense SDPA's,
+measured first at each n in the same run. The CPU (model, vector extensions,
+logical CPUs: `common.benchmarking.cpu_description`) is printed and written in
+every row. It prints a table, each pattern's density and ideal speed-up
+1/density, and speed-up ratios against ``sdpa_dense`` and ``hf_longformer``
+measured in the same run; writes ``results/kernels/bench_<device>.csv`` and
+``.png``; with ``--json`` it prints one JSON object per measurement (keys
+``bench, impl, n, pass, ms, ms_min, ms_max, peak_mb, gflops,
+rate_vs_sdpa_dense``, plus ``density``, the setting and the CPU). A measurement known not to run
 (``hf_longformer`` needs n to be a multiple of w; ``reference``, and ``flex`` on
 CPU, above ``--max-quadratic-n``) is skipped with the reason, one that fails is
 skipped with its error; a run in which nothing can be measured is refused.
@@ -35,7 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.benchmarking import (
-    DEVICES, cuda_peak_mb, max_rss_mb, median_ms, refuse_repeats, resolve_device, rss_mb, run_isolated,
+    DEVICES, cpu_description, cuda_peak_mb, max_rss_mb, refuse_repeats, resolve_device, rss_mb, run_isolated,
+    spread_ms, times_ms,
 )
 from common.usage import ArgumentParser, output_folder, positive_float, positive_int, usage_error
 
@@ -46,6 +55,10 @@ IMPLS = ("reference", "portable", "tvm", "flex", "sdpa_masked", "sdpa_dense", "h
 PASSES = ("fwd", "fwdbwd")
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "kernels"
 HEADS, HEAD_DIM, WINDOW, QUERY_LEN, SENTENCE_EVERY = 12, 64, 128, 20, 25
+#: Useful floating-point operations per (query, key) pair and head dimension: a multiply-add (2) in each of the
+#: forward's QKᵀ and PV, and in each of the backward's dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q. A
+#: recomputed forward, the softmax and the padding a kernel adds are not counted: they are not useful work.
+FLOPS_PER_PAIR = {"fwd": 4, "fwdbwd": 12}
 
 
 def make_inputs(n: int, device: str, requires_grad: bool, seed: int = 0) -> dict:
@@ -122,7 +135,7 @@ def measure(impl: str, n: int, pass_: str, device: str, repeats: int) -> dict:
         before = rss_mb()
         step()  # the measured call: the small warm-up above peaked far lower
         peak_mb = max(max_rss_mb() - before, 0.0)
-    return {"ms": median_ms(step, repeats, device), "peak_mb": peak_mb}
+    return {**spread_ms(times_ms(step, repeats, device)), "peak_mb": peak_mb}
 
 
 def _step(impl: str, n: int, pass_: str, device: str):
@@ -157,6 +170,24 @@ def measure_isolated(impl: str, n: int, pass_: str, device: str, repeats: int, t
     return run_isolated(command, timeout)
 
 
+def useful_gflop(impl: str, n: int, pass_: str) -> float:
+    """GFLOP of useful work in one call (`FLOPS_PER_PAIR`): full attention for ``sdpa_dense``, the QDS pattern's
+    pairs for every other implementation (``sdpa_masked`` computes all n² but only these count)."""
+    from common.kernels.patterns import global_tokens, nonzeros, synthetic_layout
+
+    qds = global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY))
+    pairs = n * n if impl == "sdpa_dense" else nonzeros(qds, WINDOW)
+    return FLOPS_PER_PAIR[pass_] * pairs * HEAD_DIM * HEADS / 1e9
+
+
+def with_rates(row: dict, dense: dict | None) -> dict:
+    """`row` with ``gflops`` (useful GFLOP/s) and ``rate_vs_sdpa_dense`` (that rate over `dense` row's, the same
+    n and pass in the same run; None without one)."""
+    gflops = useful_gflop(row["impl"], row["n"], row["pass"]) / (row["ms"] / 1000)
+    rate = None if dense is None else round(gflops / dense["gflops"], 4)
+    return {**row, "gflops": round(gflops, 2), "rate_vs_sdpa_dense": rate}
+
+
 def densities(lengths: list[int]) -> list[dict]:
     from common.kernels.patterns import PATTERNS, density, global_tokens, synthetic_layout
 
@@ -173,8 +204,8 @@ def write_outputs(rows: list[dict], device: str, out_dir: Path) -> tuple[Path, P
 
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, png_path = out_dir / f"bench_{device}.csv", out_dir / f"bench_{device}.png"
-    fields = ["bench", "impl", "n", "pass", "ms", "peak_mb", "density", "device", "heads", "head_dim", "window",
-              "pattern", "threads"]
+    fields = ["bench", "impl", "n", "pass", "ms", "ms_min", "ms_max", "peak_mb", "gflops", "rate_vs_sdpa_dense",
+              "density", "device", "heads", "head_dim", "window", "pattern", "threads", "cpu"]
     with atomic_write(csv_path, overwrite=True) as f:
         writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
         writer.writeheader()
@@ -281,12 +312,18 @@ def main(argv: list[str] | None = None) -> int:
     from common.kernels.patterns import density, global_tokens, synthetic_layout
 
     rows = []
+    report = sys.stderr if args.json else sys.stdout
+    cpu = cpu_description()
+    print(f"cpu: {cpu}; {torch.get_num_threads()} threads", file=report)
     for row in densities(args.lengths):
         print(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  "
-              f"ideal speed-up {row['ideal_speedup']:.1f}x", file=sys.stderr if args.json else sys.stdout)
+              f"ideal speed-up {row['ideal_speedup']:.1f}x", file=report)
+    # Dense SDPA first at each n: every other row's rate is a fraction of its rate.
+    impls = sorted(args.impls, key=lambda impl: impl != "sdpa_dense")
     for n in args.lengths:
         d = density(global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
-        for impl in args.impls:
+        dense = {}
+        for impl in impls:
             reason = unmeasurable(impl, n, args.device, args.max_quadratic_n)
             if reason:
                 print(f"skipped {impl} n={n}: {reason}", file=sys.stderr)
@@ -296,20 +333,27 @@ def main(argv: list[str] | None = None) -> int:
                 if "skipped" in result:
                     print(f"skipped {impl} n={n} {pass_}: {result['skipped']}", file=sys.stderr)
                     continue
-                row = {"bench": "qds_attention", "impl": impl, "n": n, "pass": pass_, "ms": round(result["ms"], 3),
+                row = {"bench": "qds_attention", "impl": impl, "n": n, "pass": pass_,
+                       **{key: round(result[key], 3) for key in ("ms", "ms_min", "ms_max")},
                        "peak_mb": round(result["peak_mb"], 1), "density": round(d, 6), "device": args.device,
                        "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW, "pattern": "qds",
-                       "threads": torch.get_num_threads()}
+                       "threads": torch.get_num_threads(), "cpu": cpu}
+                row = with_rates(row, dense.get(pass_))
+                if impl == "sdpa_dense":
+                    dense[pass_] = row
                 rows.append(row)
                 if args.json:
                     print(json.dumps(row), flush=True)
                 else:
-                    print(f"{impl:>14} n={n:<5} {pass_:>6} {row['ms']:>10.2f} ms {row['peak_mb']:>9.1f} MB", flush=True)
+                    rate = row["rate_vs_sdpa_dense"]
+                    rate = "" if rate is None else f" {rate:>6.1%} of sdpa_dense"
+                    print(f"{impl:>14} n={n:<5} {pass_:>6} {row['ms']:>10.2f} ms "
+                          f"({row['ms_min']:.2f}-{row['ms_max']:.2f}) {row['peak_mb']:>9.1f} MB "
+                          f"{row['gflops']:>8.1f} GFLOP/s{rate}", flush=True)
     if not rows:
         print("no measurement succeeded", file=sys.stderr)
         return 1
     csv_path, png_path = write_outputs(rows, args.device, args.out_dir)
-    report = sys.stderr if args.json else sys.stdout
     print("\n".join(speedups(rows)), file=report)
     print(f"wrote {csv_path} and {png_path}", file=report)
     return 0

@@ -70,8 +70,8 @@ def global_tokens(pattern: str, layout: Layout) -> Tensor:
     raise ValueError(f"unknown attention pattern {pattern!r}; expected one of {', '.join(PATTERNS)}")
 
 
-def density(is_global: Tensor, window: int, key_padding_mask: Tensor | None = None) -> float:
-    """Fraction of nonzero entries of the adjacency A of one input (Table 5 reports it at n = 2048).
+def nonzeros(is_global: Tensor, window: int, key_padding_mask: Tensor | None = None) -> int:
+    """Nonzero entries of the adjacency A of one input: the (query, key) pairs its attention computes.
 
     Counted row by row without building A: an ordinary row keeps its valid, non-global band keys
     plus every valid global key; a global row keeps every valid key; a padded row keeps nothing.
@@ -85,5 +85,11 @@ def density(is_global: Tensor, window: int, key_padding_mask: Tensor | None = No
     low, high = (position - window // 2).clamp(min=0), (position + window // 2).clamp(max=n - 1) + 1
     band = local_key[high] - local_key[low]  # valid non-global keys in each row's band
     ordinary = valid & ~is_global
-    nonzero = int(band[ordinary].sum()) + int(ordinary.sum()) * int(is_global.sum()) + int(is_global.sum()) * int(valid.sum())
-    return nonzero / (n * n)
+    globals_ = int(is_global.sum())
+    return int(band[ordinary].sum()) + int(ordinary.sum()) * globals_ + globals_ * int(valid.sum())
+
+
+def density(is_global: Tensor, window: int, key_padding_mask: Tensor | None = None) -> float:
+    """Fraction of nonzero entries of the adjacency A of one input (Table 5 reports it at n = 2048)."""
+    n = is_global.numel()
+    return nonzeros(is_global, window, key_padding_mask) / (n * n)

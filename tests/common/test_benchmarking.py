@@ -1,4 +1,5 @@
-"""`common.benchmarking`: the median of the timed calls, and a peak resident set that sees one call's memory."""
+"""`common.benchmarking`: the median and spread of the timed calls, the CPU named, and a peak resident set that sees
+one call's memory."""
 
 import itertools
 
@@ -14,6 +15,26 @@ def test_median_of_the_timed_calls(monkeypatch):
     calls = itertools.count()
     assert benchmarking.median_ms(lambda: next(calls), repeats=3, device="cpu") == pytest.approx(2.0)
     assert next(calls) == 3
+
+
+def test_spread_of_the_timed_calls(monkeypatch):
+    ticks = iter([0.0, 0.003, 1.0, 1.001, 2.0, 2.002])
+    monkeypatch.setattr(benchmarking.time, "perf_counter", lambda: next(ticks))
+    times = benchmarking.times_ms(lambda: None, repeats=3, device="cpu")
+    assert times == pytest.approx([3.0, 1.0, 2.0])
+    assert benchmarking.spread_ms(times) == pytest.approx({"ms": 2.0, "ms_min": 1.0, "ms_max": 3.0})
+
+
+def test_cpu_description_names_the_model_and_its_vector_extensions(tmp_path):
+    """From the first processor's block of /proc/cpuinfo; only the extensions that set a kernel's peak rate."""
+    cpuinfo = tmp_path / "cpuinfo"
+    block = ("processor\t: {}\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+             "model name\t: AMD EPYC 9R14\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512vl "
+             "avx512_vnni avx512_bf16 sha_ni\n\n")
+    cpuinfo.write_text(block.format(0) + block.format(1).replace("avx512f ", ""))
+    assert benchmarking.cpu_description(cpuinfo) == (
+        f"AMD EPYC 9R14 (family 25, model 17), {benchmarking.os.cpu_count()} logical CPUs, "
+        "avx avx2 fma avx512f avx512bw avx512vl avx512_vnni avx512_bf16")
 
 
 def test_peak_rss_after_a_reset_sees_a_temporary_allocation():

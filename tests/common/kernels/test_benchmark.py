@@ -4,8 +4,10 @@ import csv
 import json
 
 import pytest
+import torch
 
-from common.kernels.benchmark import densities, main, measure_isolated, speedups
+from common.kernels.benchmark import densities, main, measure_isolated, speedups, useful_gflop, with_rates
+from common.kernels.patterns import density, global_tokens, nonzeros, synthetic_layout
 
 
 def test_speedups_are_ratios_of_the_same_run():
@@ -24,6 +26,28 @@ def test_density_of_local_only_pattern_at_2048():
     assert local["ideal_speedup"] == pytest.approx(1 / local["density"])
 
 
+def test_nonzeros_by_hand():
+    """n = 6, w = 2 (one key each side), position 0 global. Ordinary rows 1-5 keep their non-global band keys
+    ({1, 2}, {1, 2, 3}, {2, 3, 4}, {3, 4, 5}, {4, 5}: 13) and the global key (5); the global row keeps all 6."""
+    is_global = torch.tensor([True, False, False, False, False, False])
+    assert nonzeros(is_global, 2) == 13 + 5 + 6
+    assert density(is_global, 2) == pytest.approx(24 / 36)
+
+
+def test_useful_gflop_and_the_rate_against_dense_sdpa():
+    """Forward: 4 flops per (query, key) pair and head dimension, 12 heads x 64. Dense at n = 2048: 4 x 2048² x 64
+    x 12 = 12.884901888 GFLOP, 257.7 GFLOP/s in 50 ms. A sparse row's rate is a fraction of that: its pairs
+    over n², times 50 ms over its own time."""
+    assert useful_gflop("sdpa_dense", 2048, "fwd") == pytest.approx(12.884901888)
+    assert useful_gflop("sdpa_dense", 2048, "fwdbwd") == pytest.approx(3 * 12.884901888)  # backward: 4 more products
+    pairs = nonzeros(global_tokens("qds", synthetic_layout(2048, 20, 25)), 128)
+    assert useful_gflop("tvm", 2048, "fwd") == pytest.approx(4 * pairs * 64 * 12 / 1e9)
+    dense = with_rates({"impl": "sdpa_dense", "n": 2048, "pass": "fwd", "ms": 50.0}, None)
+    assert dense["gflops"] == pytest.approx(257.7, abs=0.01) and dense["rate_vs_sdpa_dense"] is None
+    tvm = with_rates({"impl": "tvm", "n": 2048, "pass": "fwd", "ms": 26.0}, dense)
+    assert tvm["rate_vs_sdpa_dense"] == pytest.approx(pairs / 2048**2 * 50 / 26, abs=1e-4)
+
+
 def test_json_lines_csv_and_plot(tmp_path, capsys):
     code = main(["--lengths", "128", "256", "--impls", "portable", "sdpa_dense", "--passes", "fwd", "fwdbwd",
                  "--repeats", "1", "--out-dir", str(tmp_path), "--json"])
@@ -31,8 +55,14 @@ def test_json_lines_csv_and_plot(tmp_path, capsys):
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(lines) == 8
     for row in lines:
-        assert {"bench", "impl", "n", "pass", "ms", "peak_mb"} <= row.keys()
+        assert {"bench", "impl", "n", "pass", "ms", "peak_mb", "cpu"} <= row.keys()
         assert row["ms"] > 0 and row["peak_mb"] >= 0 and row["bench"] == "qds_attention"
+        assert row["ms_min"] <= row["ms"] <= row["ms_max"]
+        assert row["gflops"] == pytest.approx(useful_gflop(row["impl"], row["n"], row["pass"]) / row["ms"] * 1000,
+                                              rel=1e-3)
+        dense = next(r for r in lines if (r["impl"], r["n"], r["pass"]) == ("sdpa_dense", row["n"], row["pass"]))
+        assert row["rate_vs_sdpa_dense"] == (
+            None if row is dense else pytest.approx(row["gflops"] / dense["gflops"], abs=1e-3))
     assert {(r["impl"], r["n"], r["pass"]) for r in lines} == {
         (impl, n, p) for impl in ("portable", "sdpa_dense") for n in (128, 256) for p in ("fwd", "fwdbwd")
     }
