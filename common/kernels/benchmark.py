@@ -185,7 +185,7 @@ def with_rates(row: dict, dense: dict | None) -> dict:
     n and pass in the same run; None without one)."""
     gflops = useful_gflop(row["impl"], row["n"], row["pass"]) / (row["ms"] / 1000)
     rate = None if dense is None else round(gflops / dense["gflops"], 4)
-    return {**row, "gflops": round(gflops, 2), "rate_vs_sdpa_dense": rate}
+    return {**row, "gflops": float(f"{gflops:.4g}"), "rate_vs_sdpa_dense": rate}  # 4 digits even below 1 GFLOP/s
 
 
 def densities(lengths: list[int]) -> list[dict]:

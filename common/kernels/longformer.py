@@ -20,7 +20,10 @@ Differences from transformers' module:
 - ``output_attentions=True`` raises NotImplementedError: the kernels never form
   the probabilities (use the original module to look at attention maps).
 - the sequence length need not be a multiple of the window (transformers
-  asserts it; ``LongformerModel`` pads the input anyway).
+  asserts it), and `use_qds_attention` stops ``LongformerModel`` padding the
+  input to one: padding tokens are masked keys, so the other rows are unchanged.
+- the global query projection runs on the global rows only (transformers does
+  the same; an earlier version here projected every position).
 - half precision: transformers takes the softmax in fp32 whatever the input
   dtype; here the kernel's own precision applies.
 """
@@ -29,7 +32,9 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from transformers.models.longformer.modeling_longformer import LongformerAttention, LongformerSelfAttention
+from transformers.models.longformer.modeling_longformer import (
+    LongformerAttention, LongformerModel, LongformerSelfAttention,
+)
 
 from common.kernels import qds_attention
 
@@ -104,9 +109,14 @@ class QDSLongformerSelfAttention(nn.Module):
         q, k, v = (self._heads(proj(hidden_states)) for proj in (self.query, self.key, self.value))  # (B, H, N, D)
         if is_global_attn:
             is_global = is_index_global_attn
-            # The kernels take global queries for every position and use the global rows' only.
-            projections = (self.query_global, self.key_global, self.value_global)
-            global_qkv = tuple(self._heads(proj(hidden_states)) for proj in projections)  # (B, H, N, D) each
+            # The global rows attend to every key with the *_global projections (Longformer Sec. 3.2), so
+            # their keys and values are needed at every position but their queries only at the global rows:
+            # the kernels read no other row, which stays zero (a projection of every position costs as much
+            # as the sparse attention itself).
+            queries = hidden_states.new_zeros(batch, n, self.embed_dim).index_put(
+                (is_global,), self.query_global(hidden_states[is_global]))  # (B, N, E)
+            global_qkv = (self._heads(queries), self._heads(self.key_global(hidden_states)),
+                          self._heads(self.value_global(hidden_states)))  # (B, H, N, D) each
         else:
             # transformers' is_global_attn=False path: pure sliding window, global projections unused
             is_global, global_qkv = torch.zeros_like(is_index_masked), None
@@ -135,6 +145,9 @@ def use_qds_attention(model: nn.Module, impl: str = "auto") -> nn.Module:
     ]
     if not attentions:
         raise ValueError(f"{type(model).__name__} contains no transformers LongformerSelfAttention to replace")
+    for longformer in (m for m in model.modules() if isinstance(m, LongformerModel)):
+        # The kernels take any length: the padding to a multiple of the window would be computed and dropped.
+        longformer._pad_to_window_size = _no_window_padding
     for attention in attentions:
         old = attention.self
         new = QDSLongformerSelfAttention(old.config, old.layer_id, impl=impl)
@@ -142,3 +155,8 @@ def use_qds_attention(model: nn.Module, impl: str = "auto") -> nn.Module:
         reference = old.query.weight
         attention.self = new.to(device=reference.device, dtype=reference.dtype).train(old.training)
     return model
+
+
+def _no_window_padding(input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds, pad_token_id):
+    """``LongformerModel._pad_to_window_size`` padding nothing (a padding length of 0)."""
+    return 0, input_ids, attention_mask, token_type_ids, position_ids, inputs_embeds

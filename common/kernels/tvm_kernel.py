@@ -27,12 +27,13 @@ register blocking and key reuse, and the softmax needs no skewed indexing. C / (
 
 Global tokens (Eqs. 8-10). The ordinary rows' scores against the gathered global keys
 (O(n g)) are extra columns of the softmax. The global rows (g x n, with Longformer's
-``*_global`` projections) are, at inference, ``attend`` again: rows with no band key
-whose global slots are all the keys. Then gathers, frames and a ``merge`` are TVM
-kernels too, so no PyTorch parallel op runs between the kernels: PyTorch's OpenMP
-workers spin for milliseconds after each one and take the cores TVM's workers need
-(this halved the fused kernel's speed on 2 cores). With autograd the glue is PyTorch
-(gathers, an SDPA for the global rows, matmuls for the global columns of the backward).
+``*_global`` projections) are dense rows over every key, so they go to PyTorch's SDPA,
+after the ordinary rows: on 2 cores its flash kernel runs them at about twice the rate
+``attend`` reached on rows 4,096 keys wide (issue 15; results/kernels/README.md). Between
+the TVM kernels of the ordinary rows (gathers, frames, ``attend``) no PyTorch parallel op
+runs: PyTorch's OpenMP workers spin for milliseconds after each one and take the cores
+TVM's workers need (this halved the fused kernel's speed on 2 cores). With autograd the
+glue is PyTorch (gathers, matmuls for the global columns of the backward).
 For the same reason TVM's pool gets PyTorch's thread count unless ``TVM_NUM_THREADS``
 or ``OMP_NUM_THREADS`` is set (TVM would take half the logical CPUs), and its idle
 workers sleep (``TVM_THREAD_POOL_SPIN_COUNT=0`` unless set).
@@ -143,10 +144,11 @@ def tvm_attention(
         global_qkv = tuple(x.to(dtype).contiguous() for x in global_qkv)
     needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q_, k_, v_, *(global_qkv or ())))
     if not needs_grad and "attend" in kernels.functions:
-        return kernels.forward(q_, k_, v_, global_qkv, layout, heads).to(q.dtype)
-    index = layout.index[:, None, :, None].expand(batch, heads, -1, head_dim)  # (B, H, Gp, D)
-    k_global, v_global = k_.gather(2, index), v_.gather(2, index)  # global keys of the ordinary rows
-    out = _BandAttention.apply(q_, k_, v_, k_global, v_global, layout, kernels)
+        out = kernels.ordinary_rows(q_, k_, v_, layout, heads)
+    else:
+        index = layout.index[:, None, :, None].expand(batch, heads, -1, head_dim)  # (B, H, Gp, D)
+        k_global, v_global = k_.gather(2, index), v_.gather(2, index)  # global keys of the ordinary rows
+        out = _BandAttention.apply(q_, k_, v_, k_global, v_global, layout, kernels)
     if layout.count:
         out[layout.rows_batch, :, layout.rows_position] = _global_rows(q_, k_, v_, global_qkv, layout)
     return out.to(q.dtype)
@@ -511,19 +513,6 @@ class _Builder:
                               lambda b, e, s: x[b, index[b // self.heads, s], e], name="XGT")
         return _Definition([x, index, out, self.heads], "XGT")
 
-    def merge(self) -> _Definition:
-        """OUT[b, i] = ROWS[b, slot[b // heads, i]] for global tokens (slot >= 0), else BAND[b, i]."""
-        tirx, D = self.tirx, self.geometry.head_dim
-        band, rows = self.tensor((self.bh, self.frame, D), "BAND"), self.tensor((self.bh, self.count, D), "ROWS")
-        slot = self.te.placeholder((self.nb, self.n), "int64", name="SLOT")
-
-        def value(b, i, e):
-            own = slot[b // self.heads, i]
-            return tirx.Select(own >= 0, rows[b, tirx.max(own, 0), e], band[b, i, e])
-
-        return _Definition([band, rows, slot, self.te.compute((self.bh, self.n, D), value, name="OUT"), self.heads],
-                           "OUT")
-
     def index(self):
         return self.te.placeholder((self.nb, self.count), "int64", name="INDEX")
 
@@ -695,7 +684,7 @@ def _schedule_gpu(sch, definition: _Definition) -> None:
 
 #: Kernels of each device: the CPU forward is fused (``attend``), CUDA runs the products unfused, one thread
 #: per output. The backward recomputes the probabilities with band_qk + softmax_fwd on both.
-_MOVES = ("frame_rows", "frame_cols", "gather_rows", "gather_cols", "merge")
+_MOVES = ("frame_rows", "frame_cols", "gather_rows", "gather_cols")
 _KERNEL_NAMES = {
     "cpu": ("attend", "band_qk", "softmax_fwd", "band_pv", "band_tpv", "softmax_bwd", *_MOVES),
     "cuda": ("band_qk", "softmax_fwd", "band_pv", "band_tpv", "softmax_bwd", *_MOVES),
@@ -796,33 +785,17 @@ class _Kernels:
         self._call("gather_cols" if transposed else "gather_rows", x, index, out, heads)
         return out
 
-    def forward(self, q: Tensor, k: Tensor, v: Tensor, global_qkv: tuple[Tensor, Tensor, Tensor] | None,
-                layout: _GlobalLayout, heads: int) -> Tensor:
-        """Inference (CPU): the whole forward on TVM kernels, (B, H, N, D) -> (B, H, N, D).
-
-        The global rows run through ``attend`` too, as rows whose band is masked (zero frames, no band
-        keys) and whose global slots are all the keys; ``merge`` then places them among the band rows."""
+    def ordinary_rows(self, q: Tensor, k: Tensor, v: Tensor, layout: _GlobalLayout, heads: int) -> Tensor:
+        """Inference (CPU): the ordinary rows of (B, H, N, D) inputs with TVM kernels only (gathers, frames and the
+        fused ``attend``), as (B, H, N, D); the global rows' outputs are left for the caller to write."""
         q3, k3, v3 = _flat(q, k, v)
-        bh, n, head_dim = q3.shape
-        slots, geo = layout.index.shape[1], self.geometry
+        n = q3.shape[1]
         out = q.new_empty(q.shape)
-        whole = not layout.count and n % _TILE == 0  # the band rows are the output
-        band = self.attend(q3, k3, v3, self._gather(k3, layout.index, heads, transposed=True),
+        whole = n % _TILE == 0  # the row tiles are the output
+        rows = self.attend(q3, k3, v3, self._gather(k3, layout.index, heads, transposed=True),
                            self._gather(v3, layout.index, heads), layout, heads, _flat(out)[0] if whole else None)
-        if whole:
-            return out
-        rows = band  # never read without global tokens
-        if layout.count:
-            queries, keys, values = _flat(*global_qkv) if global_qkv is not None else (q3, k3, v3)
-            keys_padded = -(-n // _LANES) * _LANES
-            rows = q3.new_empty(bh, slots, head_dim)
-            self._call("attend", self._gather(queries, layout.index, heads),
-                       self._scratch("zeros_t", q3, (bh, head_dim, geo.frame(slots)), zeros=True),
-                       self._scratch("zeros", q3, (bh, geo.frame(slots), head_dim), zeros=True),
-                       self._frame_t(keys, 0, keys_padded, "keys_t"), self._frame(values, 0, keys_padded, "values"),
-                       layout.no_band_keys, layout.global_ok, layout.keys_ok, rows.view(bh, -1, _TILE, head_dim),
-                       heads, keys_padded // _LANES)
-        self._call("merge", band, rows, layout.slot, _flat(out)[0], heads)
+        if not whole:
+            _flat(out)[0].copy_(rows[:, :n])
         return out
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, k_global_t: Tensor, v_global: Tensor, layout: _GlobalLayout,
@@ -906,10 +879,6 @@ class _GlobalLayout:
     rows_position: Tensor  # (T,): its position
     count: int  # T
     widest: int  # the largest count of an example
-    # For the global rows on `attend` (inference):
-    keys_ok: Tensor  # (B, N rounded up to _LANES): valid keys, as global slots
-    no_band_keys: Tensor  # (B, frame of Gp rows): zeros, every band key masked
-    slot: Tensor  # (B, N) long: the slot of each valid global token, -1 for the other tokens
 
     @staticmethod
     def build(is_global: Tensor, key_padding_mask: Tensor | None, geometry: _Geometry, dtype) -> _GlobalLayout:
@@ -929,12 +898,8 @@ class _GlobalLayout:
         index = torch.where(global_ok, F.pad(order, (0, slots - order.shape[1])), 0)
         rows_batch, slot = global_ok.nonzero(as_tuple=True)
         rows_position = index[rows_batch, slot]
-        slot_of = torch.full((batch, n), -1, dtype=torch.long, device=device)
-        slot_of[rows_batch, rows_position] = slot
         return _GlobalLayout(key_ok, row_ok, global_ok.to(dtype), index, valid, rows_batch, rows_position,
-                             int(counts.sum()), int(counts.max()),
-                             F.pad(valid.to(dtype), (0, -(-n // _LANES) * _LANES - n)),
-                             key_ok.new_zeros(batch, geometry.frame(slots)), slot_of)
+                             int(counts.sum()), int(counts.max()))
 
 
 class _BandAttention(torch.autograd.Function):

@@ -172,3 +172,26 @@ def test_dropout_only_in_training():
         qds.train()
         first, second = (qds(input_ids, **kwargs).last_hidden_state for _ in range(2))
     assert not torch.allclose(first, second)
+
+
+def test_no_work_on_window_padding_or_on_global_queries_of_ordinary_rows():
+    """Issue 15's wasted work: transformers pads 300 tokens to 384 (a multiple of the window) and its module
+    is given all 384; here every layer sees the 300 tokens. The global query projection runs on the global
+    rows only (T of them), the global keys and values on every position; the output is still transformers'."""
+    hf, qds = _models("reference")
+    input_ids, attention_mask, global_attention_mask = _batch(300)
+    seen = {"attention": [], "query_global": [], "key_global": []}
+    for name, module in qds.named_modules():
+        for kind in seen:
+            if name.endswith(f"attention.self.{kind}") or (kind == "attention" and name.endswith("attention.self")):
+                module.register_forward_pre_hook(lambda m, args, kind=kind: seen[kind].append(tuple(args[0].shape)))
+    with torch.no_grad():
+        expected = hf(input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask)
+        out = qds(input_ids, attention_mask=attention_mask, global_attention_mask=global_attention_mask)
+    assert out.last_hidden_state.shape == expected.last_hidden_state.shape == (2, 300, 64)
+    torch.testing.assert_close(out.last_hidden_state, expected.last_hidden_state, atol=ATOL, rtol=0)
+    torch.testing.assert_close(out.pooler_output, expected.pooler_output, atol=ATOL, rtol=0)
+    global_rows = int((global_attention_mask.bool() & attention_mask.bool()).sum())
+    assert seen["attention"] == [(2, 300, 64)] * 2
+    assert seen["query_global"] == [(global_rows, 64)] * 2
+    assert seen["key_global"] == [(2, 300, 64)] * 2

@@ -3,7 +3,8 @@
 Two shape families are compiled (window 16 / head_dim 16, and window 40 / head_dim 24, whose
 band span and head dimension are not powers of two) into a temporary cache folder, and reused
 by every test; the disk-cache test checks that a second process loads them without TVM compiling.
-Every case runs both forwards: with autograd, and the all-TVM inference one. The CUDA schedules
+Every case runs both forwards: with autograd, and the inference one (TVM kernels only for the ordinary
+rows, no PyTorch gathers between them). The CUDA schedules
 are only compiled to CUDA C (there is no GPU here).
 """
 
@@ -60,7 +61,7 @@ def check_matches_reference(q, k, v, is_global, key_padding_mask=None, window=WI
     out = tvm_attention(*ours[:3], is_global, key_padding_mask, window, tuple(ours[3:]) or None)
     ref = reference_attention(*theirs[:3], is_global, key_padding_mask, window, tuple(theirs[3:]) or None)
     torch.testing.assert_close(out, ref, atol=ATOL, rtol=0)
-    with torch.no_grad():  # the all-TVM inference forward
+    with torch.no_grad():  # the inference forward
         inference = tvm_attention(q, k, v, is_global, key_padding_mask, window, global_qkv)
     torch.testing.assert_close(inference, ref.detach(), atol=ATOL, rtol=0)
     upstream = torch.randn_like(ref)
