@@ -164,13 +164,15 @@ class TermDocumentScorer(L.LightningModule):
 
     def predict_step(self, batch, batch_idx: int) -> tuple[int, np.ndarray]:
         shard, docs = batch
-        scores = []
+        # Batches of the shard's documents in order of length: a batch is padded to its longest document.
+        order = sorted(range(len(docs)), key=lambda i: len(docs[i]))
+        scores = np.empty((len(docs), len(self.terms)), dtype=np.float32)
         for start in range(0, len(docs), self.batch_size):
-            part = docs[start : start + self.batch_size]
-            f = self.featurizer.batch([self.terms], [part]).to(self.device)  # one pseudo-query of all terms
+            part = order[start : start + self.batch_size]
+            f = self.featurizer.batch([self.terms], [[docs[i] for i in part]]).to(self.device)  # one pseudo-query
             s_td = self.model.ranker.index_scores(f, self.term_chunk)[:, : len(self.terms)]  # not the padding to 20
-            scores.append(s_td.float().cpu().numpy())
-        return shard, np.concatenate(scores)  # (docs, terms)
+            scores[part] = s_td.float().cpu().numpy()
+        return shard, scores  # (docs, terms)
 
 
 class ShardWriter(BasePredictionWriter):

@@ -59,8 +59,8 @@ Document padding (``doc_padding``), where the two choices differ:
   built-in default (seed 0, 100 test queries, 10,000 re-ranked pairs, all documents shorter than
   4,000 terms; results/conformer_kernel/README.md): on the same weights the two choices' scores
   differ by up to 0.028 (weights trained with official padding) and 0.092 (trained zeroed), 0.003 on
-  average (scores are about 1), and NDCG@10 by 0.003 and 0.002; trained each way, NDCG@10 is 0.4562
-  (official) and 0.4200 (zeroed), one seed; the whole command 7 min 46 s and 7 min 16 s.
+  average (scores are about 1), and NDCG@10 by 0.003 and 0.002 (issue 14); trained each way, NDCG@10
+  is 0.4241 (official) and 0.4298 (zeroed), one seed (issue 15; before it, 0.4562 and 0.4200).
   Checkpoints written before this option existed were trained this way, and load with it
   (`conformer_kernel.ranker.ConformerKernel.on_load_checkpoint`).
 
@@ -71,15 +71,28 @@ Choices of this repository, each equal to the official computation up to float r
   the windows over the padded length are pooled, plus that one empty window whenever the 4,000-term
   layout would have had one (`WindowedKernelPooling.window_sums`).
 - Queries are padded to `max_query_terms` (20) as in the official code, so BatchScale's mean and
-  NDRM3's BatchNorm statistics count the same padded slots.
+  NDRM3's BatchNorm statistics count the same padded slots. Only the slots up to the last real term of
+  the batch are kernel-pooled (`used_slots`); the later ones get the 0 that the official product with
+  the query mask gives them.
 - Cosine similarity as unit vectors times unit vectors (a matmul), not a broadcast
   (Q, D, Tq, Td, H) product.
+- Work the official computation does and throws away is not done (issue 15; measured in
+  results/conformer_kernel/README.md, "Issue 15"): the documents of a batch are encoded in batches of
+  similar length, each padded as its longest document needs, and in evaluation each distinct document
+  once (`NDRM1.encode_documents`); padded terms enter the kernels at a similarity where every kernel is
+  exactly 0 rather than being multiplied by the mask, and each pooling window sums blocks of
+  gcd(window, stride) terms that the overlapping windows share (`WindowedKernelPooling.window_sums`).
+- CPU speed, the same function: the kernels computed with `exp2` (`WindowedKernelPooling.kernels`), the
+  convolution padded explicitly with its input's gradient computed as a convolution (`SameConv1d`),
+  the separable attention holding K and V as (B, h, d_h, N). Dropout draws its masks with ``rand_like``
+  (`Dropout`): the distribution of `nn.Dropout`, another random stream than the official code's.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -106,6 +119,20 @@ class Features:
         return Features(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 
+# --- dropout ----------------------------------------------------------------------------------
+
+
+class Dropout(nn.Dropout):
+    """`nn.Dropout` (zero each element with probability p, scale the rest by 1 / (1 - p)) with its mask drawn
+    by ``rand_like(x) >= p``: on CPU ``bernoulli_``, which `F.dropout` draws the mask with, takes 2.5x as long
+    (results/conformer_kernel/README.md, "Issue 15"). The same distribution, another random stream."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if not self.training or self.p in (0.0, 1.0):  # the identity, or all zeros (1 / (1 - p) is undefined)
+            return super().forward(x)
+        return x * torch.rand_like(x).ge_(self.p).mul_(1 / (1 - self.p))
+
+
 # --- attention ------------------------------------------------------------------------------
 
 
@@ -128,17 +155,19 @@ class SeparableSelfAttention(nn.Module):
         self.in_proj = nn.Linear(hidden, 2 * hidden)  # K and V; Q shares K's projection
         self.out_proj = nn.Linear(hidden, hidden)
         official_init(self.in_proj, self.out_proj)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, padding: Tensor) -> Tensor:
         B, N, H = x.shape  # padding: (B, N), True at padded positions
-        k, v = self.in_proj(x).view(B, N, 2, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # (B, h, N, dh)
-        q = k
-        q = self.dropout(torch.softmax(q * k.shape[-1] ** -0.5, dim=-1))  # Φ(Q): softmax over d_key
-        k = k.masked_fill(padding[:, None, :, None], float("-inf"))
-        k = self.dropout(torch.softmax(k, dim=-2))  # Φ(Kᵀ): softmax over the n positions
-        a = k.transpose(-2, -1) @ v  # A = Φ(Kᵀ) · V: (B, h, dh, dh)
-        y = q @ a  # (B, h, N, dh)
+        # Kᵀ and Vᵀ, (B, h, dh, N), made contiguous once: both softmaxes then run along memory or across whole rows
+        # (a softmax over the last dimension of 8 features is 5x slower per element on CPU).
+        kt, vt = self.in_proj(x).view(B, N, 2, self.heads, H // self.heads).permute(2, 0, 3, 4, 1).contiguous()
+        qt = kt
+        qt = self.dropout(torch.softmax(qt * kt.shape[-2] ** -0.5, dim=-2))  # Φ(Q)ᵀ: softmax over d_key
+        kt = kt.masked_fill(padding[:, None, None, :], float("-inf"))
+        kt = self.dropout(torch.softmax(kt, dim=-1))  # Φ(Kᵀ): softmax over the n positions
+        a = kt @ vt.transpose(-2, -1)  # A = Φ(Kᵀ) · V: (B, h, dh, dh)
+        y = qt.transpose(-2, -1) @ a  # (B, h, N, dh)
         return self.out_proj(y.transpose(1, 2).reshape(B, N, H))
 
 
@@ -153,7 +182,7 @@ class DotProductSelfAttention(nn.Module):
         self.in_proj = nn.Linear(hidden, 3 * hidden)
         self.out_proj = nn.Linear(hidden, hidden)
         official_init(self.in_proj, self.out_proj)  # the official TK is the same module with sep=False
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor, padding: Tensor) -> Tensor:
         B, N, H = x.shape
@@ -167,6 +196,41 @@ class DotProductSelfAttention(nn.Module):
 # --- the document encoder ---------------------------------------------------------------------
 
 
+class SameConv1d(torch.autograd.Function):
+    """``F.conv1d(x, weight, bias, padding=w // 2, groups=groups)`` for an odd window w, the padding done by `F.pad`
+    and the input's gradient computed as a convolution too: the same function, faster on CPU.
+
+    oneDNN, PyTorch's CPU convolution, runs this window-31 grouped convolution with implicit padding 15 in its
+    direct kernel only at some lengths (measured on AVX-512: length mod 28 >= 15) and otherwise in im2col + GEMM,
+    3.5x slower forward and 1.9x backward; with no padding to handle, the direct kernel runs at every length. The
+    input's gradient is the convolution of the output's gradient, padded by w // 2, with the kernel transposed
+    within each group and flipped (results/conformer_kernel/README.md, "Issue 15")."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
+        pad = weight.shape[-1] // 2
+        x = F.pad(x, (pad, pad))
+        ctx.save_for_backward(x, weight)
+        ctx.groups, ctx.bias = groups, bias is not None
+        return F.conv1d(x, weight, bias, groups=groups)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        x, weight = ctx.saved_tensors
+        out_channels, group_in, window = weight.shape
+        g, pad = ctx.groups, window // 2
+        grad_x = grad_weight = grad_bias = None
+        if ctx.needs_input_grad[0]:
+            flipped = weight.view(g, out_channels // g, group_in, window).transpose(1, 2).flip(-1)
+            grad_x = F.conv1d(F.pad(grad, (pad, pad)), flipped.reshape(g * group_in, out_channels // g, window),
+                              groups=g)
+        if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+            _, grad_weight, grad_bias = torch.ops.aten.convolution_backward(
+                grad, x, weight, [out_channels] if ctx.bias else None, [1], [0], [1], False, [0], g,
+                [False, ctx.needs_input_grad[1], ctx.needs_input_grad[2]])
+        return grad_x, grad_weight, grad_bias, None
+
+
 class ConformerLayer(nn.Module):
     """Grouped convolution, then (separable) self-attention and a feed-forward block, post-norm (Sec. 3)."""
 
@@ -178,9 +242,9 @@ class ConformerLayer(nn.Module):
         self.conv = None if conv_window is None else \
             nn.Conv1d(hidden, hidden, conv_window, padding=conv_window // 2, groups=heads)
         self.attn = (SeparableSelfAttention if separable else DotProductSelfAttention)(hidden, heads, dropout)
-        self.ff = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, hidden))
+        self.ff = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), Dropout(dropout), nn.Linear(hidden, hidden))
         self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
-        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
 
     def forward(self, x: Tensor, padding: Tensor, zero_padding: bool = False) -> Tensor:
         """x: (B, N, H); padding: (B, N), True at padded positions; `zero_padding`: the ``"zeroed"`` choice
@@ -189,7 +253,8 @@ class ConformerLayer(nn.Module):
         if self.conv is not None:
             if zero_padding:
                 h = h.masked_fill(padding[..., None], 0.0)
-            h = self.conv(h.transpose(1, 2).contiguous()).transpose(1, 2)  # (B, N, H)
+            h = SameConv1d.apply(h.transpose(1, 2), self.conv.weight, self.conv.bias, self.conv.groups)
+            h = h.transpose(1, 2)  # (B, N, H)
         x = self.norm1(x + self.dropout1(self.attn(h, padding)))
         return self.norm2(x + self.dropout2(self.ff(x)))
 
@@ -205,7 +270,7 @@ class PositionalEncoding(nn.Module):
         pe[:, 0::2] = torch.sin(position * frequency)
         pe[:, 1::2] = torch.cos(position * frequency)
         self.register_buffer("pe", pe, persistent=False)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:  # (B, N, H)
         return self.dropout(x + self.pe[: x.shape[1]])
@@ -264,23 +329,46 @@ class WindowedKernelPooling(nn.Module):
         # A document limit below the window gives one window over all of it (the official code fails there).
         self.sigma, self.window, self.stride = sigma, min(window, max_doc_terms), stride
         self.windows = window_count(max_doc_terms, self.window, stride)
-        self.mlp = nn.Sequential(nn.Linear(kernels, hidden), nn.ReLU(), nn.Dropout(dropout), nn.Linear(hidden, 1))
+        self.mlp = nn.Sequential(nn.Linear(kernels, hidden), nn.ReLU(), Dropout(dropout), nn.Linear(hidden, 1))
 
     def forward(self, similarity: Tensor, doc_mask: Tensor) -> Tensor:
         """(..., Tq, Td) cosine similarities and a (..., Td) mask -> (..., Tq) term scores."""
-        k = torch.exp(-((similarity[..., None] - self.mus) ** 2) / (2 * self.sigma**2))  # (..., Tq, Td, K)
-        k = k * doc_mask[..., None, :, None]
-        sums = self.window_sums(k)  # (..., Tq, W, K)
+        sums = self.window_sums(similarity, doc_mask)  # (..., Tq, W, K)
         return self.mlp(torch.log(sums + 1e-6)).squeeze(-1).amax(dim=-1)
 
-    def window_sums(self, k: Tensor) -> Tensor:
-        """Sums over the windows that start inside the padded length, plus one empty window when the
-        official 4,000-term layout has windows starting beyond it (their sums are all zero)."""
-        length = k.shape[-2]
+    def kernels(self, similarity: Tensor) -> Tensor:
+        """exp(-(s - mu_k)^2 / (2 sigma^2)) of (..., Td) similarities, as (..., K, Td): kernels before terms, so
+        that the window sums add along contiguous memory.
+
+        Computed as 2^(-(s - mu_k)^2 log2(e) / (2 sigma^2)): equal up to float rounding, and PyTorch's CPU `exp`
+        takes 10-30x as long for exponents below -87 (results under float32's normal range, as are most of these
+        kernels), its `exp2` has no such path (results/conformer_kernel/README.md, "Issue 15")."""
+        d = similarity[..., None, :] - self.mus[:, None]
+        return torch.exp2(d.square().mul_(-math.log2(math.e) / (2 * self.sigma**2)))
+
+    def far_similarity(self, dtype: torch.dtype) -> float:
+        """A similarity at which every kernel is exactly 0: e^-z for z = -2 ln(smallest normal number) underflows
+        past the subnormals too; mu_0 = 1 is the largest centre."""
+        z = -2 * math.log(torch.finfo(dtype).tiny)
+        return 1.0 + self.sigma * math.sqrt(2 * z)
+
+    def window_sums(self, similarity: Tensor, doc_mask: Tensor) -> Tensor:
+        """Each window's kernel sums, (..., Tq, W, K): the windows that start inside the padded length, plus one
+        empty window when the official 4,000-term layout has windows starting beyond it (their sums are all zero).
+
+        Padded terms enter at `far_similarity`, where the kernels are 0, exactly the official product with the mask
+        (and without a pass over the kernel values). The terms are summed in blocks of gcd(window, stride), and
+        each window is the sum of its blocks: the overlapping windows (stride 100 of 300) share them."""
+        length = similarity.shape[-1]
         starts = min(self.windows, -(-length // self.stride))  # windows starting before `length`
         end = self.stride * (starts - 1) + self.window
-        k = F.pad(k, (0, 0, 0, max(end - length, 0)))[..., :end, :]
-        sums = k.unfold(-2, self.window, self.stride).sum(-1)  # (..., Tq, starts, K)
+        block = math.gcd(self.window, self.stride)
+        far = self.far_similarity(similarity.dtype)
+        s = similarity.masked_fill(doc_mask[..., None, :] == 0, far)
+        s = F.pad(s, (0, max(end - length, 0)), value=far)[..., :end]
+        blocks = self.kernels(s).unflatten(-1, (end // block, block)).sum(-1)  # (..., Tq, K, end / block)
+        sums = blocks.unfold(-1, self.window // block, self.stride // block).sum(-1)  # (..., Tq, K, starts)
+        sums = sums.transpose(-1, -2)
         if starts < self.windows:
             sums = F.pad(sums, (0, 0, 0, 1))
         return sums
@@ -333,7 +421,34 @@ class NDRM1(nn.Module):
                 self.mix.bias.zero_()
 
     def encode_documents(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
-        """(B, Td) ids -> (B, Td, H) unit vectors of w0·embedding + w1·context + b."""
+        """(B, Td) ids -> (B, Td, H) unit vectors of w0·embedding + w1·context + b at each document's terms (after
+        them, whatever its padding gave, which the mask leaves out).
+
+        Each distinct document is encoded once when not training (a candidate of several queries comes once per
+        query; in training dropout makes its copies differ), in batches of similar length (`length_batches`), each
+        padded as its longest document needs: a document's vectors do not depend on its batch (module docstring,
+        "Document padding"), so this is the batch's computation without the padding of the short documents."""
+        if not self.training:
+            rows, inverse = torch.unique(torch.cat([doc_ids, doc_mask.to(doc_ids.dtype)], -1), dim=0,
+                                         return_inverse=True)
+            Td = doc_ids.shape[-1]
+            return self._encode_by_length(rows[:, :Td], rows[:, Td:].to(doc_mask.dtype))[inverse]
+        return self._encode_by_length(doc_ids, doc_mask)
+
+    def _encode_by_length(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
+        Td = doc_ids.shape[-1]
+        positions = torch.arange(1, Td + 1, device=doc_mask.device)
+        lengths = ((doc_mask != 0) * positions).amax(-1).clamp_min(1).tolist()  # up to the last term
+        batches = length_batches(lengths, self.encoder.padded_length)
+        parts = []
+        for batch in batches:
+            n, index = max(lengths[i] for i in batch), torch.tensor(batch)
+            parts.append(F.pad(self._encode(doc_ids[index, :n], doc_mask[index, :n]), (0, 0, 0, Td - n)))
+        order = torch.tensor([i for batch in batches for i in batch])
+        return torch.cat(parts)[torch.argsort(order)]
+
+    def _encode(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
+        """(B, Td) ids -> (B, Td, H), padded with id 0 as far as the official padding reaches the terms."""
         Td = doc_ids.shape[-1]
         extra = self.encoder.padded_length(Td) - Td  # official padding: id 0 (UNK) read as a term by the encoder
         e = self.embed(F.pad(doc_ids, (0, extra)))  # (B, Td + extra, H)
@@ -353,7 +468,9 @@ class NDRM1(nn.Module):
     def term_scores(self, f: Features) -> Tensor:
         Q, D, Td = f.doc_ids.shape
         docs = self.encode_documents(f.doc_ids.view(Q * D, Td), f.doc_mask.view(Q * D, Td)).view(Q, D, Td, -1)
-        return self.match(self.encode_terms(f.query_ids), docs, f.doc_mask) * f.query_mask[:, None]
+        used = used_slots(f.query_mask)  # the 20 official slots are mostly padding, scored 0 by the mask
+        scores = self.match(self.encode_terms(f.query_ids[:, :used]), docs, f.doc_mask) * f.query_mask[:, None, :used]
+        return F.pad(scores, (0, f.query_ids.shape[-1] - used))
 
     def forward(self, f: Features) -> Tensor:
         return self.term_scores(f).sum(-1)  # QTI: s_qd = Σ_t s_td
@@ -361,10 +478,44 @@ class NDRM1(nn.Module):
     def index_scores(self, f: Features, chunk: int = 64) -> Tensor:
         """s_td of one pseudo-query's T terms (Q = 1) for its N documents: (N, T), `chunk` terms at a time."""
         docs = self.encode_documents(f.doc_ids[0], f.doc_mask[0])  # (N, Td, H), once for all terms
-        terms = self.encode_terms(f.query_ids[0])  # (T, H)
+        used = used_slots(f.query_mask)
+        terms = self.encode_terms(f.query_ids[0, :used])  # (T, H)
         scores = [self.pooling(terms[i : i + chunk] @ docs.transpose(-2, -1), f.doc_mask[0])  # (N, chunk)
-                  for i in range(0, len(terms), chunk)]
-        return torch.cat(scores, dim=-1) * f.query_mask
+                  for i in range(0, used, chunk)]
+        scores = torch.cat(scores, dim=-1) if scores else docs.new_zeros(len(docs), 0)
+        return F.pad(scores * f.query_mask[:, :used], (0, f.query_ids.shape[-1] - used))
+
+
+def used_slots(query_mask: Tensor) -> int:
+    """The query slots up to the last real term of any query, (Q, Tq) -> int: the later slots are padding in every
+    query, and a padded slot's term score is 0 (the official code scores it, then multiplies it by the mask)."""
+    used = query_mask.any(0).nonzero()
+    return int(used[-1]) + 1 if len(used) else 0
+
+
+#: What one more encoder call costs, in the document positions a large batch encodes in that time (a training
+#: step's forward and backward: about 150 on 1 CPU thread, 250 on 2; results/conformer_kernel/README.md, "Issue 15").
+ENCODER_CALL = 250
+
+
+def length_batches(lengths: list[int], padded_length: Callable[[int], int],
+                   call: int = ENCODER_CALL) -> list[list[int]]:
+    """The documents of `lengths` (indices) in batches of similar length: those that minimise the positions encoded,
+    each batch padded to `padded_length` of its longest document, plus `call` positions per batch (dynamic
+    programming over the documents sorted by length)."""
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    cost, start = [0.0] + [math.inf] * len(order), [0] * (len(order) + 1)
+    for j in range(1, len(order) + 1):  # cost[j]: the j shortest documents in batches
+        width = padded_length(lengths[order[j - 1]])
+        for i in range(j):
+            c = cost[i] + (j - i) * width + call
+            if c < cost[j]:
+                cost[j], start[j] = c, i
+    batches, j = [], len(order)
+    while j:
+        batches.append(order[start[j] : j])
+        j = start[j]
+    return batches[::-1]
 
 
 class NDRM2(nn.Module):

@@ -1,11 +1,10 @@
 """The embedded default, ``python -m conformer_kernel.train`` with no arguments, beats BM25 on the built-in test queries.
 
-This runs the real command (about 8 minutes on 2 idle CPU cores): NDRM3 trained on the built-in
+This runs the real command (2 min 40 s to 4 min 05 s on 2 idle CPU cores, AVX-512 or AVX2): NDRM3 trained on the built-in
 collection, then evaluated on all 100 test queries by re-ranking BM25's top 100 and by full
-retrieval from the impact index. Measured with seed 0 (official padding and initialisation,
-results/conformer_kernel/README.md): NDCG@10 0.456 / AP 0.358 / RR 0.602 (re-rank) and 0.444 /
-0.341 / 0.597 (full rank) against BM25's 0.234 / 0.210 / 0.272; the margins asserted leave room
-for other CPUs' floating-point differences.
+retrieval from the impact index. Measured with seed 0 (results/conformer_kernel/README.md, "Issue 15"):
+NDCG@10 0.424 / AP 0.346 / RR 0.518 (re-rank) and 0.424 / 0.340 / 0.518 (full rank) against BM25's
+0.234 / 0.210 / 0.272; the margins asserted leave room for other CPUs' floating-point differences.
 """
 
 import json

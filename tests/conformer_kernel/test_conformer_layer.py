@@ -19,7 +19,9 @@ from conformer_kernel.model import (
     ConformerLayer,
     DocumentEncoder,
     DotProductSelfAttention,
+    Dropout,
     Features,
+    SameConv1d,
     SeparableSelfAttention,
 )
 
@@ -184,6 +186,47 @@ def test_convolution_is_local_and_grouped():
             for t in range(max(p - 15, 0), min(p + 16, n)):
                 want = 2.0 * conv.weight[o, c - g * group, p - t + 15].item()
                 assert abs(diff[o, t].item() - want) < 1e-5
+
+
+@pytest.mark.parametrize("length", [1, 14, 40, 43, 56, 211])  # lengths either side of oneDNN's two kernels
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_same_convolution_equals_the_padded_convolution(length, dtype):
+    """`SameConv1d` (explicit padding, the input's gradient as a convolution) is ``F.conv1d(padding=15)``:
+    output and the gradients of input, weight and bias."""
+    conv = nn.Conv1d(16, 16, 31, padding=15, groups=4).to(dtype)
+    g = torch.Generator().manual_seed(length)
+    x = torch.randn(3, 16, length, generator=g, dtype=dtype, requires_grad=True)
+    upstream = torch.randn(3, 16, length, generator=g, dtype=dtype)
+    tolerance = {"rtol": 1e-12, "atol": 1e-12} if dtype == torch.float64 else {"rtol": 1e-5, "atol": 1e-5}
+    inputs = (x, conv.weight, conv.bias)
+    got = SameConv1d.apply(x, conv.weight, conv.bias, conv.groups)
+    want = conv(x)
+    torch.testing.assert_close(got, want, **tolerance)
+    for a, b in zip(torch.autograd.grad(got, inputs, upstream), torch.autograd.grad(want, inputs, upstream)):
+        torch.testing.assert_close(a, b, **tolerance)
+
+
+def test_same_convolution_without_bias_and_gradcheck():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 4, 9, generator=g, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(4, 2, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    torch.testing.assert_close(SameConv1d.apply(x, w, None, 2), F.conv1d(x, w, None, padding=2, groups=2))
+    assert torch.autograd.gradcheck(lambda x, w: SameConv1d.apply(x, w, None, 2), (x, w))
+
+
+def test_dropout_zeroes_p_and_scales_the_rest():
+    torch.manual_seed(0)
+    drop = Dropout(0.2)
+    x = torch.rand(200_000) + 1.0
+    x.requires_grad_()
+    y = drop(x)
+    kept = y != 0
+    assert abs(1 - kept.float().mean().item() - 0.2) < 0.005
+    torch.testing.assert_close(y[kept], x[kept] / 0.8)
+    y.backward(torch.ones_like(y))
+    torch.testing.assert_close(x.grad, kept.float() / 0.8)
+    assert torch.equal(drop.eval()(x), x)
+    assert torch.equal(Dropout(1.0)(x), torch.zeros_like(x)) and torch.equal(Dropout(0.0)(x), x)
 
 
 def test_conformer_layer_equals_the_official_layer():

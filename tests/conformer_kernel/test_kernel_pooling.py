@@ -147,3 +147,59 @@ def test_window_count():
     assert window_count(205, 30, 10) == 18  # the last 5 terms are in no window (AvgPool1d drops them)
     assert window_count(10, 30, 10) == 1
     assert window_count(300, 300, 100) == 1
+
+
+# --- the faster window sums against the straightforward computation (issue 15) ------------------------------------
+
+
+def _straightforward_window_sums(pool: WindowedKernelPooling, sim: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The kernels of every (term, kernel) pair times the mask, zero-padded, and each window summed term by term
+    (`unfold`): the computation `WindowedKernelPooling.window_sums` replaces, as it was before."""
+    length = sim.shape[-1]
+    k = torch.exp(-((sim[..., None] - pool.mus) ** 2) / (2 * pool.sigma**2)) * mask[..., None, :, None]
+    starts = min(pool.windows, -(-length // pool.stride))
+    end = pool.stride * (starts - 1) + pool.window
+    k = nn.functional.pad(k, (0, 0, 0, max(end - length, 0)))[..., :end, :]
+    sums = k.unfold(-2, pool.window, pool.stride).sum(-1)
+    return nn.functional.pad(sums, (0, 0, 0, 1)) if starts < pool.windows else sums
+
+
+@pytest.mark.parametrize("window,stride,max_doc_terms", [(30, 10, 200), (300, 100, 4000), (12, 8, 60), (7, 3, 40)])
+@pytest.mark.parametrize("length", [5, 29, 31, 57, 200])
+def test_window_sums_equal_summing_each_window(window, stride, max_doc_terms, length):
+    """Blocks of gcd(window, stride) terms summed per window, and padding entered as a far similarity, give the
+    kernel sums of the straightforward computation, and the same gradients (the summation order differs)."""
+    torch.manual_seed(length)
+    pool = WindowedKernelPooling(10, 0.1, window, stride, max_doc_terms, hidden=8, dropout=0.0)
+    sim = (torch.rand(3, 4, length, dtype=torch.float64) * 2 - 1).requires_grad_()
+    mask = torch.ones(3, length, dtype=torch.float64)
+    mask[1, length // 2 :] = 0.0  # a shorter document of the batch
+    mask[2, 1:] = 0.0
+    with torch.no_grad():
+        sim[1, :, length // 2 :] = 1.0  # padding that would dominate kernel 0 if it counted
+    got, want = pool.window_sums(sim, mask), _straightforward_window_sums(pool, sim, mask)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    upstream = torch.randn_like(want)
+    grad_got, = torch.autograd.grad(got, sim, upstream)
+    grad_want, = torch.autograd.grad(want, sim, upstream)
+    torch.testing.assert_close(grad_got, grad_want, rtol=1e-12, atol=1e-12)
+    assert torch.equal(grad_got[1, :, length // 2 :], torch.zeros_like(grad_got[1, :, length // 2 :]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_padded_terms_count_exactly_zero(dtype):
+    """At `far_similarity` every kernel underflows to 0 exactly: in float32 the term scores and their gradients
+    equal, bit for bit, those of kernels multiplied by the mask; and the backward pass meets no NaN."""
+    torch.manual_seed(0)
+    pool = WindowedKernelPooling(10, 0.1, 300, 100, 4000, hidden=8, dropout=0.0).to(dtype)
+    far = pool.far_similarity(dtype)
+    assert torch.equal(pool.kernels(torch.tensor([far], dtype=dtype)), torch.zeros(10, 1, dtype=dtype))
+    sim = (torch.rand(2, 3, 250, dtype=dtype) * 2 - 1).requires_grad_()
+    mask = torch.ones(2, 250, dtype=dtype)
+    mask[0, 100:] = 0.0
+    with torch.autograd.detect_anomaly():
+        got = pool.window_sums(sim, mask)
+        got.sum().backward()
+    want = _straightforward_window_sums(pool, sim.detach(), mask)
+    torch.testing.assert_close(got, want)  # one window of 300: the sums add the same blocks in another order
+    assert torch.equal(sim.grad[0, :, 100:], torch.zeros(3, 150, dtype=dtype))

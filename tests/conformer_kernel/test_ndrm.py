@@ -19,6 +19,7 @@ from conformer_kernel.model import (
     DotProductSelfAttention,
     Features,
     build_ranker,
+    length_batches,
 )
 from conformer_kernel.ranker import ConformerKernel
 from conformer_kernel.vocab import Resources
@@ -258,6 +259,89 @@ def test_index_scores_equal_term_scores(kind, encoder, doc_padding):
             torch.testing.assert_close(padded, scores, rtol=0, atol=1e-6)
         # the index scores with chunk 64 (all terms at once) agree with chunk 4
         torch.testing.assert_close(model.index_scores(fi), index, rtol=0, atol=1e-6)
+
+
+# --- the batch's work without its padding (issue 15) ----------------------------------------------------------------
+
+
+def _partitions(n: int):
+    """Every split of 0..n-1 into consecutive runs."""
+    for cuts in range(2 ** (n - 1)):
+        bounds = [0, *(i + 1 for i in range(n - 1) if cuts >> i & 1), n]
+        yield [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_length_batches_are_the_cheapest_split(seed):
+    rng = random.Random(seed)
+    lengths = [rng.randint(1, 300) for _ in range(8)]
+    padded, call = (lambda n: min(n + 30, 200)), rng.choice([0, 50, 500])
+    batches = length_batches(lengths, padded, call)
+    assert sorted(i for batch in batches for i in batch) == list(range(8))
+
+    def cost(split):
+        return sum(len(b) * padded(max(lengths[i] for i in b)) + call for b in split)
+
+    order = sorted(range(8), key=lengths.__getitem__)
+    best = min(cost([[order[i] for i in run] for run in split]) for split in _partitions(8))
+    assert cost(batches) == best
+
+
+def _documents_of_lengths(lengths: list[int], vocab: int = 30) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(len(lengths))
+    ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    mask = torch.zeros(len(lengths), max(lengths))
+    for i, n in enumerate(lengths):
+        ids[i, :n] = torch.randint(0, vocab, (n,), generator=g)  # 0 = UNK among the terms too
+        mask[i, :n] = 1.0
+    return ids, mask
+
+
+@pytest.mark.parametrize("doc_padding", ["official", "zeroed"])
+def test_documents_encoded_by_length_equal_one_padded_batch(doc_padding):
+    """Batches of similar length (and, in evaluation, each distinct document once) give every document's vectors
+    as the whole batch padded to its longest document does, and the same gradients."""
+    torch.manual_seed(0)
+    model = NDRM1(30, layers=2, dropout=0.0, doc_padding=doc_padding, **SMALL).double()
+    lengths = [3, 180, 7, 60, 61, 2, 150, 7]
+    ids, mask = _documents_of_lengths(lengths)
+    ids[7], mask[7] = ids[2], mask[2]  # a document twice, as when it is a candidate of two queries
+    batches = length_batches(lengths, model.encoder.padded_length)
+    assert 1 < len(batches) < len(lengths)
+    upstream = torch.randn(len(lengths), max(lengths), 16, dtype=torch.float64) * mask[..., None]
+    for training in (True, False):
+        model.train(training)
+        got = model.encode_documents(ids, mask)
+        want = model._encode(ids, mask)  # every document padded to the batch's longest
+        torch.testing.assert_close(got * mask[..., None], want * mask[..., None], rtol=1e-10, atol=1e-10)
+        params = list(model.parameters())
+        for a, b in zip(torch.autograd.grad((got * upstream).sum(), params, allow_unused=True),
+                        torch.autograd.grad((want * upstream).sum(), params, allow_unused=True)):
+            if a is None or b is None:
+                assert a is None and b is None
+            else:
+                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+
+
+def test_only_the_used_query_slots_are_pooled():
+    """The term scores of the query slots up to the last real term, zeros after, equal pooling all 20 slots and
+    multiplying by the mask (the official computation), with the same gradients."""
+    res = _resources()
+    f = Featurizer(res, max_doc_terms=200).batch(QUERIES, _documents())
+    torch.manual_seed(0)
+    model = NDRM1(len(res), dropout=0.0, **SMALL).double()
+    Q, D, Td = f.doc_ids.shape
+    got = model.term_scores(f)
+    docs = model.encode_documents(f.doc_ids.view(Q * D, Td), f.doc_mask.view(Q * D, Td)).view(Q, D, Td, -1)
+    want = model.match(model.encode_terms(f.query_ids), docs, f.doc_mask) * f.query_mask[:, None]
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    params = list(model.parameters())
+    for a, b in zip(torch.autograd.grad(got.sum(), params, allow_unused=True),
+                    torch.autograd.grad(want.sum(), params, allow_unused=True)):
+        if a is None or b is None:
+            assert a is None and b is None
+        else:
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
 
 
 def test_term_scores_sum_to_the_score():

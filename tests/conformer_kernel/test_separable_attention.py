@@ -84,6 +84,32 @@ def test_separable_attention_equals_per_element_formula():
     torch.testing.assert_close(got32.double(), want, rtol=1e-5, atol=1e-5)
 
 
+def _separable_positions_first(module: SeparableSelfAttention, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
+    """Eq. 2 with Q and K laid out (B, h, N, d_h), as the official code holds them (conformer.py:199-226): the
+    straightforward layout that the module's (B, h, d_h, N) replaces."""
+    B, N, H = x.shape
+    k, v = module.in_proj(x).view(B, N, 2, module.heads, H // module.heads).permute(2, 0, 3, 1, 4)
+    q = torch.softmax(k * k.shape[-1] ** -0.5, dim=-1)
+    k = torch.softmax(k.masked_fill(padding[:, None, :, None], float("-inf")), dim=-2)
+    y = q @ (k.transpose(-2, -1) @ v)
+    return module.out_proj(y.transpose(1, 2).reshape(B, N, H))
+
+
+def test_separable_attention_gradients_equal_the_positions_first_layout():
+    B, N, H, heads = 3, 11, 16, 4
+    module = _seeded(SeparableSelfAttention(H, heads, dropout=0.2), seed=11).double()
+    x = torch.randn(B, N, H, generator=torch.Generator().manual_seed(12), dtype=torch.float64, requires_grad=True)
+    padding = torch.zeros(B, N, dtype=torch.bool)
+    padding[1, 7:] = True
+    padding[2, 1:] = True
+    upstream = torch.randn(B, N, H, generator=torch.Generator().manual_seed(13), dtype=torch.float64)
+    inputs = (x, *module.parameters())
+    got, want = module(x, padding), _separable_positions_first(module, x, padding)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for a, b in zip(torch.autograd.grad(got, inputs, upstream), torch.autograd.grad(want, inputs, upstream)):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
 def test_separable_attention_shares_query_and_key_projection():
     """Swapping the K rows and V rows of in_proj changes the output (K and Q are the first H rows)."""
     H, heads = 8, 2
