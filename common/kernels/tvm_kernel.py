@@ -68,7 +68,7 @@ from torch import Tensor
 from common.data.docstore import cache_root
 from common.kernels import KernelUnavailableError
 
-#: Vector width (fp32 lanes of one AVX-512 register); band spans and global slots are padded to it.
+#: Band spans and global slots are padded to multiples of 16 fp32 lanes: one AVX-512 register, two AVX2 ones.
 _LANES = 16
 #: Query rows per tile (R).
 _TILE = 16
@@ -212,6 +212,25 @@ def _target_for(tvm, device: torch.device):
 
         return Target.from_device(tvm.cuda(device.index or 0))
     raise KernelUnavailableError(f"no TVM schedule for tensors on {device}; {_FALLBACK}")
+
+
+@dataclass(frozen=True)
+class _VectorUnit:
+    """The CPU target's fp32 lanes per vector register and its vector register count: the micro-kernels'
+    accumulators must fit in the registers, or every reduction step spills them to the stack."""
+
+    lanes: int
+    registers: int
+
+
+def _vector_unit(target) -> _VectorUnit:
+    """AVX-512 (16 lanes, 32 zmm registers) where the target has it, else AVX2's 8 lanes and 16 ymm registers."""
+    from tvm.target import codegen
+
+    with contextlib.suppress(Exception):
+        if codegen.target_has_features("avx512f", target):
+            return _VectorUnit(16, 32)
+    return _VectorUnit(8, 16)
 
 
 def _load_cached(tvm, path: Path):
@@ -600,7 +619,7 @@ def _compute_at(sch, names, partial: dict, loop) -> None:
             _vectorize_last(sch, name)
 
 
-def _schedule_cpu_attend(sch, geometry: _Geometry) -> None:
+def _schedule_cpu_attend(sch, geometry: _Geometry, unit: _VectorUnit) -> None:
     """Row tiles in parallel; every stage of a tile at the tile: (R x span) and (R x slots) scores,
     row reductions, exponentials and the output matmuls, all in L1/L2 and never in memory."""
     partial = _rfactor_rows(sch, ("ZB", "ZG", "MB", "MG"))
@@ -609,30 +628,38 @@ def _schedule_cpu_attend(sch, geometry: _Geometry) -> None:
     sch.parallel(tile)
     _vectorize_last(sch, "O")
     _compute_at(sch, ("OG", "OB", "ZG", "ZB", "EG", "EB", "MG", "MB", "KG", "KB", "SG", "SB"), partial, tile)
-    _schedule_cpu_products(sch, geometry, {"OB": "head", "OG": "head", "SB": "span", "SG": "slots"})
+    _schedule_cpu_products(sch, geometry, unit, {"OB": "head", "OG": "head", "SB": "span", "SG": "slots"})
     # Mask and scale as the score micro-kernels write back their registers, not in another pass.
     sch.reverse_compute_inline("KB")
     sch.reverse_compute_inline("KG")
 
 
-def _schedule_cpu_products(sch, geometry: _Geometry, blocks: dict) -> None:
-    """Micro-kernel shapes (measured on AVX-512): ~16 accumulator vectors, keys or values reused across rows."""
-    head_lanes = math.gcd(geometry.head_dim, _LANES)  # the largest power of two <= _LANES dividing head_dim
+def _schedule_cpu_products(sch, geometry: _Geometry, unit: _VectorUnit, blocks: dict) -> None:
+    """Micro-kernel shapes, measured on AVX-512 and AVX2 (results/kernels/README.md): 4 rows, keys or values reused
+    across them; the head products and the global columns with half the registers as accumulators (16 zmm,
+    8 ymm), the band scores with up to 3 vectors a row (12 either way). AVX-512's shapes on an AVX2 machine
+    (32 ymm accumulators) made the fused forward 2x slower."""
+    lanes, accumulators = unit.lanes, unit.registers // 2
+    head_lanes = math.gcd(geometry.head_dim, lanes)  # the largest power of two <= lanes dividing head_dim
     vectors = geometry.head_dim // head_lanes
-    head_rows = max(r for r in (1, 2, 4, 8, 16) if r * vectors <= max(16, vectors))  # divides _TILE: no tail
-    span_vectors = geometry.span // _LANES
-    span_columns = _LANES * max(v for v in (1, 2, 3) if span_vectors % v == 0)
-    shapes = {"head": (head_rows, geometry.head_dim, head_lanes), "span": (4, span_columns, _LANES),
-              "slots": (_TILE, _LANES, _LANES)}
+    if lanes == _LANES:  # AVX-512: whole head rows, as many as fit (head_dim 64: 4 rows x 4 vectors)
+        head = (max(r for r in (1, 2, 4, 8, 16) if r * vectors <= max(accumulators, vectors)), geometry.head_dim)
+    else:  # 4 rows x the widest column block of at most accumulators / 4 vectors (head_dim 64: 4 x 2 vectors)
+        head = (4, head_lanes * max(v for v in (1, 2, 4, 8) if v <= max(1, accumulators // 4) and vectors % v == 0))
+    span_vectors = geometry.span // lanes
+    slot_vectors = _LANES // lanes  # the global slots come in multiples of _LANES
+    span_columns = lanes * max(v for v in (1, 2, 3) if span_vectors % v == 0)
+    shapes = {"head": (*head, head_lanes), "span": (4, span_columns, lanes),
+              "slots": (accumulators // slot_vectors, _LANES, lanes)}
     for block, kind in blocks.items():
         _micro_kernel(sch, block, *shapes[kind])
 
 
-def _schedule_cpu_tiles(sch, block: str, geometry: _Geometry, kind: str) -> None:
+def _schedule_cpu_tiles(sch, block: str, geometry: _Geometry, unit: _VectorUnit, kind: str) -> None:
     """A standalone product: parallel over (batch*heads, tiles), a micro-kernel per tile."""
     b, u, *_ = sch.get_loops(block)
     sch.parallel(sch.fuse(b, u))
-    _schedule_cpu_products(sch, geometry, {block: kind})
+    _schedule_cpu_products(sch, geometry, unit, {block: kind})
 
 
 def _schedule_cpu_rows(sch, definition: _Definition) -> None:
@@ -691,25 +718,26 @@ _KERNEL_NAMES = {
 }
 
 
-def _scheduled(tvm, te, name: str, geometry: _Geometry, dtype: str, device_type: str):
+def _scheduled(tvm, te, name: str, geometry: _Geometry, dtype: str, device_type: str, unit: _VectorUnit):
     definition = getattr(_Builder(te, geometry, dtype), name)()
     sch = tvm.s_tir.Schedule(te.create_prim_func(definition.arguments, index_dtype_override="int64"))
     if device_type == "cuda":
         _schedule_gpu(sch, definition)
     elif name == "attend":
-        _schedule_cpu_attend(sch, geometry)
+        _schedule_cpu_attend(sch, geometry, unit)
     elif definition.producers:
         _schedule_cpu_rows(sch, definition)
     elif name in _MOVES:
         _schedule_cpu_elementwise(sch, definition.anchor, geometry)
     else:
-        _schedule_cpu_tiles(sch, definition.anchor, geometry, "span" if name == "band_qk" else "head")
+        _schedule_cpu_tiles(sch, definition.anchor, geometry, unit, "span" if name == "band_qk" else "head")
     return sch.mod["main"].with_attr("global_symbol", name)
 
 
 def _compile(tvm, te, target, geometry: _Geometry, dtype: str, device_type: str):
     try:
-        functions = {name: _scheduled(tvm, te, name, geometry, dtype, device_type)
+        unit = _vector_unit(target)
+        functions = {name: _scheduled(tvm, te, name, geometry, dtype, device_type, unit)
                      for name in _KERNEL_NAMES[device_type]}
         module = tvm.compile(tvm.IRModule(functions), target=target)
     except Exception as error:

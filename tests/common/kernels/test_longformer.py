@@ -20,8 +20,10 @@ from common.kernels.patterns import global_tokens, synthetic_layout
 IMPLS = ["reference", "portable", "flex"]
 ATOL = 1e-5
 # Gradients of this sum loss reach ~2e3 in the embeddings, where fp32 summation order alone moves them by
-# ~6e-4; so atol 1e-5 plus rtol 1e-4 (measured need: 5e-5; the attention weights' own gradients agree to 8e-6).
-GRAD_RTOL = 1e-4
+# ~6e-4; so atol 1e-5 plus rtol 3e-4. Measured need on an AVX-512 EPYC: rtol 5e-5; on an AVX2 EPYC (other
+# GEMM blockings) one word-embedding entry of 0.048 differed by 1.5e-5 ("portable"), just past 1e-5 + 1e-4 x 0.048.
+# The attention weights' own gradients agree to 8e-6.
+GRAD_RTOL = 3e-4
 
 
 def _require(impl: str) -> str:
@@ -119,7 +121,7 @@ def test_model_matches_transformers(impl, n, with_global):
 
 @pytest.mark.parametrize("impl", IMPLS)
 def test_gradients_match_transformers(impl):
-    """Backward through the whole model: every parameter's gradient, atol 1e-5 + rtol 1e-4."""
+    """Backward through the whole model: every parameter's gradient, atol 1e-5 + rtol 3e-4."""
     _require(impl)
     hf, qds = _models(impl, attention_probs_dropout_prob=0.0, hidden_dropout_prob=0.0)
     input_ids, attention_mask, global_attention_mask = _batch(300)
