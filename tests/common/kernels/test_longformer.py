@@ -197,3 +197,26 @@ def test_no_work_on_window_padding_or_on_global_queries_of_ordinary_rows():
     assert seen["attention"] == [(2, 300, 64)] * 2
     assert seen["query_global"] == [(global_rows, 64)] * 2
     assert seen["key_global"] == [(2, 300, 64)] * 2
+
+
+def test_padding_mask_row_is_the_row_transformers_keeps():
+    """Issue 15's wasted work: ``LongformerModel.forward`` materialises create_bidirectional_mask's (B, 1, N, N)
+    eager mask and keeps its first row; `_padding_mask_row` builds that row alone, value for value (0 for tokens,
+    the dtype's minimum for padding), and `use_qds_attention` rebinds the name in transformers' Longformer module."""
+    from transformers.masking_utils import create_bidirectional_mask
+    from transformers.models.longformer import modeling_longformer
+
+    from common.kernels.longformer import _padding_mask_row
+
+    hf, qds = _models("reference")
+    assert qds.config._attn_implementation == "eager"
+    assert modeling_longformer.create_bidirectional_mask is _padding_mask_row
+    embeddings = torch.randn(3, 50, qds.config.hidden_size)
+    mask = torch.ones(3, 50, dtype=torch.long)
+    mask[1, 40:], mask[2, 10:] = 0, 0
+    full = create_bidirectional_mask(config=qds.config, inputs_embeds=embeddings, attention_mask=mask,
+                                     allow_is_bidirectional_skip=False)  # (B, 1, N, N)
+    row = _padding_mask_row(qds.config, embeddings, mask)
+    assert full.shape == (3, 1, 50, 50) and row.shape == (3, 1, 1, 50)
+    assert torch.equal(row[:, 0, 0], full[:, 0, 0])
+    assert row[2, 0, 0, 10].item() == torch.finfo(torch.float32).min and row[0].abs().sum().item() == 0
