@@ -645,7 +645,7 @@ def _schedule_cpu_products(sch, geometry: _Geometry, unit: _VectorUnit, blocks: 
     if lanes == _LANES:  # AVX-512: whole head rows, as many as fit (head_dim 64: 4 rows x 4 vectors)
         head = (max(r for r in (1, 2, 4, 8, 16) if r * vectors <= max(accumulators, vectors)), geometry.head_dim)
     else:  # 4 rows x the widest column block of at most accumulators / 4 vectors (head_dim 64: 4 x 2 vectors)
-        head = (4, head_lanes * max(v for v in (1, 2, 4, 8) if v <= max(1, accumulators // 4) and vectors % v == 0))
+        head = (4, head_lanes * max(v for v in (1, 2, 4, 8) if v <= accumulators // 4 and vectors % v == 0))
     span_vectors = geometry.span // lanes
     slot_vectors = _LANES // lanes  # the global slots come in multiples of _LANES
     span_columns = lanes * max(v for v in (1, 2, 3) if span_vectors % v == 0)

@@ -208,7 +208,7 @@ def test_padding_mask_row_is_the_row_transformers_keeps():
 
     from common.kernels.longformer import _padding_mask_row
 
-    hf, qds = _models("reference")
+    _, qds = _models("reference")  # use_qds_attention has run
     assert qds.config._attn_implementation == "eager"
     assert modeling_longformer.create_bidirectional_mask is _padding_mask_row
     embeddings = torch.randn(3, 50, qds.config.hidden_size)
