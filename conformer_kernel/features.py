@@ -72,7 +72,7 @@ class Featurizer:
             query_idf[i, : len(terms)] = torch.tensor([idf.get(t, 0.0) for t in terms])
             for j, doc in enumerate(documents[i]):
                 kept = doc[: self.max_doc_terms]
-                doc_ids[i, j, : len(kept)] = torch.tensor([ids(t) for t in kept], dtype=torch.long)
+                doc_ids[i, j, : len(kept)] = torch.tensor(self.resources.id_list(kept), dtype=torch.long)
                 doc_mask[i, j, : len(kept)] = 1.0
                 counts = Counter(doc)
                 tf[i, j, : len(terms)] = torch.tensor([float(counts[t]) for t in terms])

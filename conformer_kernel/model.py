@@ -84,21 +84,24 @@ Choices of this repository, each equal to the official computation up to float r
   gcd(window, stride) terms that the overlapping windows share (`WindowedKernelPooling.window_sums`).
 - CPU speed, the same function: the kernels computed with `exp2` (`WindowedKernelPooling.kernels`), the
   convolution padded explicitly with its input's gradient computed as a convolution (`SameConv1d`),
-  the separable attention holding K and V as (B, h, d_h, N). Dropout draws its masks with ``rand_like``
-  (`Dropout`): the distribution of `nn.Dropout`, another random stream than the official code's.
+  the separable attention holding K and V as (B, h, d_h, N). Dropout draws its masks from a quarter of the
+  random numbers `nn.Dropout` would (`common.dropout`: p rounded to a multiple of 2^-15), another random
+  stream than the official code's.
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from common.dropout import Dropout
+from common.length_batches import length_batches
 
 # --- inputs ---------------------------------------------------------------------------------
 
@@ -117,20 +120,6 @@ class Features:
 
     def to(self, device) -> Features:
         return Features(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
-
-
-# --- dropout ----------------------------------------------------------------------------------
-
-
-class Dropout(nn.Dropout):
-    """`nn.Dropout` (zero each element with probability p, scale the rest by 1 / (1 - p)) with its mask drawn
-    by ``rand_like(x) >= p``: on CPU ``bernoulli_``, which `F.dropout` draws the mask with, takes 2.5x as long
-    (results/conformer_kernel/README.md, "Issue 15"). The same distribution, another random stream."""
-
-    def forward(self, x: Tensor) -> Tensor:
-        if not self.training or self.p in (0.0, 1.0):  # the identity, or all zeros (1 / (1 - p) is undefined)
-            return super().forward(x)
-        return x * torch.rand_like(x).ge_(self.p).mul_(1 / (1 - self.p))
 
 
 # --- attention ------------------------------------------------------------------------------
@@ -439,13 +428,14 @@ class NDRM1(nn.Module):
         Td = doc_ids.shape[-1]
         positions = torch.arange(1, Td + 1, device=doc_mask.device)
         lengths = ((doc_mask != 0) * positions).amax(-1).clamp_min(1).tolist()  # up to the last term
-        batches = length_batches(lengths, self.encoder.padded_length)
+        batches = length_batches(lengths, self.encoder.padded_length, call=ENCODER_CALL)
         parts = []
         for batch in batches:
             n, index = max(lengths[i] for i in batch), torch.tensor(batch)
             parts.append(F.pad(self._encode(doc_ids[index, :n], doc_mask[index, :n]), (0, 0, 0, Td - n)))
         order = torch.tensor([i for batch in batches for i in batch])
-        return torch.cat(parts)[torch.argsort(order)]
+        # index_select: its backward (index_add_) takes a third of what indexing's (index_put_) does here.
+        return torch.cat(parts).index_select(0, torch.argsort(order))
 
     def _encode(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
         """(B, Td) ids -> (B, Td, H), padded with id 0 as far as the official padding reaches the terms."""
@@ -496,26 +486,6 @@ def used_slots(query_mask: Tensor) -> int:
 #: What one more encoder call costs, in the document positions a large batch encodes in that time (a training
 #: step's forward and backward: about 150 on 1 CPU thread, 250 on 2; results/conformer_kernel/README.md, "Issue 15").
 ENCODER_CALL = 250
-
-
-def length_batches(lengths: list[int], padded_length: Callable[[int], int],
-                   call: int = ENCODER_CALL) -> list[list[int]]:
-    """The documents of `lengths` (indices) in batches of similar length: those that minimise the positions encoded,
-    each batch padded to `padded_length` of its longest document, plus `call` positions per batch (dynamic
-    programming over the documents sorted by length)."""
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    cost, start = [0.0] + [math.inf] * len(order), [0] * (len(order) + 1)
-    for j in range(1, len(order) + 1):  # cost[j]: the j shortest documents in batches
-        width = padded_length(lengths[order[j - 1]])
-        for i in range(j):
-            c = cost[i] + (j - i) * width + call
-            if c < cost[j]:
-                cost[j], start[j] = c, i
-    batches, j = [], len(order)
-    while j:
-        batches.append(order[start[j] : j])
-        j = start[j]
-    return batches[::-1]
 
 
 class NDRM2(nn.Module):

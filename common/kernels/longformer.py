@@ -69,6 +69,7 @@ class QDSLongformerSelfAttention(nn.Module):
         self.value_global = nn.Linear(config.hidden_size, self.embed_dim)
 
         self.dropout = config.attention_probs_dropout_prob
+        self.output_dropout = nn.Dropout(self.dropout)  # a module, so that common.dropout.use_fast_dropout finds it
 
         self.layer_id = layer_id
         # LongformerModel turns an int window into one per layer; a module built alone may get the int.
@@ -130,7 +131,7 @@ class QDSLongformerSelfAttention(nn.Module):
         window = 2 * self.one_sided_attn_window_size
         out = qds_attention(q, k, v, is_global, is_index_masked, window, global_qkv, impl=self.impl)  # (B, H, N, D)
         # Dropout on the attention output: the kernels expose no probabilities (see the module docstring).
-        out = nn.functional.dropout(out, p=self.dropout, training=self.training)
+        out = self.output_dropout(out)
         return (out.transpose(1, 2).reshape(batch, n, self.embed_dim),)
 
     def _heads(self, x: Tensor) -> Tensor:

@@ -19,7 +19,6 @@ from conformer_kernel.model import (
     ConformerLayer,
     DocumentEncoder,
     DotProductSelfAttention,
-    Dropout,
     Features,
     SameConv1d,
     SeparableSelfAttention,
@@ -212,21 +211,6 @@ def test_same_convolution_without_bias_and_gradcheck():
     w = torch.randn(4, 2, 5, generator=g, dtype=torch.float64, requires_grad=True)
     torch.testing.assert_close(SameConv1d.apply(x, w, None, 2), F.conv1d(x, w, None, padding=2, groups=2))
     assert torch.autograd.gradcheck(lambda x, w: SameConv1d.apply(x, w, None, 2), (x, w))
-
-
-def test_dropout_zeroes_p_and_scales_the_rest():
-    torch.manual_seed(0)
-    drop = Dropout(0.2)
-    x = torch.rand(200_000) + 1.0
-    x.requires_grad_()
-    y = drop(x)
-    kept = y != 0
-    assert abs(1 - kept.float().mean().item() - 0.2) < 0.005
-    torch.testing.assert_close(y[kept], x[kept] / 0.8)
-    y.backward(torch.ones_like(y))
-    torch.testing.assert_close(x.grad, kept.float() / 0.8)
-    assert torch.equal(drop.eval()(x), x)
-    assert torch.equal(Dropout(1.0)(x), torch.zeros_like(x)) and torch.equal(Dropout(0.0)(x), x)
 
 
 def test_conformer_layer_equals_the_official_layer():

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from common.length_batches import length_batches
 from conformer_kernel.features import Featurizer
 from conformer_kernel.loss import ranknet_loss
 from conformer_kernel.model import (
@@ -18,8 +19,8 @@ from conformer_kernel.model import (
     BatchScale,
     DotProductSelfAttention,
     Features,
+    ENCODER_CALL,
     build_ranker,
-    length_batches,
 )
 from conformer_kernel.ranker import ConformerKernel
 from conformer_kernel.vocab import Resources
@@ -264,29 +265,6 @@ def test_index_scores_equal_term_scores(kind, encoder, doc_padding):
 # --- the batch's work without its padding (issue 15) ----------------------------------------------------------------
 
 
-def _partitions(n: int):
-    """Every split of 0..n-1 into consecutive runs."""
-    for cuts in range(2 ** (n - 1)):
-        bounds = [0, *(i + 1 for i in range(n - 1) if cuts >> i & 1), n]
-        yield [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_length_batches_are_the_cheapest_split(seed):
-    rng = random.Random(seed)
-    lengths = [rng.randint(1, 300) for _ in range(8)]
-    padded, call = (lambda n: min(n + 30, 200)), rng.choice([0, 50, 500])
-    batches = length_batches(lengths, padded, call)
-    assert sorted(i for batch in batches for i in batch) == list(range(8))
-
-    def cost(split):
-        return sum(len(b) * padded(max(lengths[i] for i in b)) + call for b in split)
-
-    order = sorted(range(8), key=lengths.__getitem__)
-    best = min(cost([[order[i] for i in run] for run in split]) for split in _partitions(8))
-    assert cost(batches) == best
-
-
 def _documents_of_lengths(lengths: list[int], vocab: int = 30) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(len(lengths))
     ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
@@ -306,7 +284,7 @@ def test_documents_encoded_by_length_equal_one_padded_batch(doc_padding):
     lengths = [3, 180, 7, 60, 61, 2, 150, 7]
     ids, mask = _documents_of_lengths(lengths)
     ids[7], mask[7] = ids[2], mask[2]  # a document twice, as when it is a candidate of two queries
-    batches = length_batches(lengths, model.encoder.padded_length)
+    batches = length_batches(lengths, model.encoder.padded_length, call=ENCODER_CALL)
     assert 1 < len(batches) < len(lengths)
     upstream = torch.randn(len(lengths), max(lengths), 16, dtype=torch.float64) * mask[..., None]
     for training in (True, False):

@@ -121,3 +121,46 @@ def test_table8_parameter_counts_at_base_size():
                          "firstp")
     assert round(count_parameters(qds) / 1e6) == 149
     assert round(count_parameters(roberta) / 1e6) == 125  # 124.6M encoder + 0.6M head; the paper prints 124M
+
+
+def _batch_of_lengths(pattern: str) -> dict:
+    """Six inputs of 9 to 40 tokens (one query, documents of 1 to 9 sentences), padded to the longest."""
+    if pattern in ("firstp", "maxp"):
+        sequences = [pair_input([10, 11], list(range(20, 20 + k)), bos=0, eos=2) for k in (35, 3, 20, 6, 1, 28)]
+        ids = pad(sequences, 1)
+        return {"input_ids": ids, "attention_mask": (ids != 1).long()}
+    inputs = [build_qds_input([10, 11], [[20 + s, 21, 22] for s in range(sentences)], bos=0, eos=2)
+              for sentences in (9, 1, 5, 2, 7, 3)]  # fmt: skip
+    ids = pad([x.input_ids for x in inputs], 1)
+    return {"input_ids": ids, "attention_mask": (ids != 1).long(),
+            "global_attention_mask": pad([x.global_mask(pattern) for x in inputs], 0)}
+
+
+@pytest.mark.parametrize("pattern, impl", [("qds", "portable"), ("qds", "tvm"), ("sparse", "tvm"), ("firstp", "portable")])
+def test_rows_encoded_by_length_equal_the_padded_batch(pattern, impl, monkeypatch):
+    """`Ranker.pooled` splits a batch into batches of similar length (issue 15): every row's pooled output and every
+    gradient equal those of the whole batch padded to its longest row."""
+    import qds.model
+
+    if impl == "tvm":
+        pytest.importorskip("tvm")
+    monkeypatch.setattr(qds.model, "ENCODER_CALL", 0)  # a split per distinct length: the most the DP can make
+    torch.manual_seed(0)
+    ranker = Ranker(build_encoder(pattern, None, dropout=0.0, impl=impl, **SIZES), RankingHead(16, 0.0),
+                    pattern).double()
+    batch = _batch_of_lengths(pattern)
+    mask = batch["attention_mask"]
+    assert len({int(n) for n in mask.sum(1)}) == 6  # six lengths: six parts
+    for training in (True, False):
+        ranker.train(training)
+        got = ranker.pooled(batch)
+        want = ranker.encoder(**batch).pooler_output
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
+        upstream = torch.randn_like(want)
+        params = [p for p in ranker.encoder.parameters()]
+        for a, b in zip(torch.autograd.grad((got * upstream).sum(), params, allow_unused=True),
+                        torch.autograd.grad((want * upstream).sum(), params, allow_unused=True)):
+            if a is None or b is None:
+                assert a is None and b is None
+            else:
+                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-12)
