@@ -60,7 +60,8 @@ Document padding (``doc_padding``), where the two choices differ:
   4,000 terms; results/conformer_kernel/README.md): on the same weights the two choices' scores
   differ by up to 0.028 (weights trained with official padding) and 0.092 (trained zeroed), 0.003 on
   average (scores are about 1), and NDCG@10 by 0.003 and 0.002 (issue 14); trained each way, NDCG@10
-  is 0.4241 (official) and 0.4298 (zeroed), one seed (issue 15; before it, 0.4562 and 0.4200).
+  is 0.4241 (official) and 0.4298 (zeroed), one seed (issue 15, ``rand_like`` dropout; before it, 0.4562
+  and 0.4200; with `common.dropout`, official, 0.4271).
   Checkpoints written before this option existed were trained this way, and load with it
   (`conformer_kernel.ranker.ConformerKernel.on_load_checkpoint`).
 
