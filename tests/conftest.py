@@ -1,11 +1,27 @@
-"""Shared fixtures: the real evaluation data in ../shared/data, when present; one torch thread for tiny models."""
+"""Shared fixtures: the real evaluation data in ../shared/data, when present; one torch thread for tiny models.
 
+Every test starts with torch's own thread count (a benchmark's ``main(["--threads", "1"])`` called in-process
+would otherwise leave the rest of the session on one thread), and TVM's thread pool is sized from that count
+here, before any test imports TVM: it is sized once per process (`common.kernels.tvm_kernel`), and a first
+import under `one_thread` would leave the end-to-end runs, which use the TVM kernel, on one TVM thread.
+"""
+
+import os
 from pathlib import Path
 
 import pytest
 import torch
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+THREADS = torch.get_num_threads()
+if "OMP_NUM_THREADS" not in os.environ:
+    os.environ.setdefault("TVM_NUM_THREADS", str(THREADS))
+
+
+@pytest.fixture(autouse=True)
+def torch_threads(request):
+    """Each test begins with torch's default thread count, unless its module asks for `one_thread`."""
+    torch.set_num_threads(1 if "one_thread" in request.fixturenames else THREADS)
 
 
 @pytest.fixture(scope="session")
@@ -23,7 +39,6 @@ def one_thread():
     Module-scoped, so that module fixtures (a model trained once per file) run with it too; a file
     opts in with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
     """
-    threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield
-    torch.set_num_threads(threads)
+    torch.set_num_threads(THREADS)
