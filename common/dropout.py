@@ -9,7 +9,8 @@ training step of the built-in defaults (results/conformer_kernel/README.md and r
 when its integer is at least round(p * 2^15), so p is rounded to a multiple of 2^-15 (0.1 becomes
 0.1000061, 0.2 becomes 0.2000122), and the kept elements are scaled by 1 / (1 - rounded p): the
 expectation of the output is the input's exactly. The same distribution as `nn.Dropout`'s up to that
-rounding, another random stream; 4x faster than ``F.dropout`` on CPU (tests/common/test_dropout.py).
+rounding, another random stream (tests/common/test_dropout.py); 2.5 ms against ``F.dropout``'s 7.3 ms for
+614,400 elements on 2 Zen 1 EPYC cores (results/conformer_kernel/README.md).
 """
 
 from __future__ import annotations

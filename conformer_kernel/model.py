@@ -102,7 +102,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from common.dropout import Dropout
-from common.length_batches import length_batches
+from common.length_batches import by_length
 
 # --- inputs ---------------------------------------------------------------------------------
 
@@ -427,16 +427,11 @@ class NDRM1(nn.Module):
 
     def _encode_by_length(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
         Td = doc_ids.shape[-1]
-        positions = torch.arange(1, Td + 1, device=doc_mask.device)
-        lengths = ((doc_mask != 0) * positions).amax(-1).clamp_min(1).tolist()  # up to the last term
-        batches = length_batches(lengths, self.encoder.padded_length, call=ENCODER_CALL)
-        parts = []
-        for batch in batches:
-            n, index = max(lengths[i] for i in batch), torch.tensor(batch)
-            parts.append(F.pad(self._encode(doc_ids[index, :n], doc_mask[index, :n]), (0, 0, 0, Td - n)))
-        order = torch.tensor([i for batch in batches for i in batch])
-        # index_select: its backward (index_add_) takes a third of what indexing's (index_put_) does here.
-        return torch.cat(parts).index_select(0, torch.argsort(order))
+
+        def encode(rows: Tensor | slice, n: int) -> Tensor:  # (b, Td, H), zeros after the n terms encoded
+            return F.pad(self._encode(doc_ids[rows, :n], doc_mask[rows, :n]), (0, 0, 0, Td - n))
+
+        return by_length(doc_mask, encode, self.encoder.padded_length, call=ENCODER_CALL)
 
     def _encode(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
         """(B, Td) ids -> (B, Td, H), padded with id 0 as far as the official padding reaches the terms."""

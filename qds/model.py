@@ -20,7 +20,7 @@ Read top to bottom: the scoring head, the encoders, the ranker, then the Lightni
   1 + `negatives` documents.
 
 Work removed, the same functions (issue 15): the rows of a batch are encoded in batches of similar length,
-each cut to its longest row (`Ranker.pooled`), and dropout draws its masks from half the random numbers
+each cut to its longest row (`Ranker.pooled`), and dropout draws its masks from a quarter of the random numbers
 (`common.dropout`: p rounded to a multiple of 2^-15, another random stream than ``nn.Dropout``'s).
 
 With no `encoder` name or path the encoder is built from scratch at the given size; that is
@@ -43,7 +43,7 @@ from torch import Tensor, nn
 from common.dropout import use_fast_dropout
 from common.kernels import IMPLEMENTATIONS
 from common.kernels.longformer import use_qds_attention
-from common.length_batches import length_batches
+from common.length_batches import by_length
 from common.metrics import RankingMetrics
 from common.rerank import gather_scores
 from common.rng import rng_states, set_rng_states
@@ -141,23 +141,16 @@ class Ranker(nn.Module):
         return scores
 
     def pooled(self, batch: dict[str, Tensor]) -> Tensor:
-        """(B, h) pooler outputs of the batch's rows, computed in batches of similar length (`length_batches`),
+        """(B, h) pooler outputs of the batch's rows, computed in batches of similar length (`by_length`),
         each cut to its longest row: a row's output depends neither on the other rows nor on the padding after it
         (a masked key), so this is the padded batch's computation without the padding's work."""
         inputs = {name: batch[name] for name in ("input_ids", "attention_mask", "global_attention_mask")
                   if name in batch}  # the baselines have no global mask
-        mask = inputs["attention_mask"]
-        positions = torch.arange(1, mask.shape[1] + 1, device=mask.device)
-        lengths = ((mask != 0) * positions).amax(-1).clamp_min(1).tolist()  # up to the last token
-        batches = length_batches(lengths, call=ENCODER_CALL)
-        if len(batches) == 1:
-            return self.encoder(**inputs).pooler_output
-        parts = []
-        for rows in batches:
-            n, index = max(lengths[i] for i in rows), torch.tensor(rows, device=mask.device)
-            parts.append(self.encoder(**{name: x[index, :n] for name, x in inputs.items()}).pooler_output)
-        order = torch.tensor([i for rows in batches for i in rows], device=mask.device)
-        return torch.cat(parts).index_select(0, torch.argsort(order))
+
+        def encode(rows: Tensor | slice, n: int) -> Tensor:  # (b, h)
+            return self.encoder(**{name: x[rows, :n] for name, x in inputs.items()}).pooler_output
+
+        return by_length(inputs["attention_mask"], encode, call=ENCODER_CALL)
 
 
 def count_parameters(module: nn.Module) -> int:

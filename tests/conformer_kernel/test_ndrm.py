@@ -25,6 +25,7 @@ from conformer_kernel.model import (
 from conformer_kernel.ranker import ConformerKernel
 from conformer_kernel.vocab import Resources
 
+from gradients import assert_same_gradients
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -292,13 +293,7 @@ def test_documents_encoded_by_length_equal_one_padded_batch(doc_padding):
         got = model.encode_documents(ids, mask)
         want = model._encode(ids, mask)  # every document padded to the batch's longest
         torch.testing.assert_close(got * mask[..., None], want * mask[..., None], rtol=1e-10, atol=1e-10)
-        params = list(model.parameters())
-        for a, b in zip(torch.autograd.grad((got * upstream).sum(), params, allow_unused=True),
-                        torch.autograd.grad((want * upstream).sum(), params, allow_unused=True)):
-            if a is None or b is None:
-                assert a is None and b is None
-            else:
-                torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-9)
+        assert_same_gradients(got, want, list(model.parameters()), upstream, rtol=1e-9, atol=1e-9)
 
 
 def test_only_the_used_query_slots_are_pooled():
@@ -313,13 +308,7 @@ def test_only_the_used_query_slots_are_pooled():
     docs = model.encode_documents(f.doc_ids.view(Q * D, Td), f.doc_mask.view(Q * D, Td)).view(Q, D, Td, -1)
     want = model.match(model.encode_terms(f.query_ids), docs, f.doc_mask) * f.query_mask[:, None]
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-    params = list(model.parameters())
-    for a, b in zip(torch.autograd.grad(got.sum(), params, allow_unused=True),
-                    torch.autograd.grad(want.sum(), params, allow_unused=True)):
-        if a is None or b is None:
-            assert a is None and b is None
-        else:
-            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-10)
+    assert_same_gradients(got, want, list(model.parameters()), rtol=1e-10, atol=1e-10)
 
 
 def test_term_scores_sum_to_the_score():
