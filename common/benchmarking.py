@@ -12,7 +12,7 @@
 - `write_rows(rows, fields, csv_path, jsonl_path, overwrite)`: a sweep's rows as CSV and JSONL.
 
 The command lines' shared checks, which answer bad input in one line before anything is measured
-(`common.usage` has the rest): argparse types `probability` and `fraction`, `DEVICES` and
+(`common.refusals` has the rest): argparse types `probability` and `fraction`, `DEVICES` and
 `resolve_device` (the default device, cuda where available), `refuse_repeats` (a value given twice in a
 list option) and `refuse_existing` (results that ``--overwrite`` alone may replace). Torch is imported only
 inside what needs it: a benchmark's ``--help`` and its argument errors do not wait for it.
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from common.usage import number_in, usage_error
+from common.refusals import number_in, usage_error
 
 DEVICES = ("cpu", "cuda")
 
@@ -178,7 +178,7 @@ fraction = number_in(0, 1, above_low=True)
 
 def resolve_device(requested: str | None) -> str:
     """`requested` (one of `DEVICES`), or cuda where available when None; cuda requested without CUDA ends the
-    command (`common.usage.usage_error`)."""
+    command (`common.refusals.usage_error`)."""
     import torch
 
     available = torch.cuda.is_available()

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 
 from common.data.formats import DataFormatError, read_qrels, read_run
 from common.metrics import DEFAULT_MEASURES, MeasureResult, evaluate, parse_measures
-from common.usage import ArgumentParser, existing_file, input_errors, positive_int, usage_error
+from common.refusals import ArgumentParser, existing_file, input_errors, positive_int, usage_error
 
 DESCRIPTION = """\
 Evaluate a TREC run (qid Q0 docid rank score tag; the rank column is ignored:

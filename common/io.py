@@ -99,3 +99,9 @@ def read_lines(path: str | os.PathLike, fallback: str = DEFAULT_FALLBACK_ENCODIN
                 log.warning("%s:%d: not valid UTF-8; decoded with %s (further lines likewise)", path, number, fallback)
                 warned = True
             yield number, text.rstrip("\r\n")
+
+
+def cache_root() -> Path:
+    """The project's cache folder (``$EFFICIENT_RANKERS_CACHE`` or ``~/.cache/efficient-rankers``)."""
+    root = os.environ.get("EFFICIENT_RANKERS_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "efficient-rankers"

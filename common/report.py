@@ -96,7 +96,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from common.io import atomic_write
-from common.usage import ArgumentParser, existing_file, output_file_problem
+from common.refusals import ArgumentParser, existing_file, output_file_problem
 
 __all__ = [
     "COLUMNS",

@@ -84,7 +84,7 @@ from common.benchmarking import (
     DEVICES, cuda_peak_mb, fraction, max_rss_mb, median_ms, peak_rss_mb, probability, refuse_existing,
     refuse_repeats, reset_peak_rss, resolve_device, rss_mb, run_isolated, write_rows,
 )
-from common.usage import ArgumentParser, nonnegative_int, output_folder, positive_float, positive_int
+from common.refusals import ArgumentParser, nonnegative_int, output_folder, positive_float, positive_int
 
 if TYPE_CHECKING:
     import torch
@@ -475,7 +475,7 @@ example:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The options, checked (a bad one ends the command in one line, `common.usage`), with the device and
+    """The options, checked (a bad one ends the command in one line, `common.refusals`), with the device and
     ``--repeats`` resolved."""
     parser = ArgumentParser(
         prog="python -m conformer_kernel.benchmark",

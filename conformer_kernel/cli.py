@@ -1,7 +1,7 @@
-"""`ConformerKernelCLI`: the LightningCLI of ``python -m conformer_kernel.train`` (`common.cli.RankerCLI` with
+"""`ConformerKernelCLI`: the LightningCLI of ``python -m conformer_kernel.train`` (`common.commands.cli.RankerCLI` with
 the Conformer-Kernel's classes and ``--test_modes``).
 
-Apart from `conformer_kernel.train` so that the command's front door (`common.cli_help`) answers ``--help`` and
+Apart from `conformer_kernel.train` so that the command's front door (`common.commands.help`) answers ``--help`` and
 bad options without importing Lightning.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from common.cli import RankerCLI
+from common.commands.cli import RankerCLI
 from conformer_kernel import train
 from conformer_kernel.data import ConformerKernelData
 from conformer_kernel.ranker import ConformerKernel
@@ -18,7 +18,7 @@ MONITOR = "dev/ndcg_cut_10"
 
 
 class ConformerKernelCLI(RankerCLI):
-    """`common.cli.RankerCLI` for the Conformer-Kernel: ``--test_modes``, and the model's sizes from the data
+    """`common.commands.cli.RankerCLI` for the Conformer-Kernel: ``--test_modes``, and the model's sizes from the data
     module's (hidden = 2 x word2vec dim, its document limit, its vocabulary)."""
 
     def __init__(self, args=None, **kwargs):

@@ -24,9 +24,10 @@ from torch.utils.data import Dataset
 
 from common.data.formats import Document, Topics
 from common.data.samplers import from_source
-from common.data.source import RankingSource, SourceSpec, source_fingerprint, source_from_spec
-from common.rerank import RerankPairs
-from common.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
+from common.data.source import RankingSource
+from common.data.specs import SourceSpec, source_fingerprint, source_from_spec
+from common.data.rerank import RerankPairs
+from common.training.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
 from conformer_kernel.features import Featurizer
 from conformer_kernel.orcas import orcas_from_spec
 from conformer_kernel.vocab import EmbeddingOptions, Resources
@@ -50,7 +51,7 @@ class TrainGroups(SamplerGroups):
 
 
 def encode_pairs(featurizer: Featurizer, queries: list[str], documents: list[Document]) -> dict:
-    """`common.rerank.RerankPairs`' encoder: one (query, document) pair per row, as {"features": `Features`}."""
+    """`common.data.rerank.RerankPairs`' encoder: one (query, document) pair per row, as {"features": `Features`}."""
     f = featurizer
     return {"features": f.batch([f.query_terms(q) for q in queries], [[f.document_terms(d)] for d in documents])}
 
@@ -86,7 +87,7 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         test_queries: evaluate test on a sample of this many queries (None: all).
         relevance_level: lowest qrels label counted relevant.
         missing_documents: ``skip`` leaves the documents a task judges or retrieves but its collection lacks
-            out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.tasks`).
+            out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.training.tasks`).
         batch_size: training queries per batch (paper: 32).
         eval_batch_size: (query, document) pairs per evaluation batch.
         num_workers: loader worker processes (0: in the main process).
@@ -128,7 +129,7 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         self._resources: Resources | None = None
         self._featurizer: Featurizer | None = None
 
-    # --- vocabulary (the tasks' accessors come from `common.tasks.TaskSplits`) ----------------
+    # --- vocabulary (the tasks' accessors come from `common.training.tasks.TaskSplits`) ----------------
 
     @property
     def resources(self) -> Resources:
@@ -166,7 +167,7 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
                                           orcas_from_spec(h.orcas))
         return self._featurizer
 
-    # --- datasets (loaders: `common.tasks.SplitLoaders`) ----------------------------------
+    # --- datasets (loaders: `common.training.tasks.SplitLoaders`) ----------------------------------
 
     def setup(self, stage: str) -> None:  # SplitLoaders.setup but for fit, which leaves the test split to test
         splits = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}.get(stage, ())

@@ -23,7 +23,7 @@ gets a line saying there is nothing to compare with, and ``builtin:`` tasks Tabl
 another dataset's (`conformer_kernel.outputs.paper_tables`).
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
-written (`common.usage`): the options and the task's names at once, before torch and Lightning are imported
+written (`common.refusals`): the options and the task's names at once, before torch and Lightning are imported
 (seconds); a checkpoint that is not conformer_kernel.train's once read, and a malformed task file once the task
 is opened, before the output folder is created.
 """
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 
-from common.task_options import (
+from common.commands.task_options import (
     add_task_arguments,
     fresh_output_dir,
     lightning_devices,
@@ -40,7 +40,7 @@ from common.task_options import (
     resolve_depth,
     task_spec_from_args,
 )
-from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index import existing_index, orcas_task, read_trained
 
 MODES = ("rerank", "fullrank")
@@ -78,15 +78,15 @@ def main(argv=None) -> dict:
         usage_error("--index: only fullrank reads an index; add it to --modes, or leave --index out")
     out = fresh_output_dir(args.output_dir, "ck-evaluate")
     task = task_spec_from_args(args, "task")
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
     import lightning as L
 
-    from common.cli import INPUT_ERRORS
+    from common.commands.cli import INPUT_ERRORS
     from common.report import paper_dataset
-    from common.rerank import reranked_run
+    from common.data.rerank import reranked_run
     from conformer_kernel.data import ConformerKernelData
     from conformer_kernel.impact_index import (
         ImpactIndex, MissingTermsError, evaluated_topics, full_ranking, load_for_inference,

@@ -16,7 +16,7 @@ folder. Shards of ``--shard_size`` documents are written as soon as they are sco
 resumes where it stopped (``--resume``); with several ``--devices`` the shards are split among them.
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
-written (`common.usage`): the options, the tasks' names and the output folder at once, before torch and
+written (`common.refusals`): the options, the tasks' names and the output folder at once, before torch and
 Lightning are imported; a checkpoint that is not conformer_kernel.train's once read, and a malformed task file
 once the task is opened.
 """
@@ -26,9 +26,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.data.source import TaskSpecError, check_spec, source_from_spec
-from common.task_options import lightning_devices, read_checkpoint
-from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from common.data.specs import TaskSpecError, check_spec, source_from_spec
+from common.commands.task_options import lightning_devices, read_checkpoint
+from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 
 #: A finished index's files (`conformer_kernel.impact_index.ImpactIndex.save`); meta.json, written last, marks one.
 INDEX_FILES = ("index.npz", "terms.txt", "doc_ids.txt", "meta.json")
@@ -129,11 +129,11 @@ def main(argv=None):
     global rank zero, else None."""
     args = build_parser().parse_args(argv)
     check_args(args)
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
-    from common.cli import INPUT_ERRORS
+    from common.commands.cli import INPUT_ERRORS
     from conformer_kernel.impact_index import UnfinishedIndexError, build_index, index_terms, load_for_inference
 
     data_settings = read_trained(args.checkpoint).get("datamodule_hyper_parameters", {})

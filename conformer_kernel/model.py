@@ -61,7 +61,7 @@ Document padding (``doc_padding``), where the two choices differ:
   differ by up to 0.028 (weights trained with official padding) and 0.092 (trained zeroed), 0.003 on
   average (scores are about 1), and NDCG@10 by 0.003 and 0.002 (issue 14); trained each way, NDCG@10
   is 0.4241 (official) and 0.4298 (zeroed), one seed (issue 15, ``rand_like`` dropout; before it, 0.4562
-  and 0.4200; with `common.dropout`, official, 0.4271).
+  and 0.4200; with `common.encoders.dropout`, official, 0.4271).
   Checkpoints written before this option existed were trained this way, and load with it
   (`conformer_kernel.ranker.ConformerKernel.on_load_checkpoint`).
 
@@ -86,7 +86,7 @@ Choices of this repository, each equal to the official computation up to float r
 - CPU speed, the same function: the kernels computed with `exp2` (`WindowedKernelPooling.kernels`), the
   convolution padded explicitly with its input's gradient computed as a convolution (`SameConv1d`),
   the separable attention holding K and V as (B, h, d_h, N). Dropout draws its masks from a quarter of the
-  random numbers `nn.Dropout` would (`common.dropout`: p rounded to a multiple of 2^-15), another random
+  random numbers `nn.Dropout` would (`common.encoders.dropout`: p rounded to a multiple of 2^-15), another random
   stream than the official code's.
 """
 
@@ -101,8 +101,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.dropout import Dropout
-from common.length_batches import by_length
+from common.encoders.dropout import Dropout
+from common.encoders.length_batches import by_length
 
 # --- inputs ---------------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ ORCAS queries (``(query_id, text)``, ~10.4M) and qrels (``query_id -> doc_id``,
 
 Storage: the field is computed once into an SQLite file (table ``field(doc_id
 PRIMARY KEY, text)`` plus a ``meta`` table recording what it was built from)
-under ``common.data.docstore.cache_root() / "orcas"``
+under ``common.io.cache_root() / "orcas"``
 (``$EFFICIENT_RANKERS_CACHE/orcas``), named by a key of its inputs (resolved path,
 size and modification time of both files; or the ir_datasets id) and a format
 version, and reused by every later run. The build streams the inputs into a
@@ -66,7 +66,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from common.data import irds
-from common.data.docstore import cache_root
+from common.io import cache_root
 from common.data.formats import DataFormatError, iter_qrels, iter_topics
 
 #: Bumped whenever the build's semantics change, so that an old cache is not reused.

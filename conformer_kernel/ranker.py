@@ -17,8 +17,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from common.metrics import RankingMetrics
-from common.rerank import gather_scores
-from common.rng import rng_states, set_rng_states
+from common.data.rerank import gather_scores
+from common.training.rng import rng_states, set_rng_states
 from conformer_kernel.loss import ranknet_loss
 from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, build_ranker
 from conformer_kernel.vocab import Resources

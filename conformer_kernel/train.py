@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.cli_help import check_command_line, is_int
+from common.commands.help import check_command_line, is_int
 
 #: This command, as ``python -m`` runs it.
 COMMAND = "conformer_kernel.train"
@@ -49,17 +49,17 @@ def check_settings(config: dict) -> str | None:
 def main(args=None) -> dict | None:
     """Run the command line; returns the test metrics (None without a test split).
 
-    ``--help`` and a bad option are answered before Lightning is imported (`common.cli_help`).
+    ``--help`` and a bad option are answered before Lightning is imported (`common.commands.help`).
     """
     check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
     import torch
 
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
     from common.report import paper_dataset
-    from common.rerank import reranked_run
+    from common.data.rerank import reranked_run
     from conformer_kernel.cli import ConformerKernelCLI
     from conformer_kernel.impact_index import full_ranking
     from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results

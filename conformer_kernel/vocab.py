@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from common.data.docstore import cache_root
+from common.io import cache_root
 from common.data.formats import Document
 from conformer_kernel.text import END, START, analyze
 

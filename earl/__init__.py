@@ -4,9 +4,9 @@ Gao, Dai, Callan, 2020 (../shared/papers/earl.txt): Embed Ahead Rank Later.
 
 - `earl.model`: T_doc, T_qry and the judge blocks (Eqs. 9-22), the S2 keys and values (Eq. 25), the
   initialisation from BERT (Sec. 3.4); the BERT ranker and BERT-Siamese baselines (Table 2) are
-  `common.bert_rankers`;
+  `common.encoders.bert_rankers`;
 - `earl.ranker`: the LightningModule (hinge loss, AdamW with warm-up and linear decay, re-ranking measures);
 - `earl.data`: the LightningDataModule (training triples, re-ranking of candidate runs);
-- ``python -m earl.train``, ``python -m earl.index`` (S1/S2 stores, `common.representations`),
+- ``python -m earl.train``, ``python -m earl.index`` (S1/S2 stores, `common.stores.representations`),
   ``python -m earl.evaluate --store``, ``python -m earl.benchmark`` (Table 3).
 """

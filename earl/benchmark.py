@@ -10,7 +10,7 @@ judge block, Eq. 25), against the BERT ranker; on CPU the paper reports 19.9x / 
 - ``bert_ranker``: `BertRanker` over ``[CLS] query [SEP] document [SEP]``: the query's 16 tokens ([CLS] and [SEP]
   included) and the document's n - 1 words and a [SEP], q + n tokens; pairs in batches of ``--batch_size``.
 - ``earl_s1``: timed, per query: T_qry on the query (once), then per batch of ``--earl_batch_size`` candidates:
-  their rows of D read from the memory-mapped store (`common.representations`) into a preallocated tensor,
+  their rows of D read from the memory-mapped store (`common.stores.representations`) into a preallocated tensor,
   the keys and values of D (the n^2 d term S2 saves) and `EARL.judge` (K judge blocks and the score). The keys
   and values are `EARL.document_keys_values` (``--keys_values model``: 2K products of width h, then their
   concatenation) or, by default, the same product with the 2K weights stacked once (``fused``,
@@ -24,7 +24,7 @@ projects the first block's cross-attention queries once per call, so once per ba
 
 Sizes (``--size``, several at once into one set of files): ``base`` = BERT-base (L = 12, h = 768, 12 heads, FFN
 3072) with EARL's K = 2 judge blocks and l = 10 query layers (the paper's setting, Sec. 4.3); ``small`` = L = 4, h =
-256, 4 heads, FFN 1024, K = 2, l = 2. Weights are random (`common.pretrained.bert_config`, seeded; T_qry and the blocks
+256, 4 heads, FFN 1024, K = 2, l = 2. Weights are random (`common.encoders.pretrained.bert_config`, seeded; T_qry and the blocks
 are built by `build_earl` from that BERT, as Sec. 3.4): timing does not depend on them. The position table holds
 q + max(--lengths) tokens (528 at d = 512, past BERT's 512: random weights, so nothing is lost). Everything runs in
 ``torch.inference_mode``, eval mode, fp32; ``--dtype fp16`` stores the rows in half precision (converted to fp32
@@ -91,13 +91,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.benchmarking import median_ms, refuse_existing, refuse_repeats, write_rows
-from common.usage import ArgumentParser, output_folder, positive_int
+from common.refusals import ArgumentParser, output_folder, positive_int
 
 if TYPE_CHECKING:
     import torch
 
-    from common.bert_rankers import BertRanker
-    from common.representations import RepresentationStore
+    from common.encoders.bert_rankers import BertRanker
+    from common.stores.representations import RepresentationStore
     from earl.model import EARL
 
 BENCH = "earl_speed"
@@ -203,8 +203,8 @@ def build_models(size: Size, max_length: int, seed: int) -> tuple[EARL, BertRank
     import torch
     from transformers import BertModel
 
-    from common.bert_rankers import BertRanker
-    from common.pretrained import bert_config
+    from common.encoders.bert_rankers import BertRanker
+    from common.encoders.pretrained import bert_config
     from earl.model import build_earl
 
     torch.manual_seed(seed)
@@ -260,7 +260,7 @@ def doc_ids(count: int) -> list[str]:
 
 
 def store_identity(size_name: str, size: Size, impl: str, n: int, count: int, documents: str, seed: int) -> dict:
-    """What a store's rows are made from: everything that changes them (`common.representations` checks it)."""
+    """What a store's rows are made from: everything that changes them (`common.stores.representations` checks it)."""
     return {"checkpoint": f"random weights, seed {seed}, size {size_name} ({size.describe()})",
             "strategy": STRATEGY[impl], "length": n, "documents": documents, "count": count}
 
@@ -274,7 +274,7 @@ def build_stores(root: Path, model: EARL, *, size_name: str, size: Size, impls: 
     """
     import torch
 
-    from common.representations import MANIFEST, RepresentationStore, StoreWriter
+    from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 
     ids = doc_ids(count)
     stores, writers = {}, {}

@@ -1,14 +1,14 @@
-"""`EARLCLI`: the LightningCLI of ``python -m earl.train`` (`common.cli.RankerCLI` with EARL's classes and
+"""`EARLCLI`: the LightningCLI of ``python -m earl.train`` (`common.commands.cli.RankerCLI` with EARL's classes and
 ``--compare_with``).
 
-Apart from `earl.train` so that the command's front door (`common.cli_help`) answers ``--help`` and bad options
+Apart from `earl.train` so that the command's front door (`common.commands.help`) answers ``--help`` and bad options
 without importing Lightning.
 """
 
 from __future__ import annotations
 
-from common.cli import RankerCLI
-from common.tokenizer import resolved_tokenizer_task
+from common.commands.cli import RankerCLI
+from common.encoders.tokenizers import resolved_tokenizer_task
 from earl import train
 from earl.data import ARCHITECTURES, EARLDataModule
 from earl.ranker import EARLRanker, run_name
@@ -24,7 +24,7 @@ def _run_name(config) -> str:
 
 
 class EARLCLI(RankerCLI):
-    """`common.cli.RankerCLI` for EARL: the data module gets the model's architecture, the model its tokenizer."""
+    """`common.commands.cli.RankerCLI` for EARL: the data module gets the model's architecture, the model its tokenizer."""
 
     def __init__(self, args=None, **kwargs):
         super().__init__(

@@ -1,12 +1,12 @@
 """EARL's LightningDataModule: (query, positive, negative) training triples and re-ranking of candidate runs.
 
-- Tasks come from `common.data.source.source_from_spec` (``builtin:<split>``, ``irds:<ir_datasets id>``:
+- Tasks come from `common.data.specs.source_from_spec` (``builtin:<split>``, ``irds:<ir_datasets id>``:
   ``msmarco-passage/train/triples-small``... for the paper, or TREC / rank_llm files).
 - Training (Sec. 3.4, pairwise hinge loss): every relevant (query, document) pair with `negatives` non-relevant
   documents from the query's top-`depth` candidates (`common.data.samplers.PointwiseSampler`: positive first), new
   negatives each epoch; ``StatefulDataLoader``, so a checkpoint taken mid-epoch resumes at the next batch.
-- Evaluation: every query's top-`depth` candidates (`common.rerank.RerankPairs`, batched by document length).
-- Inputs (`common.bert_inputs.BertInputs`): queries of `query_length` and passages of `passage_length` tokens
+- Evaluation: every query's top-`depth` candidates (`common.data.rerank.RerankPairs`, batched by document length).
+- Inputs (`common.encoders.bert_inputs.BertInputs`): queries of `query_length` and passages of `passage_length` tokens
   (MORES's limits, 16 and 128, special tokens included). EARL and BERT-Siamese read them apart, each distinct
   query once per batch (so T_qry runs once per query); the BERT ranker reads them concatenated.
 """
@@ -19,10 +19,10 @@ import lightning as L
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import Dataset
 
-from common.bert_inputs import BertInputs, BertTripleSplits
-from common.data.source import SourceSpec
-from common.tasks import MISSING_DOCUMENTS, SplitLoaders, TaskSplits
-from common.tokenizer import resolved_tokenizer_task
+from common.encoders.bert_inputs import BertInputs, BertTripleSplits
+from common.data.specs import SourceSpec
+from common.training.tasks import MISSING_DOCUMENTS, SplitLoaders, TaskSplits
+from common.encoders.tokenizers import resolved_tokenizer_task
 
 #: The rankers of Table 2: EARL and its two baselines (what ``--model.architecture`` accepts).
 ARCHITECTURES = ("earl", "bert_ranker", "bert_siamese")

@@ -15,7 +15,7 @@ The store must have been built from this very checkpoint file (its sha256): anot
 naming both. Every re-ranked candidate must be in the store: one that is not (a store of another collection)
 is refused in one line naming it, rather than left out, which would change the metrics without a word.
 Candidates without text in the task's collection are left below the re-ranked ones with a warning, as in
-training (`common.tasks`). ``TASK``: ``irds:msmarco-passage/trec-dl-2019/judged``, ``builtin:test``,
+training (`common.training.tasks`). ``TASK``: ``irds:msmarco-passage/trec-dl-2019/judged``, ``builtin:test``,
 ``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE`` (a rank_llm candidate file:
 topics, candidates and text in one).
 
@@ -25,12 +25,12 @@ sample of the queries (seed 0, as data.test_queries).
 
 Outputs (a new ``--output_dir``, default ``outputs/earl-evaluate-<time>``): ``run.trec``, ``task.json`` and
 ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``; with ``--compare_end_to_end`` the end-to-end
-run under ``<name>_end_to_end``), written by `common.run_outputs.write_results`, metrics.json last. The metrics are
+run under ``<name>_end_to_end``), written by `common.commands.outputs.write_results`, metrics.json last. The metrics are
 printed beside BM25's and, where the task is one of Table 2's MS MARCO datasets (``--dataset`` for files), beside
 the paper's. Scoring runs in one process on ``--device`` (one query at a time, the paper's online setting).
 
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
-(`common.usage`): the options, the task's names and the store's folder at once, before torch and Lightning are
+(`common.refusals`): the options, the task's names and the store's folder at once, before torch and Lightning are
 imported; a checkpoint that is not EARL's once read; a malformed task file once the task is opened; a store of
 another checkpoint or without a candidate once it is opened, before the output folder is created.
 """
@@ -40,9 +40,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from common.store_options import check_candidates, device_name, existing_store, open_store, resolve_device
-from common.task_options import add_task_arguments, fresh_output_dir, resolve_depth, task_spec_from_args
-from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from common.commands.store_options import check_candidates, device_name, existing_store, open_store, resolve_device
+from common.commands.task_options import add_task_arguments, fresh_output_dir, resolve_depth, task_spec_from_args
+from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from earl.index import STRATEGIES, read_trained
 
 #: Candidates re-ranked per query by a checkpoint without a depth setting: BM25's top 1,000 (Sec. 4.1).
@@ -83,7 +83,7 @@ def main(argv=None) -> dict:
         usage_error("--compare_end_to_end: compares a store's scores with end-to-end ones; give --store")
     out = fresh_output_dir(args.output_dir, "earl-evaluate")
     task = task_spec_from_args(args, "task")
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
@@ -91,13 +91,13 @@ def main(argv=None) -> dict:
     state = read_trained(args.checkpoint)
     store = None if args.store is None else open_store(args.store, args.checkpoint, "earl.index", STRATEGIES)
 
-    from common.cli import INPUT_ERRORS
+    from common.commands.cli import INPUT_ERRORS
     from common.io import atomic_write
     from common.metrics import evaluate_run
     from common.report import paper_dataset
-    from common.rerank import reranked_run
-    from common.run_outputs import metrics_table, write_results
-    from common.store_scoring import compare_scores, exactness_line, score_pairs
+    from common.data.rerank import reranked_run
+    from common.commands.outputs import metrics_table, write_results
+    from common.stores.scoring import compare_scores, exactness_line, score_pairs
     from earl.data import EARLDataModule
     from earl.outputs import PAPER, paper_tables
     from earl.ranker import MEASURES

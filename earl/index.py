@@ -15,7 +15,7 @@ what the other strategy would cost (S2 = 2·K x S1).
 the paper's 8.8M passages) or a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok); every
 document is stored, in the collection's order.
 
-Output: a representation store (`common.representations`) in a new ``--output`` folder: ``plan.json``, shards
+Output: a representation store (`common.stores.representations`) in a new ``--output`` folder: ``plan.json``, shards
 of ``--shard_size`` documents (``shard-*.bin`` rows and ``shard-*.index.json``), ``manifest.json`` written last.
 Its identity is the checkpoint file's sha256 and the strategy, and ``earl.evaluate`` refuses a store of another
 checkpoint; ``extra`` records the judge blocks, hidden size, heads, passage length and tokenizer. ``--dtype
@@ -25,7 +25,7 @@ written as soon as each is done, so a killed build loses the shards in flight on
 (with the same checkpoint, strategy, dtype, collection and shard size, else it is refused).
 
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
-(`common.usage`): the options, the collection's name and the output folder at once, before torch and Lightning
+(`common.refusals`): the options, the collection's name and the output folder at once, before torch and Lightning
 are imported; a checkpoint that is not EARL's once read; a collection file that cannot be read once it is opened.
 """
 
@@ -34,9 +34,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.store_options import DTYPES, add_index_arguments, check_index_args, index_trainer_options, read_collection
-from common.task_options import read_checkpoint
-from common.usage import ArgumentParser, checkpoint_file, usage_error
+from common.commands.store_options import DTYPES, add_index_arguments, check_index_args, index_trainer_options, read_collection
+from common.commands.task_options import read_checkpoint
+from common.refusals import ArgumentParser, checkpoint_file, usage_error
 
 #: Reuse strategies (Sec. 3.3): S1 stores D, S2 stores D' (Eq. 25).
 STRATEGIES = ("s1", "s2")
@@ -74,17 +74,17 @@ def read_trained(path: str | Path) -> dict:
 
 
 def main(argv=None):
-    """Build the store the command line names; returns it (a `common.representations.RepresentationStore`) on
+    """Build the store the command line names; returns it (a `common.stores.representations.RepresentationStore`) on
     global rank zero, else None."""
     args = build_parser().parse_args(argv)
     check_index_args(args)
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
     state = read_trained(args.checkpoint)  # torch alone: a foreign checkpoint is refused before Lightning loads
 
-    from common.representations import StoreMismatchError, checkpoint_hash
+    from common.stores.representations import StoreMismatchError, checkpoint_hash
     from earl.store import build_representations, data_encoder, load_ranker, storage_report
 
     encoder = data_encoder(state.get("datamodule_hyper_parameters", {}))

@@ -1,12 +1,12 @@
 """EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with Pre-computed Representation", 2020) as a
 plain ``nn.Module`` (the LightningModule is `earl.ranker`; its Table 2 baselines, the BERT ranker and
-BERT-Siamese, are `common.bert_rankers`).
+BERT-Siamese, are `common.encoders.bert_rankers`).
 
 Read top to bottom: the judge block's parts, the judge block (Eqs. 17-19), EARL (Eqs. 6-8, 20-22, 25), its
 initialisation from BERT (Sec. 3.4), then the hinge loss.
 
 - T_doc and T_qry (Eqs. 9-16) are Hugging Face ``BertModel`` s without pooler, so ``bert-base-uncased`` (or the
-  offline MiniLM, `common.pretrained`) loads by name or path; their inputs carry [CLS] first and their token-level
+  offline MiniLM, `common.encoders.pretrained`) loads by name or path; their inputs carry [CLS] first and their token-level
   outputs D (B, d, h) and Q (B, q, h) are never pooled.
 - T_judge is K judge blocks (Eqs. 20-21) over the query tokens: cross-attention from the query tokens to the
   document tokens (document padding masked), then query self-attention (query padding masked), then the FFN. The

@@ -1,4 +1,4 @@
-"""What `earl.train` and `earl.evaluate` write and print (`common.run_outputs`: run.trec, task.json, metrics.json
+"""What `earl.train` and `earl.evaluate` write and print (`common.commands.outputs`: run.trec, task.json, metrics.json
 with BM25's and the ``--compare_with`` baselines', the table with Table 2's measures) and the comparison.
 
 The paper's numbers (`paper_tables`): reproduced vs reported only where the test task is one of Table 2's MS MARCO

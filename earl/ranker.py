@@ -21,11 +21,11 @@ from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from common.bert_rankers import BertRanker, BertSiamese
-from common.pretrained import bert_config, load_bert
-from common.reranking_module import RerankingEvaluation, decay_groups
-from common.schedules import warmup_linear_decay
-from common.tokenizer import vocabulary
+from common.encoders.bert_rankers import BertRanker, BertSiamese
+from common.encoders.pretrained import bert_config, load_bert
+from common.training.reranking import RerankingEvaluation, decay_groups
+from common.training.schedules import warmup_linear_decay
+from common.encoders.tokenizers import vocabulary
 from earl.data import Architecture
 from earl.model import Loss, Pool, build_earl, count_parameters, hinge_loss
 

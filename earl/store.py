@@ -1,15 +1,15 @@
 """EARL's precomputed document representations (Gao, Dai, Callan 2020, Sec. 3.3): what ``python -m earl.index``
 stores and how ``python -m earl.evaluate`` scores from it, in one place so that the two agree.
 
-- A store (`common.representations`) holds, per document, one row per REAL token of the passage as training
-  encoded it (`common.bert_inputs.BertInputs` with the checkpoint's tokenizer and passage length): [CLS], the words and
+- A store (`common.stores.representations`) holds, per document, one row per REAL token of the passage as training
+  encoded it (`common.encoders.bert_inputs.BertInputs` with the checkpoint's tokenizer and passage length): [CLS], the words and
   [SEP], never padding. Strategy S1 stores D = T_doc(doc) (width h); S2 stores D' of Eq. 25, every judge block's
   keys and values of D side by side (`EARL.document_keys_values`, width 2·K·h), so S2 costs 2·K times S1's bytes.
 - What made the numbers is the store's identity: ``checkpoint`` (the sha256 of the checkpoint file,
-  `common.representations.checkpoint_hash`) and ``strategy``; its ``extra`` records the model's shape and the
+  `common.stores.representations.checkpoint_hash`) and ``strategy``; its ``extra`` records the model's shape and the
   encoding (judge blocks, hidden size, heads, passage length, tokenizer). A store is opened with the checkpoint's
   hash expected, so another checkpoint's store, right shapes and wrong numbers, is refused.
-- Indexing (`build_representations`): Lightning ``predict``, a step per shard (`common.representation_writer`:
+- Indexing (`build_representations`): Lightning ``predict``, a step per shard (`common.stores.writer`:
   shards split among devices and nodes, each written as soon as it is computed, a killed build resumed); each
   document's rows are cut back to its real tokens.
 - Scoring (`QueryScorer`): per query, T_qry once (Eqs. 14-16), then the candidates in batches through the judge
@@ -17,7 +17,7 @@ stores and how ``python -m earl.evaluate`` scores from it, in one place so that 
   term of Table 1 that S2 saves), or, end to end, from T_doc at query time. The three paths differ only in where
   the keys and values come from: fp32 stores score as end-to-end does, to float rounding (the tests hold them
   within 1e-5); an fp16 store rounds the stored rows to half precision (about 3 decimal digits), and
-  `common.store_scoring.compare_scores` measures what that costs.
+  `common.stores.scoring.compare_scores` measures what that costs.
 
 Matrix products run in full fp32 (torch's default ``highest`` matmul precision, not TF32), so that a GPU run's
 stored and end-to-end scores agree as closely as a CPU run's.
@@ -35,10 +35,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from common.bert_inputs import BertInputs
-from common.representation_writer import DocumentIndexer, build_store
-from common.representations import RepresentationStore, StoreWriter
-from common.store_scoring import load_module
+from common.encoders.bert_inputs import BertInputs
+from common.stores.writer import DocumentIndexer, build_store
+from common.stores.representations import RepresentationStore, StoreWriter
+from common.stores.scoring import load_module
 from earl.index import STRATEGIES
 from earl.model import EARL
 from earl.ranker import EARLRanker
@@ -66,7 +66,7 @@ def store_width(model: EARL, strategy: str) -> int:
 
 
 def store_identity(checkpoint_sha256: str, strategy: str) -> dict:
-    """What a store's numbers are made from (`common.representations` checks it when a store is opened)."""
+    """What a store's numbers are made from (`common.stores.representations` checks it when a store is opened)."""
     return {"checkpoint": checkpoint_sha256, "strategy": strategy}
 
 
@@ -82,7 +82,7 @@ def store_extra(ranker: EARLRanker, encoder: BertInputs) -> dict:
 
 
 def representer(model: EARL, strategy: str):
-    """``represent(tokens, mask)`` of `common.representation_writer.DocumentIndexer`: D = T_doc(doc) (S1) or D' of
+    """``represent(tokens, mask)`` of `common.stores.writer.DocumentIndexer`: D = T_doc(doc) (S1) or D' of
     Eq. 25 (S2) over every real token: [CLS], the words, [SEP]."""
     store_width(model, strategy)  # checks the strategy
 
@@ -100,7 +100,7 @@ def build_representations(ranker: EARLRanker, encoder: BertInputs, documents, do
     """Build (or, with `resume`, finish) the `strategy` store of `documents` (`doc_ids`, in that order) into
     `folder`; returns it on global rank zero, None on the other ranks.
 
-    `common.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan (another
+    `common.stores.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan (another
     checkpoint, strategy, dtype, collection or shard size), before anything is computed."""
     model = ranker.ranker
     writer = StoreWriter(folder, doc_ids=doc_ids, width=store_width(model, strategy), dtype=dtype,

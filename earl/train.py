@@ -10,7 +10,7 @@ transfer); ``earl/configs/trec-dl-passages-minilm.yaml`` trains on TREC DL 2020 
 and tests on DL 2019 (results/earl/README.md). Every option is a LightningCLI flag (``--model.pool mean``, ``--model.tied true``,
 ``--model.num_blocks 3``, ``--trainer.devices 8``; ``--help``).
 
-Outputs (``--output_dir``, default a new ``outputs/earl-<variant>-<time>``; `common.cli.RankerCLI`): ``config.yaml``
+Outputs (``--output_dir``, default a new ``outputs/earl-<variant>-<time>``; `common.commands.cli.RankerCLI`): ``config.yaml``
 (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv``, ``run.trec``,
 ``metrics.json`` (with BM25's and each ``--compare_with`` baseline's, trained in ``<output_dir>/<baseline>/``) and
 ``task.json`` (`earl.outputs`). ``--ckpt_path last`` resumes the run in ``--output_dir`` (its baselines too).
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.cli_help import check_command_line, is_int
+from common.commands.help import check_command_line, is_int
 
 #: This command, as ``python -m`` runs it.
 COMMAND = "earl.train"
@@ -59,18 +59,18 @@ def check_settings(config: dict) -> str | None:
 def main(args=None) -> dict | None:
     """Run the command line; returns the test metrics (None without a test split).
 
-    ``--help`` and a bad option are answered before Lightning is imported (`common.cli_help`).
+    ``--help`` and a bad option are answered before Lightning is imported (`common.commands.help`).
     """
     check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
     import torch
 
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
     from common.report import paper_dataset
-    from common.rerank import reranked_run
-    from common.run_outputs import metrics_table, write_results
+    from common.data.rerank import reranked_run
+    from common.commands.outputs import metrics_table, write_results
     from earl.cli import EARLCLI
     from earl.outputs import PAPER, paper_tables
     from earl.ranker import MEASURES
@@ -103,7 +103,7 @@ def train_baseline(output_dir: Path, architecture: str) -> dict:
     ``output_dir/<architecture>/``: read when that run finished, resumed when it started, else trained."""
     import json
 
-    from common.run_folder import CONFIG, FINISHED
+    from common.commands.run_folder import CONFIG, FINISHED
 
     folder = output_dir / architecture
     if (folder / FINISHED).is_file():

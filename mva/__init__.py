@@ -4,7 +4,7 @@ Zhou and Devlin, 2021 (../shared/papers/mva.txt): MVA re-ranking with learned po
 document vectors.
 
 - `mva.model`: pooling (Sec. 2.2), the MVA scoring head (Sec. 2.1, single- and multi-head), the softmax loss
-  (Sec. 2.3); the dual-encoder (DE) and cross-attention (CA) baselines are `common.bert_rankers`;
+  (Sec. 2.3); the dual-encoder (DE) and cross-attention (CA) baselines are `common.encoders.bert_rankers`;
 - `mva.data`, `mva.ranker`, `mva.train` (``python -m mva.train``): the data module (groups of a positive and
   negatives, re-ranking), the LightningModule (softmax loss, Adam, warm-up), the command with DE and CA trained
   beside MVA (``--compare_with``); `mva/configs/builtin.yaml` is its embedded default;

@@ -12,7 +12,7 @@ machine, so the counted ratios can be set beside measured ones:
   depend on their values) with the query's Q_K, Q_V (q timesteps, expanded over the candidates without a copy),
   at `mva.costs.table5`'s operating points: MVA1 q = 7, d = 70, p = 128; MVA2 q = 8, d = 24, p = 64; MVA3 q = 8,
   d = 16, p = 32 (one head each), all N candidates in one call;
-- ``ca``: `common.bert_rankers.BertRanker` over N concatenated pairs of 128 tokens (``[CLS]`` 6 query words
+- ``ca``: `common.encoders.bert_rankers.BertRanker` over N concatenated pairs of 128 tokens (``[CLS]`` 6 query words
   ``[SEP]`` 119 document words ``[SEP]``), in batches of ``--batch_size``. CA costs about a second per candidate
   on a few CPU cores at base size, so it is timed over ``--ca_candidates`` (``timed_candidates``, ``timed_ms``)
   and scaled linearly to N (``extrapolated``): every candidate is independent work of the same size.
@@ -23,7 +23,7 @@ ColBERT is in Table 5 only from the calculator (`python -m mva.costs`); it is no
 
 Sizes (``--size``): ``base`` = BERT-base (12 layers, h = 768, FFN 3072, 12 heads), the paper's, for CA and DE's
 h; ``small`` = the offline MiniLM's size (6 layers, h = 384, FFN 1536, 12 heads). The MVA points do not depend on
-the size. BERT is built from scratch (`common.pretrained.bert_config`, transformers ``BertModel``, random weights
+the size. BERT is built from scratch (`common.encoders.pretrained.bert_config`, transformers ``BertModel``, random weights
 from ``--seed``), eval mode; everything runs in ``torch.inference_mode``, fp32.
 
 Timing (`common.benchmarking.median_ms`): one untimed warm-up call, then the median of ``--repeats`` calls
@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.benchmarking import DEVICES, median_ms, refuse_existing, refuse_repeats, resolve_device, write_rows
-from common.usage import ArgumentParser, output_folder, positive_int
+from common.refusals import ArgumentParser, output_folder, positive_int
 from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs, mva_macs, mva_storage
 
 BENCH = "mva_speed"
@@ -154,8 +154,8 @@ def build_ranker(size: Size, seed: int):
     import torch
     from transformers import BertModel
 
-    from common.bert_rankers import BertRanker
-    from common.pretrained import bert_config
+    from common.encoders.bert_rankers import BertRanker
+    from common.encoders.pretrained import bert_config
 
     torch.manual_seed(seed)
     config = bert_config(vocab_size=VOCAB_SIZE, pad_token_id=PAD, num_layers=size.layers, hidden_size=size.hidden,

@@ -1,14 +1,14 @@
-"""`MVACLI`: the LightningCLI of ``python -m mva.train`` (`common.cli.RankerCLI` with MVA's classes and
+"""`MVACLI`: the LightningCLI of ``python -m mva.train`` (`common.commands.cli.RankerCLI` with MVA's classes and
 ``--compare_with``).
 
-Apart from `mva.train` so that the command's front door (`common.cli_help`) answers ``--help`` and bad options
+Apart from `mva.train` so that the command's front door (`common.commands.help`) answers ``--help`` and bad options
 without importing Lightning.
 """
 
 from __future__ import annotations
 
-from common.cli import RankerCLI
-from common.tokenizer import resolved_tokenizer_task
+from common.commands.cli import RankerCLI
+from common.encoders.tokenizers import resolved_tokenizer_task
 from mva import train
 from mva.data import ARCHITECTURES, MVADataModule
 from mva.ranker import MVARanker, run_name
@@ -23,7 +23,7 @@ def _run_name(config) -> str:
 
 
 class MVACLI(RankerCLI):
-    """`common.cli.RankerCLI` for MVA: the data module gets the model's architecture, the model its tokenizer."""
+    """`common.commands.cli.RankerCLI` for MVA: the data module gets the model's architecture, the model its tokenizer."""
 
     def __init__(self, args=None, **kwargs):
         super().__init__(

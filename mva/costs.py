@@ -37,7 +37,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 
-from common.usage import ArgumentParser, positive_int
+from common.refusals import ArgumentParser, positive_int
 
 #: MS MARCO's average lengths (Sec. 3), with [CLS] as a query timestep (Sec. 4).
 QUERY_TIMESTEPS = 7

@@ -1,13 +1,13 @@
 """MVA's LightningDataModule: (query, positive, negative) training triples and re-ranking of candidate runs.
 
-- Tasks come from `common.data.source.source_from_spec` (``builtin:<split>``, ``irds:<ir_datasets id>``:
+- Tasks come from `common.data.specs.source_from_spec` (``builtin:<split>``, ``irds:<ir_datasets id>``:
   ``msmarco-passage/train/triples-small``... for the paper, or TREC / rank_llm files).
 - Training (Sec. 2.3, softmax loss over <query, positive, negative>): every relevant (query, document) pair with
   `negatives` non-relevant documents from the query's top-`depth` candidates (`common.data.samplers.
   PointwiseSampler`: positive first), new negatives each epoch; ``StatefulDataLoader``, so a checkpoint taken
   mid-epoch resumes at the next batch.
-- Evaluation: every query's top-`depth` candidates (`common.rerank.RerankPairs`, batched by document length).
-- Inputs (`common.bert_inputs.BertInputs`): queries of at most `query_length` and passages of `passage_length`
+- Evaluation: every query's top-`depth` candidates (`common.data.rerank.RerankPairs`, batched by document length).
+- Inputs (`common.encoders.bert_inputs.BertInputs`): queries of at most `query_length` and passages of `passage_length`
   tokens (Sec. 3: 32 and 112, special tokens included). MVA and DE read them apart, each distinct query once
   per batch; CA reads them concatenated.
 """
@@ -20,10 +20,10 @@ import lightning as L
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import Dataset
 
-from common.bert_inputs import BertInputs, BertTripleSplits
-from common.data.source import SourceSpec
-from common.tasks import MISSING_DOCUMENTS, SplitLoaders, TaskSplits
-from common.tokenizer import resolved_tokenizer_task
+from common.encoders.bert_inputs import BertInputs, BertTripleSplits
+from common.data.specs import SourceSpec
+from common.training.tasks import MISSING_DOCUMENTS, SplitLoaders, TaskSplits
+from common.encoders.tokenizers import resolved_tokenizer_task
 
 #: MVA and its baselines of Tables 5 and 6: the dual encoder (DE) and cross-attention (CA).
 ARCHITECTURES = ("mva", "de", "ca")

@@ -27,7 +27,7 @@ Outputs (a new ``--output_dir``, default ``outputs/mva-evaluate-<time>``): ``run
 ``costs.json`` and ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``), metrics.json last.
 
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
-(`common.usage`): the options, the task's names and the store's folder before torch is imported; a checkpoint that
+(`common.refusals`): the options, the task's names and the store's folder before torch is imported; a checkpoint that
 is not of the architecture its option needs once read; a store of another checkpoint or without a candidate once
 opened, before the output folder is created.
 """
@@ -37,9 +37,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from common.store_options import check_candidates, device_name, existing_store, open_store, resolve_device
-from common.task_options import add_task_arguments, fresh_output_dir, resolve_depth, task_spec_from_args
-from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from common.commands.store_options import check_candidates, device_name, existing_store, open_store, resolve_device
+from common.commands.task_options import add_task_arguments, fresh_output_dir, resolve_depth, task_spec_from_args
+from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from mva.index import read_trained
 
 #: Candidates re-ranked per query by a checkpoint without a depth setting: BM25's top 1,000 (Sec. 3).
@@ -118,7 +118,7 @@ def main(argv=None) -> dict:
     check_args(args)
     out = fresh_output_dir(args.output_dir, "mva-evaluate")
     task = task_spec_from_args(args, "task")
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
@@ -132,13 +132,13 @@ def main(argv=None) -> dict:
     if args.rescore is not None:
         rescore_state = read_trained(args.rescore, ("ca",), "--rescore")
 
-    from common.cli import INPUT_ERRORS
+    from common.commands.cli import INPUT_ERRORS
     from common.io import atomic_write
     from common.metrics import evaluate_run
     from common.report import paper_dataset
-    from common.rerank import reranked_run
-    from common.run_outputs import metrics_table, write_results
-    from common.store_scoring import compare_scores, exactness_line, score_pairs
+    from common.data.rerank import reranked_run
+    from common.commands.outputs import metrics_table, write_results
+    from common.stores.scoring import compare_scores, exactness_line, score_pairs
     from mva.data import MVADataModule
     from mva.outputs import PAPER, paper_tables
     from mva.ranker import MEASURES

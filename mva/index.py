@@ -13,14 +13,14 @@ training (the checkpoint's tokenizer and passage length). The command prints the
 the paper's 8.8M passages) or a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok); every
 document is stored, in the collection's order.
 
-Output: a representation store (`common.representations`) in a new ``--output`` folder: ``plan.json``, shards
+Output: a representation store (`common.stores.representations`) in a new ``--output`` folder: ``plan.json``, shards
 of ``--shard_size`` documents, ``manifest.json`` written last. Its identity is the checkpoint file's sha256 and
 the architecture; ``mva.evaluate`` refuses a store of another checkpoint. ``--dtype fp16`` halves the bytes. The
 shards are computed by Lightning ``predict``, split among ``--devices`` and ``--num_nodes``, each written as soon
 as it is done; ``--resume`` finishes a killed build (with the same checkpoint, dtype, collection and shard size).
 
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
-(`common.usage`): the options, the collection's name and the output folder before torch and Lightning are
+(`common.refusals`): the options, the collection's name and the output folder before torch and Lightning are
 imported; a checkpoint that is not MVA's or DE's once read; a collection file that cannot be read once opened.
 """
 
@@ -29,9 +29,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.store_options import DTYPES, add_index_arguments, check_index_args, index_trainer_options, read_collection
-from common.task_options import read_checkpoint
-from common.usage import ArgumentParser, checkpoint_file, usage_error
+from common.commands.store_options import DTYPES, add_index_arguments, check_index_args, index_trainer_options, read_collection
+from common.commands.task_options import read_checkpoint
+from common.refusals import ArgumentParser, checkpoint_file, usage_error
 
 #: What the hyper-parameters of an `mva.train` checkpoint hold.
 _RANKER_KEYS = ("architecture", "projection", "heads", "query_pooling", "doc_pooling")
@@ -68,17 +68,17 @@ def read_trained(path: str | Path, architectures: tuple[str, ...] = ("mva", "de"
 
 
 def main(argv=None):
-    """Build the store the command line names; returns it (a `common.representations.RepresentationStore`) on
+    """Build the store the command line names; returns it (a `common.stores.representations.RepresentationStore`) on
     global rank zero, else None."""
     args = build_parser().parse_args(argv)
     check_index_args(args)
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
     state = read_trained(args.checkpoint)  # torch alone: a foreign checkpoint is refused before Lightning loads
 
-    from common.representations import StoreMismatchError, checkpoint_hash
+    from common.stores.representations import StoreMismatchError, checkpoint_hash
     from mva.store import build_representations, data_encoder, load_ranker, storage_report
 
     encoder = data_encoder(state.get("datamodule_hyper_parameters", {}))

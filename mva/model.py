@@ -1,5 +1,5 @@
 """Multi-Vector Attention (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", EMNLP 2021) as
-plain ``nn.Module`` s; its baselines, the dual encoder (DE) and cross-attention (CA), are `common.bert_rankers`.
+plain ``nn.Module`` s; its baselines, the dual encoder (DE) and cross-attention (CA), are `common.encoders.bert_rankers`.
 
 Read top to bottom: pooling (Sec. 2.2), the MVA scoring head (Sec. 2.1, single- and multi-head), then the model
 that joins them to a BERT-family encoder.

@@ -1,4 +1,4 @@
-"""What `mva.train` writes and prints (`common.run_outputs`: run.trec, task.json, metrics.json, the table with
+"""What `mva.train` writes and prints (`common.commands.outputs`: run.trec, task.json, metrics.json, the table with
 MVA's measures) and the comparison with the paper: every table of the paper is on MS MARCO passage dev (MRR@10);
 anything else gets a line saying there is nothing in the paper to compare with.
 """

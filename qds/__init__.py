@@ -7,6 +7,6 @@ Jiang, Xiong, Lee, Wang; Findings of EMNLP 2020 (../shared/papers/qds-transforme
 - `qds.model`: the LightningModule (Longformer on `common.kernels`, the official head, BCE) and the
   RoBERTa FirstP/MaxP baselines (Table 2);
 - `qds.data`: the LightningDataModule (pointwise training groups, top-100 re-ranking);
-- `qds.checkpoint`: loading the official release; `common.tokenizer`: RoBERTa's or a built-in BPE;
+- `qds.checkpoint`: loading the official release; `common.encoders.tokenizers`: RoBERTa's or a built-in BPE;
 - ``python -m qds.train``, ``python -m qds.evaluate``, ``python -m qds.benchmark`` (Table 5).
 """

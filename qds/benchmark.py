@@ -52,7 +52,7 @@ from common.benchmarking import (
     DEVICES, cuda_peak_mb, max_rss_mb, median_ms, peak_rss_mb, probability, refuse_existing,
     refuse_repeats, reset_peak_rss, resolve_device, rss_mb, run_isolated, write_rows,
 )
-from common.usage import ArgumentParser, output_folder, positive_float, positive_int
+from common.refusals import ArgumentParser, output_folder, positive_float, positive_int
 
 if TYPE_CHECKING:
     import torch
@@ -133,7 +133,7 @@ def build_ranker(system: str, impl: str, n: int, args: dict):
     import torch
     from transformers import RobertaConfig, RobertaModel
 
-    from common.dropout import use_fast_dropout
+    from common.encoders.dropout import use_fast_dropout
     from qds.model import RankingHead, Ranker, build_encoder
 
     torch.manual_seed(args["seed"])
@@ -150,7 +150,7 @@ def build_ranker(system: str, impl: str, n: int, args: dict):
                                 num_heads=args["num_heads"], intermediate_size=args["intermediate_size"],
                                 dropout=args["dropout"], impl=impl)
         pattern = system
-    # Dropout as qds.train's model draws it (`common.dropout`); dense RoBERTa's on the probabilities is SDPA's own.
+    # Dropout as qds.train's model draws it (`common.encoders.dropout`); dense RoBERTa's on the probabilities is SDPA's own.
     return use_fast_dropout(Ranker(encoder, RankingHead(args["hidden_size"], args["dropout"]), pattern))
 
 
@@ -317,7 +317,7 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The options, checked (a bad one ends the command in one line, `common.usage`), with the device and the
+    """The options, checked (a bad one ends the command in one line, `common.refusals`), with the device and the
     model sizes resolved."""
     cpu, cuda = SIZES["cpu"], SIZES["cuda"]
     parser = ArgumentParser(

@@ -1,13 +1,13 @@
-"""`QDSCLI`: the LightningCLI of ``python -m qds.train`` (`common.cli.RankerCLI` with QDS-Transformer's classes).
+"""`QDSCLI`: the LightningCLI of ``python -m qds.train`` (`common.commands.cli.RankerCLI` with QDS-Transformer's classes).
 
-Apart from `qds.train` so that the command's front door (`common.cli_help`) answers ``--help`` and bad
+Apart from `qds.train` so that the command's front door (`common.commands.help`) answers ``--help`` and bad
 options without importing Lightning.
 """
 
 from __future__ import annotations
 
-from common.cli import RankerCLI
-from common.tokenizer import resolved_tokenizer_task
+from common.commands.cli import RankerCLI
+from common.encoders.tokenizers import resolved_tokenizer_task
 from qds import train
 from qds.data import QDSDataModule
 from qds.model import QDSTransformer
@@ -22,7 +22,7 @@ def _run_name(config) -> str:
 
 
 class QDSCLI(RankerCLI):
-    """`common.cli.RankerCLI` for QDS-Transformer: the data module gets the model's pattern, the model its inputs'."""
+    """`common.commands.cli.RankerCLI` for QDS-Transformer: the data module gets the model's pattern, the model its inputs'."""
 
     def __init__(self, args=None, **kwargs):
         super().__init__(

@@ -1,6 +1,6 @@
 """QDS-Transformer's LightningDataModule: pointwise training groups and re-ranking of candidate runs.
 
-- Tasks come from `common.data.source.source_from_spec`: ``builtin:<split>``,
+- Tasks come from `common.data.specs.source_from_spec`: ``builtin:<split>``,
   ``irds:<ir_datasets id>`` (``msmarco-document/train``, ``msmarco-document/dev``,
   ``msmarco-document/trec-dl-2019/judged`` for the paper) or a mapping of TREC files.
 - Training (official ``utils.Data.batch_iter``): every relevant (query, document) pair with
@@ -31,10 +31,10 @@ from torch.utils.data import Dataset
 
 from common.data.formats import Document, Topics
 from common.data.samplers import POSITIVES, PointwiseSampler
-from common.data.source import SourceSpec
-from common.rerank import RerankPairs
-from common.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
-from common.tokenizer import resolved_tokenizer_task
+from common.data.specs import SourceSpec
+from common.data.rerank import RerankPairs
+from common.training.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
+from common.encoders.tokenizers import resolved_tokenizer_task
 from qds.inputs import ALL_PATTERNS, BASELINES, LAYOUTS, InputLayout, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
 
@@ -61,7 +61,7 @@ class Encoder:
     @property
     def tokenizer(self):
         if self._tokenizer is None:
-            from common.tokenizer import load_tokenizer
+            from common.encoders.tokenizers import load_tokenizer
 
             self._tokenizer = load_tokenizer(self.tokenizer_name, task=self.tokenizer_task)
         return self._tokenizer
@@ -163,7 +163,7 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         test_queries: evaluate test on this many queries (None: all; a sample for quick checks).
         relevance_level: lowest qrels label counted relevant, for training and MRR/MAP.
         missing_documents: ``skip`` leaves the documents a task judges or retrieves but its collection lacks
-            out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.tasks`).
+            out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.training.tasks`).
         batch_size: training groups per batch (each is 1 + `negatives` documents).
         eval_batch_size: pairs per evaluation batch.
         num_workers: loader worker processes (0: in the main process).
@@ -205,7 +205,7 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         self.encoder = Encoder(pattern, tokenizer, max_length, max_sentences, max_passages, tokenizer_task, layout)
         self._datasets: dict[str, Dataset] = {}
 
-    # --- datasets (loaders: `common.tasks.SplitLoaders`) ------------------------------------------
+    # --- datasets (loaders: `common.training.tasks.SplitLoaders`) ------------------------------------------
 
     def build_dataset(self, split: str) -> Dataset:
         source = self.source(split)

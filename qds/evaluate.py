@@ -23,7 +23,7 @@ datasets: ``--dataset`` (for files holding one), else the dataset of an ``irds:`
 ``builtin:`` tasks the reported numbers labelled as another dataset's (`qds.outputs.paper_tables`).
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
-written (`common.usage`): the options and the task's names at once, before torch and Lightning are imported
+written (`common.refusals`): the options and the task's names at once, before torch and Lightning are imported
 (seconds); a checkpoint that is not QDS-Transformer's once read, and a malformed task file once the task is
 opened, before the output folder is created.
 """
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import argparse
 
-from common.task_options import (
+from common.commands.task_options import (
     add_task_arguments,
     fresh_output_dir,
     lightning_devices,
@@ -41,7 +41,7 @@ from common.task_options import (
     resolve_depth,
     task_spec_from_args,
 )
-from common.usage import ArgumentParser, checkpoint_file, input_errors, positive_int
+from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int
 
 #: Candidates re-ranked per query by a checkpoint without data settings: the official release's top 100 (Table 2).
 DEFAULT_DEPTH = 100
@@ -74,10 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _implementations() -> list[str]:
     """``--impl``'s choices: those of ``python -m qds.train --model.impl``, from its committed option schema
-    (`common.cli_help`, which a test keeps equal to the model's): the model's own list comes with torch."""
+    (`common.commands.help`, which a test keeps equal to the model's): the model's own list comes with torch."""
     import yaml
 
-    from common.cli_help import command_files
+    from common.commands.help import command_files
 
     _, options = command_files("qds.train")
     return yaml.safe_load(options.read_text())["options"]["--model.impl"]["choices"]
@@ -138,15 +138,15 @@ def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     out = fresh_output_dir(args.output_dir, "qds-evaluate")
     task = task_spec_from_args(args, "candidates")
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
     import lightning as L
 
-    from common.cli import INPUT_ERRORS
+    from common.commands.cli import INPUT_ERRORS
     from common.report import paper_dataset
-    from common.rerank import reranked_run
+    from common.data.rerank import reranked_run
     from qds.data import QDSDataModule
     from qds.outputs import PAPER, metrics_table, paper_tables, write_results
 

@@ -21,7 +21,7 @@ Read top to bottom: the scoring head, the encoders, the ranker, then the Lightni
 
 Work removed, the same functions (issue 15): the rows of a batch are encoded in batches of similar length,
 each cut to its longest row (`Ranker.pooled`), and dropout draws its masks from a quarter of the random numbers
-(`common.dropout`: p rounded to a multiple of 2^-15, another random stream than ``nn.Dropout``'s).
+(`common.encoders.dropout`: p rounded to a multiple of 2^-15, another random stream than ``nn.Dropout``'s).
 
 With no `encoder` name or path the encoder is built from scratch at the given size; that is
 how the built-in default runs (`qds/configs/builtin.yaml`). A BERT encoder (the offline
@@ -40,13 +40,13 @@ from lightning.pytorch.utilities import rank_zero_info
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from common.dropout import use_fast_dropout
+from common.encoders.dropout import use_fast_dropout
 from common.kernels import IMPLEMENTATIONS
 from common.kernels.longformer import use_qds_attention
-from common.length_batches import by_length
+from common.encoders.length_batches import by_length
 from common.metrics import RankingMetrics
-from common.rerank import gather_scores
-from common.rng import rng_states, set_rng_states
+from common.data.rerank import gather_scores
+from common.training.rng import rng_states, set_rng_states
 from qds.inputs import ALL_PATTERNS, BASELINES
 
 #: Measures of Table 2 (TREC DL: nDCG@10 and MAP on test, MRR@10 on dev).
@@ -105,7 +105,7 @@ def build_encoder(
     if encoder is not None:
         from transformers import AutoConfig
 
-        from common.pretrained import resolve
+        from common.encoders.pretrained import resolve
         from qds.pretrained import longformer_from_bert
 
         encoder = resolve(encoder)
@@ -289,7 +289,7 @@ class QDSTransformer(L.LightningModule):
 
 def _vocabulary(tokenizer: str, task) -> tuple[int, int]:
     """Vocabulary size and padding id of a from-scratch encoder's tokenizer."""
-    from common.tokenizer import load_tokenizer
+    from common.encoders.tokenizers import load_tokenizer
 
     vocab = load_tokenizer(tokenizer, task=task)
     return len(vocab), vocab.pad_token_id

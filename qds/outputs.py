@@ -3,7 +3,7 @@
 Conventions (README): ``run.trec``, ``metrics.json`` mapping run name -> measure -> value with
 the BM25 first stage under ``bm25``, and ``task.json`` naming the test task and the paper's dataset
 it is (`common.report.write_task_info`), written atomically and never over an existing file.
-The re-ranked run itself is `common.rerank.reranked_run`'s (documents below the re-ranking depth
+The re-ranked run itself is `common.data.rerank.reranked_run`'s (documents below the re-ranking depth
 keep their first-stage order under the re-ranked ones).
 
 The paper's numbers (`paper_tables`): reproduced vs reported side by side only where the test task is

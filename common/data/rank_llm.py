@@ -18,7 +18,7 @@ One file gives three of a task's four parts:
   its text must then be the same.
 
 The qrels come from their own TREC file (``qrels_path``), as rank_llm's files hold none. Task spec
-(`common.data.source.source_from_spec`): ``{"rank_llm_path": ..., "qrels_path": ..., "name": ...}``.
+(`common.data.specs.source_from_spec`): ``{"rank_llm_path": ..., "qrels_path": ..., "name": ...}``.
 
 Malformed input raises `common.data.formats.DataFormatError` naming the file and the entry
 (JSON holds no line numbers per entry; a JSON syntax error names its line).

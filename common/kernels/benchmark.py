@@ -46,7 +46,7 @@ from common.benchmarking import (
     DEVICES, cpu_description, cuda_peak_mb, max_rss_mb, refuse_repeats, resolve_device, rss_mb, run_isolated,
     spread_ms, times_ms,
 )
-from common.usage import ArgumentParser, output_folder, positive_float, positive_int, usage_error
+from common.refusals import ArgumentParser, output_folder, positive_float, positive_int, usage_error
 
 if TYPE_CHECKING:
     import torch
@@ -262,7 +262,7 @@ def speedups(rows: list[dict], baselines=("sdpa_dense", "hf_longformer")) -> lis
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The options, checked (a bad one ends the command in one line, `common.usage`), with the device resolved.
+    """The options, checked (a bad one ends the command in one line, `common.refusals`), with the device resolved.
     A run in which nothing can be measured (`unmeasurable`) is refused; one in which some can skips the rest."""
     parser = ArgumentParser(
         prog="python -m common.kernels.benchmark",

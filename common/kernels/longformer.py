@@ -69,7 +69,7 @@ class QDSLongformerSelfAttention(nn.Module):
         self.value_global = nn.Linear(config.hidden_size, self.embed_dim)
 
         self.dropout = config.attention_probs_dropout_prob
-        self.output_dropout = nn.Dropout(self.dropout)  # a module, so that common.dropout.use_fast_dropout finds it
+        self.output_dropout = nn.Dropout(self.dropout)  # a module, so that common.encoders.dropout.use_fast_dropout finds it
 
         self.layer_id = layer_id
         # LongformerModel turns an int window into one per layer; a module built alone may get the int.

@@ -65,7 +65,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from common.data.docstore import cache_root
+from common.io import cache_root
 from common.kernels import KernelUnavailableError
 
 #: Band spans and global slots are padded to multiples of 16 fp32 lanes: one AVX-512 register, two AVX2 ones.

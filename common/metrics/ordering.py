@@ -1,4 +1,5 @@
-"""The ranking orders the reference tools impose on a run, and cutting a run at a depth.
+"""The ranking orders the reference tools impose on a run, cutting a run at a depth, and a re-ranked run's
+unscored candidates placed below it.
 
 Both trec_eval and gdeval.pl ignore the rank column: a query's documents are
 sorted by score descending, ties broken by docid descending (byte-wise, which
@@ -16,7 +17,34 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from common.data.formats import ranked
+import numpy as np
+
+def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
+    """One query's ``(docid, score)`` pairs in trec_eval 9.0.8's order.
+
+    trec_eval keeps scores in a C ``float``: documents are sorted by the score
+    rounded to float32, descending, then by docid descending, so two scores that
+    differ only beyond single precision tie. The returned scores are unrounded.
+    """
+    single = np.asarray(list(scores.values()), dtype=np.float32).tolist()
+    order = sorted(zip(single, scores), reverse=True)
+    return [(doc_id, scores[doc_id]) for _, doc_id in order]
+
+
+def with_unscored_below(run: dict[str, dict[str, float]], candidates: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    """`run` (re-ranked scores) with each of its queries' other `candidates` below, in their own order.
+
+    A re-ranker scores a query's top candidates; the rest keep the first-stage order under the
+    lowest re-ranked score (score = floor - rank below it), so the run is as deep as the candidates.
+    `run` is changed in place and returned.
+    """
+    for qid, scored in run.items():
+        floor = min(scored.values())
+        rest = [doc_id for doc_id, _ in ranked(candidates.get(qid, {})) if doc_id not in scored]
+        for rank, doc_id in enumerate(rest, start=1):
+            scored[doc_id] = floor - rank
+    return run
+
 
 Ranking = Callable[[Mapping[str, float]], list[str]]
 

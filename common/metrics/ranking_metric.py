@@ -14,7 +14,7 @@ A (qid, docid) pair seen more than once counts once, with its first score in
 rank order: DistributedSampler pads the last batches by repeating samples.
 
 With `candidates` (a first-stage run), each scored query's unscored candidates are ranked below
-its scored ones in first-stage order (`common.data.formats.with_unscored_below`), as the run a
+its scored ones in first-stage order (`common.metrics.ordering.with_unscored_below`), as the run a
 re-ranker writes: a model that re-ranks the top 30 is then measured on the same full run that its
 ``run.trec`` and ``metrics.json`` hold (MAP over 30 documents and over 100 differ).
 """
@@ -28,7 +28,7 @@ from torch import Tensor
 from torchmetrics import Metric
 from torchmetrics.utilities.data import dim_zero_cat
 
-from common.data.formats import with_unscored_below
+from common.metrics.ordering import with_unscored_below
 from common.metrics.evaluation import Qrels, evaluate_run
 from common.metrics.registry import DEFAULT_MEASURES, parse_measures
 

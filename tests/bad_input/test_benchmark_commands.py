@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from bad_input.refusal import refused
+from tests.bad_input.refusal import refused
 from qds import benchmark as qds_benchmark
 
 CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")

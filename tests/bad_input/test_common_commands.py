@@ -1,5 +1,5 @@
 """``python -m common.data.bm25``, ``common.evaluate``, ``common.data.builtin``, ``common.report`` and
-``common.cli_help`` refuse bad input in one line naming the option, or the file (and line), before anything is
+``common.commands.help`` refuse bad input in one line naming the option, or the file (and line), before anything is
 built or written.
 
 Each case runs the command on files under ``tmp_path/inputs`` (``{in}`` in the arguments and the expected text),
@@ -8,7 +8,7 @@ which must be left as they were.
 
 import pytest
 
-from bad_input.refusal import refused, write_inputs
+from tests.bad_input.refusal import refused, write_inputs
 
 FILES = {
     "docs.tsv": "d1\tthe cat sat\nd2\tdogs chase cats\n",
@@ -169,4 +169,4 @@ def test_report_refuses_a_malformed_reported_csv(tmp_path, inputs, monkeypatch, 
     (["--check", "qds.train"], "unrecognized arguments: qds.train"),
 ])  # fmt: skip
 def test_cli_help_refuses(tmp_path, args, expect):
-    refused("common.cli_help", args, tmp_path, expect)
+    refused("common.commands.help", args, tmp_path, expect)

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 import torch
 
-from bad_input.refusal import refused, write_inputs
+from tests.bad_input.refusal import refused, write_inputs
 
 FILES = {
     "topics.tsv": "q1\tthe cat\nq2\tdogs\n",

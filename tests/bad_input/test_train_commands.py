@@ -1,10 +1,10 @@
 """``python -m qds.train``, ``python -m conformer_kernel.train``, ``python -m earl.train`` and ``python -m mva.train``
-refuse bad options in one line, before anything is built or written: most at the front door (`common.cli_help`),
-the rest at the real parser or on its resolved config (`common.cli.RankerCLI`)."""
+refuse bad options in one line, before anything is built or written: most at the front door (`common.commands.help`),
+the rest at the real parser or on its resolved config (`common.commands.cli.RankerCLI`)."""
 
 import pytest
 
-from bad_input.refusal import refused
+from tests.bad_input.refusal import refused
 
 QDS = [
     (["--model.pattern", "nonsense"], "--model.pattern: must be one of sparse, longformer_qa, qds_s, qds_q, qds, "

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.length_batches import length_batches
+from common.encoders.length_batches import length_batches
 from conformer_kernel.features import Featurizer
 from conformer_kernel.loss import ranknet_loss
 from conformer_kernel.model import (
@@ -25,7 +25,7 @@ from conformer_kernel.model import (
 from conformer_kernel.ranker import ConformerKernel
 from conformer_kernel.vocab import Resources
 
-from gradients import assert_same_gradients
+from tests.gradients import assert_same_gradients
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 

@@ -126,7 +126,7 @@ def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
     from transformers import LongformerConfig, LongformerModel
 
     from qds import evaluate
-    from common.tokenizer import builtin_tokenizer_path, load_tokenizer
+    from common.encoders.tokenizers import builtin_tokenizer_path, load_tokenizer
 
     vocab = len(load_tokenizer("builtin"))
     config = LongformerConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=1,

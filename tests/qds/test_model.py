@@ -9,7 +9,7 @@ from torch import nn
 from qds.inputs import ALL_PATTERNS, build_qds_input, pad, pair_input
 from qds.model import Ranker, RankingHead, build_encoder, count_parameters
 
-from gradients import assert_same_gradients
+from tests.gradients import assert_same_gradients
 
 SIZES = dict(vocab_size=64, pad_token_id=1, max_length=64, window=4, num_layers=2, hidden_size=16, num_heads=2,
              intermediate_size=32)  # fmt: skip

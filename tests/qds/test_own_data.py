@@ -88,10 +88,10 @@ def test_judged_documents_without_text_stop_before_training(tmp_path, without_po
 
 
 def test_a_train_tokenizer_sizes_the_model_and_travels_in_its_hyperparameters(tmp_path, monkeypatch):
-    from common.tokenizer import resolved_tokenizer_task
+    from common.encoders.tokenizers import resolved_tokenizer_task
     from qds.data import QDSDataModule
     from qds.model import QDSTransformer
-    from common.tokenizer import load_tokenizer
+    from common.encoders.tokenizers import load_tokenizer
 
     monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
     root = ensure_builtin()

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from qds.inputs import build_qds_input, pad
-from common.pretrained import bert_special_tokens, minilm_path
+from common.encoders.pretrained import bert_special_tokens, minilm_path
 from qds.pretrained import convert_bert, longformer_from_bert, longformer_positions
 
 pytest.importorskip(

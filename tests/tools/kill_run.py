@@ -24,9 +24,9 @@ import sys
 
 from lightning.pytorch.callbacks import Callback
 
-import common.cli
+import common.commands.cli
 import common.io
-import common.resume
+import common.training.resume
 
 
 def die() -> None:
@@ -100,8 +100,8 @@ def main(command: str, point: str, args: list[str]) -> None:
 
         return writing
 
-    _patch(common.cli.RankerCLI, "instantiate_trainer", instantiate_trainer)
-    _patch(common.resume.AtomicCheckpointIO, "save_checkpoint", save_checkpoint)
+    _patch(common.commands.cli.RankerCLI, "instantiate_trainer", instantiate_trainer)
+    _patch(common.training.resume.AtomicCheckpointIO, "save_checkpoint", save_checkpoint)
     for module in ("common.data.formats", "common.report", "qds.outputs", "conformer_kernel.outputs"):
         _patch(importlib.import_module(module), "atomic_write", atomic_write)
     if kill.moment == "index-shard":

@@ -6,7 +6,7 @@ import pytest
 
 from common.data.formats import DataFormatError, Document, write_qrels
 from common.data.rank_llm import RankLLMSource, read_rank_llm
-from common.data.source import source_from_spec
+from common.data.specs import source_from_spec
 from common.metrics import evaluate_run
 
 ENTRIES = [

@@ -3,7 +3,8 @@
 import pytest
 
 from common.data.formats import write_topics
-from common.data.source import FileSource, TaskSpecError, check_spec, source_from_spec
+from common.data.source import FileSource
+from common.data.specs import TaskSpecError, check_spec, source_from_spec
 
 
 def test_builtin_split():

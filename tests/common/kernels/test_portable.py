@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from cases import CASES, make_inputs, output_and_grads
+from tests.common.kernels.cases import CASES, make_inputs, output_and_grads
 from common.kernels import qds_attention
 from common.kernels.portable import portable_attention
 from common.kernels.reference import reference_attention

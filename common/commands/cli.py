@@ -1,0 +1,326 @@
+"""`RankerCLI`: the LightningCLI of every ``python -m <package>.train``, with the repository's conventions.
+
+Conventions (README, "Conventions every package follows"):
+
+- With no ``--config`` the package's embedded default config runs; ``--config FILE`` replaces it.
+  Every option is a LightningCLI flag; the seed defaults to 0 (a seed fixes everything).
+- ``--output_dir DIR`` (default: a new ``outputs/<run name>-<time>``, printed at the start)
+  receives ``config.yaml`` (resolved, `RankerCLI.write_config`), ``checkpoints/`` and
+  ``logs/metrics.csv``; a folder that is not empty is refused, so a run never writes over another.
+- ``checkpoints/`` holds the best checkpoint on the monitored dev measure (``best-step=N.ckpt``,
+  mode max; `RankerCLI.checkpoint`) and ``last.ckpt``, written every ``--save_every_n_steps``
+  training steps (`common.training.resume.LastCheckpoint`). ``--ckpt_path last --output_dir DIR`` resumes
+  the run in DIR at its ``last.ckpt`` (mid-epoch included) with the settings of its ``config.yaml``
+  (flags given again must not change them) and ends as the uninterrupted run would, byte for byte,
+  wherever it was killed (`common.training.resume`); a finished run (its ``metrics.json`` written) says so.
+  ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
+
+A package subclasses it, passes its classes, default config, run name and monitored measure, and
+adds its argument links in ``add_arguments_to_parser`` after calling ``super()``'s. The CLI only
+builds (``run=False``): the package's ``main`` calls `RankerCLI.fit_and_test` (`write_config`,
+``trainer.fit``, then ``trainer.test`` of the best checkpoint) and writes its test outputs.
+
+Evaluate commands (``python -m <package>.evaluate``) are no LightningCLI: argparse (`common.refusals`) with the
+options of `common.commands.task_options`, the output folder included.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from importlib import import_module
+from pathlib import Path
+
+import yaml
+from jsonargparse import DefaultHelpFormatter, Namespace
+from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_info
+
+from common.data.formats import DataFormatError
+from common.data.specs import TaskSpecError, check_spec
+from common.commands.help import replaces_default_config
+from common.io import atomic_write
+from common.commands.progress import progress_callback
+from common.training.resume import AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_step, discard_unfinished_writes
+from common.commands.run_folder import CONFIG, LAST, resumed_run
+from common.training.tasks import MissingDocumentsError, TaskSplits
+from common.refusals import input_errors, usage_error
+
+#: Settings that say where a run is and how it was started, not what it is: a resumed run may differ in them.
+_RUN_KEYS = {"output_dir", "ckpt_path", "config"}
+_ABSENT = object()
+
+#: Bad data or task input, answered in one line with exit status 2 (`common.refusals.usage_error`).
+INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError)
+
+
+def _flat(tree, prefix: str = "") -> dict:
+    """A config's nested mappings as ``{"a.b.c": value}``."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    flat = {}
+    for key, value in tree.items():
+        flat.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
+    return flat
+
+
+def _shown(value) -> str:
+    return "absent" if value is _ABSENT else yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+
+
+def one_line(message: str) -> str:
+    """A parser error as one line naming the option: jsonargparse's own spreads over several (``Parser key
+    "model.window":``, then the reasons, indented; a Union's alternatives each with its own error)."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    key = re.match(r'Parser key "([^"]+)":\s*', lines[0]) if lines else None
+    if key is not None:
+        lines = [lines[0][key.end():], *lines[1:]]
+    # A Union's alternatives: its subtypes say enough without each one's error.
+    reasons = [line for line in lines if line and not line.startswith(("Errors:", "- ", "Given value type:"))]
+    text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", "; ".join(reasons)).replace("typing.", "")
+    text = text[:1].lower() + text[1:]
+    return f"--{key.group(1)}: {text}" if key is not None else text
+
+
+class CommandHelpFormatter(DefaultHelpFormatter):
+    """``--help`` as committed beside each command (`common.commands.help`): the description keeps its docstring's
+    paragraphs, the repository's files are named relative to it (the same in every checkout), and docstrings'
+    reST quotes (``x``, `x`) are left out (a terminal shows them as they are)."""
+
+    _root = str(Path(__file__).resolve().parents[2]) + os.sep
+
+    def _plain(self, text: str) -> str:
+        return text.replace(self._root, "").replace("`", "")
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        fill = super()._fill_text
+        return "\n\n".join(fill(paragraph, width, indent) for paragraph in re.split(r"\n\s*\n", self._plain(text)))
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return super()._split_lines(self._plain(text), width)
+
+
+class CommandParser(LightningArgumentParser):
+    """The parser of a training command: an error is one line, ``error: <what>`` naming the option, with exit
+    status 2 (`common.refusals.usage_error`), instead of the usage and a message over several lines."""
+
+    def error(self, message: str, ex: Exception | None = None):
+        if not self.exit_on_error:  # a nested parser: its caller catches the exception
+            return super().error(message, ex)
+        usage_error(one_line(message))
+
+
+def _command_text(command: str | None) -> dict:
+    """The parser's program name, short usage and description for ``python -m command``: its module docstring."""
+    if command is None:
+        return {}
+    return {"prog": f"python -m {command}", "description": import_module(command).__doc__,
+            "usage": "%(prog)s [-h] [-c CONFIG] [--print_config[=flags]] [--OPTION VALUE ...]"}
+
+
+class RankerCLI(LightningCLI):
+    """LightningCLI with the output-folder, resume and checkpoint conventions (see the module docstring).
+
+    Args:
+        model_class, datamodule_class: the package's LightningModule and LightningDataModule.
+        default_config: the config file used when no ``--config`` is given.
+        run_name: the name of a run from its parsed config (``qds-<pattern>``), the default
+            output folder being ``outputs/<run_name(config)>-<time>``.
+        monitor: the logged dev measure that selects the best checkpoint (higher is better).
+        command: the module ``python -m`` runs (``qds.train``): ``--help`` names it and shows its docstring.
+        check: what no single option's type rules out, on the parsed config as a dict (a ``config.yaml``): a
+            one-line problem naming the option, refused before anything is built, or None (`common.commands.help`).
+        args: the command line (default: ``sys.argv[1:]``).
+        kwargs: further `LightningCLI` arguments.
+
+    After construction: `output_dir` (created), `resume_from` (None, a checkpoint file, or
+    ``output_dir/checkpoints/last.ckpt`` with ``--ckpt_path last``), `resuming` (whether it is the latter: the
+    test outputs a killed run left may then be replaced), `checkpoint` (the best-on-dev
+    `ModelCheckpoint`), and LightningCLI's `config`, `model`, `datamodule`, `trainer`; after
+    `fit_and_test`, `tested_checkpoint`.
+    """
+
+    def __init__(
+        self,
+        model_class,
+        datamodule_class,
+        *,
+        default_config: Path,
+        run_name: Callable[[Namespace], str],
+        monitor: str,
+        command: str | None = None,
+        check: Callable[[dict], str | None] | None = None,
+        args=None,
+        **kwargs,
+    ):
+        self.run_name, self.monitor, self.check = run_name, monitor, check
+        given = sys.argv[1:] if args is None else args
+        explicit = replaces_default_config(given)
+        self.resumed_dir = resumed_run(given) if isinstance(given, list) else None
+        if self.resumed_dir is not None:  # the run's own settings, which flags given again must not change
+            default_config = self.resumed_dir / CONFIG
+        # No abbreviations (jsonargparse 5 drops them): --model.p would silently be --model.pattern.
+        parser_kwargs = {"default_config_files": [] if explicit else [str(default_config)], "allow_abbrev": False,
+                         "formatter_class": CommandHelpFormatter, **_command_text(command)}
+        parser_kwargs.update(kwargs.pop("parser_kwargs", None) or {})
+        super().__init__(
+            model_class, datamodule_class, args=args, run=False, save_config_callback=None,
+            seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser, **kwargs,
+        )  # fmt: skip
+
+    def add_core_arguments_to_parser(self, parser) -> None:
+        """The model's and data module's options, then the trainer's: ``--help`` lists the package's own first."""
+        parser.add_lightning_class_args(self._model_class, "model", subclass_mode=self.subclass_mode_model)
+        parser.add_lightning_class_args(self._datamodule_class, "data", subclass_mode=self.subclass_mode_data)
+        parser.add_lightning_class_args(self.trainer_class, "trainer")
+        parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
+
+    def parse_arguments(self, parser, args) -> None:
+        """Parse, then refuse what `check` finds in the config (before anything is built or written).
+
+        Values of restricted types (``PositiveInt``...) become plain numbers: they end in checkpoints'
+        hyperparameters, which ``torch.load(weights_only=True)`` loads only of built-in types.
+        """
+        super().parse_arguments(parser, args)
+        for key, value in list(self.config.items()):
+            if isinstance(value, (int, float)) and type(value) not in (int, float, bool):
+                self.config[key] = int(value) if isinstance(value, int) else float(value)
+        problem = self.check(self.config.as_dict()) if self.check else None
+        if problem:
+            usage_error(problem)
+
+    def add_arguments_to_parser(self, parser) -> None:
+        parser.add_argument("--output_dir", type=str | None, default=None,
+                            help="folder for config, checkpoints, run and metrics (default: new outputs/<run>-<time>)")
+        parser.add_argument("--ckpt_path", type=str | None, default=None,
+                            help="'last' resumes the run in --output_dir; or a checkpoint file to start from")
+        parser.add_argument("--save_every_n_steps", type=int, default=100,
+                            help="write checkpoints/last.ckpt every this many training steps (for --ckpt_path last)")
+
+    def _set_seed(self) -> None:
+        # Lightning announces "Seed set to N" before the classes are built, so a bad input would not end in the one
+        # line it should; the seed is in config.yaml.
+        announcer = logging.getLogger("lightning.fabric.utilities.seed")
+        level = announcer.level
+        announcer.setLevel(logging.WARNING)
+        try:
+            super()._set_seed()
+        finally:
+            announcer.setLevel(level)
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config
+        for split in ("train", "dev", "test"):
+            spec = config.data.get(split)
+            if spec is not None:
+                try:
+                    check_spec(spec.as_dict() if isinstance(spec, Namespace) else spec, f"data.{split}")
+                except TaskSpecError as error:
+                    usage_error(str(error))
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
+        self.resume_from = None
+        self.resuming = config.ckpt_path == "last"
+        if self.resuming:
+            if self.resumed_dir is None:  # "last" came from a config file, not the command line
+                usage_error("--ckpt_path last resumes a run: give it and the run's --output_dir on the command line")
+            self.resume_from = self.output_dir / "checkpoints" / LAST
+            self._check_same_settings()
+        else:
+            if self.output_dir.exists() and any(self.output_dir.iterdir()):
+                usage_error(f"{self.output_dir} is not empty: choose a new --output_dir, or pass --ckpt_path last "
+                            "to resume the run in it")
+            self.resume_from = config.ckpt_path
+
+    def _check_same_settings(self) -> None:
+        """A resumed run keeps the settings in its ``config.yaml``: flags given again that change one are refused."""
+        saved = _flat(yaml.safe_load((self.output_dir / CONFIG).read_text()))
+        now = _flat(yaml.safe_load(self.parser.dump(self.config, skip_unset=False)))
+        changed = [k for k in sorted(saved.keys() | now.keys())
+                   if k not in _RUN_KEYS and saved.get(k, _ABSENT) != now.get(k, _ABSENT)]  # fmt: skip
+        if changed:
+            said = "; ".join(f"{k}: {_shown(saved.get(k, _ABSENT))} there, {_shown(now.get(k, _ABSENT))} here"
+                             for k in changed[:3])  # fmt: skip
+            more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
+            usage_error(f"--ckpt_path last resumes {self.output_dir} with its {CONFIG}; other settings given: "
+                        f"{said}{more}")
+
+    def instantiate_classes(self) -> None:
+        """Open and check the data module's tasks first (`common.training.tasks.TaskSplits.check_tasks`), then build the
+        classes: a task's bad file or missing documents end in one line, before anything is built or written.
+
+        The checked data module is the one trained on (the parser's own, built from the same config, is dropped).
+        """
+        checked = None
+        if issubclass(self.datamodule_class, TaskSplits):
+            with input_errors(*INPUT_ERRORS):
+                checked = self.datamodule_class(**self.config.data.as_dict())
+                checked.check_tasks()
+        super().instantiate_classes()
+        if checked is not None:
+            self.datamodule = checked
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        rank_zero_info(f"output folder: {self.output_dir}")
+
+    def instantiate_trainer(self, **kwargs):
+        folder = self.output_dir / "checkpoints"
+        # The best on dev, saved when validation ends (a resumed run rewrites the same file, hence no versions);
+        # and last.ckpt every few steps, to resume from (`common.training.resume`).
+        self.checkpoint = ModelCheckpoint(dirpath=folder, filename="best-{step}", monitor=self.monitor, mode="max",
+                                          enable_version_counter=False)  # fmt: skip
+        last = LastCheckpoint(folder, self.config.save_every_n_steps)
+        configured = self.config_init.trainer.get("callbacks") or []
+        resume_step = checkpoint_step(self.resume_from) if self.config.ckpt_path == "last" else None
+        kwargs.update(
+            default_root_dir=str(self.output_dir),
+            logger=RunLogger(self.output_dir, resume_step),
+            callbacks=[*configured, *self._progress(configured), self.checkpoint, last],
+            plugins=[*(self.config_init.trainer.get("plugins") or []), AtomicCheckpointIO()],
+        )
+        return super().instantiate_trainer(**kwargs)
+
+    def _progress(self, configured: list) -> list:
+        """A step-counting bar in a terminal, progress lines otherwise (`common.commands.progress`); none where it is off or
+        one is configured (Lightning refuses both)."""
+        wanted = self.config_init.trainer.get("enable_progress_bar") is not False
+        if not wanted or any(isinstance(c, ProgressBar) for c in configured):
+            return []
+        return [progress_callback(self.monitor)]
+
+    def write_config(self) -> Path:
+        """Write the resolved config to ``output_dir/config.yaml`` (global rank zero, atomically, if absent)."""
+        path = self.output_dir / CONFIG
+        if self.trainer.is_global_zero and not path.exists():
+            with atomic_write(path) as f:
+                f.write(self.parser.dump(self.config, skip_unset=False))  # nulls too: it is resumed from
+        return path
+
+    def fit_and_test(self) -> bool:
+        """Every training command's sequence: `write_config`, fit (resuming from `resume_from`), then test.
+
+        The test runs where the data module has a test split (``datamodule.has_split("test")``,
+        `common.training.tasks.TaskSplits`), on the checkpoint best on dev, else the last one, else the weights
+        as they are; its path is `tested_checkpoint` (None where there was none or no test), and the
+        model holds its weights afterwards. Returns whether this process goes on to write the test
+        outputs: False without a test split and in every process but global rank zero.
+        """
+        trainer, model, data = self.trainer, self.model, self.datamodule
+        self.write_config()
+        with warnings.catch_warnings():
+            if self.resuming:  # Lightning warns of a checkpoint folder in use: a resumed run's is
+                warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
+                if trainer.is_global_zero:
+                    discard_unfinished_writes(self.output_dir / "checkpoints")
+            trainer.fit(model, datamodule=data, ckpt_path=self.resume_from)
+        self.tested_checkpoint = None
+        if not data.has_split("test"):
+            return False
+        self.tested_checkpoint = self.checkpoint.best_model_path or self.checkpoint.last_model_path or None
+        trainer.test(model, datamodule=data, ckpt_path=self.tested_checkpoint)
+        return trainer.is_global_zero

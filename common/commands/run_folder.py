@@ -1,0 +1,59 @@
+"""A training run's folder, and which run ``--ckpt_path`` names: told from the command line alone.
+
+Checked at a training command's front door (`common.commands.help`), before Lightning is imported, and again by
+`common.commands.cli.RankerCLI`: ``--ckpt_path last --output_dir DIR`` resumes the run in DIR, which needs its
+``config.yaml`` and ``checkpoints/last.ckpt``; a finished run (its ``metrics.json`` written) says so and exits
+with status 0; a ``--ckpt_path FILE`` to start from must be a checkpoint. Anything else is one line and exit
+status 2 (`common.refusals`), with nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from common.refusals import checkpoint_file, usage_error
+
+#: A run's resolved settings, in its output folder.
+CONFIG = "config.yaml"
+#: Written last by a training command's test: a run whose folder holds it has finished.
+FINISHED = "metrics.json"
+#: The checkpoint a run resumes from, in its ``checkpoints/`` folder.
+LAST = "last.ckpt"
+
+
+def flag(given: list[str], name: str) -> str | None:
+    """The value of ``--name`` on a command line (``--name v`` or ``--name=v``; the last one given)."""
+    value = None
+    for i, arg in enumerate(given):
+        if arg == f"--{name}" and i + 1 < len(given):
+            value = given[i + 1]
+        elif arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
+def resumed_run(given: list[str]) -> Path | None:
+    """The folder of the run that ``--ckpt_path last --output_dir DIR`` on the command line `given` resumes; None
+    for a new run (see the module docstring for what is refused)."""
+    ckpt, out = flag(given, "ckpt_path"), flag(given, "output_dir")
+    if ckpt is None:
+        return None
+    if ckpt != "last":
+        try:
+            checkpoint_file(ckpt)
+        except argparse.ArgumentTypeError as error:
+            usage_error(f"--ckpt_path: {error}")
+        return None
+    if out is None:
+        usage_error("--ckpt_path last resumes a run: give its --output_dir")
+    folder = Path(out)
+    if (folder / FINISHED).is_file():
+        print(f"{folder} holds a finished run (its {FINISHED} is written): nothing to resume")
+        sys.stdout.flush()
+        raise SystemExit(0)
+    for needed in (folder / CONFIG, folder / "checkpoints" / LAST):
+        if not needed.is_file():
+            usage_error(f"nothing to resume in {folder}: {needed} does not exist")
+    return folder

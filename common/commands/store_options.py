@@ -1,0 +1,199 @@
+"""Command-line pieces of the commands that build and read representation stores (`common.stores.representations`):
+``earl.index``/``earl.evaluate`` and ``mva.index``/``mva.evaluate``.
+
+- An index command's options after its ``--checkpoint``: `add_index_arguments`, `check_index_args` (before
+  anything is imported), `read_collection` and `index_trainer_options`.
+
+- ``--collection``: the documents to store, a task's name (``builtin:<split>``, ``irds:<id>``) or a collection
+  file (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok): `check_collection` before anything is imported,
+  `open_collection` to read it.
+- ``--store``: `existing_store` (an argparse type: a finished store's folder), `open_store` (built from this very
+  checkpoint file, else one line naming both), `check_candidates` (every candidate to re-rank has rows).
+- ``--device``: `device_name` (an argparse type) and `resolve_device`.
+
+Every refusal is one line naming the option, exit status 2 (`common.refusals`). Nothing here imports torch at
+module level.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from common.data.specs import TaskSpecError, check_spec
+from common.commands.task_options import lightning_devices
+from common.refusals import input_errors, positive_int, usage_error
+
+#: ``--dtype`` -> how a store holds its rows.
+DTYPES = {"fp32": "float32", "fp16": "float16"}
+
+# --- an index command ---------------------------------------------------------------------------------------------
+
+
+def add_index_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--dtype``, ``--collection``, ``--output``, ``--resume``, ``--shard_size``, ``--batch_size`` and Lightning's
+    ``--accelerator``, ``--devices``, ``--num_nodes``."""
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
+    parser.add_argument("--collection", required=True,
+                        help="the documents: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
+                             "(docid<TAB>[title<TAB>]text TSV or JSONL) or a rank_llm candidate file (.json: "
+                             "the text of its hits)")  # fmt: skip
+    parser.add_argument("--output", required=True,
+                        help="a new folder for the store (or an unfinished one with --resume)")
+    parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output")
+    parser.add_argument("--shard_size", type=positive_int, default=1000,
+                        help="documents per written shard (default 1000)")
+    parser.add_argument("--batch_size", type=positive_int, default=128,
+                        help="documents per forward pass of the document encoder (default 128)")
+    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
+    parser.add_argument("--devices", type=lightning_devices, default="auto",
+                        help="Lightning devices; the shards are split among them (default auto)")
+    parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
+
+
+def check_index_args(args: argparse.Namespace) -> None:
+    """What the option types do not check, before anything is imported or read: the collection and an output
+    folder to build the store into."""
+    from common.stores.representations import store_output_problem
+
+    check_collection(args.collection)
+    problem = store_output_problem(Path(args.output), args.resume)
+    if problem:
+        hint = " (pass --resume to finish it)" if "unfinished" in problem else ""
+        usage_error(f"--output: {problem}{hint}")
+
+
+def read_collection(args: argparse.Namespace):
+    """The documents of ``--collection`` and their ids, in its order; a file that cannot be read, or holds no
+    document, ends the command in one line."""
+    from common.commands.cli import INPUT_ERRORS
+    from common.data.formats import DataFormatError
+
+    with input_errors(*INPUT_ERRORS, DataFormatError):
+        documents = open_collection(args.collection)
+        doc_ids = list(documents)
+    if not doc_ids:
+        usage_error(f"--collection: {args.collection} holds no documents")
+    return documents, doc_ids
+
+
+def index_trainer_options(args: argparse.Namespace) -> dict:
+    """``lightning.Trainer`` options of ``--accelerator``, ``--devices`` and ``--num_nodes``."""
+    return {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes}
+
+
+# --- --collection -------------------------------------------------------------------------------------------------
+
+
+def is_collection_task(text: str) -> bool:
+    """Whether ``--collection`` names a task (``builtin:`` or ``irds:``) rather than a collection file."""
+    return text.startswith(("builtin:", "irds:"))
+
+
+def check_collection(text: str) -> None:
+    """``--collection``: a task's name that `common.data.specs.check_spec` accepts, or an existing file; else one
+    line naming the option."""
+    if is_collection_task(text):
+        with input_errors(TaskSpecError):
+            check_spec(text, "--collection")
+    elif Path(text).is_dir():
+        usage_error(f"--collection: {text} is a folder, not a collection file")
+    elif not Path(text).is_file():
+        usage_error(f"--collection: {text} is neither builtin:<split>, irds:<ir_datasets id> nor a collection "
+                    "file: no such file")
+
+
+def is_rank_llm_file(text: str) -> bool:
+    """Whether ``--collection`` names a rank_llm candidate file (one JSON array; a JSONL collection is ``.jsonl``)."""
+    return text.endswith(".json")
+
+
+def open_collection(text: str):
+    """The documents ``--collection`` names (a `common.data.source.DocumentLookup`, iterable over its ids)."""
+    if is_collection_task(text):
+        from common.data.specs import source_from_spec
+
+        return source_from_spec(text).documents()
+    if is_rank_llm_file(text):
+        from common.data.rank_llm import RankLLMSource
+
+        return RankLLMSource(text).documents()
+    from common.data.docstore import DocumentStore
+
+    return DocumentStore.for_collection(text)
+
+
+# --- --store ------------------------------------------------------------------------------------------------------
+
+
+def existing_store(index_command: str):
+    """An argparse type: the folder of a finished store (`common.stores.representations`: its manifest.json) that
+    `index_command` (e.g. ``earl.index``) builds."""
+
+    def store_folder(text: str) -> Path:
+        from common.stores.representations import MANIFEST, PLAN
+
+        folder = Path(text)
+        if not folder.is_dir():
+            raise argparse.ArgumentTypeError(f"no such folder: {text}")
+        if not (folder / MANIFEST).is_file():
+            unfinished = (f" (an unfinished one: finish it with {index_command} --resume)"
+                          if (folder / PLAN).is_file() else "")  # fmt: skip
+            raise argparse.ArgumentTypeError(f"{text} holds no finished {index_command} store (no {MANIFEST})"
+                                             f"{unfinished}")  # fmt: skip
+        return folder
+
+    return store_folder
+
+
+def open_store(folder: Path, checkpoint: Path, index_command: str, strategies: tuple[str, ...]):
+    """The store in `folder`, which must have been built from `checkpoint` (its sha256) with one of `strategies`;
+    else one line naming both, and how to build the right one (`index_command`, e.g. ``earl.index``)."""
+    from common.stores.representations import CorruptStoreError, RepresentationStore, StoreMismatchError, checkpoint_hash
+
+    try:
+        store = RepresentationStore.open(folder, expect={"checkpoint": checkpoint_hash(checkpoint)})
+    except StoreMismatchError as error:
+        usage_error(f"--store: {error} (--checkpoint {checkpoint}); build one with {index_command} --checkpoint "
+                    f"{checkpoint}")
+    except (CorruptStoreError, ValueError) as error:
+        usage_error(f"--store: {error}")
+    if store.identity.get("strategy") not in strategies:
+        usage_error(f"--store: {folder} holds representations of strategy {store.identity.get('strategy')}, not "
+                    f"{' or '.join(strategies)}")
+    return store
+
+
+def check_candidates(store, pairs: list[tuple[str, str]], index_command: str) -> None:
+    """Every re-ranked candidate has rows in `store`; else one line naming the first missing one."""
+    missing = [(qid, doc_id) for qid, doc_id in pairs if doc_id not in store]
+    if missing:
+        qid, doc_id = missing[0]
+        more = len({d for _, d in missing}) - 1
+        others = f" (and {more:,} other candidates)" if more else ""
+        usage_error(f"--store: {store.folder} has no representation of document {doc_id!r}, a candidate of query "
+                    f"{qid!r}{others}: it was built from another collection; build one with {index_command} "
+                    "--collection holding this task's documents")
+
+
+# --- --device -----------------------------------------------------------------------------------------------------
+
+
+def device_name(text: str) -> str:
+    """An argparse type: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``."""
+    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
+        return text
+    raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text}")
+
+
+def resolve_device(name: str):
+    """The torch device of ``--device``; one that this machine lacks ends the command in one line."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and (not torch.cuda.is_available()
+                                    or (":" in name and int(name.split(":")[1]) >= torch.cuda.device_count())):
+        usage_error(f"--device: {name} is not available on this machine")
+    return torch.device(name)

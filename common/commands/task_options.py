@@ -1,0 +1,138 @@
+"""What an evaluate command line names, checked before anything is built: its task, checkpoint, devices, output
+folder and the paper's datasets it may compare with.
+
+An evaluate command adds ``--<option> TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
+its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), and reads the task back as a
+`common.data.specs.SourceSpec`, checked (`task_spec_from_args`). `lightning_devices` is the type of its
+``--devices``, `paper_datasets` its ``--dataset`` choices, `fresh_output_dir` its output folder (new or empty), and
+`read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file, an unknown split or id, a
+used folder, a foreign checkpoint end the command in one line naming the option (`common.refusals`).
+
+Importing it imports only the standard library and `common.data.source`, so that ``--help`` and these errors
+answer at once: pandas comes with `paper_datasets`, torch with `read_checkpoint`, once the arguments are checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pickle
+import re
+import time
+from pathlib import Path
+
+from common.data.specs import SourceSpec, TaskSpecError, check_spec
+from common.refusals import output_folder_problem, usage_error
+
+#: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
+TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
+
+
+def add_task_arguments(parser: argparse.ArgumentParser, option: str = "task",
+                       help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:
+    """Add ``--<option> TASK`` (`help_text`) and, in a group "or a task from files", ``--topics --qrels --run
+    --collection`` (read back by `task_spec_from_args`)."""
+    parser.add_argument(f"--{option}", help=help_text)
+    files = parser.add_argument_group("or a task from files")
+    for name, what in (("topics", "qid<TAB>text"), ("qrels", "qid iter docid label"),
+                       ("run", "the candidates to re-rank: qid Q0 docid rank score tag"),
+                       ("collection", "docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok")):  # fmt: skip
+        files.add_argument(f"--{name}", metavar="FILE", help=what)
+    files.add_argument("--rank_llm", metavar="FILE",
+                       help="a rank_llm candidate file (queries, first-stage hits and their text, e.g. ../shared/data/"
+                            "trec_dl/candidates_with_text/rank_llm.BM25.retrieve_results_dl19.json) with --qrels, "
+                            "in place of --topics, --run and --collection")
+
+
+def task_spec_from_args(args: argparse.Namespace, option: str = "task") -> SourceSpec:
+    """The task of an evaluate command line (`add_task_arguments`): ``args.<option>`` where given, else the
+    `FileSource` mapping of ``--topics/--qrels/--run/--collection``, or the `RankLLMSource` mapping of
+    ``--rank_llm/--qrels``.
+
+    An evaluate command needs all four files: the topics, the qrels it measures with, the candidates it re-ranks
+    (and whose queries it evaluates) and their text; a rank_llm file holds all but the qrels. One not given, a
+    file that does not exist, an unknown split or ir_datasets id end the command in one line naming the option
+    (`common.refusals.usage_error`).
+    """
+    named = getattr(args, option)
+    if named:
+        spec, where = named, f"--{option}"
+    elif args.rank_llm:
+        if not args.qrels:
+            usage_error("--rank_llm: give the qrels it is measured with as --qrels (a rank_llm file holds none)")
+        spec, where = {"rank_llm_path": args.rank_llm, "qrels_path": args.qrels}, "task"
+    else:
+        if not all(getattr(args, name) for name in TASK_FILES):
+            files = [f"--{name}" for name in TASK_FILES]
+            usage_error(f"give --{option} TASK, or {', '.join(files[:-1])} and {files[-1]}, "
+                        "or --rank_llm and --qrels")
+        spec, where = {field: getattr(args, name) for name, field in TASK_FILES.items()}, "task"
+    try:
+        check_spec(spec, where)
+    except TaskSpecError as error:
+        usage_error(_as_flags(str(error)))
+    return spec
+
+
+def resolve_depth(depth: int | None, data_settings: dict, default: int = 100) -> tuple[int, str]:
+    """An evaluate command's re-ranking depth and where it comes from: `depth` (``--depth``), else the checkpoint's
+    data setting ``depth`` (how deep it was trained and evaluated), else `default` (the paper's top 100)."""
+    if depth is not None:
+        return depth, "--depth"
+    if data_settings.get("depth") is not None:
+        return int(data_settings["depth"]), "the checkpoint's data.depth, as in training"
+    return default, f"the checkpoint has no data.depth; the paper's top {default}"
+
+
+def paper_datasets(paper: str, tables: list | None = None) -> list[str]:
+    """``--dataset``'s choices: the datasets `paper`'s `tables` (None: all) report, as `common.report` reads them
+    (pandas, no torch: a package's own list is in its outputs module, which imports its model)."""
+    from common.report import load_reported
+
+    return list(load_reported(paper, table=tables)["dataset"].unique())
+
+
+def lightning_devices(text: str) -> str:
+    """An argparse type: Lightning's ``devices`` as a command line gives them, ``auto``, a number of devices
+    (``-1``: all) or device indices (``0,1``; ``0,`` for index 0 alone); passed on as the text."""
+    indices = text.rstrip(",").split(",")
+    if text == "auto" or re.fullmatch(r"-1|[1-9]\d*", text) or ("," in text and all(i.isdigit() for i in indices)):
+        return text
+    raise argparse.ArgumentTypeError(f"must be auto, a number of devices (-1: all) or device indices such as 0,1; "
+                                     f"got {text}")
+
+
+def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
+    """An evaluate command's output folder: `path` (``--output_dir``), or ``outputs/<default_prefix>-<time>`` where
+    None.
+
+    One that exists and is not empty (a run never writes over another), or is a file, ends the command in one line.
+    It is not created here: the command creates it once its inputs have loaded.
+    """
+    out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
+    problem = output_folder_problem(out)
+    if problem:
+        usage_error(f"--output_dir: {problem}")
+    if out.exists() and any(out.iterdir()):
+        usage_error(f"--output_dir: {out} is not empty: choose a new one")
+    return out
+
+
+def read_checkpoint(path: str | Path, what: str, fits, option: str = "--checkpoint") -> dict:
+    """The contents of checkpoint file `path` (tensors on the CPU), where `fits` (contents -> bool) says it is
+    `what` (``a qds.train checkpoint``); else one line naming the `option` and the file. Imports torch."""
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError) as error:  # what it cannot unpickle; a zip it did not write
+        usage_error(f"{option}: {path} is not a checkpoint torch can read ({type(error).__name__})")
+    if not isinstance(state, dict) or not fits(state):
+        usage_error(f"{option}: {path} is not {what}")
+    return state
+
+
+def _as_flags(message: str) -> str:
+    """`check_spec`'s message about a task from files (``task.topics_path: no such file``) in this command's flags."""
+    for name, field in {**TASK_FILES, "rank_llm": "rank_llm_path"}.items():
+        message = message.replace(f"task.{field}", f"--{name}")
+    return message

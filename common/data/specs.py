@@ -1,0 +1,107 @@
+"""A ranking task as a config names it (`SourceSpec`): checked before anything is built, and opened as the
+`common.data.source.RankingSource` it names (built-in split, ir_datasets id, TREC files or a rank_llm file).
+
+Apart from `common.data.source` because it dispatches to every kind of source, each of which builds on that module.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from common.data.source import FileSource, RankingSource
+
+#: A task as a config value: ``"builtin:<split>"``, ``"irds:<ir_datasets id>"``, a mapping of
+#: `FileSource` fields (`FILE_TASK_KEYS`), or of `common.data.rank_llm.RankLLMSource` fields (`RANK_LLM_KEYS`).
+SourceSpec = str | dict
+
+#: The keys of a task from TREC files; topics_path is required.
+FILE_TASK_KEYS = ("topics_path", "qrels_path", "candidates_path", "collection_path", "name")
+#: The keys of a task from a rank_llm candidate file (topics, candidates and text in one JSON); rank_llm_path is
+#: required.
+RANK_LLM_KEYS = ("rank_llm_path", "qrels_path", "name")
+
+#: How a task is written, for ``--help`` texts and error messages.
+TASK_FORMS = (
+    "builtin:<split> (train, dev, test of the built-in collection); irds:<ir_datasets id>; "
+    "TREC files as nested keys topics_path (qid<TAB>text), qrels_path, candidates_path (a run to re-rank), "
+    "collection_path (TSV or JSONL), name, e.g. --data.train.topics_path T --data.train.qrels_path Q; "
+    "or a rank_llm candidate file: rank_llm_path (JSON of queries, hits and their text), qrels_path, name"
+)
+
+
+class TaskSpecError(ValueError):
+    """A task spec that names no task: the message is one line naming the option and what it accepts."""
+
+
+def check_spec(spec: SourceSpec, option: str = "task") -> None:
+    """Raise `TaskSpecError` where `spec` is malformed or names a file that does not exist.
+
+    Checks the form only (and, for ``irds:``, the id in the registry; nothing is downloaded), so a
+    command can check its tasks before it builds anything. `option` names the spec in the message
+    (``data.train``).
+    """
+    if isinstance(spec, dict):
+        keys = RANK_LLM_KEYS if "rank_llm_path" in spec else FILE_TASK_KEYS
+        unknown = sorted(set(spec) - set(keys))
+        if unknown:
+            bad = ", ".join(f"{option}.{key}" for key in unknown)
+            raise TaskSpecError(
+                f"{bad}: unknown key; a task from files takes {', '.join(FILE_TASK_KEYS)} (topics_path required), "
+                f"one from a rank_llm file takes {', '.join(RANK_LLM_KEYS)} (rank_llm_path required)"
+            )
+        required = keys[0]
+        if spec.get(required) is None:
+            raise TaskSpecError(f"{option}.{required}: missing; a task from files needs topics_path "
+                                f"(and takes {', '.join(FILE_TASK_KEYS[1:])}), or give rank_llm_path")
+        for key in keys:
+            if key.endswith("_path") and spec.get(key) is not None and not Path(spec[key]).is_file():
+                raise TaskSpecError(f"{option}.{key}: no such file: {spec[key]}")
+        return
+    kind, _, value = str(spec).partition(":")
+    if kind == "builtin":
+        from common.data.builtin import SPLITS
+
+        if (value or "test") not in SPLITS:
+            raise TaskSpecError(f"{option}: unknown built-in split {value!r} in {spec!r}; expected one of "
+                                f"{', '.join(f'builtin:{s}' for s in SPLITS)}")
+        return
+    if kind == "irds" and value:
+        from common.data.irds import load_dataset
+
+        try:
+            load_dataset(value)
+        except ValueError as error:
+            raise TaskSpecError(f"{option}: {error}") from None
+        return
+    raise TaskSpecError(f"{option}: cannot read the task {spec!r}; expected {TASK_FORMS}")
+
+
+def source_from_spec(spec: SourceSpec) -> RankingSource:
+    """The `RankingSource` a config names (see `SourceSpec`); a malformed spec raises `TaskSpecError` saying why."""
+    check_spec(spec)
+    if isinstance(spec, dict):
+        if "rank_llm_path" in spec:
+            from common.data.rank_llm import RankLLMSource
+
+            return RankLLMSource(**spec)
+        return FileSource(**spec)
+    kind, _, value = str(spec).partition(":")
+    if kind == "builtin":
+        from common.data.builtin import builtin_source
+
+        return builtin_source(value or "test")
+    from common.data.irds import IrDatasetsSource
+
+    return IrDatasetsSource(value)
+
+
+def source_fingerprint(spec: SourceSpec, source: RankingSource) -> dict:
+    """What identifies a task's data in a cache key: the spec, and each of its files' path, size and time."""
+    files = {}
+    for name in (*FILE_TASK_KEYS, *RANK_LLM_KEYS):
+        path = getattr(source, name, None) if name.endswith("_path") else None
+        if path is not None and Path(path).is_file():
+            stat = os.stat(path)
+            files[name] = [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
+    return {"spec": spec, "files": files}

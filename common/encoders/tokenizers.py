@@ -1,0 +1,140 @@
+"""Tokenizers: RoBERTa's by name or path, or a byte-level BPE trained on the built-in collection or a task's.
+
+The paper's models start from ``roberta-base`` / ``allenai/longformer-base-4096``
+and use RoBERTa's byte-level BPE (the official code calls
+``RobertaTokenizer.from_pretrained('roberta-base')``). The offline built-in
+default trains a model from scratch, so it trains its own byte-level BPE on the
+built-in collection (titles, texts and training queries; a few seconds) with
+RoBERTa's special-token layout (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3,
+``<mask>`` 4), saves it as a Hugging Face tokenizer folder under the cache and
+loads it from there afterwards, so both kinds go through ``from_pretrained``.
+
+``train`` does the same on a task's own collection and queries (a from-scratch model on the user's
+data: the built-in BPE, learnt on generated text, cuts real English into fragments, "flea" into
+``Ġf le a``). The task is the training task (`qds.data.QDSDataModule`'s ``tokenizer_task``, which
+checkpoints keep); the cache folder is named by the task's spec and its files' paths, sizes and
+modification times (`common.data.specs.source_fingerprint`), so a changed file trains a new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
+
+#: Name that selects the BPE trained on the built-in collection (any other value goes to from_pretrained).
+BUILTIN = "builtin"
+#: Name that selects a BPE trained on a task's collection and queries (`task_tokenizer_path`).
+TRAIN = "train"
+SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # RoBERTa's ids 0..4
+#: Bump when the trained tokenizer changes (it names the cache folder).
+VERSION = 1
+
+
+def load_tokenizer(name_or_path: str, *, task=None, vocab_size: int = 8192, seed: int = 0) -> PreTrainedTokenizerBase:
+    """``AutoTokenizer.from_pretrained(name_or_path)``; for ``"builtin"`` the cached built-in BPE, for ``"train"`` the
+    cached BPE of `task` (a `common.data.specs.SourceSpec`)."""
+    if name_or_path == BUILTIN:
+        return AutoTokenizer.from_pretrained(builtin_tokenizer_path(vocab_size=vocab_size, seed=seed))
+    if name_or_path == TRAIN:
+        if task is None:
+            raise ValueError("tokenizer 'train' learns a BPE on the training task: configure data.train")
+        return AutoTokenizer.from_pretrained(task_tokenizer_path(task, vocab_size=vocab_size))
+    from common.encoders.pretrained import bert_special_tokens, resolve
+
+    return bert_special_tokens(AutoTokenizer.from_pretrained(resolve(name_or_path)))
+
+
+def resolved_tokenizer_task(tokenizer: str, tokenizer_task, train):
+    """The task a ``train`` tokenizer learns on (`tokenizer_task`, else the training task `train`; both
+    `common.data.specs.SourceSpec` s); None for other tokenizers. Data modules and CLIs resolve it alike."""
+    if tokenizer != TRAIN:
+        return None
+    return tokenizer_task if tokenizer_task is not None else train
+
+
+def vocabulary(tokenizer: str, task) -> tuple[int, int]:
+    """Vocabulary size and padding id of a from-scratch model's tokenizer."""
+    vocab = load_tokenizer(tokenizer, task=task)
+    return len(vocab), vocab.pad_token_id
+
+
+def builtin_tokenizer_path(vocab_size: int = 8192, seed: int = 0) -> Path:
+    """The folder of the BPE trained on the built-in collection of `seed`, trained on first use."""
+    from common.data.builtin import ensure_builtin
+    from common.io import cache_root
+
+    root = cache_root() / "tokenizers" / f"builtin-seed{seed}-bpe{vocab_size}-v{VERSION}"
+    return _cached_bpe(root, lambda: _builtin_texts(ensure_builtin(seed=seed)), vocab_size)
+
+
+def task_tokenizer_path(task, vocab_size: int = 8192) -> Path:
+    """The folder of the BPE trained on `task`'s documents (title, text) and queries, trained on first use."""
+    from common.io import cache_root
+    from common.data.specs import source_fingerprint, source_from_spec
+
+    source = source_from_spec(task)
+    key = json.dumps([source_fingerprint(task, source), vocab_size, VERSION], sort_keys=True, default=str)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    root = cache_root() / "tokenizers" / f"{_slug(source.name)}-bpe{vocab_size}-{digest}"
+    return _cached_bpe(root, lambda: _task_texts(source), vocab_size)
+
+
+def _cached_bpe(root: Path, texts, vocab_size: int) -> Path:
+    """`root`, holding a BPE trained on ``texts()`` unless it already does.
+
+    The folder is written under a temporary name and renamed into place, so a concurrent caller
+    (another DDP rank) never reads a partial tokenizer; the loser of a race drops its copy.
+    """
+    if (root / "tokenizer.json").is_file():
+        return root
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}."))
+    try:
+        train_bpe(texts(), vocab_size).save_pretrained(tmp)
+        os.rename(tmp, root)
+    except OSError:
+        if not (root / "tokenizer.json").is_file():
+            raise
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            shutil.rmtree(tmp)
+    return root
+
+
+def train_bpe(texts, vocab_size: int) -> PreTrainedTokenizerFast:
+    """A byte-level BPE with RoBERTa's special tokens and post-processing, trained on `texts`."""
+    from tokenizers import ByteLevelBPETokenizer, processors
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
+                            show_progress=False)
+    bpe.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=bpe, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+        mask_token="<mask>", cls_token="<s>", sep_token="</s>",
+    )
+
+
+def _builtin_texts(root: Path):
+    from common.data.formats import iter_collection, read_topics
+
+    for document in iter_collection(root / "collection.jsonl"):
+        yield f"{document.title}\n{document.text}"
+    yield from read_topics(root / "topics.train.tsv").values()
+
+
+def _task_texts(source):
+    for document in source.documents().documents():
+        yield f"{document.title}\n{document.text}"
+    yield from source.topics().values()
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:40]

@@ -1,0 +1,442 @@
+"""Per-document matrices computed once, offline, and read back at query time: EARL's precomputed document
+representations (Gao, Dai, Callan 2020), and those of any package that ranks from stored token vectors (`mva`).
+
+EARL runs its document encoder once over the whole collection and keeps, for each document, a matrix as long
+as the document (tokens x width); at query time the judge reads the candidates' matrices instead of encoding
+them again. A collection holds millions of them and computing them takes GPU days, so the store is built in
+shards that each stand alone once written (a killed build loses the shards in flight, no more), read through
+memory maps (a query touches its candidates' rows, never the whole collection), and it records what built it:
+representations of another checkpoint or strategy have the right shapes and the wrong numbers, a mistake
+nothing downstream would notice, so opening a store checks them (`RepresentationStore.open`, ``expect``).
+
+A store is a folder:
+
+- ``plan.json``, written before the first shard: what is being built. The format version, ``width`` (columns
+  per row), ``dtype`` (``float32`` or ``float16``), ``shard_size`` (documents per shard), ``documents`` and
+  ``doc_ids_sha256`` (of the ordered doc ids), ``identity`` (what made the numbers, as the caller names it: at
+  least ``checkpoint``, a `checkpoint_hash`, and ``strategy``) and ``extra`` (free-form: judge blocks, heads).
+- ``shard-00000.bin``: the rows of shard i's documents, ``doc_ids[i * shard_size : (i + 1) * shard_size]``,
+  one document after another, raw little-endian ``dtype`` in C order, so that ``numpy.memmap`` reads it as
+  it is. A document may have no rows.
+- ``shard-00000.index.json``, written after its ``.bin``: the shard's doc ids, each one's first row and row
+  count, the shard's bytes and the sha256 of its ``.bin``. A shard is done when both files exist and agree.
+- ``manifest.json``, written last: the plan, each shard (file, documents, rows, bytes, sha256) and the totals
+  (rows, bytes, mean bytes per document). A folder without it holds no finished store.
+
+Every file is written atomically (`common.io.atomic_write`), so an interrupted build leaves whole files and
+temporary ones, never half a file under a store's name. A build resumes (``resume=True``) only with its own
+plan, else `StoreMismatchError` names the first difference; it keeps the shards whose checksum is right and
+redoes the others. `common.stores.writer` runs a build through Lightning ``predict``, its shards
+split among devices and nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.io import atomic_write
+from common.refusals import output_folder_problem
+
+#: The layout this module writes and reads; a store of another version is refused, not misread.
+FORMAT = 1
+PLAN, MANIFEST = "plan.json", "manifest.json"
+DTYPES = ("float32", "float16")
+#: Identity keys every store records: without them a store cannot tell what it was built from.
+REQUIRED_IDENTITY = ("checkpoint", "strategy")
+#: The temporary files `atomic_write` leaves of this module's files when killed (``.<name>.<random>.tmp``).
+_TEMPORARY = re.compile(r"\.(plan\.json|manifest\.json|shard-\d+\.(bin|index\.json))\..+\.tmp")
+
+
+class StoreMismatchError(ValueError):
+    """A store (or an unfinished one to resume) built from something other than what the caller needs."""
+
+
+class CorruptStoreError(ValueError):
+    """A store's files that do not agree with its manifest: changed, truncated or damaged."""
+
+
+class MissingRepresentationError(KeyError):
+    """A document id that a store holds no representation of."""
+
+    def __str__(self) -> str:  # KeyError's would be the repr of the message, quotes and all
+        return str(self.args[0])
+
+
+def checkpoint_hash(path: str | os.PathLike) -> str:
+    """The sha256 (hex) of a file's bytes: a store's ``identity["checkpoint"]``."""
+    return _file_sha256(Path(path))
+
+
+def shard_files(shard: int) -> tuple[str, str]:
+    """The names of shard `shard`'s rows and index."""
+    return f"shard-{shard:05d}.bin", f"shard-{shard:05d}.index.json"
+
+
+def store_output_problem(folder: str | os.PathLike, resume: bool = False) -> str | None:
+    """What keeps a store from being built into `folder`, or None, for a command line to check before it runs:
+    a new or empty folder takes one, and with `resume` one holding an unfinished store (its plan)."""
+    folder = Path(folder)
+    problem = output_folder_problem(folder)
+    if problem:
+        return problem
+    if (folder / MANIFEST).exists():
+        return f"{folder} already holds a finished store; open it, or choose a new folder"
+    if (folder / PLAN).exists():
+        return None if resume else f"{folder} holds an unfinished store; resume it, or choose a new folder"
+    if folder.is_dir() and any(not _TEMPORARY.fullmatch(entry.name) for entry in folder.iterdir()):
+        return f"{folder} is not empty; choose a new folder"
+    return None
+
+
+class StoreWriter:
+    """Builds a store into `folder` shard by shard, in any order, from any number of processes.
+
+    Shard i holds ``doc_ids[i * shard_size : (i + 1) * shard_size]`` (`shard_doc_ids`); `pending` lists the shards
+    still to write, `write_shard` writes one, `finish` writes the manifest once all are there. With `resume` an
+    unfinished store of the same plan is finished: its shards whose checksum is right are kept (reading them
+    once), the others redone.
+
+    The plan is written with the first shard rather than here: every process of a distributed build makes its
+    own writer, some only once another is running, and all must find the folder as it was.
+    """
+
+    def __init__(self, folder: str | os.PathLike, *, doc_ids: Sequence[str], width: int, dtype: str,
+                 shard_size: int, identity: dict, extra: dict | None = None, resume: bool = False):
+        self.folder = Path(folder)
+        problem = store_output_problem(self.folder, resume)
+        if problem:
+            raise ValueError(problem)
+        self.doc_ids = list(doc_ids)
+        self.plan = _plan(self.doc_ids, width, dtype, shard_size, identity, extra)
+        self.shard_size, self.width = shard_size, width
+        self._dtype = np.dtype(self.plan["dtype"]).newbyteorder("<")
+        self.num_shards = -(-len(self.doc_ids) // shard_size)
+        self._done: set[int] = set()
+        self._planned = False
+        if (self.folder / PLAN).exists():  # resuming (store_output_problem let it through)
+            _check_plan(self.folder, _read_json(self.folder / PLAN), self.plan)
+            self._planned = True
+            self._done = {i for i in range(self.num_shards) if self._shard_is_whole(i)}
+
+    def shard_doc_ids(self, shard: int) -> list[str]:
+        """The doc ids of shard `shard`, in the order its arrays are written."""
+        if not 0 <= shard < self.num_shards:
+            raise IndexError(f"{self.folder} has shards 0 to {self.num_shards - 1}, not {shard}")
+        return self.doc_ids[shard * self.shard_size : (shard + 1) * self.shard_size]
+
+    def pending(self) -> list[int]:
+        """The shards still to write, in order."""
+        return [i for i in range(self.num_shards) if i not in self._done]
+
+    def write_shard(self, shard: int, arrays: Sequence) -> None:
+        """Write shard `shard`: `arrays` holds a (rows, width) matrix (numpy array or tensor) for each of its
+        documents in `shard_doc_ids` order, cast to the store's dtype."""
+        ids = self.shard_doc_ids(shard)
+        if shard in self._done:
+            raise ValueError(f"shard {shard} of {self.folder} is already written")
+        if len(arrays) != len(ids):
+            raise ValueError(f"shard {shard} has {len(ids)} documents; got {len(arrays)} arrays")
+        matrices = []
+        for doc_id, array in zip(ids, arrays):
+            if hasattr(array, "detach"):  # a torch tensor (bfloat16 has no numpy type: through float32)
+                array = array.detach().float().cpu().numpy()
+            array = np.asarray(array)
+            if array.ndim != 2 or array.shape[1] != self.width:
+                raise ValueError(f"shard {shard}, document {doc_id!r}: expected a (rows, {self.width}) matrix, "
+                                 f"got shape {array.shape}")
+            matrices.append(np.ascontiguousarray(array, dtype=self._dtype))
+        self._write_plan()
+        rows_file, index_file = (self.folder / name for name in shard_files(shard))
+        index_file.unlink(missing_ok=True)  # a redone shard: never an index describing rows it did not hash
+        digest = hashlib.sha256()
+        with atomic_write(rows_file, "wb", overwrite=True) as f:  # overwrites only a shard found broken
+            for matrix in matrices:
+                data = matrix.tobytes()
+                digest.update(data)
+                f.write(data)
+        rows = [len(m) for m in matrices]
+        _write_json(index_file, {"shard": shard, "doc_ids": ids, "offsets": np.cumsum([0, *rows[:-1]]).tolist(),
+                                 "rows": rows, "bytes": sum(m.nbytes for m in matrices),
+                                 "sha256": digest.hexdigest()})
+        self._done.add(shard)
+
+    def finish(self) -> RepresentationStore:
+        """Check that every shard is written (by this process or another) and write the manifest; returns the
+        finished store. Temporary files that killed writes left are removed."""
+        missing = [i for i in range(self.num_shards) if not self._shard_is_whole(i, checksum=False)]
+        if missing:
+            shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+            raise RuntimeError(f"{self.folder}: {len(missing)} of {self.num_shards} shards are not written "
+                               f"({shown}); write them (resume the build) before finishing")
+        self._write_plan()
+        shards = []
+        for i in range(self.num_shards):
+            rows_name, index_name = shard_files(i)
+            index = _read_json(self.folder / index_name)
+            shards.append({"file": rows_name, "index": index_name, "documents": len(index["doc_ids"]),
+                           "rows": sum(index["rows"]), "bytes": index["bytes"], "sha256": index["sha256"]})
+        for entry in self.folder.iterdir():
+            if _TEMPORARY.fullmatch(entry.name):
+                entry.unlink(missing_ok=True)
+        total = sum(s["bytes"] for s in shards)
+        _write_json(self.folder / MANIFEST, {**self.plan, "shards": shards, "rows": sum(s["rows"] for s in shards),
+                                             "bytes": total, "bytes_per_document": total / len(self.doc_ids)})
+        return RepresentationStore.open(self.folder)
+
+    def _write_plan(self) -> None:
+        path = self.folder / PLAN
+        if self._planned:
+            return
+        if not path.exists():
+            try:
+                _write_json(path, self.plan)
+            except FileExistsError:  # another process of the build wrote it first
+                pass
+        _check_plan(self.folder, _read_json(path), self.plan)
+        self._planned = True
+
+    def _shard_is_whole(self, shard: int, checksum: bool = True) -> bool:
+        """Whether shard `shard`'s files exist and agree with each other and the plan (and, with `checksum`, its
+        rows with their sha256)."""
+        rows_file, index_file = (self.folder / name for name in shard_files(shard))
+        try:
+            index = _read_json(index_file)
+            size = rows_file.stat().st_size
+        except (FileNotFoundError, ValueError):
+            return False
+        if (index.get("doc_ids") != self.shard_doc_ids(shard) or size != index.get("bytes")
+                or size != sum(index.get("rows", [])) * self.width * self._dtype.itemsize):
+            return False
+        return not checksum or _file_sha256(rows_file) == index.get("sha256")
+
+
+class RepresentationStore:
+    """A finished store, read-only: ``get(doc_id)`` is that document's (rows, width) matrix, a view of the memory
+    mapped shard (no copy); `padded` batches several for a model. Open one with `open`."""
+
+    #: Shards kept mapped at once: each map holds a file descriptor, and a store may have thousands of shards.
+    MAX_OPEN_SHARDS = 64
+
+    def __init__(self, folder: Path, manifest: dict, doc_ids: list[str], shard_of: np.ndarray,
+                 offsets: np.ndarray, rows: np.ndarray):
+        self.folder, self.manifest, self.doc_ids = folder, manifest, doc_ids
+        self._position = {doc_id: i for i, doc_id in enumerate(doc_ids)}
+        self._shard_of, self._offsets, self._rows = shard_of, offsets, rows
+        self._dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
+        self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike, expect: dict | None = None, verify: bool = False) -> RepresentationStore:
+        """Open the finished store in `folder`.
+
+        `expect` maps identity keys to the values this use needs (``{"checkpoint": checkpoint_hash(path),
+        "strategy": "s1"}``): a store built from anything else raises `StoreMismatchError` naming each difference.
+        `verify` re-reads every shard against its checksum (`CorruptStoreError` names a damaged one); without it
+        only the files' sizes are checked.
+        """
+        folder = Path(folder)
+        if not (folder / MANIFEST).is_file():
+            unfinished = " (an unfinished one: resume its build)" if (folder / PLAN).is_file() else ""
+            raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST}, which a build writes last)"
+                                    f"{unfinished}")
+        manifest = _read_json(folder / MANIFEST)
+        if manifest.get("format") != FORMAT:
+            raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
+                                    f"format {FORMAT}")
+        if expect:
+            _check_identity(folder, manifest["identity"], expect)
+        itemsize = np.dtype(manifest["dtype"]).itemsize
+        doc_ids, shard_of, offsets, rows = [], [], [], []
+        for i, shard in enumerate(manifest["shards"]):
+            index, path = _read_json(folder / shard["index"]), folder / shard["file"]
+            size = path.stat().st_size if path.is_file() else 0
+            if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
+                raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists; "
+                                        "rebuild the store")
+            if index["sha256"] != shard["sha256"] or sum(index["rows"]) != shard["rows"]:
+                raise CorruptStoreError(f"{folder / shard['index']} does not describe the {shard['file']} of the "
+                                        "manifest; rebuild the store")
+            if verify and _file_sha256(path) != shard["sha256"]:
+                raise CorruptStoreError(f"{path}: its checksum is not the manifest's (the file was changed or "
+                                        "damaged); rebuild the store")
+            doc_ids += index["doc_ids"]
+            shard_of += [i] * len(index["doc_ids"])
+            offsets += index["offsets"]
+            rows += index["rows"]
+        if _ids_sha256(doc_ids) != manifest["doc_ids_sha256"]:
+            raise CorruptStoreError(f"{folder}: the shards' doc ids are not the manifest's; rebuild the store")
+        return cls(folder, manifest, doc_ids, np.array(shard_of, dtype=np.int64),
+                   np.array(offsets, dtype=np.int64), np.array(rows, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.doc_ids)
+
+    def __contains__(self, doc_id: object) -> bool:
+        return doc_id in self._position
+
+    @property
+    def width(self) -> int:
+        return self.manifest["width"]
+
+    @property
+    def dtype(self) -> str:
+        """``float32`` or ``float16``, how the rows are stored."""
+        return self.manifest["dtype"]
+
+    @property
+    def identity(self) -> dict:
+        return self.manifest["identity"]
+
+    @property
+    def bytes_per_document(self) -> float:
+        """The mean size of a document's representation, in bytes (the paper's storage cost)."""
+        return self.manifest["bytes_per_document"]
+
+    def get(self, doc_id: str) -> np.ndarray:
+        """Document `doc_id`'s (rows, width) matrix: a read-only view of its shard, not a copy."""
+        position = self._position.get(doc_id)
+        if position is None:
+            raise MissingRepresentationError(f"document {doc_id!r} is not in the store {self.folder} (built for "
+                                             f"{len(self):,} documents)")
+        start = self._offsets[position]
+        return self._shard(int(self._shard_of[position]))[start : start + self._rows[position]]
+
+    def get_many(self, doc_ids: Iterable[str]) -> list[np.ndarray]:
+        return [self.get(doc_id) for doc_id in doc_ids]
+
+    def padded(self, doc_ids: Sequence[str], dtype=None):
+        """The documents' matrices as one zero-padded tensor (B, T, width), T the longest, and a bool mask (B, T),
+        True at real rows; `dtype` defaults to ``torch.float32``."""
+        import torch
+
+        matrices = self.get_many(doc_ids)
+        longest = max((len(m) for m in matrices), default=0)
+        batch = np.zeros((len(matrices), longest, self.width), dtype=self._dtype)
+        mask = np.zeros((len(matrices), longest), dtype=bool)
+        for i, matrix in enumerate(matrices):
+            batch[i, : len(matrix)] = matrix
+            mask[i, : len(matrix)] = True
+        return torch.from_numpy(batch).to(torch.float32 if dtype is None else dtype), torch.from_numpy(mask)
+
+    def _shard(self, shard: int) -> np.ndarray:
+        """Shard `shard`'s rows, mapped on first use; the least recently used map is let go past
+        `MAX_OPEN_SHARDS` (views handed out keep theirs alive)."""
+        rows = self._maps.pop(shard, None)
+        if rows is None:
+            entry = self.manifest["shards"][shard]
+            if entry["rows"]:
+                rows = np.memmap(self.folder / entry["file"], dtype=self._dtype, mode="r",
+                                 shape=(entry["rows"], self.width))
+            else:  # an empty file cannot be mapped
+                rows = np.empty((0, self.width), dtype=self._dtype)
+                rows.flags.writeable = False
+            while len(self._maps) >= self.MAX_OPEN_SHARDS:
+                self._maps.popitem(last=False)
+        self._maps[shard] = rows
+        return rows
+
+
+# --- plans and identities -------------------------------------------------------------------------------
+
+
+def _plan(doc_ids: list[str], width: int, dtype: str, shard_size: int, identity: dict, extra: dict | None) -> dict:
+    """The plan of a store, checking what the caller gives; JSON's view of it (tuples as lists), as read back."""
+    if not doc_ids:
+        raise ValueError("no documents to store")
+    if not all(isinstance(doc_id, str) for doc_id in doc_ids):
+        raise TypeError("document ids must be strings")
+    if len(set(doc_ids)) != len(doc_ids):
+        seen: set[str] = set()
+        duplicate = next(d for d in doc_ids if d in seen or seen.add(d))
+        raise ValueError(f"document {duplicate!r} is listed twice")
+    for name, value in (("width", width), ("shard_size", shard_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    name = np.dtype(dtype).name
+    if name not in DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    absent = [key for key in REQUIRED_IDENTITY if key not in identity]
+    if absent:
+        raise ValueError(f"identity lacks {', '.join(absent)} (what the representations are built from)")
+    return json.loads(json.dumps({"format": FORMAT, "width": width, "dtype": name, "shard_size": shard_size,
+                                  "documents": len(doc_ids), "doc_ids_sha256": _ids_sha256(doc_ids),
+                                  "identity": identity, "extra": extra or {}}))
+
+
+def _check_plan(folder: Path, planned: dict, wanted: dict) -> None:
+    """Raise `StoreMismatchError` naming the first difference of the plan in `folder` from the one wanted."""
+    labels = {"doc_ids_sha256": "doc ids"}
+    pairs = [(labels.get(k, k), planned.get(k), wanted[k]) for k in wanted if k not in ("identity", "extra")]
+    for section, prefix in (("identity", ""), ("extra", "extra.")):
+        have, want = planned.get(section) or {}, wanted[section]
+        pairs += [(prefix + k, have.get(k), want.get(k)) for k in {**want, **have}]
+    for label, have, want in pairs:
+        if have != want:
+            raise StoreMismatchError(f"{folder} holds an unfinished store planned with {label} {_show(have)}; this "
+                                     f"build has {label} {_show(want)} (resume with the same settings, or choose "
+                                     "a new folder)")
+
+
+def _check_identity(folder: Path, identity: dict, expect: dict) -> None:
+    differ = [(key, identity.get(key), value) for key, value in expect.items()
+              if identity.get(key) != json.loads(json.dumps(value))]
+    if differ:
+        built, needed = (_phrase([(key, pair[side]) for key, *pair in differ]) for side in (0, 1))
+        raise StoreMismatchError(f"{folder} was built {'from' if differ[0][0] == 'checkpoint' else 'with'} {built}; "
+                                 f"this needs {needed}")
+
+
+def _phrase(pairs: list[tuple[str, Any]]) -> str:
+    """``checkpoint ab12… with strategy s1, heads 4``."""
+    texts = [f"{key} {_show(value)}" for key, value in pairs]
+    return texts[0] + (f" with {', '.join(texts[1:])}" if texts[1:] else "")
+
+
+def _show(value: Any) -> str:
+    """A value for a message: a hash by its first 12 digits, a missing one as ``none``."""
+    if value is None:
+        return "none"
+    if isinstance(value, str):
+        return f"{value[:12]}…" if re.fullmatch(r"[0-9a-f]{32,}", value) else value
+    return json.dumps(value)
+
+
+# --- files ------------------------------------------------------------------------------------------------
+
+
+def _ids_sha256(doc_ids: Sequence[str]) -> str:
+    return hashlib.sha256(json.dumps(list(doc_ids), ensure_ascii=False).encode()).hexdigest()
+
+
+def _file_sha256(path: Path, chunk: int = 1 << 23) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_json(path: Path, value: dict) -> None:
+    with atomic_write(path) as f:
+        json.dump(value, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+
+
+def _read_json(path: Path) -> dict:
+    """A JSON file's object; ValueError naming the file where it is not one (a file damaged after writing)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"{path}: not a JSON object")
+    return value

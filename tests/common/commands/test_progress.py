@@ -1,0 +1,187 @@
+"""`common.commands.progress`: what the log prints while a tiny model trains and tests, and what the terminal bar counts.
+
+The log's clock is two seconds per training step, so its elapsed and remaining times follow the steps, not the
+machine: the lines can be compared whole.
+"""
+
+import math
+
+import lightning as L
+import pytest
+import torch
+from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
+from torch import nn
+from torch.utils.data import DataLoader, IterableDataset
+
+from common.commands.durations import duration
+from common.commands.progress import ProgressLog, StepProgressBar, progress_callback
+
+pytestmark = [pytest.mark.usefixtures("one_thread"),
+              pytest.mark.filterwarnings("ignore:The '\\w+_dataloader' does not have many workers")]  # fmt: skip
+
+MONITOR = "dev/mrr@10"
+ROWS = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
+
+
+class Tiny(L.LightningModule):
+    """One linear layer; it keeps the loss of each step and the dev measure of each validation, by global step."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(4, 1)
+        self.losses, self.dev = {}, {}
+
+    def training_step(self, batch, batch_idx):
+        loss = self.layer(batch).pow(2).mean()
+        self.log("train/loss", loss)
+        self.losses[self.global_step + 1] = loss.item()  # the step this batch makes
+        return loss
+
+    def validation_step(self, batch, batch_idx):  # one batch: the logged measure is this one
+        value = 1 / (1 + self.layer(batch).pow(2).mean())
+        self.log(MONITOR, value)
+        self.dev[self.global_step] = value.item()
+
+    def test_step(self, batch, batch_idx):
+        self.log("test/mrr@10", self.layer(batch).mean())
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class Unsized(IterableDataset):
+    """The rows, of a number a data loader cannot tell."""
+
+    def __iter__(self):
+        return iter(ROWS)
+
+
+class StepClock:
+    """Two seconds per global step of `trainer`."""
+
+    trainer = None
+
+    def __call__(self) -> float:
+        return 2.0 * self.trainer.global_step if self.trainer else 0.0
+
+
+def trainer_with(callback, tmp_path, clock: StepClock | None = None, **options) -> L.Trainer:
+    settings = dict(max_steps=10, val_check_interval=5, check_val_every_n_epoch=None, log_every_n_steps=1,
+                    logger=False, enable_checkpointing=False, enable_model_summary=False, accelerator="cpu",
+                    default_root_dir=tmp_path)  # fmt: skip
+    trainer = L.Trainer(callbacks=[callback], **{**settings, **options})
+    if clock is not None:
+        clock.trainer = trainer
+    return trainer
+
+
+def log_lines(capsys) -> list[str]:
+    """The log's lines, on stderr (Lightning's own messages go through its logging handler, to the stream it was
+    given on import: not capsys's)."""
+    return capsys.readouterr().err.splitlines()
+
+
+def fit(tmp_path, *, every: float = math.inf, ckpt_path=None, train=ROWS, **options) -> tuple[Tiny, L.Trainer]:
+    clock = StepClock()
+    log = ProgressLog(MONITOR, every=every, clock=clock)
+    model, trainer = Tiny(), trainer_with(log, tmp_path, clock, **options)
+    trainer.fit(model, DataLoader(train, batch_size=1), DataLoader(ROWS, batch_size=16), ckpt_path=ckpt_path)
+    return model, trainer
+
+
+def test_a_line_at_each_validation_and_at_the_end(tmp_path, capsys):
+    model, trainer = fit(tmp_path)
+
+    loss, dev = model.losses, model.dev
+    assert log_lines(capsys) == [
+        "training from step 0 to 10",
+        f"step 5/10 · loss {loss[5]:.4g} · {MONITOR} {dev[5]:.4g} · 10s elapsed · ~10s left",
+        f"step 10/10 · loss {loss[10]:.4g} · {MONITOR} {dev[10]:.4g} · 20s elapsed · ~0s left",
+        f"step 10/10 · loss {loss[10]:.4g} · {MONITOR} {dev[10]:.4g} · 20s elapsed · done",
+    ]
+    # Lightning adds no bar of its own beside it.
+    assert [c for c in trainer.callbacks if isinstance(c, ProgressBar)] == [trainer.progress_bar_callback]
+    assert isinstance(trainer.progress_bar_callback, ProgressLog)
+
+
+def test_lines_every_so_often(tmp_path, capsys):
+    # Every 4 s, which is 2 steps, counted from the last line: a validation's line puts off the next one.
+    model, _ = fit(tmp_path, every=4)
+
+    lines = log_lines(capsys)
+    assert [line.split(" · ")[0] for line in lines[1:]] == [f"step {s}/10" for s in (2, 4, 5, 7, 9, 10, 10)]
+    assert lines[2] == f"step 4/10 · loss {model.losses[4]:.4g} · 8s elapsed · ~12s left"  # no validation yet
+
+
+def test_a_resumed_run_times_its_own_steps(tmp_path, capsys):
+    _, first = fit(tmp_path, max_steps=5)
+    first.save_checkpoint(tmp_path / "at5.ckpt")
+    capsys.readouterr()
+
+    model, _ = fit(tmp_path, every=4, ckpt_path=tmp_path / "at5.ckpt")
+
+    lines = log_lines(capsys)
+    assert lines[0] == "training from step 5 to 10"
+    # Step 7 is 2 steps, 4 s, into this run: 3 steps to go take 6 s.
+    assert f"step 7/10 · loss {model.losses[7]:.4g} · 4s elapsed · ~6s left" in lines
+
+
+def test_a_run_bounded_by_epochs(tmp_path, capsys):
+    fit(tmp_path, max_steps=-1, max_epochs=2, val_check_interval=None, check_val_every_n_epoch=1)
+
+    lines = log_lines(capsys)
+    assert lines[0] == "training from step 0 to 32"
+    assert lines[-1].startswith("step 32/32 · ")
+
+
+def test_a_run_of_unknown_length(tmp_path, capsys):
+    # Neither max_steps nor the number of batches: steps without a total, and no estimate.
+    model, _ = fit(tmp_path, every=4, max_steps=-1, max_epochs=1, train=Unsized(), val_check_interval=None,
+                   check_val_every_n_epoch=1, num_sanity_val_steps=0)  # fmt: skip
+
+    lines = log_lines(capsys)
+    assert lines[0] == "training from step 0"
+    assert lines[1] == f"step 2 · loss {model.losses[2]:.4g} · 4s elapsed"
+    assert not any("left" in line for line in lines)
+
+
+def test_lines_when_the_test_starts_and_ends(tmp_path, capsys):
+    model, trainer = fit(tmp_path, max_steps=2)
+    capsys.readouterr()
+
+    trainer.test(model, DataLoader(ROWS, batch_size=4), verbose=False)
+
+    assert log_lines(capsys) == ["test: 4 batches", "test done: 4 batches in 0s"]
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_the_terminal_bar_counts_steps_to_max_steps(tmp_path, capsys, resume):
+    ckpt = None
+    if resume:
+        _, first = fit(tmp_path, max_steps=5)
+        first.save_checkpoint(ckpt := tmp_path / "at5.ckpt")
+    bar = StepProgressBar(MONITOR)
+    model, trainer = Tiny(), trainer_with(bar, tmp_path)
+
+    trainer.fit(model, DataLoader(ROWS, batch_size=1), DataLoader(ROWS, batch_size=16), ckpt_path=ckpt)
+
+    train = bar.train_progress_bar
+    assert (train.desc, train.initial, train.n, train.total) == ("train: ", 5 if resume else 0, 10, 10)
+    assert train.postfix == f"loss={Tqdm.format_num(model.losses[10])}, {MONITOR}={Tqdm.format_num(model.dev[10])}"
+    assert "10/10" in capsys.readouterr().out  # drawn on stdout, as Lightning's bars
+
+
+def test_progress_callback_picks_by_terminal():
+    assert isinstance(progress_callback(MONITOR, terminal=True), StepProgressBar)
+    log = progress_callback(MONITOR, terminal=False)
+    assert isinstance(log, ProgressLog) and log.monitor == MONITOR
+
+
+def test_progress_callback_logs_where_output_is_captured(capsys):
+    assert isinstance(progress_callback(MONITOR), ProgressLog)  # capsys's streams are no terminal
+
+
+@pytest.mark.parametrize("seconds, shown", [(0.4, "0s"), (45, "45s"), (83, "1m23s"), (7500, "2h05m")])
+def test_duration(seconds, shown):
+    assert duration(seconds) == shown

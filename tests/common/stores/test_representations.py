@@ -1,0 +1,350 @@
+"""common.stores.representations and common.stores.writer: a store's round trip in float32 and float16, its
+files and manifest, resuming after a damaged or killed build (byte for byte the uninterrupted store), the refusal
+of a store built from something else, of a missing document, of a damaged shard and of a folder in use."""
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import numpy as np
+import pytest
+import torch
+
+from common.stores.writer import ShardDataset, build_store
+from common.stores.representations import (
+    CorruptStoreError,
+    MissingRepresentationError,
+    RepresentationStore,
+    StoreMismatchError,
+    StoreWriter,
+    checkpoint_hash,
+    store_output_problem,
+)
+
+WIDTH = 3
+#: Rows of each document: shards of 4 are (3, 1, 0, 7), (2, 5, 1, 4) and (0, 0), the last one an empty file.
+LENGTHS = [3, 1, 0, 7, 2, 5, 1, 4, 0, 0]
+IDS = [f"D{i:03d}" for i in range(len(LENGTHS))]
+CHECKPOINT, OTHER = "ab12" + "0" * 60, "cd34" + "f" * 60
+IDENTITY = {"checkpoint": CHECKPOINT, "strategy": "s1"}
+TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
+
+
+def _matrices(seed: int = 0) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((n, WIDTH)).astype(np.float32) for n in LENGTHS]
+
+
+def _writer(folder, dtype="float32", resume=False, **changes) -> StoreWriter:
+    settings = dict(doc_ids=IDS, width=WIDTH, dtype=dtype, shard_size=4, identity=IDENTITY, extra={"heads": 2})
+    return StoreWriter(folder, **{**settings, **changes}, resume=resume)
+
+
+def _write(writer: StoreWriter, matrices, shards) -> None:
+    for i in shards:
+        writer.write_shard(i, matrices[i * 4 : (i + 1) * 4])
+
+
+def _build(folder, dtype="float32", matrices=None) -> RepresentationStore:
+    writer = _writer(folder, dtype)
+    _write(writer, _matrices() if matrices is None else matrices, [2, 0, 1])  # any order
+    return writer.finish()
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def test_round_trip_float32(tmp_path):
+    matrices = _matrices()
+    store = _build(tmp_path / "store", matrices=matrices)
+    assert sorted(os.listdir(tmp_path / "store")) == [
+        "manifest.json", "plan.json", "shard-00000.bin", "shard-00000.index.json", "shard-00001.bin",
+        "shard-00001.index.json", "shard-00002.bin", "shard-00002.index.json"]  # fmt: skip
+    assert len(store) == 10 and store.doc_ids == IDS and "D004" in store and "D010" not in store
+    assert (store.width, store.dtype, store.identity) == (WIDTH, "float32", IDENTITY)
+    for doc_id, matrix in zip(IDS, matrices):
+        got = store.get(doc_id)
+        assert got.dtype == np.float32 and got.shape == (len(matrix), WIDTH) and np.array_equal(got, matrix)
+        assert not got.flags.writeable
+    assert isinstance(store.get("D003"), np.memmap)  # a view of the mapped shard, not a copy
+    assert all(np.array_equal(a, b) for a, b in zip(store.get_many(["D009", "D001"]), [matrices[9], matrices[1]]))
+
+    batch, mask = store.padded(["D002", "D003", "D001", "D008"])
+    assert batch.dtype == torch.float32 and batch.shape == (4, 7, WIDTH) and mask.dtype == torch.bool
+    assert mask.sum(1).tolist() == [0, 7, 1, 0] and mask[2].tolist() == [True] + [False] * 6
+    assert torch.equal(batch[1], torch.from_numpy(matrices[3]))
+    assert torch.equal(batch[2, :1], torch.from_numpy(matrices[1]))
+    assert not batch[0].any() and not batch[2, 1:].any() and not batch[3].any()
+    empty, none = store.padded(["D008", "D009"])
+    assert empty.shape == (2, 0, WIDTH) and none.shape == (2, 0)
+
+    manifest = json.loads((tmp_path / "store" / "manifest.json").read_text())
+    assert manifest == store.manifest
+    plan = json.loads((tmp_path / "store" / "plan.json").read_text())
+    assert plan == {k: v for k, v in manifest.items() if k not in ("shards", "rows", "bytes", "bytes_per_document")}
+    assert plan["format"] == 1 and plan["shard_size"] == 4 and plan["documents"] == 10
+    assert plan["extra"] == {"heads": 2} and plan["identity"] == IDENTITY
+    assert plan["doc_ids_sha256"] == hashlib.sha256(json.dumps(IDS).encode()).hexdigest()
+    assert [(s["file"], s["documents"], s["rows"], s["bytes"]) for s in manifest["shards"]] == [
+        ("shard-00000.bin", 4, 11, 11 * WIDTH * 4), ("shard-00001.bin", 4, 12, 12 * WIDTH * 4),
+        ("shard-00002.bin", 2, 0, 0)]  # fmt: skip
+    for shard in manifest["shards"]:
+        data = (tmp_path / "store" / shard["file"]).read_bytes()
+        assert len(data) == shard["bytes"] and hashlib.sha256(data).hexdigest() == shard["sha256"]
+    assert (manifest["rows"], manifest["bytes"]) == (23, 23 * WIDTH * 4)
+    assert store.bytes_per_document == manifest["bytes_per_document"] == 23 * WIDTH * 4 / 10
+    first = (tmp_path / "store" / "shard-00000.bin").read_bytes()
+    assert first == np.concatenate(matrices[:4]).astype("<f4").tobytes()  # raw little-endian rows, C order
+    index = json.loads((tmp_path / "store" / "shard-00001.index.json").read_text())
+    assert (index["doc_ids"], index["offsets"], index["rows"]) == (IDS[4:8], [0, 2, 7, 8], [2, 5, 1, 4])
+
+
+def test_round_trip_float16(tmp_path):
+    matrices = [m * 1000 for m in _matrices(1)]  # values float16 rounds
+    store = _build(tmp_path / "store", "float16", matrices)
+    assert store.dtype == "float16" and store.manifest["bytes"] == 23 * WIDTH * 2
+    for doc_id, matrix in zip(IDS, matrices):
+        assert store.get(doc_id).dtype == np.float16 and np.array_equal(store.get(doc_id), matrix.astype(np.float16))
+    assert not np.array_equal(matrices[0].astype(np.float16).astype(np.float32), matrices[0])
+    batch, _ = store.padded(["D003"], dtype=torch.float16)
+    assert batch.dtype == torch.float16 and torch.equal(batch[0], torch.from_numpy(matrices[3].astype(np.float16)))
+
+
+def test_tensors_and_any_float_are_cast_to_the_store_dtype(tmp_path):
+    writer = _writer(tmp_path / "store", shard_size=10)
+    matrices = _matrices()
+    arrays = [torch.from_numpy(m).to(torch.bfloat16) if i % 2 else m.astype(np.float64) for i, m in enumerate(matrices)]
+    writer.write_shard(0, arrays)
+    store = writer.finish()
+    assert np.array_equal(store.get("D000"), matrices[0])
+    assert np.array_equal(store.get("D003"), torch.from_numpy(matrices[3]).to(torch.bfloat16).float().numpy())
+
+
+def test_many_shards_with_few_open_at_once(tmp_path, monkeypatch):
+    store = _build(tmp_path / "store")
+    monkeypatch.setattr(store, "MAX_OPEN_SHARDS", 1)
+    held = [store.get(doc_id) for doc_id in IDS]  # each shard mapped, let go, mapped again
+    assert len(store._maps) == 1
+    assert all(np.array_equal(a, b) for a, b in zip(held, _matrices()))
+
+
+def test_write_shard_checks_its_arrays(tmp_path):
+    writer = _writer(tmp_path / "store")
+    matrices = _matrices()
+    with pytest.raises(ValueError, match="shard 0 has 4 documents; got 3 arrays"):
+        writer.write_shard(0, matrices[:3])
+    with pytest.raises(ValueError, match=r"document 'D001': expected a \(rows, 3\) matrix, got shape \(1, 4\)"):
+        writer.write_shard(0, [matrices[0], np.zeros((1, 4)), matrices[2], matrices[3]])
+    with pytest.raises(ValueError, match=r"got shape \(3,\)"):
+        writer.write_shard(0, [np.zeros(3), *matrices[1:4]])
+    with pytest.raises(IndexError, match="shards 0 to 2, not 3"):
+        writer.write_shard(3, [])
+    assert not (tmp_path / "store").exists()  # nothing written yet: not even the plan
+    writer.write_shard(1, matrices[4:8])
+    with pytest.raises(ValueError, match="shard 1 of .* is already written"):
+        writer.write_shard(1, matrices[4:8])
+    with pytest.raises(RuntimeError, match=r"2 of 3 shards are not written \(0, 2\)"):
+        writer.finish()
+    assert writer.pending() == [0, 2] and not (tmp_path / "store" / "manifest.json").exists()
+
+
+@pytest.mark.parametrize("settings, message", [
+    (dict(doc_ids=[]), "no documents"),
+    (dict(doc_ids=["a", "b", "a"]), "'a' is listed twice"),
+    (dict(width=0), "width must be a positive integer"),
+    (dict(shard_size=2.5), "shard_size must be a positive integer"),
+    (dict(dtype="int8"), "dtype must be one of float32, float16"),
+    (dict(identity={"checkpoint": CHECKPOINT}), "identity lacks strategy"),
+])  # fmt: skip
+def test_bad_plans_are_refused(tmp_path, settings, message):
+    with pytest.raises(ValueError, match=message):
+        _writer(tmp_path / "store", **settings)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "index missing", "byte flipped"])
+def test_resume_redoes_missing_and_damaged_shards(tmp_path, damage):
+    matrices = _matrices()[:8] + [np.ones((2, WIDTH)) * k for k in range(6)]
+    ids = [f"D{i:03d}" for i in range(14)]  # 4 shards: 4, 4, 4, 2 documents
+    whole = _writer(tmp_path / "whole", doc_ids=ids)
+    _write(whole, matrices, [0, 1, 2, 3])
+    uninterrupted = whole.finish()
+
+    killed = _writer(tmp_path / "killed", doc_ids=ids)
+    _write(killed, matrices, [0, 2])
+    shard = tmp_path / "killed" / "shard-00002.bin"
+    if damage == "truncated":
+        shard.write_bytes(shard.read_bytes()[:50])
+    elif damage == "index missing":  # killed between the .bin and its index
+        (tmp_path / "killed" / "shard-00002.index.json").unlink()
+    else:
+        data = bytearray(shard.read_bytes())
+        data[7] ^= 0x10
+        shard.write_bytes(bytes(data))
+    (tmp_path / "killed" / ".shard-00001.bin.x1y2z3.tmp").write_bytes(b"half a shard")  # a write killed midway
+
+    assert store_output_problem(tmp_path / "killed") == f"{tmp_path / 'killed'} holds an unfinished store; " \
+                                                         "resume it, or choose a new folder"
+    with pytest.raises(ValueError, match="holds an unfinished store"):
+        _writer(tmp_path / "killed", doc_ids=ids)
+    resumed = _writer(tmp_path / "killed", doc_ids=ids, resume=True)
+    assert resumed.pending() == [1, 2, 3]
+    _write(resumed, matrices, [3, 1, 2])
+    store = resumed.finish()
+    assert store.manifest == uninterrupted.manifest  # the same checksums
+    assert _files(tmp_path / "killed") == _files(tmp_path / "whole")  # temporary file removed, every byte the same
+
+
+def _toy_arrays(doc_ids: list[str]) -> list[np.ndarray]:
+    """Deterministic matrices from the document's number: k % 4 rows (none for every fourth), of value k.j."""
+    return [np.full((k % 4, 4), k, dtype=np.float32) + np.arange(4, dtype=np.float32) / 10
+            for k in (int(doc_id[1:]) for doc_id in doc_ids)]
+
+
+class Toy(L.LightningModule):
+    """A representation module as `build_store` wants one; `kill_at` SIGKILLs the process in that shard's step."""
+
+    def __init__(self, writer: StoreWriter, kill_at: int | None = None):
+        super().__init__()
+        self.writer, self.kill_at = writer, kill_at
+
+    def predict_step(self, shard_index: int):
+        if shard_index == self.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return shard_index, _toy_arrays(self.writer.shard_doc_ids(shard_index))
+
+
+TOY_IDS = [f"T{i:02d}" for i in range(23)]  # 4 shards of 6: 6, 6, 6, 5 documents
+
+
+def _toy_writer(folder, resume=False) -> StoreWriter:
+    return StoreWriter(folder, doc_ids=TOY_IDS, width=4, dtype="float16", shard_size=6,
+                       identity={"checkpoint": CHECKPOINT, "strategy": "toy"}, resume=resume)
+
+
+def toy_build(folder, kill_at=None, resume=False) -> RepresentationStore | None:
+    writer = _toy_writer(folder, resume)
+    return build_store(Toy(writer, kill_at), writer, TRAINER)
+
+
+def test_a_build_killed_by_sigkill_resumes_to_the_uninterrupted_store(tmp_path):
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); "
+            f"from test_representations import toy_build; toy_build({str(tmp_path / 'killed')!r}, kill_at=2)")
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert sorted(os.listdir(tmp_path / "killed")) == [
+        "plan.json", "shard-00000.bin", "shard-00000.index.json", "shard-00001.bin", "shard-00001.index.json"]
+    assert _toy_writer(tmp_path / "killed", resume=True).pending() == [2, 3]
+
+    whole = toy_build(tmp_path / "whole")
+    resumed = toy_build(tmp_path / "killed", resume=True)
+    assert _files(tmp_path / "killed") == _files(tmp_path / "whole")
+    assert resumed.manifest == whole.manifest and resumed.manifest["rows"] == sum(i % 4 for i in range(23))
+    for doc_id, matrix in zip(TOY_IDS, _toy_arrays(TOY_IDS)):
+        assert np.array_equal(resumed.get(doc_id), matrix.astype(np.float16))
+    with pytest.raises(ValueError, match="already holds a finished store"):
+        toy_build(tmp_path / "killed", resume=True)
+
+
+def test_shard_dataset_gives_one_pending_shard_per_step():
+    dataset = ShardDataset([1, 4, 5])
+    assert len(dataset) == 3 and [dataset[i] for i in range(3)] == [1, 4, 5]
+    loader = torch.utils.data.DataLoader(dataset, batch_size=1, collate_fn=ShardDataset.collate)
+    assert list(loader) == [1, 4, 5]
+
+
+def test_a_store_of_another_checkpoint_or_strategy_is_refused(tmp_path):
+    folder = tmp_path / "store"
+    _build(folder)
+    assert len(RepresentationStore.open(folder, expect=IDENTITY)) == 10
+    with pytest.raises(StoreMismatchError) as error:
+        RepresentationStore.open(folder, expect={"checkpoint": OTHER})
+    assert str(error.value) == (f"{folder} was built from checkpoint ab1200000000…; "
+                                "this needs checkpoint cd34ffffffff…")
+    with pytest.raises(StoreMismatchError) as error:
+        RepresentationStore.open(folder, expect={"checkpoint": OTHER, "strategy": "s2"})
+    assert str(error.value) == (f"{folder} was built from checkpoint ab1200000000… with strategy s1; "
+                                "this needs checkpoint cd34ffffffff… with strategy s2")
+    with pytest.raises(StoreMismatchError, match=r"was built with strategy s1; this needs strategy s2\Z"):
+        RepresentationStore.open(folder, expect={"checkpoint": CHECKPOINT, "strategy": "s2"})
+    assert isinstance(error.value, ValueError)
+
+
+@pytest.mark.parametrize("change, difference", [
+    (dict(identity={"checkpoint": CHECKPOINT, "strategy": "s2"}), "strategy s1; this build has strategy s2"),
+    (dict(identity={"checkpoint": OTHER, "strategy": "s1"}), "checkpoint ab1200000000…; this build has checkpoint cd"),
+    (dict(doc_ids=IDS[::-1]), "doc ids [0-9a-f]{12}…; this build has doc ids [0-9a-f]{12}…"),
+    (dict(doc_ids=IDS[:9]), "documents 10; this build has documents 9"),
+    (dict(width=4), "width 3; this build has width 4"),
+    (dict(dtype="float16"), "dtype float32; this build has dtype float16"),
+    (dict(shard_size=5), "shard_size 4; this build has shard_size 5"),
+    (dict(extra={"heads": 4}), "extra.heads 2; this build has extra.heads 4"),
+])  # fmt: skip
+def test_resuming_another_plan_is_refused(tmp_path, change, difference):
+    _write(_writer(tmp_path / "store"), _matrices(), [0])
+    with pytest.raises(StoreMismatchError, match=f"holds an unfinished store planned with {difference}"):
+        _writer(tmp_path / "store", resume=True, **change)
+
+
+def test_a_missing_document_is_named(tmp_path):
+    store = _build(tmp_path / "store")
+    with pytest.raises(MissingRepresentationError) as error:
+        store.get("nope")
+    assert str(error.value) == f"document 'nope' is not in the store {tmp_path / 'store'} (built for 10 documents)"
+    assert isinstance(error.value, KeyError)
+    with pytest.raises(MissingRepresentationError, match="'D999'"):
+        store.padded(["D001", "D999"])
+
+
+def test_a_damaged_shard_is_found(tmp_path):
+    folder = tmp_path / "store"
+    _build(folder)
+    shard = folder / "shard-00001.bin"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 0x01
+    shard.write_bytes(bytes(data))
+    assert np.array_equal(RepresentationStore.open(folder).get("D000"), _matrices()[0])  # sizes only
+    with pytest.raises(CorruptStoreError, match=r"shard-00001\.bin: its checksum is not the manifest's"):
+        RepresentationStore.open(folder, verify=True)
+    shard.write_bytes(bytes(data[:-4]))
+    with pytest.raises(CorruptStoreError, match=rf"shard-00001\.bin: {len(data) - 4} bytes, not the {len(data)}"):
+        RepresentationStore.open(folder)
+
+
+def test_folders_in_use_are_refused(tmp_path):
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    (stray / "notes.txt").write_text("mine")
+    for resume in (False, True):
+        assert store_output_problem(stray, resume) == f"{stray} is not empty; choose a new folder"
+        with pytest.raises(ValueError, match=f"^{stray} is not empty; choose a new folder$"):
+            _writer(stray, resume=resume)
+    finished = tmp_path / "finished"
+    _build(finished)
+    for resume in (False, True):
+        with pytest.raises(ValueError, match="already holds a finished store; open it, or choose a new folder"):
+            _writer(finished, resume=resume)
+    (tmp_path / "file").write_text("")
+    assert store_output_problem(tmp_path / "file") == f"{tmp_path / 'file'} is a file, not a folder"
+    with pytest.raises(FileNotFoundError, match=f"{stray} holds no finished store"):
+        RepresentationStore.open(stray)
+
+    leftover = tmp_path / "leftover"  # killed while writing its plan: as good as empty
+    leftover.mkdir()
+    (leftover / ".plan.json.abc123.tmp").write_text("{")
+    assert store_output_problem(leftover) is None and store_output_problem(tmp_path / "new") is None
+    _write(_writer(leftover), _matrices(), [0])
+    with pytest.raises(FileNotFoundError, match=r"no finished store .*an unfinished one: resume its build"):
+        RepresentationStore.open(leftover)
+
+
+def test_checkpoint_hash_is_the_sha256_of_the_file(tmp_path):
+    path = tmp_path / "model.ckpt"
+    data = np.random.default_rng(0).bytes(3 << 20)
+    path.write_bytes(data)
+    assert checkpoint_hash(path) == hashlib.sha256(data).hexdigest()

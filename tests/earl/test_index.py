@@ -1,0 +1,300 @@
+"""``python -m earl.index`` and ``python -m earl.evaluate`` (EARL, Sec. 3.3): stores of S1 (D) and S2 (D', Eq. 25)
+score as end-to-end EARL does, and cost what they should.
+
+- fp32 S1 and S2 stores of the built-in test collection give the end-to-end scores within 1e-5 on the same
+  (qid, docid) pairs, and their run files rank the same; an fp16 store takes exactly half the bytes and moves the
+  scores by little (the difference is printed);
+- S2's bytes per document are exactly 2·K times S1's (the manifests);
+- a build killed by SIGKILL mid-way and finished with ``--resume`` is the uninterrupted store, byte for byte;
+- refusals, one line with exit status 2 and nothing written: a store of another checkpoint, ``--strategy s3``, a
+  used ``--output``, a BERT ranker's checkpoint to index, a candidate missing from the store.
+
+The model is a tiny EARL (T_doc and T_qry of one layer, h = 8, K = 2 judge blocks) with random weights, scaled up so
+that the candidates' scores spread; the collection is `builtin:test` (3,000 passages), evaluated on 5 queries at
+depth 10. Scoring runs on the CPU with one thread (tests/conftest.py).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from tests.bad_input.refusal import refused_in_process
+
+from common.data.docstore import DocumentStore
+from common.data.formats import read_run, write_collection
+from common.data.specs import source_from_spec
+from common.stores.representations import RepresentationStore, checkpoint_hash
+from earl import evaluate, index
+from earl.data import EARLDataModule
+from earl.ranker import EARLRanker
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+HIDDEN, BLOCKS = 8, 2
+DATA = {"train": "builtin:train", "dev": None, "test": "builtin:test", "architecture": "earl", "tokenizer": "builtin",
+        "tokenizer_task": None, "query_length": 12, "passage_length": 96, "depth": 10, "relevance_level": 1,
+        "seed": 0}  # fmt: skip
+QUERIES, DEPTH = 5, 10
+CPU = ["--accelerator", "cpu", "--devices", "1"]
+
+
+def save_checkpoint(path: Path, architecture: str = "earl", seed: int = 0) -> Path:
+    """What `earl.train`'s checkpoints hold, as far as the commands read them: a tiny ranker's weights (every
+    matrix redrawn with a large spread), its hyper-parameters and the data settings."""
+    torch.manual_seed(seed)
+    ranker = EARLRanker(architecture=architecture, num_layers=1, hidden_size=HIDDEN, num_heads=2, intermediate_size=16,
+                        num_blocks=BLOCKS, query_layers=1)  # fmt: skip
+    with torch.no_grad():
+        for parameter in ranker.parameters():
+            if parameter.ndim > 1:
+                parameter.normal_(0, 0.3)
+    torch.save({"state_dict": ranker.state_dict(), "hyper_parameters": dict(ranker.hparams),
+                "datamodule_hyper_parameters": DATA, "pytorch-lightning_version": L.__version__}, path)
+    return path
+
+
+def build(checkpoint: Path, strategy: str, output: Path, collection: str, *extra: str):
+    return index.main(["--checkpoint", str(checkpoint), "--strategy", strategy, "--collection", collection,
+                       "--output", str(output), *extra, *CPU])  # fmt: skip
+
+
+def run_evaluate(checkpoint: Path, output: Path, *extra: str) -> dict:
+    return evaluate.main(["--checkpoint", str(checkpoint), "--task", "builtin:test", "--test_queries", str(QUERIES),
+                          "--depth", str(DEPTH), "--device", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, one_thread):
+    """The checkpoint, fp32 S1 and S2 stores of builtin:test, the evaluated pairs, and a collection file of just
+    their documents with its fp32 and fp16 S1 stores (shards of 8); the collection's cached document store is
+    removed afterwards."""
+    root = tmp_path_factory.mktemp("earl")
+    checkpoint = save_checkpoint(root / "earl.ckpt")
+    stores = {s: build(checkpoint, s, root / s, "builtin:test", "--shard_size", "1000", "--batch_size", "256")
+              for s in ("s1", "s2")}  # fmt: skip
+    data = EARLDataModule(**{**DATA, "train": None, "test_queries": QUERIES})
+    pairs = data.eval_pairs("test")
+    documents = source_from_spec("builtin:test").documents()
+    subset = root / "subset.jsonl"
+    write_collection(subset, documents.get_many(sorted({d for _, d in pairs})))
+    for dtype in ("fp32", "fp16"):
+        stores[f"subset_{dtype}"] = build(checkpoint, "s1", root / f"subset_{dtype}", str(subset), "--dtype", dtype,
+                                          "--shard_size", "8", "--batch_size", "3")  # fmt: skip
+    yield {"root": root, "checkpoint": checkpoint, "stores": stores, "pairs": pairs, "subset": subset}
+    DocumentStore.for_collection(subset).path.unlink()  # the collection file's cached document store
+
+
+def reranked_scores(folder: Path, pairs) -> dict[tuple[str, str], float]:
+    """The scores run.trec in `folder` gives the re-ranked pairs."""
+    run = read_run(folder / "run.trec")
+    return {(qid, doc_id): run[qid][doc_id] for qid, doc_id in pairs}
+
+
+def rankings(folder: Path) -> dict[str, list[str]]:
+    ranked = {}
+    with open(folder / "run.trec") as f:
+        for line in f:
+            qid, _, doc_id, *_ = line.split()
+            ranked.setdefault(qid, []).append(doc_id)
+    return ranked
+
+
+# --- exactness ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def end_to_end(built):
+    folder = built["root"] / "end_to_end"
+    metrics = run_evaluate(built["checkpoint"], folder)
+    return folder, metrics
+
+
+@pytest.mark.parametrize("strategy", ["s1", "s2"])
+def test_fp32_stores_score_as_end_to_end(built, end_to_end, strategy, capsys):
+    folder, metrics = end_to_end
+    stored = built["root"] / f"evaluate_{strategy}"
+    store_metrics = run_evaluate(built["checkpoint"], stored, "--store", str(built["root"] / strategy),
+                                 "--compare_end_to_end")  # fmt: skip
+    printed = capsys.readouterr().out
+    assert f"{strategy.upper()} store (float32) vs end to end, 50 pairs of 5 queries: largest |score difference|" in printed
+    pairs = built["pairs"]
+    assert len(pairs) == QUERIES * DEPTH
+    mine, reference = reranked_scores(stored, pairs), reranked_scores(folder, pairs)
+    assert max(abs(mine[p] - reference[p]) for p in pairs) < 1e-5
+    assert len({round(s, 3) for s in reference.values()}) > 40  # scores that spread: the ranking means something
+    assert rankings(stored) == rankings(folder)
+    name = "earl_cls"
+    assert store_metrics[name] == pytest.approx(metrics[name], abs=1e-9)
+    assert store_metrics[f"{name}_end_to_end"] == metrics[name]  # the same pairs, scored the same way
+    report = json.loads((stored / "exactness.json").read_text())
+    assert report["strategy"] == strategy and report["dtype"] == "float32" and report["pairs"] == 50
+    assert report["max_abs_score_difference"] < 1e-5 and report["queries_reordered"] == 0
+    assert report["ndcg_cut_10_change"] == pytest.approx(0, abs=1e-12)
+    assert sorted(p.name for p in stored.iterdir()) == ["exactness.json", "metrics.json", "run.trec", "task.json"]
+
+
+def test_an_fp16_store_takes_half_the_bytes_and_moves_scores_little(built, capsys):
+    fp32, fp16 = built["stores"]["subset_fp32"], built["stores"]["subset_fp16"]
+    assert fp16.dtype == "float16" and fp16.manifest["rows"] == fp32.manifest["rows"]
+    assert 2 * fp16.manifest["bytes"] == fp32.manifest["bytes"]
+    assert 2 * fp16.bytes_per_document == fp32.bytes_per_document
+    folder = built["root"] / "evaluate_fp16"
+    run_evaluate(built["checkpoint"], folder, "--store", str(fp16.folder), "--compare_end_to_end")
+    assert "S1 store (float16) vs end to end" in capsys.readouterr().out
+    report = json.loads((folder / "exactness.json").read_text())
+    assert 0 < report["max_abs_score_difference"] < 1e-2
+    with capsys.disabled():
+        print(f"\nfp16 S1 store vs end to end: largest |score difference| {report['max_abs_score_difference']:.2e}, "
+              f"NDCG@10 change {report['ndcg_cut_10_change']:+.2e}, {report['queries_reordered']} of 5 queries "
+              "reordered")
+
+
+def test_s2_costs_2k_times_s1(built, capsys):
+    s1, s2 = built["stores"]["s1"], built["stores"]["s2"]
+    assert s1.width == HIDDEN and s2.width == 2 * BLOCKS * HIDDEN
+    assert s1.manifest["rows"] == s2.manifest["rows"] and len(s1) == len(s2) == 3000
+    assert s2.manifest["bytes"] == 2 * BLOCKS * s1.manifest["bytes"]
+    assert s2.bytes_per_document == pytest.approx(2 * BLOCKS * s1.bytes_per_document, rel=1e-12)
+    # a document's rows are its real tokens: [CLS] ... [SEP], at most passage_length, never padding
+    assert s1.manifest["rows"] < 3000 * DATA["passage_length"]
+    assert s1.identity == {"checkpoint": checkpoint_hash(built["checkpoint"]), "strategy": "s1"}
+    assert s1.manifest["extra"] == {"model": "earl_cls", "num_blocks": BLOCKS, "hidden_size": HIDDEN, "heads": 2,
+                                    "passage_length": 96, "tokenizer": "builtin"}  # fmt: skip
+    from earl.store import storage_report
+
+    per_document = s1.bytes_per_document
+    assert storage_report(s1).startswith(f"S1: {per_document:,.0f} bytes/document (float32; 3,000 documents")
+    assert f"S2 would be 4 x that ({4 * per_document:,.0f} bytes/document" in storage_report(s1)
+    assert f"S1 would be 1/4 of that ({per_document:,.0f} bytes/document" in storage_report(s2)
+
+
+def test_a_documents_rows_are_d_and_d_prime_over_its_real_tokens(built):
+    """S1's rows are T_doc's output at [CLS], the words and [SEP] (no padding), S2's each block's keys and values of
+    them (Eq. 25), the passage encoded as in training."""
+    from earl.index import read_trained
+    from earl.store import data_encoder, load_ranker
+
+    state = read_trained(built["checkpoint"])
+    model, encoder = load_ranker(state).ranker, data_encoder(state["datamodule_hyper_parameters"])
+    documents = source_from_spec("builtin:test").documents()
+    ids = ["D0000", "D0005", "D2999"]  # D0005 is shorter than passage_length
+    batch = encoder.documents(documents.get_many(ids))
+    with torch.inference_mode():
+        d = model.encode_documents(batch["doc_tokens"], batch["doc_mask"])
+        d_prime = model.document_keys_values(d)
+    lengths = batch["doc_mask"].sum(1).tolist()
+    assert min(lengths) < max(lengths) == DATA["passage_length"]  # padding in this batch, none in the stores
+    s1, s2 = built["stores"]["s1"], built["stores"]["s2"]
+    for i, (doc_id, length) in enumerate(zip(ids, lengths)):
+        assert s1.get(doc_id).shape == (length, HIDDEN) and s2.get(doc_id).shape == (length, 2 * BLOCKS * HIDDEN)
+        torch.testing.assert_close(torch.from_numpy(s1.get(doc_id).copy()), d[i, :length], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(torch.from_numpy(s2.get(doc_id).copy()), d_prime[i, :length], rtol=1e-5,
+                                   atol=1e-5)  # fmt: skip
+
+
+# --- resuming ----------------------------------------------------------------------------------------------
+
+
+def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, capsys):
+    folder = tmp_path / "killed"
+    args = ["--checkpoint", str(built["checkpoint"]), "--strategy", "s1", "--collection", str(built["subset"]),
+            "--output", str(folder), "--shard_size", "8", "--batch_size", "3", *CPU]  # fmt: skip
+    code = ("import os, signal, torch; torch.set_num_threads(1)\n"
+            "from earl import index, store\n"
+            "step = store.DocumentIndexer.predict_step\n"
+            "def dying(self, shard, batch_idx=0):\n"
+            "    if shard == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return step(self, shard, batch_idx)\n"
+            f"store.DocumentIndexer.predict_step = dying\nindex.main({args!r})\n")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
+                            cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+    assert sorted(os.listdir(folder)) == ["plan.json", "shard-00000.bin", "shard-00000.index.json",
+                                          "shard-00001.bin", "shard-00001.index.json"]  # fmt: skip
+
+    with pytest.raises(SystemExit) as exit_info:  # without --resume, refused
+        index.main(args)
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err == (f"error: --output: {folder} holds an unfinished store; resume it, or choose a "
+                                       "new folder (pass --resume to finish it)\n")
+    with pytest.raises(SystemExit) as exit_info:  # resumed with another dtype: refused before anything is computed
+        index.main([*args, "--resume", "--dtype", "fp16"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"error: --output: {folder} holds an unfinished store planned with dtype float32; this build has dtype "
+        "float16 (resume with the same settings, or choose a new folder)")
+
+    resumed = index.main([*args, "--resume"])
+    assert "resuming the S1 store" in capsys.readouterr().out
+    whole = built["stores"]["subset_fp32"]
+    assert resumed.manifest == whole.manifest and len(resumed.manifest["shards"]) == 7
+    assert [s["sha256"] for s in resumed.manifest["shards"]] == [s["sha256"] for s in whole.manifest["shards"]]
+    RepresentationStore.open(folder, verify=True)
+
+
+# --- refusals ------------------------------------------------------------------------------------------------
+
+
+def test_a_store_of_another_checkpoint_is_refused_in_process(built, tmp_path, capsys):
+    other = save_checkpoint(tmp_path / "other.ckpt", seed=1)
+    output = tmp_path / "out"
+    line = refused_in_process(evaluate.main, ["--checkpoint", str(other), "--task", "builtin:test", "--store",
+                                   str(built["root"] / "s1"), "--output_dir", str(output)], capsys,
+                   f"--store: {built['root'] / 's1'} was built from checkpoint "
+                   f"{checkpoint_hash(built['checkpoint'])[:12]}…; this needs checkpoint "
+                   f"{checkpoint_hash(other)[:12]}… (--checkpoint {other})")  # fmt: skip
+    assert line.startswith("error: --store:")
+    assert not output.exists()
+
+
+def test_a_candidate_missing_from_the_store_is_refused_in_process(built, tmp_path, capsys):
+    output = tmp_path / "out"
+    refused_in_process(evaluate.main, ["--checkpoint", str(built["checkpoint"]), "--task", "builtin:test", "--test_queries",
+                            str(QUERIES), "--depth", str(2 * DEPTH), "--store", str(built["root"] / "subset_fp32"),
+                            "--output_dir", str(output)], capsys,
+            f"--store: {built['root'] / 'subset_fp32'} has no representation of document ")  # fmt: skip
+    assert not output.exists()
+
+
+def test_index_refusals(built, tmp_path, capsys):
+    checkpoint, output = str(built["checkpoint"]), tmp_path / "store"
+    base = ["--checkpoint", checkpoint, "--collection", "builtin:test", "--output", str(output)]
+    refused_in_process(index.main, [*base, "--strategy", "s3"], capsys,
+            "argument --strategy: invalid choice: 's3' (choose from 's1', 's2')")
+    output.mkdir()
+    (output / "notes.txt").write_text("mine\n")
+    refused_in_process(index.main, [*base, "--strategy", "s1"], capsys, f"--output: {output} is not empty; choose a new folder")
+    assert os.listdir(output) == ["notes.txt"]
+    ranker = save_checkpoint(tmp_path / "bert_ranker.ckpt", architecture="bert_ranker")
+    fresh = tmp_path / "fresh"
+    refused_in_process(index.main, ["--checkpoint", str(ranker), "--strategy", "s1", "--collection", "builtin:test", "--output",
+                         str(fresh)], capsys,
+            f"--checkpoint: {ranker} is an earl.train checkpoint of bert_ranker, not of EARL")  # fmt: skip
+    assert not fresh.exists()
+    refused_in_process(index.main, [*base[:-1], str(fresh), "--strategy", "s1", "--collection", str(tmp_path / "none.tsv")],
+            capsys, f"--collection: {tmp_path / 'none.tsv'} is neither builtin:<split>, irds:<ir_datasets id> nor "
+                    "a collection file")  # fmt: skip
+
+
+def test_evaluate_refusals_before_anything_is_read(built, tmp_path, capsys):
+    base = ["--checkpoint", str(built["checkpoint"]), "--task", "builtin:test", "--output_dir", str(tmp_path / "o")]
+    refused_in_process(evaluate.main, [*base, "--compare_end_to_end"], capsys,
+            "--compare_end_to_end: compares a store's scores with end-to-end ones; give --store")
+    refused_in_process(evaluate.main, [*base, "--store", str(tmp_path)], capsys,
+            f"argument --store: {tmp_path} holds no finished earl.index store (no manifest.json)")
+    refused_in_process(evaluate.main, [*base, "--device", "tpu"], capsys,
+            "argument --device: must be auto, cpu, cuda or cuda:N, got tpu")
+    assert not (tmp_path / "o").exists()
+
+
+def test_dataset_choices_are_table_2s_ms_marco_datasets():
+    from earl.outputs import DATASETS
+
+    assert evaluate.DATASETS == DATASETS

@@ -1,0 +1,227 @@
+"""mva.model: the score of Sec. 2.1 on a hand example, each pooling of Sec. 2.2 by hand, multi-head against
+single heads, the softmax loss of Sec. 2.3, and the whole model against the formula written out."""
+
+import math
+
+import pytest
+import torch
+
+from common.encoders.pretrained import bert_config
+from mva.model import MVA, MultiVectorAttention, SidePooling, first_k, softmax_loss, temporal_pool, timestep_mask
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+CLS, SEP, PAD = 1, 2, 0
+SIZES = {"vocab_size": 40, "pad_token_id": PAD, "num_heads": 2, "dropout": 0.1, "max_length": 64}
+
+
+def small_bert(hidden: int = 8, seed: int = 0):
+    from transformers import BertModel
+
+    torch.manual_seed(seed)
+    return BertModel(bert_config(num_layers=2, hidden_size=hidden, intermediate_size=2 * hidden, **SIZES),
+                     add_pooling_layer=False).double().eval()  # fmt: skip
+
+
+def tokens(lengths: list[int], width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[CLS] w ... [SEP]`` rows of the given lengths (special tokens included), right-padded to `width`."""
+    generator = torch.Generator().manual_seed(seed)
+    ids = torch.full((len(lengths), width), PAD)
+    for row, n in enumerate(lengths):
+        ids[row, 0], ids[row, n - 1] = CLS, SEP
+        ids[row, 1 : n - 1] = torch.randint(3, SIZES["vocab_size"], (n - 2,), generator=generator)
+    return ids, (ids != PAD).long()
+
+
+def head_with(heads: int, p: int, weights: dict[str, torch.Tensor]) -> MultiVectorAttention:
+    """A head whose projections are `weights` (name -> (Hp, width))."""
+    width = weights["query_key"].shape[1]
+    head = MultiVectorAttention(width, width, p, heads).double()
+    for name, weight in weights.items():
+        getattr(head, name).weight = torch.nn.Parameter(weight.double())
+    return head
+
+
+# --- Sec. 2.1: the score ----------------------------------------------------------------------------------------
+
+
+def test_score_on_a_hand_example():
+    """p = 1 (scale 1): Q_K = (1, 2), Q_V = (1, -1), D_K = (0, 1), D_V = (1, 3). Position 1 attends with
+    softmax(0, 1), position 2 with softmax(0, 2); the score is the mean of Q_V,i times the attended D_V."""
+    e = math.e
+    attended_1 = (1 + 3 * e) / (1 + e)
+    attended_2 = (1 + 3 * e**2) / (1 + e**2)
+    expected = (1 * attended_1 - 1 * attended_2) / 2
+    head = MultiVectorAttention(1, 1, projection=1).double()
+    query_keys = torch.tensor([[[1.0], [2.0], [50.0]]]).double()  # a third, padded query position
+    query_values = torch.tensor([[[1.0], [-1.0], [9.0]]]).double()
+    documents = torch.tensor([[[0.0, 1.0], [1.0, 3.0], [40.0, -7.0]]]).double()  # [D_K | D_V]; a padded third row
+    got = head.score(query_keys, query_values, torch.tensor([[True, True, False]]), documents,
+                     torch.tensor([[True, True, False]]))  # fmt: skip
+    assert got.item() == pytest.approx(expected, abs=1e-12)
+
+
+def test_attention_scale_is_the_projection_width():
+    """p = 4: logits are Q_K . D_K / 2. One query position, D_K rows k1 = (2, 0, 0, 0) and k2 = 0, D_V rows
+    v1 = (1, 0, 0, 0), v2 = 0, Q_K = (1, 0, 0, 0), Q_V = (1, 0, 0, 0): score = softmax(1, 0)_1 = e / (1 + e)."""
+    head = MultiVectorAttention(1, 1, projection=4).double()
+    unit = torch.tensor([1.0, 0, 0, 0]).double()
+    documents = torch.stack([torch.cat([2 * unit, unit]), torch.zeros(8).double()])[None]  # (1, 2, 8)
+    got = head.score(unit.view(1, 1, 4), unit.view(1, 1, 4), torch.tensor([[True]]), documents,
+                     torch.tensor([[True, True]]))  # fmt: skip
+    assert got.item() == pytest.approx(math.e / (1 + math.e), abs=1e-12)
+
+
+def test_multi_head_sums_single_heads_and_one_head_is_sec_2_1():
+    """H heads of size p: the score is the sum over heads of the single-head scores of each head's slice of
+    the projections (Table 4); with H = 1 the head is the single head of Sec. 2.1."""
+    torch.manual_seed(3)
+    width, p, heads = 6, 3, 2
+    weights = {name: torch.randn(heads * p, width) for name in ("query_key", "query_value", "doc_key", "doc_value")}
+    x, y = torch.randn(2, 4, width).double(), torch.randn(2, 5, width).double()
+    qkeep = torch.tensor([[True, True, True, False], [True, True, False, False]])
+    dkeep = torch.tensor([[True] * 5, [True, True, True, False, False]])
+
+    def score(head):
+        return head.score(*head.query_keys_values(x), qkeep, head.document_keys_values(y), dkeep)
+
+    multi = score(head_with(heads, p, weights))
+    singles = [score(head_with(1, p, {n: w[i * p : (i + 1) * p] for n, w in weights.items()})) for i in range(heads)]
+    torch.testing.assert_close(multi, singles[0] + singles[1], atol=1e-12, rtol=0)
+    # H = 1 against Sec. 2.1 written out, one pair at a time
+    single = head_with(1, p, {n: w[:p] for n, w in weights.items()})
+    for b in range(2):
+        qk, qv = x[b] @ weights["query_key"][:p].double().T, x[b] @ weights["query_value"][:p].double().T
+        dk, dv = y[b] @ weights["doc_key"][:p].double().T, y[b] @ weights["doc_value"][:p].double().T
+        dk, dv = dk[dkeep[b]], dv[dkeep[b]]
+        dots = [qv[i] @ (torch.softmax(dk @ qk[i] / math.sqrt(p), 0) @ dv) for i in range(int(qkeep[b].sum()))]
+        assert score(single)[b].item() == pytest.approx(sum(dots).item() / len(dots), abs=1e-12)
+
+
+# --- Sec. 2.2: pooling --------------------------------------------------------------------------------------------
+
+
+def test_timesteps_drop_sep_and_padding():
+    mask = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 0, 0, 0]])
+    assert timestep_mask(mask).tolist() == [[True, True, True, False, False], [True, False, False, False, False]]
+
+
+def test_first_k_keeps_the_first_positions():
+    hidden = torch.arange(2 * 5 * 1.0).view(2, 5, 1)
+    keep = timestep_mask(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
+    pooled, real = first_k(hidden, keep, 3)
+    assert pooled.squeeze(-1).tolist() == [[0, 1, 2], [5, 6, 7]]
+    assert real.tolist() == [[True, True, True], [True, True, False]]  # row 2's third position is its [SEP]
+
+
+def test_temporal_pooling_concatenates_rho_positions_and_pads_the_remainder():
+    """n = 5, rho = 2: three timesteps of width 2h; the [SEP] (position 3 of row 1) and padding become zeros,
+    position 4 of row 0 lands in a last timestep whose second slot is zero."""
+    hidden = torch.arange(1, 2 * 5 * 2 + 1.0).view(2, 5, 2)  # h = 2
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    pooled, real = temporal_pool(hidden, timestep_mask(mask), factor=2)
+    assert pooled.shape == (2, 3, 4)
+    assert pooled[0].tolist() == [[1, 2, 3, 4], [5, 6, 7, 8], [0, 0, 0, 0]]  # row 0's position 4 is its [SEP]
+    assert pooled[1].tolist() == [[11, 12, 13, 14], [15, 16, 0, 0], [0, 0, 0, 0]]
+    assert real.tolist() == [[True, True, False], [True, True, False]]
+    pooled, real = temporal_pool(hidden, mask.bool(), factor=2)  # every position a timestep: the remainder
+    assert pooled[0, 2].tolist() == [9, 10, 0, 0] and real[0].tolist() == [True, True, True]
+
+
+def test_one_cls_embedding_is_bert_cls_at_the_start():
+    """K learned [CLS] embeddings start as the encoder's [CLS]: with K = 1 the pooled query is BERT's [CLS]
+    output; with K = 3 the input grows by two positions and all three outputs are kept, all real."""
+    bert = small_bert()
+    ids, mask = tokens([5, 3], width=5, seed=1)
+    start = bert.embeddings.word_embeddings.weight[CLS]
+    with torch.no_grad():
+        one, real = SidePooling("cls", timesteps=1, cls_embedding=start).double()(bert, ids, mask)
+        cls = bert(input_ids=ids, attention_mask=mask).last_hidden_state[:, :1]
+        three, real3 = SidePooling("cls", timesteps=3, cls_embedding=start).double()(bert, ids, mask)
+        row = torch.cat([torch.full((1, 2), CLS), ids[1:, :3]], 1)  # [CLS] [CLS] [CLS] w [SEP]: the same input
+        direct = bert(input_ids=row).last_hidden_state[:, :3]
+    torch.testing.assert_close(one, cls, atol=1e-12, rtol=0)
+    assert real.all() and three.shape == (2, 3, 8) and real3.all()
+    torch.testing.assert_close(three[1:], direct, atol=1e-12, rtol=0)
+
+
+def test_bad_pooling_settings_are_refused():
+    with pytest.raises(ValueError, match="one of all, first_k, cls, temporal"):
+        SidePooling("max")
+    with pytest.raises(ValueError, match="timesteps >= 1"):
+        SidePooling("first_k")
+    with pytest.raises(ValueError, match="factor rho"):
+        SidePooling("temporal", factor=0)
+
+
+# --- the model ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("doc", [("all", None, None), ("first_k", 3, None), ("cls", 2, None), ("temporal", None, 2)])
+def test_model_scores_each_pair_as_its_query_alone_with_its_document_alone(doc):
+    """Two queries over three documents (query_index spreads them): each score equals the pair encoded alone,
+    without padding, and the temporal pooling's projection reads rho h."""
+    bert = small_bert()
+    kind, k, rho = doc
+    torch.manual_seed(5)
+    model = MVA(bert, cls_token_id=CLS, projection=4, heads=2, query_pooling="all", doc_pooling=kind,
+                doc_timesteps=k, doc_factor=rho).double().eval()  # fmt: skip
+    assert model.head.doc_key.in_features == (16 if kind == "temporal" else 8)
+    query_tokens, query_mask = tokens([5, 3], width=5, seed=1)
+    doc_tokens, doc_mask = tokens([7, 4, 6], width=7, seed=2)
+    index = torch.tensor([1, 0, 1])
+    with torch.no_grad():
+        got = model({"query_tokens": query_tokens, "query_mask": query_mask, "doc_tokens": doc_tokens,
+                     "doc_mask": doc_mask, "query_index": index})  # fmt: skip
+        for b in range(3):
+            q, d = int(index[b]), slice(b, b + 1)
+            qn, dn = int(query_mask[q].sum()), int(doc_mask[b].sum())
+            alone = model({"query_tokens": query_tokens[q : q + 1, :qn], "query_mask": query_mask[q : q + 1, :qn],
+                           "doc_tokens": doc_tokens[d, :dn], "doc_mask": doc_mask[d, :dn],
+                           "query_index": torch.tensor([0])})  # fmt: skip
+            assert alone.item() == pytest.approx(got[b].item(), abs=1e-10)
+
+
+def test_softmax_loss_by_hand():
+    """Sec. 2.3: -log(e^s+ / (e^s+ + e^s-)) averaged over triples."""
+    scores = torch.tensor([[2.0, 0.0], [0.0, 1.0]]).double()
+    expected = (math.log(1 + math.exp(-2)) + math.log(1 + math.exp(1))) / 2
+    assert softmax_loss(scores).item() == pytest.approx(expected, abs=1e-12)
+
+
+def test_tied_init_starts_the_document_projections_as_copies_of_the_querys():
+    """``tied_init``: W_DK = W_QK and W_DV = W_QV at the start, as separate parameters that then train apart; off,
+    the four are drawn on their own; with different query and document widths there is nothing to copy."""
+    torch.manual_seed(0)
+    tied = MultiVectorAttention(6, 6, projection=4, tied_init=True)
+    assert torch.equal(tied.doc_key.weight, tied.query_key.weight)
+    assert torch.equal(tied.doc_value.weight, tied.query_value.weight)
+    assert not torch.equal(tied.query_key.weight, tied.query_value.weight)
+    tied.doc_key.weight.grad = torch.ones_like(tied.doc_key.weight)
+    torch.optim.SGD(tied.parameters(), lr=0.1).step()
+    assert torch.equal(tied.doc_key.weight, tied.query_key.weight - 0.1)  # only the document's moved
+    untied = MultiVectorAttention(6, 6, projection=4)
+    assert not torch.equal(untied.doc_key.weight, untied.query_key.weight)
+    with pytest.raises(ValueError, match="tied_init copies the query's projections to the document's: their "
+                                         "widths must agree, got 6 and 12"):
+        MultiVectorAttention(6, 12, projection=4, tied_init=True)
+
+
+def test_tied_init_scores_a_document_by_its_tokens_similarity_to_the_query():
+    """With W_D = W_Q the untrained head compares the sides in one projected space: a document made of the query's
+    own vectors outscores one of vectors orthogonal to them. (Independent projections give no such order.)"""
+    torch.manual_seed(0)
+    head = MultiVectorAttention(16, 16, projection=16, tied_init=True).double()
+    with torch.no_grad():  # a well-conditioned shared projection (orthogonal, scaled up from N(0, 0.02))
+        for name in ("query_key", "query_value", "doc_key", "doc_value"):
+            getattr(head, name).weight.copy_(torch.eye(16, dtype=torch.float64))
+    basis = torch.eye(16, dtype=torch.float64)
+    query = basis[:3][None]  # (1, 3, 16)
+    keys, values = head.query_keys_values(query)
+    keep = torch.ones(1, 3, dtype=torch.bool)
+    same = head.score(keys, values, keep, head.document_keys_values(basis[:3][None]), keep)
+    other = head.score(keys, values, keep, head.document_keys_values(basis[3:6][None]), keep)
+    # each query vector e_i attends to e_1..e_3 with softmax(1/4 at i, 0 elsewhere); its dot product with the
+    # attended value is that weight: e^(1/4) / (e^(1/4) + 2); orthogonal documents give exactly 0
+    assert same.item() == pytest.approx(math.exp(0.25) / (math.exp(0.25) + 2), abs=1e-12)
+    assert other.item() == 0.0

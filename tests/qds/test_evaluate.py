@@ -1,0 +1,152 @@
+"""`qds.evaluate` and `qds.outputs`: the re-ranking depth a checkpoint carries, task.json, and the paper's tables
+compared only on the paper's dataset (a built-in or file task says there is nothing to compare with)."""
+
+import json
+import subprocess
+import sys
+from typing import get_args
+
+import lightning as L
+import pytest
+import torch
+
+from common.data.builtin import builtin_source
+from common.report import load_reported
+from qds import evaluate
+from qds.model import Impl, QDSTransformer
+from qds.outputs import DATASETS, paper_tables, write_results
+
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+
+METRICS = {"qds": {"ndcg_cut_10": 0.7, "map": 0.3, "mrr@10": 0.4}, "bm25": {"ndcg_cut_10": 0.5, "map": 0.25,
+                                                                          "mrr@10": 0.3}}
+NOTHING = "Nothing in the paper to compare with: "
+
+
+def test_depth_comes_from_the_flag_then_the_checkpoint_then_100(tmp_path):
+    assert evaluate.resolve_depth(10, {"depth": 30}) == (10, "--depth")
+    assert evaluate.resolve_depth(None, {"depth": 30, "tokenizer": "builtin"}) == (
+        30, "the checkpoint's data.depth, as in training")
+    # the official release holds no data settings: the paper's top 100
+    assert evaluate.resolve_depth(None, {"tokenizer": "roberta-base"})[0] == 100
+    checkpoint = tmp_path / "c.ckpt"
+    torch.save({}, checkpoint)  # the parser checks that the file is one torch.save wrote
+    args = evaluate.build_parser().parse_args(["--checkpoint", str(checkpoint), "--candidates", "builtin:test"])
+    assert args.depth is None
+
+
+def test_datasets_are_those_of_tables_2_and_4():
+    assert set(DATASETS) == set(load_reported("qds", table=[2, 4])["dataset"])
+
+
+def test_the_choices_the_parser_reads_without_torch_are_the_papers_and_the_models():
+    usage = evaluate.build_parser().format_usage()
+    assert f"--dataset {{{','.join(DATASETS)}}}" in usage
+    assert f"--impl {{{','.join(get_args(Impl))}}}" in usage
+
+
+def test_a_builtin_task_has_nothing_to_compare_with_but_shows_the_reported_rows_as_another_datasets():
+    text = paper_tables(METRICS, "qds", "builtin:test", None)
+    first, rest = text.split("\n", 1)
+    assert first == (f"{NOTHING}builtin:test is none of its datasets (trec-dl-2019-doc, msmarco-doc-dev; "
+                     "qds.evaluate --dataset names the one a task from files is).")
+    assert "Reported in the paper, for reference only: another dataset" in rest
+    assert "Reproduced vs reported" not in text and "0.667" in rest  # QDS-Transformer's NDCG@10, not diffed
+
+
+def test_a_file_task_has_nothing_to_compare_with():
+    task = {"topics_path": "my/topics.tsv", "qrels_path": "q", "candidates_path": "r", "collection_path": "c"}
+    assert paper_tables(METRICS, "qds", task, None) == (
+        f"{NOTHING}the task from files my/topics.tsv is none of its datasets (trec-dl-2019-doc, msmarco-doc-dev; "
+        "qds.evaluate --dataset names the one a task from files is).")
+
+
+def test_trec_dl_2019_is_compared_with_tables_2_and_4():
+    text = paper_tables(METRICS, "qds", "irds:msmarco-document/trec-dl-2019/judged", "trec-dl-2019-doc")
+    lines = text.splitlines()
+    assert lines[0] == "Reproduced vs reported (trec-dl-2019-doc)"
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")) for line in lines[4:]}
+    assert ("2", "QDS-Transformer", "ndcg_cut_10", "0.667", "0.7", "0.033") in rows
+    assert ("4", "QDS-Transformer", "map", "0.278", "0.3", "0.022") in rows
+    assert ("2", "BM25", "ndcg_cut_10", "0.488", "0.5", "0.012") in rows
+    assert not any("mrr@10" in row for row in rows)  # MS MARCO dev's column is another dataset
+
+
+def test_ms_marco_dev_is_compared_on_mrr_only_and_table_4_has_none():
+    text = paper_tables(METRICS, "qds", "irds:msmarco-document/dev", "msmarco-doc-dev")
+    lines = text.splitlines()
+    assert lines[0] == "Reproduced vs reported (msmarco-doc-dev)"
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")) for line in lines[4:]}
+    assert rows == {("2", "QDS-Transformer", "mrr@10", "0.36", "0.4", "0.04"),
+                    ("2", "BM25", "mrr@10", "0.252", "0.3", "0.048")}
+
+
+def test_write_results_writes_task_json_beside_metrics_json(tmp_path):
+    qrels = {"q1": {"d1": 1, "d2": 0}}
+    run, candidates = {"q1": {"d1": 2.0, "d2": 1.0}}, {"q1": {"d2": 2.0, "d1": 1.0}}
+    metrics = write_results(tmp_path, "qds", run, qrels, candidates, 1,
+                            task="irds:msmarco-document/trec-dl-2019/judged", dataset="trec-dl-2019-doc")
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    assert metrics == {"qds": {"ndcg_cut_10": 1.0, "map": 1.0, "mrr@10": 1.0},
+                       "bm25": {"ndcg_cut_10": pytest.approx(0.6309298), "map": 0.5, "mrr@10": 0.5}}
+    assert json.loads((tmp_path / "task.json").read_text()) == {
+        "test": "irds:msmarco-document/trec-dl-2019/judged", "dataset": "trec-dl-2019-doc"}
+
+
+# --------------------------------------------------------------------------- the command, with a tiny checkpoint
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """A `qds.train`-shaped checkpoint of an untrained tiny model whose data settings re-rank the top 2."""
+    torch.manual_seed(0)
+    model = QDSTransformer(pattern="qds", tokenizer="builtin", window=8, num_layers=1, hidden_size=32, num_heads=1,
+                           intermediate_size=64, max_length=192, impl="portable")
+    path = tmp_path_factory.mktemp("qds-ckpt") / "best.ckpt"
+    torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
+                "pytorch-lightning_version": L.__version__,
+                "datamodule_hyper_parameters": {"tokenizer": "builtin", "max_length": 192, "depth": 2}}, path)
+    return path
+
+
+def test_evaluate_builtin_uses_the_checkpoints_depth_and_compares_nothing(checkpoint, tmp_path, capsys):
+    out = tmp_path / "eval"
+    evaluate.main(["--checkpoint", str(checkpoint), "--candidates", "builtin:test", "--output_dir", str(out),
+                   "--devices", "1"])
+    printed = capsys.readouterr().out
+    assert "re-ranking the top 2 candidates per query (the checkpoint's data.depth, as in training)" in printed
+    assert "top 2 re-ranked" in printed
+    assert f"\n{NOTHING}builtin:test is none of its datasets" in printed
+    assert "for reference only: another dataset" in printed and "Reproduced vs reported" not in printed
+    assert json.loads((out / "task.json").read_text()) == {"test": "builtin:test", "dataset": None}
+    assert set(json.loads((out / "metrics.json").read_text())) == {"qds", "bm25"}
+
+
+def test_evaluate_files_compares_nothing_unless_told_the_dataset(checkpoint, tmp_path, capsys):
+    source = builtin_source("test")
+    files = ["--topics", str(source.topics_path), "--qrels", str(source.qrels_path),
+             "--run", str(source.candidates_path), "--collection", str(source.collection_path)]
+    out = tmp_path / "files"
+    evaluate.main(["--checkpoint", str(checkpoint), *files, "--depth", "1", "--output_dir", str(out), "--devices", "1"])
+    printed = capsys.readouterr().out
+    assert "re-ranking the top 1 candidates per query (--depth)" in printed
+    assert f"\n{NOTHING}the task from files {source.topics_path} is none of its datasets" in printed
+    assert "Reported in the paper" not in printed and "Reproduced vs reported" not in printed
+    assert json.loads((out / "task.json").read_text()) == {
+        "test": {"topics_path": str(source.topics_path), "qrels_path": str(source.qrels_path),
+                 "candidates_path": str(source.candidates_path), "collection_path": str(source.collection_path)},
+        "dataset": None}
+    # --dataset says what files are: compared with the paper, and task.json says so
+    told = tmp_path / "told"
+    evaluate.main(["--checkpoint", str(checkpoint), *files, "--depth", "1", "--dataset", "trec-dl-2019-doc",
+                   "--output_dir", str(told), "--devices", "1"])
+    assert "Reproduced vs reported (trec-dl-2019-doc)" in capsys.readouterr().out
+    assert json.loads((told / "task.json").read_text())["dataset"] == "trec-dl-2019-doc"
+
+
+def test_the_command_prints_no_lightning_tips_nor_their_deprecation_warnings(checkpoint, tmp_path):
+    """`common.commands.quiet.quiet_lightning`: the run's output is about the run."""
+    done = subprocess.run([sys.executable, "-m", "qds.evaluate", "--checkpoint", str(checkpoint), "--candidates",
+                           "builtin:test", "--output_dir", str(tmp_path / "out"), "--devices", "1"],
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0 and "written: " in done.stdout, done.stderr
+    for noise in ("Tip:", "set_vital", "LeafSpec"):
+        assert noise not in done.stdout + done.stderr
