@@ -1,179 +1,106 @@
-"""What every benchmark measures the same way (median wall-clock milliseconds, peak memory), and checks the same way.
+"""The benchmark harness: what every ``python -m <package>.benchmark`` command shares, so that a benchmark module
+keeps only what it times.
 
-- `times_ms(step, repeats, device)`: the milliseconds of `repeats` timed calls (CUDA synchronised around
-  each); `median_ms` their median, `spread_ms` their minimum, median and maximum.
-- `cpu_description()`: the CPU a measurement ran on (model, vector extensions, logical CPUs), for the
-  results of machines that differ in CPU model.
-- CPU memory (Linux): `rss_mb` (resident set now), `max_rss_mb` (lifetime peak, ``ru_maxrss``: a
-  call's own peak only in a fresh process), `reset_peak_rss` + `peak_rss_mb` (reset the peak to
-  the current resident set, so the next peak belongs to what runs after it, within one process).
-- CUDA memory: `cuda_peak_mb(step)`, the allocator's peak above what was allocated before.
-- `run_isolated(command, timeout)`: one measurement in a fresh process.
-- `write_rows(rows, fields, csv_path, jsonl_path, overwrite)`: a sweep's rows as CSV and JSONL.
-
-The command lines' shared checks, which answer bad input in one line before anything is measured
-(`common.refusals` has the rest): argparse types `probability` and `fraction`, `DEVICES` and
-`resolve_device` (the default device, cuda where available), `refuse_repeats` (a value given twice in a
-list option) and `refuse_existing` (results that ``--overwrite`` alone may replace). Torch is imported only
-inside what needs it: a benchmark's ``--help`` and its argument errors do not wait for it.
+- The command line: `benchmark_parser` gives every benchmark the same options (``--repeats``, ``--threads``,
+  ``--output_dir``, ``--overwrite``, ``--json``, and where asked ``--device``, ``--seed``, ``--timeout`` and the
+  internal ``--_one`` of a measurement in a fresh process); `parse` refuses a value given twice to a list option.
+  Errors are one line (`common.refusals`), and torch is imported only inside what needs it: a benchmark's ``--help``
+  and its argument errors do not wait for it.
+- A run: `Session` refuses existing results without ``--overwrite``, sets torch's thread count for the run and
+  restores it after (a benchmark's ``main`` called in-process leaves the caller's count as it was), prints the
+  report on stdout (on stderr with ``--json``, whose rows alone go to stdout) and progress on stderr, and writes the
+  rows as CSV and JSONL (`write_rows`), a plot (`draw`) and a text table (`text_table`). Rates are kept to 4
+  significant digits (`significant`) whatever their magnitude.
+- Timing: `times_ms` (CUDA synchronised around each call), `median_ms`, `spread_ms` (minimum, median, maximum),
+  `wall_and_cpu_ms` (the process's CPU time beside the wall clock); `count_flops`.
+- Memory: `peak_mb(step, device)`, the peak of one call above what was in use before it: CUDA's allocator peak
+  (`cuda_peak_mb`), on CPU the rise of the peak resident set (`reset_peak_rss`, `peak_rss_mb`; `max_rss_mb`, the
+  lifetime peak, where the peak cannot be reset). `available_mb` and `limit_data_segment` keep a measurement that
+  would not fit from waking the kernel's OOM killer.
+- A measurement in a fresh process, whose peak resident set is then its own: `measure_in_child` runs
+  ``python -m <module> --_one SPEC``, the child answers with `answer`; a failure, in a child or in this process
+  (`guarded`), is a row skipped with its reason, so a sweep goes on.
+- The machine: `cpu_model`, `cpu_description` (model, vector extensions, logical CPUs: runs on machines that
+  differ in CPU model compare by it), `gpu_description`, `machine` (what a row records of it).
+- Fits: `polyfit` and `fit_value`, a least-squares polynomial of a measurement against the length.
+- BERT-sized models built from scratch: `BertSize`, and `bert_pairs`, a ranker's ``[CLS] query [SEP] document [SEP]``.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ctypes
+import json
 import os
 import resource
 import statistics
+import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from common.refusals import number_in, usage_error
+from common.refusals import ArgumentParser, number_in, output_folder, positive_float, positive_int, usage_error
 
 DEVICES = ("cpu", "cuda")
-
-
-def times_ms(step: Callable[[], object], repeats: int, device: str) -> list[float]:
-    """Milliseconds of each of `repeats` calls of `step`, in order."""
-    import torch
-
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        step()
-        sync()
-        times.append((time.perf_counter() - start) * 1000)
-    return times
-
-
-def median_ms(step: Callable[[], object], repeats: int, device: str) -> float:
-    """Median milliseconds of `repeats` calls of `step`."""
-    return statistics.median(times_ms(step, repeats, device))
-
-
-def spread_ms(times: Sequence[float]) -> dict[str, float]:
-    """``ms`` (the median), ``ms_min`` and ``ms_max`` of timed calls: how far a run's calls differ."""
-    return {"ms": statistics.median(times), "ms_min": min(times), "ms_max": max(times)}
-
-
-#: The x86 vector extensions that decide a kernel's peak rate, as /proc/cpuinfo names them.
-VECTOR_EXTENSIONS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
-                     "avx512_fp16", "amx_tile", "amx_bf16")
-
-
-def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
-    """'MODEL (family F, model M), N logical CPUs, EXT EXT ...': the CPU this process runs on (Linux's
-    `cpuinfo`; elsewhere `platform.processor()`), with the vector extensions of `VECTOR_EXTENSIONS` it has."""
-    import platform
-
-    fields: dict[str, str] = {}
-    with contextlib.suppress(OSError), open(cpuinfo) as f:
-        for line in f:
-            if not line.strip():
-                break  # the first processor's block describes them all
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-    name = fields.get("model name") or platform.processor() or platform.machine()
-    if "cpu family" in fields and "model" in fields:
-        name += f" (family {fields['cpu family']}, model {fields['model']})"
-    flags = set(fields.get("flags", "").split())
-    extensions = [e for e in VECTOR_EXTENSIONS if e in flags]
-    return f"{name}, {os.cpu_count()} logical CPUs" + (f", {' '.join(extensions)}" if extensions else "")
-
-
-def cuda_peak_mb(step: Callable[[], object]) -> float:
-    """Peak CUDA memory one call of `step` allocates above what was allocated before it."""
-    import torch
-
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / 2**20
-
-
-def rss_mb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-def max_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
-
-
-def reset_peak_rss() -> bool:
-    """Return freed heap pages to the system and reset the peak resident set (VmHWM) to the current one.
-
-    The peak above the resident set before a call is then that call's alone, as in a fresh
-    process. False where Linux's ``/proc/self/clear_refs`` cannot be written: then only
-    `max_rss_mb` is left, right only in a fresh process.
-    """
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).malloc_trim(0)  # glibc keeps freed small blocks resident otherwise
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # 5: reset the peak resident set size
-        return True
-    except OSError:
-        return False
-
-
-def peak_rss_mb() -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024  # kB
-
-
-def run_isolated(command: list[str], timeout: float) -> dict:
-    """Run one measurement as `command` in a fresh process (its peak resident set is then its own).
-
-    The command prints a JSON object as its last line; a failure or a timeout gives
-    ``{"skipped": reason}`` (the last line of its error output), so a sweep goes on.
-    """
-    import json
-    import subprocess
-
-    try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"skipped": f"over the {timeout:.0f} s time limit"}
-    if done.returncode != 0:
-        lines = (done.stderr or done.stdout).strip().splitlines()
-        return {"skipped": lines[-1] if lines else f"exit status {done.returncode}"}
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-def write_rows(rows: list[dict], fields: Sequence[str], csv_path: Path, jsonl_path: Path | None = None,
-               overwrite: bool = False) -> None:
-    """Write a benchmark's measurement `rows`: CSV with the `fields` columns in order (other keys left out,
-    a missing one empty) and, where `jsonl_path` is given, one JSON object per row with every key.
-
-    Atomic (`common.io.atomic_write`); an existing file is replaced only with `overwrite`.
-    """
-    import csv
-    import json
-
-    from common.io import atomic_write
-
-    with atomic_write(csv_path, overwrite=overwrite) as f:
-        writer = csv.DictWriter(f, fieldnames=list(fields), extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    if jsonl_path is not None:
-        with atomic_write(jsonl_path, overwrite=overwrite) as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
-
-
-# --------------------------------------------------------------------------- command-line checks
-
-
 #: A dropout rate: from 0 to 1.
 probability = number_in(0, 1)
 #: A share of a budget: above 0, at most 1.
 fraction = number_in(0, 1, above_low=True)
+MB = 2**20
+
+# --------------------------------------------------------------------------- the command line
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, but for None: the help of those options says what they default to."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def benchmark_parser(prog: str, description: str, *, results: Path, writes: str, repeats: int | None,
+                     repeats_help: str, threads: int | None = None, devices: bool = True, device: str | None = None,
+                     seed: str | None = None, timeout: float | None = None, child: bool = False) -> ArgumentParser:
+    """A parser with the options every benchmark takes, in a group of their own after the benchmark's options.
+
+    `results` is the default ``--output_dir``, `writes` names what goes there; ``--repeats`` defaults to `repeats`,
+    ``--threads`` to `threads` (None: torch's own count). With `devices`, ``--device`` (`device`; None: cuda where
+    available, `resolve_device`); with `seed` (its help), ``--seed``; with `timeout`, ``--timeout`` seconds per
+    measurement in a fresh process; with `child`, the hidden ``--_one SPEC`` of `measure_in_child`.
+    """
+    parser = ArgumentParser(prog=prog, description=description, formatter_class=_Help)
+    shared = parser.add_argument_group("options every benchmark takes")
+    shared.add_argument("--repeats", type=positive_int, default=repeats, help=repeats_help)
+    if devices:
+        shared.add_argument("--device", choices=DEVICES, default=device,
+                            help="cpu or cuda" + ("" if device else " (default: cuda where available)"))
+    shared.add_argument("--threads", type=positive_int, default=threads,
+                        help="torch.set_num_threads for the run, restored after it" + ("" if threads else
+                                                                                       " (default: torch's)"))
+    if seed:
+        shared.add_argument("--seed", type=int, default=0, help=seed)
+    if timeout:
+        shared.add_argument("--timeout", type=positive_float, default=timeout,
+                            help="seconds per measurement in a fresh process; one past it is a skipped row")
+    shared.add_argument("--output_dir", type=output_folder, default=results, help=f"where {writes} go")
+    shared.add_argument("--overwrite", action="store_true", help="replace existing result files")
+    shared.add_argument("--json", action="store_true",
+                        help="print one JSON object per measurement per line on stdout (the rest on stderr)")
+    if child:
+        shared.add_argument("--_one", help=argparse.SUPPRESS)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser`'s arguments, a list option's (``--lengths 512 1024``...) refused where a value is given twice (it
+    would be measured twice)."""
+    args = parser.parse_args(argv)
+    for action in parser._actions:
+        if action.nargs == "+":
+            refuse_repeats(action.option_strings[0], getattr(args, action.dest))
+    return args
 
 
 def resolve_device(requested: str | None) -> str:
@@ -201,3 +128,514 @@ def refuse_existing(paths: Iterable[Path], overwrite: bool) -> None:
     existing = [str(p) for p in paths if p.exists()]
     if existing and not overwrite:
         usage_error(f"refusing to overwrite {', '.join(existing)} (pass --overwrite)")
+
+
+# --------------------------------------------------------------------------- a run
+
+
+def output_paths(folder: Path, stem: str, extensions: Sequence[str] = ("csv", "jsonl", "png")) -> dict[str, Path]:
+    """``{extension: folder/stem.extension}``: the files a benchmark writes."""
+    return {extension: folder / f"{stem}.{extension}" for extension in extensions}
+
+
+class Session:
+    """One run of a benchmark command, a context manager over its measurements (see the module docstring).
+
+    `paths` are its output files by kind (``csv``, ``jsonl``, ``png``, others written by `finish`'s `documents`).
+    """
+
+    def __init__(self, args: argparse.Namespace, paths: dict[str, Path]):
+        self.paths, self.json, self.overwrite, self.threads = paths, args.json, args.overwrite, args.threads
+        self.report = sys.stderr if args.json else sys.stdout
+        self._threads_before = None
+
+    def __enter__(self) -> Session:
+        refuse_existing(self.paths.values(), self.overwrite)
+        import torch
+
+        self._threads_before = torch.get_num_threads()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import torch
+
+        torch.set_num_threads(self._threads_before)
+
+    def say(self, text: str) -> None:
+        """A line of the report: stdout, or stderr with ``--json``."""
+        print(text, file=self.report, flush=True)
+
+    def log(self, text: str) -> None:
+        """A progress line, on stderr."""
+        print(text, file=sys.stderr, flush=True)
+
+    def emit(self, row: dict, progress: str | None = None) -> None:
+        """A measured row: its JSON line on stdout with ``--json``, and its `progress` line."""
+        if self.json:
+            print(json.dumps(row), flush=True)
+        if progress:
+            self.log(progress)
+
+    def finish(self, rows: list[dict], fields: Sequence[str] | None = None, *, plot: Callable | None = None,
+               table: Callable[[list[dict]], str] | None = None, documents: dict[str, object] | None = None) -> int:
+        """Write `rows` (CSV with the `fields` columns, by default every key of the rows in order; JSONL), each of
+        `documents` as JSON to its path, the plot (``plot(rows, path, overwrite)``) and print ``table(rows)``: the exit
+        status, 0; 1 (nothing written) when no row was measured (every row skipped, or none)."""
+        if all(row.get("skipped") for row in rows):
+            print("no measurement succeeded", file=sys.stderr)
+            return 1
+        from common.io import atomic_write
+
+        fields = fields or list(dict.fromkeys(key for row in rows for key in row))
+        write_rows(rows, fields, self.paths["csv"], self.paths.get("jsonl"), self.overwrite)
+        for kind, document in (documents or {}).items():
+            with atomic_write(self.paths[kind], overwrite=self.overwrite) as f:
+                json.dump(document, f, indent=1)
+                f.write("\n")
+        if plot is not None:
+            plot(rows, self.paths["png"], self.overwrite)
+        if table is not None:
+            self.say(table(rows))
+        self.say(f"wrote {', '.join(str(p) for p in self.paths.values())}")
+        return 0
+
+
+def write_rows(rows: list[dict], fields: Sequence[str], csv_path: Path, jsonl_path: Path | None = None,
+               overwrite: bool = False) -> None:
+    """Write a benchmark's measurement `rows`: CSV with the `fields` columns in order (other keys left out,
+    a missing one empty) and, where `jsonl_path` is given, one JSON object per row with every key.
+
+    Atomic (`common.io.atomic_write`); an existing file is replaced only with `overwrite`.
+    """
+    import csv
+
+    from common.io import atomic_write
+
+    with atomic_write(csv_path, overwrite=overwrite) as f:
+        writer = csv.DictWriter(f, fieldnames=list(fields), extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    if jsonl_path is not None:
+        with atomic_write(jsonl_path, overwrite=overwrite) as f:
+            f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def rounded(value: float | None, digits: int) -> float | None:
+    """`value` rounded to `digits` decimals; None stays None (a row's missing measurement)."""
+    return None if value is None else round(value, digits)
+
+
+def significant(value: float, digits: int = 4) -> float:
+    """`value` to `digits` significant digits: a rate keeps its precision whatever its magnitude."""
+    return float(f"{value:.{digits}g}")
+
+
+def text_table(rows: list[dict], columns: Sequence[tuple[str, str | Callable[[dict], object], str]]) -> str:
+    """`rows` as a text table: each column a (header, key or function of the row, format spec); the first column is
+    aligned left, the others right, None printed as ``-``."""
+    cells = [[header for header, _, _ in columns]]
+    for row in rows:
+        values = (key(row) if callable(key) else row.get(key) for _, key, _ in columns)
+        cells.append(["-" if value is None else format(value, spec) for value, (_, _, spec) in zip(values, columns)])
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(cell.ljust(width) if i == 0 else cell.rjust(width)
+                               for i, (cell, width) in enumerate(zip(line, widths))) for line in cells)
+
+
+# --------------------------------------------------------------------------- BERT-sized models
+
+
+@dataclass(frozen=True)
+class BertSize:
+    """A BERT's size, for benchmarks that build one from scratch (random weights: timing does not depend on them)."""
+
+    layers: int
+    hidden: int
+    heads: int
+    intermediate: int
+
+    def describe(self) -> str:
+        return f"L={self.layers}, h={self.hidden}, {self.heads} heads, FFN {self.intermediate}"
+
+    def options(self) -> dict[str, int]:
+        """The size as `common.encoders.pretrained.bert_config` takes it."""
+        return {"num_layers": self.layers, "hidden_size": self.hidden, "num_heads": self.heads,
+                "intermediate_size": self.intermediate}
+
+
+def bert_pairs(query, documents, sep: int) -> dict:
+    """BERT's pair inputs ``query documents[i] [SEP]`` for each row of `documents` (count, d): `query` (1, q) is the
+    shared first segment, [CLS] and its [SEP] included; the token types are 1 from the document on."""
+    import torch
+
+    tokens = torch.cat([query.expand(len(documents), -1), documents, torch.full((len(documents), 1), sep)], dim=1)
+    types = torch.zeros_like(tokens)
+    types[:, query.shape[1]:] = 1
+    return {"pair_tokens": tokens, "pair_mask": torch.ones_like(tokens), "pair_types": types}
+
+
+# --------------------------------------------------------------------------- plots
+
+
+@dataclass
+class Line:
+    """A series of a `Panel`: its points, ``(x, y)`` or ``(x, y, text)`` with the text (if any) beside the point, a
+    matplotlib format (``"o-"``: markers and a line; ``"--"``, ``"o"``, ``"x"``...) and a colour."""
+
+    label: str
+    points: list[tuple]
+    style: str = "o-"
+    color: str | None = None
+
+
+@dataclass
+class Panel:
+    """One chart of a figure: its lines, axis labels, which axes are logarithmic (``log``), ``bars`` (the x values
+    are categories and each line a series of bars beside the others) and ``ticks`` (an x tick at every x value)."""
+
+    title: str
+    xlabel: str
+    ylabel: str
+    lines: list[Line]
+    log: str = "xy"
+    bars: bool = False
+    ticks: bool = False
+
+
+def draw(panels: list[Panel], path: Path, *, title: str = "", columns: int | None = None,
+         size: tuple[float, float] = (6.0, 4.5), overwrite: bool = False) -> None:
+    """Draw `panels`, `columns` to a row (default: all in one row), each `size` inches, into the PNG `path`
+    (atomically; an existing file replaced only with `overwrite`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from common.io import atomic_write
+
+    columns = columns or len(panels)
+    figure, axes = plt.subplots(-(-len(panels) // columns), columns, squeeze=False,
+                                figsize=(size[0] * columns, size[1] * -(-len(panels) // columns)))
+    for axis, panel in zip(axes.flat, panels):
+        (_draw_bars if panel.bars else _draw_lines)(axis, panel)
+        axis.set_title(panel.title, fontsize=9)
+        axis.set_xlabel(panel.xlabel)
+        axis.set_ylabel(panel.ylabel)
+        if "x" in panel.log and not panel.bars:
+            axis.set_xscale("log")
+        if "y" in panel.log:
+            axis.set_yscale("log")
+        if panel.ticks:
+            ticks = sorted({p[0] for line in panel.lines for p in line.points})
+            axis.set_xticks(ticks, [str(t) for t in ticks])
+        axis.grid(True, which="both", alpha=0.3)
+        if any(line.label and line.points for line in panel.lines):
+            axis.legend(fontsize=8)
+    for axis in axes.flat[len(panels):]:
+        axis.set_visible(False)
+    if title:
+        figure.suptitle(title, fontsize=10)
+    figure.tight_layout()
+    with atomic_write(path, "wb", overwrite=overwrite) as f:
+        figure.savefig(f, format="png", dpi=110)
+    plt.close(figure)
+
+
+def _draw_lines(axis, panel: Panel) -> None:
+    for line in panel.lines:
+        if line.points:
+            axis.plot([p[0] for p in line.points], [p[1] for p in line.points], line.style, color=line.color,
+                      label=line.label or None)
+        for x, y, *text in line.points:
+            if text and text[0]:
+                axis.annotate(text[0], (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8,
+                              color=line.color)
+
+
+def _draw_bars(axis, panel: Panel) -> None:
+    categories = list(dict.fromkeys(p[0] for line in panel.lines for p in line.points))
+    width = 0.8 / max(len(panel.lines), 1)
+    for i, line in enumerate(panel.lines):
+        offset = (i - (len(panel.lines) - 1) / 2) * width
+        for j, (x, y, *text) in enumerate(line.points):
+            bar = axis.bar(categories.index(x) + offset, y, width=width, color=line.color or f"C{i}",
+                           label=line.label if j == 0 else None)[0]
+            if text and text[0]:
+                axis.annotate(text[0], (bar.get_x() + width / 2, y), ha="center", va="bottom", fontsize=6, rotation=90)
+    axis.set_xticks(range(len(categories)), categories, fontsize=7, rotation=90)
+    tops = [p[1] for line in panel.lines for p in line.points]
+    if tops and "y" in panel.log:
+        axis.set_ylim(top=2 * max(tops))  # room for the labels above the bars
+
+
+# --------------------------------------------------------------------------- timing
+
+
+def times_ms(step: Callable[[], object], repeats: int, device: str) -> list[float]:
+    """Milliseconds of each of `repeats` calls of `step`, in order."""
+    import torch
+
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    times = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        step()
+        sync()
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def median_ms(step: Callable[[], object], repeats: int, device: str) -> float:
+    """Median milliseconds of `repeats` calls of `step`."""
+    return statistics.median(times_ms(step, repeats, device))
+
+
+def spread_ms(times: Sequence[float]) -> dict[str, float]:
+    """``ms`` (the median), ``ms_min`` and ``ms_max`` of timed calls: how far a run's calls differ."""
+    return {"ms": statistics.median(times), "ms_min": min(times), "ms_max": max(times)}
+
+
+def wall_and_cpu_ms(step: Callable[[], object], repeats: int) -> tuple[float, float]:
+    """Median wall-clock ms of `repeats` calls of `step` on the CPU and the median process CPU ms of the same calls
+    (all threads' CPU time: with one thread, the time the work took whatever else the machine ran)."""
+    cpu = []
+
+    def step_with_cpu_time():
+        start = time.process_time()
+        step()
+        cpu.append((time.process_time() - start) * 1000)
+
+    return median_ms(step_with_cpu_time, repeats, "cpu"), statistics.median(cpu)
+
+
+def count_flops(step: Callable[[], object]) -> int:
+    """FLOPs `torch.utils.flop_counter.FlopCounterMode` counts in one call of `step` (SDPA's CPU flash kernel,
+    which its table lacks, counted as its other SDPA kernels are)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode, sdpa_flop_count
+
+    def cpu_flash(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+        return sdpa_flop_count(query_shape, key_shape, value_shape)
+
+    custom = {}
+    if hasattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu"):
+        custom[torch.ops.aten._scaled_dot_product_flash_attention_for_cpu] = cpu_flash
+    with FlopCounterMode(display=False, custom_mapping=custom) as counter:
+        step()
+    return counter.get_total_flops()
+
+
+# --------------------------------------------------------------------------- memory
+
+
+def peak_mb(step: Callable[[], object], device: str) -> float:
+    """Peak memory of one call of `step` above what was in use before it (see the module docstring)."""
+    if device == "cuda":
+        return cuda_peak_mb(step)
+    reset = reset_peak_rss()
+    before = rss_mb()
+    step()
+    return max((peak_rss_mb() if reset else max_rss_mb()) - before, 0.0)
+
+
+def cuda_peak_mb(step: Callable[[], object]) -> float:
+    """Peak CUDA memory one call of `step` allocates above what was allocated before it."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / MB
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MB
+
+
+def max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+def reset_peak_rss() -> bool:
+    """Return freed heap pages to the system and reset the peak resident set (VmHWM) to the current one.
+
+    The peak above the resident set before a call is then that call's alone, as in a fresh
+    process. False where Linux's ``/proc/self/clear_refs`` cannot be written: then only
+    `max_rss_mb` is left, right only in a fresh process.
+    """
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)  # glibc keeps freed small blocks resident otherwise
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # 5: reset the peak resident set size
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    return _status_kb("VmHWM:") / 1024
+
+
+def _status_kb(key: str, path: str = "/proc/self/status") -> int:
+    with open(path) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key))
+
+
+def available_mb() -> float:
+    """MemAvailable of /proc/meminfo (memory the kernel can give without swapping), in MB."""
+    return _status_kb("MemAvailable:", "/proc/meminfo") / 1024
+
+
+def limit_data_segment(share: float) -> None:
+    """RLIMIT_DATA = this process's data segment now + `share` of MemAvailable: an allocation beyond it fails with
+    an error in this process instead of waking the OOM killer."""
+    limit = _status_kb("VmData:") * 1024 + int(share * available_mb() * MB)
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+
+
+# --------------------------------------------------------------------------- a measurement in a fresh process
+
+
+def guarded(measure: Callable[..., dict], /, *args, **kwargs) -> dict:
+    """``measure(*args, **kwargs)``, or ``{"skipped": its error's first line}`` when it fails (out of memory, a
+    kernel that cannot run here): one row's failure does not lose the others. What it left is freed either way."""
+    try:
+        return measure(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - any failure is the row's, with its reason
+        return {"skipped": f"{type(error).__name__}: {error}".splitlines()[0][:300]}
+    finally:
+        import gc
+
+        import torch
+
+        gc.collect()  # the measurement's model, optimizer and inputs
+        if torch.cuda.is_initialized():
+            torch.cuda.empty_cache()
+
+
+def measure_in_child(module: str, spec: dict, timeout: float, env: dict[str, object] | None = None) -> dict:
+    """Run one measurement as ``python -m module --_one SPEC`` (`spec` as JSON, the keyword arguments of the
+    measurement its `answer` calls), with the variables `env` set: its result, or ``{"skipped": reason}``."""
+    command = [sys.executable, "-m", module, "--_one", json.dumps(spec)]
+    if env:
+        command = ["env", *(f"{key}={value}" for key, value in env.items()), *command]
+    result = run_isolated(command, timeout)
+    if result.get("skipped", "").startswith("over the"):
+        result["skipped"] += " (--timeout)"
+    return result
+
+
+def answer(spec: str, measure: Callable[..., dict]) -> int:
+    """The child's side of `measure_in_child`: ``measure(**spec)``, `guarded`, printed as one JSON line."""
+    print(json.dumps(guarded(measure, **json.loads(spec))))
+    return 0
+
+
+def run_isolated(command: list[str], timeout: float) -> dict:
+    """Run one measurement as `command` in a fresh process (its peak resident set is then its own).
+
+    The command prints a JSON object as its last line; a failure or a timeout gives
+    ``{"skipped": reason}`` (the last line of its error output), so a sweep goes on.
+    """
+    import subprocess
+
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"skipped": f"over the {timeout:.0f} s time limit"}
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines()
+        return {"skipped": lines[-1] if lines else f"exit status {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+# --------------------------------------------------------------------------- the machine
+
+
+#: The x86 vector extensions that decide a kernel's peak rate, as /proc/cpuinfo names them.
+VECTOR_EXTENSIONS = ("avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+                     "avx512_fp16", "amx_tile", "amx_bf16")
+
+
+def _cpuinfo(path: Path) -> dict[str, str]:
+    fields: dict[str, str] = {}
+    with contextlib.suppress(OSError), open(path) as f:
+        for line in f:
+            if not line.strip():
+                break  # the first processor's block describes them all
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+    return fields
+
+
+def cpu_model(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's marketing name (``model name`` of Linux's `cpuinfo`; elsewhere `platform.processor()`)."""
+    import platform
+
+    return _cpuinfo(cpuinfo).get("model name") or platform.processor() or platform.machine()
+
+
+def cpu_description(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """'MODEL (family F, model M), N logical CPUs, EXT EXT ...': the CPU this process runs on, with the vector
+    extensions of `VECTOR_EXTENSIONS` it has."""
+    fields = _cpuinfo(cpuinfo)
+    name = cpu_model(cpuinfo)
+    if "cpu family" in fields and "model" in fields:
+        name += f" (family {fields['cpu family']}, model {fields['model']})"
+    flags = set(fields.get("flags", "").split())
+    extensions = [e for e in VECTOR_EXTENSIONS if e in flags]
+    return f"{name}, {os.cpu_count()} logical CPUs" + (f", {' '.join(extensions)}" if extensions else "")
+
+
+def gpu_description(device: str) -> str | None:
+    """The GPU's name on cuda, else None."""
+    import torch
+
+    return torch.cuda.get_device_name() if device == "cuda" else None
+
+
+def machine() -> dict:
+    """What a row records of the machine it was measured on now: torch's ``threads``, the ``cpu`` (`cpu_model`)
+    and the 1-minute load average ``load_1min`` (other jobs slow a measurement)."""
+    import torch
+
+    return {"threads": torch.get_num_threads(), "cpu": cpu_model(), "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def describe_machine() -> str:
+    """`machine` as a line of a report."""
+    here = machine()
+    return f"{here['cpu']}, {here['threads']} thread(s); load {here['load_1min']:.2f}"
+
+
+# --------------------------------------------------------------------------- fits
+
+
+def polyfit(points: Sequence[tuple[float, float]], degree: int) -> dict | None:
+    """The least-squares polynomial of `degree` through `points` (x, y): ``coefficients`` lowest order first, its
+    ``r2``, and the x values (``lengths``); None with too few points."""
+    import numpy as np
+
+    if len(points) <= degree:
+        return None
+    x, y = (np.array(v, dtype=float) for v in zip(*sorted(points)))
+    coefficients = np.polyfit(x, y, degree)
+    total = float(((y - y.mean()) ** 2).sum())
+    r2 = 1.0 - float(((y - np.polyval(coefficients, x)) ** 2).sum()) / total if total > 0 else 1.0
+    return {"degree": degree, "coefficients": [float(c) for c in coefficients[::-1]], "r2": r2,
+            "lengths": [int(v) for v in x]}
+
+
+def fit_value(fit: dict | None, x):
+    """The `polyfit` polynomial at `x` (a number or an array); None without a fit."""
+    return None if fit is None else sum(c * x**i for i, c in enumerate(fit["coefficients"]))

@@ -42,8 +42,8 @@ metric_map=None, include_missing=False) -> DataFrame``
 
 ``write_task_info(output_dir, task, dataset)`` / ``read_task_info(metrics_path)``
     ``task.json`` beside ``metrics.json``: ``{"test": <task spec>, "dataset":
-    <reported dataset id or null>}``, which every train/evaluate command of
-    ``qds`` and ``conformer_kernel`` writes, so that a metrics file says what it
+    <reported dataset id or null>}``, which every train and evaluate command
+    writes (`common.commands.outputs`), so that a metrics file says what it
     was measured on (``metrics.json`` itself keeps its run -> measure -> value
     shape). ``task_label(task)`` names a task spec in messages.
 

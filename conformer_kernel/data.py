@@ -1,11 +1,12 @@
-"""`ConformerKernelData`: the LightningDataModule of the Conformer-Kernel (Mitra et al. 2021).
+"""`ConformerKernelDataModule`: the LightningDataModule of the Conformer-Kernel (Mitra et al. 2021).
 
 - Training groups (Sec. 4 and the official sampler): per query with a relevant document, one
   document from each of two label groups of its top-100 candidates (label = qrel + 1) and random
   collection documents (label 0) up to 4 (`common.data.samplers.LabelGroupSampler`); 32 queries
   per batch.
 - Dev and test: each query's top-`depth` candidates re-ranked, one (query, document) pair per row,
-  batches of similar document length.
+  batches of similar document length. Tasks, loaders and evaluated queries:
+  `common.training.tasks.RerankingDataModule`.
 - Vocabulary, IDFs and word2vec embeddings come from the training task (its queries and its
   collection; `conformer_kernel.vocab`), built once and cached; or from a checkpoint
   (`use_featurizer`), so evaluation featurises exactly as training did.
@@ -19,15 +20,12 @@ from typing import Literal
 
 import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt, restricted_number_type
-from lightning import pytorch as L
-from torch.utils.data import Dataset
 
 from common.data.formats import Document, Topics
 from common.data.samplers import from_source
 from common.data.source import RankingSource
 from common.data.specs import SourceSpec, source_fingerprint, source_from_spec
-from common.data.rerank import RerankPairs
-from common.training.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
+from common.training.tasks import MISSING_DOCUMENTS, LoaderConfig, RerankingDataModule, SamplerGroups, TaskConfig
 from conformer_kernel.features import Featurizer
 from conformer_kernel.orcas import orcas_from_spec
 from conformer_kernel.vocab import EmbeddingOptions, Resources
@@ -56,7 +54,7 @@ def encode_pairs(featurizer: Featurizer, queries: list[str], documents: list[Doc
     return {"features": f.batch([f.query_terms(q) for q in queries], [[f.document_terms(d)] for d in documents])}
 
 
-class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
+class ConformerKernelDataModule(RerankingDataModule):
     """Training, dev and test data (see the module docstring).
 
     Args:
@@ -121,15 +119,12 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         num_workers: NonNegativeInt = 0,
         seed: int = 0,
     ):
-        super().__init__()
+        super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()
-        self.specs = {"train": train, "dev": dev, "test": test}
-        self.relevance_level = relevance_level
-        self._datasets: dict[str, Dataset] = {}
         self._resources: Resources | None = None
         self._featurizer: Featurizer | None = None
 
-    # --- vocabulary (the tasks' accessors come from `common.training.tasks.TaskSplits`) ----------------
+    # --- vocabulary --------------------------------------------------------------------------------------
 
     @property
     def resources(self) -> Resources:
@@ -138,7 +133,7 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
         if self._resources is None:
             if not self.has_split("train"):
                 raise ValueError("no vocabulary: configure a training task (data.train) or call use_featurizer")
-            source = self.source("train")
+            source = self.tasks.source("train")
             others = [(spec, source_from_spec(spec)) for spec in self.hparams.collections or []]
             key = source_fingerprint(self.specs["train"], source)
             if others:
@@ -167,22 +162,19 @@ class ConformerKernelData(TaskSplits, SplitLoaders, L.LightningDataModule):
                                           orcas_from_spec(h.orcas))
         return self._featurizer
 
-    # --- datasets (loaders: `common.training.tasks.SplitLoaders`) ----------------------------------
+    # --- datasets (loaders: `common.training.tasks.RerankingDataModule`) -----------------------------
 
-    def setup(self, stage: str) -> None:  # SplitLoaders.setup but for fit, which leaves the test split to test
-        splits = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}.get(stage, ())
-        for split in splits:
-            if self.has_split(split):
-                self._dataset(split)
+    #: Fit leaves the test split to test.
+    stage_splits = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}
 
-    def build_dataset(self, split: str) -> Dataset:
-        source = self.source(split)
-        if split == "train":
-            sampler = from_source("label_groups", source, depth=self.hparams.depth, group_size=self.hparams.group_size,
-                                  relevance_level=self.relevance_level, seed=self.hparams.seed)
-            return TrainGroups(sampler, source.topics(), source.documents(), self.featurizer)
-        return RerankPairs(self.eval_pairs(split), source.topics(), source.documents(),
-                           partial(encode_pairs, self.featurizer))
+    def training_dataset(self, source: RankingSource) -> TrainGroups:
+        h = self.hparams
+        sampler = from_source("label_groups", source, depth=h.depth, group_size=h.group_size,
+                              relevance_level=h.relevance_level, seed=h.seed)
+        return TrainGroups(sampler, source.topics(), source.documents(), self.featurizer)
+
+    def pair_encoder(self) -> partial:
+        return partial(encode_pairs, self.featurizer)
 
 
 def _unique_documents(sources: list[RankingSource]) -> Iterator[Document]:

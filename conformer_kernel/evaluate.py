@@ -20,7 +20,7 @@ Comparison: with Table 1 only where the task is its dataset, TREC DL 2020 docume
 trec-dl-2020-doc`` (for files holding it), else an ``irds:`` task that is
 (`common.report.paper_dataset`, e.g. ``msmarco-document/trec-dl-2020/judged``). Any other task
 gets a line saying there is nothing to compare with, and ``builtin:`` tasks Table 1 labelled as
-another dataset's (`conformer_kernel.outputs.paper_tables`).
+another dataset's (`conformer_kernel.train.paper_tables`).
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
 written (`common.refusals`): the options and the task's names at once, before torch and Lightning are imported
@@ -32,18 +32,12 @@ from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (
-    add_task_arguments,
-    fresh_output_dir,
-    lightning_devices,
-    paper_datasets,
-    resolve_depth,
-    task_spec_from_args,
-)
+from common.commands.task_options import (add_task_arguments, fresh_output_dir, lightning_devices, resolve_depth,
+                                          task_spec_from_args)
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index import existing_index, orcas_task, read_trained
+from conformer_kernel.train import DATASET, DEPTH, MEASURE_LABELS, MODES, PAPER, paper_tables
 
-MODES = ("rerank", "fullrank")
 #: Candidates re-ranked per query by a checkpoint without a depth setting: Table 1's rerank subtask, BM25's top 100.
 DEFAULT_DEPTH = 100
 
@@ -61,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output_dir", help="default: a new outputs/ck-evaluate-<time>")
     parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")
-    parser.add_argument("--dataset", default=None, choices=paper_datasets("conformer_kernel"),  # outputs.DATASET
+    parser.add_argument("--dataset", default=None, choices=[DATASET],
                         help="the paper's dataset the task is, to compare with Table 1 (default: an irds: task's own, "
                              "if it is TREC DL 2020 documents; files and builtin: none)")
     parser.add_argument("--test_queries", type=positive_int, default=None,
@@ -85,18 +79,18 @@ def main(argv=None) -> dict:
     import lightning as L
 
     from common.commands.cli import INPUT_ERRORS
-    from common.report import paper_dataset
+    from common.commands.outputs import metrics_table, mode_run, write_mode_results
     from common.data.rerank import reranked_run
-    from conformer_kernel.data import ConformerKernelData
+    from common.report import paper_dataset
+    from conformer_kernel.data import ConformerKernelDataModule
     from conformer_kernel.impact_index import (
         ImpactIndex, MissingTermsError, evaluated_topics, full_ranking, load_for_inference,
     )
-    from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results
 
     data_settings = read_trained(args.checkpoint).get("datamodule_hyper_parameters", {})
     depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
     # Featurised as the checkpoint was trained (use_featurizer: its vocabulary, text limits and ORCAS field).
-    data = ConformerKernelData(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
+    data = ConformerKernelDataModule(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
                                eval_batch_size=args.batch_size, relevance_level=args.relevance_level)
     with input_errors(*INPUT_ERRORS):  # the task's files and the ORCAS field's, before anything is built or written
         data.check_tasks()
@@ -119,12 +113,13 @@ def main(argv=None) -> dict:
         runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", {"devices": 1}, index)
     name = model.hparams.model
     dataset = args.dataset or paper_dataset(PAPER, task)
-    metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level,
-                            task=task, dataset=dataset)
-    print(metrics_table(metrics, f"{data.source('test').name}: {len(data.eval_queries('test'))} queries"))
+    metrics = write_mode_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level,
+                                 measures=model.measures, task=task, dataset=dataset, depth=DEPTH)  # fmt: skip
+    print(metrics_table(metrics, f"{data.source('test').name}: {len(data.eval_queries('test'))} queries",
+                        model.measures, MEASURE_LABELS))  # fmt: skip
     print()
-    print(paper_tables(metrics, task, dataset, orcas=bool(featurizer.orcas)))
-    print(f"\nwritten: {', '.join(str(out / f'run.{m}.trec') for m in runs)}, {out / 'metrics.json'}, "
+    print(paper_tables(metrics, task, dataset, data))
+    print(f"\nwritten: {', '.join(str(out / mode_run(m)) for m in runs)}, {out / 'metrics.json'}, "
           f"{out / 'task.json'}")
     return metrics
 

@@ -54,8 +54,8 @@ class Featurizer:
     def batch(self, queries: Sequence[Sequence[str]], documents: Sequence[Sequence[Sequence[str]]]) -> Features:
         """Q term lists and, for each, D document term lists -> `Features` (Q, D, ...).
 
-        Every tensor is made from one flat list (a tensor per row and a slice assignment each took 40 ms for a
-        batch of 128 pairs, a third of a dev validation; results/conformer_kernel/README.md, "Issue 15")."""
+        Every tensor is made from one flat list: a tensor per row and a slice assignment each were a third of a dev
+        validation's time (results/conformer_kernel/README.md)."""
         Q, D = len(queries), len(documents[0])
         if any(len(docs) != D for docs in documents):
             raise ValueError("every query needs the same number of documents")

@@ -42,9 +42,9 @@ from tqdm.auto import tqdm
 from common.data.formats import Run, Topics
 from common.io import atomic_write
 from conformer_kernel.features import Featurizer
-from conformer_kernel.index import PLAN, output_problem
+from conformer_kernel.index_folder import PLAN, output_problem
 from conformer_kernel.orcas import orcas_from_spec
-from conformer_kernel.ranker import ConformerKernel
+from conformer_kernel.ranker import ConformerKernelRanker
 
 
 class UnfinishedIndexError(ValueError):
@@ -154,9 +154,9 @@ class DocumentShards(Dataset):
 
 
 class TermDocumentScorer(L.LightningModule):
-    """Wraps a trained `ConformerKernel`: predict_step turns a shard's documents into (docs, terms) s_td."""
+    """Wraps a trained `ConformerKernelRanker`: predict_step turns a shard's documents into (docs, terms) s_td."""
 
-    def __init__(self, model: ConformerKernel, featurizer: Featurizer, terms: list[str], batch_size: int,
+    def __init__(self, model: ConformerKernelRanker, featurizer: Featurizer, terms: list[str], batch_size: int,
                  term_chunk: int):
         super().__init__()
         self.model, self.featurizer, self.terms = model, featurizer, terms
@@ -170,7 +170,7 @@ class TermDocumentScorer(L.LightningModule):
         for start in range(0, len(docs), self.batch_size):
             part = order[start : start + self.batch_size]
             f = self.featurizer.batch([self.terms], [[docs[i] for i in part]]).to(self.device)  # one pseudo-query
-            s_td = self.model.ranker.index_scores(f, self.term_chunk)[:, : len(self.terms)]  # not the padding to 20
+            s_td = self.model.model.index_scores(f, self.term_chunk)[:, : len(self.terms)]  # not the padding to 20
             scores[part] = s_td.float().cpu().numpy()
         return shard, scores  # (docs, terms)
 
@@ -194,7 +194,7 @@ def shard_path(folder: Path, shard: int) -> Path:
     return folder / "shards" / f"{shard:07d}.npy"
 
 
-def build_index(model: ConformerKernel, featurizer: Featurizer, documents, doc_ids: list[str], terms: list[str],
+def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: list[str], terms: list[str],
                 folder: str | os.PathLike, *, shard_size: int = 256, batch_size: int = 8, term_chunk: int = 64,
                 resume: bool = False, trainer_options: dict | None = None) -> ImpactIndex | None:
     """Compute (or finish computing, with `resume`) the index of `documents` for `terms` into `folder`.
@@ -238,15 +238,15 @@ def build_index(model: ConformerKernel, featurizer: Featurizer, documents, doc_i
 
 
 def evaluated_topics(data) -> Topics:
-    """The evaluated test queries of `data` (a `ConformerKernelData`) and their text."""
+    """The evaluated test queries of `data` (a `conformer_kernel.data.ConformerKernelDataModule`) and their text."""
     topics = data.source("test").topics()
     return {qid: topics[qid] for qid in data.eval_queries("test")}
 
 
-def full_ranking(model: ConformerKernel, featurizer: Featurizer, data, folder: str | os.PathLike,
+def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, folder: str | os.PathLike,
                  trainer_options: dict | None = None, index: ImpactIndex | None = None, *,
                  resume: bool = False) -> Run:
-    """The top 100 of every evaluated test query of `data` (a `ConformerKernelData`) by full retrieval: from `index`,
+    """The top 100 of every evaluated test query of `data` (a `ConformerKernelDataModule`) by full retrieval: from `index`,
     or from one built into `folder` for those queries' terms over the test collection.
 
     `resume`: `folder` may hold what a killed run left there: its finished index is read, an unfinished one
@@ -271,14 +271,14 @@ def checkpoint_data_settings(checkpoint: str) -> dict:
     return torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
 
 
-def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) -> tuple[ConformerKernel, Featurizer]:
+def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) -> tuple[ConformerKernelRanker, Featurizer]:
     """A trained model in eval mode and a featuriser with its vocabulary, IDFs, text limits and ORCAS field (`orcas`,
     else the one of `data`, the checkpoint's `checkpoint_data_settings`, read here where not given).
 
     The ORCAS field is read first: a missing or malformed file of it is found before the model is built."""
     data = checkpoint_data_settings(checkpoint) if data is None else data
     field = orcas_from_spec(orcas if orcas else data.get("orcas"))
-    model = ConformerKernel.load_from_checkpoint(checkpoint, map_location="cpu").eval()
+    model = ConformerKernelRanker.load_from_checkpoint(checkpoint, map_location="cpu").eval()
     featurizer = Featurizer(model.resources, data.get("max_query_terms", 20), data.get("max_doc_terms", 4000),
                             data.get("max_orcas_terms", 2000), field)
     return model, featurizer

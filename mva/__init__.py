@@ -3,15 +3,21 @@
 Zhou and Devlin, 2021 (../shared/papers/mva.txt): MVA re-ranking with learned pooling tokens and down-projected
 document vectors.
 
-- `mva.model`: pooling (Sec. 2.2), the MVA scoring head (Sec. 2.1, single- and multi-head), the softmax loss
-  (Sec. 2.3); the dual-encoder (DE) and cross-attention (CA) baselines are `common.encoders.bert_rankers`;
+- `mva.model`: pooling (Sec. 2.2), the MVA scoring head (Sec. 2.1, single- and multi-head); the dual-encoder (DE)
+  and cross-attention (CA) baselines are `common.encoders.bert_rankers`;
 - `mva.data`, `mva.ranker`, `mva.train` (``python -m mva.train``): the data module (groups of a positive and
-  negatives, re-ranking), the LightningModule (softmax loss, Adam, warm-up), the command with DE and CA trained
-  beside MVA (``--compare_with``); `mva/configs/builtin.yaml` is its embedded default;
+  negatives, re-ranking), the LightningModule (the softmax loss of Sec. 2.3, Adam, warm-up), the command with DE
+  and CA trained beside MVA (``--compare_with``); `mva/configs/builtin.yaml` is its embedded default;
 - `mva.pretrain` (``python -m mva.pretrain``): continued MLM (+ NSP) pre-training of the backbone on a
   collection's passages, the starting point of fine-tuning (Sec. 3-4);
 - `mva.store`, `mva.index` (``python -m mva.index``), `mva.evaluate` (``python -m mva.evaluate``): documents'
-  [D_K | D_V] (or DE's vector) stored ahead of time, scoring from the store, multi-pass re-ranking (Table 6);
+  [D_K | D_V] (or DE's vector) stored ahead of time (the `STORED` architectures), scoring from the store,
+  multi-pass re-ranking (Table 6);
 - `mva.costs` (``python -m mva.costs``): joint compute and storage of Tables 5 and 6;
   `mva.benchmark` (``python -m mva.benchmark``): the same joint compute, timed.
+
+Nothing here imports torch: the command lines read `STORED` before they import it.
 """
+
+#: The architectures whose document side is computed without the query, so can be stored (CA reads both together).
+STORED = ("mva", "de")

@@ -37,55 +37,29 @@ from __future__ import annotations
 import argparse
 import json
 
-from common.commands.store_options import check_candidates, device_name, existing_store, open_store, resolve_device
-from common.commands.task_options import add_task_arguments, fresh_output_dir, resolve_depth, task_spec_from_args
-from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from common.commands.store_commands import StoreEvaluation
+from common.commands.store_options import add_evaluate_arguments, add_rerank_arguments, command_parser
+from common.refusals import checkpoint_file, positive_int, usage_error
+from mva import STORED
 from mva.index import read_trained
+from mva.train import DATASETS, paper_tables
 
 #: Candidates re-ranked per query by a checkpoint without a depth setting: BM25's top 1,000 (Sec. 3).
 DEFAULT_DEPTH = 1000
 #: Table 6's K: how many of the first pass's top candidates CA re-scores.
 RESCORE_TOP = (1, 10, 50)
-#: The paper's dataset, ``--dataset``'s choice: `mva.outputs.DATASETS` (that module's imports are heavier).
-DATASETS = ("msmarco-passage-dev",)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m mva.evaluate", description=__doc__.split("\n\n")[0],
-                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
-                        help="an mva.train checkpoint (MVA, DE or CA): the first pass")
-    add_task_arguments(parser, "task", "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
-    parser.add_argument("--store", type=existing_store("mva.index"), default=None,
-                        help="an mva.index store of this checkpoint (default: none, documents encoded at query time)")
-    parser.add_argument("--compare_end_to_end", action="store_true",
-                        help="with --store: also score the same pairs end to end and report the differences")
+    parser = command_parser("python -m mva.evaluate", __doc__)
+    add_evaluate_arguments(parser, "mva.index", "an mva.train checkpoint (MVA, DE or CA): the first pass",
+                           "an mva.index store of this checkpoint (default: none, documents encoded at query time)")
     parser.add_argument("--rescore", type=checkpoint_file, default=None,
                         help="an mva.train checkpoint of CA re-scoring the first pass's top K (Table 6)")
     parser.add_argument("--rescore_top", type=positive_int, nargs="+", default=list(RESCORE_TOP),
                         help="with --rescore: each K re-scored (default 1 10 50)")
-    parser.add_argument("--output_dir", help="default: a new outputs/mva-evaluate-<time>")
-    parser.add_argument("--depth", type=positive_int, default=None,
-                        help="candidates re-ranked per query (default: the checkpoint's data.depth, else 1000)")
-    parser.add_argument("--test_queries", type=positive_int, default=None,
-                        help="evaluate a sample of this many queries (seed 0, as data.test_queries; default all)")
-    parser.add_argument("--batch_size", type=positive_int, default=128, help="candidates per batch (default 128)")
-    parser.add_argument("--dataset", default=None, choices=DATASETS,
-                        help="the paper's dataset the task is, to compare with its tables (default: an irds: task's "
-                             "own; files and builtin: none)")
-    parser.add_argument("--relevance_level", type=int, default=None,
-                        help="lowest relevant label for MAP/MRR (default: the checkpoint's data setting, else 1)")
-    parser.add_argument("--device", type=device_name, default="auto",
-                        help="where to score: auto (cuda if there is one), cpu, cuda or cuda:N (default auto)")
+    add_rerank_arguments(parser, "mva", "batch", DATASETS, "its tables")
     return parser
-
-
-def check_args(args: argparse.Namespace) -> None:
-    """What the option types do not check, before anything is imported."""
-    if args.compare_end_to_end and args.store is None:
-        usage_error("--compare_end_to_end: compares a store's scores with end-to-end ones; give --store")
-    if len(set(args.rescore_top)) != len(args.rescore_top):
-        usage_error(f"--rescore_top: each K once, got {' '.join(map(str, args.rescore_top))}")
 
 
 def multi_pass_run(first: dict, rescore, topics, k: int) -> dict:
@@ -113,134 +87,104 @@ def costs_table(costs: dict, measures: dict, depth: int) -> str:
     return to_markdown(frame)
 
 
-def main(argv=None) -> dict:
-    args = build_parser().parse_args(argv)
-    check_args(args)
-    out = fresh_output_dir(args.output_dir, "mva-evaluate")
-    task = task_spec_from_args(args, "task")
-    from common.commands.quiet import quiet_lightning
+class MVAEvaluation(StoreEvaluation):
+    """MVA's evaluation: a first pass of MVA or DE (`mva.store.QueryScorer`, from a store or end to end) or CA
+    (`mva.store.CrossScorer`), CA re-scoring its top K (``--rescore``, Table 6), the joint compute and bytes per
+    document of every run written to costs.json and printed as Table 6 prints them."""
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+    package, strategies, default_depth = "mva", STORED, DEFAULT_DEPTH
+    paper_tables = staticmethod(paper_tables)
 
-    # torch alone: a foreign checkpoint, or a store of another checkpoint, is refused before the data loads
-    state = read_trained(args.checkpoint, ("mva", "de", "ca"))
-    first_architecture = state["hyper_parameters"]["architecture"]
-    if args.store is not None and first_architecture == "ca":
-        usage_error(f"--store: {args.checkpoint} is CA's, which stores nothing: it reads query and document together")
-    store = None if args.store is None else open_store(args.store, args.checkpoint, "mva.index", ("mva", "de"))
-    rescore_state = None
-    if args.rescore is not None:
-        rescore_state = read_trained(args.rescore, ("ca",), "--rescore")
+    def check_args(self) -> None:
+        super().check_args()
+        if len(set(self.args.rescore_top)) != len(self.args.rescore_top):
+            usage_error(f"--rescore_top: each K once, got {' '.join(map(str, self.args.rescore_top))}")
 
-    from common.commands.cli import INPUT_ERRORS
-    from common.io import atomic_write
-    from common.metrics import evaluate_run
-    from common.report import paper_dataset
-    from common.data.rerank import reranked_run
-    from common.commands.outputs import metrics_table, write_results
-    from common.stores.scoring import compare_scores, exactness_line, score_pairs
-    from mva.data import MVADataModule
-    from mva.outputs import PAPER, paper_tables
-    from mva.ranker import MEASURES
-    from mva.store import CrossScorer, QueryScorer, data_encoder, load_ranker
+    def read_inputs(self):
+        args = self.args
+        state = read_trained(args.checkpoint, ("mva", "de", "ca"))
+        if args.store is not None and state["hyper_parameters"]["architecture"] == "ca":
+            usage_error(f"--store: {args.checkpoint} is CA's, which stores nothing: it reads query and document "
+                        "together")  # fmt: skip
+        store = self.open_store()
+        self.rescore_state = None if args.rescore is None else read_trained(args.rescore, ("ca",), "--rescore")
+        return state, store
 
-    data_settings = state.get("datamodule_hyper_parameters", {})
-    keep = ("tokenizer", "tokenizer_task", "query_length", "passage_length", "relevance_level")
-    settings = {k: v for k, v in data_settings.items() if k in keep}
-    if args.relevance_level is not None:
-        settings["relevance_level"] = args.relevance_level
-    depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
-    data = MVADataModule(train=None, dev=None, test=task, architecture=first_architecture, depth=depth,
-                         test_queries=args.test_queries, **settings)  # fmt: skip
-    with input_errors(*INPUT_ERRORS):
-        data.check_tasks()  # the task's files read before anything is built, printed or written
-    pairs = data.eval_pairs("test")
-    if store is not None:
-        check_candidates(store, pairs, "mva.index")
-    device = resolve_device(args.device)
-    ranker = load_ranker(state).to(device)
-    source = data.source("test")
-    documents, topics = source.documents(), source.topics()
-    if first_architecture == "ca":
-        scorer = CrossScorer(ranker, data_encoder(data_settings, pairs=True), documents, batch_size=args.batch_size,
-                             device=device)  # fmt: skip
-        label = "end to end"
-    else:
-        try:
-            scorer = QueryScorer(ranker, data_encoder(data_settings), batch_size=args.batch_size, device=device,
-                                 store=store, documents=documents)  # fmt: skip
-        except ValueError as error:  # a store of this checkpoint cannot have another width, unless tampered with
-            usage_error(f"--store: {error}")
-        label = scorer.label
-    queries = len({qid for qid, _ in pairs})
-    print(f"re-ranking the top {depth} candidates per query ({depth_source}): {len(pairs):,} pairs of {queries:,} "
-          f"queries, {ranker.name}, {label}")
-    out.mkdir(parents=True, exist_ok=True)
-    candidates, qrels, level = data.candidates("test"), data.qrels("test"), data.relevance_level
-    scores = score_pairs(scorer, pairs, topics)
-    print(f"scored in {scorer.seconds:.2f} s ({1000 * scorer.seconds / max(queries, 1):.1f} ms per query)")
-    run = reranked_run(pairs, scores, candidates)
-    name = ranker.name
-    stored = scorer.bytes_per_document if first_architecture != "ca" else 0.0
-    costs = {name: {"first_pass": name, "rescored": 0, "joint_mmacs": scorer.macs / max(queries, 1) / 1e6,
-                    "bytes_per_document": stored, "seconds": scorer.seconds}}  # fmt: skip
-    others, report = {}, None
-    if args.compare_end_to_end:
-        reference_scorer = QueryScorer(ranker, data_encoder(data_settings), batch_size=args.batch_size,
-                                       device=device, documents=documents)  # fmt: skip
-        reference = score_pairs(reference_scorer, pairs, topics)
-        reference_run = reranked_run(pairs, reference, candidates)
-        others[f"{name}_end_to_end"] = evaluate_run(qrels, reference_run, MEASURES, relevance_level=level)
-        report = compare_scores(scores, reference, pairs, evaluate_run(qrels, run, MEASURES, relevance_level=level),
-                                others[f"{name}_end_to_end"])  # fmt: skip
-        report = {"store": str(args.store), "architecture": name, "dtype": store.dtype,
-                  "bytes_per_document": stored, "store_seconds": scorer.seconds,
-                  "end_to_end_seconds": reference_scorer.seconds, **report}  # fmt: skip
-        with atomic_write(out / "exactness.json") as f:
-            json.dump(report, f, indent=2)
-            f.write("\n")
-    written = []
-    if rescore_state is not None:
+    def data_module(self, **settings):
+        from mva.data import MVADataModule
+
+        return MVADataModule(**settings)
+
+    def load_ranker(self, state: dict):
+        from mva.store import load_ranker
+
+        return load_ranker(state)
+
+    def make_scorer(self, store):
+        from mva.store import CrossScorer, QueryScorer, data_encoder
+
+        if self.ranker.hparams.architecture == "ca":
+            return CrossScorer(self.ranker, data_encoder(self.data_settings, pairs=True), self.documents,
+                               batch_size=self.args.batch_size, device=self.device)  # fmt: skip
+        return QueryScorer(self.ranker, data_encoder(self.data_settings), batch_size=self.args.batch_size,
+                           device=self.device, store=store, documents=self.documents)  # fmt: skip
+
+    def describe(self) -> str:
+        return f"{self.ranker.name}, {self.scorer.label}"
+
+    def print_seconds(self, scorer, end_to_end: bool = False) -> None:
+        if not end_to_end:
+            print(f"scored in {scorer.seconds:.2f} s ({1000 * scorer.seconds / max(self.queries, 1):.1f} ms per "
+                  "query)")  # fmt: skip
+
+    def exactness_identity(self, store) -> dict:
+        return {"architecture": self.ranker.name}
+
+    def further_runs(self) -> list:
+        """CA re-scoring the first pass's top K for each ``--rescore_top`` K (run.<first>+ca@K.trec), then every
+        run's joint compute and bytes per document (costs.json)."""
         from common.data.formats import write_run
+        from common.io import atomic_write
+        from common.metrics import evaluate_run
+        from mva.store import CrossScorer, data_encoder, load_ranker
 
-        rescorer_ranker = load_ranker(rescore_state).to(device)
-        rescore_settings = rescore_state.get("datamodule_hyper_parameters", {})
-        for k in sorted(args.rescore_top):
-            rescorer = CrossScorer(rescorer_ranker, data_encoder(rescore_settings, pairs=True), documents,
-                                   batch_size=args.batch_size, device=device)  # fmt: skip
-            multi = multi_pass_run(run, rescorer, topics, k)
-            multi_name = f"{name}+ca@{k}"
-            write_run(out / f"run.{multi_name}.trec", multi, tag=multi_name)
-            written.append(out / f"run.{multi_name}.trec")
-            others[multi_name] = evaluate_run(qrels, multi, MEASURES, relevance_level=level)
-            ca_alone = k >= depth
-            first_cost = 0.0 if ca_alone else costs[name]["joint_mmacs"]
-            ca_cost = rescorer.macs / max(queries, 1) / 1e6 if k > 1 else 0.0  # K = 1 changes nothing (mva.costs)
-            costs[multi_name] = {"first_pass": "N/A" if ca_alone else name, "rescored": k,
-                                 "joint_mmacs": first_cost + ca_cost,
-                                 "bytes_per_document": 0.0 if ca_alone else stored,
-                                 "seconds": scorer.seconds + rescorer.seconds}  # fmt: skip
-            print(f"{multi_name}: CA re-scored the top {k} in {rescorer.seconds:.2f} s")
-    with atomic_write(out / "costs.json") as f:
-        json.dump(costs, f, indent=2)
-        f.write("\n")
-    dataset = args.dataset or paper_dataset(PAPER, task)
-    metrics = write_results(out, name, run, qrels, candidates, level, measures=MEASURES, task=task, dataset=dataset,
-                            others=others)  # fmt: skip
-    print()
-    print(metrics_table(metrics, f"{source.name}: {len(run)} queries, top {depth} re-ranked, {label}", MEASURES))
-    print()
-    print(costs_table(costs, metrics, depth))
-    print()
-    print(paper_tables(metrics, task, dataset))
-    if report is not None:
-        print()
-        print(exactness_line(label, report))
-    files = [out / "run.trec", *written, out / "costs.json", out / "metrics.json", out / "task.json"]
-    if report is not None:
-        files.append(out / "exactness.json")
-    print(f"\nwritten: {', '.join(map(str, files))}")
-    return metrics
+        args, out, name, scorer, queries = self.args, self.out, self.ranker.name, self.scorer, self.queries
+        stored = scorer.bytes_per_document if self.ranker.hparams.architecture != "ca" else 0.0
+        costs = {name: {"first_pass": name, "rescored": 0, "joint_mmacs": scorer.macs / max(queries, 1) / 1e6,
+                        "bytes_per_document": stored, "seconds": scorer.seconds}}  # fmt: skip
+        self.costs = costs
+        written = []
+        if self.rescore_state is not None:
+            rescorer_ranker = load_ranker(self.rescore_state).to(self.device)
+            rescore_settings = self.rescore_state.get("datamodule_hyper_parameters", {})
+            for k in sorted(args.rescore_top):
+                rescorer = CrossScorer(rescorer_ranker, data_encoder(rescore_settings, pairs=True), self.documents,
+                                       batch_size=args.batch_size, device=self.device)  # fmt: skip
+                multi = multi_pass_run(self.run, rescorer, self.topics, k)
+                multi_name = f"{name}+ca@{k}"
+                write_run(out / f"run.{multi_name}.trec", multi, tag=multi_name)
+                written.append(out / f"run.{multi_name}.trec")
+                self.others[multi_name] = evaluate_run(self.qrels, multi, self.ranker.measures,
+                                                       relevance_level=self.level)  # fmt: skip
+                ca_alone = k >= self.depth
+                first_cost = 0.0 if ca_alone else costs[name]["joint_mmacs"]
+                ca_cost = rescorer.macs / max(queries, 1) / 1e6 if k > 1 else 0.0  # K = 1 changes nothing (mva.costs)
+                costs[multi_name] = {"first_pass": "N/A" if ca_alone else name, "rescored": k,
+                                     "joint_mmacs": first_cost + ca_cost,
+                                     "bytes_per_document": 0.0 if ca_alone else stored,
+                                     "seconds": scorer.seconds + rescorer.seconds}  # fmt: skip
+                print(f"{multi_name}: CA re-scored the top {k} in {rescorer.seconds:.2f} s")
+        with atomic_write(out / "costs.json") as f:
+            json.dump(costs, f, indent=2)
+            f.write("\n")
+        return [*written, out / "costs.json"]
+
+    def tables(self, metrics: dict) -> list[str]:
+        return [costs_table(self.costs, metrics, self.depth)]
+
+
+def main(argv=None) -> dict:
+    return MVAEvaluation(build_parser().parse_args(argv)).main()
 
 
 if __name__ == "__main__":

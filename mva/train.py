@@ -18,19 +18,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.commands.help import check_command_line, is_int
+from common.commands.help import is_int
+from common.commands.train import TrainCommand, check_bert_lengths, link_bert_inputs
 
-#: This command, as ``python -m`` runs it.
-COMMAND = "mva.train"
-CONFIGS = Path(__file__).parent / "configs"
-DEFAULT_CONFIG = CONFIGS / "builtin.yaml"
-#: What ``--compare_with`` accepts.
-BASELINES = ("de", "ca")
+#: The paper's id in results/reported.
+PAPER = "mva"
+#: The paper's dataset (every table).
+DATASETS = ("msmarco-passage-dev",)
+#: Run names -> Table 5's method names.
+PAPER_METHODS = {"ca": "CA (Ours)", "de": "DE (Ours)"}
 
 
 def check_settings(config: dict) -> str | None:
     """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
-    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model."""
+    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model.
+    (``--compare_with``'s names: `common.commands.train.TrainCommand.check_settings`.)"""
     model = config.get("model") or {}
     heads, hidden = model.get("num_heads"), model.get("hidden_size")
     if model.get("encoder") is None and is_int(heads) and is_int(hidden) and heads > 0 and hidden % heads:
@@ -42,75 +44,40 @@ def check_settings(config: dict) -> str | None:
                 return f"--model.{side}_timesteps: {pooling} pooling keeps K timesteps: give K"
             if pooling == "temporal" and model.get(f"{side}_factor") is None:
                 return f"--model.{side}_factor: temporal pooling needs its factor rho"
-    data = config.get("data") or {}
-    for option in ("query_length", "passage_length"):
-        if is_int(data.get(option)) and data[option] < 3:
-            return f"--data.{option}: must leave room for [CLS], a token and [SEP] (at least 3), got {data[option]}"
-    for name in config.get("compare_with") or []:
-        if name not in BASELINES:
-            return f"--compare_with: must list de and/or ca, got {name}"
-    return None
+    return check_bert_lengths(config)
 
 
-def main(args=None) -> dict | None:
-    """Run the command line; returns the test metrics (None without a test split).
+def folder_name(config) -> str:
+    """``mva-<architecture>``: the default output folder is ``outputs/mva-<architecture>-<time>``."""
+    from mva.ranker import run_name
 
-    ``--help`` and a bad option are answered before Lightning is imported (`common.commands.help`).
-    """
-    check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
-    import torch
-
-    from common.commands.quiet import quiet_lightning
-
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-
-    from common.report import paper_dataset
-    from common.data.rerank import reranked_run
-    from common.commands.outputs import metrics_table, write_results
-    from mva.cli import MVACLI
-    from mva.outputs import PAPER, paper_tables
-    from mva.ranker import MEASURES
-
-    torch.set_float32_matmul_precision("high")
-    cli = MVACLI(args)
-    model, data, out = cli.model, cli.datamodule, cli.output_dir
-    if not cli.fit_and_test():  # no test split, or not global rank zero
-        return None
-    run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
-    others = {}
-    for baseline in cli.config.compare_with:
-        others.update({k: v for k, v in train_baseline(out, baseline).items() if k != "bm25"})
-    task = data.specs["test"]
-    dataset = paper_dataset(PAPER, task)
-    metrics = write_results(out, model.name, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
-                            measures=MEASURES, task=task, dataset=dataset, others=others, overwrite=cli.resuming)
-    print()
-    print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(run)}), re-ranking "
-                                 f"the top {data.hparams.depth} BM25 candidates", MEASURES))  # fmt: skip
-    print()
-    print(paper_tables(metrics, task, dataset))
-    print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'task.json'}, {out / 'config.yaml'}, "
-          f"{cli.tested_checkpoint or 'the weights after the last step'}")
-    return metrics
+    return "mva-" + run_name(config.model.architecture)
 
 
-def train_baseline(output_dir: Path, architecture: str) -> dict:
-    """The test metrics of `architecture` trained with the settings of ``output_dir/config.yaml`` into
-    ``output_dir/<architecture>/``: read when that run finished, resumed when it started, else trained."""
-    import json
+def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
+    """Reproduced vs reported on MS MARCO passage dev (Table 5's DE and CA, MRR@10), else a line saying there is
+    nothing to compare with. (`data`, the data module tested, changes nothing here.)"""
+    from common.commands.outputs import nothing_to_compare, reproduced_vs_reported
+    from common.report import compare
 
-    from common.commands.run_folder import CONFIG, FINISHED
+    if dataset is None:
+        return nothing_to_compare(task, f"is none of its datasets ({', '.join(DATASETS)})")
+    method_map = {run: PAPER_METHODS[run] for run in metrics if run in PAPER_METHODS}
+    frame = compare(metrics, PAPER, tables=5, dataset=dataset, method_map=method_map)
+    return reproduced_vs_reported(frame[frame["metric"] == "mrr@10"] if not frame.empty else frame, metrics, dataset)
 
-    folder = output_dir / architecture
-    if (folder / FINISHED).is_file():
-        return json.loads((folder / FINISHED).read_text())
-    if (folder / CONFIG).is_file():
-        args = ["--ckpt_path", "last", "--output_dir", str(folder)]
-    else:
-        args = ["--config", str(output_dir / CONFIG), "--model.architecture", architecture, "--compare_with", "[]",
-                "--output_dir", str(folder)]  # fmt: skip
-    print(f"\ntraining the {architecture} baseline the same way into {folder}")
-    return main(args)
+
+#: This command (`common.commands.train`).
+COMMAND = TrainCommand(
+    name="mva.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml",
+    model="mva.ranker.MVARanker", data="mva.data.MVADataModule",
+    monitor="dev/mrr@10",  # the measure of every table of the paper
+    run_name=folder_name, paper=PAPER, paper_tables=paper_tables, check=check_settings, links=link_bert_inputs,
+    baselines=("de", "ca"),
+)  # fmt: skip
+
+#: Runs the command line (`common.commands.train.TrainCommand.main`).
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -4,9 +4,11 @@ Jiang, Xiong, Lee, Wang; Findings of EMNLP 2020 (../shared/papers/qds-transforme
 
 - `qds.inputs`: the input sequence and each attention pattern's global tokens (Sec. 4.1, Table 4);
 - `qds.sentences`: offline sentence splitting for the [SOS] markers;
-- `qds.model`: the LightningModule (Longformer on `common.kernels`, the official head, BCE) and the
-  RoBERTa FirstP/MaxP baselines (Table 2);
+- `qds.model`: the nn.Modules (Longformer on `common.kernels`, the official head) and the RoBERTa FirstP/MaxP
+  baselines (Table 2);
+- `qds.ranker`: the LightningModule `QDSRanker` (BCE, Adam, re-ranking evaluation);
 - `qds.data`: the LightningDataModule (pointwise training groups, top-100 re-ranking);
-- `qds.checkpoint`: loading the official release; `common.encoders.tokenizers`: RoBERTa's or a built-in BPE;
+- `qds.checkpoint`: loading the official release; `qds.pretrained`: a BERT encoder as a Longformer;
+  `common.encoders.tokenizers`: RoBERTa's or a built-in BPE;
 - ``python -m qds.train``, ``python -m qds.evaluate``, ``python -m qds.benchmark`` (Table 5).
 """

@@ -5,12 +5,12 @@ a ``RobertaModel`` whose self-attention has ``query_global``/``key_global``/``va
 the same names as Hugging Face's ``LongformerModel``) and its head as ``hidden_layer`` and
 ``final_layer``; ``torch.save(model.state_dict())`` wrote them as::
 
-    base.embeddings.word_embeddings.weight            -> ranker.encoder.embeddings.word_embeddings.weight
+    base.embeddings.word_embeddings.weight            -> model.encoder.embeddings.word_embeddings.weight
     base.encoder.layer.0.attention.self.query_global.weight
-                                                      -> ranker.encoder.encoder.layer.0.attention.self.query_global.weight
-    base.pooler.dense.weight                          -> ranker.encoder.pooler.dense.weight
-    hidden_layer.weight / .bias                       -> ranker.head.hidden.weight / .bias
-    final_layer.weight / .bias                        -> ranker.head.out.weight / .bias
+                                                      -> model.encoder.encoder.layer.0.attention.self.query_global.weight
+    base.pooler.dense.weight                          -> model.encoder.pooler.dense.weight
+    hidden_layer.weight / .bias                       -> model.head.hidden.weight / .bias
+    final_layer.weight / .bias                        -> model.head.out.weight / .bias
 
 ``base.embeddings.position_ids`` (a buffer older transformers saved) carries no weights and is
 dropped. Any other key that does not map is an error, as is a missing or mis-shaped parameter.
@@ -22,20 +22,20 @@ import os
 
 import torch
 
-from qds.model import QDSTransformer
+from qds.ranker import QDSRanker
 
-_HEAD = {"hidden_layer.": "ranker.head.hidden.", "final_layer.": "ranker.head.out."}
+_HEAD = {"hidden_layer.": "model.head.hidden.", "final_layer.": "model.head.out."}
 _IGNORED = ("base.embeddings.position_ids",)
 
 
 def from_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The official checkpoint's state dict renamed to `QDSTransformer`'s (see the module docstring)."""
+    """The official checkpoint's state dict renamed to `QDSRanker`'s (see the module docstring)."""
     mapped, unknown = {}, []
     for key, value in state_dict.items():
         if key in _IGNORED:
             continue
         if key.startswith("base."):
-            mapped["ranker.encoder." + key[len("base.") :]] = value
+            mapped["model.encoder." + key[len("base.") :]] = value
         elif prefix := next((p for p in _HEAD if key.startswith(p)), None):
             mapped[_HEAD[prefix] + key[len(prefix) :]] = value
         else:
@@ -50,7 +50,7 @@ def is_official(state_dict: dict) -> bool:
     return any(k.startswith("base.") for k in state_dict) and "final_layer.weight" in state_dict
 
 
-def load_official(model: QDSTransformer, path: str | os.PathLike) -> QDSTransformer:
+def load_official(model: QDSRanker, path: str | os.PathLike) -> QDSRanker:
     """Load the official checkpoint file at `path` into `model` (a ``qds`` pattern of the same size); strict."""
     state = torch.load(path, map_location="cpu", weights_only=True)
     if not is_official(state):

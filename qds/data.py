@@ -8,8 +8,8 @@
   (`common.data.samplers.PointwiseSampler`); new negatives each epoch. ``positives:
   candidates`` (the default) takes, as the official code does (``src/utils.py`` lines
   272-279), only the relevant documents among the top-100 candidates; ``qrels`` every judged
-  relevant one. The loader is torchdata's
-  ``StatefulDataLoader``, so a checkpoint taken mid-epoch resumes at the next batch.
+  relevant one. Tasks, loaders and evaluated queries: `common.training.tasks.RerankingDataModule`;
+  torchdata's ``StatefulDataLoader``, so a checkpoint taken mid-epoch resumes at the next batch.
 - Evaluation: every query's top-`depth` candidates (100: the TREC DL re-ranking subtask) are
   scored; the dev split may be cut to `dev_queries` queries (drawn with the seed; the official
   code's ``num_sample_eval``) and `dev_depth` candidates, since MS MARCO dev is 5,193 queries.
@@ -23,23 +23,20 @@ from __future__ import annotations
 
 from typing import Literal
 
-import lightning as L
 import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch import Tensor
-from torch.utils.data import Dataset
 
-from common.data.formats import Document, Topics
+from common.data.formats import Document
 from common.data.samplers import POSITIVES, PointwiseSampler
 from common.data.specs import SourceSpec
-from common.data.rerank import RerankPairs
-from common.training.tasks import MISSING_DOCUMENTS, SamplerGroups, SplitLoaders, TaskSplits
-from common.encoders.tokenizers import resolved_tokenizer_task
+from common.encoders.tokenizers import LazyTokenizer, resolved_tokenizer_task
+from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig, RerankingDataModule, TaskConfig
 from qds.inputs import ALL_PATTERNS, BASELINES, LAYOUTS, InputLayout, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
 
 
-class Encoder:
+class Encoder(LazyTokenizer):
     """Turns (query text, document) pairs into a model batch for one pattern (see `qds.inputs`)."""
 
     def __init__(self, pattern: str, tokenizer: str, max_length: int = 2048, max_sentences: int = 256,
@@ -48,23 +45,10 @@ class Encoder:
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
         if layout not in LAYOUTS:
             raise ValueError(f"unknown input layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
-        self.pattern, self.tokenizer_name, self.tokenizer_task = pattern, tokenizer, tokenizer_task
-        self.layout = layout
+        super().__init__(tokenizer, tokenizer_task)
+        self.pattern, self.layout = pattern, layout
         self.max_length = min(max_length, 512) if pattern in BASELINES else max_length
         self.max_sentences, self.max_passages = max_sentences, max_passages
-        self._tokenizer = None
-        self._cache: dict[str, list[list[int]]] = {}
-
-    def __getstate__(self) -> dict:  # workers load their own tokenizer and cache
-        return {**self.__dict__, "_tokenizer": None, "_cache": {}}
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            from common.encoders.tokenizers import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.tokenizer_name, task=self.tokenizer_task)
-        return self._tokenizer
 
     def __call__(self, queries: list[str], documents: list[Document]) -> dict[str, Tensor]:
         tok = self.tokenizer
@@ -114,22 +98,7 @@ class Encoder:
         }
 
 
-class TrainGroups(SamplerGroups):
-    """A pointwise sampler's groups as a dataset; `collate` makes a batch of all their documents."""
-
-    def __init__(self, sampler: PointwiseSampler, topics: Topics, documents, encoder: Encoder):
-        super().__init__(sampler, topics, documents)
-        self.encoder = encoder
-
-    def collate(self, groups) -> dict:
-        qids = [g.qid for g in groups for _ in g.doc_ids]
-        doc_ids = [d for g in groups for d in g.doc_ids]
-        batch = self.encoder([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
-        batch["labels"] = torch.tensor([label for g in groups for label in g.labels], dtype=torch.float)
-        return batch | {"qids": qids, "doc_ids": doc_ids}
-
-
-class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
+class QDSDataModule(RerankingDataModule):
     """Training, dev and test data of QDS-Transformer (see the module docstring).
 
     Args:
@@ -198,21 +167,15 @@ class QDSDataModule(TaskSplits, SplitLoaders, L.LightningDataModule):
         # Resolved before save_hyperparameters, as the CLI resolves the model's (`qds.train`): Lightning requires the
         # two hyperparameters to agree, and checkpoints keep the task.
         tokenizer_task = resolved_tokenizer_task(tokenizer, tokenizer_task, train)
-        super().__init__()
+        super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()
-        self.specs = {"train": train, "dev": dev, "test": test}
-        self.relevance_level = relevance_level
         self.encoder = Encoder(pattern, tokenizer, max_length, max_sentences, max_passages, tokenizer_task, layout)
-        self._datasets: dict[str, Dataset] = {}
 
-    # --- datasets (loaders: `common.training.tasks.SplitLoaders`) ------------------------------------------
+    def training_dataset(self, source) -> EncodedGroups:
+        h = self.hparams
+        sampler = PointwiseSampler(source.qrels(), source.candidates(), negatives=h.negatives, depth=h.depth,
+                                   positives=h.positives, relevance_level=h.relevance_level, seed=h.seed)
+        return EncodedGroups(sampler, source.topics(), source.documents(), self.encoder)
 
-    def build_dataset(self, split: str) -> Dataset:
-        source = self.source(split)
-        if split == "train":
-            sampler = PointwiseSampler(
-                source.qrels(), source.candidates(), negatives=self.hparams.negatives, depth=self.hparams.depth,
-                positives=self.hparams.positives, relevance_level=self.relevance_level, seed=self.hparams.seed,
-            )  # fmt: skip
-            return TrainGroups(sampler, source.topics(), source.documents(), self.encoder)
-        return RerankPairs(self.eval_pairs(split), source.topics(), source.documents(), self.encoder)
+    def pair_encoder(self) -> Encoder:
+        return self.encoder

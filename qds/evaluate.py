@@ -8,9 +8,9 @@ QDS-Transformer release (`qds.checkpoint`; give ``--encoder`` for its architectu
 layout it was trained on (`qds.inputs`); a `qds.train` checkpoint is read with the layout it was
 trained with. ``TASK`` names topics, qrels,
 candidates and documents: ``irds:msmarco-document/trec-dl-2019/judged``, ``builtin:test``, or
-``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.trec``, ``metrics.json`` (NDCG@10,
-MAP, MRR@10 with TREC DL conventions; BM25 under ``bm25``) and ``task.json`` (the task and the
-paper's dataset it is) into ``--output_dir`` and prints the metrics.
+``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.trec``,
+``metrics.json`` (NDCG@10, MAP, MRR@10 with TREC DL conventions; BM25 under ``bm25``) and ``task.json`` (the task
+and the paper's dataset it is) into ``--output_dir`` and prints the metrics.
 
 Depth: ``--depth`` candidates per query are re-ranked; without it, the checkpoint's data setting
 ``depth`` (what `qds.train` re-ranked when it reported its test metrics), else 100 (the official
@@ -20,7 +20,7 @@ Comparison: with the paper's Tables 2 and 4 (`common.report`) only where the tas
 datasets: ``--dataset`` (for files holding one), else the dataset of an ``irds:`` task
 (`common.report.paper_dataset`, e.g. ``msmarco-document/trec-dl-2019/judged`` is
 ``trec-dl-2019-doc``). Any other task gets a line saying there is nothing to compare with, and
-``builtin:`` tasks the reported numbers labelled as another dataset's (`qds.outputs.paper_tables`).
+``builtin:`` tasks the reported numbers labelled as another dataset's (`qds.train.paper_tables`).
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
 written (`common.refusals`): the options and the task's names at once, before torch and Lightning are imported
@@ -32,16 +32,10 @@ from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (
-    add_task_arguments,
-    fresh_output_dir,
-    lightning_devices,
-    paper_datasets,
-    read_checkpoint,
-    resolve_depth,
-    task_spec_from_args,
-)
+from common.commands.task_options import (add_task_arguments, fresh_output_dir, lightning_devices, read_checkpoint,
+                                          resolve_depth, task_spec_from_args)
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int
+from qds.train import DATASETS, PAPER, paper_tables
 
 #: Candidates re-ranked per query by a checkpoint without data settings: the official release's top 100 (Table 2).
 DEFAULT_DEPTH = 100
@@ -59,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=positive_int, default=16, help="pairs per batch (default 16)")
     parser.add_argument("--impl", default=None, choices=_implementations(),
                         help="sparse attention implementation (default: the checkpoint's)")
-    parser.add_argument("--dataset", default=None, choices=paper_datasets("qds", [2, 4]),  # qds.outputs.DATASETS
+    parser.add_argument("--dataset", default=None, choices=DATASETS,
                         help="the paper's dataset the task is, to compare with (default: an irds: task's own, if the "
                              "paper reports it; files and builtin: none)")
     parser.add_argument("--relevance_level", type=int, default=None,
@@ -119,19 +113,19 @@ def checkpoint_settings(args, state: dict) -> tuple[str, dict]:
 
 
 def load_model(args, state: dict | None = None):
-    """The `qds.model.QDSTransformer` of `args.checkpoint` and the data settings it was trained with; `state`: the
+    """The `qds.ranker.QDSRanker` of `args.checkpoint` and the data settings it was trained with; `state`: the
     checkpoint's contents, where read already (`read_state`)."""
     from qds.checkpoint import is_official, load_official
-    from qds.model import QDSTransformer
+    from qds.ranker import QDSRanker
 
     state = read_state(args.checkpoint) if state is None else state
     _, data_settings = checkpoint_settings(args, state)
     if is_official(state):
-        model = QDSTransformer(pattern="qds", encoder=args.encoder, tokenizer=args.tokenizer, window=args.window,
+        model = QDSRanker(pattern="qds", encoder=args.encoder, tokenizer=args.tokenizer, window=args.window,
                                impl=args.impl or "auto")
         return load_official(model, args.checkpoint), data_settings
     overrides = {"impl": args.impl} if args.impl else {}
-    return QDSTransformer.load_from_checkpoint(args.checkpoint, map_location="cpu", **overrides), data_settings
+    return QDSRanker.load_from_checkpoint(args.checkpoint, map_location="cpu", **overrides), data_settings
 
 
 def main(argv=None) -> dict:
@@ -145,10 +139,10 @@ def main(argv=None) -> dict:
     import lightning as L
 
     from common.commands.cli import INPUT_ERRORS
-    from common.report import paper_dataset
+    from common.commands.outputs import RUN, metrics_table, write_results
     from common.data.rerank import reranked_run
+    from common.report import paper_dataset
     from qds.data import QDSDataModule
-    from qds.outputs import PAPER, metrics_table, paper_tables, write_results
 
     state = read_state(args.checkpoint)
     pattern, data_settings = checkpoint_settings(args, state)
@@ -169,11 +163,12 @@ def main(argv=None) -> dict:
     run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_results(out, pattern, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
-                            task=task, dataset=dataset)
-    print(metrics_table(metrics, f"{data.source('test').name}: {len(run)} queries, top {depth} re-ranked"))
+                            measures=model.measures, task=task, dataset=dataset)  # fmt: skip
+    print(metrics_table(metrics, f"{data.source('test').name}: {len(run)} queries, top {depth} re-ranked",
+                        model.measures))  # fmt: skip
     print()
-    print(paper_tables(metrics, pattern, task, dataset))
-    print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'task.json'}")
+    print(paper_tables(metrics, task, dataset, data))
+    print(f"\nwritten: {out / RUN}, {out / 'metrics.json'}, {out / 'task.json'}")
     return metrics
 
 

@@ -15,12 +15,12 @@ sentence and the URL is dropped, as the official ``split_collection_into_sentenc
   shorter than `max_length` (2048; line 330); then the final ``</s>`` (line 339), and the whole
   is cut to `max_length` (lines 353-355), which can cut the last sentence anywhere and drop that
   final ``</s>``. An empty title still takes its ``<s> <s> </s>``, as ``encode("")`` gives.
-- ``sos`` (the layout the QDS issue of this repository specified: one [SOS], no sentence ``</s>``)::
+- ``sos`` (this repository's first layout: one [SOS], no sentence ``</s>``)::
 
       <s> query </s> [SOS] title [SOS] sentence_1 ... [SOS] sentence_k </s>
 
   The final ``</s>`` is always kept: the document is cut so that it fits; a sentence cut to its
-  bare [SOS] is dropped, as is an empty title. Measured on the built-in default (seed 0,
+  bare [SOS] is dropped, as is an empty title. How the two compare on the built-in default (seed 0,
   results/qds/README.md): see `qds.data.QDSDataModule`'s ``layout``.
 
 Both cut the query to `max_query_tokens` (64) so the document keeps room; the official code cuts

@@ -2,12 +2,12 @@
 
 The official QDS code split the body with nltk's ``sent_tokenize`` (title as first sentence),
 but its punkt data cannot be downloaded offline. We use Microsoft's blingfire
-(``blingfire.text_to_sentences``; rules ship in the wheel): on 1 MB of MS MARCO text this runs at
-about 16M chars/s against pysbd's 0.35M (3.2M documents make speed matter), and it handles
+(``blingfire.text_to_sentences``; rules ship in the wheel): far faster than pysbd, which matters for
+MS MARCO's 3.2M documents (results/qds/README.md, "Sentence splitting"), and it handles
 abbreviations (``e.g.``, ``U.S.``, ``p.m.``), decimals, URLs, e-mails, quotes and ``?``/``!``.
 Behaviours found: a newline is never a boundary (as in punkt); a sentence starting in lowercase
 is not split off (``"a flea. fleas bite"`` stays one); nor one starting with a title
-(``"It grew. Mr. Jones agreed."`` stays one; none in that 1 MB sample). blingfire also drops some
+(``"It grew. Mr. Jones agreed."`` stays one). blingfire also drops some
 invisible or control characters (NUL, ``\\u2060``, ``\\x1c``, leading/trailing ``\\u200b``); when the
 non-space characters change, the boundaries are mapped back onto ``text`` so nothing is lost.
 """

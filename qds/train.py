@@ -7,23 +7,31 @@ from scratch on the built-in collection in a few CPU minutes. ``--config qds/con
 runs one of the paper's rows (TREC DL 2019, MS MARCO documents through ir_datasets). Every
 option is a LightningCLI flag (``--model.window 64``, ``--trainer.devices 8``; ``--help``).
 
-Outputs (``--output_dir``, default a new ``outputs/qds-<pattern>-<time>``; `common.commands.cli.RankerCLI`): ``config.yaml``
-(resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv`` (training log),
-``run.trec``, ``metrics.json`` and ``task.json`` (test; `qds.outputs`, which also says when the paper's Tables 2
-and 4 are compared with). ``--ckpt_path last`` resumes the run in ``--output_dir``
-at its last checkpoint (mid-epoch included) and ends as the uninterrupted run would.
+Outputs (``--output_dir``, default a new ``outputs/qds-<pattern>-<time>``; `common.commands.cli.RankerCLI`):
+``config.yaml`` (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv`` (training
+log), ``run.trec``, ``metrics.json`` and ``task.json`` (test; `qds.train.paper_tables`, which also says when the
+paper's Tables 2 and 4 are compared with). ``--ckpt_path last`` resumes the run in ``--output_dir`` at its last
+checkpoint (mid-epoch included) and ends as the uninterrupted run would.
 """
 
 from __future__ import annotations
 
+from operator import attrgetter
 from pathlib import Path
 
-from common.commands.help import check_command_line, is_int
+from common.commands.help import is_int
+from common.commands.train import TrainCommand, link_tokenizer
 
-#: This command, as ``python -m`` runs it.
-COMMAND = "qds.train"
-CONFIGS = Path(__file__).parent / "configs"
-DEFAULT_CONFIG = CONFIGS / "builtin.yaml"
+#: The paper's id in results/reported.
+PAPER = "qds"
+#: The datasets of Tables 2 and 4: TREC DL 2019 documents (NDCG@10, MAP) and MS MARCO documents dev (MRR@10).
+DATASETS = ("trec-dl-2019-doc", "msmarco-doc-dev")
+#: Run names (= pattern) -> the method names of Tables 2 and 4.
+PAPER_METHODS = {
+    "qds": "QDS-Transformer", "qds_q": "QDS-Transformer (Q)", "qds_s": "QDS-Transformer (S)",
+    "sparse": "Sparse-Transformer", "longformer_qa": "Longformer-QA", "firstp": "RoBERTa (FirstP)",
+    "maxp": "RoBERTa (MaxP)", "bm25": "BM25",
+}  # fmt: skip
 
 
 def check_settings(config: dict) -> str | None:
@@ -42,42 +50,89 @@ def check_settings(config: dict) -> str | None:
     return None
 
 
-def main(args=None) -> dict | None:
-    """Run the command line; returns the test metrics (None without a test split).
+def links(parser) -> None:
+    """The data module gets the model's pattern; the model its inputs' tokenizer, length and negatives."""
+    parser.link_arguments("model.pattern", "data.pattern")
+    link_tokenizer(parser)
+    parser.link_arguments("data.max_length", "model.max_length")
+    parser.link_arguments("data.negatives", "model.negatives")
 
-    ``--help`` and a bad option are answered before Lightning is imported (`common.commands.help`).
-    """
-    check_command_line(COMMAND, args, DEFAULT_CONFIG, check_settings)
-    import torch
 
-    from common.commands.quiet import quiet_lightning
+# --- the paper's numbers -----------------------------------------------------------------------------------
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
 
-    from common.report import paper_dataset
-    from common.data.rerank import reranked_run
-    from qds.cli import QDSCLI
-    from qds.outputs import PAPER, metrics_table, paper_tables, write_results
+def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
+    """What the paper has for `metrics`, measured on test task `task`: `comparison_table` on `dataset` (one of
+    `DATASETS`); with None, a line saying there is nothing to compare with and, for a built-in task,
+    `reported_table`. (`data`, the data module tested, changes nothing here.)"""
+    from common.commands.outputs import is_builtin, nothing_to_compare
 
-    torch.set_float32_matmul_precision("high")
-    cli = QDSCLI(args)
-    model, data, out = cli.model, cli.datamodule, cli.output_dir
-    if not cli.fit_and_test():  # no test split, or not global rank zero
-        return None
-    name = model.hparams.pattern
-    run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
-    task = data.specs["test"]
-    dataset = paper_dataset(PAPER, task)
-    metrics = write_results(out, name, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
-                            task=task, dataset=dataset, overwrite=cli.resuming)
-    print()
-    print(metrics_table(metrics, f"Test queries of {data.source('test').name} ({len(run)}), re-ranking "
-                                 f"the top {data.hparams.depth} BM25 candidates"))  # fmt: skip
-    print()
-    print(paper_tables(metrics, name, task, dataset))
-    print(f"\nwritten: {out / 'run.trec'}, {out / 'metrics.json'}, {out / 'task.json'}, {out / 'config.yaml'}, "
-          f"{cli.tested_checkpoint or 'the weights after the last step'}")
-    return metrics
+    if dataset is not None:
+        return comparison_table(metrics, dataset)
+    text = nothing_to_compare(task, f"is none of its datasets ({', '.join(DATASETS)}; qds.evaluate --dataset names "
+                                    "the one a task from files is)")  # fmt: skip
+    if is_builtin(task):
+        text += f"\n\n{reported_table(metrics)}"
+    return text
+
+
+def reported_table(metrics: dict) -> str:
+    """The paper's Table 2/4 rows of the runs of `metrics` and BM25, labelled as TREC DL 2019 / MS MARCO dev
+    numbers."""
+    from common.commands.outputs import MEASURE_LABELS
+    from common.report import load_reported, to_markdown
+
+    methods = [method for run in metrics if run != "bm25" for method in _paper_names(run)]
+    rows = load_reported(PAPER, table=[2, 4], method=methods + ["BM25"])
+    rows = rows[rows["setting"].str.startswith(("first-stage-bm25", "rerank-top100-bm25"))]
+    frame = rows.pivot_table(index=["table", "method"], columns="metric", values="value", aggfunc="first")
+    frame = frame.rename(columns=MEASURE_LABELS).reset_index()
+    return (
+        "Reported in the paper, for reference only: another dataset (TREC DL 2019 documents test, MRR@10 on "
+        f"MS MARCO dev), 12-layer pretrained models\n\n{to_markdown(frame)}"
+    )
+
+
+def comparison_table(metrics: dict, dataset: str) -> str:
+    """Reproduced vs reported on the same benchmark (`common.report.compare`), Tables 2 and 4."""
+    import pandas as pd
+
+    from common.commands.outputs import reproduced_vs_reported
+    from common.report import compare, load_reported
+
+    frames = []
+    for table in (2, 4):
+        reported = load_reported(PAPER, table=table, dataset=dataset)
+        if reported.empty:  # Table 4 has no MS MARCO dev column
+            continue
+        methods = set(reported["method"])
+        method_map = {run: m for run in metrics for m in _paper_names(run) if m in methods}
+        frames.append(compare(metrics, PAPER, tables=table, dataset=dataset, method_map=method_map))
+    return reproduced_vs_reported(pd.concat(frames, ignore_index=True), metrics, dataset)
+
+
+def _paper_names(name: str) -> list[str]:
+    """The reported method names of run `name` (Table 4 spells some differently: matched loosely)."""
+    from common.report import load_reported
+
+    wanted = _loose(PAPER_METHODS.get(name, name))
+    return [m for m in load_reported(PAPER)["method"].unique() if _loose(m) == wanted]
+
+
+def _loose(method: str) -> str:
+    return "".join(c for c in method.lower() if c.isalnum())
+
+
+#: This command (`common.commands.train`).
+COMMAND = TrainCommand(
+    name="qds.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml", model="qds.ranker.QDSRanker",
+    data="qds.data.QDSDataModule", monitor="dev/mrr@10",  # the paper's model selection (Sec. 5)
+    run_name=lambda config: f"qds-{config.model.pattern}", tested_name=attrgetter("hparams.pattern"),
+    paper=PAPER, paper_tables=paper_tables, check=check_settings, links=links,
+)  # fmt: skip
+
+#: Runs the command line (`common.commands.train.TrainCommand.main`).
+main = COMMAND.main
 
 
 if __name__ == "__main__":

@@ -15,10 +15,10 @@ Conventions (README, "Conventions every package follows"):
   wherever it was killed (`common.training.resume`); a finished run (its ``metrics.json`` written) says so.
   ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
 
-A package subclasses it, passes its classes, default config, run name and monitored measure, and
-adds its argument links in ``add_arguments_to_parser`` after calling ``super()``'s. The CLI only
-builds (``run=False``): the package's ``main`` calls `RankerCLI.fit_and_test` (`write_config`,
-``trainer.fit``, then ``trainer.test`` of the best checkpoint) and writes its test outputs.
+A command passes its classes, default config, run name, monitored measure, and its own options and argument links
+(`arguments`); `common.commands.train.TrainCommand.cli` builds each package's. The CLI only builds
+(``run=False``): the command's main (`common.commands.train.TrainCommand.main`) calls `RankerCLI.fit_and_test`
+(`write_config`, ``trainer.fit``, then ``trainer.test`` of the best checkpoint) and writes its test outputs.
 
 Evaluate commands (``python -m <package>.evaluate``) are no LightningCLI: argparse (`common.refusals`) with the
 options of `common.commands.task_options`, the output folder included.
@@ -47,9 +47,10 @@ from common.data.specs import TaskSpecError, check_spec
 from common.commands.help import replaces_default_config
 from common.io import atomic_write
 from common.commands.progress import progress_callback
-from common.training.resume import AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_step, discard_unfinished_writes
+from common.training.resume import (AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_step,
+                                    discard_unfinished_writes)
 from common.commands.run_folder import CONFIG, LAST, resumed_run
-from common.training.tasks import MissingDocumentsError, TaskSplits
+from common.training.tasks import MissingDocumentsError, RerankingDataModule
 from common.refusals import input_errors, usage_error
 
 #: Settings that say where a run is and how it was started, not what it is: a resumed run may differ in them.
@@ -71,7 +72,9 @@ def _flat(tree, prefix: str = "") -> dict:
 
 
 def _shown(value) -> str:
-    return "absent" if value is _ABSENT else yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    if value is _ABSENT:
+        return "absent"
+    return yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
 
 
 def one_line(message: str) -> str:
@@ -136,6 +139,8 @@ class RankerCLI(LightningCLI):
         command: the module ``python -m`` runs (``qds.train``): ``--help`` names it and shows its docstring.
         check: what no single option's type rules out, on the parsed config as a dict (a ``config.yaml``): a
             one-line problem naming the option, refused before anything is built, or None (`common.commands.help`).
+        arguments: ``arguments(parser)`` adds the command's own options and links the model's options to the
+            data module's, after the options every command has.
         args: the command line (default: ``sys.argv[1:]``).
         kwargs: further `LightningCLI` arguments.
 
@@ -156,10 +161,11 @@ class RankerCLI(LightningCLI):
         monitor: str,
         command: str | None = None,
         check: Callable[[dict], str | None] | None = None,
+        arguments: Callable[[LightningArgumentParser], None] | None = None,
         args=None,
         **kwargs,
     ):
-        self.run_name, self.monitor, self.check = run_name, monitor, check
+        self.run_name, self.monitor, self.check, self.arguments = run_name, monitor, check, arguments
         given = sys.argv[1:] if args is None else args
         explicit = replaces_default_config(given)
         self.resumed_dir = resumed_run(given) if isinstance(given, list) else None
@@ -202,6 +208,8 @@ class RankerCLI(LightningCLI):
                             help="'last' resumes the run in --output_dir; or a checkpoint file to start from")
         parser.add_argument("--save_every_n_steps", type=int, default=100,
                             help="write checkpoints/last.ckpt every this many training steps (for --ckpt_path last)")
+        if self.arguments is not None:
+            self.arguments(parser)
 
     def _set_seed(self) -> None:
         # Lightning announces "Seed set to N" before the classes are built, so a bad input would not end in the one
@@ -252,13 +260,14 @@ class RankerCLI(LightningCLI):
                         f"{said}{more}")
 
     def instantiate_classes(self) -> None:
-        """Open and check the data module's tasks first (`common.training.tasks.TaskSplits.check_tasks`), then build the
-        classes: a task's bad file or missing documents end in one line, before anything is built or written.
+        """Open and check the data module's tasks first (`common.training.tasks.RerankingDataModule.check_tasks`),
+        then build the classes: a task's bad file or missing documents end in one line, before anything is built or
+        written.
 
         The checked data module is the one trained on (the parser's own, built from the same config, is dropped).
         """
         checked = None
-        if issubclass(self.datamodule_class, TaskSplits):
+        if issubclass(self.datamodule_class, RerankingDataModule):
             with input_errors(*INPUT_ERRORS):
                 checked = self.datamodule_class(**self.config.data.as_dict())
                 checked.check_tasks()
@@ -286,8 +295,8 @@ class RankerCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def _progress(self, configured: list) -> list:
-        """A step-counting bar in a terminal, progress lines otherwise (`common.commands.progress`); none where it is off or
-        one is configured (Lightning refuses both)."""
+        """A step-counting bar in a terminal, progress lines otherwise (`common.commands.progress`); none where it is
+        off or one is configured (Lightning refuses both)."""
         wanted = self.config_init.trainer.get("enable_progress_bar") is not False
         if not wanted or any(isinstance(c, ProgressBar) for c in configured):
             return []
@@ -305,7 +314,7 @@ class RankerCLI(LightningCLI):
         """Every training command's sequence: `write_config`, fit (resuming from `resume_from`), then test.
 
         The test runs where the data module has a test split (``datamodule.has_split("test")``,
-        `common.training.tasks.TaskSplits`), on the checkpoint best on dev, else the last one, else the weights
+        `common.training.tasks.RerankingDataModule`), on the checkpoint best on dev, else the last one, else the weights
         as they are; its path is `tested_checkpoint` (None where there was none or no test), and the
         model holds its weights afterwards. Returns whether this process goes on to write the test
         outputs: False without a test split and in every process but global rank zero.

@@ -1,6 +1,6 @@
 """The front door of every training command: ``--help`` and bad options answered without importing Lightning.
 
-Importing Lightning takes seconds (about 5 s on 2 CPU cores), and a LightningCLI parser cannot exist without it.
+Importing Lightning takes seconds, and a LightningCLI parser cannot exist without it.
 So each command's help text and a schema of its options are generated from the real parser
 (`common.commands.cli.RankerCLI`'s) and committed beside the command, ``<package>/train.help.txt`` and
 ``<package>/train.options.yaml``. The command's ``main`` calls `check_command_line` first; it imports only
@@ -51,12 +51,12 @@ import yaml
 from common.commands.run_folder import resumed_run
 from common.refusals import ArgumentParser, usage_error
 
-#: Each training command built on `common.commands.cli.RankerCLI`, and its RankerCLI subclass.
-COMMANDS = {"qds.train": "qds.cli.QDSCLI", "conformer_kernel.train": "conformer_kernel.cli.ConformerKernelCLI",
-            "earl.train": "earl.cli.EARLCLI", "mva.train": "mva.cli.MVACLI"}
+#: Each training command, a module whose ``COMMAND`` declares it (`common.commands.train.TrainCommand`).
+COMMANDS = ("qds.train", "conformer_kernel.train", "earl.train", "mva.train")
 #: Columns of the stored help (argparse wraps to the terminal's width; the stored text must not depend on it).
 HELP_COLUMNS = 100
-_HEADER = "# Generated from the parser of `python -m {command}` by `python -m common.commands.help --write`: do not edit.\n"
+_HEADER = ("# Generated from the parser of `python -m {command}` by `python -m common.commands.help --write`: "
+           "do not edit.\n")
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 #: argparse reads a token that looks like a negative number as a value, not an option.
 _NEGATIVE_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$")
@@ -356,19 +356,7 @@ _SchemaDumper.add_representer(_OneLine, lambda dumper, spec: dumper.represent_ma
 
 def live_parser(command: str):
     """The parser `command`'s RankerCLI builds, before it parses anything."""
-    module, name = COMMANDS[command].rsplit(".", 1)
-
-    class Built(Exception):
-        pass
-
-    class ParserOnly(getattr(import_module(module), name)):
-        def parse_arguments(self, parser, args) -> None:
-            raise Built(parser)
-
-    try:
-        ParserOnly(args=[])
-    except Built as built:
-        return built.args[0]
+    return import_module(command).COMMAND.parser()
 
 
 @contextmanager

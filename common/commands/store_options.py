@@ -1,8 +1,13 @@
 """Command-line pieces of the commands that build and read representation stores (`common.stores.representations`):
-``earl.index``/``earl.evaluate`` and ``mva.index``/``mva.evaluate``.
+``earl.index``/``earl.evaluate`` and ``mva.index``/``mva.evaluate`` (their skeletons: `common.commands.store_commands`).
 
+- A command's parser (`command_parser`: its module docstring as description and epilog) and its ``--checkpoint``,
+  read by `read_trained_checkpoint` (a checkpoint of the package's training command, of an architecture the
+  command can use).
 - An index command's options after its ``--checkpoint``: `add_index_arguments`, `check_index_args` (before
   anything is imported), `read_collection` and `index_trainer_options`.
+- An evaluate command's options: `add_evaluate_arguments` (the checkpoint, the task, the store) and
+  `add_rerank_arguments` (the output folder, depth, queries, batch size, paper's dataset, relevance level, device).
 
 - ``--collection``: the documents to store, a task's name (``builtin:<split>``, ``irds:<id>``) or a collection
   file (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok): `check_collection` before anything is imported,
@@ -21,12 +26,43 @@ import argparse
 import re
 from pathlib import Path
 
+from common.commands.task_options import add_task_arguments, lightning_devices, read_checkpoint
 from common.data.specs import TaskSpecError, check_spec
-from common.commands.task_options import lightning_devices
-from common.refusals import input_errors, positive_int, usage_error
+from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 
 #: ``--dtype`` -> how a store holds its rows.
 DTYPES = {"fp32": "float32", "fp16": "float16"}
+
+# --- a command and its checkpoint ---------------------------------------------------------------------------------
+
+
+def command_parser(prog: str, doc: str) -> ArgumentParser:
+    """The parser of command `prog` (``python -m earl.index``): `doc`'s first paragraph as its description, the rest
+    as its epilog, as written."""
+    return ArgumentParser(prog=prog, description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
+                          formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+
+
+def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[str, ...],
+                            architectures: tuple[str, ...], *, names: str | None = None,
+                            why: dict[str, str] | None = None, option: str = "--checkpoint") -> dict:  # fmt: skip
+    """The contents of `path`, a checkpoint of `train_command` (``earl.train``: its hyper-parameters hold each of
+    `keys`) of one of `architectures` (`names`: how a refusal names them, default ``a or b``); any other file ends
+    the command in one line naming `option` and the file, with `why` the architecture it is of cannot serve (by
+    architecture). Imports torch."""
+
+    def fits(state: dict) -> bool:
+        hyper_parameters = state.get("hyper_parameters")
+        return "state_dict" in state and isinstance(hyper_parameters, dict) and all(
+            key in hyper_parameters for key in keys)
+
+    state = read_checkpoint(path, f"an {train_command} checkpoint", fits, option)
+    architecture = state["hyper_parameters"]["architecture"]
+    if architecture not in architectures:
+        usage_error(f"{option}: {path} is an {train_command} checkpoint of {architecture}, not of "
+                    f"{names or ' or '.join(architectures)}{(why or {}).get(architecture, '')}")
+    return state
+
 
 # --- an index command ---------------------------------------------------------------------------------------------
 
@@ -81,6 +117,40 @@ def read_collection(args: argparse.Namespace):
 def index_trainer_options(args: argparse.Namespace) -> dict:
     """``lightning.Trainer`` options of ``--accelerator``, ``--devices`` and ``--num_nodes``."""
     return {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes}
+
+
+# --- an evaluate command ------------------------------------------------------------------------------------------
+
+
+def add_evaluate_arguments(parser: argparse.ArgumentParser, index_command: str, checkpoint_help: str,
+                           store_help: str) -> None:  # fmt: skip
+    """``--checkpoint``, the task (`common.commands.task_options.add_task_arguments`), ``--store`` (a finished
+    store that `index_command` builds) and ``--compare_end_to_end``."""
+    parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help=checkpoint_help)
+    add_task_arguments(parser, "task", "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
+    parser.add_argument("--store", type=existing_store(index_command), default=None, help=store_help)
+    parser.add_argument("--compare_end_to_end", action="store_true",
+                        help="with --store: also score the same pairs end to end and report the differences")
+
+
+def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: str, datasets: tuple[str, ...],
+                         compared_with: str) -> None:  # fmt: skip
+    """``--output_dir`` (default ``outputs/<package>-evaluate-<time>``), ``--depth``, ``--test_queries``,
+    ``--batch_size`` (candidates per `batch`), ``--dataset`` (one of the paper's `datasets`, to compare with its
+    `compared_with`), ``--relevance_level`` and ``--device``."""
+    parser.add_argument("--output_dir", help=f"default: a new outputs/{package}-evaluate-<time>")
+    parser.add_argument("--depth", type=positive_int, default=None,
+                        help="candidates re-ranked per query (default: the checkpoint's data.depth, else 1000)")
+    parser.add_argument("--test_queries", type=positive_int, default=None,
+                        help="evaluate a sample of this many queries (seed 0, as data.test_queries; default all)")
+    parser.add_argument("--batch_size", type=positive_int, default=128, help=f"candidates per {batch} (default 128)")
+    parser.add_argument("--dataset", default=None, choices=datasets,
+                        help=f"the paper's dataset the task is, to compare with {compared_with} (default: an irds: "
+                             "task's own; files and builtin: none)")  # fmt: skip
+    parser.add_argument("--relevance_level", type=int, default=None,
+                        help="lowest relevant label for MAP/MRR (default: the checkpoint's data setting, else 1)")
+    parser.add_argument("--device", type=device_name, default="auto",
+                        help="where to score: auto (cuda if there is one), cpu, cuda or cuda:N (default auto)")
 
 
 # --- --collection -------------------------------------------------------------------------------------------------
@@ -150,7 +220,8 @@ def existing_store(index_command: str):
 def open_store(folder: Path, checkpoint: Path, index_command: str, strategies: tuple[str, ...]):
     """The store in `folder`, which must have been built from `checkpoint` (its sha256) with one of `strategies`;
     else one line naming both, and how to build the right one (`index_command`, e.g. ``earl.index``)."""
-    from common.stores.representations import CorruptStoreError, RepresentationStore, StoreMismatchError, checkpoint_hash
+    from common.stores.representations import (CorruptStoreError, RepresentationStore, StoreMismatchError,
+                                                checkpoint_hash)
 
     try:
         store = RepresentationStore.open(folder, expect={"checkpoint": checkpoint_hash(checkpoint)})

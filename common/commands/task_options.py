@@ -1,15 +1,15 @@
-"""What an evaluate command line names, checked before anything is built: its task, checkpoint, devices, output
-folder and the paper's datasets it may compare with.
+"""What an evaluate command line names, checked before anything is built: its task, checkpoint, devices and output
+folder.
 
 An evaluate command adds ``--<option> TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
 its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), and reads the task back as a
 `common.data.specs.SourceSpec`, checked (`task_spec_from_args`). `lightning_devices` is the type of its
-``--devices``, `paper_datasets` its ``--dataset`` choices, `fresh_output_dir` its output folder (new or empty), and
+``--devices``, `fresh_output_dir` its output folder (new or empty), and
 `read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file, an unknown split or id, a
 used folder, a foreign checkpoint end the command in one line naming the option (`common.refusals`).
 
 Importing it imports only the standard library and `common.data.source`, so that ``--help`` and these errors
-answer at once: pandas comes with `paper_datasets`, torch with `read_checkpoint`, once the arguments are checked.
+answer at once: torch comes with `read_checkpoint`, once the arguments are checked.
 """
 
 from __future__ import annotations
@@ -81,14 +81,6 @@ def resolve_depth(depth: int | None, data_settings: dict, default: int = 100) ->
     if data_settings.get("depth") is not None:
         return int(data_settings["depth"]), "the checkpoint's data.depth, as in training"
     return default, f"the checkpoint has no data.depth; the paper's top {default}"
-
-
-def paper_datasets(paper: str, tables: list | None = None) -> list[str]:
-    """``--dataset``'s choices: the datasets `paper`'s `tables` (None: all) report, as `common.report` reads them
-    (pandas, no torch: a package's own list is in its outputs module, which imports its model)."""
-    from common.report import load_reported
-
-    return list(load_reported(paper, table=tables)["dataset"].unique())
 
 
 def lightning_devices(text: str) -> str:

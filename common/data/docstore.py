@@ -14,6 +14,9 @@ rather than read with its urls missing; opening one directly raises
 
 The cache folder is ``$EFFICIENT_RANKERS_CACHE/docstore`` if that variable is
 set, else ``~/.cache/efficient-rankers/docstore``.
+
+`Lookup` is what every document lookup (this store, `common.data.irds.IrDatasetsDocuments`,
+`common.data.source.InMemoryDocuments`) answers from its ``lookup[doc_id]``.
 """
 
 from __future__ import annotations
@@ -41,7 +44,24 @@ class StaleStoreError(RuntimeError):
     """A store built with another table layout than this code reads (see `SCHEMA_VERSION`)."""
 
 
-class DocumentStore:
+class Lookup:
+    """`get` and `get_many` of a document lookup whose ``lookup[doc_id]`` raises KeyError for an absent id."""
+
+    def __getitem__(self, doc_id: str) -> Document:
+        raise NotImplementedError
+
+    def get(self, doc_id: str, default: Document | None = None) -> Document | None:
+        try:
+            return self[doc_id]
+        except KeyError:
+            return default
+
+    def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
+        """Documents in the order asked; a missing id raises KeyError."""
+        return [self[doc_id] for doc_id in doc_ids]
+
+
+class DocumentStore(Lookup):
     """Read-only mapping ``doc_id -> Document`` backed by SQLite; safe to use after a fork."""
 
     def __init__(self, path: str | os.PathLike):
@@ -123,16 +143,6 @@ class DocumentStore:
             raise KeyError(f"document {doc_id!r} is not in {self.path}")
         title, text, url = row
         return Document(doc_id, text, title, url)
-
-    def get(self, doc_id: str, default: Document | None = None) -> Document | None:
-        try:
-            return self[doc_id]
-        except KeyError:
-            return default
-
-    def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
-        """Documents in the order asked; a missing id raises KeyError."""
-        return [self[doc_id] for doc_id in doc_ids]
 
     def __contains__(self, doc_id: object) -> bool:
         return self._db.execute("SELECT 1 FROM docs WHERE doc_id = ?", (doc_id,)).fetchone() is not None

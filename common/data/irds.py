@@ -68,7 +68,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from common.data.docstore import Lookup
 from common.data.formats import DataFormatError, Document, Qrels, Run, Topics
+from common.data.source import read_once
 
 #: Fields taken as the document title, first string one wins.
 TITLE_FIELDS = ("title", "headline")
@@ -299,7 +301,7 @@ def _body(doc: Any) -> str:
 # --- the source -----------------------------------------------------------------
 
 
-class IrDatasetsDocuments:
+class IrDatasetsDocuments(Lookup):
     """`DocumentLookup` over an ir_datasets docstore; picklable, reopened after a fork."""
 
     def __init__(self, dataset_id: str, dataset: Any = None, text_field: str | None = None):
@@ -331,12 +333,6 @@ class IrDatasetsDocuments:
         if doc_id not in found:
             raise KeyError(f"document {doc_id!r} is not in ir_datasets dataset {self.dataset_id!r}")
         return to_document(found[doc_id], self.text_field)
-
-    def get(self, doc_id: str, default: Document | None = None) -> Document | None:
-        try:
-            return self[doc_id]
-        except KeyError:
-            return default
 
     def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
         """Documents in the order asked (repeats allowed); a missing id raises KeyError."""
@@ -412,26 +408,14 @@ class IrDatasetsSource:
         has = {"topics": "queries", "qrels": "qrels", "candidates": "scoreddocs", "documents": "docs"}
         return {part for part, entity in has.items() if self._has(entity)}
 
-    def topics(self) -> Topics:
-        return self._topics
-
-    def qrels(self) -> Qrels:
-        return self._qrels
-
-    def candidates(self) -> Run:
-        return self._candidates
-
-    def documents(self) -> IrDatasetsDocuments:
-        return self._documents
-
     # --- loading ----------------------------------------------------------------
 
     @cached_property
     def _dataset(self) -> Any:
         return load_dataset(self.dataset_id)
 
-    @cached_property
-    def _topics(self) -> Topics:
+    @read_once
+    def topics(self) -> Topics:
         self._require("queries", "topics (queries)")
         topics: Topics = {}
         with _reading(self.dataset_id, "queries"):
@@ -442,8 +426,8 @@ class IrDatasetsSource:
                 topics[qid] = query_text(query, self.query_field)
         return topics
 
-    @cached_property
-    def _qrels(self) -> Qrels:
+    @read_once
+    def qrels(self) -> Qrels:
         self._require("qrels", "qrels")
         qrels: Qrels = {}
         with _reading(self.dataset_id, "qrels"):
@@ -458,8 +442,8 @@ class IrDatasetsSource:
                 judged[doc_id] = int(qrel.relevance)
         return qrels
 
-    @cached_property
-    def _candidates(self) -> Run:
+    @read_once
+    def candidates(self) -> Run:
         if not self._has("scoreddocs"):
             raise ValueError(
                 f"ir_datasets dataset {self.dataset_id!r} has no scoreddocs (first-stage candidates); "
@@ -490,8 +474,8 @@ class IrDatasetsSource:
             )
         return run
 
-    @cached_property
-    def _documents(self) -> IrDatasetsDocuments:
+    @read_once
+    def documents(self) -> IrDatasetsDocuments:
         self._require("docs", "documents")
         return IrDatasetsDocuments(self.dataset_id, self._dataset, self.doc_text_field)
 

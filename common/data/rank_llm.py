@@ -33,7 +33,7 @@ from functools import cached_property
 from pathlib import Path
 
 from common.data.formats import DataFormatError, Document, Qrels, Run, Topics, read_qrels
-from common.data.source import InMemoryDocuments
+from common.data.source import InMemoryDocuments, read_once
 
 
 @dataclass(frozen=True)
@@ -99,10 +99,11 @@ class RankLLMSource:
     def topics(self) -> Topics:
         return self._read.topics
 
+    @read_once
     def qrels(self) -> Qrels:
         if self.qrels_path is None:
             raise ValueError(f"source {self.name!r} has no qrels file")
-        return self._qrels
+        return read_qrels(self.qrels_path)
 
     def candidates(self) -> Run:
         return self._read.candidates
@@ -113,7 +114,3 @@ class RankLLMSource:
     @cached_property
     def _read(self) -> RankLLMTask:
         return read_rank_llm(self.rank_llm_path)
-
-    @cached_property
-    def _qrels(self) -> Qrels:
-        return read_qrels(self.qrels_path)

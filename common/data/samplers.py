@@ -272,15 +272,18 @@ class SoftmaxSampler(_ListSampler):
         super().__init__(qrels, candidates, negatives=negatives, **options)
 
 
-class _RandomDocuments:
-    """Random collection documents for a query: distinct, and neither its candidates nor its relevant documents.
+class _RandomDocumentSampler(GroupSampler):
+    """A sampler whose groups add random collection documents (Mitra et al. 2021, "from the full collection"):
+    distinct, and neither the query's candidates nor its relevant documents, drawn from `collection_ids`.
 
-    Shared by the samplers that add documents "from the full collection" (Mitra et al. 2021). A subclass sets
-    `_collection` and says how many random documents a query's groups need (`_random_count`); it relies on
-    `GroupSampler`'s `_qrels`, `_candidates` and `relevance_level`.
+    A subclass says how many random documents a query's groups need (`_random_count`); the collection is checked
+    for every query when the sampler is built.
     """
 
-    _collection: list[str]
+    def __init__(self, qrels: Qrels, candidates: Run, collection_ids: Sequence[str] | None = None, **options):
+        self._collection = list(collection_ids or [])
+        super().__init__(qrels, candidates, **options)
+        self._check_random_pool()
 
     def _random_count(self, qid: str) -> int:
         raise NotImplementedError
@@ -314,7 +317,7 @@ class _RandomDocuments:
         return drawn
 
 
-class PairwiseSampler(_RandomDocuments, GroupSampler):
+class PairwiseSampler(_RandomDocumentSampler):
     """Conformer-Kernel's RankNet groups: positive, top-`depth` lower-label documents, random collection documents.
 
     A group holds the positive, `top_negatives` candidates with a lower label than the positive's and
@@ -340,9 +343,7 @@ class PairwiseSampler(_RandomDocuments, GroupSampler):
         self.top_negatives = self._top_count = top_negatives
         self.random_negatives = random_negatives
         self.weak_supervision = weak_supervision
-        self._collection = list(collection_ids or [])
-        super().__init__(qrels, candidates, **options)
-        self._check_random_pool()
+        super().__init__(qrels, candidates, collection_ids, **options)
 
     def _eligible(self, labels: np.ndarray, anchor_label: int) -> np.ndarray:
         """Candidates of a lower label group than the positive's (graded qrels; unjudged = 0)."""
@@ -364,7 +365,7 @@ class PairwiseSampler(_RandomDocuments, GroupSampler):
         return TrainingGroup(anchor.qid, tuple(doc_ids), tuple(levels), tuple(pairs))
 
 
-class LabelGroupSampler(_RandomDocuments, GroupSampler):
+class LabelGroupSampler(_RandomDocumentSampler):
     """Conformer-Kernel's official training groups: one per query, two label groups plus random documents.
 
     Follows ``TRECSupervisedTrainDataset.__getitem__`` of bmitra-msft/TREC-Deep-Learning-Quick-Start (data.py):
@@ -388,9 +389,7 @@ class LabelGroupSampler(_RandomDocuments, GroupSampler):
         if group_size < 2:
             raise ValueError(f"group_size must be at least 2 (two candidates), got {group_size}")
         self.group_size = group_size
-        self._collection = list(collection_ids or [])
-        super().__init__(qrels, candidates, **options)
-        self._check_random_pool()
+        super().__init__(qrels, candidates, collection_ids, **options)
 
     def _query_anchors(self, qid: str, positives: list[str], labels: np.ndarray) -> _QueryAnchors:
         # One item per query, as the official dataset indexes queries; without candidates there is nothing to rank.

@@ -4,19 +4,19 @@ A `RankingSource` gives the four things a re-ranker needs: topics, qrels,
 candidates (a first-stage run) and document text by id. `FileSource` reads
 them from TREC files (`common.data.formats`); `common.data.irds.IrDatasetsSource`
 reads them from an ir_datasets id. Training samplers, data modules and
-evaluation code accept either.
+evaluation code accept either. A source reads each part on first use and keeps it (`read_once`).
 """
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
-from common.data.docstore import DocumentStore
+from common.data.docstore import DocumentStore, Lookup
 from common.data.formats import Document, Qrels, Run, Topics, read_qrels, read_run, read_topics
 
 
@@ -42,6 +42,23 @@ class RankingSource(Protocol):
     def documents(self) -> DocumentLookup: ...
 
 
+Part = TypeVar("Part")
+
+
+def read_once(read: Callable[..., Part]) -> Callable[..., Part]:
+    """A source's part (``topics()``, ``qrels()``, ...) read on the first call and kept in the instance's
+    ``_<name>`` (as `functools.cached_property` keeps a value, so pickling and ``__dict__`` see it alike)."""
+    attribute = f"_{read.__name__}"
+
+    @functools.wraps(read)
+    def part(self) -> Part:
+        if attribute not in self.__dict__:
+            self.__dict__[attribute] = read(self)
+        return self.__dict__[attribute]
+
+    return part
+
+
 @dataclass
 class FileSource:
     """A ranking task stored as TREC files; any part may be absent (None) except the topics."""
@@ -56,32 +73,20 @@ class FileSource:
     def __post_init__(self) -> None:
         self.name = self.name or Path(self.topics_path).stem
 
+    @read_once
     def topics(self) -> Topics:
-        return self._topics
-
-    def qrels(self) -> Qrels:
-        return self._qrels
-
-    def candidates(self) -> Run:
-        return self._candidates
-
-    def documents(self) -> DocumentStore:
-        return self._documents
-
-    @cached_property
-    def _topics(self) -> Topics:
         return read_topics(self.topics_path)
 
-    @cached_property
-    def _qrels(self) -> Qrels:
+    @read_once
+    def qrels(self) -> Qrels:
         return read_qrels(self._require(self.qrels_path, "qrels"))
 
-    @cached_property
-    def _candidates(self) -> Run:
+    @read_once
+    def candidates(self) -> Run:
         return read_run(self._require(self.candidates_path, "candidates"))
 
-    @cached_property
-    def _documents(self) -> DocumentStore:
+    @read_once
+    def documents(self) -> DocumentStore:
         return DocumentStore.for_collection(self._require(self.collection_path, "collection"), self.cache_dir)
 
     def _require(self, path, what: str):
@@ -90,7 +95,7 @@ class FileSource:
         return path
 
 
-class InMemoryDocuments:
+class InMemoryDocuments(Lookup):
     """A `DocumentLookup` over a dict ``doc_id -> Document``, iterable over its ids in insertion order.
 
     For collections small enough to hold (a rank_llm candidate file); `origin` names where they came
@@ -114,9 +119,6 @@ class InMemoryDocuments:
 
     def __len__(self) -> int:
         return len(self._documents)
-
-    def get_many(self, doc_ids: list[str]) -> list[Document]:
-        return [self[doc_id] for doc_id in doc_ids]
 
     def documents(self) -> Iterator[Document]:
         """Every document, in insertion order."""

@@ -9,9 +9,11 @@
   (B, d).
 - Concatenated: ``[CLS] query [SEP] passage [SEP]`` with the same query and passage tokens (``pair_tokens``,
   ``pair_mask``, and ``pair_types``: 0 for the query's part, 1 for the passage's).
-- `TrainTriples`: a sampler's training groups as batches of these inputs.
 - Passages are tokenised once and cached by document id (cleared past 200,000 entries); a worker process starts
-  with its own tokenizer and an empty cache.
+  with its own tokenizer and an empty cache (`common.encoders.tokenizers.LazyTokenizer`).
+
+The training batches (a positive and its negatives per group) and the evaluation batches of these inputs are made by
+`common.encoders.bert_data.BertTriplesDataModule`.
 """
 
 from __future__ import annotations
@@ -20,9 +22,7 @@ import torch
 from torch import Tensor
 
 from common.data.formats import Document
-from common.data.samplers import PointwiseSampler
-from common.data.rerank import RerankPairs
-from common.training.tasks import SamplerGroups
+from common.encoders.tokenizers import LazyTokenizer
 
 
 def pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
@@ -36,28 +36,15 @@ def pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
     return tokens, mask
 
 
-class BertInputs:
+class BertInputs(LazyTokenizer):
     """(query text, document) pairs -> a model batch: concatenated (`pairs`, a cross-encoder's) or apart (module
     docstring); `tokenizer` by name or path (`common.encoders.tokenizers.load_tokenizer`, loaded on first use)."""
 
     def __init__(self, pairs: bool, tokenizer: str, query_length: int, passage_length: int, tokenizer_task=None):
         if query_length < 3 or passage_length < 3:
             raise ValueError("query_length and passage_length must leave room for [CLS], a token and [SEP]")
-        self.pairs, self.tokenizer_name, self.tokenizer_task = pairs, tokenizer, tokenizer_task
-        self.query_length, self.passage_length = query_length, passage_length
-        self._tokenizer = None
-        self._cache: dict[str, list[int]] = {}
-
-    def __getstate__(self) -> dict:  # workers load their own tokenizer and cache
-        return {**self.__dict__, "_tokenizer": None, "_cache": {}}
-
-    @property
-    def tokenizer(self):
-        if self._tokenizer is None:
-            from common.encoders.tokenizers import load_tokenizer
-
-            self._tokenizer = load_tokenizer(self.tokenizer_name, task=self.tokenizer_task)
-        return self._tokenizer
+        super().__init__(tokenizer, tokenizer_task)
+        self.pairs, self.query_length, self.passage_length = pairs, query_length, passage_length
 
     def words(self, texts: list[str], length: int) -> list[list[int]]:
         """Token ids without special tokens, cut to leave room for [CLS] and [SEP] in `length`."""
@@ -104,35 +91,3 @@ class BertInputs:
             types.append([0] * len(first) + [1] * (len(d) + 1))
         tokens, mask = pad(rows, tok.pad_token_id)
         return {"pair_tokens": tokens, "pair_mask": mask, "pair_types": pad(types, 0)[0]}
-
-
-class TrainTriples(SamplerGroups):
-    """A `common.data.samplers.PointwiseSampler`'s groups (positive first, then the negatives) as a dataset of
-    training batches of `encoder`'s inputs, with ``labels``, ``qids``, ``doc_ids`` and ``group_size``."""
-
-    def __init__(self, sampler, topics, documents, encoder: BertInputs):
-        super().__init__(sampler, topics, documents)
-        self.encoder = encoder
-
-    def collate(self, groups) -> dict:
-        qids = [g.qid for g in groups for _ in g.doc_ids]
-        doc_ids = [d for g in groups for d in g.doc_ids]
-        batch = self.encoder([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
-        batch["labels"] = torch.tensor([label for g in groups for label in g.labels], dtype=torch.float)
-        return batch | {"qids": qids, "doc_ids": doc_ids, "group_size": len(groups[0].doc_ids)}
-
-
-class BertTripleSplits:
-    """A data module mixin (before `common.training.tasks.SplitLoaders`): ``build_dataset(split)`` gives training groups of a
-    positive and ``negatives`` BM25 negatives (`TrainTriples`) and evaluation pairs (`RerankPairs`), both encoded by
-    ``self.encoder`` (a `BertInputs`); EARL's and MVA's data modules."""
-
-    def build_dataset(self, split: str):
-        source = self.source(split)
-        if split == "train":
-            sampler = PointwiseSampler(
-                source.qrels(), source.candidates(), negatives=self.hparams.negatives, depth=self.hparams.depth,
-                relevance_level=self.relevance_level, seed=self.hparams.seed,
-            )  # fmt: skip
-            return TrainTriples(sampler, source.topics(), source.documents(), self.encoder)
-        return RerankPairs(self.eval_pairs(split), source.topics(), source.documents(), self.encoder)

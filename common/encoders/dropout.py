@@ -1,16 +1,14 @@
 """Dropout whose mask costs one 64-bit random draw per four elements instead of a draw per element.
 
 `nn.Dropout` zeroes each element with probability p and scales the others by 1 / (1 - p). On CPU
-`F.dropout` draws its mask with ``bernoulli_``, and ``rand_like`` would take one output of PyTorch's
-Mersenne Twister per element; that generator runs on one thread, and on 2 cores it was 15-17% of a
-training step of the built-in defaults (results/conformer_kernel/README.md and results/qds/README.md,
-"Issue 15"). Here an int64 ``random_()``, uniform over [0, 2^63) (two Twister outputs), gives four
-15-bit uniform integers: its four 16-bit quarters with the top bit of each cleared. An element is kept
-when its integer is at least round(p * 2^15), so p is rounded to a multiple of 2^-15 (0.1 becomes
-0.1000061, 0.2 becomes 0.2000122), and the kept elements are scaled by 1 / (1 - rounded p): the
-expectation of the output is the input's exactly. The same distribution as `nn.Dropout`'s up to that
-rounding, another random stream (tests/common/encoders/test_dropout.py); 2.5 ms against ``F.dropout``'s 7.3 ms for
-614,400 elements on 2 Zen 1 EPYC cores (results/conformer_kernel/README.md).
+`F.dropout` draws its mask with ``bernoulli_``, one output of PyTorch's single-threaded Mersenne Twister
+per element, a visible share of a small model's training step. Here an int64 ``random_()``, uniform over
+[0, 2^63) (two Twister outputs), gives four 15-bit uniform integers: its four 16-bit quarters with the top
+bit of each cleared. An element is kept when its integer is at least round(p * 2^15), so p is rounded to a
+multiple of 2^-15 (0.1 becomes 0.1000061, 0.2 becomes 0.2000122), and the kept elements are scaled by
+1 / (1 - rounded p): the expectation of the output is the input's exactly. The same distribution as
+`nn.Dropout`'s up to that rounding, from another random stream (tests/common/encoders/test_dropout.py);
+its speed against ``F.dropout`` is measured in results/conformer_kernel/README.md.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The paper's models start from ``roberta-base`` / ``allenai/longformer-base-4096`
 and use RoBERTa's byte-level BPE (the official code calls
 ``RobertaTokenizer.from_pretrained('roberta-base')``). The offline built-in
 default trains a model from scratch, so it trains its own byte-level BPE on the
-built-in collection (titles, texts and training queries; a few seconds) with
+built-in collection (titles, texts and training queries) with
 RoBERTa's special-token layout (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3,
 ``<mask>`` 4), saves it as a Hugging Face tokenizer folder under the cache and
 loads it from there afterwards, so both kinds go through ``from_pretrained``.
@@ -14,6 +14,9 @@ data: the built-in BPE, learnt on generated text, cuts real English into fragmen
 ``Ġf le a``). The task is the training task (`qds.data.QDSDataModule`'s ``tokenizer_task``, which
 checkpoints keep); the cache folder is named by the task's spec and its files' paths, sizes and
 modification times (`common.data.specs.source_fingerprint`), so a changed file trains a new one.
+
+`LazyTokenizer` is the base of the batch encoders (`common.encoders.bert_inputs.BertInputs`, `qds.data.Encoder`):
+a tokenizer by name, loaded in the process that uses it.
 """
 
 from __future__ import annotations
@@ -57,6 +60,27 @@ def resolved_tokenizer_task(tokenizer: str, tokenizer_task, train):
     if tokenizer != TRAIN:
         return None
     return tokenizer_task if tokenizer_task is not None else train
+
+
+class LazyTokenizer:
+    """Base of a batch encoder that loader workers copy: the tokenizer `tokenizer` (a name or path for
+    `load_tokenizer`, with `tokenizer_task` for ``train``) loaded on first use, and ``_cache``, the encoder's
+    tokenised documents by id. Pickled without either, so each worker process loads its own and starts an empty
+    cache."""
+
+    def __init__(self, tokenizer: str, tokenizer_task=None):
+        self.tokenizer_name, self.tokenizer_task = tokenizer, tokenizer_task
+        self._tokenizer: PreTrainedTokenizerBase | None = None
+        self._cache: dict = {}
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_tokenizer": None, "_cache": {}}
+
+    @property
+    def tokenizer(self) -> PreTrainedTokenizerBase:
+        if self._tokenizer is None:
+            self._tokenizer = load_tokenizer(self.tokenizer_name, task=self.tokenizer_task)
+        return self._tokenizer
 
 
 def vocabulary(tokenizer: str, task) -> tuple[int, int]:

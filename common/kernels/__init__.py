@@ -47,16 +47,9 @@ def get_implementation(impl: str):
     return getattr(importlib.import_module(module), name)
 
 
-def qds_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    is_global: Tensor,
-    key_padding_mask: Tensor | None = None,
-    window: int = 128,
-    global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
-    impl: str = "auto",
-) -> Tensor:
+def qds_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
+                  window: int = 128, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
+                  impl: str = "auto") -> Tensor:
     """Query-directed sparse attention; see the module docstring."""
     args = (q, k, v, is_global, key_padding_mask, window, global_qkv)
     if impl != "auto":

@@ -1,52 +1,31 @@
 """``python -m common.kernels.benchmark``: time and memory of query-directed sparse attention vs dense attention.
 
-Every implementation computes the same attention core on the same inputs:
-(B, H, N, D) = (1, 12, n, 64), window w = 128, the QDS pattern (QDS-Transformer
-Table 4: [CLS] + 20 query tokens + an [SOS] every 25 document tokens). Rows:
+Every implementation computes the same attention core on the same inputs: (B, H, N, D) = (1, 12, n, 64), window
+w = 128, the QDS pattern (QDS-Transformer Table 4: [CLS] + 20 query tokens + an [SOS] every 25 document tokens).
+Rows: ``reference``, ``portable``, ``tvm`` and ``flex``, the `common.kernels` implementations; ``sdpa_masked``,
+``scaled_dot_product_attention`` with the same (n, n) boolean mask (the dense way to the same result); ``sdpa_dense``,
+full attention without a mask; ``hf_longformer``, transformers' ``LongformerSelfAttention`` with its six projections
+set to identity, so that only its attention is timed. Each (implementation, n, pass) is measured in a fresh process
+(`common.benchmarking.measure_in_child`), so that its peak resident set is its own.
 
-- ``reference``, ``portable``, ``tvm``, ``flex``: `common.kernels` implementations;
-- ``sdpa_masked``: ``scaled_dot_product_attention`` with the same (n, n) boolean mask
-  (global rows share the local projections: the cost of the dense way);
-- ``sdpa_dense``: ``scaled_dot_product_attention`` without a mask (full attention);
-- ``hf_longformer``: transformers' ``LongformerSelfAttention`` with its six
-  projections set to identity, so that only its attention is timed.
-
-For each n and pass (``fwd``, ``fwdbwd``) it reports the median time of
-``--repeats`` runs after a warm-up with their minimum and maximum (``ms``,
-``ms_min``, ``ms_max``), and the peak memory of the measured call (CUDA:
-``max_memory_allocated``; CPU: the peak resident set of a fresh subprocess per
-measurement, above its resident set before the call). Rates, so that machines
-with different CPUs can be compared: ``gflops`` is the useful work per second,
-`FLOPS_PER_PAIR` x the (query, key) pairs the pattern computes (n² for
-``sdpa_dense``, the QDS pattern's nonzeros for every other row) x head dimension
-x heads, and ``rate_vs_sdpa_dense`` that rate as a fraction of dense SDPA's,
-measured first at each n in the same run. The CPU (model, vector extensions,
-logical CPUs: `common.benchmarking.cpu_description`) is printed and written in
-every row. It prints a table, each pattern's density and ideal speed-up
-1/density, and speed-up ratios against ``sdpa_dense`` and ``hf_longformer``
-measured in the same run; writes ``results/kernels/bench_<device>.csv`` and
-``.png``; with ``--json`` it prints one JSON object per measurement (keys
-``bench, impl, n, pass, ms, ms_min, ms_max, peak_mb, gflops,
-rate_vs_sdpa_dense``, plus ``density``, the setting and the CPU). A measurement known not to run
-(``hf_longformer`` needs n to be a multiple of w; ``reference``, and ``flex`` on
-CPU, above ``--max-quadratic-n``) is skipped with the reason, one that fails is
-skipped with its error; a run in which nothing can be measured is refused.
+Rates, so that machines with different CPUs compare: ``gflops`` is useful work per second (`FLOPS_PER_PAIR` x the
+(query, key) pairs the pattern computes, n² for ``sdpa_dense``, x head dimension x heads), ``rate_vs_sdpa_dense``
+that rate as a fraction of dense SDPA's at the same n in the same run (measured first), both to 4 significant digits.
+A measurement known not to run (``hf_longformer`` needs n to be a multiple of w; ``reference``, and ``flex`` on CPU,
+hold (n, n) scores, above ``--max_quadratic_n``) is skipped with the reason, one that fails with its error.
 """
 
 from __future__ import annotations
 
-import argparse
-import csv
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from common.benchmarking import (
-    DEVICES, cpu_description, cuda_peak_mb, max_rss_mb, refuse_repeats, resolve_device, rss_mb, run_isolated,
-    spread_ms, times_ms,
+    Line, Panel, Session, answer, benchmark_parser, cpu_description, draw, measure_in_child, output_paths, parse,
+    peak_mb, resolve_device, rounded, significant, spread_ms, times_ms,
 )
-from common.refusals import ArgumentParser, output_folder, positive_float, positive_int, usage_error
+from common.refusals import positive_int, usage_error
 
 if TYPE_CHECKING:
     import torch
@@ -59,6 +38,8 @@ HEADS, HEAD_DIM, WINDOW, QUERY_LEN, SENTENCE_EVERY = 12, 64, 128, 20, 25
 #: forward's QKᵀ and PV, and in each of the backward's dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q. A
 #: recomputed forward, the softmax and the padding a kernel adds are not counted: they are not useful work.
 FLOPS_PER_PAIR = {"fwd": 4, "fwdbwd": 12}
+FIELDS = ["bench", "impl", "n", "pass", "ms", "ms_min", "ms_max", "peak_mb", "gflops", "rate_vs_sdpa_dense",
+          "density", "device", "heads", "head_dim", "window", "pattern", "threads", "cpu"]
 
 
 def make_inputs(n: int, device: str, requires_grad: bool, seed: int = 0) -> dict:
@@ -122,20 +103,19 @@ def _hf_longformer(x: torch.Tensor, is_global: torch.Tensor):
     return run
 
 
-def measure(impl: str, n: int, pass_: str, device: str, repeats: int) -> dict:
-    """Median milliseconds and peak memory of one (implementation, length, pass) in this process."""
+def measure(impl: str, n: int, pass_: str, device: str, repeats: int, threads: int | None = None) -> dict:
+    """Median milliseconds (with their spread) and peak memory of one (implementation, length, pass) here."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
     # A small call first loads libraries, compiled kernels and thread pools, which are not the call's memory.
     _step(impl, min(n, 256), pass_, device)()
     step = _step(impl, n, pass_, device)
-
     if device == "cuda":
-        step()  # warm-up (compilation, caches)
-        peak_mb = cuda_peak_mb(step)
-    else:
-        before = rss_mb()
-        step()  # the measured call: the small warm-up above peaked far lower
-        peak_mb = max(max_rss_mb() - before, 0.0)
-    return {**spread_ms(times_ms(step, repeats, device)), "peak_mb": peak_mb}
+        step()  # warm-up (compilation, caches); on CPU the measured call below is the warm-up
+    peak = peak_mb(step, device)
+    return {**spread_ms(times_ms(step, repeats, device)), "peak_mb": peak}
 
 
 def _step(impl: str, n: int, pass_: str, device: str):
@@ -155,19 +135,20 @@ def _step(impl: str, n: int, pass_: str, device: str):
     return step
 
 
+def measure_isolated(impl: str, n: int, pass_: str, device: str, repeats: int, timeout: float,
+                     threads: int | None = None) -> dict:
+    """`measure` in a fresh process."""
+    spec = dict(impl=impl, n=n, pass_=pass_, device=device, repeats=repeats, threads=threads)
+    return measure_in_child("common.kernels.benchmark", spec, timeout)
+
+
 def unmeasurable(impl: str, n: int, device: str, max_quadratic_n: int) -> str | None:
     """Why (`impl`, n) is not measured on `device`, known without trying, or None."""
     if impl == "hf_longformer" and n % WINDOW:
         return f"LongformerSelfAttention needs n to be a multiple of the window ({WINDOW})"
     if (impl == "reference" or (impl == "flex" and device == "cpu")) and n > max_quadratic_n:
-        return f"(n, n) scores, above --max-quadratic-n {max_quadratic_n}"
+        return f"(n, n) scores, above --max_quadratic_n {max_quadratic_n}"
     return None
-
-
-def measure_isolated(impl: str, n: int, pass_: str, device: str, repeats: int, timeout: float) -> dict:
-    """`measure` in a fresh subprocess, so that the process's peak resident set belongs to this call alone."""
-    command = [sys.executable, "-m", "common.kernels.benchmark", "--_one", impl, str(n), pass_, device, str(repeats)]
-    return run_isolated(command, timeout)
 
 
 def useful_gflop(impl: str, n: int, pass_: str) -> float:
@@ -182,10 +163,10 @@ def useful_gflop(impl: str, n: int, pass_: str) -> float:
 
 def with_rates(row: dict, dense: dict | None) -> dict:
     """`row` with ``gflops`` (useful GFLOP/s) and ``rate_vs_sdpa_dense`` (that rate over `dense` row's, the same
-    n and pass in the same run; None without one)."""
+    n and pass in the same run; None without one), both to 4 significant digits."""
     gflops = useful_gflop(row["impl"], row["n"], row["pass"]) / (row["ms"] / 1000)
-    rate = None if dense is None else round(gflops / dense["gflops"], 4)
-    return {**row, "gflops": float(f"{gflops:.4g}"), "rate_vs_sdpa_dense": rate}  # 4 digits even below 1 GFLOP/s
+    rate = None if dense is None else significant(gflops / dense["gflops"])
+    return {**row, "gflops": significant(gflops), "rate_vs_sdpa_dense": rate}
 
 
 def densities(lengths: list[int]) -> list[dict]:
@@ -199,53 +180,17 @@ def densities(lengths: list[int]) -> list[dict]:
     return rows
 
 
-def write_outputs(rows: list[dict], device: str, out_dir: Path) -> tuple[Path, Path]:
-    from common.io import atomic_write
+def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
+    """Time (top) and peak memory (bottom) against n, one column per pass, one colour per implementation."""
+    def lines(pass_: str, value) -> list[Line]:
+        return [Line(impl, sorted((r["n"], value(r)) for r in rows if r["impl"] == impl and r["pass"] == pass_),
+                     color=f"C{IMPLS.index(impl)}") for impl in IMPLS]  # colour fixed per implementation
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    csv_path, png_path = out_dir / f"bench_{device}.csv", out_dir / f"bench_{device}.png"
-    fields = ["bench", "impl", "n", "pass", "ms", "ms_min", "ms_max", "peak_mb", "gflops", "rate_vs_sdpa_dense",
-              "density", "device", "heads", "head_dim", "window", "pattern", "threads", "cpu"]
-    with atomic_write(csv_path, overwrite=True) as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-    _plot(rows, device, png_path)
-    return csv_path, png_path
-
-
-def _plot(rows: list[dict], device: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from common.io import atomic_write
-
-    figure, axes = plt.subplots(2, 2, figsize=(11, 8), sharex=True)
-    for column, pass_ in enumerate(PASSES):
-        for impl in IMPLS:
-            points = sorted((r["n"], r["ms"], r["peak_mb"]) for r in rows if r["impl"] == impl and r["pass"] == pass_)
-            if points:
-                n, ms, mb = zip(*points)
-                color = f"C{IMPLS.index(impl)}"  # fixed per implementation: a skipped one shifts no colour
-                axes[0, column].plot(n, ms, marker="o", label=impl, color=color)
-                axes[1, column].plot(n, [max(m, 0.1) for m in mb], marker="o", label=impl, color=color)
-        axes[0, column].set_title(f"{pass_}: time")
-        axes[1, column].set_title(f"{pass_}: peak memory")
-        axes[0, column].set_ylabel("ms")
-        axes[1, column].set_ylabel("MB")
-        axes[1, column].set_xlabel("sequence length n")
-        for axis in axes[:, column]:
-            axis.set_xscale("log", base=2)
-            axis.set_yscale("log")
-            axis.grid(True, which="both", alpha=0.3)
-    axes[0, 0].legend(fontsize=8)
-    figure.suptitle(f"QDS attention, {HEADS} heads x {HEAD_DIM}, w = {WINDOW}, QDS pattern ({device})")
-    figure.tight_layout()
-    with atomic_write(path, "wb", overwrite=True) as f:
-        figure.savefig(f, format="png", dpi=110)
-    plt.close(figure)
+    panels = [Panel(f"{pass_}: time", "", "ms", lines(pass_, lambda r: r["ms"])) for pass_ in PASSES]
+    panels += [Panel(f"{pass_}: peak memory", "sequence length n", "MB", lines(pass_, lambda r: max(r["peak_mb"], 0.1)))
+               for pass_ in PASSES]
+    draw(panels, path, columns=2, size=(5.5, 4), overwrite=overwrite,
+         title=f"QDS attention, {HEADS} heads x {HEAD_DIM}, w = {WINDOW}, QDS pattern ({rows[0]['device']})")
 
 
 def speedups(rows: list[dict], baselines=("sdpa_dense", "hf_longformer")) -> list[str]:
@@ -261,36 +206,24 @@ def speedups(rows: list[dict], baselines=("sdpa_dense", "hf_longformer")) -> lis
     return lines
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    """The options, checked (a bad one ends the command in one line, `common.refusals`), with the device resolved.
-    A run in which nothing can be measured (`unmeasurable`) is refused; one in which some can skips the rest."""
-    parser = ArgumentParser(
-        prog="python -m common.kernels.benchmark",
-        description="Time and peak memory of query-directed sparse attention implementations against dense "
-        f"attention: (1, {HEADS}, n, {HEAD_DIM}) inputs, w = {WINDOW}, QDS pattern ({QUERY_LEN} query tokens, "
-        f"an [SOS] every {SENTENCE_EVERY} tokens). Writes results/kernels/bench_<device>.csv and .png.",
-    )
+def parse_args(argv: list[str] | None):
+    """The options, checked, with the device resolved. A run in which nothing can be measured (`unmeasurable`) is
+    refused; one in which some can skips the rest."""
+    parser = benchmark_parser(
+        "python -m common.kernels.benchmark",
+        "Time and peak memory of query-directed sparse attention implementations against dense attention: "
+        f"(1, {HEADS}, n, {HEAD_DIM}) inputs, w = {WINDOW}, QDS pattern ({QUERY_LEN} query tokens, an [SOS] every "
+        f"{SENTENCE_EVERY} tokens).", results=RESULTS, writes="bench_<device>.csv, .jsonl and .png", repeats=5,
+        repeats_help="timed runs after a warm-up", timeout=600, child=True)
     parser.add_argument("--lengths", type=positive_int, nargs="+", default=[512, 1024, 2048, 4096, 8192], metavar="N",
-                        help=f"sequence lengths (hf_longformer: multiples of {WINDOW}; default: %(default)s)")
+                        help=f"sequence lengths (hf_longformer: multiples of {WINDOW})")
     parser.add_argument("--impls", nargs="+", default=list(IMPLS), choices=IMPLS, metavar="IMPL",
-                        help=f"implementations to run (default: all of {', '.join(IMPLS)})")
-    parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=PASSES,
-                        help="fwd and/or fwdbwd (default: both)")
-    parser.add_argument("--device", choices=DEVICES, help="cpu or cuda (default: cuda when available)")
-    parser.add_argument("--repeats", type=positive_int, default=5,
-                        help="timed runs after a warm-up (default: %(default)s)")
-    parser.add_argument("--max-quadratic-n", type=positive_int, default=4096, metavar="N",
+                        help=f"implementations to run, of {', '.join(IMPLS)}")
+    parser.add_argument("--passes", nargs="+", default=list(PASSES), choices=PASSES, help="fwd and/or fwdbwd")
+    parser.add_argument("--max_quadratic_n", type=positive_int, default=4096, metavar="N",
                         help="longest n for the implementations that hold (n, n) fp32 scores on this device: "
-                        "reference, and flex on CPU (8192 would need ~20 GB for fwd+bwd; default: %(default)s)")
-    parser.add_argument("--timeout", type=positive_float, default=600,
-                        help="seconds per measurement (default: %(default)s)")
-    parser.add_argument("--out-dir", type=output_folder, default=RESULTS,
-                        help="where the CSV and plot go (default: %(default)s)")
-    parser.add_argument("--json", action="store_true", help="print one JSON object per measurement per line")
-    parser.add_argument("--_one", nargs=5, help=argparse.SUPPRESS)  # internal: one isolated measurement
-    args = parser.parse_args(argv)
-    for option in ("--lengths", "--impls", "--passes"):
-        refuse_repeats(option, getattr(args, option[2:]))
+                        "reference, and flex on CPU (8192 would need ~20 GB for fwd+bwd)")
+    args = parse(parser, argv)
     args.device = resolve_device(args.device)
     reasons = {impl: {unmeasurable(impl, n, args.device, args.max_quadratic_n) for n in args.lengths}
                for impl in args.impls}  # where none can run, one reason an implementation at every n
@@ -303,60 +236,45 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args._one:
-        impl, n, pass_, device, repeats = args._one
-        print(json.dumps(measure(impl, int(n), pass_, device, int(repeats))))
-        return 0
-
-    import torch
-
+        return answer(args._one, measure)
     from common.kernels.patterns import density, global_tokens, synthetic_layout
 
-    rows = []
-    report = sys.stderr if args.json else sys.stdout
-    cpu = cpu_description()
-    print(f"cpu: {cpu}; {torch.get_num_threads()} threads", file=report)
-    for row in densities(args.lengths):
-        print(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  "
-              f"ideal speed-up {row['ideal_speedup']:.1f}x", file=report)
-    # Dense SDPA first at each n: every other row's rate is a fraction of its rate.
-    impls = sorted(args.impls, key=lambda impl: impl != "sdpa_dense")
-    for n in args.lengths:
-        d = density(global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
-        dense = {}
-        for impl in impls:
-            reason = unmeasurable(impl, n, args.device, args.max_quadratic_n)
-            if reason:
-                print(f"skipped {impl} n={n}: {reason}", file=sys.stderr)
-                continue
-            for pass_ in args.passes:
-                result = measure_isolated(impl, n, pass_, args.device, args.repeats, args.timeout)
-                if "skipped" in result:
-                    print(f"skipped {impl} n={n} {pass_}: {result['skipped']}", file=sys.stderr)
+    with Session(args, output_paths(args.output_dir, f"bench_{args.device}")) as session:
+        import torch
+
+        cpu, threads = cpu_description(), torch.get_num_threads()
+        session.say(f"cpu: {cpu}; {threads} threads")
+        for row in densities(args.lengths):
+            session.say(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  "
+                        f"ideal speed-up {row['ideal_speedup']:.1f}x")
+        rows = []
+        impls = sorted(args.impls, key=lambda impl: impl != "sdpa_dense")  # every other row's rate is a fraction of its
+        for n in args.lengths:
+            d = density(global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
+            dense = {}
+            for impl in impls:
+                reason = unmeasurable(impl, n, args.device, args.max_quadratic_n)
+                if reason:
+                    session.log(f"skipped {impl} n={n}: {reason}")
                     continue
-                row = {"bench": "qds_attention", "impl": impl, "n": n, "pass": pass_,
-                       **{key: round(result[key], 3) for key in ("ms", "ms_min", "ms_max")},
-                       "peak_mb": round(result["peak_mb"], 1), "density": round(d, 6), "device": args.device,
-                       "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW, "pattern": "qds",
-                       "threads": torch.get_num_threads(), "cpu": cpu}
-                row = with_rates(row, dense.get(pass_))
-                if impl == "sdpa_dense":
-                    dense[pass_] = row
-                rows.append(row)
-                if args.json:
-                    print(json.dumps(row), flush=True)
-                else:
-                    rate = row["rate_vs_sdpa_dense"]
-                    rate = "" if rate is None else f" {rate:>6.1%} of sdpa_dense"
-                    print(f"{impl:>14} n={n:<5} {pass_:>6} {row['ms']:>10.2f} ms "
-                          f"({row['ms_min']:.2f}-{row['ms_max']:.2f}) {row['peak_mb']:>9.1f} MB "
-                          f"{row['gflops']:>8.1f} GFLOP/s{rate}", flush=True)
-    if not rows:
-        print("no measurement succeeded", file=sys.stderr)
-        return 1
-    csv_path, png_path = write_outputs(rows, args.device, args.out_dir)
-    print("\n".join(speedups(rows)), file=report)
-    print(f"wrote {csv_path} and {png_path}", file=report)
-    return 0
+                for pass_ in args.passes:
+                    result = measure_isolated(impl, n, pass_, args.device, args.repeats, args.timeout, threads)
+                    if "skipped" in result:
+                        session.log(f"skipped {impl} n={n} {pass_}: {result['skipped']}")
+                        continue
+                    row = {"bench": "qds_attention", "impl": impl, "n": n, "pass": pass_,
+                           **{key: rounded(result[key], 3) for key in ("ms", "ms_min", "ms_max")},
+                           "peak_mb": rounded(result["peak_mb"], 1), "density": round(d, 6), "device": args.device,
+                           "heads": HEADS, "head_dim": HEAD_DIM, "window": WINDOW, "pattern": "qds",
+                           "threads": threads, "cpu": cpu}
+                    row = with_rates(row, dense.get(pass_))
+                    if impl == "sdpa_dense":
+                        dense[pass_] = row
+                    rows.append(row)
+                    rate = "" if row["rate_vs_sdpa_dense"] is None else f" {row['rate_vs_sdpa_dense']:>6.1%} of sdpa_dense"
+                    session.emit(row, f"{impl:>14} n={n:<5} {pass_:>6} {row['ms']:>10.2f} ms ({row['ms_min']:.2f}-"
+                                 f"{row['ms_max']:.2f}) {row['peak_mb']:>9.1f} MB {row['gflops']:>8.1f} GFLOP/s{rate}")
+        return session.finish(rows, FIELDS, plot=plot, table=lambda rows: "\n".join(speedups(rows)))
 
 
 if __name__ == "__main__":

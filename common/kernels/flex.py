@@ -47,20 +47,14 @@ from torch import Tensor
 from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
 from common.kernels import KernelUnavailableError
+from common.kernels.reference import check_inputs
 
 #: FlexAttention's tile size, for queries and keys.
 BLOCK_SIZE = 128
 
 
-def flex_attention_qds(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    is_global: Tensor,
-    key_padding_mask: Tensor | None = None,
-    window: int = 128,
-    global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
-) -> Tensor:
+def flex_attention_qds(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
+                       window: int = 128, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """Query-directed sparse attention with FlexAttention, semantics of `reference_attention`.
 
     Shapes: q, k, v and the optional ``global_qkv`` (B, H, N, D) -> (B, H, N, D);
@@ -68,6 +62,7 @@ def flex_attention_qds(
     Raises `KernelUnavailableError` where FlexAttention cannot run the call
     (gradients on CPU); see the module docstring.
     """
+    check_inputs(q, k, v, is_global, key_padding_mask, global_qkv)
     batch, heads, n, dim = q.shape
     perm, glob_p, valid_p = _globals_first(is_global, key_padding_mask)
 

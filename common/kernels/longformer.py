@@ -26,8 +26,7 @@ Differences from transformers' module:
   the same; an earlier version here projected every position).
 - ``LongformerModel.forward`` builds its (B, N) additive padding mask through
   ``create_bidirectional_mask``, which materialises a dense (B, 1, N, N) mask
-  only for the first row to be kept (60-86 ms a call at B = 16, N = 1,500 on 2
-  cores). `use_qds_attention` rebinds that name in transformers' Longformer
+  only for the first row to be kept (results/kernels/README.md). `use_qds_attention` rebinds that name in transformers' Longformer
   module to `_padding_mask_row`, which builds that row alone, with the same
   values; every other caller of the function is untouched.
 - half precision: transformers takes the softmax in fp32 whatever the input

@@ -30,17 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from common.kernels.reference import check_inputs
 
-def portable_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    is_global: Tensor,
-    key_padding_mask: Tensor | None = None,
-    window: int = 128,
-    global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
-) -> Tensor:
+
+def portable_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
+                       window: int = 128, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """Shapes: q, k, v (B, H, N, D); is_global, key_padding_mask (B, N) bool -> (B, H, N, D)."""
+    check_inputs(q, k, v, is_global, key_padding_mask, global_qkv)
     batch, heads, n, dim = q.shape
     valid = torch.ones_like(is_global) if key_padding_mask is None else ~key_padding_mask
     is_global = is_global & valid

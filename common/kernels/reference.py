@@ -40,16 +40,23 @@ def allowed_keys(is_global: Tensor, key_padding_mask: Tensor | None, window: int
     return allowed
 
 
-def reference_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    is_global: Tensor,
-    key_padding_mask: Tensor | None = None,
-    window: int = 128,
-    global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
-) -> Tensor:
+def check_inputs(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
+                 global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> None:
+    """Raise ValueError unless the inputs have the shapes every implementation takes: q, k, v and the three tensors
+    of ``global_qkv`` one (B, H, N, D) shape, ``is_global`` and ``key_padding_mask`` (B, N)."""
+    tensors = (q, k, v, *(global_qkv or ()))
+    masks = (is_global,) if key_padding_mask is None else (is_global, key_padding_mask)
+    if q.dim() != 4 or any(t.shape != q.shape for t in tensors) or any(m.shape != (q.shape[0], q.shape[2])
+                                                                       for m in masks):
+        raise ValueError(f"expected q, k, v{', global_qkv' if global_qkv else ''} of one shape (B, H, N, D) and "
+                         f"is_global{', key_padding_mask' if key_padding_mask is not None else ''} (B, N); got "
+                         + ", ".join(str(tuple(t.shape)) for t in (*tensors, *masks)))
+
+
+def reference_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
+                        window: int = 128, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """Query-directed sparse attention by a dense masked softmax. Shapes: q, k, v (B, H, N, D) -> (B, H, N, D)."""
+    check_inputs(q, k, v, is_global, key_padding_mask, global_qkv)
     scale = 1.0 / math.sqrt(q.shape[-1])
     allowed = allowed_keys(is_global, key_padding_mask, window)[:, None]  # (B, 1, N, N)
     out = _masked_attention(q * scale, k, v, allowed)  # ordinary rows

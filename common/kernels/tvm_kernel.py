@@ -12,8 +12,8 @@ TensorIR schedules), for one-sided window h = window // 2 (Eq. 7):
 - ``band_tpv``: X[b, j, d] = sum_t G[b, j - t + h, t] * Y[b, j - t + h, d] (backward dK = dS^T Q, dV = P^T dO);
 - ``softmax_fwd`` / ``softmax_bwd``: the masked softmax over [band ++ global keys] and its backward;
 - ``attend`` (CPU): the forward of the ordinary rows fused per row tile, band and global-key scores,
-  softmax and output, so no (n x band) matrix goes to memory (on 2 cores the unfused forward is
-  memory-bound). The backward recomputes the probabilities with band_qk + softmax_fwd.
+  softmax and output, so no (n x band) matrix goes to memory (the unfused forward is bound by memory
+  traffic on few cores). The backward recomputes the probabilities with band_qk + softmax_fwd.
 
 Band layout. Rows are taken in tiles of ``_TILE`` (R) consecutive queries; a tile's
 keys are one contiguous span of C >= R + 2h positions of the *frame* (key j at frame
@@ -28,12 +28,12 @@ register blocking and key reuse, and the softmax needs no skewed indexing. C / (
 Global tokens (Eqs. 8-10). The ordinary rows' scores against the gathered global keys
 (O(n g)) are extra columns of the softmax. The global rows (g x n, with Longformer's
 ``*_global`` projections) are dense rows over every key, so they go to PyTorch's SDPA,
-after the ordinary rows: on 2 cores its flash kernel runs them at about twice the rate
-``attend`` reached on rows 4,096 keys wide (issue 15; results/kernels/README.md). Between
+after the ordinary rows: its flash kernel runs such wide rows faster than ``attend``. Between
 the TVM kernels of the ordinary rows (gathers, frames, ``attend``) no PyTorch parallel op
 runs: PyTorch's OpenMP workers spin for milliseconds after each one and take the cores
-TVM's workers need (this halved the fused kernel's speed on 2 cores). With autograd the
-glue is PyTorch (gathers, matmuls for the global columns of the backward).
+TVM's workers need (both measured in results/kernels/README.md, "What the kernels' code
+refers to"). With autograd the glue is PyTorch (gathers, matmuls for the global columns
+of the backward).
 For the same reason TVM's pool gets PyTorch's thread count unless ``TVM_NUM_THREADS``
 or ``OMP_NUM_THREADS`` is set (TVM would take half the logical CPUs), and its idle
 workers sleep (``TVM_THREAD_POOL_SPIN_COUNT=0`` unless set).
@@ -67,6 +67,7 @@ from torch import Tensor
 
 from common.io import cache_root
 from common.kernels import KernelUnavailableError
+from common.kernels.reference import check_inputs
 
 #: Band spans and global slots are padded to multiples of 16 fp32 lanes: one AVX-512 register, two AVX2 ones.
 _LANES = 16
@@ -116,24 +117,15 @@ def cache_stats() -> dict[str, int]:
     return dict(_STATS)
 
 
-def tvm_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    is_global: Tensor,
-    key_padding_mask: Tensor | None = None,
-    window: int = 128,
-    global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
-) -> Tensor:
+def tvm_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
+                  window: int = 128, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """`reference_attention` with the banded products on TVM kernels. Shapes: q, k, v (B, H, N, D) -> (B, H, N, D).
 
     float32 and float64 run natively; other floating dtypes are computed in float32.
     Raises KernelUnavailableError when TVM is missing, cannot target the device, or fails to compile.
     """
+    check_inputs(q, k, v, is_global, key_padding_mask, global_qkv)
     batch, heads, n, head_dim = q.shape
-    if k.shape != q.shape or v.shape != q.shape or is_global.shape != (batch, n):
-        raise ValueError(f"expected q, k, v of one shape (B, H, N, D) and is_global (B, N); got "
-                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}, {tuple(is_global.shape)}")
     dtype = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
     kernels = load_kernels(window, head_dim, dtype, q.device)
     if n == 0 or batch * heads == 0:
@@ -773,23 +765,14 @@ class _Kernels:
         else:
             self.functions[name](*args)
 
-    def _frame(self, x: Tensor, offset: int | None = None, length: int | None = None, name: str = "frame") -> Tensor:
-        """(BH, N, D) -> (BH, length, D): row j at position j + offset, zeros elsewhere (default: the frame)."""
+    def _frame(self, x: Tensor, transposed: bool = False) -> Tensor:
+        """(BH, N, D) -> (BH, frame, D): row j at frame position j + h, zeros elsewhere; `transposed`: (BH, D, frame),
+        the keys contiguous for the vectorised scores."""
         bh, n, head_dim = x.shape
-        if offset is None:
-            offset, length = self.geometry.half, self.geometry.frame(n)
-        out = self._scratch(name, x, (bh, length, head_dim))
-        self._call("frame_rows", x, out, offset)
-        return out
-
-    def _frame_t(self, x: Tensor, offset: int | None = None, length: int | None = None,
-                 name: str = "frame_t") -> Tensor:
-        """(BH, N, D) -> (BH, D, length), the transposed frame: keys contiguous for the vectorised scores."""
-        bh, n, head_dim = x.shape
-        if offset is None:
-            offset, length = self.geometry.half, self.geometry.frame(n)
-        out = self._scratch(name, x, (bh, head_dim, length))
-        self._call("frame_cols", x, out, offset)
+        length = self.geometry.frame(n)
+        name, shape = ("frame_t", (bh, head_dim, length)) if transposed else ("frame", (bh, length, head_dim))
+        out = self._scratch(name, x, shape)
+        self._call("frame_cols" if transposed else "frame_rows", x, out, self.geometry.half)
         return out
 
     def _scratch(self, name: str, x: Tensor, shape: tuple[int, ...], zeros: bool = False) -> Tensor:
@@ -834,8 +817,8 @@ class _Kernels:
         bh, n, head_dim = q.shape
         rows = q.new_empty(bh, self.geometry.tiles(n) * _TILE, head_dim) if rows is None else rows
         if "attend" in self.functions:
-            self._call("attend", q, self._frame_t(k), self._frame(v), k_global_t, v_global, layout.key_ok,
-                       layout.row_ok, layout.global_ok, rows.view(bh, -1, _TILE, head_dim), heads,
+            self._call("attend", q, self._frame(k, transposed=True), self._frame(v), k_global_t, v_global,
+                       layout.key_ok, layout.row_ok, layout.global_ok, rows.view(bh, -1, _TILE, head_dim), heads,
                        k_global_t.shape[2] // _LANES)
         else:
             p, pg = self.probabilities(q, k, k_global_t, layout, heads)
@@ -852,7 +835,7 @@ class _Kernels:
         """(BH, N, D) x (BH, N, D) -> band tiles: a[:, i] . b[:, j] for the keys j of row i's band."""
         n = a.shape[1]
         out = a.new_empty(a.shape[0], self.geometry.tiles(n), _TILE, self.geometry.span)
-        self._call("band_qk", a, self._frame_t(b), out)
+        self._call("band_qk", a, self._frame(b, transposed=True), out)
         return out
 
     def band_pv(self, p: Tensor, x: Tensor) -> Tensor:

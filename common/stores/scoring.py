@@ -2,13 +2,18 @@
 does online, and measuring how far a store's scores are from end-to-end ones (EARL's ``earl.evaluate``, MVA's
 ``mva.evaluate``).
 
-A scorer is any ``scorer(query text, doc ids) -> (len(doc ids),) float64 scores`` that encodes the query once
-(`earl.store.QueryScorer`, `mva.store.QueryScorer`). Scores travel as `common.data.rerank`'s (index, score) rows.
+A scorer is any ``scorer(query text, doc ids) -> (len(doc ids),) float64 scores`` that encodes the query once.
+`StoreScorer` is the one that reads a representation store (`common.stores.representations`): the query encoded
+once, then its candidates in batches, their rows read from the store or, end to end, computed from the documents at
+query time by the same code, so that the two can be compared; a paper's subclass says how a query is encoded, what
+a document's rows are and how they are scored (`earl.store.QueryScorer`, `mva.store.QueryScorer`). Scores travel
+as `common.data.rerank`'s (index, score) rows.
 """
 
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Callable, Sequence
 
 import torch
@@ -25,6 +30,64 @@ def load_module(cls, state: dict):
     module = cls(**{k: v for k, v in state["hyper_parameters"].items() if k in names})
     module.load_state_dict(state["state_dict"])
     return module.eval()
+
+
+class StoreScorer:
+    """A scorer of one query's candidates: the query encoded once (``encode_query``), then batches of `batch_size`
+    candidates, their rows read from `store` or, without one, computed from `documents` at query time
+    (``document_rows``, end to end), each batch scored by ``score``. ``seconds`` accumulates the time spent
+    (reading and computing, the query's encoding included).
+
+    `encoder`: ``encoder.queries([text])`` -> ``query_tokens``/``query_mask`` (1, q) and ``encoder.documents(docs)``
+    -> ``doc_tokens``/``doc_mask`` (B, d) (`common.encoders.bert_inputs.BertInputs`). A store's rows must be
+    `width` wide (its `width_name`: the message's name for it). A subclass defines
+    ``encode_query(tokens, mask)``, ``document_rows(tokens, mask)`` -> ((B, t, width) rows, (B, t) keep mask) and
+    ``score(query, rows, keep)`` -> (B,), and `stored_rows` where a store's rows are computed from rather than read.
+    """
+
+    def __init__(self, encoder, *, width: int | None, width_name: str = "width", batch_size: int,
+                 device: torch.device | str = "cpu", store=None, documents=None):  # fmt: skip
+        if store is None and documents is None:
+            raise ValueError("give a store, or the documents to encode end to end")
+        if store is not None and store.width != width:
+            raise ValueError(f"{store.folder}: rows of width {store.width}, not the {width_name} {width} of this "
+                             "model")  # fmt: skip
+        self.encoder, self.store, self.documents = encoder, store, documents
+        self.batch_size, self.device = batch_size, torch.device(device)
+        self.seconds = 0.0
+
+    @property
+    def label(self) -> str:
+        """How the candidates are scored: ``end to end``, ``S1 store (float16)``..."""
+        if self.store is None:
+            return "end to end"
+        return f"{self.store.identity['strategy'].upper()} store ({self.store.dtype})"
+
+    @torch.inference_mode()
+    def __call__(self, query: str, doc_ids: Sequence[str]) -> Tensor:
+        """Scores (len(doc_ids),), float64 on the CPU, of the candidates `doc_ids` for query text `query`."""
+        start = time.perf_counter()
+        encoded = self.encoder.queries([query])
+        query_encoding = self.encode_query(encoded["query_tokens"].to(self.device),
+                                           encoded["query_mask"].to(self.device))  # fmt: skip
+        scores = []
+        for first in range(0, len(doc_ids), self.batch_size):
+            rows, keep = self.rows(list(doc_ids[first : first + self.batch_size]))
+            scores.append(self.score(query_encoding, rows, keep).double().cpu())
+        self.seconds += time.perf_counter() - start
+        return torch.cat(scores) if scores else torch.zeros(0, dtype=torch.float64)
+
+    def rows(self, doc_ids: list[str]) -> tuple[Tensor, Tensor]:
+        """The candidates' rows and keep mask: from the store, or computed end to end."""
+        if self.store is None:
+            batch = self.encoder.documents(self.documents.get_many(doc_ids))
+            return self.document_rows(batch["doc_tokens"].to(self.device), batch["doc_mask"].to(self.device))
+        rows, mask = self.store.padded(doc_ids)  # fp32 (an fp16 store's rows converted)
+        return self.stored_rows(rows.to(self.device), mask.to(self.device))
+
+    def stored_rows(self, rows: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
+        """What ``score`` reads of a store's (B, d, width) `rows` and (B, d) `mask`: the rows as they are."""
+        return rows, mask
 
 
 def score_pairs(scorer: Scorer, pairs: Sequence[tuple[str, str]], topics) -> Tensor:

@@ -8,12 +8,17 @@ was given (predict's sampler repeats none); once every process is done, global r
 shards are there and writes the manifest. A killed build resumes with a writer made with ``resume=True``: only
 the shards missing or found broken are computed again.
 
+`build_representations` builds a model's store: a `Representation` says what the model stores of a document (EARL's
+D or D', MVA's [D_K | D_V] or DE's vector) and under which identity (the checkpoint file's sha256 and a strategy).
+
 This module imports torch and Lightning; `common.stores.representations`, which reads the stores, does not.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import lightning as L
 from lightning.pytorch.callbacks import BasePredictionWriter
@@ -113,3 +118,33 @@ def build_store(module: L.LightningModule, writer: StoreWriter,
     trainer.strategy.barrier()  # rank zero finishes once every shard exists
     return writer.finish() if trainer.is_global_zero else None
 
+
+@dataclass
+class Representation:
+    """What a store of a model holds: `represent` (`DocumentIndexer`'s: (B, d) token ids and mask -> (B, t, `width`)
+    rows and their (B, t) keep mask) belongs to `model`, which Lightning moves to the device; `strategy` names it in
+    the store's identity, beside the checkpoint; `extra` (the model's shape, the passages' encoding) is recorded."""
+
+    model: nn.Module
+    represent: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
+    width: int
+    strategy: str
+    extra: dict
+
+
+def build_representations(representation: Representation, encoder, documents, doc_ids: Sequence[str],
+                          folder: str | os.PathLike, *, checkpoint_sha256: str, dtype: str = "float32",
+                          shard_size: int = 1000, batch_size: int = 128, resume: bool = False,
+                          trainer_options: dict | None = None) -> RepresentationStore | None:  # fmt: skip
+    """Build (or, with `resume`, finish) the store of `documents` (`doc_ids`, in that order) in `folder`, each one's
+    rows `representation`'s, documents encoded by `encoder` in batches of `batch_size` (`DocumentIndexer`); returns
+    it on global rank zero, None on the other ranks (`build_store`).
+
+    Its identity is ``{"checkpoint": checkpoint_sha256, "strategy": representation.strategy}``;
+    `common.stores.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan
+    (another checkpoint, strategy, dtype, collection or shard size), before anything is computed."""
+    writer = StoreWriter(folder, doc_ids=doc_ids, width=representation.width, dtype=dtype, shard_size=shard_size,
+                         identity={"checkpoint": checkpoint_sha256, "strategy": representation.strategy},
+                         extra=representation.extra, resume=resume)  # fmt: skip
+    indexer = DocumentIndexer(representation.model, representation.represent, encoder, documents, writer, batch_size)
+    return build_store(indexer, writer, trainer_options)

@@ -1,12 +1,17 @@
-"""What every re-ranking LightningModule of EARL and MVA shares: dev and test evaluation, exact resumption and the
-learning-rate schedule.
+"""What every re-ranking LightningModule of the four packages shares: dev and test evaluation, exact resumption,
+the loading of checkpoints written under older names, and AdamW's parameter groups.
 
-`RerankingEvaluation` is a mixin for a ``LightningModule`` whose ``forward(batch)`` scores a batch of (query,
-document) pairs (B,): it measures dev and test re-ranking with the class's `measures` through
-`common.metrics.RankingMetrics` (on the full runs, unscored candidates below, as run.trec and metrics.json are),
-logs them as ``dev/<measure>`` and ``test/<measure>``, keeps the test scores as (index, score) rows of every rank
-(``test_scores``, for the run file), and saves the random generators' states in checkpoints, so that a resumed
-run repeats an uninterrupted one (dropout included).
+`RerankingEvaluation` is a mixin for a ``LightningModule`` whose `evaluation_scores` (``forward`` unless the class
+says otherwise) scores an evaluation batch's (query, document) pairs, (B,): it measures dev and test re-ranking
+with the class's `measures` through `common.metrics.RankingMetrics` (on the full runs, unscored candidates below, as
+run.trec and metrics.json are), logs them as ``dev/<measure>`` and ``test/<measure>``, keeps the test scores as
+(index, score) rows of every rank (``test_scores``, for the run file), and saves the random generators' states in
+checkpoints, so that a resumed run repeats an uninterrupted one (dropout included).
+
+Checkpoints written under older names load: the attribute that holds the paper's ``nn.Module`` was ``ranker``
+before it was ``model`` (state-dict keys ``ranker.*`` are read as ``model.*`` wherever weights are loaded:
+`RerankingEvaluation.load_state_dict`, which Lightning calls too), and a class that renamed hyper-parameters lists
+them in `renamed_hparams` (old name -> new), read by `load_from_checkpoint`.
 """
 
 from __future__ import annotations
@@ -14,9 +19,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from common.metrics import RankingMetrics
 from common.data.rerank import gather_scores
+from common.metrics import RankingMetrics
 from common.training.rng import rng_states, set_rng_states
+
+#: State-dict key prefixes of older checkpoints -> today's.
+RENAMED_PREFIXES = {"ranker.": "model."}
 
 
 def decay_groups(module: nn.Module, weight_decay: float) -> list[dict]:
@@ -26,12 +34,31 @@ def decay_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+def renamed_state(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
+    """`state_dict` with the keys of older checkpoints renamed (`RENAMED_PREFIXES`); today's keys unchanged."""
+    renamed = {}
+    for key, value in state_dict.items():
+        old = next((prefix for prefix in RENAMED_PREFIXES if key.startswith(prefix)), None)
+        renamed[key if old is None else RENAMED_PREFIXES[old] + key[len(old) :]] = value
+    return renamed
+
+
 class RerankingEvaluation:
-    """Mixin for a ``LightningModule`` (module docstring): the class sets `measures`, and its ``__init__``
-    ``self.metrics = nn.ModuleDict()``, filled per evaluation split in `setup` (the metrics need the qrels)."""
+    """Mixin for a ``LightningModule`` (module docstring): the class sets `measures` (and `renamed_hparams` where it
+    renamed some), and its ``__init__`` ``self.metrics = nn.ModuleDict()``, filled per evaluation split in `setup`
+    (the metrics need the qrels)."""
 
     measures: tuple[str, ...]
     metrics: nn.ModuleDict
+    #: Hyper-parameters renamed since checkpoints were first written, old name -> new.
+    renamed_hparams: dict[str, str] = {}
+
+    # --- evaluation: dev (validation) and test re-ranking ---------------------------------
+
+    def evaluation_scores(self, batch: dict) -> Tensor:
+        """The (B,) scores of an evaluation batch's (query, document) pairs: ``self(batch)``. The hook for a class
+        whose ``forward`` scores something else (the Conformer-Kernel's: (Q, D) groups)."""
+        return self(batch)
 
     def setup(self, stage: str) -> None:
         data = self.trainer.datamodule
@@ -42,7 +69,7 @@ class RerankingEvaluation:
                                                      candidates=data.candidates(split))  # fmt: skip
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
-        self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self(batch))
+        self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self.evaluation_scores(batch))
 
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("dev")
@@ -51,7 +78,7 @@ class RerankingEvaluation:
         self._scores: list[Tensor] = []
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
-        scores = self(batch)
+        scores = self.evaluation_scores(batch)  # (B,)
         self.metrics["test"].update(batch["qids"], batch["doc_ids"], scores)
         self._scores.append(torch.stack([batch["index"].double(), scores.detach().double()], 1))  # (B, 2)
 
@@ -63,6 +90,21 @@ class RerankingEvaluation:
         values = self.metrics[split].compute()
         self.log_dict({f"{split}/{name}": value.float() for name, value in values.items()}, prog_bar=split == "dev")
         self.metrics[split].reset()
+
+    # --- checkpoints ------------------------------------------------------------------------
+
+    @classmethod
+    def load_from_checkpoint(cls, checkpoint_path, map_location=None, **kwargs):
+        """Lightning's ``load_from_checkpoint``, also for a checkpoint that names hyper-parameters by their old names
+        (`renamed_hparams`): Lightning would drop those and build the model at the defaults."""
+        if cls.renamed_hparams:
+            saved = torch.load(checkpoint_path, map_location="cpu", weights_only=True, mmap=True)
+            saved = saved.get("hyper_parameters", {})
+            kwargs = {new: saved[old] for old, new in cls.renamed_hparams.items() if old in saved} | kwargs
+        return super().load_from_checkpoint(checkpoint_path, map_location=map_location, **kwargs)
+
+    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False):
+        return super().load_state_dict(renamed_state(state_dict), strict=strict, assign=assign)  # old keys too
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         checkpoint["rng_states"] = rng_states()  # dropout's generators: a resumed run repeats an uninterrupted one

@@ -1,84 +1,141 @@
-"""A re-ranker's tasks: the data module's splits (`TaskSplits`), loaders (`SplitLoaders`) and training dataset
-(`SamplerGroups`); the task an evaluate command names is `common.commands.task_options`'.
+"""A re-ranker's data: its three tasks (`TaskConfig` -> `Tasks`), their loaders (`LoaderConfig`), the
+LightningDataModule every package's data module subclasses (`RerankingDataModule`), and the training datasets over a
+`common.data.samplers` sampler (`SamplerGroups`, `EncodedGroups`).
 
 Every package's data module names three tasks (`common.data.specs.SourceSpec`: ``builtin:<split>``,
-``irds:<ir_datasets id>`` or a mapping of TREC files), dev and test optionally, and answers the
-same questions of them: is a split configured, its `RankingSource` (opened once), its qrels and
-candidates, and which of its queries are evaluated. `TaskSplits` answers them once for all.
+``irds:<ir_datasets id>`` or a mapping of TREC files), dev and test optionally, and asks the same of them: is a
+split configured, its `RankingSource` (opened once), its qrels and candidates, which of its queries are evaluated
+and which (query, document) pairs are re-ranked. The parts hand each other what they need as arguments:
 
-It is a mixin rather than a member object, since the data module itself is what the models,
-the training and evaluate commands and the tests ask (``data.qrels("test")``), and a member would
-need the same five delegating methods in every package. Use it as
+- `TaskConfig`: the tasks and how they are evaluated (depth, samples, relevance level, what to do with documents
+  without text, the samples' seed), the data module's ``--data.*`` options of the same names.
+- `Tasks(config)`: the opened and checked tasks, their evaluated queries and re-ranked pairs.
+- `LoaderConfig`: batch sizes, workers and the training order's seed; it makes a dataset's loaders.
+- `RerankingDataModule(tasks, loaders)`: the LightningDataModule the rankers and the commands ask
+  (``data.qrels("test")``, ``data.test_pairs()``); a subclass says how its training groups are drawn and encoded
+  (`training_dataset`) and how its evaluation pairs are encoded (`pair_encoder`). Use it as
 
-    class MyData(TaskSplits, L.LightningDataModule):
-        def __init__(self, train="builtin:train", dev="builtin:dev", test="builtin:test",
-                     dev_queries=None, test_queries=None, seed=0, ...):
-            super().__init__()
-            self.save_hyperparameters()
-            self.specs = {"train": train, "dev": dev, "test": test}
+      class MyDataModule(RerankingDataModule):
+          def __init__(self, train="builtin:train", dev="builtin:dev", test="builtin:test", depth=100, ..., seed=0):
+              super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
+              self.save_hyperparameters()
 
-What it reads of the data module: ``self.specs`` (split -> `SourceSpec` or None), and from
-``self.hparams`` ``dev_queries`` / ``test_queries`` (evaluate a sample of that many queries; None
-or absent: all) and ``seed`` (absent: 0). It keeps the opened sources in ``self._sources``.
+          def training_dataset(self, source):
+              sampler = PointwiseSampler(source.qrels(), source.candidates(), ...)
+              return EncodedGroups(sampler, source.topics(), source.documents(), self.encoder)
 
-The evaluated queries of a split are those with candidates, qrels and a topic, sorted; a sample is
-drawn with ``numpy.random.default_rng(seed).choice(..., replace=False)`` and sorted again, so the
-same seed evaluates the same queries in every package.
+          def pair_encoder(self):
+              return self.encoder
 
-Documents without text. A task from files may judge or retrieve documents its collection lacks (a
-collection made of the candidates' text misses most of TREC DL's judged passages). `TaskSplits`
-counts them when a split's task is opened, before any loader exists, and ``hparams.missing_documents``
-chooses: ``"skip"`` (the default) warns, naming how many and a few ids, and leaves them out: of
-training, relevant documents from the qrels and candidates from the run; of evaluation, candidates
-from the re-ranked pairs (`rerank_pairs`: they stay in the run below the re-ranked documents, in
-first-stage order, as candidates below the depth do; the qrels are never cut, so metrics stay
-honest); ``"error"`` stops with `MissingDocumentsError`. No loader meets a missing document. Tasks
-from ir_datasets are not checked: their collections hold every judged and retrieved document, and
-looking up MS MARCO's 37M training candidates would take minutes. `check_tasks` opens and checks
-every configured split (a train command calls it before fitting).
+Evaluated queries. Those of a split with candidates, qrels and a topic, sorted; a sample (``dev_queries``,
+``test_queries``) is drawn with ``numpy.random.default_rng(seed).choice(..., replace=False)`` and sorted again, so
+the same seed evaluates the same queries in every package. Each is re-ranked to its ``depth`` (dev: ``dev_depth``
+where set) top candidates (`common.data.rerank.rerank_pairs`).
 
-`SplitLoaders` builds each split's dataset once, through the package's ``build_dataset(split)`` (a
-training dataset, and `common.data.rerank.RerankPairs` for dev and test, each with a ``collate``), kept in
-``self._datasets`` (a dict the data module creates), and makes their loaders:
-torchdata's ``StatefulDataLoader`` (a checkpoint taken mid-epoch resumes at the next batch),
-the training one shuffled by a generator seeded with ``hparams.seed``, ``hparams.batch_size``
-items a training batch and ``hparams.eval_batch_size`` an evaluation one, ``hparams.num_workers``
-workers. No dev task: no validation loader.
+Documents without text. A task from files may judge or retrieve documents its collection lacks (a collection made
+of the candidates' text misses most of TREC DL's judged passages). `Tasks` counts them when a split's task is
+opened, before any loader exists, and ``missing_documents`` chooses: ``"skip"`` (the default) warns, naming how
+many and a few ids, and leaves them out: of training, relevant documents from the qrels and candidates from the run;
+of evaluation, candidates from the re-ranked pairs (they stay in the run below the re-ranked documents, in
+first-stage order, as candidates below the depth do; the qrels are never cut, so metrics stay honest); ``"error"``
+stops with `MissingDocumentsError`. No loader meets a missing document. Tasks from ir_datasets are not checked:
+their collections hold every judged and retrieved document, and looking up MS MARCO's training candidates would read
+tens of millions of ids. `Tasks.check` opens and checks every configured split (a train command calls it before
+fitting).
 
-    class MyData(TaskSplits, SplitLoaders, L.LightningDataModule): ...
+Loaders. torchdata's ``StatefulDataLoader`` (a checkpoint taken mid-epoch resumes at the next batch), the training
+one shuffled by a generator seeded with ``seed``. A data module builds each split's dataset once: its
+`training_dataset`, and `common.data.rerank.RerankPairs` of the re-ranked pairs for dev and test; no dev task, no
+validation loader.
 
-`SamplerGroups` is the training dataset over a `common.data.samplers` sampler (item i = its group
-i, ``set_epoch`` forwarded); a package subclasses it with the ``collate`` that encodes its groups.
+`SamplerGroups` is a training dataset over a sampler (item i = its group i, ``set_epoch`` forwarded); its
+``collate`` encodes a batch of groups. `EncodedGroups` encodes every document of the groups as one flat batch of
+(query, document) pairs, positive first in each group (QDS-Transformer's, EARL's and MVA's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 
+import lightning as L
 import numpy as np
 import torch
+from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import Dataset
 
-from lightning.pytorch.utilities import rank_zero_warn
-
 from common.data.formats import Qrels, Run, Topics
+from common.data.rerank import Encode, RerankPairs, rerank_pairs
 from common.data.source import RankingSource
 from common.data.specs import SourceSpec, source_from_spec
-from common.data.rerank import rerank_pairs
 
-#: What ``hparams.missing_documents`` may say about documents without text (see the module docstring).
+#: What ``missing_documents`` may say about documents without text (see the module docstring).
 MISSING_DOCUMENTS = ("skip", "error")
 #: Ids named in a missing-documents message.
 NAMED = 5
+SPLITS = ("train", "dev", "test")
 
 
 class MissingDocumentsError(ValueError):
     """Documents a task needs that its collection lacks, under ``missing_documents="error"``."""
 
 
-class TaskSplits:
-    """Mixin for a LightningDataModule with ``specs`` {"train", "dev", "test"} -> `SourceSpec` (see the module docstring)."""
+# --------------------------------------------------------------------------- the tasks
 
-    specs: dict[str, SourceSpec | None]
+
+class _Options:
+    """A config whose fields are options of a data module."""
+
+    @classmethod
+    def of(cls, arguments: Mapping):
+        """The config of a data module's arguments (``locals()`` in its ``__init__``): each field the argument of its
+        name; a field the data module has no option for keeps its default."""
+        return cls(**{field.name: arguments[field.name] for field in fields(cls) if field.name in arguments})
+
+
+@dataclass(frozen=True)
+class TaskConfig(_Options):
+    """A data module's three tasks and how they are evaluated (each field is the ``--data.*`` option of its name).
+
+    Args:
+        train, dev, test: the tasks (`common.data.specs.SourceSpec`); None: no such split.
+        depth: candidates re-ranked per query (and, for the samplers, where negatives come from).
+        dev_depth: candidates re-ranked per dev query (None: `depth`).
+        dev_queries, test_queries: evaluate a seeded sample of this many queries (None: all).
+        relevance_level: lowest qrels label counted relevant.
+        missing_documents: ``skip`` or ``error`` (module docstring).
+        seed: the samples' seed.
+    """
+
+    train: SourceSpec | None
+    dev: SourceSpec | None
+    test: SourceSpec | None
+    depth: int
+    dev_depth: int | None = None
+    dev_queries: int | None = None
+    test_queries: int | None = None
+    relevance_level: int = 1
+    missing_documents: str = "skip"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.missing_documents not in MISSING_DOCUMENTS:
+            raise MissingDocumentsError(f"data.missing_documents: {self.missing_documents!r} is none of "
+                                        f"{', '.join(MISSING_DOCUMENTS)}")
+
+
+class Tasks:
+    """The tasks of a `TaskConfig`, each opened on first use and kept, and what is evaluated of them."""
+
+    def __init__(self, config: TaskConfig):
+        self.config = config
+        self._sources: dict[str, RankingSource] = {}
+        self._eval_pairs: dict[str, list[tuple[str, str]]] = {}
+
+    @property
+    def specs(self) -> dict[str, SourceSpec | None]:
+        """Split -> its task's spec (None: not configured)."""
+        return {"train": self.config.train, "dev": self.config.dev, "test": self.config.test}
 
     def has_split(self, split: str) -> bool:
         """Whether a task is configured for `split` (``train``, ``dev`` or ``test``)."""
@@ -87,48 +144,61 @@ class TaskSplits:
     def source(self, split: str) -> RankingSource:
         """The task of `split`, opened on first use and kept; ValueError where the split is None.
 
-        The training task comes without the relevant documents and candidates its collection lacks
-        (under ``missing_documents="skip"``; see the module docstring).
+        The training task comes without the relevant documents and candidates its collection lacks (under
+        ``missing_documents="skip"``; see the module docstring).
         """
-        sources = self.__dict__.setdefault("_sources", {})
-        if split not in sources:
+        if split not in self._sources:
             if not self.has_split(split):
                 raise ValueError(f"no {split} task configured (data.{split} is null)")
             source = source_from_spec(self.specs[split])
-            sources[split] = _present_documents(source, self._missing_documents(split, source))
-        return sources[split]
+            self._sources[split] = _present_documents(source, self._missing_training_documents(split, source))
+        return self._sources[split]
 
-    def check_tasks(self) -> None:
+    def check(self) -> None:
         """Open every configured split's task, counting its documents without text (MissingDocumentsError)."""
-        for split in ("train", "dev", "test"):
+        for split in SPLITS:
             if self.has_split(split):
                 self.source(split)
                 if split != "train":
                     self.eval_pairs(split)
 
+    def qrels(self, split: str) -> Qrels:
+        return self.source(split).qrels()
+
+    def candidates(self, split: str) -> Run:
+        return self.source(split).candidates()
+
     def eval_depth(self, split: str) -> int:
         """Candidates re-ranked per query of `split`: ``dev_depth`` (if set) for dev, else ``depth``."""
-        depth = self.hparams.get("dev_depth") if split == "dev" else None
-        return depth or self.hparams.depth
+        return (self.config.dev_depth if split == "dev" else None) or self.config.depth
+
+    def eval_queries(self, split: str) -> list[str]:
+        """The evaluated queries of `split`: those with candidates, qrels and a topic, sorted, cut to a seeded sample."""
+        source = self.source(split)
+        qids = sorted(set(source.candidates()) & set(source.qrels()) & set(source.topics()))
+        limit = self.config.dev_queries if split == "dev" else self.config.test_queries
+        if limit is not None and limit < len(qids):
+            rng = np.random.default_rng(self.config.seed)
+            qids = sorted(rng.choice(qids, size=limit, replace=False).tolist())
+        return qids
 
     def eval_pairs(self, split: str) -> list[tuple[str, str]]:
-        """The (qid, docid) pairs re-ranked for `split`: each evaluated query's top `eval_depth` candidates
-        that have text (`common.data.rerank.rerank_pairs`; the others stay below in first-stage order)."""
-        pairs_by_split = self.__dict__.setdefault("_eval_pairs", {})
-        if split not in pairs_by_split:
+        """The (qid, docid) pairs re-ranked for `split`: each evaluated query's top `eval_depth` candidates that have
+        text (`common.data.rerank.rerank_pairs`; the others stay below in first-stage order)."""
+        if split not in self._eval_pairs:
             source = self.source(split)
             pairs = rerank_pairs(source.candidates(), self.eval_depth(split), self.eval_queries(split))
             missing = set()
             if _checked(source):
                 missing = self._check_present(split, source, {"candidates": {doc_id for _, doc_id in pairs}})
-            pairs_by_split[split] = [pair for pair in pairs if pair[1] not in missing]
-        return pairs_by_split[split]
+            self._eval_pairs[split] = [pair for pair in pairs if pair[1] not in missing]
+        return self._eval_pairs[split]
 
-    def _missing_documents(self, split: str, source: RankingSource) -> set[str]:
+    def _missing_training_documents(self, split: str, source: RankingSource) -> set[str]:
         """Training: the relevant judged documents and candidates without text (checked per the policy)."""
         if split != "train" or not _checked(source):
             return set()
-        level = self.hparams.get("relevance_level", 1)
+        level = self.config.relevance_level
         topics, qrels = source.topics(), source.qrels()
         relevant = {d for qid, labels in qrels.items() if qid in topics
                     for d, label in labels.items() if label >= level}
@@ -138,9 +208,6 @@ class TaskSplits:
 
     def _check_present(self, split: str, source: RankingSource, needed: dict[str, set[str]]) -> set[str]:
         """The ids of `needed` (what -> ids) that `source` has no text for; warns or raises per the policy."""
-        policy = self.hparams.get("missing_documents", "skip")
-        if policy not in MISSING_DOCUMENTS:
-            raise MissingDocumentsError(f"data.missing_documents: {policy!r} is none of {', '.join(MISSING_DOCUMENTS)}")
         documents = source.documents()
         missing = {what: sorted(d for d in ids if d not in documents) for what, ids in needed.items()}
         if not any(missing.values()):
@@ -148,38 +215,18 @@ class TaskSplits:
         counts = "; ".join(f"{len(ids):,} of {len(needed[what]):,} {what}" for what, ids in missing.items() if ids)
         examples = ", ".join([d for ids in missing.values() for d in ids][:NAMED])
         message = f"data.{split} ({source.name}): {counts} have no text in its collection (e.g. {examples})"
-        if policy == "error":
+        if self.config.missing_documents == "error":
             raise MissingDocumentsError(f"{message}; data.missing_documents=skip leaves them out")
         left_out = "training" if split == "train" else "re-ranking (kept below, in first-stage order)"
         rank_zero_warn(f"{message}: left out of {left_out}; data.missing_documents=error stops instead")
         return {d for ids in missing.values() for d in ids}
-
-    def qrels(self, split: str) -> Qrels:
-        return self.source(split).qrels()
-
-    def candidates(self, split: str) -> Run:
-        return self.source(split).candidates()
-
-    def eval_sample_size(self, split: str) -> int | None:
-        """How many queries of `split` are evaluated: ``dev_queries`` for dev, else ``test_queries`` (None: all)."""
-        return self.hparams.get("dev_queries" if split == "dev" else "test_queries")
-
-    def eval_queries(self, split: str) -> list[str]:
-        """The evaluated queries of `split`: those with candidates, qrels and a topic, sorted, cut to a seeded sample."""
-        source = self.source(split)
-        qids = sorted(set(source.candidates()) & set(source.qrels()) & set(source.topics()))
-        limit = self.eval_sample_size(split)
-        if limit is not None and limit < len(qids):
-            rng = np.random.default_rng(self.hparams.get("seed", 0))
-            qids = sorted(rng.choice(qids, size=limit, replace=False).tolist())
-        return qids
 
 
 class _PresentDocuments:
     """A training task without some documents: its qrels and candidates cut to those with text."""
 
     def __init__(self, source: RankingSource, missing: set[str]):
-        self._source, self._missing = source, missing
+        self._source = source
         self.name = source.name
         self._qrels = {qid: {d: label for d, label in labels.items() if d not in missing}
                        for qid, labels in source.qrels().items()}
@@ -206,7 +253,7 @@ class _PresentDocuments:
 
 def _checked(source: RankingSource) -> bool:
     """Whether `source`'s documents are checked: not for a source whose collection is complete (ir_datasets),
-    where the check would only read every qrels and candidate (37M for MS MARCO training) to find nothing."""
+    where the check would only read every qrels and candidate to find nothing."""
     return not getattr(source, "complete_collection", False)
 
 
@@ -214,53 +261,143 @@ def _present_documents(source: RankingSource, missing: set[str]) -> RankingSourc
     return _PresentDocuments(source, missing) if missing else source
 
 
-class SplitLoaders:
-    """Mixin: the datasets of the data module's ``build_dataset(split)``, each built once, and their train/dev/test
-    loaders (see the module docstring)."""
+# --------------------------------------------------------------------------- the loaders
 
-    def setup(self, stage: str) -> None:
-        # the test split is built with fit too: its documents are checked before training starts
-        if stage == "fit":
-            self._dataset("train")
-            if self.has_split("dev"):
-                self._dataset("dev")
-        if stage in ("test", "fit") and self.has_split("test"):
-            self._dataset("test")
-        if stage == "validate":
-            self._dataset("dev")
 
-    def _dataset(self, split: str) -> Dataset:
-        if split not in self._datasets:
-            self._datasets[split] = self.build_dataset(split)
-        return self._datasets[split]
+@dataclass(frozen=True)
+class LoaderConfig(_Options):
+    """How a data module's datasets are loaded (each field is the ``--data.*`` option of its name).
 
-    def train_dataloader(self):
-        generator = torch.Generator().manual_seed(self.hparams.seed)
-        return self._loader(self._dataset("train"), self.hparams.batch_size, shuffle=True, generator=generator)
+    Args:
+        batch_size: training items (groups) per batch.
+        eval_batch_size: evaluation pairs per batch.
+        num_workers: loader worker processes (0: in the main process).
+        seed: the training order's seed.
+    """
 
-    def val_dataloader(self):
-        return self._loader(self._dataset("dev"), self.hparams.eval_batch_size) if self.has_split("dev") else []
+    batch_size: int
+    eval_batch_size: int
+    num_workers: int = 0
+    seed: int = 0
 
-    def test_dataloader(self):
-        return self._loader(self._dataset("test"), self.hparams.eval_batch_size)
+    def train(self, dataset: Dataset):
+        """`dataset`'s training loader: shuffled by a generator seeded with `seed`, `batch_size` items a batch."""
+        generator = torch.Generator().manual_seed(self.seed)
+        return self._loader(dataset, self.batch_size, shuffle=True, generator=generator)
 
-    def test_pairs(self) -> list[tuple[str, str]]:
-        """The test (qid, docid) pairs in the order the test loader visits them (``index`` refers to it)."""
-        return self._dataset("test").pairs
+    def evaluation(self, dataset: Dataset):
+        """`dataset`'s evaluation loader: in order, `eval_batch_size` items a batch."""
+        return self._loader(dataset, self.eval_batch_size)
 
     def _loader(self, dataset, batch_size: int, **options):
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         return StatefulDataLoader(dataset, batch_size=batch_size, collate_fn=dataset.collate,
-                                  num_workers=self.hparams.num_workers, **options)
+                                  num_workers=self.num_workers, **options)
+
+
+# --------------------------------------------------------------------------- the data module
+
+
+class RerankingDataModule(L.LightningDataModule):
+    """The LightningDataModule of a re-ranker: three tasks (`tasks`, a `Tasks`), their datasets, each built once,
+    and their loaders (`loaders`, a `LoaderConfig`); see the module docstring.
+
+    A subclass defines `training_dataset` and `pair_encoder`, and calls ``save_hyperparameters()`` after
+    ``super().__init__(...)``, so that its own arguments are the hyperparameters.
+    """
+
+    #: The splits whose datasets `setup` builds, where configured, per stage (fit builds the test's too, so that
+    #: its documents are checked before training starts).
+    stage_splits = {"fit": ("train", "dev", "test"), "validate": ("dev",), "test": ("test",)}
+
+    def __init__(self, tasks: TaskConfig, loaders: LoaderConfig):
+        super().__init__()
+        self.tasks, self.loaders = Tasks(tasks), loaders
+        self._datasets: dict[str, Dataset] = {}
+
+    # --- what a subclass defines ---
+
+    def training_dataset(self, source: RankingSource) -> Dataset:
+        """The training dataset (a `SamplerGroups`) of the training task `source`."""
+        raise NotImplementedError(f"{type(self).__name__} defines no training dataset")
+
+    def pair_encoder(self) -> Encode:
+        """How evaluation pairs are encoded: ``encode(query texts, documents) -> batch`` (`RerankPairs`)."""
+        raise NotImplementedError(f"{type(self).__name__} defines no pair encoder")
+
+    # --- what the rankers and commands ask (`Tasks`) ---
+
+    @property
+    def specs(self) -> dict[str, SourceSpec | None]:
+        return self.tasks.specs
+
+    @property
+    def relevance_level(self) -> int:
+        return self.tasks.config.relevance_level
+
+    def has_split(self, split: str) -> bool:
+        return self.tasks.has_split(split)
+
+    def source(self, split: str) -> RankingSource:
+        return self.tasks.source(split)
+
+    def qrels(self, split: str) -> Qrels:
+        return self.tasks.qrels(split)
+
+    def candidates(self, split: str) -> Run:
+        return self.tasks.candidates(split)
+
+    def eval_queries(self, split: str) -> list[str]:
+        return self.tasks.eval_queries(split)
+
+    def eval_pairs(self, split: str) -> list[tuple[str, str]]:
+        return self.tasks.eval_pairs(split)
+
+    def check_tasks(self) -> None:
+        self.tasks.check()
+
+    # --- datasets and loaders ---
+
+    def dataset(self, split: str) -> Dataset:
+        """The dataset of `split`, built on first use: the training dataset, or the re-ranked pairs (`RerankPairs`)."""
+        if split not in self._datasets:
+            source = self.tasks.source(split)
+            if split == "train":
+                self._datasets[split] = self.training_dataset(source)
+            else:
+                self._datasets[split] = RerankPairs(self.tasks.eval_pairs(split), source.topics(), source.documents(),
+                                                    self.pair_encoder())
+        return self._datasets[split]
+
+    def setup(self, stage: str) -> None:
+        for split in self.stage_splits.get(stage, ()):
+            if self.has_split(split):
+                self.dataset(split)
+
+    def train_dataloader(self):
+        return self.loaders.train(self.dataset("train"))
+
+    def val_dataloader(self):
+        return self.loaders.evaluation(self.dataset("dev")) if self.has_split("dev") else []
+
+    def test_dataloader(self):
+        return self.loaders.evaluation(self.dataset("test"))
+
+    def test_pairs(self) -> list[tuple[str, str]]:
+        """The test (qid, docid) pairs in the order the test loader visits them (``index`` refers to it)."""
+        return self.dataset("test").pairs
+
+
+# --------------------------------------------------------------------------- training datasets
 
 
 class SamplerGroups(Dataset):
     """A training sampler's groups as a dataset: item i = ``sampler[i]``, and `set_epoch` draws another epoch's.
 
-    Subclasses add ``collate(groups) -> dict`` (the loader's ``collate_fn``), encoding the groups' queries
-    (`topics`) and documents (`documents`, a `common.data.source.DocumentLookup`). The model calls
-    ``set_epoch(current_epoch)`` when each training epoch starts.
+    Subclasses add ``collate(groups) -> dict`` (the loader's ``collate_fn``), encoding the groups' queries (`topics`)
+    and documents (`documents`, a `common.data.source.DocumentLookup`). The model calls ``set_epoch(current_epoch)``
+    when each training epoch starts.
     """
 
     def __init__(self, sampler, topics: Topics, documents):
@@ -277,3 +414,20 @@ class SamplerGroups(Dataset):
 
     def collate(self, groups: list) -> dict:
         raise NotImplementedError(f"{type(self).__name__} encodes no batch: define collate(groups)")
+
+
+class EncodedGroups(SamplerGroups):
+    """Groups of a `common.data.samplers.PointwiseSampler` (positive first, then its negatives) as flat batches of
+    (query, document) pairs: ``encode(query texts, documents)`` with ``labels`` (B,), ``qids``, ``doc_ids`` and
+    ``group_size`` (documents per group) added."""
+
+    def __init__(self, sampler, topics: Topics, documents, encode: Encode):
+        super().__init__(sampler, topics, documents)
+        self.encode = encode
+
+    def collate(self, groups) -> dict:
+        qids = [g.qid for g in groups for _ in g.doc_ids]
+        doc_ids = [d for g in groups for d in g.doc_ids]
+        batch = self.encode([self.topics[q] for q in qids], self.documents.get_many(doc_ids))
+        batch["labels"] = torch.tensor([label for g in groups for label in g.labels], dtype=torch.float)
+        return batch | {"qids": qids, "doc_ids": doc_ids, "group_size": len(groups[0].doc_ids)}

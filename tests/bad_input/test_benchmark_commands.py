@@ -57,8 +57,8 @@ CK = [
     (["--docs", "-1"], "argument --docs: must be a positive integer, got -1"),
     (["--query_terms", "0"], "argument --query_terms: must be a positive integer, got 0"),
     (["--vocab_size", "1"], "argument --vocab_size: must be at least 2 (id 0 is padding), got 1"),
-    (["--heads", "3"], "argument --heads: must divide --hidden (256), got 3"),
-    (["--layers", "0"], "argument --layers: must be a positive integer, got 0"),
+    (["--num_heads", "3"], "argument --num_heads: must divide --hidden_size (256), got 3"),
+    (["--num_layers", "0"], "argument --num_layers: must be a positive integer, got 0"),
     (["--conv_window", "30"], "argument --conv_window: must be odd (the convolution keeps the document's length), "
                               "got 30"),
     (["--kernels", "0"], "argument --kernels: must be a positive integer, got 0"),
@@ -87,7 +87,7 @@ KERNELS = [
     (["--passes", "bwd"], "argument --passes: invalid choice: 'bwd' (choose from 'fwd', 'fwdbwd')"),
     (["--passes", "fwd", "fwd"], "argument --passes: fwd is given twice"),
     (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
-    (["--max-quadratic-n", "0"], "argument --max-quadratic-n: must be a positive integer, got 0"),
+    (["--max_quadratic_n", "0"], "argument --max_quadratic_n: must be a positive integer, got 0"),
     (["--timeout", "-1"], "argument --timeout: must be a positive number, got -1"),
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu' (choose from 'cpu', 'cuda')"),
     pytest.param(["--device", "cuda"], "argument --device: cuda is not available here", marks=CUDA),
@@ -95,7 +95,7 @@ KERNELS = [
                                                        "LongformerSelfAttention needs n to be a multiple of the "
                                                        "window (128)"),
     (["--lengths", "8192", "--impls", "reference"], "nothing to measure at --lengths 8192: reference: (n, n) scores, "
-                                                    "above --max-quadratic-n 4096"),
+                                                    "above --max_quadratic_n 4096"),
     (["8192"], "unrecognized arguments: 8192"),
 ]  # fmt: skip
 
@@ -125,43 +125,23 @@ MVA = [
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
 ]  # fmt: skip
 
-#: Each command, its output folder option and the name of a file it would write on CPU.
-COMMANDS = {
-    "qds.benchmark": ("--output_dir", "efficiency_cpu.csv"),
-    "conformer_kernel.benchmark": ("--output_dir", "memory.csv"),
-    "common.kernels.benchmark": ("--out-dir", "bench_cpu.csv"),
-    "earl.benchmark": ("--output_dir", "speed.csv"),
-    "mva.benchmark": ("--output_dir", "speed.csv"),
-}
+#: Each command and the name of a file it would write on CPU into its ``--output_dir`` (one name for them all).
+COMMANDS = {"qds.benchmark": "efficiency_cpu.csv", "conformer_kernel.benchmark": "memory.csv",
+            "common.kernels.benchmark": "bench_cpu.csv", "earl.benchmark": "speed.csv", "mva.benchmark": "speed.csv"}
 
 
-def refused_writing_into_out(module: str, args: list[str], tmp_path, expect: str) -> None:
-    refused(module, [*args, COMMANDS[module][0], "out"], tmp_path, expect)
+def cases():
+    """Every command's cases, a CUDA-only one kept with its mark."""
+    for module, corpus in {"qds.benchmark": QDS, "conformer_kernel.benchmark": CK, "common.kernels.benchmark": KERNELS,
+                           "earl.benchmark": EARL, "mva.benchmark": MVA}.items():
+        for case in corpus:
+            values, marks = (case.values, case.marks) if hasattr(case, "marks") else (case, ())
+            yield pytest.param(module, *values, marks=marks, id=f"{module}:{' '.join(values[0])}")
 
 
-@pytest.mark.parametrize("args, expect", QDS)
-def test_qds_benchmark_refuses(tmp_path, args, expect):
-    refused_writing_into_out("qds.benchmark", args, tmp_path, expect)
-
-
-@pytest.mark.parametrize("args, expect", CK)
-def test_conformer_kernel_benchmark_refuses(tmp_path, args, expect):
-    refused_writing_into_out("conformer_kernel.benchmark", args, tmp_path, expect)
-
-
-@pytest.mark.parametrize("args, expect", KERNELS)
-def test_kernels_benchmark_refuses(tmp_path, args, expect):
-    refused_writing_into_out("common.kernels.benchmark", args, tmp_path, expect)
-
-
-@pytest.mark.parametrize("args, expect", EARL)
-def test_earl_benchmark_refuses(tmp_path, args, expect):
-    refused_writing_into_out("earl.benchmark", args, tmp_path, expect)
-
-
-@pytest.mark.parametrize("args, expect", MVA)
-def test_mva_benchmark_refuses(tmp_path, args, expect):
-    refused_writing_into_out("mva.benchmark", args, tmp_path, expect)
+@pytest.mark.parametrize("module, args, expect", cases())
+def test_a_bad_option_is_refused(tmp_path, module, args, expect):
+    refused(module, [*args, "--output_dir", "out"], tmp_path, expect)
 
 
 @pytest.mark.parametrize("module", COMMANDS)
@@ -170,18 +150,18 @@ def test_an_output_folder_that_is_a_file_is_refused(tmp_path, module, where):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     (inputs / "results").write_text("a file\n")
-    option = COMMANDS[module][0]
-    refused(module, [option, where.format(file=inputs / "results")], tmp_path,
-            f"argument {option}: {inputs / 'results'} is a file, not a folder", inputs=inputs)
+    refused(module, ["--output_dir", where.format(file=inputs / "results")], tmp_path,
+            f"argument --output_dir: {inputs / 'results'} is a file, not a folder", inputs=inputs)
 
 
-@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark", "mva.benchmark"])
+@pytest.mark.parametrize("module", COMMANDS)
 def test_existing_results_are_refused_without_overwrite(tmp_path, module):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
-    option, name = COMMANDS[module]
+    name = COMMANDS[module]
     (inputs / name).write_text("earlier results\n")
-    refused(module, ["--device", "cpu", option, str(inputs)], tmp_path,
+    device = [] if module == "earl.benchmark" else ["--device", "cpu"]  # EARL's benchmark runs on the CPU only
+    refused(module, [*device, "--output_dir", str(inputs)], tmp_path,
             f"refusing to overwrite {inputs / name} (pass --overwrite)", inputs=inputs)
 
 

@@ -30,12 +30,13 @@ CK = [
     (["--data.embedding_dim", "-4"], "--data.embedding_dim: must be a positive integer, got -4"),
     (["--test_modes", "bogus"], "--test_modes: must be a list ([a, b]), each item one of rerank, fullrank, got bogus"),
     (["--test_modes", "[rerank, everything]"], "--test_modes: must be a list"),
-    (["--model.heads", "3"], "--model.heads: must divide the hidden size 64 (2 x --data.embedding_dim), got 3"),
+    (["--model.num_heads", "3"], "--model.num_heads: must divide the hidden size 64 (2 x --data.embedding_dim), "
+                                 "got 3"),
     (["--model.conv_window", "30"], "--model.conv_window: must be odd"),
     (["--data.group_size", "1"], "--data.group_size: must be an integer >= 2, got 1"),
     (["--model.sigma", "0"], "--model.sigma: must be a positive number, got 0"),
     (["--data.batch_size", "0"], "--data.batch_size: must be a positive integer, got 0"),
-    (["--model.head", "4"], "unknown option --model.head (did you mean --model.heads?)"),
+    (["--model.head", "4"], "unknown option --model.head (did you mean --model.num_heads?)"),
 ]  # fmt: skip
 
 EARL = [

@@ -1,7 +1,9 @@
-"""`common.benchmarking`: the median and spread of the timed calls, the CPU named, and a peak resident set that sees
-one call's memory."""
+"""`common.benchmarking`: the median and spread of the timed calls, the CPU named, a peak resident set that sees
+one call's memory, and what a benchmark command shares: its options, its run (threads restored, rows written), rates,
+tables, fits, skipped rows and plots."""
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -45,3 +47,93 @@ def test_peak_rss_after_a_reset_sees_a_temporary_allocation():
     del block
     assert benchmarking.peak_rss_mb() - before >= 60
     assert benchmarking.max_rss_mb() >= benchmarking.peak_rss_mb() - 1
+
+
+def test_a_child_over_its_data_limit_fails_cleanly():
+    """`limit_data_segment`: an allocation beyond the limit is an error in the process, not the OOM killer."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from common.benchmarking import limit_data_segment; limit_data_segment(1e-6)\n"
+            "try:\n    torch.ones(2**30, dtype=torch.uint8)\nexcept RuntimeError as e:\n    print('refused')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "refused" in done.stdout, done.stderr
+
+
+def test_a_session_restores_the_thread_count_and_writes_what_it_measured(tmp_path, capsys):
+    """``--threads`` holds for the run only (a main called in-process leaves the caller's count); --json rows alone
+    on stdout; the CSV's columns default to the rows' keys in order; a second run is refused without --overwrite."""
+    import json
+
+    import torch
+
+    parser = benchmarking.benchmark_parser("python -m x", "x", results=tmp_path, writes="x.csv", repeats=1,
+                                           repeats_help="timed calls")
+    args = benchmarking.parse(parser, ["--threads", "1", "--json"])
+    before = torch.get_num_threads()
+    rows = [{"bench": "x", "impl": "a", "ms": 1.5}, {"bench": "x", "impl": "b", "ms": None, "skipped": "why"}]
+    with benchmarking.Session(args, benchmarking.output_paths(tmp_path, "x", ("csv", "jsonl"))) as session:
+        assert torch.get_num_threads() == 1
+        for row in rows:
+            session.emit(row, f"progress {row['impl']}")
+        assert session.finish(rows) == 0
+    assert torch.get_num_threads() == before
+    out, err = capsys.readouterr()
+    assert [json.loads(line) for line in out.splitlines()] == rows
+    assert err.splitlines()[:2] == ["progress a", "progress b"]
+    assert (tmp_path / "x.csv").read_text().splitlines() == ["bench,impl,ms,skipped", "x,a,1.5,", "x,b,,why"]
+    with pytest.raises(SystemExit) as refused:
+        benchmarking.Session(args, {"csv": tmp_path / "x.csv"}).__enter__()
+    assert refused.value.code == 2
+    with benchmarking.Session(args, {"csv": tmp_path / "y.csv"}) as session:
+        assert session.finish([{"skipped": "every row"}]) == 1 and not (tmp_path / "y.csv").exists()
+
+
+def test_list_options_refuse_a_value_given_twice(capsys):
+    parser = benchmarking.benchmark_parser("python -m x", "x", results=Path("."), writes="x", repeats=1,
+                                           repeats_help="timed calls")
+    parser.add_argument("--lengths", type=int, nargs="+")
+    assert benchmarking.parse(parser, ["--lengths", "1", "2"]).lengths == [1, 2]
+    with pytest.raises(SystemExit):
+        benchmarking.parse(parser, ["--lengths", "1", "2", "1"])
+    assert capsys.readouterr().err.strip() == "error: argument --lengths: 1 is given twice"
+
+
+def test_rates_keep_four_significant_digits_and_tables_align():
+    assert benchmarking.significant(0.0017628) == 0.001763 and benchmarking.significant(257.69803776) == 257.7
+    assert benchmarking.rounded(None, 3) is None and benchmarking.rounded(1.23456, 3) == 1.235
+    columns = [("impl", "impl", ""), ("ms", "ms", ".2f"), ("x2", lambda r: r["ms"] and 2 * r["ms"], ".1f")]
+    table = benchmarking.text_table([{"impl": "tvm", "ms": 1.5}, {"impl": "portable", "ms": None}], columns)
+    assert table.splitlines() == ["impl        ms   x2", "tvm       1.50  3.0", "portable     -    -"]
+
+
+def test_polyfit_recovers_a_polynomial_and_needs_enough_points():
+    fit = benchmarking.polyfit([(3, 5 + 0.5 * 3 + 0.25 * 9), (1, 5.75), (2, 7.0), (4, 11.0)], 2)
+    assert fit["coefficients"] == pytest.approx([5, 0.5, 0.25]) and fit["r2"] == pytest.approx(1.0)
+    assert fit["lengths"] == [1, 2, 3, 4] and benchmarking.fit_value(fit, 10) == pytest.approx(5 + 5 + 25)
+    assert benchmarking.polyfit([(1, 1.0), (2, 2.0)], 2) is None and benchmarking.fit_value(None, 3) is None
+
+
+def test_a_failed_measurement_is_a_skipped_row_with_its_first_line():
+    def fails():
+        raise RuntimeError("out of memory\nmore detail")
+
+    assert benchmarking.guarded(fails) == {"skipped": "RuntimeError: out of memory"}
+    assert benchmarking.guarded(lambda n: {"ms": n}, n=2) == {"ms": 2}
+
+
+def test_bert_pairs_hold_the_query_then_each_document():
+    import torch
+
+    query = torch.tensor([[101, 7, 8, 102]])
+    pairs = benchmarking.bert_pairs(query, torch.tensor([[5, 6], [9, 9]]), 102)
+    assert pairs["pair_tokens"].tolist() == [[101, 7, 8, 102, 5, 6, 102], [101, 7, 8, 102, 9, 9, 102]]
+    assert pairs["pair_types"].tolist() == [[0, 0, 0, 0, 1, 1, 1]] * 2 and pairs["pair_mask"].all()
+
+
+def test_draw_writes_a_png_of_lines_and_bars(tmp_path):
+    lines = [benchmarking.Line("a", [(1, 2.0, "x"), (2, 3.0)]), benchmarking.Line("b", [])]
+    bars = [benchmarking.Line("train", [("dense", 4.0, "1.00"), ("qds", 2.0, None)])]
+    benchmarking.draw([benchmarking.Panel("lines", "n", "ms", lines),
+                       benchmarking.Panel("bars", "", "ms", bars, log="y", bars=True)], tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -5,19 +5,20 @@ No timing or memory threshold is asserted: only that the measurements exist and 
 """
 
 import csv
-import io
 import json
-import subprocess
 import sys
 
 import pytest
 import torch
 
+from common import benchmarking
 from conformer_kernel import benchmark
+from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
 HIDDEN, HEADS, LAYERS, VOCAB = 32, 4, 2, 500
-TINY = ["--hidden", str(HIDDEN), "--heads", str(HEADS), "--layers", str(LAYERS), "--vocab_size", str(VOCAB),
-        "--pool_window", "32", "--pool_stride", "16", "--device", "cpu", "--threads", "1", "--timeout", "120"]
+TINY = ["--hidden_size", str(HIDDEN), "--num_heads", str(HEADS), "--num_layers", str(LAYERS), "--vocab_size",
+        str(VOCAB), "--pool_window", "32", "--pool_stride", "16", "--device", "cpu", "--threads", "1",
+        "--timeout", "120"]
 KEYS = {"bench", "impl", "n", "pass", "ms", "peak_mb", "device", "queries", "docs"}
 
 
@@ -28,30 +29,19 @@ def settings(**changes) -> dict:
 
 def in_process(monkeypatch):
     """Measure in this process instead of a fresh subprocess per row (the tests' speed)."""
-    monkeypatch.setattr(benchmark, "measure_isolated", benchmark.measure_guarded)
-
-
-def run_main(argv, monkeypatch) -> tuple[int, str]:
-    stdout = io.StringIO()
-    monkeypatch.setattr(sys, "stdout", stdout)
-    code = benchmark.main(argv)
-    monkeypatch.undo()
-    return code, stdout.getvalue()
+    monkeypatch.setattr(benchmark, "measure_isolated", lambda *args: benchmarking.guarded(benchmark.measure, *args))
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """One --json run of tk and ck at n = 64, 128 (in process)."""
-    out = tmp_path_factory.mktemp("ck_memory")
-    patch = pytest.MonkeyPatch()
+    out, patch = tmp_path_factory.mktemp("ck_memory"), pytest.MonkeyPatch()
     in_process(patch)
-    stdout = io.StringIO()
-    patch.setattr(sys, "stdout", stdout)
     try:
-        code = benchmark.main([*TINY, "--lengths", "64", "128", "--json", "--output_dir", str(out)])
+        code, stdout = run_main(benchmark.main, [*TINY, "--lengths", "64", "128", "--json", "--output_dir", str(out)])
     finally:
         patch.undo()
-    return code, out, stdout.getvalue()
+    return code, out, stdout
 
 
 def test_json_rows_follow_the_convention(run):
@@ -86,20 +76,16 @@ def test_output_files(run):
 
 
 def test_refuses_to_overwrite_without_flag(run, monkeypatch):
-    out = run[1]
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
     in_process(monkeypatch)
-    with pytest.raises(SystemExit) as refused:
-        benchmark.main([*TINY, "--lengths", "32", "--impls", "ck", "--output_dir", str(out)])
-    assert refused.value.code == 2
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert_refuses_to_overwrite(benchmark.main, [*TINY, "--lengths", "32", "--impls", "ck", "--output_dir",
+                                                 str(run[1])], run[1])
 
 
 def test_overwrite_replaces_a_file(tmp_path, monkeypatch):
     (tmp_path / "memory.csv").write_text("old\n")
     in_process(monkeypatch)
-    code, stdout = run_main([*TINY, "--lengths", "32", "--impls", "ck", "--output_dir", str(tmp_path),
-                             "--overwrite"], monkeypatch)
+    code, stdout = run_main(benchmark.main, [*TINY, "--lengths", "32", "--impls", "ck", "--output_dir", str(tmp_path),
+                             "--overwrite"])
     assert code == 0 and "TK/CK peak-memory ratio at n = 4000" in stdout
     rows = list(csv.DictReader((tmp_path / "memory.csv").open()))
     assert [(r["impl"], r["n"]) for r in rows] == [("ck", "32")]
@@ -110,8 +96,8 @@ def test_a_measurement_that_would_not_fit_is_a_skipped_row(tmp_path, monkeypatch
     reason); the quadratic fit over 32..96 then gives an extrapolated TK/CK ratio at 512."""
     in_process(monkeypatch)
     monkeypatch.setattr(benchmark, "available_mb", lambda: 20.0)
-    code, stdout = run_main([*TINY, "--lengths", "32", "64", "96", "512", "--json", "--output_dir", str(tmp_path)],
-                            monkeypatch)
+    code, stdout = run_main(benchmark.main, [*TINY, "--lengths", "32", "64", "96", "512", "--json", "--output_dir",
+                                             str(tmp_path)])
     assert code == 0
     rows = {(r["impl"], r["n"]): r for r in map(json.loads, stdout.splitlines())}
     skipped = rows[("tk", 512)]
@@ -164,14 +150,6 @@ def test_tk_saves_three_n_by_n_tensors_per_layer_and_ck_none():
     assert _saved_square_tensors("ck", n) == []
 
 
-def test_a_child_over_its_data_limit_fails_cleanly():
-    """The child's RLIMIT_DATA: an allocation beyond it is an error in the child, not the OOM killer."""
-    code = ("import torch; from conformer_kernel.benchmark import limit_data_segment; limit_data_segment(1e-6)\n"
-            "try:\n    torch.ones(2**30, dtype=torch.uint8)\nexcept RuntimeError as e:\n    print('refused')")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert "refused" in done.stdout, done.stderr
-
-
 def test_isolated_measurement_in_a_fresh_process():
     result = benchmark.measure_isolated("ck", 32, settings(), "cpu")
     assert "skipped" not in result, result
@@ -180,7 +158,7 @@ def test_isolated_measurement_in_a_fresh_process():
 
 def test_the_child_runs_with_a_fixed_mmap_threshold(monkeypatch):
     commands = []
-    monkeypatch.setattr(benchmark, "run_isolated", lambda command, timeout: commands.append(command) or {"ms": 1})
+    monkeypatch.setattr(benchmarking, "run_isolated", lambda command, timeout: commands.append(command) or {"ms": 1})
     benchmark.measure_isolated("ck", 32, settings(), "cpu")
     benchmark.measure_isolated("ck", 32, settings(mmap_threshold=0), "cpu")
     assert commands[0][:2] == ["env", f"MALLOC_MMAP_THRESHOLD_={128 * 1024}"]

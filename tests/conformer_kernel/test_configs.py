@@ -21,8 +21,8 @@ ROWS = [(model, orcas, mode) for model in ("ndrm1", "ndrm2", "ndrm3") for orcas 
 #: (section, option) -> (expected value, its source).
 PAPER = {
     ("model", "encoder"): ("conformer", "paper Sec. 3-4: Conformer layers (official model.py:17, no --no_conformer)"),
-    ("model", "layers"): (2, "paper Sec. 4: 2 Conformer layers; official model_utils.py:51 num_encoder_layers"),
-    ("model", "heads"): (32, "paper Sec. 4: 32 attention heads; official model_utils.py:53 num_attn_heads"),
+    ("model", "num_layers"): (2, "paper Sec. 4: 2 Conformer layers; official model_utils.py:51 num_encoder_layers"),
+    ("model", "num_heads"): (32, "paper Sec. 4: 32 attention heads; official model_utils.py:53 num_attn_heads"),
     ("model", "conv_window"): (31, "paper Sec. 4: window 31 (32 groups = heads); official model_utils.py:52"),
     ("model", "kernels"): (10, "paper Sec. 4: k = 10 kernels; official model_utils.py:54 rbf_kernel_dim"),
     ("model", "sigma"): (0.1, "official model.py:127 (the paper gives no sigma)"),
@@ -74,9 +74,9 @@ def test_each_setting_parses_into_the_paper_setting(capsys, model, orcas, mode):
     for (section, option), (value, source) in PAPER.items():
         assert config[section][option] == value, f"--{section}.{option}: {source}"
     assert config["model"]["model"] == model
-    # Linked, so absent from the model's section: hidden = 2 x data.embedding_dim = 256 (paper Sec. 4: "all hidden
-    # layer sizes to 256"), max_doc_terms = data's, vocab_size from the vocabulary.
-    assert {"hidden", "max_doc_terms", "vocab_size"}.isdisjoint(config["model"])
+    # Linked, so absent from the model's section: hidden_size = conformer_kernel.hidden_size(data.embedding_dim)
+    # = 256 (paper Sec. 4: "all hidden layer sizes to 256"), max_doc_terms = data's, vocab_size from the vocabulary.
+    assert {"hidden_size", "max_doc_terms", "vocab_size"}.isdisjoint(config["model"])
     # paper Sec. 4: ORCAS clicked queries as an extra field; official model_utils.py:88-90 (--orcas_field)
     assert config["data"]["orcas"] == ("irds:msmarco-document/orcas" if orcas else None)
     assert config["test_modes"] == [mode]  # paper Sec. 4: each variant under the rerank and the fullrank setting

@@ -145,16 +145,16 @@ def _randomised(module: nn.Module, seed: int, scale: float = 0.5) -> nn.Module:
     return module.eval()
 
 
-def _layer(hidden=16, heads=4, conv_window=31, separable=True, seed=0) -> ConformerLayer:
+def _layer(hidden_size=16, num_heads=4, conv_window=31, separable=True, seed=0) -> ConformerLayer:
     torch.manual_seed(seed)
-    return ConformerLayer(hidden, heads, dropout=0.2, conv_window=conv_window, separable=separable).eval()
+    return ConformerLayer(hidden_size, num_heads, dropout=0.2, conv_window=conv_window, separable=separable).eval()
 
 
 # --- the layer ----------------------------------------------------------------------------------------------
 
 
 def test_grouped_convolution_shape_and_length():
-    layer = _layer(hidden=16, heads=4)
+    layer = _layer(hidden_size=16, num_heads=4)
     conv = layer.conv
     assert isinstance(conv, nn.Conv1d)
     assert conv.groups == 4 and conv.kernel_size == (31,) and conv.padding == (15,)
@@ -256,7 +256,7 @@ MAX_DOC_TERMS, POOL, STRIDE = 40, 10, 5  # 7 pooling windows
 
 def _ndrm1(doc_padding: str) -> NDRM1:
     torch.manual_seed(0)
-    model = NDRM1(30, hidden=8, heads=2, layers=2, dropout=0.2, conv_window=5, max_doc_terms=MAX_DOC_TERMS,
+    model = NDRM1(30, hidden_size=8, num_heads=2, num_layers=2, dropout=0.2, conv_window=5, max_doc_terms=MAX_DOC_TERMS,
                   pool_window=POOL, pool_stride=STRIDE, doc_padding=doc_padding)
     return _randomised(model, seed=3, scale=0.3)  # the UNK / padding row 0 too, as after training
 
@@ -314,7 +314,8 @@ def test_zeroed_padding_is_not_the_official_computation():
 
 def test_zeroed_padding_does_not_depend_on_what_the_padding_holds():
     torch.manual_seed(3)
-    encoder = DocumentEncoder(hidden=16, heads=4, layers=2, dropout=0.2, max_len=200, doc_padding="zeroed").eval()
+    encoder = DocumentEncoder(hidden_size=16, num_heads=4, num_layers=2, dropout=0.2, max_len=200,
+                              doc_padding="zeroed").eval()
     g = torch.Generator().manual_seed(4)
     length = 23
     doc = torch.randn(1, length, 16, generator=g)
@@ -335,7 +336,7 @@ def test_zeroed_padding_does_not_depend_on_what_the_padding_holds():
 def test_layers_start_as_copies_of_one_layer():
     """``ConformerEncoder`` deep-copies one ``ConformerEncoderLayer`` (``_get_clones``, conformer.py:408-409,
     426): the two layers start with equal weights, in separate tensors."""
-    encoder = DocumentEncoder(hidden=16, heads=4, layers=2, dropout=0.2, max_len=50)
+    encoder = DocumentEncoder(hidden_size=16, num_heads=4, num_layers=2, dropout=0.2, max_len=50)
     first, second = (dict(layer.named_parameters()) for layer in encoder.layers)
     assert first.keys() == second.keys() and len(first) == 14  # conv, in/out projections, FF, 2 LayerNorms
     for name in first:

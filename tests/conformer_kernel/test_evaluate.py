@@ -1,5 +1,6 @@
-"""`conformer_kernel.evaluate` and `.outputs`: the re-ranking depth a checkpoint carries, task.json, and Table 1
-compared only on TREC DL 2020 documents (a built-in or file task says there is nothing to compare with)."""
+"""`conformer_kernel.evaluate` and `conformer_kernel.train.paper_tables`: the re-ranking depth a checkpoint carries,
+task.json, and Table 1 compared only on TREC DL 2020 documents (a built-in or file task says there is nothing to
+compare with)."""
 
 import json
 
@@ -7,12 +8,13 @@ import lightning as L
 import pytest
 import torch
 
+from common.commands.outputs import write_mode_results
 from common.data.builtin import builtin_source
 from common.report import load_reported, paper_dataset
-from conformer_kernel import evaluate
-from conformer_kernel.data import ConformerKernelData
-from conformer_kernel.outputs import DATASET, PAPER, paper_tables, write_results
-from conformer_kernel.ranker import ConformerKernel
+from conformer_kernel import evaluate, hidden_size
+from conformer_kernel.data import ConformerKernelDataModule
+from conformer_kernel.train import DATASET, DEPTH, PAPER, paper_tables
+from conformer_kernel.ranker import MEASURES, ConformerKernelRanker
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -65,7 +67,8 @@ def test_another_task_has_nothing_to_compare_with():
 def test_write_results_writes_task_json_beside_metrics_json(tmp_path):
     qrels = {"q1": {"d1": 1, "d2": 0}}
     runs, candidates = {"rerank": {"q1": {"d1": 2.0, "d2": 1.0}}}, {"q1": {"d2": 2.0, "d1": 1.0}}
-    metrics = write_results(tmp_path, "ndrm3", runs, qrels, candidates, 1, task="builtin:test", dataset=None)
+    metrics = write_mode_results(tmp_path, "ndrm3", runs, qrels, candidates, 1, measures=MEASURES, task="builtin:test",
+                                 dataset=None, depth=DEPTH)
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
     assert metrics["ndrm3-rerank"] == {"ndcg_cut_10": 1.0, "ncg@100": 1.0, "map": 1.0, "recip_rank": 1.0}
     assert json.loads((tmp_path / "task.json").read_text()) == {"test": "builtin:test", "dataset": None}
@@ -76,8 +79,8 @@ def test_write_results_writes_task_json_beside_metrics_json(tmp_path):
 def checkpoint(tmp_path_factory):
     """A `conformer_kernel.train`-shaped checkpoint of an untrained tiny NDRM3 whose data settings re-rank the top 7."""
     torch.manual_seed(0)
-    data = ConformerKernelData(dev=None, min_count=2, embedding_dim=16, depth=7)
-    model = ConformerKernel(vocab_size=data.vocab_size, hidden=32, heads=4, layers=1)
+    data = ConformerKernelDataModule(dev=None, min_count=2, embedding_dim=16, depth=7)
+    model = ConformerKernelRanker(vocab_size=data.vocab_size, hidden_size=hidden_size(16), num_heads=4, num_layers=1)
     model.use_resources(data.resources)
     state = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
              "pytorch-lightning_version": L.__version__, "datamodule_hyper_parameters": dict(data.hparams)}

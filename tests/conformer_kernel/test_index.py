@@ -23,9 +23,9 @@ from conformer_kernel.impact_index import (
     index_terms,
     load_for_inference,
 )
-from conformer_kernel.index import INDEX_FILES, main
-from conformer_kernel.loss import ranknet_loss
-from conformer_kernel.ranker import ConformerKernel
+from conformer_kernel.index import main
+from conformer_kernel.index_folder import INDEX_FILES
+from conformer_kernel.ranker import ConformerKernelRanker, ranknet_loss
 from conformer_kernel.text import analyze
 from conformer_kernel.vocab import EmbeddingOptions, Resources
 
@@ -43,7 +43,8 @@ TOPICS = {
     "q5": " ".join(WORDS[4:28][::-1]) + " the of",
 }
 TRAINER = {"accelerator": "cpu", "devices": 1, "enable_progress_bar": False}
-SMALL = dict(hidden=16, heads=4, layers=1, conv_window=3, max_doc_terms=200, pool_window=30, pool_stride=10)
+SMALL = dict(hidden_size=16, num_heads=4, num_layers=1, conv_window=3, max_doc_terms=200, pool_window=30,
+             pool_stride=10)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -81,11 +82,11 @@ def corpus():
     return docs, Lookup({d.doc_id: d for d in docs}), resources, featurizer, terms, order
 
 
-def _model(kind: str, resources: Resources, featurizer: Featurizer, docs) -> ConformerKernel:
+def _model(kind: str, resources: Resources, featurizer: Featurizer, docs) -> ConformerKernelRanker:
     """A tiny model with the word2vec embeddings after one RankNet step in train mode (BatchNorm and
     BatchScale statistics then differ from their initial values), in eval mode."""
     torch.manual_seed(0)
-    model = ConformerKernel(model=kind, vocab_size=len(resources), **SMALL)
+    model = ConformerKernelRanker(model=kind, vocab_size=len(resources), **SMALL)
     model.use_resources(resources)
     model.train()
     rng = np.random.default_rng(2)
@@ -104,11 +105,11 @@ def built(request, corpus, tmp_path_factory):
     docs, lookup, resources, featurizer, terms, order = corpus
     model = _model(request.param, resources, featurizer, docs)
     if request.param != "ndrm1":  # BatchScale saw one training batch
-        ndrm2 = model.ranker if request.param == "ndrm2" else model.ranker.ndrm2
+        ndrm2 = model.model if request.param == "ndrm2" else model.model.ndrm2
         assert ndrm2.scale_tf.running_mean.item() > 0 and ndrm2.scale_length.running_mean.item() > 1
         assert ndrm2.scale_tf.count.item() == ndrm2.scale_length.count.item() * 20  # 20 query slots per pair
     if request.param == "ndrm3":
-        assert not torch.equal(model.ranker.norm.running_mean, torch.zeros(2))
+        assert not torch.equal(model.model.norm.running_mean, torch.zeros(2))
     folder = tmp_path_factory.mktemp(request.param) / "idx"
     index = build_index(model, featurizer, lookup, order, terms, folder, shard_size=SHARD, batch_size=BATCH,
                         term_chunk=CHUNK, trainer_options=TRAINER)
@@ -350,7 +351,7 @@ def test_index_terms(corpus):
 def test_fewer_terms_than_a_padded_query(corpus, tmp_path):
     """The featuriser pads the pseudo-query to 20 terms; the index keeps only the real ones."""
     docs, lookup, resources, featurizer, _, order = corpus
-    model = ConformerKernel(model="ndrm2", vocab_size=len(resources)).eval()
+    model = ConformerKernelRanker(model="ndrm2", vocab_size=len(resources)).eval()
     model.use_resources(resources)
     index = build_index(model, featurizer, lookup, order, ["tiger", "zebra"], tmp_path / "idx", shard_size=SHARD,
                         trainer_options=TRAINER)
@@ -361,7 +362,7 @@ def test_fewer_terms_than_a_padded_query(corpus, tmp_path):
 # --- the command line ---------------------------------------------------------------------------------
 
 
-def _checkpoint(model: ConformerKernel, resources: Resources, path) -> None:
+def _checkpoint(model: ConformerKernelRanker, resources: Resources, path) -> None:
     """What Lightning's ModelCheckpoint writes, as far as load_from_checkpoint and load_for_inference read it."""
     torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
                 "pytorch-lightning_version": lightning.__version__, "resources": resources.state(),

@@ -19,7 +19,7 @@ def _kv(s: float, mu: float, sigma: float = 0.1) -> float:
 def _hand_pooling() -> WindowedKernelPooling:
     """3 kernels (mu = 1, 1/3, -1/3), windows of 3 with stride 2 over 5 terms (2 windows), and an MLP
     whose output is log(S_0 + 1e-6) + 0.5 * log(S_1 + 1e-6) (the +50 / -50 keep ReLU the identity)."""
-    pool = WindowedKernelPooling(kernels=3, sigma=0.1, window=3, stride=2, max_doc_terms=5, hidden=2, dropout=0.5)
+    pool = WindowedKernelPooling(kernels=3, sigma=0.1, window=3, stride=2, max_doc_terms=5, hidden_size=2, dropout=0.5)
     with torch.no_grad():
         pool.mlp[0].weight.copy_(torch.tensor([[1.0, 0.5, 0.0], [0.0, 0.0, 0.0]]))
         pool.mlp[0].bias.copy_(torch.tensor([50.0, 0.0]))
@@ -82,7 +82,7 @@ def _official(pool: WindowedKernelPooling, sim: torch.Tensor, mask: torch.Tensor
 
 def _official_case_pool(seed: int = 0) -> WindowedKernelPooling:
     torch.manual_seed(seed)
-    return WindowedKernelPooling(kernels=10, sigma=0.1, window=30, stride=10, max_doc_terms=200, hidden=16,
+    return WindowedKernelPooling(kernels=10, sigma=0.1, window=30, stride=10, max_doc_terms=200, hidden_size=16,
                                  dropout=0.2).eval()
 
 
@@ -170,7 +170,7 @@ def test_window_sums_equal_summing_each_window(window, stride, max_doc_terms, le
     """Blocks of gcd(window, stride) terms summed per window, and padding entered as a far similarity, give the
     kernel sums of the straightforward computation, and the same gradients (the summation order differs)."""
     torch.manual_seed(length)
-    pool = WindowedKernelPooling(10, 0.1, window, stride, max_doc_terms, hidden=8, dropout=0.0)
+    pool = WindowedKernelPooling(10, 0.1, window, stride, max_doc_terms, hidden_size=8, dropout=0.0)
     sim = (torch.rand(3, 4, length, dtype=torch.float64) * 2 - 1).requires_grad_()
     mask = torch.ones(3, length, dtype=torch.float64)
     mask[1, length // 2 :] = 0.0  # a shorter document of the batch
@@ -191,7 +191,7 @@ def test_padded_terms_count_exactly_zero(dtype):
     """At `far_similarity` every kernel underflows to 0 exactly: in float32 the term scores and their gradients
     equal, bit for bit, those of kernels multiplied by the mask; and the backward pass meets no NaN."""
     torch.manual_seed(0)
-    pool = WindowedKernelPooling(10, 0.1, 300, 100, 4000, hidden=8, dropout=0.0).to(dtype)
+    pool = WindowedKernelPooling(10, 0.1, 300, 100, 4000, hidden_size=8, dropout=0.0).to(dtype)
     far = pool.far_similarity(dtype)
     assert torch.equal(pool.kernels(torch.tensor([far], dtype=dtype)), torch.zeros(10, 1, dtype=dtype))
     sim = (torch.rand(2, 3, 250, dtype=dtype) * 2 - 1).requires_grad_()

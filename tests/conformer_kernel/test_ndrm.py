@@ -11,7 +11,6 @@ import torch.nn.functional as F
 
 from common.encoders.length_batches import length_batches
 from conformer_kernel.features import Featurizer
-from conformer_kernel.loss import ranknet_loss
 from conformer_kernel.model import (
     NDRM1,
     NDRM2,
@@ -22,7 +21,7 @@ from conformer_kernel.model import (
     ENCODER_CALL,
     build_ranker,
 )
-from conformer_kernel.ranker import ConformerKernel
+from conformer_kernel.ranker import ConformerKernelRanker, ranknet_loss
 from conformer_kernel.vocab import Resources
 
 from tests.gradients import assert_same_gradients
@@ -31,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 EPS = 1e-6
-SMALL = dict(hidden=16, heads=4, max_doc_terms=200, pool_window=30, pool_stride=10)
+SMALL = dict(hidden_size=16, num_heads=4, max_doc_terms=200, pool_window=30, pool_stride=10)
 
 
 # --- NDRM2 and BatchScale ------------------------------------------------------------------------
@@ -281,7 +280,7 @@ def test_documents_encoded_by_length_equal_one_padded_batch(doc_padding):
     """Batches of similar length (and, in evaluation, each distinct document once) give every document's vectors
     as the whole batch padded to its longest document does, and the same gradients."""
     torch.manual_seed(0)
-    model = NDRM1(30, layers=2, dropout=0.0, doc_padding=doc_padding, **SMALL).double()
+    model = NDRM1(30, num_layers=2, dropout=0.0, doc_padding=doc_padding, **SMALL).double()
     lengths = [3, 180, 7, 60, 61, 2, 150, 7]
     ids, mask = _documents_of_lengths(lengths)
     ids[7], mask[7] = ids[2], mask[2]  # a document twice, as when it is a candidate of two queries
@@ -335,8 +334,8 @@ def test_build_ranker():
 
 def test_identity_init_matches_a_term_with_itself_at_cosine_one():
     torch.manual_seed(0)
-    model = NDRM1(30, hidden=16, heads=4, layers=1, dropout=0.0, max_doc_terms=50, pool_window=10, pool_stride=5,
-                  identity_init=True).eval()
+    model = NDRM1(30, hidden_size=16, num_heads=4, num_layers=1, dropout=0.0, max_doc_terms=50, pool_window=10,
+                  pool_stride=5, identity_init=True).eval()
     ids = torch.tensor([[5, 7, 9, 5]])
     with torch.no_grad():
         docs = model.encode_documents(ids, torch.ones(1, 4))  # (1, 4, H)
@@ -344,21 +343,21 @@ def test_identity_init_matches_a_term_with_itself_at_cosine_one():
         cosine = terms @ docs[0].T  # (2, 4)
     assert cosine[0, 0].item() == pytest.approx(1.0, abs=1e-6) and cosine[0, 3].item() == pytest.approx(1.0, abs=1e-6)
     assert abs(cosine[1, 0].item()) < 0.9  # another term's embedding: not the same direction
-    default = NDRM1(30, hidden=16, heads=4, layers=1, max_doc_terms=50, pool_window=10, pool_stride=5)
+    default = NDRM1(30, hidden_size=16, num_heads=4, num_layers=1, max_doc_terms=50, pool_window=10, pool_stride=5)
     assert not torch.equal(default.query_proj.weight, torch.eye(16))
 
 
 def test_a_checkpoint_from_before_doc_padding_keeps_zeroed_padding(tmp_path):
     """Checkpoints written before ``--model.doc_padding`` existed were trained with padding zeroed."""
     res = _resources()
-    model = ConformerKernel(model="ndrm3", vocab_size=len(res), **SMALL)
+    model = ConformerKernelRanker(model="ndrm3", vocab_size=len(res), **SMALL)
     model.use_resources(res)
-    assert model.hparams.doc_padding == "official" and model.ranker.ndrm1.encoder.doc_padding == "official"
+    assert model.hparams.doc_padding == "official" and model.model.ndrm1.encoder.doc_padding == "official"
     for name, hparams in [("old", {k: v for k, v in model.hparams.items() if k != "doc_padding"}),
                           ("new", dict(model.hparams))]:
         torch.save({"state_dict": model.state_dict(), "hyper_parameters": hparams, "resources": res.state(),
                     "pytorch-lightning_version": lightning.__version__}, tmp_path / f"{name}.ckpt")
-    old = ConformerKernel.load_from_checkpoint(str(tmp_path / "old.ckpt"), map_location="cpu")
-    assert old.hparams.doc_padding == "zeroed" and old.ranker.ndrm1.encoder.doc_padding == "zeroed"
-    new = ConformerKernel.load_from_checkpoint(str(tmp_path / "new.ckpt"), map_location="cpu")
-    assert new.hparams.doc_padding == "official" and new.ranker.ndrm1.encoder.doc_padding == "official"
+    old = ConformerKernelRanker.load_from_checkpoint(str(tmp_path / "old.ckpt"), map_location="cpu")
+    assert old.hparams.doc_padding == "zeroed" and old.model.ndrm1.encoder.doc_padding == "zeroed"
+    new = ConformerKernelRanker.load_from_checkpoint(str(tmp_path / "new.ckpt"), map_location="cpu")
+    assert new.hparams.doc_padding == "official" and new.model.ndrm1.encoder.doc_padding == "official"

@@ -80,34 +80,22 @@ def test_explicit_cache_dir(files, tmp_path, cache):
     assert _cache_files(cache) == []
 
 
-def test_malformed_qrels_line_names_file_and_line_and_leaves_no_cache(files, cache):
+#: (the file rewritten, its text, the one line naming the file and the line).
+MALFORMED = [
+    ("qrels", "q1 0 D1 1\nq2 0 D1\n", r"orcas-qrels.tsv:2: expected 4 fields 'qid iter docid rel', got 3"),
+    ("qrels", "q1 0 D1 1\n\nq2 0 D1 yes\n", r"orcas-qrels.tsv:3: relevance 'yes' is not an integer"),
+    ("qrels", "q1 0 D1 1\nq2 0 D2 1\nq9 0 D1 1\nq8 0 D1 1\n",
+     r"orcas-qrels.tsv:3: query id 'q9' is not in the topics file"),
+    ("topics", "q1\tcheap flights\nq1\tagain\n", r"orcas-queries.tsv:2: duplicate topic id 'q1'"),
+    ("topics", "q1\tcheap flights\nq2 no tab\n", r"orcas-queries.tsv:2: expected 'qid<TAB>text'"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("which, text, message", MALFORMED)
+def test_a_malformed_input_names_file_and_line_and_leaves_no_cache(files, cache, which, text, message):
     topics, qrels = files
-    qrels.write_text("q1 0 D1 1\nq2 0 D1\n")
-    with pytest.raises(DataFormatError, match=r"orcas-qrels.tsv:2: expected 4 fields 'qid iter docid rel', got 3"):
-        OrcasField.from_files(topics, qrels, progress=False)
-    assert _cache_files(cache) == []
-
-    qrels.write_text("q1 0 D1 1\n\nq2 0 D1 yes\n")
-    with pytest.raises(DataFormatError, match=r"orcas-qrels.tsv:3: relevance 'yes' is not an integer"):
-        OrcasField.from_files(topics, qrels, progress=False)
-    assert _cache_files(cache) == []
-
-
-def test_unknown_query_id_names_file_and_line(files, cache):
-    topics, qrels = files
-    qrels.write_text("q1 0 D1 1\nq2 0 D2 1\nq9 0 D1 1\nq8 0 D1 1\n")
-    with pytest.raises(DataFormatError, match=r"orcas-qrels.tsv:3: query id 'q9' is not in the topics file"):
-        OrcasField.from_files(topics, qrels, progress=False)
-    assert _cache_files(cache) == []
-
-
-def test_malformed_or_repeated_topic_names_file_and_line(files, cache):
-    topics, qrels = files
-    topics.write_text("q1\tcheap flights\nq1\tagain\n")
-    with pytest.raises(DataFormatError, match=r"orcas-queries.tsv:2: duplicate topic id 'q1'"):
-        OrcasField.from_files(topics, qrels, progress=False)
-    topics.write_text("q1\tcheap flights\nq2 no tab\n")
-    with pytest.raises(DataFormatError, match=r"orcas-queries.tsv:2: expected 'qid<TAB>text'"):
+    (qrels if which == "qrels" else topics).write_text(text)
+    with pytest.raises(DataFormatError, match=message):
         OrcasField.from_files(topics, qrels, progress=False)
     assert _cache_files(cache) == []
 

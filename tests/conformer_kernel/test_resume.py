@@ -15,7 +15,7 @@ import pytest
 from common.training.resume import checkpoint_step
 
 SMALL = [
-    "--data.embedding_dim", "16", "--model.heads", "4", "--model.layers", "1", "--data.batch_size", "8",
+    "--data.embedding_dim", "16", "--model.num_heads", "4", "--model.num_layers", "1", "--data.batch_size", "8",
     "--data.min_count", "2", "--data.depth", "10", "--data.dev_queries", "10", "--data.test_queries", "25",
     "--trainer.max_steps", "8", "--trainer.val_check_interval", "4", "--save_every_n_steps", "2",
     "--trainer.enable_progress_bar", "false",

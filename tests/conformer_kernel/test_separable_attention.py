@@ -37,7 +37,7 @@ def _softmax(values: list[float]) -> list[float]:
 def _separable_by_loops(module: SeparableSelfAttention, x: torch.Tensor, padding: torch.Tensor) -> torch.Tensor:
     """Eq. 2 element by element, in Python floats (float64)."""
     B, N, H = x.shape
-    heads = module.heads
+    heads = module.num_heads
     dh = H // heads
     W = module.in_proj.weight.double().tolist()
     b_in = module.in_proj.bias.double().tolist()
@@ -88,7 +88,7 @@ def _separable_positions_first(module: SeparableSelfAttention, x: torch.Tensor, 
     """Eq. 2 with Q and K laid out (B, h, N, d_h), as the official code holds them (conformer.py:199-226): the
     straightforward layout that the module's (B, h, d_h, N) replaces."""
     B, N, H = x.shape
-    k, v = module.in_proj(x).view(B, N, 2, module.heads, H // module.heads).permute(2, 0, 3, 1, 4)
+    k, v = module.in_proj(x).view(B, N, 2, module.num_heads, H // module.num_heads).permute(2, 0, 3, 1, 4)
     q = torch.softmax(k * k.shape[-1] ** -0.5, dim=-1)
     k = torch.softmax(k.masked_fill(padding[:, None, :, None], float("-inf")), dim=-2)
     y = q @ (k.transpose(-2, -1) @ v)

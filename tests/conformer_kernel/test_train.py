@@ -11,12 +11,12 @@ import lightning as L
 import pytest
 
 from common.data.formats import read_run
-from conformer_kernel import evaluate, train
-from conformer_kernel.data import ConformerKernelData
+from conformer_kernel import evaluate, hidden_size, train
+from conformer_kernel.data import ConformerKernelDataModule
 from conformer_kernel.impact_index import ImpactIndex
-from conformer_kernel.ranker import ConformerKernel
+from conformer_kernel.ranker import ConformerKernelRanker
 
-SMALL = ["--data.embedding_dim", "16", "--model.heads", "4", "--model.layers", "1", "--data.batch_size", "8"]
+SMALL = ["--data.embedding_dim", "16", "--model.num_heads", "4", "--model.num_layers", "1", "--data.batch_size", "8"]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -24,9 +24,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 def test_training_beats_the_initial_ranking():
     L.seed_everything(0)
-    data = ConformerKernelData(dev=None, min_count=2, embedding_dim=16, batch_size=8, depth=20, test_queries=40,
+    data = ConformerKernelDataModule(dev=None, min_count=2, embedding_dim=16, batch_size=8, depth=20, test_queries=40,
                                eval_batch_size=200)
-    model = ConformerKernel(vocab_size=data.vocab_size, hidden=32, heads=4, layers=1, lr=1e-3)
+    model = ConformerKernelRanker(vocab_size=data.vocab_size, hidden_size=hidden_size(16), num_heads=4, num_layers=1,
+                                  lr=1e-3)
     trainer = L.Trainer(max_steps=60, logger=False, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu", devices=1)
     before = trainer.test(model, datamodule=data, verbose=False)[0]
@@ -50,8 +51,8 @@ def test_train_evaluate_and_index_agree(tmp_path, capsys):
 
     # QTI: the index's s_qd of each re-ranked document equals the model's re-ranking score.
     index = ImpactIndex.load(out / "index")
-    model = ConformerKernel.load_from_checkpoint(best, map_location="cpu").eval()
-    data = ConformerKernelData(train=None, dev=None, depth=10, test_queries=25)
+    model = ConformerKernelRanker.load_from_checkpoint(best, map_location="cpu").eval()
+    data = ConformerKernelDataModule(train=None, dev=None, depth=10, test_queries=25)
     from conformer_kernel.impact_index import load_for_inference
 
     _, featurizer = load_for_inference(str(best))

@@ -1,12 +1,7 @@
-"""earl.benchmark (EARL Table 3): the rows it writes, Table 1's cost worked by hand, FLOP counts against it, and the
-scores its timed path computes against `EARL.forward`, on tiny settings. No timing is asserted.
-
-(Named test_earl_benchmark.py, not test_benchmark.py: tests/common/kernels/test_benchmark.py has that basename, and
-pytest's default import mode refuses two test modules of one basename in folders without ``__init__.py``.)
-"""
+"""earl.benchmark (EARL Table 3): the rows it writes, FLOP counts against Table 1's cost (`earl.costs`), and the
+scores its timed path computes against `EARL.forward`, on tiny settings. No timing is asserted."""
 
 import csv
-import io
 import json
 import math
 import sys
@@ -15,7 +10,8 @@ import pytest
 import torch
 
 from earl import benchmark
-from earl.benchmark import COUNTED, TABLE1, Size, analytic_cost
+from earl.benchmark import Size
+from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -27,18 +23,20 @@ KEYS = {"bench", "impl", "n", "pass", "ms", "candidates", "size", "measured_cand
 TINY = Size(layers=3, hidden=32, heads=2, intermediate=96, blocks=2, query_layers=1)  # FFN 3h: t = 10, j_q = 12
 
 
+FIELDS = ["bench", "impl", "size", "n", "pass", "ms", "candidates", "measured_candidates", "extrapolated",
+          "speedup", "cpu_ms", "cpu_speedup", "analytic_ratio", "table1_ratio", "flop_ratio", "affordable_candidates",
+          "query_ms", "read_ms", "keys_values_ms", "keys_values", "judge_ms", "flops", "analytic_macs", "gflops_per_s",
+          "compute_gflops_per_s", "store_dtype", "store_bytes_per_document", "documents", "batch_size",
+          "query_length", "num_layers", "hidden_size", "num_heads", "intermediate_size", "judge_blocks",
+          "query_layers", "repeats", "threads", "cpu", "load_1min"]  # the columns of results/earl/speed.csv
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """One in-process run at the small size, n = 32, 8 candidates (the BERT ranker timed on 4), with --json."""
     out = tmp_path_factory.mktemp("earl_bench")
-    capture = pytest.MonkeyPatch()
-    stdout = io.StringIO()
-    capture.setattr(sys, "stdout", stdout)
-    try:
-        code = benchmark.main([*CLI, "--json", "--output_dir", str(out)])
-    finally:
-        capture.undo()
-    return code, out, stdout.getvalue()
+    code, stdout = run_main(benchmark.main, [*CLI, "--json", "--output_dir", str(out)])
+    return code, out, stdout
 
 
 def records(out):
@@ -78,36 +76,9 @@ def test_outputs_are_written_and_refused_without_overwrite(run):
     _, out, _ = run
     with open(out / "speed.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == benchmark.FIELDS and len(rows) == 3
+    assert list(rows[0]) == FIELDS and len(rows) == 3
     assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    with pytest.raises(SystemExit) as refused:
-        benchmark.main([*CLI, "--output_dir", str(out)])
-    assert refused.value.code == 2
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
-
-
-def test_analytic_cost_is_table_1_worked_by_hand():
-    """n = 4, q = 2, d = 3, N = 5, one layer of each: Table 1's cells with every constant 1."""
-    tiny = {"n": 4, "q": 2, "d": 3, "documents": 5}
-    # BERT ranker: (n (d+q)^2 + n^2 (d+q)) N = (4*25 + 16*5) * 5 = 900
-    assert analytic_cost("bert_ranker", **tiny) == 900
-    # query understanding n q^2 + n^2 q = 16 + 32 = 48; S1 judge (n (qd + q^2) + n^2 (q + d)) N = (40 + 80) * 5
-    assert analytic_cost("earl_s1", **tiny) == 48 + 600
-    # S2 judge (n (qd + q^2) + n^2 q) N = (40 + 32) * 5
-    assert analytic_cost("earl_s2", **tiny) == 48 + 360
-    # per-layer costs times the layer counts: L for the ranker, l for T_qry, K for the judge
-    assert analytic_cost("bert_ranker", **tiny, layers=12) == 12 * 900
-    assert analytic_cost("earl_s2", **tiny, query_layers=10, blocks=2) == 10 * 48 + 2 * 360
-    # in multiply-adds: a = 2, t = 12, j_q = 14, j_d = 2
-    assert analytic_cost("bert_ranker", **tiny, constants=COUNTED) == (2 * 4 * 25 + 12 * 16 * 5) * 5  # 5800
-    query = 2 * 4 * 4 + 12 * 16 * 2  # 416
-    assert analytic_cost("earl_s1", **tiny, constants=COUNTED) == query + (2 * 4 * 10 + 14 * 16 * 2 + 2 * 16 * 3) * 5
-    assert analytic_cost("earl_s2", **tiny, constants=COUNTED) == query + (2 * 4 * 10 + 14 * 16 * 2) * 5
-    assert TABLE1.attention == TABLE1.layer_token == 1
-    assert benchmark.counted_constants(32, 96) == benchmark.Constants(2, 10, 12, 2)
-    with pytest.raises(ValueError):
-        analytic_cost("earl_s3", **tiny)
+    assert_refuses_to_overwrite(benchmark.main, [*CLI, "--output_dir", str(out)], out)
 
 
 @pytest.fixture(scope="module")
@@ -186,7 +157,7 @@ def test_flop_counts_agree_with_the_counted_analytic_cost(tiny):
     model, ranker, stores, n, count = tiny
     h, q = TINY.hidden, benchmark.QUERY_LENGTH
     tokens, mask = benchmark.query_tokens(0)
-    one = benchmark.pair_batch(tokens, benchmark.document_words(n, 1, 0))
+    one = benchmark.bert_pairs(tokens, benchmark.document_words(n, 1, 0), benchmark.SEP)
     with torch.inference_mode():
         ranker_flops = benchmark.count_flops(lambda: ranker(one))
     assert ranker_flops == 2 * benchmark.size_cost("bert_ranker", TINY, n, 1) + 2 * h

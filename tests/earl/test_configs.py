@@ -2,21 +2,17 @@
 the real command line (``--print_config``) into the paper's setting (Sec. 4.1-4.3). Nothing is built, trained or
 downloaded: ir_datasets ids are looked up in the registry only."""
 
-import contextlib
-import io
-import sys
 from functools import cache
 from pathlib import Path
-from unittest import mock
 
 import pytest
-import yaml
 
 from common.data.irds import IrDatasetsSource
 from common.data.specs import FILE_TASK_KEYS, check_spec
 from common.report import load_reported, paper_dataset
 from earl import train
-from earl.outputs import PAPER, PAPER_METHODS
+from earl.train import PAPER, PAPER_METHODS
+from tests.printed_config import printed_config
 
 CONFIGS = Path(train.__file__).parent / "configs"
 
@@ -45,14 +41,8 @@ TEST = "irds:msmarco-passage/trec-dl-2019/judged"
 
 @cache
 def parsed(*args: str) -> dict:
-    """The config ``python -m earl.train ARGS --print_config`` resolves (parsed once per argument list; pytest's own
-    command line out of sys.argv, which LightningCLI warns about beside `args`)."""
-    out = io.StringIO()
-    with mock.patch.object(sys, "argv", ["earl.train"]), contextlib.redirect_stdout(out), \
-            pytest.raises(SystemExit) as exit_info:
-        train.main([*args, "--print_config"])
-    assert exit_info.value.code in (0, None)
-    return yaml.safe_load(out.getvalue())
+    """The config ``python -m earl.train ARGS --print_config`` resolves, parsed once per argument list."""
+    return printed_config(train.main, "earl.train", *args)
 
 
 def config(name: str) -> dict:

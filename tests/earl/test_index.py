@@ -181,7 +181,7 @@ def test_a_documents_rows_are_d_and_d_prime_over_its_real_tokens(built):
     from earl.store import data_encoder, load_ranker
 
     state = read_trained(built["checkpoint"])
-    model, encoder = load_ranker(state).ranker, data_encoder(state["datamodule_hyper_parameters"])
+    model, encoder = load_ranker(state).model, data_encoder(state["datamodule_hyper_parameters"])
     documents = source_from_spec("builtin:test").documents()
     ids = ["D0000", "D0005", "D2999"]  # D0005 is shorter than passage_length
     batch = encoder.documents(documents.get_many(ids))
@@ -206,12 +206,13 @@ def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, caps
     args = ["--checkpoint", str(built["checkpoint"]), "--strategy", "s1", "--collection", str(built["subset"]),
             "--output", str(folder), "--shard_size", "8", "--batch_size", "3", *CPU]  # fmt: skip
     code = ("import os, signal, torch; torch.set_num_threads(1)\n"
-            "from earl import index, store\n"
-            "step = store.DocumentIndexer.predict_step\n"
+            "from common.stores import writer\n"
+            "from earl import index\n"
+            "step = writer.DocumentIndexer.predict_step\n"
             "def dying(self, shard, batch_idx=0):\n"
             "    if shard == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
             "    return step(self, shard, batch_idx)\n"
-            f"store.DocumentIndexer.predict_step = dying\nindex.main({args!r})\n")
+            f"writer.DocumentIndexer.predict_step = dying\nindex.main({args!r})\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
                             cwd=Path(__file__).resolve().parents[2])  # fmt: skip
@@ -295,6 +296,8 @@ def test_evaluate_refusals_before_anything_is_read(built, tmp_path, capsys):
 
 
 def test_dataset_choices_are_table_2s_ms_marco_datasets():
-    from earl.outputs import DATASETS
+    from common.report import load_reported
 
-    assert evaluate.DATASETS == DATASETS
+    datasets = set(load_reported("earl", table=2)["dataset"]) - {"clueweb09b"}  # not in ir_datasets' free part
+    assert set(evaluate.DATASETS) == datasets
+    assert f"--dataset {{{','.join(evaluate.DATASETS)}}}" in evaluate.build_parser().format_usage()

@@ -13,20 +13,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from common.encoders.pretrained import bert_config, load_bert
 from common.encoders.bert_rankers import BertRanker, BertSiamese
-from earl.model import (
-    JudgeBlock,
-    build_earl,
-    count_parameters,
-    hinge_loss,
-    pool,
-)
+from common.encoders.bert_reranking import count_parameters
+from common.encoders.pretrained import bert_config, load_bert
+from earl.model import JudgeBlock, build_earl, pool
+from earl.ranker import hinge_loss
+from tests.token_rows import PAD, VOCAB_SIZE, tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CLS, SEP, PAD = 1, 2, 0
-SIZES = {"vocab_size": 40, "pad_token_id": PAD, "num_heads": 2, "dropout": 0.1, "max_length": 32}
+SIZES = {"vocab_size": VOCAB_SIZE, "pad_token_id": PAD, "num_heads": 2, "dropout": 0.1, "max_length": 32}
 
 
 def small_bert(layers: int = 4, hidden: int = 16, seed: int = 0):
@@ -36,16 +32,6 @@ def small_bert(layers: int = 4, hidden: int = 16, seed: int = 0):
     torch.manual_seed(seed)
     return BertModel(bert_config(num_layers=layers, hidden_size=hidden, intermediate_size=2 * hidden, **SIZES),
                      add_pooling_layer=False)  # fmt: skip
-
-
-def tokens(lengths: list[int], width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[CLS] w ... [SEP]`` rows of the given lengths (special tokens included), right-padded to `width`."""
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.full((len(lengths), width), PAD)
-    for row, n in enumerate(lengths):
-        ids[row, 0], ids[row, n - 1] = CLS, SEP
-        ids[row, 1 : n - 1] = torch.randint(3, SIZES["vocab_size"], (n - 2,), generator=generator)
-    return ids, (ids != PAD).long()
 
 
 def earl_batch() -> dict[str, torch.Tensor]:

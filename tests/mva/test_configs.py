@@ -3,24 +3,20 @@ line (``--print_config``) into the row's setting (Sec. 2.2, 3, 4, 5). Nothing is
 ir_datasets ids are looked up in the registry only. Table 6 (multi-pass re-ranking) is not a training setting: it is
 `python -m mva.evaluate --rescore CA_CKPT --rescore_top 1 10 50` over a trained first pass."""
 
-import contextlib
-import io
-import sys
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
-from unittest import mock
 
 import pytest
 import torch
-import yaml
 
 from common.data.irds import IrDatasetsSource
 from common.data.specs import check_spec
 from common.report import load_reported, paper_dataset
 from mva import costs, train
 from mva.model import temporal_pool
-from mva.outputs import PAPER
+from mva.train import PAPER
+from tests.printed_config import printed_config
 
 CONFIGS = Path(train.__file__).parent / "configs"
 
@@ -121,14 +117,8 @@ LEFT_OUT = {("5", "BERT_Base"), ("5", "ColBERT")}
 
 @cache
 def parsed(*args: str) -> dict:
-    """The config ``python -m mva.train ARGS --print_config`` resolves (parsed once per argument list; pytest's own
-    command line out of sys.argv, which LightningCLI warns about beside `args`)."""
-    out = io.StringIO()
-    with mock.patch.object(sys, "argv", ["mva.train"]), contextlib.redirect_stdout(out), \
-            pytest.raises(SystemExit) as exit_info:
-        train.main([*args, "--print_config"])
-    assert exit_info.value.code in (0, None)
-    return yaml.safe_load(out.getvalue())
+    """The config ``python -m mva.train ARGS --print_config`` resolves, parsed once per argument list."""
+    return printed_config(train.main, "mva.train", *args)
 
 
 def config(name: str) -> dict:

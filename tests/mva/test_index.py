@@ -120,7 +120,7 @@ def test_a_documents_rows_are_its_pooled_projected_timesteps(built):
     doc_ids = list(documents)[:3]
     batch = encoder.documents(documents.get_many(doc_ids))
     with torch.no_grad():
-        rows, keep = ranker.ranker.document_keys_values(batch["doc_tokens"], batch["doc_mask"])
+        rows, keep = ranker.model.document_keys_values(batch["doc_tokens"], batch["doc_mask"])
     for j, doc_id in enumerate(doc_ids):
         real = int(batch["doc_mask"][j].sum()) - 1  # without [SEP]
         stored = torch.from_numpy(store.get(doc_id).copy())

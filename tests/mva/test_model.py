@@ -7,12 +7,13 @@ import pytest
 import torch
 
 from common.encoders.pretrained import bert_config
-from mva.model import MVA, MultiVectorAttention, SidePooling, first_k, softmax_loss, temporal_pool, timestep_mask
+from mva.model import MVA, MultiVectorAttention, SidePooling, first_k, temporal_pool, timestep_mask
+from mva.ranker import softmax_loss
+from tests.token_rows import CLS, PAD, VOCAB_SIZE, tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-CLS, SEP, PAD = 1, 2, 0
-SIZES = {"vocab_size": 40, "pad_token_id": PAD, "num_heads": 2, "dropout": 0.1, "max_length": 64}
+SIZES = {"vocab_size": VOCAB_SIZE, "pad_token_id": PAD, "num_heads": 2, "dropout": 0.1, "max_length": 64}
 
 
 def small_bert(hidden: int = 8, seed: int = 0):
@@ -21,16 +22,6 @@ def small_bert(hidden: int = 8, seed: int = 0):
     torch.manual_seed(seed)
     return BertModel(bert_config(num_layers=2, hidden_size=hidden, intermediate_size=2 * hidden, **SIZES),
                      add_pooling_layer=False).double().eval()  # fmt: skip
-
-
-def tokens(lengths: list[int], width: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``[CLS] w ... [SEP]`` rows of the given lengths (special tokens included), right-padded to `width`."""
-    generator = torch.Generator().manual_seed(seed)
-    ids = torch.full((len(lengths), width), PAD)
-    for row, n in enumerate(lengths):
-        ids[row, 0], ids[row, n - 1] = CLS, SEP
-        ids[row, 1 : n - 1] = torch.randint(3, SIZES["vocab_size"], (n - 2,), generator=generator)
-    return ids, (ids != PAD).long()
 
 
 def head_with(heads: int, p: int, weights: dict[str, torch.Tensor]) -> MultiVectorAttention:

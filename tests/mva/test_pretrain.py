@@ -180,7 +180,7 @@ def test_mva_train_starts_from_the_output(pretrained, tmp_path):
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["model"]["encoder"] == str(out) and config["data"]["tokenizer"] == str(out)
     state = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=True)["state_dict"]
-    encoder = {k.removeprefix("ranker.bert."): v for k, v in state.items() if k.startswith("ranker.bert.")}
+    encoder = {k.removeprefix("model.bert."): v for k, v in state.items() if k.startswith("model.bert.")}
     saved = {k.removeprefix("bert."): v for k, v in weights(out).items() if k.startswith("bert.") and "pooler" not in k}
     assert encoder.keys() == saved.keys() and all(torch.equal(encoder[k], saved[k]) for k in saved)
 

@@ -4,9 +4,7 @@ No timing is asserted: only that the measurements exist and are consistent with 
 """
 
 import csv
-import io
 import json
-import sys
 
 import pytest
 import torch
@@ -14,27 +12,26 @@ import torch
 from common.kernels.patterns import density
 from qds import benchmark
 from qds.inputs import LAYOUTS, build_qds_input
+from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
 N, WINDOW, QUERY, SENTENCE = 256, 128, 8, 25
 TINY = ["--lengths", str(N), "--num_layers", "1", "--hidden_size", "64", "--num_heads", "1",
         "--intermediate_size", "128", "--vocab_size", "500", "--repeats", "1", "--window", str(WINDOW),
         "--query_tokens", str(QUERY), "--sentence_tokens", str(SENTENCE), "--device", "cpu", "--threads", "1"]
 KEYS = {"bench", "impl", "n", "pass", "ms", "peak_mb", "system", "density", "ratio_to_dense"}
+#: The columns of results/qds/efficiency_cpu.csv, in order.
+FIELDS = ["bench", "system", "impl", "n", "pass", "ms", "peak_mb", "density", "ratio_to_dense", "batch_size", "device",
+          "num_layers", "hidden_size", "num_heads", "intermediate_size", "window", "layout", "threads", "skipped"]
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """One in-process run of dense, sparse and qds (portable kernel), train and infer, with --json."""
-    out = tmp_path_factory.mktemp("qds_bench")
-    capture = pytest.MonkeyPatch()
-    stdout = io.StringIO()
-    capture.setattr(sys, "stdout", stdout)
-    try:
-        code = benchmark.main([*TINY, "--systems", "dense", "sparse", "qds", "--impls", "portable",
-                               "--json", "--output_dir", str(out)])
-    finally:
-        capture.undo()
-    return code, out, stdout.getvalue()
+    out, threads = tmp_path_factory.mktemp("qds_bench"), torch.get_num_threads()
+    code, stdout = run_main(benchmark.main, [*TINY, "--systems", "dense", "sparse", "qds", "--impls", "portable",
+                                             "--json", "--output_dir", str(out)])
+    assert torch.get_num_threads() == threads  # --threads 1 held for the run only
+    return code, out, stdout
 
 
 def expected_density(pattern: str) -> float:
@@ -50,7 +47,7 @@ def test_outputs_have_every_row_and_column(run):
     assert code == 0
     with open(out / "efficiency_cpu.csv", newline="") as f:
         rows = list(csv.DictReader(f))
-    assert list(rows[0]) == benchmark.FIELDS
+    assert list(rows[0]) == FIELDS
     systems = [("dense", "sdpa"), ("sparse", "portable"), ("qds", "portable")]
     expected = {(system, impl, pass_) for system, impl in systems for pass_ in ("train", "infer")}
     assert {(r["system"], r["impl"], r["pass"]) for r in rows} == expected
@@ -90,11 +87,8 @@ def test_json_lines_parse_and_match_the_jsonl(run):
 
 def test_refuses_to_overwrite_without_flag(run):
     out = run[1]
-    before = {p.name: p.read_bytes() for p in out.iterdir()}
-    with pytest.raises(SystemExit) as refused:
-        benchmark.main([*TINY, "--systems", "dense", "--passes", "infer", "--output_dir", str(out)])
-    assert refused.value.code == 2
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    assert_refuses_to_overwrite(benchmark.main, [*TINY, "--systems", "dense", "--passes", "infer", "--output_dir",
+                                                 str(out)], out)
 
 
 def test_overwrite_and_isolated_measurement(tmp_path):

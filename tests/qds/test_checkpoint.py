@@ -23,7 +23,7 @@ import pytest
 import torch
 
 from qds.checkpoint import from_official, load_official
-from qds.model import QDSTransformer
+from qds.ranker import QDSRanker
 
 SIZES = dict(pattern="qds", tokenizer="builtin", window=8, num_layers=1, hidden_size=16, num_heads=1,
              intermediate_size=32, max_length=64, impl="portable")  # fmt: skip
@@ -66,10 +66,10 @@ def released_shapes(layers: int, hidden: int, intermediate: int, vocab: int, pos
     }
 
 
-def official_state_dict(model: QDSTransformer) -> dict:
+def official_state_dict(model: QDSRanker) -> dict:
     """A released-style state dict for the 1-layer `SIZES` model, random values."""
-    vocab, hidden = model.ranker.encoder.embeddings.word_embeddings.weight.shape
-    positions = model.ranker.encoder.embeddings.position_embeddings.weight.shape[0]
+    vocab, hidden = model.model.encoder.embeddings.word_embeddings.weight.shape
+    positions = model.model.encoder.embeddings.position_embeddings.weight.shape[0]
     generator = torch.Generator().manual_seed(1)
     shapes = released_shapes(layers=1, hidden=hidden, intermediate=32, vocab=vocab, positions=positions)
     state = {key: torch.randn(shape, generator=generator) for key, shape in shapes.items()}
@@ -81,33 +81,33 @@ def test_the_released_names_and_shapes_fit_a_base_size_model():
     shapes = released_shapes(**BASE)
     assert len(shapes) == 5 + 12 * 22 + 6
     with torch.device("meta"):  # names and shapes only: no memory for 149M parameters
-        model = QDSTransformer(pattern="qds", tokenizer="builtin", window=128, max_length=4096)
+        model = QDSRanker(pattern="qds", tokenizer="builtin", window=128, max_length=4096)
     ours = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     mapped = from_official({k: torch.empty(shape, device="meta") for k, shape in shapes.items()})
     assert set(mapped) == set(ours)
     for key, tensor in mapped.items():
-        if key != "ranker.encoder.embeddings.word_embeddings.weight":  # the built-in tokenizer's vocabulary here
+        if key != "model.encoder.embeddings.word_embeddings.weight":  # the built-in tokenizer's vocabulary here
             assert tuple(tensor.shape) == ours[key], key
-    assert ours["ranker.encoder.embeddings.word_embeddings.weight"][1] == 768
+    assert ours["model.encoder.embeddings.word_embeddings.weight"][1] == 768
 
 
 def test_every_official_tensor_lands_in_its_place(tmp_path):
-    model = QDSTransformer(**SIZES)
+    model = QDSRanker(**SIZES)
     state = official_state_dict(model)
     torch.save(state, tmp_path / "model.QDST.best.pt")
     load_official(model, tmp_path / "model.QDST.best.pt")
     loaded = model.state_dict()
-    assert torch.equal(loaded["ranker.encoder.encoder.layer.0.attention.self.query_global.weight"],
+    assert torch.equal(loaded["model.encoder.encoder.layer.0.attention.self.query_global.weight"],
                        state["base.encoder.layer.0.attention.self.query_global.weight"])
-    assert torch.equal(loaded["ranker.head.hidden.weight"], state["hidden_layer.weight"])
-    assert torch.equal(loaded["ranker.head.out.bias"], state["final_layer.bias"])
+    assert torch.equal(loaded["model.head.hidden.weight"], state["hidden_layer.weight"])
+    assert torch.equal(loaded["model.head.out.bias"], state["final_layer.bias"])
     mapped = from_official(state)
     assert len(mapped) == len(state) - 1  # everything but position_ids
     assert all(torch.equal(loaded[k], v) for k, v in mapped.items())
 
 
 def test_unknown_or_misfitting_keys_are_errors(tmp_path):
-    model = QDSTransformer(**SIZES)
+    model = QDSRanker(**SIZES)
     state = official_state_dict(model)
     with pytest.raises(KeyError, match="classifier.weight"):
         from_official({**state, "classifier.weight": torch.zeros(1)})
@@ -134,7 +134,7 @@ def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
                               pad_token_id=1)  # fmt: skip
     torch.manual_seed(0)
     LongformerModel(config).save_pretrained(tmp_path / "longformer")
-    model = QDSTransformer(pattern="qds", encoder=str(tmp_path / "longformer"), tokenizer="builtin", window=8,
+    model = QDSRanker(pattern="qds", encoder=str(tmp_path / "longformer"), tokenizer="builtin", window=8,
                            impl="portable")
     state = official_state_dict(model)
     torch.save(state, tmp_path / "model.QDST.best.pt")
@@ -148,14 +148,14 @@ def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
     reloaded, _ = evaluate.load_model(evaluate.build_parser().parse_args([
         "--checkpoint", str(tmp_path / "model.QDST.best.pt"), "--encoder", str(tmp_path / "longformer"),
         "--tokenizer", str(builtin_tokenizer_path()), "--window", "8", "--impl", "portable"]))
-    assert torch.equal(reloaded.ranker.head.out.weight, state["final_layer.weight"])
+    assert torch.equal(reloaded.model.head.out.weight, state["final_layer.weight"])
 
 
 def test_evaluate_reads_each_checkpoint_with_the_layout_it_was_trained_on():
     from qds import evaluate
 
     args = argparse.Namespace(tokenizer="roberta-base")  # the official release's --tokenizer
-    model = QDSTransformer(**SIZES)
+    model = QDSRanker(**SIZES)
     assert evaluate.checkpoint_settings(args, official_state_dict(model))[1]["layout"] == "official"
     trained = {"state_dict": {}, "hyper_parameters": {"pattern": "qds"}}
     assert evaluate.checkpoint_settings(args, trained)[1]["layout"] == "sos"  # before the layout option existed

@@ -1,5 +1,5 @@
-"""`qds.evaluate` and `qds.outputs`: the re-ranking depth a checkpoint carries, task.json, and the paper's tables
-compared only on the paper's dataset (a built-in or file task says there is nothing to compare with)."""
+"""`qds.evaluate` and `qds.train.paper_tables`: the re-ranking depth a checkpoint carries, task.json, and the paper's
+tables compared only on the paper's dataset (a built-in or file task says there is nothing to compare with)."""
 
 import json
 import subprocess
@@ -10,11 +10,13 @@ import lightning as L
 import pytest
 import torch
 
+from common.commands.outputs import write_results
 from common.data.builtin import builtin_source
 from common.report import load_reported
 from qds import evaluate
-from qds.model import Impl, QDSTransformer
-from qds.outputs import DATASETS, paper_tables, write_results
+from qds.model import Impl
+from qds.ranker import QDSRanker
+from qds.train import DATASETS, paper_tables
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -46,7 +48,7 @@ def test_the_choices_the_parser_reads_without_torch_are_the_papers_and_the_model
 
 
 def test_a_builtin_task_has_nothing_to_compare_with_but_shows_the_reported_rows_as_another_datasets():
-    text = paper_tables(METRICS, "qds", "builtin:test", None)
+    text = paper_tables(METRICS, "builtin:test", None)
     first, rest = text.split("\n", 1)
     assert first == (f"{NOTHING}builtin:test is none of its datasets (trec-dl-2019-doc, msmarco-doc-dev; "
                      "qds.evaluate --dataset names the one a task from files is).")
@@ -56,13 +58,13 @@ def test_a_builtin_task_has_nothing_to_compare_with_but_shows_the_reported_rows_
 
 def test_a_file_task_has_nothing_to_compare_with():
     task = {"topics_path": "my/topics.tsv", "qrels_path": "q", "candidates_path": "r", "collection_path": "c"}
-    assert paper_tables(METRICS, "qds", task, None) == (
+    assert paper_tables(METRICS, task, None) == (
         f"{NOTHING}the task from files my/topics.tsv is none of its datasets (trec-dl-2019-doc, msmarco-doc-dev; "
         "qds.evaluate --dataset names the one a task from files is).")
 
 
 def test_trec_dl_2019_is_compared_with_tables_2_and_4():
-    text = paper_tables(METRICS, "qds", "irds:msmarco-document/trec-dl-2019/judged", "trec-dl-2019-doc")
+    text = paper_tables(METRICS, "irds:msmarco-document/trec-dl-2019/judged", "trec-dl-2019-doc")
     lines = text.splitlines()
     assert lines[0] == "Reproduced vs reported (trec-dl-2019-doc)"
     rows = {tuple(c.strip() for c in line.strip("|").split("|")) for line in lines[4:]}
@@ -73,7 +75,7 @@ def test_trec_dl_2019_is_compared_with_tables_2_and_4():
 
 
 def test_ms_marco_dev_is_compared_on_mrr_only_and_table_4_has_none():
-    text = paper_tables(METRICS, "qds", "irds:msmarco-document/dev", "msmarco-doc-dev")
+    text = paper_tables(METRICS, "irds:msmarco-document/dev", "msmarco-doc-dev")
     lines = text.splitlines()
     assert lines[0] == "Reproduced vs reported (msmarco-doc-dev)"
     rows = {tuple(c.strip() for c in line.strip("|").split("|")) for line in lines[4:]}
@@ -84,7 +86,7 @@ def test_ms_marco_dev_is_compared_on_mrr_only_and_table_4_has_none():
 def test_write_results_writes_task_json_beside_metrics_json(tmp_path):
     qrels = {"q1": {"d1": 1, "d2": 0}}
     run, candidates = {"q1": {"d1": 2.0, "d2": 1.0}}, {"q1": {"d2": 2.0, "d1": 1.0}}
-    metrics = write_results(tmp_path, "qds", run, qrels, candidates, 1,
+    metrics = write_results(tmp_path, "qds", run, qrels, candidates, 1, measures=QDSRanker.measures,
                             task="irds:msmarco-document/trec-dl-2019/judged", dataset="trec-dl-2019-doc")
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
     assert metrics == {"qds": {"ndcg_cut_10": 1.0, "map": 1.0, "mrr@10": 1.0},
@@ -98,7 +100,7 @@ def test_write_results_writes_task_json_beside_metrics_json(tmp_path):
 def checkpoint(tmp_path_factory):
     """A `qds.train`-shaped checkpoint of an untrained tiny model whose data settings re-rank the top 2."""
     torch.manual_seed(0)
-    model = QDSTransformer(pattern="qds", tokenizer="builtin", window=8, num_layers=1, hidden_size=32, num_heads=1,
+    model = QDSRanker(pattern="qds", tokenizer="builtin", window=8, num_layers=1, hidden_size=32, num_heads=1,
                            intermediate_size=64, max_length=192, impl="portable")
     path = tmp_path_factory.mktemp("qds-ckpt") / "best.ckpt"
     torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),

@@ -1,4 +1,4 @@
-"""The scoring head and loss by hand, a training step of every pattern, and Table 8's parameter counts."""
+"""The scoring head by hand, a training step of every pattern, Table 8's parameter counts, and the length batches."""
 
 import math
 
@@ -35,35 +35,6 @@ def test_head_applies_dropout_before_both_linear_layers():
     head.dropout.register_forward_hook(lambda module, args, out: calls.append(args[0].shape))
     head(torch.ones(2, 4))
     assert calls == [torch.Size([2, 4]), torch.Size([2, 4])]
-
-
-class FixedScores(nn.Module):
-    """Stands in for the ranker: the scores of a training group, whatever the batch."""
-
-    def __init__(self, scores):
-        super().__init__()
-        self.scores = torch.tensor(scores)
-
-    def forward(self, batch):
-        return self.scores
-
-
-@pytest.mark.parametrize("negatives, balanced, positive_weight", [(3, True, 3.0), (3, False, 1.0), (1, True, 1.0)])
-def test_training_step_is_the_official_weighted_bce(negatives, balanced, positive_weight):
-    """Official experiment.py lines 46-49: BCEWithLogitsLoss(reduction='mean', pos_weight=[num_neg_samples]), so
-    loss = mean over the documents of -w_y [y log sigmoid(s) + (1 - y) log(1 - sigmoid(s))] with w = negatives on
-    the positive: -log sigmoid(s) = log(1 + e^-s) and -log(1 - sigmoid(s)) = log(1 + e^s)."""
-    from qds.model import QDSTransformer
-
-    model = QDSTransformer(tokenizer="builtin", window=4, num_layers=1, hidden_size=8, num_heads=1,
-                           intermediate_size=16, max_length=64, negatives=negatives, balanced_loss=balanced)
-    scores = [2.0, -1.0, 0.5, -3.0][: negatives + 1]  # the positive first, then its negatives
-    model.ranker = FixedScores(scores)
-    labels = torch.tensor([1.0] + [0.0] * negatives)
-    by_hand = (positive_weight * math.log(1 + math.exp(-2.0))
-               + sum(math.log(1 + math.exp(s)) for s in scores[1:])) / len(scores)  # fmt: skip
-    loss = model.training_step({"labels": labels}, 0)
-    assert loss.item() == pytest.approx(by_hand, abs=1e-6)
 
 
 def batch_for(pattern: str) -> dict:
@@ -141,7 +112,7 @@ def _batch_of_lengths(pattern: str) -> dict:
 @pytest.mark.parametrize("pattern, impl",
                          [("qds", "portable"), ("qds", "tvm"), ("sparse", "tvm"), ("firstp", "portable")])
 def test_rows_encoded_by_length_equal_the_padded_batch(pattern, impl, monkeypatch):
-    """`Ranker.pooled` splits a batch into batches of similar length (issue 15): every row's pooled output and every
+    """`Ranker.pooled` splits a batch into batches of similar length: every row's pooled output and every
     gradient equal those of the whole batch padded to its longest row."""
     import qds.model
 

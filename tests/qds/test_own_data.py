@@ -90,7 +90,7 @@ def test_judged_documents_without_text_stop_before_training(tmp_path, without_po
 def test_a_train_tokenizer_sizes_the_model_and_travels_in_its_hyperparameters(tmp_path, monkeypatch):
     from common.encoders.tokenizers import resolved_tokenizer_task
     from qds.data import QDSDataModule
-    from qds.model import QDSTransformer
+    from qds.ranker import QDSRanker
     from common.encoders.tokenizers import load_tokenizer
 
     monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
@@ -100,9 +100,9 @@ def test_a_train_tokenizer_sizes_the_model_and_travels_in_its_hyperparameters(tm
     assert resolved_tokenizer_task("train", "builtin:dev", task) == "builtin:dev"
     assert resolved_tokenizer_task("builtin", None, task) is None
     tokenizer = load_tokenizer("train", task=task)
-    model = QDSTransformer(tokenizer="train", tokenizer_task=task, num_layers=1, hidden_size=16, num_heads=1,
+    model = QDSRanker(tokenizer="train", tokenizer_task=task, num_layers=1, hidden_size=16, num_heads=1,
                            intermediate_size=16, max_length=64, window=4)
-    assert model.ranker.encoder.embeddings.word_embeddings.num_embeddings == len(tokenizer)
+    assert model.model.encoder.embeddings.word_embeddings.num_embeddings == len(tokenizer)
     assert model.hparams.tokenizer_task == task
     data = QDSDataModule(train=task, dev=None, test=None, tokenizer="train", max_length=64)
     assert data.hparams.tokenizer_task == task  # as the model's, so Lightning merges the two

@@ -3,50 +3,27 @@
 (A killed and resumed run: `test_qds_resume`.)
 """
 
-import json
-
 import pytest
 
 from common.data.formats import read_run
-from common.metrics import evaluate_run
 from qds import evaluate, train
+from tests.train_runs import TINY_RUN, check_reranked_run, tiny_run
 
 TINY = [
     "--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "1",
     "--model.intermediate_size", "64", "--model.window", "8", "--model.impl", "portable",
-    "--data.max_length", "192", "--data.depth", "10", "--data.dev_queries", "3", "--data.dev_depth", "5",
-    "--data.test_queries", "4", "--data.batch_size", "2", "--data.eval_batch_size", "16",
-    "--trainer.max_steps", "6", "--trainer.val_check_interval", "3", "--trainer.enable_progress_bar", "false",
-    "--save_every_n_steps", "2",
+    "--data.max_length", "192", *TINY_RUN,
 ]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    out = tmp_path_factory.mktemp("qds") / "run"
-    metrics = train.main([*TINY, "--output_dir", str(out)])
-    return out, metrics
+trained = tiny_run(train.main, TINY)
 
 
 def test_training_writes_a_valid_run_and_its_metrics(trained):
     out, metrics = trained
-    run = read_run(out / "run.trec")
-    assert len(run) == 4  # --data.test_queries
-    assert all(len(docs) == 100 for docs in run.values())  # top 10 re-ranked, the other 90 below in BM25 order
-    from common.data.builtin import builtin_source
-
-    source = builtin_source("test")
-    bm25 = source.candidates()
-    for qid, scores in run.items():
-        order = sorted(scores, key=scores.get, reverse=True)
-        top10 = sorted(bm25[qid], key=bm25[qid].get, reverse=True)[:10]
-        assert set(order[:10]) == set(top10)
-        assert order[10:] == sorted(bm25[qid], key=bm25[qid].get, reverse=True)[10:]
-    written = json.loads((out / "metrics.json").read_text())
+    written = check_reranked_run(out, metrics, "qds", ["ndcg_cut_10", "map", "mrr@10"])
     assert set(written) == {"qds", "bm25"}
-    assert written["qds"] == pytest.approx(evaluate_run(source.qrels(), run, ["ndcg_cut_10", "map", "mrr@10"]))
-    assert written == metrics
-    assert (out / "config.yaml").is_file() and (out / "checkpoints" / "last.ckpt").is_file()
+    assert all(len(docs) == 100 for docs in read_run(out / "run.trec").values())  # the other 90 below the top 10
     assert list((out / "checkpoints").glob("best-step=*.ckpt"))
 
 

@@ -102,7 +102,7 @@ def main(command: str, point: str, args: list[str]) -> None:
 
     _patch(common.commands.cli.RankerCLI, "instantiate_trainer", instantiate_trainer)
     _patch(common.training.resume.AtomicCheckpointIO, "save_checkpoint", save_checkpoint)
-    for module in ("common.data.formats", "common.report", "qds.outputs", "conformer_kernel.outputs"):
+    for module in ("common.data.formats", "common.report", "common.commands.outputs"):
         _patch(importlib.import_module(module), "atomic_write", atomic_write)
     if kill.moment == "index-shard":
         from conformer_kernel.impact_index import ShardWriter

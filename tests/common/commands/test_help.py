@@ -176,7 +176,7 @@ SAME = {
         ["--test_modes", "[rerank]"], ["--test_modes", "rerank"], ["--test_modes", "[rerank, bogus]"],
         ["--test_modes+", "fullrank"], ["--test_modes+", "bogus"], ["--data.group_size", "1"],
         ["--data.group_size", "2"], ["--model.sigma", "0"], ["--model.model", "ndrm1"], ["--model.model", "ndrm9"],
-        ["--data.min_count", "0"], ["--model.layers", "0"], ["--model.head", "4"],
+        ["--data.min_count", "0"], ["--model.num_layers", "0"], ["--model.head", "4"],
     ],
 }  # fmt: skip
 

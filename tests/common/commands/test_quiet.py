@@ -47,6 +47,7 @@ def shown(tmp_path, capfd, caplog, monkeypatch):
     def run(before=lambda: None) -> str:
         rows = TensorDataset(torch.randn(8, 4))
         with warnings.catch_warnings(record=True) as caught:
+            warnings.resetwarnings()  # as in a fresh process: no filter of a command run before in this one
             warnings.simplefilter("always")
             before()
             for stage in ("fit", "test"):

@@ -5,19 +5,8 @@ import json
 
 import pytest
 
-from common.data.formats import (
-    DataFormatError,
-    Document,
-    iter_collection,
-    ranked,
-    read_qrels,
-    read_run,
-    read_topics,
-    write_collection,
-    write_qrels,
-    write_run,
-    write_topics,
-)
+from common.data.formats import (DataFormatError, Document, iter_collection, ranked, read_qrels, read_run, read_topics,
+                                 write_collection, write_qrels, write_run, write_topics)
 
 
 def write(path, text: str):

@@ -155,16 +155,21 @@ def test_impossible_configurations_fail_clearly():
         from_source("listwise", None)
 
 
+def _file_source(folder, topics, qrels, run, collection) -> FileSource:
+    """A task of TREC files in `folder`; each document's text is ``text of <id>``."""
+    write_topics(folder / "topics.tsv", topics)
+    write_qrels(folder / "qrels.txt", qrels)
+    write_run(folder / "run.trec", run)
+    write_collection(folder / "docs.jsonl", [Document(d, f"text of {d}") for d in collection])
+    return FileSource(folder / "topics.tsv", folder / "qrels.txt", folder / "run.trec", folder / "docs.jsonl",
+                      cache_dir=folder / "cache")
+
+
 def test_topics_restrict_the_anchors_and_from_source(tmp_path):
     with pytest.raises(ValueError, match="no training examples"):
         PointwiseSampler(QRELS, RUN, topics={"q2": "x", "q3": "y"})
 
-    write_topics(tmp_path / "topics.tsv", {"q1": "first query", "q2": "second"})
-    write_qrels(tmp_path / "qrels.txt", QRELS)
-    write_run(tmp_path / "run.trec", RUN)
-    write_collection(tmp_path / "docs.jsonl", [Document(d, f"text of {d}") for d in COLLECTION])
-    source = FileSource(tmp_path / "topics.tsv", tmp_path / "qrels.txt", tmp_path / "run.trec",
-                        tmp_path / "docs.jsonl", cache_dir=tmp_path / "cache")
+    source = _file_source(tmp_path, {"q1": "first query", "q2": "second"}, QRELS, RUN, COLLECTION)
     sampler = from_source("pairwise", source, seed=2)
     assert sampler.examples() == PairwiseSampler(QRELS, RUN, COLLECTION, seed=2).examples()
     assert isinstance(sampler[0], TrainingGroup)
@@ -285,12 +290,7 @@ def test_label_groups_respect_topics_and_from_source(tmp_path):
     only_qb = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, topics={"qb": "b", "qc": "c"})
     assert len(only_qb) == 1 and only_qb[0].qid == "qb" and only_qb.stats.skipped_queries == 1
 
-    write_topics(tmp_path / "topics.tsv", {qid: f"query {qid}" for qid in LG_QRELS})
-    write_qrels(tmp_path / "qrels.txt", LG_QRELS)
-    write_run(tmp_path / "run.trec", LG_RUN)
-    write_collection(tmp_path / "docs.jsonl", [Document(d, f"text of {d}") for d in LG_COLLECTION])
-    source = FileSource(tmp_path / "topics.tsv", tmp_path / "qrels.txt", tmp_path / "run.trec",
-                        tmp_path / "docs.jsonl", cache_dir=tmp_path / "cache")
+    source = _file_source(tmp_path, {qid: f"query {qid}" for qid in LG_QRELS}, LG_QRELS, LG_RUN, LG_COLLECTION)
     sampler = from_source("label_groups", source, seed=4)
     assert isinstance(sampler, LabelGroupSampler)
     assert sampler.examples() == LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=4).examples()

@@ -1,6 +1,9 @@
-"""The built-in BPE: RoBERTa's special-token layout, lossless, trained once and then loaded from the cache."""
+"""The built-in BPE: RoBERTa's special-token layout, lossless, trained once and then loaded from the cache; the
+encoders' lazily loaded tokenizer (`LazyTokenizer`)."""
 
-from common.encoders.tokenizers import builtin_tokenizer_path, load_tokenizer
+import pickle
+
+from common.encoders.tokenizers import LazyTokenizer, builtin_tokenizer_path, load_tokenizer
 
 
 def test_roberta_special_ids_and_pair_format():
@@ -55,3 +58,14 @@ def test_train_needs_a_task():
 
     with pytest.raises(ValueError, match="tokenizer 'train' learns a BPE on the training task: configure data.train"):
         load_tokenizer("train")
+
+
+def test_an_encoder_loads_its_tokenizer_on_first_use_and_ships_without_it_or_its_cache():
+    encoder = LazyTokenizer("builtin")
+    assert encoder._tokenizer is None  # nothing loaded by construction
+    assert encoder.tokenizer.get_vocab() == load_tokenizer("builtin").get_vocab()
+    assert encoder.tokenizer is encoder.tokenizer  # loaded once
+    encoder._cache["d1"] = [1, 2, 3]
+    copy = pickle.loads(pickle.dumps(encoder))  # what a loader worker receives
+    assert copy._tokenizer is None and copy._cache == {} and encoder._cache == {"d1": [1, 2, 3]}
+    assert (copy.tokenizer_name, copy.tokenizer_task) == ("builtin", None)

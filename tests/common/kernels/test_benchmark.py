@@ -46,11 +46,15 @@ def test_useful_gflop_and_the_rate_against_dense_sdpa():
     assert dense["gflops"] == pytest.approx(257.7, abs=0.01) and dense["rate_vs_sdpa_dense"] is None
     tvm = with_rates({"impl": "tvm", "n": 2048, "pass": "fwd", "ms": 26.0}, dense)
     assert tvm["rate_vs_sdpa_dense"] == pytest.approx(pairs / 2048**2 * 50 / 26, abs=1e-4)
+    # A rate far below dense SDPA's keeps 4 significant digits (a fast CPU's dense rate makes small fractions)
+    slow = with_rates({"impl": "reference", "n": 2048, "pass": "fwd", "ms": 26000.0}, dense)
+    expected = useful_gflop("reference", 2048, "fwd") / 26.0 / dense["gflops"]  # dense's rate as its row holds it
+    assert slow["rate_vs_sdpa_dense"] == float(f"{expected:.4g}") and slow["rate_vs_sdpa_dense"] < 1e-3
 
 
 def test_json_lines_csv_and_plot(tmp_path, capsys):
     code = main(["--lengths", "128", "256", "--impls", "portable", "sdpa_dense", "--passes", "fwd", "fwdbwd",
-                 "--repeats", "1", "--out-dir", str(tmp_path), "--json"])
+                 "--repeats", "1", "--output_dir", str(tmp_path), "--json"])
     assert code == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(lines) == 8
@@ -67,6 +71,7 @@ def test_json_lines_csv_and_plot(tmp_path, capsys):
     assert {(r["impl"], r["n"], r["pass"]) for r in lines} == {
         (impl, n, p) for impl in ("portable", "sdpa_dense") for n in (128, 256) for p in ("fwd", "fwdbwd")
     }
+    assert [json.loads(line) for line in (tmp_path / "bench_cpu.jsonl").read_text().splitlines()] == lines
     with open(tmp_path / "bench_cpu.csv", newline="") as f:
         table = list(csv.DictReader(f))
     assert [(r["impl"], int(r["n"]), r["pass"]) for r in table] == [(r["impl"], r["n"], r["pass"]) for r in lines]
@@ -81,7 +86,7 @@ def test_failed_measurement_is_skipped_with_its_error():
 
 def test_a_measurement_known_not_to_run_is_skipped_with_the_reason(tmp_path, capsys):
     assert main(["--lengths", "200", "256", "--impls", "hf_longformer", "--passes", "fwd", "--repeats", "1",
-                 "--device", "cpu", "--out-dir", str(tmp_path)]) == 0
+                 "--device", "cpu", "--output_dir", str(tmp_path)]) == 0
     assert "skipped hf_longformer n=200: LongformerSelfAttention needs n to be a multiple of the window (128)" in (
         capsys.readouterr().err
     )

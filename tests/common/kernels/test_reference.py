@@ -74,3 +74,19 @@ def test_density_counts_the_adjacency():
         is_global = global_tokens(pattern, synthetic_layout(700))
         nonzero = int(allowed_keys(is_global[None], None, 64).sum())
         assert density(is_global, 64) == nonzero / 700**2
+
+
+@pytest.mark.parametrize("impl", ["reference", "portable", "tvm", "flex"])
+def test_every_implementation_refuses_inputs_of_other_shapes(impl):
+    """`check_inputs`, first in every implementation: one (B, H, N, D) shape, (B, N) masks; the message names them."""
+    from common.kernels import get_implementation
+
+    attention = get_implementation(impl)
+    q, is_global = torch.zeros(2, 3, 10, 4), torch.zeros(2, 10, dtype=torch.bool)
+    with pytest.raises(ValueError, match=r"of one shape \(B, H, N, D\) and is_global \(B, N\); got \(2, 3, 10, 4\), "
+                                         r"\(2, 3, 9, 4\), \(2, 3, 10, 4\), \(2, 10\)"):
+        attention(q, torch.zeros(2, 3, 9, 4), q, is_global)
+    with pytest.raises(ValueError, match=r"and is_global, key_padding_mask \(B, N\)"):
+        attention(q, q, q, is_global, torch.zeros(2, 11, dtype=torch.bool))
+    with pytest.raises(ValueError, match=r"expected q, k, v, global_qkv of one shape"):
+        attention(q, q, q, is_global, None, 4, (q, q, q[:1]))

@@ -1,24 +1,21 @@
-"""Documents a task judges or retrieves but its collection lacks (`common.training.tasks.TaskSplits`, ``missing_documents``):
+"""Documents a task judges or retrieves but its collection lacks (`common.training.tasks.Tasks`, ``missing_documents``):
 counted when the task is opened, left out with a warning or stopped on, never met by a loader."""
 
 import warnings
 
-import lightning as L
 import pytest
 import torch
 
 from common.data.formats import Document, write_collection, write_qrels, write_run, write_topics
 from common.data.samplers import PointwiseSampler
 from common.data.rerank import reranked_run
-from common.training.tasks import MissingDocumentsError, TaskSplits
+from common.training.tasks import MissingDocumentsError, TaskConfig, Tasks
 
 
-class Data(TaskSplits, L.LightningDataModule):
-    def __init__(self, train=None, dev=None, test=None, depth: int = 3, relevance_level: int = 2,
-                 missing_documents: str = "skip"):
-        super().__init__()
-        self.save_hyperparameters()
-        self.specs = {"train": train, "dev": dev, "test": test}
+def tasks_of(train=None, dev=None, test=None, depth: int = 3, relevance_level: int = 2,
+             missing_documents: str = "skip") -> Tasks:
+    return Tasks(TaskConfig(train, dev, test, depth, relevance_level=relevance_level,
+                            missing_documents=missing_documents))
 
 
 @pytest.fixture
@@ -34,7 +31,7 @@ def task(tmp_path) -> dict:
 
 
 def test_training_leaves_them_out_with_a_warning_naming_how_many(task):
-    data = Data(train=task)
+    data = tasks_of(train=task)
     with pytest.warns(UserWarning) as caught:
         source = data.source("train")
     message = str(caught[0].message)
@@ -52,18 +49,18 @@ def test_training_leaves_them_out_with_a_warning_naming_how_many(task):
 
 def test_error_stops_in_one_line(task):
     with pytest.raises(MissingDocumentsError) as error:
-        Data(train=task, missing_documents="error").source("train")
+        tasks_of(train=task, missing_documents="error").source("train")
     text = str(error.value)
     assert "\n" not in text and text.endswith("(e.g. x1, x2, x3); data.missing_documents=skip leaves them out")
 
 
 def test_an_unknown_policy_is_named():
     with pytest.raises(MissingDocumentsError, match="data.missing_documents: 'drop' is none of skip, error"):
-        Data(test="builtin:test", missing_documents="drop").check_tasks()
+        tasks_of(test="builtin:test", missing_documents="drop").check()
 
 
 def test_evaluation_scores_only_documents_with_text_and_keeps_the_others_below(task):
-    data = Data(test=task, depth=3)
+    data = tasks_of(test=task, depth=3)
     with pytest.warns(UserWarning, match=r"data.test \(topics\): 1 of 3 candidates have no text .*\(e.g. x3\): left "
                                          r"out of re-ranking \(kept below, in first-stage order\)"):
         pairs = data.eval_pairs("test")
@@ -75,10 +72,10 @@ def test_evaluation_scores_only_documents_with_text_and_keeps_the_others_below(t
 
 
 def test_a_complete_task_gives_no_warning():
-    data = Data(train="builtin:train", dev="builtin:dev", relevance_level=1)
+    data = tasks_of(train="builtin:train", dev="builtin:dev", relevance_level=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        data.check_tasks()
+        data.check()
 
 
 def test_a_complete_collection_is_not_read_to_be_checked(monkeypatch):
@@ -93,7 +90,7 @@ def test_a_complete_collection_is_not_read_to_be_checked(monkeypatch):
         candidates = topics = documents = qrels
 
     monkeypatch.setattr("common.training.tasks.source_from_spec", lambda spec: Complete())
-    data = Data(train="irds:msmarco-document/train")
+    data = tasks_of(train="irds:msmarco-document/train")
     assert isinstance(data.source("train"), Complete)
     from common.data.irds import IrDatasetsSource
 

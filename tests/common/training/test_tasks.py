@@ -1,13 +1,16 @@
-"""`common.training.tasks`: a data module's tasks and evaluated queries (`TaskSplits`), its loaders (`SplitLoaders`) and the
-training dataset over a sampler (`SamplerGroups`)."""
+"""`common.training.tasks`: a data module's tasks and evaluated queries (`TaskConfig`, `Tasks`), its loaders
+(`LoaderConfig`), the data module over both (`RerankingDataModule`) and the training datasets over a sampler
+(`SamplerGroups`, `EncodedGroups`)."""
 
-import lightning as L
 import numpy as np
 import pytest
 import torch
 
-from common.data.formats import write_qrels, write_run, write_topics
-from common.training.tasks import SamplerGroups, SplitLoaders, TaskSplits
+from common.data.formats import Document, write_qrels, write_run, write_topics
+from common.data.samplers import TrainingGroup
+from common.training.tasks import (
+    EncodedGroups, LoaderConfig, MissingDocumentsError, RerankingDataModule, SamplerGroups, TaskConfig, Tasks,
+)
 
 #: q00..q19 have a topic, qrels and candidates; q20 has no candidates, q21 no qrels, q22 no topic.
 WITH_ALL = [f"q{i:02d}" for i in range(20)]
@@ -22,31 +25,30 @@ def spec(tmp_path) -> dict:
     return {"topics_path": str(topics), "qrels_path": str(qrels), "candidates_path": str(run)}
 
 
-class Tasks(TaskSplits, SplitLoaders, L.LightningDataModule):
+class Data(RerankingDataModule):
     """A data module of the shape every package's has; its datasets are given, not built."""
 
-    def __init__(self, train=None, dev=None, test=None, dev_queries: int | None = None,
+    def __init__(self, train=None, dev=None, test=None, depth: int = 100, dev_queries: int | None = None,
                  test_queries: int | None = None, batch_size: int = 2, eval_batch_size: int = 3,
                  num_workers: int = 0, seed: int = 0):
-        super().__init__()
+        super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()
-        self.specs = {"train": train, "dev": dev, "test": test}
         self.datasets = {}
 
-    def _dataset(self, split: str):
+    def dataset(self, split: str):
         return self.datasets[split]
 
 
 def reference_sample(qids: list[str], size: int, seed: int) -> list[str]:
-    """How QDS and the Conformer-Kernel drew their evaluation samples before `TaskSplits`."""
+    """How QDS and the Conformer-Kernel drew their evaluation samples before the shared tasks."""
     return sorted(np.random.default_rng(seed).choice(sorted(qids), size=size, replace=False).tolist())
 
 
-# --------------------------------------------------------------------------- TaskSplits
+# --------------------------------------------------------------------------- TaskConfig and Tasks
 
 
 def test_splits_sources_qrels_and_candidates(spec):
-    data = Tasks(train=None, dev=spec, test="builtin:test")
+    data = Data(train=None, dev=spec, test="builtin:test")
     assert [data.has_split(s) for s in ("train", "dev", "test")] == [False, True, True]
     source = data.source("dev")
     assert data.source("dev") is source  # opened once
@@ -57,40 +59,56 @@ def test_splits_sources_qrels_and_candidates(spec):
 
 
 def test_eval_queries_have_candidates_qrels_and_a_topic(spec):
-    assert Tasks(dev=spec, test=spec).eval_queries("dev") == WITH_ALL
-    assert Tasks(dev=spec, test=spec, dev_queries=20, test_queries=50).eval_queries("test") == WITH_ALL  # no cut
+    assert Data(dev=spec, test=spec).eval_queries("dev") == WITH_ALL
+    assert Data(dev=spec, test=spec, dev_queries=20, test_queries=50).eval_queries("test") == WITH_ALL  # no cut
 
 
 def test_eval_queries_are_cut_to_a_seeded_sample_as_before(spec):
-    data = Tasks(dev=spec, test=spec, dev_queries=5, test_queries=3)
+    data = Data(dev=spec, test=spec, dev_queries=5, test_queries=3)
     assert data.eval_queries("dev") == ["q05", "q06", "q09", "q10", "q13"] == reference_sample(WITH_ALL, 5, 0)
     assert data.eval_queries("test") == ["q10", "q12", "q15"] == reference_sample(WITH_ALL, 3, 0)
-    other = Tasks(dev=spec, dev_queries=5, seed=7)
+    other = Data(dev=spec, dev_queries=5, seed=7)
     assert other.eval_queries("dev") == ["q10", "q11", "q12", "q15", "q17"] == reference_sample(WITH_ALL, 5, 7)
 
 
-def test_a_data_module_without_sample_settings_evaluates_every_query(spec):
-    class Bare(TaskSplits):
-        hparams = {}  # no dev_queries, test_queries nor seed
-
-        def __init__(self):
-            self.specs = {"train": None, "dev": None, "test": spec}
-
-    assert Bare().eval_queries("test") == WITH_ALL
+def test_tasks_without_sample_settings_evaluate_every_query(spec):
+    tasks = Tasks(TaskConfig(train=None, dev=None, test=spec, depth=1))  # no dev_queries, test_queries nor seed
+    assert tasks.eval_queries("test") == WITH_ALL
 
 
-def test_both_packages_data_modules_sample_the_same_queries(spec):
-    from conformer_kernel.data import ConformerKernelData
+def test_the_dev_depth_is_the_depth_unless_set(spec):
+    tasks = Tasks(TaskConfig(train=None, dev=spec, test=spec, depth=1))
+    assert (tasks.eval_depth("dev"), tasks.eval_depth("test")) == (1, 1)
+    tasks = Tasks(TaskConfig(train=None, dev=spec, test=spec, depth=1, dev_depth=2))
+    assert (tasks.eval_depth("dev"), tasks.eval_depth("test")) == (2, 1)
+
+
+def test_configs_take_the_data_modules_arguments_of_their_names():
+    arguments = {"self": None, "train": "t", "dev": None, "test": "s", "depth": 7, "pattern": "qds", "seed": 3,
+                 "batch_size": 4, "eval_batch_size": 5}
+    assert TaskConfig.of(arguments) == TaskConfig("t", None, "s", 7, seed=3)  # dev_depth & co at their defaults
+    assert LoaderConfig.of(arguments) == LoaderConfig(batch_size=4, eval_batch_size=5, num_workers=0, seed=3)
+
+
+def test_an_unknown_policy_is_named_when_the_tasks_are_configured():
+    with pytest.raises(MissingDocumentsError, match="data.missing_documents: 'drop' is none of skip, error"):
+        TaskConfig(None, None, "builtin:test", 100, missing_documents="drop")
+
+
+def test_every_packages_data_module_samples_the_same_queries(spec):
+    from conformer_kernel.data import ConformerKernelDataModule
+    from earl.data import EARLDataModule
+    from mva.data import MVADataModule
     from qds.data import QDSDataModule
 
-    for cls in (QDSDataModule, ConformerKernelData):
+    for cls in (QDSDataModule, ConformerKernelDataModule, EARLDataModule, MVADataModule):
         data = cls(train=None, dev=spec, test=spec, dev_queries=5, test_queries=3, seed=7)
-        assert isinstance(data, TaskSplits) and isinstance(data, SplitLoaders)
+        assert isinstance(data, RerankingDataModule)
         assert data.eval_queries("dev") == reference_sample(WITH_ALL, 5, 7)
         assert data.eval_queries("test") == reference_sample(WITH_ALL, 3, 7)
 
 
-# --------------------------------------------------------------------------- SamplerGroups and SplitLoaders
+# --------------------------------------------------------------------------- SamplerGroups and the loaders
 
 
 class Sampler:
@@ -140,26 +158,53 @@ def _epoch(loader) -> list[int]:
     return [g for batch in loader for g in batch["groups"].tolist()]
 
 
+def test_encoded_groups_are_flat_batches_of_pairs_positive_first():
+    class Sampler2:
+        groups = [TrainingGroup("q1", ("p1", "n1", "n2"), (1.0, 0.0, 0.0)), TrainingGroup("q2", ("p2", "n1", "n3"),
+                                                                                        (1.0, 0.0, 0.0))]
+
+        def __len__(self):
+            return 2
+
+        def __getitem__(self, index):
+            return self.groups[index]
+
+    class Documents:
+        def get_many(self, doc_ids):
+            return [Document(d, f"text of {d}") for d in doc_ids]
+
+    def encode(queries, documents):
+        return {"texts": [(q, d.text) for q, d in zip(queries, documents)]}
+
+    groups = EncodedGroups(Sampler2(), {"q1": "one", "q2": "two"}, Documents(), encode)
+    batch = groups.collate([groups[0], groups[1]])
+    assert batch["texts"] == [("one", "text of p1"), ("one", "text of n1"), ("one", "text of n2"),
+                              ("two", "text of p2"), ("two", "text of n1"), ("two", "text of n3")]
+    assert batch["labels"].tolist() == [1.0, 0.0, 0.0, 1.0, 0.0, 0.0] and batch["labels"].dtype == torch.float
+    assert batch["qids"] == ["q1"] * 3 + ["q2"] * 3 and batch["doc_ids"] == ["p1", "n1", "n2", "p2", "n1", "n3"]
+    assert batch["group_size"] == 3
+
+
 def test_the_training_loader_shuffles_with_the_seed():
-    data = Tasks(train="unused", seed=3)
+    data = Data(train="unused", seed=3)
     data.datasets["train"] = Groups(Sampler(), {}, None)
     loader = data.train_dataloader()
     assert type(loader).__name__ == "StatefulDataLoader" and loader.batch_size == 2
     first = _epoch(loader)
     assert sorted(first) == list(range(10)) and first != list(range(10))
     assert _epoch(data.train_dataloader()) == first  # the same seed, the same order
-    other = Tasks(train="unused", seed=4)
+    other = Data(train="unused", seed=4)
     other.datasets["train"] = Groups(Sampler(), {}, None)
     assert _epoch(other.train_dataloader()) != first
 
 
 def test_evaluation_loaders_keep_the_order_and_no_dev_task_has_no_loader():
-    data = Tasks(train="unused", test="unused")
+    data = Data(train="unused", test="unused")
     data.datasets["test"] = Pairs()
     batches = [batch["index"].tolist() for batch in data.test_dataloader()]
     assert batches == [[0, 1, 2], [3, 4, 5], [6]]  # eval_batch_size 3, in order
     assert data.test_pairs() == Pairs.pairs
     assert data.val_dataloader() == []
-    with_dev = Tasks(dev="unused")
+    with_dev = Data(dev="unused")
     with_dev.datasets["dev"] = Pairs()
     assert [batch["index"].tolist() for batch in with_dev.val_dataloader()][0] == [0, 1, 2]

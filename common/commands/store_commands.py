@@ -1,0 +1,224 @@
+"""The two commands of a package whose documents can be stored ahead of time, written once: ``python -m
+<package>.index`` builds a representation store (`common.stores.representations`) of a collection with a trained
+model, ``python -m <package>.evaluate`` re-ranks a task's candidates from such a store or end to end (EARL's
+``earl.index``/``earl.evaluate``, MVA's ``mva.index``/``mva.evaluate``). Each package's command modules keep their
+options, their docstring (the ``--help``) and what their paper defines; their options are
+`common.commands.store_options`.
+
+- `build_index`: an index command once its options are checked and its checkpoint read. The package's store module
+  (`earl.store`, `mva.store`) gives ``load_ranker(state)``, ``data_encoder(data settings)`` (passages encoded as in
+  training), ``representation(ranker, encoder, **options)`` (what a store holds, a
+  `common.stores.writer.Representation`) and ``storage_report(store)``.
+- `StoreEvaluation`: an evaluate command, subclassed by each package (`earl.evaluate.EARLEvaluation`,
+  `mva.evaluate.MVAEvaluation`). It reads the checkpoint (torch alone, so that a foreign one is refused before
+  Lightning loads) and the store, opens the task (`common.training.tasks` through the package's data module, its
+  files read before anything is written), checks that every candidate has rows in the store, scores the pairs one
+  query at a time (`common.stores.scoring.score_pairs`), writes run.trec, task.json and metrics.json
+  (`common.commands.outputs.write_results`, metrics.json last) and prints the metrics beside BM25's and the
+  paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and writes how far the two are
+  apart to exactness.json (`common.stores.scoring.compare_scores`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+
+from common.commands.store_options import (DTYPES, check_candidates, index_trainer_options, open_store, read_collection,
+                                           resolve_device)
+from common.commands.task_options import fresh_output_dir, resolve_depth, task_spec_from_args
+from common.refusals import input_errors, usage_error
+
+#: The data settings of a checkpoint that an evaluate command's data module takes as they were in training.
+DATA_SETTINGS = ("tokenizer", "tokenizer_task", "query_length", "passage_length", "relevance_level")
+
+
+def build_index(args: argparse.Namespace, state: dict, store, what: str, **options):
+    """Build the store of an index command whose options (`common.commands.store_options.add_index_arguments`) are
+    `args` and whose checkpoint holds `state`, with the package's `store` module (module docstring) and its
+    ``representation``'s `options`; `what` names the store in the first line printed (``the S1 store``). Returns
+    the store (a `common.stores.representations.RepresentationStore`) on global rank zero, else None."""
+    from common.commands.quiet import quiet_lightning
+
+    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+    from common.stores.representations import StoreMismatchError, checkpoint_hash
+    from common.stores.writer import build_representations
+
+    encoder = store.data_encoder(state.get("datamodule_hyper_parameters", {}))
+    documents, doc_ids = read_collection(args)
+    checkpoint_sha256 = checkpoint_hash(args.checkpoint)
+    ranker = store.load_ranker(state)
+    print(f"{'resuming' if args.resume else 'building'} {what} of {ranker.name} ({args.dtype}) over "
+          f"{len(doc_ids):,} documents of {args.collection} in {args.output}")
+    try:
+        built = build_representations(
+            store.representation(ranker, encoder, **options), encoder, documents, doc_ids, args.output,
+            checkpoint_sha256=checkpoint_sha256, dtype=DTYPES[args.dtype], shard_size=args.shard_size,
+            batch_size=args.batch_size, resume=args.resume, trainer_options=index_trainer_options(args),
+        )  # fmt: skip
+    except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
+        usage_error(f"--output: {error}")
+    if built is not None:
+        print(store.storage_report(built))
+        print(f"written: {args.output}")
+    return built
+
+
+class StoreEvaluation:
+    """An evaluate command over parsed `args` (`common.commands.store_options.add_evaluate_arguments` and
+    `add_rerank_arguments`); `main` runs it and returns the metrics (module docstring).
+
+    A package's subclass sets `package`, `strategies`, `default_depth` and `paper_tables`, and defines the hooks
+    `main` calls, in this order:
+
+    - ``read_inputs()``: the first pass's checkpoint contents and the store (`open_store`), or None; torch alone;
+    - ``data_module(**settings)``: the package's data module of the test task;
+    - ``load_ranker(state)``: the LightningModule of the checkpoint contents, in eval mode;
+    - ``make_scorer(store)``: the first pass's scorer, reading `store`, or end to end where None (a ValueError: a
+      store that does not fit the model);
+    - ``describe()``: the end of the first line printed; ``print_seconds(scorer, end_to_end=False)``;
+    - ``exactness_identity(store)``: the fields of exactness.json that name the model;
+    - `further_runs`: runs of the paper's own beyond the first pass (the files written); `tables`: what else to
+      print beside the metrics; `check_args` may be extended.
+
+    `main` keeps what it has made on the instance for the hooks (``out``, ``task``, ``depth``, ``data_settings``,
+    ``device``, ``ranker``, ``documents``, ``topics``, ``queries``, ``scorer``, ``run``, ``qrels``, ``level``,
+    ``others``).
+    """
+
+    #: The package: its ``<package>.index`` builds the stores, ``outputs/<package>-evaluate-<time>`` is the default
+    #: output folder, and `common.report` knows its paper by that name.
+    package: str
+    #: What a first pass's store may hold (the ``strategy`` of its identity).
+    strategies: tuple[str, ...]
+    #: Candidates re-ranked per query by a checkpoint without a depth setting.
+    default_depth: int
+    #: The comparison with the paper, ``paper_tables(metrics, task, dataset) -> str`` (a staticmethod).
+    paper_tables: Callable[..., str]
+
+    def __init__(self, args: argparse.Namespace):
+        self.args = args
+        self.index_command = f"{self.package}.index"
+
+    def check_args(self) -> None:
+        """What the option types do not check, before anything is imported."""
+        if self.args.compare_end_to_end and self.args.store is None:
+            usage_error("--compare_end_to_end: compares a store's scores with end-to-end ones; give --store")
+
+    def open_store(self):
+        """The ``--store`` (built from this very checkpoint file, of one of `strategies`), or None."""
+        if self.args.store is None:
+            return None
+        return open_store(self.args.store, self.args.checkpoint, self.index_command, self.strategies)
+
+    def main(self) -> dict:
+        args = self.args
+        self.check_args()
+        self.out = out = fresh_output_dir(args.output_dir, f"{self.package}-evaluate")
+        self.task = task = task_spec_from_args(args, "task")
+        from common.commands.quiet import quiet_lightning
+
+        quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+
+        # torch alone: a foreign checkpoint, or a store of another checkpoint, is refused before Lightning loads
+        state, store = self.read_inputs()
+
+        from common.commands.outputs import metrics_table, write_results
+        from common.data.rerank import reranked_run
+        from common.report import paper_dataset
+        from common.stores.scoring import exactness_line, score_pairs
+
+        data, pairs, depth_source = self.open_task(state, store)
+        self.device = resolve_device(args.device)
+        self.ranker = ranker = self.load_ranker(state).to(self.device)
+        source = data.source("test")
+        self.documents, self.topics = source.documents(), source.topics()
+        try:
+            self.scorer = scorer = self.make_scorer(store)
+        except ValueError as error:  # a store of this checkpoint cannot have another width, unless tampered with
+            usage_error(f"--store: {error}")
+        self.queries = len({qid for qid, _ in pairs})
+        print(f"re-ranking the top {self.depth} candidates per query ({depth_source}): {len(pairs):,} pairs of "
+              f"{self.queries:,} queries, {self.describe()}")
+        out.mkdir(parents=True, exist_ok=True)
+        candidates, self.qrels, self.level = data.candidates("test"), data.qrels("test"), data.relevance_level
+        scores = score_pairs(scorer, pairs, self.topics)
+        self.print_seconds(scorer)
+        self.run = run = reranked_run(pairs, scores, candidates)
+        self.others = {}
+        report = self.compare_end_to_end(store, pairs, scores, candidates) if args.compare_end_to_end else None
+        written = self.further_runs()
+        dataset = args.dataset or paper_dataset(self.package, task)
+        metrics = write_results(out, ranker.name, run, self.qrels, candidates, self.level, measures=ranker.measures,
+                                task=task, dataset=dataset, others=self.others)  # fmt: skip
+        print()
+        print(metrics_table(metrics, f"{source.name}: {len(run)} queries, top {self.depth} re-ranked, {scorer.label}",
+                            ranker.measures))  # fmt: skip
+        for table in [*self.tables(metrics), self.paper_tables(metrics, task, dataset)]:
+            print()
+            print(table)
+        if report is not None:
+            print()
+            print(exactness_line(scorer.label, report))
+        files = [out / "run.trec", *written, out / "metrics.json", out / "task.json"]
+        if report is not None:
+            files.append(out / "exactness.json")
+        print(f"\nwritten: {', '.join(map(str, files))}")
+        return metrics
+
+    def open_task(self, state: dict, store) -> tuple:
+        """The data module of ``--task`` with the checkpoint's data settings (its files read now: a malformed one
+        ends the command in one line), its (qid, docid) pairs to re-rank, each of which must have rows in `store`,
+        and where the depth comes from."""
+        from common.commands.cli import INPUT_ERRORS
+
+        args = self.args
+        self.data_settings = state.get("datamodule_hyper_parameters", {})
+        settings = {k: v for k, v in self.data_settings.items() if k in DATA_SETTINGS}
+        if args.relevance_level is not None:
+            settings["relevance_level"] = args.relevance_level
+        self.depth, depth_source = resolve_depth(args.depth, self.data_settings, self.default_depth)
+        architecture = state["hyper_parameters"]["architecture"]
+        data = self.data_module(train=None, dev=None, test=self.task, architecture=architecture, depth=self.depth,
+                                test_queries=args.test_queries, **settings)  # fmt: skip
+        with input_errors(*INPUT_ERRORS):
+            data.check_tasks()  # the task's files read before anything is built, printed or written
+        pairs = data.eval_pairs("test")
+        if store is not None:
+            check_candidates(store, pairs, self.index_command)
+        return data, pairs, depth_source
+
+    def compare_end_to_end(self, store, pairs: list, scores, candidates: dict) -> dict:
+        """Score `pairs` end to end too: that run's metrics join the others (``<name>_end_to_end``), and how far
+        the store's `scores` are from its goes to exactness.json (returned)."""
+        from common.data.rerank import reranked_run
+        from common.io import atomic_write
+        from common.metrics import evaluate_run
+        from common.stores.scoring import compare_scores, score_pairs
+
+        name, measures, level = self.ranker.name, self.ranker.measures, self.level
+        reference_scorer = self.make_scorer(None)
+        reference = score_pairs(reference_scorer, pairs, self.topics)
+        self.print_seconds(reference_scorer, end_to_end=True)
+        reference_run = reranked_run(pairs, reference, candidates)
+        self.others[f"{name}_end_to_end"] = evaluate_run(self.qrels, reference_run, measures, relevance_level=level)
+        metrics = evaluate_run(self.qrels, self.run, measures, relevance_level=level)
+        report = compare_scores(scores, reference, pairs, metrics, self.others[f"{name}_end_to_end"])
+        report = {"store": str(self.args.store), **self.exactness_identity(store), "dtype": store.dtype,
+                  "bytes_per_document": store.bytes_per_document, "store_seconds": self.scorer.seconds,
+                  "end_to_end_seconds": reference_scorer.seconds, **report}  # fmt: skip
+        with atomic_write(self.out / "exactness.json") as f:
+            json.dump(report, f, indent=2)
+            f.write("\n")
+        return report
+
+    def further_runs(self) -> list:
+        """Runs beyond the first pass and what else the paper's command writes, before metrics.json: the files
+        written (none here)."""
+        return []
+
+    def tables(self, metrics: dict) -> list[str]:
+        """What else to print between the metrics and the comparison with the paper (nothing here)."""
+        return []

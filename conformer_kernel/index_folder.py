@@ -1,0 +1,29 @@
+"""The folder of a `conformer_kernel.impact_index` index: the files a finished index holds, the plan an unfinished
+one keeps, and whether a folder can take an index.
+
+Imports nothing heavy: the command lines (`conformer_kernel.index`, `conformer_kernel.evaluate`) check their folders
+with it before torch and Lightning are imported, and `conformer_kernel.impact_index` builds into folders by it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+#: A finished index's files (`conformer_kernel.impact_index.ImpactIndex.save`); meta.json, written last, marks one.
+INDEX_FILES = ("index.npz", "terms.txt", "doc_ids.txt", "meta.json")
+#: An unfinished index's plan (what it indexes, with which model), written before its first shard.
+PLAN = "shards/plan.json"
+
+
+def output_problem(folder: Path, resume: bool = False) -> str | None:
+    """What keeps an index from being built into `folder`, or None: a new or empty folder takes one, and with
+    `resume` one holding an unfinished index (its `PLAN`)."""
+    if folder.exists() and not folder.is_dir():
+        return f"{folder} is a file, not a folder"
+    if (folder / "meta.json").exists():
+        return f"{folder} already holds an index; choose a new folder"
+    if (folder / PLAN).exists():
+        return None if resume else f"{folder} holds an unfinished index: pass --resume to finish it, or a new folder"
+    if folder.exists() and any(folder.iterdir()):
+        return f"{folder} is not empty; choose a new folder"
+    return None

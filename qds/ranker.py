@@ -1,0 +1,116 @@
+"""`QDSRanker`: the LightningModule that trains and evaluates QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document
+Ranking with Query-Directed Sparse Transformer", Findings of EMNLP 2020) or a Table 2 baseline, with its loss.
+
+- Model (`qds.model`): the encoder of the chosen Table 4 pattern (or RoBERTa FirstP / MaxP) and the official head.
+- Training (Sec. 5, "Implementation Details"; official ``src/experiment.py``): pointwise BCE (`bce_loss`) on a
+  positive and `negatives` negatives from its query's top-100 candidates, the positive weighted by the number of
+  negatives (``pos_weight``, official lines 46-49: identical to the unweighted loss at the paper's one negative),
+  Adam (lr 1e-5, betas (0.9, 0.999), no weight decay; lines 50-51), dropout 0.1.
+- Evaluation (`common.training.reranking.RerankingEvaluation`): dev and test re-ranking measured with Table 2's
+  measures; dev MRR@10 selects the checkpoint.
+
+Difference from the official code: the official code steps once per document (batch size 1: the negative, then the
+positive); a step here averages the loss over a group's 1 + `negatives` documents, so that a step sees a whole group.
+"""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+import torch.nn.functional as F
+from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveInt
+from lightning.pytorch.utilities import rank_zero_info
+from torch import Tensor, nn
+
+from common.encoders.tokenizers import vocabulary
+from common.training.reranking import RerankingEvaluation
+from qds.inputs import ALL_PATTERNS
+from qds.model import Impl, Pattern, build_ranker, count_parameters
+
+#: Measures of Table 2 (TREC DL: nDCG@10 and MAP on test, MRR@10 on dev).
+MEASURES = ("ndcg_cut_10", "map", "mrr@10")
+
+
+def bce_loss(scores: Tensor, labels: Tensor, pos_weight: float) -> Tensor:
+    """Official experiment.py lines 46-49, ``BCEWithLogitsLoss(reduction='mean', pos_weight=[num_neg_samples])``:
+    the mean over the (B,) documents of -[w y log σ(s) + (1 - y) log(1 - σ(s))], w = `pos_weight`."""
+    return F.binary_cross_entropy_with_logits(scores, labels, pos_weight=torch.tensor(pos_weight, device=scores.device))
+
+
+class QDSRanker(RerankingEvaluation, L.LightningModule):
+    """QDS-Transformer and the Table 2/4 variants as one LightningModule (see the module docstring).
+
+    Args:
+        pattern: ``qds``, ``qds_q``, ``qds_s``, ``longformer_qa``, ``sparse`` (sparse attention,
+            Table 4 rows) or ``firstp``, ``maxp`` (dense RoBERTa baselines).
+        encoder: Hugging Face name or path of the pretrained encoder (``allenai/longformer-base-4096``,
+            ``roberta-base``); None builds one from scratch with the sizes below.
+        tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; gives vocabulary and pad id).
+        tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
+        window: local attention window w (Eq. 7: |i - j| <= w / 2); even, as Longformer requires (paper: 128).
+        num_layers: layers of a from-scratch encoder (the pretrained Longformer's: 12).
+        hidden_size: hidden size of a from-scratch encoder, a multiple of `num_heads` (the Longformer's: 768).
+        num_heads: attention heads of a from-scratch encoder (the Longformer's: 12).
+        intermediate_size: feed-forward size of a from-scratch encoder (the Longformer's: 3072).
+        max_length: longest input (linked from the data module; sets the position table of a from-scratch encoder).
+        dropout: hidden, attention and head dropout probability (paper: 0.1).
+        lr: Adam's learning rate (paper: 1e-5).
+        betas: Adam's two betas, each in [0, 1) (paper: 0.9, 0.999).
+        weight_decay: Adam's weight decay (paper: none).
+        negatives: negatives per positive in a training group (linked from the data module): BCE's ``pos_weight``.
+        balanced_loss: weight the positive's BCE term by `negatives`, as the official loss does; False: unweighted
+            (the same at one negative).
+        impl: `common.kernels` implementation of the sparse attention (``auto``: TVM on CPU, else portable).
+    """
+
+    measures = MEASURES
+
+    def __init__(
+        self,
+        pattern: Pattern = "qds",
+        encoder: str | None = None,
+        tokenizer: str = "builtin",
+        tokenizer_task: str | dict | None = None,
+        window: PositiveInt = 128,
+        num_layers: NonNegativeInt = 12,
+        hidden_size: PositiveInt = 768,
+        num_heads: PositiveInt = 12,
+        intermediate_size: PositiveInt = 3072,
+        max_length: PositiveInt = 2048,
+        dropout: ClosedUnitInterval = 0.1,
+        lr: NonNegativeFloat = 1e-5,
+        betas: tuple[float, float] = (0.9, 0.999),
+        weight_decay: NonNegativeFloat = 0.0,
+        negatives: PositiveInt = 1,
+        balanced_loss: bool = True,
+        impl: Impl = "auto",
+    ):
+        super().__init__()
+        if pattern not in ALL_PATTERNS:
+            raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
+        self.save_hyperparameters()
+        # A from-scratch encoder takes its vocabulary from the tokenizer; a pretrained one has its own.
+        vocab_size, pad_token_id = vocabulary(tokenizer, tokenizer_task) if encoder is None else (0, 0)
+        self.model = build_ranker(
+            pattern, encoder, vocab_size=vocab_size, pad_token_id=pad_token_id, max_length=max_length, window=window,
+            num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads, intermediate_size=intermediate_size,
+            dropout=dropout, impl=impl,
+        )  # fmt: skip
+        rank_zero_info(f"{pattern}: {count_parameters(self.model) / 1e6:.1f}M parameters")
+        self.pos_weight = float(negatives if balanced_loss else 1)
+        self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
+
+    def forward(self, batch: dict[str, Tensor]) -> Tensor:
+        return self.model(batch)  # (B,)
+
+    def training_step(self, batch: dict[str, Tensor], batch_idx: int) -> Tensor:
+        loss = bce_loss(self(batch), batch["labels"], self.pos_weight)
+        self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
+        return loss
+
+    def configure_optimizers(self):
+        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas),
+                                weight_decay=self.hparams.weight_decay)
+
+    def on_train_epoch_start(self) -> None:
+        self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new negatives each epoch
