@@ -3,16 +3,19 @@ keeps only what it times.
 
 - The command line: `benchmark_parser` gives every benchmark the same options (``--repeats``, ``--threads``,
   ``--output_dir``, ``--overwrite``, ``--json``, and where asked ``--device``, ``--seed``, ``--timeout`` and the
-  internal ``--_one`` of a measurement in a fresh process); `parse` refuses a value given twice to a list option.
+  internal ``--_one`` of a measurement in a fresh process); `parse` refuses a value given twice to a list option;
+  argument types beside `common.refusals`' (`probability`, `fraction`, `even_int`, `int_above`).
   Errors are one line (`common.refusals`), and torch is imported only inside what needs it: a benchmark's ``--help``
   and its argument errors do not wait for it.
 - A run: `Session` refuses existing results without ``--overwrite``, sets torch's thread count for the run and
   restores it after (a benchmark's ``main`` called in-process leaves the caller's count as it was), prints the
   report on stdout (on stderr with ``--json``, whose rows alone go to stdout) and progress on stderr, and writes the
-  rows as CSV and JSONL (`write_rows`), a plot (`draw`) and a text table (`text_table`). Rates are kept to 4
-  significant digits (`significant`) whatever their magnitude.
+  rows as CSV and JSONL (`write_rows`), a plot (`draw`; `bar_chart` of the rows' ``ms``) and a text table
+  (`text_table`). Rates are kept to 4 significant digits (`significant`) whatever their magnitude.
 - Timing: `times_ms` (CUDA synchronised around each call), `median_ms`, `spread_ms` (minimum, median, maximum),
-  `wall_and_cpu_ms` (the process's CPU time beside the wall clock); `count_flops`.
+  `wall_and_cpu_ms` (the process's CPU time beside the wall clock), `PartTimes` (the parts of a timed call);
+  `count_flops`. A model's step on a batch: `training_step` (loss, backward, Adam) or `inference_step`, measured
+  by `measure_step` (the peak memory of its first call, then the median of the timed ones).
 - Memory: `peak_mb(step, device)`, the peak of one call above what was in use before it: CUDA's allocator peak
   (`cuda_peak_mb`), on CPU the rise of the peak resident set (`reset_peak_rss`, `peak_rss_mb`; `max_rss_mb`, the
   lifetime peak, where the peak cannot be reset). `available_mb` and `limit_data_segment` keep a measurement that
@@ -23,7 +26,9 @@ keeps only what it times.
 - The machine: `cpu_model`, `cpu_description` (model, vector extensions, logical CPUs: runs on machines that
   differ in CPU model compare by it), `gpu_description`, `machine` (what a row records of it).
 - Fits: `polyfit` and `fit_value`, a least-squares polynomial of a measurement against the length.
-- BERT-sized models built from scratch: `BertSize`, and `bert_pairs`, a ranker's ``[CLS] query [SEP] document [SEP]``.
+- BERT-sized models built from scratch: `BertSize` (as options: `add_size_options`, `resolve_size`); their inputs
+  of random words (`random_words`, `bert_query`, `bert_documents`), and `bert_pairs`, a ranker's ``[CLS] query
+  [SEP] document [SEP]``.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from common.refusals import ArgumentParser, number_in, output_folder, positive_float, positive_int, usage_error
 
@@ -101,6 +107,30 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
         if action.nargs == "+":
             refuse_repeats(action.option_strings[0], getattr(args, action.dest))
     return args
+
+
+def even_int(reason: str) -> Callable[[str], int]:
+    """An argparse type: a positive even integer; an odd one is refused with `reason`."""
+
+    def even(text: str) -> int:
+        value = positive_int(text)
+        if value % 2:
+            raise argparse.ArgumentTypeError(f"must be even ({reason}), got {value}")
+        return value
+
+    return even
+
+
+def int_above(low: int, reason: str) -> Callable[[str], int]:
+    """An argparse type: a positive integer above `low`; one at most `low` is refused with `reason`."""
+
+    def above(text: str) -> int:
+        value = positive_int(text)
+        if value <= low:
+            raise argparse.ArgumentTypeError(f"must be above {low} ({reason}), got {value}")
+        return value
+
+    return above
 
 
 def resolve_device(requested: str | None) -> str:
@@ -171,18 +201,21 @@ class Session:
         """A progress line, on stderr."""
         print(text, file=sys.stderr, flush=True)
 
-    def emit(self, row: dict, progress: str | None = None) -> None:
-        """A measured row: its JSON line on stdout with ``--json``, and its `progress` line."""
+    def emit(self, row: dict, progress: str | None = None) -> dict:
+        """A measured row: its JSON line on stdout with ``--json``, and its `progress` line; returns `row`."""
         if self.json:
             print(json.dumps(row), flush=True)
         if progress:
             self.log(progress)
+        return row
 
     def finish(self, rows: list[dict], fields: Sequence[str] | None = None, *, plot: Callable | None = None,
-               table: Callable[[list[dict]], str] | None = None, documents: dict[str, object] | None = None) -> int:
+               table: Callable[[list[dict]], str] | Sequence[tuple[str, str]] | None = None,
+               documents: dict[str, object] | None = None) -> int:
         """Write `rows` (CSV with the `fields` columns, by default every key of the rows in order; JSONL), each of
-        `documents` as JSON to its path, the plot (``plot(rows, path, overwrite)``) and print ``table(rows)``: the exit
-        status, 0; 1 (nothing written) when no row was measured (every row skipped, or none)."""
+        `documents` as JSON to its path, the plot (``plot(rows, path, overwrite)``) and print ``table(rows)`` (`table`
+        as (key, format spec) columns: `text_table` of them): the exit status, 0; 1 (nothing written) when no row was
+        measured (every row skipped, or none)."""
         if all(row.get("skipped") for row in rows):
             print("no measurement succeeded", file=sys.stderr)
             return 1
@@ -197,7 +230,7 @@ class Session:
         if plot is not None:
             plot(rows, self.paths["png"], self.overwrite)
         if table is not None:
-            self.say(table(rows))
+            self.say(table(rows) if callable(table) else text_table(rows, [(key, key, spec) for key, spec in table]))
         self.say(f"wrote {', '.join(str(p) for p in self.paths.values())}")
         return 0
 
@@ -247,9 +280,16 @@ def text_table(rows: list[dict], columns: Sequence[tuple[str, str | Callable[[di
 # --------------------------------------------------------------------------- BERT-sized models
 
 
+#: bert-base-uncased's vocabulary size and its [PAD], [CLS] and [SEP] ids; random words are drawn from FIRST_WORD on.
+BERT_VOCAB_SIZE, BERT_PAD, BERT_CLS, BERT_SEP, FIRST_WORD = 30522, 0, 101, 102, 1000
+
+
 @dataclass(frozen=True)
 class BertSize:
     """A BERT's size, for benchmarks that build one from scratch (random weights: timing does not depend on them)."""
+
+    #: The names of the sizes as options and as `common.encoders.pretrained.bert_config` takes them.
+    OPTIONS: ClassVar[tuple[str, ...]] = ("num_layers", "hidden_size", "num_heads", "intermediate_size")
 
     layers: int
     hidden: int
@@ -260,12 +300,58 @@ class BertSize:
         return f"L={self.layers}, h={self.hidden}, {self.heads} heads, FFN {self.intermediate}"
 
     def options(self) -> dict[str, int]:
-        """The size as `common.encoders.pretrained.bert_config` takes it."""
-        return {"num_layers": self.layers, "hidden_size": self.hidden, "num_heads": self.heads,
+        """The size by `OPTIONS` name."""
+        return dict(zip(self.OPTIONS, (self.layers, self.hidden, self.heads, self.intermediate)))
+
+    def hf_config(self) -> dict[str, int]:
+        """The size as the configs of Hugging Face's BERT family (``RobertaConfig``...) name it."""
+        return {"num_hidden_layers": self.layers, "hidden_size": self.hidden, "num_attention_heads": self.heads,
                 "intermediate_size": self.intermediate}
 
 
-def bert_pairs(query, documents, sep: int) -> dict:
+def add_size_options(parser: argparse.ArgumentParser, sizes: dict[str, BertSize]) -> None:
+    """The `BertSize.OPTIONS` as options (``--num_layers``...), each left out defaulting to the size of the device
+    in `sizes` (`resolve_size`)."""
+    for name in BertSize.OPTIONS:
+        defaults = ", ".join(f"{size.options()[name]} on {device.upper()}" for device, size in sizes.items())
+        parser.add_argument(f"--{name}", type=positive_int, help=f"{name.replace('_', ' ')} (default: {defaults})")
+
+
+def resolve_size(args: argparse.Namespace, sizes: dict[str, BertSize]) -> None:
+    """Set the size options left out to those of ``sizes[args.device]``; a head count that does not divide the hidden
+    size ends the command."""
+    for name, value in sizes[args.device].options().items():
+        setattr(args, name, getattr(args, name) or value)
+    if args.hidden_size % args.num_heads:
+        usage_error(f"argument --num_heads: must divide the hidden size {args.hidden_size}, got {args.num_heads}")
+
+
+def random_words(count: int, length: int, seed: int):
+    """(count, length) random ids of bert-base-uncased's words (`FIRST_WORD` on), drawn from `seed`."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (count, length), generator=generator)
+
+
+def bert_query(length: int, seed: int):
+    """A query of `length` tokens, (1, length) ids ``[CLS]`` `random_words` ``[SEP]`` drawn from `seed`, and its
+    mask."""
+    import torch
+
+    words = random_words(1, length - 2, seed)
+    tokens = torch.cat([torch.tensor([[BERT_CLS]]), words, torch.tensor([[BERT_SEP]])], dim=1)
+    return tokens, torch.ones_like(tokens)
+
+
+def bert_documents(words):
+    """Documents ``[CLS] words`` (count, 1 + length) of `words` (count, length)."""
+    import torch
+
+    return torch.cat([torch.full((len(words), 1), BERT_CLS), words], dim=1)
+
+
+def bert_pairs(query, documents, sep: int = BERT_SEP) -> dict:
     """BERT's pair inputs ``query documents[i] [SEP]`` for each row of `documents` (count, d): `query` (1, q) is the
     shared first segment, [CLS] and its [SEP] included; the token types are 1 from the document on."""
     import torch
@@ -302,6 +388,18 @@ class Panel:
     log: str = "xy"
     bars: bool = False
     ticks: bool = False
+
+
+def bar_chart(rows: list[dict], path: Path, *, label: Callable[[dict], str], text: Callable[[dict], str | None],
+              passes: Sequence[str], ylabel: str, title: str, overwrite: bool = False) -> None:
+    """Bars of the rows' ``ms``, one panel per length ``n``, the rows of each of `passes` a series of bars side by side,
+    each bar at its row's `label` with its `text` above it; rows without ``ms`` (skipped) are left out."""
+    measured = [r for r in rows if r["ms"] is not None]
+    panels = [Panel(f"n = {n}", "", ylabel, log="y", bars=True, lines=[
+        Line(pass_, [(label(r), r["ms"], text(r)) for r in measured if (r["n"], r["pass"]) == (n, pass_)])
+        for pass_ in passes]) for n in sorted({r["n"] for r in measured})]
+    labels = {label(r) for r in measured}
+    draw(panels, path, columns=1, size=(max(8, 0.55 * len(labels) + 2), 4.5), title=title, overwrite=overwrite)
 
 
 def draw(panels: list[Panel], path: Path, *, title: str = "", columns: int | None = None,
@@ -409,6 +507,58 @@ def wall_and_cpu_ms(step: Callable[[], object], repeats: int) -> tuple[float, fl
         cpu.append((time.process_time() - start) * 1000)
 
     return median_ms(step_with_cpu_time, repeats, "cpu"), statistics.median(cpu)
+
+
+class PartTimes:
+    """Milliseconds spent in the named parts of a timed call, summed over the call: ``with parts("read_ms"): ...``;
+    `ms` holds them by name, each 0.0 until timed."""
+
+    def __init__(self, names: Iterable[str]):
+        self.ms = dict.fromkeys(names, 0.0)
+
+    @contextlib.contextmanager
+    def __call__(self, name: str):
+        start = time.perf_counter()
+        yield
+        self.ms[name] += (time.perf_counter() - start) * 1000
+
+
+def training_step(model, loss: Callable[[object], object], lr: float) -> Callable[[object], None]:
+    """One training step of `model` (put in train mode) on a batch: ``loss(batch)``, backward, an Adam step with
+    learning rate `lr`, and the gradients cleared at the end (the next batch starts without them)."""
+    import torch
+
+    model.train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+
+    def step(batch) -> None:
+        loss(batch).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def inference_step(model) -> Callable[[object], object]:
+    """A forward of `model` (put in eval mode) on a batch, in inference mode."""
+    import torch
+
+    model.eval()
+
+    def step(batch):
+        with torch.inference_mode():
+            return model(batch)
+
+    return step
+
+
+def measure_step(step: Callable[[object], object], batch, *, warmup: int, repeats: int, device: str) -> dict:
+    """``peak_mb`` of the first call of `step` on `batch` (`peak_mb`), then `warmup` - 1 untimed calls, and ``ms``,
+    the median of `repeats` timed ones."""
+    peak = peak_mb(lambda: step(batch), device)
+    for _ in range(warmup - 1):
+        step(batch)
+    return {"ms": median_ms(lambda: step(batch), repeats, device), "peak_mb": peak}
 
 
 def count_flops(step: Callable[[], object]) -> int:

@@ -1,147 +1,58 @@
 """``python -m earl.benchmark``: milliseconds to rank one query's N candidates with the BERT ranker, EARL S1 and EARL S2
-(Gao, Dai, Callan 2020, Sec. 5.2, Table 3), beside Table 1's cost (`earl.costs`) and counted FLOPs.
+(Gao, Dai, Callan 2020, Sec. 5.2, Table 3), beside Table 1's cost (`earl.costs.Size`) and counted FLOPs.
 
 Timed per query of 16 tokens (Sec. 5.2), random weights (timing does not depend on them), inference mode:
 ``bert_ranker``, `BertRanker` over ``[CLS] query [SEP] document [SEP]`` in batches of ``--batch_size``, timed on
 ``--ranker_candidates`` candidates and scaled linearly to N (each is the same work); ``earl_s1``, T_qry once, then per
-batch of ``--earl_batch_size`` candidates their rows of D copied from a memory-mapped store
-(`common.stores.representations`, read once untimed: the page cache holds it) into a preallocated tensor, their keys
-and values (the n^2 d term S2 saves; ``--keys_values fused`` stacks the 2K projections into one product, to the same
-values) and `EARL.judge`; ``earl_s2``, the same from a store of D' (Eq. 25). ``ms`` is the median wall clock of
-``--repeats`` queries after a warm-up batch, ``cpu_ms`` their process CPU time (with ``--threads 1`` the steadier
-measure on a shared machine), with EARL's parts (``query_ms``, ``read_ms``, ``keys_values_ms``, ``judge_ms``);
-``flops`` are FlopCounterMode's counts of the very calls timed, scaled to N; ``analytic_ratio`` and ``table1_ratio``
-are Table 1's ratio counted in multiply-adds and with every constant 1.
+batch of ``--earl_batch_size`` candidates their rows of D copied from a memory-mapped store (`earl.store.random_stores`,
+read once untimed: the page cache holds it) into a preallocated tensor, their keys and values (the n^2 d term S2 saves;
+``--keys_values fused`` stacks the 2K projections into one product, to the same values) and `EARL.judge`; ``earl_s2``,
+the same from a store of D' (Eq. 25). ``ms`` is the median wall clock of ``--repeats`` queries after a warm-up batch,
+``cpu_ms`` their process CPU time (with ``--threads 1`` the steadier measure on a shared machine), with EARL's parts
+(``query_ms``, ``read_ms``, ``keys_values_ms``, ``judge_ms``); ``flops`` are FlopCounterMode's counts of the very calls
+timed, scaled to N; ``analytic_ratio`` and ``table1_ratio`` are Table 1's ratio in multiply-adds and with every
+constant 1.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
 import statistics
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from common.benchmarking import (
-    BertSize, Line, Panel, Session, benchmark_parser, bert_pairs, count_flops, describe_machine, draw, machine,
-    output_paths, parse, rounded, text_table, wall_and_cpu_ms,
+    Line, Panel, PartTimes, Session, benchmark_parser, bert_pairs, bert_query, count_flops, describe_machine, draw,
+    machine, output_paths, parse, rounded, wall_and_cpu_ms,
 )
 from common.refusals import output_folder, positive_int, usage_error
-from earl.costs import TABLE1, Constants, analytic_cost, counted_constants
+from earl.costs import TABLE1, Size
 
 IMPLS = ("bert_ranker", "earl_s1", "earl_s2")
 STRATEGY = {"earl_s1": "s1", "earl_s2": "s2"}
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "earl"
 QUERY_LENGTH = 16  # Sec. 5.2: "we fixed query length at 16"
-VOCAB_SIZE, PAD, CLS, SEP, FIRST_WORD = 30522, 0, 101, 102, 1000  # bert-base-uncased's; random words from FIRST_WORD
-DTYPES = {"fp32": "float32", "fp16": "float16"}
-
-
-@dataclass(frozen=True)
-class Size(BertSize):
-    """BERT's size and EARL's: K judge blocks, l query layers."""
-
-    blocks: int
-    query_layers: int
-
-    def describe(self) -> str:
-        return f"{super().describe()}; EARL l={self.query_layers}, K={self.blocks}"
-
-
+DTYPES = ("fp32", "fp16")  # earl.store.ROW_TYPES, not imported here: earl.store loads torch, and --help must not
+PARTS = ("query_ms", "read_ms", "keys_values_ms", "judge_ms")  # EARL's, timed by `EarlScorer`
 SIZES = {"base": Size(layers=12, hidden=768, heads=12, intermediate=3072, blocks=2, query_layers=10),  # the paper's
          "small": Size(layers=4, hidden=256, heads=4, intermediate=1024, blocks=2, query_layers=2)}  # head width 64
-
-
-def size_cost(impl: str, size: Size, n: int, documents: int, constants: Constants | None = None) -> float:
-    """`earl.costs.analytic_cost` at `size` (query length 16, document length n), in multiply-adds by default."""
-    return analytic_cost(impl, n=size.hidden, q=QUERY_LENGTH, d=n, documents=documents, layers=size.layers,
-                         query_layers=size.query_layers, blocks=size.blocks,
-                         constants=constants or counted_constants(size.hidden, size.intermediate))
+TABLE = (("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f"), ("speedup", ".1f"),
+         ("cpu_ms", ".1f"), ("cpu_speedup", ".1f"), ("analytic_ratio", ".1f"), ("table1_ratio", ".1f"),
+         ("flop_ratio", ".1f"), ("gflops_per_s", ".1f"), ("measured_candidates", "d"), ("load_1min", ".1f"))
 
 
 def build_models(size: Size, max_length: int, seed: int):
     """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's
     T_doc (T_qry and the judge blocks are built from it, Sec. 3.4)."""
-    import torch
-    from transformers import BertModel
-
+    from common.benchmarking import BERT_PAD, BERT_VOCAB_SIZE
     from common.encoders.bert_rankers import BertRanker
-    from common.encoders.pretrained import bert_config
+    from common.encoders.pretrained import from_scratch_bert
     from earl.model import build_earl
 
-    torch.manual_seed(seed)
-    bert = BertModel(bert_config(vocab_size=VOCAB_SIZE, pad_token_id=PAD, dropout=0.1, max_length=max_length,
-                                 **size.options()), add_pooling_layer=False)
+    bert = from_scratch_bert(seed, vocab_size=BERT_VOCAB_SIZE, pad_token_id=BERT_PAD, dropout=0.1,
+                             max_length=max_length, **size.options())
     return build_earl(bert, num_blocks=size.blocks, query_layers=size.query_layers).eval(), BertRanker(bert).eval()
-
-
-def query_tokens(seed: int):
-    """The query, (1, 16) ids ``[CLS] 14 words [SEP]``, and its mask."""
-    import torch
-
-    words = torch.randint(FIRST_WORD, VOCAB_SIZE, (1, QUERY_LENGTH - 2), generator=torch.Generator().manual_seed(seed))
-    tokens = torch.cat([torch.tensor([[CLS]]), words, torch.tensor([[SEP]])], dim=1)
-    return tokens, torch.ones_like(tokens)
-
-
-def document_words(n: int, count: int, seed: int):
-    """`count` documents' n - 1 random words each, (count, n - 1), the same for every implementation."""
-    import torch
-
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + n)
-    return torch.randint(FIRST_WORD, VOCAB_SIZE, (count, n - 1), generator=generator)
-
-
-def document_tokens(words):
-    """EARL's documents: ``[CLS]`` and the words, n tokens each."""
-    import torch
-
-    return torch.cat([torch.full((len(words), 1), CLS), words], dim=1)
-
-
-def doc_ids(count: int) -> list[str]:
-    return [f"d{i}" for i in range(count)]
-
-
-def build_stores(root: Path, model, *, size_name: str, size: Size, impls: list[str], n: int, count: int, dtype: str,
-                 documents: str, seed: int, shard_size: int, batch_size: int) -> dict:
-    """The S1 and/or S2 stores (`impls`) of `count` documents of n tokens under `root`, from one pass over D (T_doc on
-    random words, or with `documents` ``random`` seeded noise of D's shape). A finished store of the same identity
-    is opened, not rebuilt; an unfinished one is resumed."""
-    import torch
-
-    from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
-
-    stores, writers = {}, {}
-    for impl in impls:
-        folder = root / f"{size_name}_n{n}_{STRATEGY[impl]}_{dtype}_{documents}_{count}"
-        identity = {"checkpoint": f"random weights, seed {seed}, size {size_name} ({size.describe()})",
-                    "strategy": STRATEGY[impl], "length": n, "documents": documents, "count": count}
-        if (folder / MANIFEST).exists():
-            stores[impl] = RepresentationStore.open(folder, expect=identity)
-            continue
-        writers[impl] = StoreWriter(folder, doc_ids=doc_ids(count), dtype=DTYPES[dtype], shard_size=shard_size,
-                                    width=size.hidden * (1 if impl == "earl_s1" else 2 * size.blocks),
-                                    identity=identity, extra={"judge_blocks": size.blocks, "heads": size.heads},
-                                    resume=True)  # fmt: skip
-    words = document_words(n, count, seed) if writers and documents == "encoded" else None
-    keys_values = fused_keys_values(model)  # D' as EARL.document_keys_values computes it, in one product
-    with torch.inference_mode():
-        for shard in sorted(set().union(*(set(w.pending()) for w in writers.values()))):
-            first, last = shard * shard_size, min(shard * shard_size + shard_size, count)
-            if words is None:
-                generator = torch.Generator().manual_seed(seed * 1_000_003 + n * 7919 + shard)
-                hidden = torch.randn(last - first, n, size.hidden, generator=generator)
-            else:
-                hidden = torch.cat([model.encode_documents(part, torch.ones_like(part))
-                                    for part in document_tokens(words[first:last]).split(batch_size)])
-            for impl, writer in writers.items():
-                if shard in writer.pending():
-                    writer.write_shard(shard, list(hidden if impl == "earl_s1" else keys_values(hidden)))
-    return {impl: stores[impl] if impl in stores else writers[impl].finish() for impl in impls}
 
 
 def fused_keys_values(model):
@@ -160,7 +71,7 @@ class EarlScorer:
     """Scores one query against candidates from a store as timed: T_qry once, then per batch of `batch_size`
     candidates (each exactly `n` rows) their rows read into a preallocated tensor, keys and values (S1 only:
     `fused_keys_values`, or `EARL.document_keys_values` with `keys_values` ``model``) and the judge. After a call
-    ``parts`` holds its milliseconds of query encoding, reads, keys and values, and judge."""
+    ``parts.ms`` holds its milliseconds of query encoding, reads, keys and values, and judge (`PARTS`)."""
 
     def __init__(self, model, store, impl: str, n: int, batch_size: int, keys_values: str = "fused"):
         import torch
@@ -176,7 +87,7 @@ class EarlScorer:
         self.compute = self.rows if stored == torch.float32 else torch.empty(batch_size, n, store.width)
         self.doc_mask = torch.ones(batch_size, n, dtype=torch.bool)
         self.query_index = torch.zeros(batch_size, dtype=torch.long)
-        self.parts: dict[str, float] = {}
+        self.parts = PartTimes(PARTS)
 
     def read(self, ids: list[str]):
         """The candidates' rows as a (len(ids), n, width) fp32 tensor (the preallocated buffer's first rows)."""
@@ -195,28 +106,23 @@ class EarlScorer:
 
     def judge_batch(self, queries, query_mask, rows):
         """Scores of one batch of candidates from their rows (D for S1, D' for S2); times its two parts."""
-        start = time.perf_counter()
-        keys_values = self.keys_values(rows) if self.impl == "earl_s1" else rows
-        middle = time.perf_counter()
-        count = len(rows)
-        scores = self.model.judge(queries, query_mask, keys_values, self.doc_mask[:count], self.query_index[:count])
-        self.parts["keys_values_ms"] = self.parts.get("keys_values_ms", 0.0) + (middle - start) * 1000
-        self.parts["judge_ms"] = self.parts.get("judge_ms", 0.0) + (time.perf_counter() - middle) * 1000
-        return scores
+        with self.parts("keys_values_ms"):
+            keys_values = self.keys_values(rows) if self.impl == "earl_s1" else rows
+        with self.parts("judge_ms"):
+            count = len(rows)
+            return self.model.judge(queries, query_mask, keys_values, self.doc_mask[:count], self.query_index[:count])
 
     def __call__(self, tokens, mask, ids: list[str]):
         """Scores (len(ids),) of the candidates `ids` for the query `tokens` (1, q) with `mask`."""
         import torch
 
-        self.parts = dict.fromkeys(("query_ms", "read_ms", "keys_values_ms", "judge_ms"), 0.0)
-        start = time.perf_counter()
-        queries, query_mask = self.model.encode_queries(tokens, mask), mask.bool()  # (1, q, h): once per query
-        self.parts["query_ms"] = (time.perf_counter() - start) * 1000
+        self.parts = PartTimes(PARTS)
+        with self.parts("query_ms"):
+            queries, query_mask = self.model.encode_queries(tokens, mask), mask.bool()  # (1, q, h): once per query
         scores = torch.empty(len(ids))
         for first in range(0, len(ids), self.batch_size):
-            before = time.perf_counter()
-            rows = self.read(ids[first : first + self.batch_size])
-            self.parts["read_ms"] += (time.perf_counter() - before) * 1000
+            with self.parts("read_ms"):
+                rows = self.read(ids[first : first + self.batch_size])
             scores[first : first + len(rows)] = self.judge_batch(queries, query_mask, rows)
         return scores
 
@@ -231,18 +137,24 @@ def earl_flops(scorer: EarlScorer, tokens, mask, ids: list[str], candidates: int
     return query + math.ceil(candidates / scorer.batch_size) * (2 * one - two) + candidates * (two - one)
 
 
-def measure_ranker(ranker, n: int, args) -> dict:
-    """Time the BERT ranker on min(--ranker_candidates, N) pairs, scaled to N."""
+def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
+    """The BERT ranker's FLOPs on N pairs (counted on one; every row's ratio is to them) and, where `timed`, its time on
+    min(--ranker_candidates, N) pairs, scaled to N."""
     import torch
 
+    from earl.store import document_words
+
     measured = min(args.ranker_candidates, args.candidates)
-    pairs = bert_pairs(query_tokens(args.seed)[0], document_words(n, measured, args.seed), SEP)
+    pairs = bert_pairs(bert_query(QUERY_LENGTH, args.seed)[0], document_words(n, measured, args.seed))
     batches = [{k: v[i : i + args.batch_size] for k, v in pairs.items()} for i in range(0, measured, args.batch_size)]
     with torch.inference_mode():
+        flops = count_flops(lambda: ranker({k: v[:1] for k, v in pairs.items()})) * args.candidates
+        if not timed:
+            return {"flops": flops}
         ranker(batches[0])  # warm-up
         ms, cpu_ms = wall_and_cpu_ms(lambda: torch.cat([ranker(batch) for batch in batches]), args.repeats)
     scale = args.candidates / measured
-    return {"ms": ms * scale, "cpu_ms": cpu_ms * scale, "measured_candidates": measured}
+    return {"ms": ms * scale, "cpu_ms": cpu_ms * scale, "measured_candidates": measured, "flops": flops}
 
 
 def measure_earl(model, store, impl: str, n: int, args) -> dict:
@@ -250,12 +162,12 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
     untimed batch; its parts are the medians over the timed queries, its FLOPs `earl_flops`."""
     import torch
 
-    ids, (tokens, mask), parts = doc_ids(args.candidates), query_tokens(args.seed), []
+    ids, (tokens, mask), parts = store.doc_ids, bert_query(QUERY_LENGTH, args.seed), []
     scorer = EarlScorer(model, store, impl, n, min(args.earl_batch_size, args.candidates), args.keys_values)
 
     def step():
         scorer(tokens, mask, ids)
-        parts.append(dict(scorer.parts))
+        parts.append(dict(scorer.parts.ms))
 
     with torch.inference_mode():
         scorer.warm(ids)
@@ -267,65 +179,33 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
             "store_bytes_per_document": store.bytes_per_document}
 
 
-def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict | None, ranker_flops: int, args) -> dict:
-    """One output row: the measurement, its ratios to the BERT ranker's (`ranker`, None when not timed; its FLOPs
-    `ranker_flops`, counted whether timed or not), the setting."""
+def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args) -> dict:
+    """One output row: the measurement, its ratios to the BERT ranker's (`ranker`: its FLOPs, and its time where it was
+    timed) and Table 1's (`earl.costs.Size.ratio`), the setting."""
     size, N, ms, flops = SIZES[size_name], args.candidates, result["ms"], result["flops"]
-    macs, earl = size_cost(impl, size, n, N), impl != "bert_ranker"
-    ranker_ms, ranker_cpu_ms = (ranker["ms"], ranker["cpu_ms"]) if ranker else (None, None)
+    earl, s1 = impl != "bert_ranker", impl == "earl_s1"
+    ranker_ms, ranker_cpu_ms = ranker.get("ms"), ranker.get("cpu_ms")
     return {"bench": "earl_speed", "impl": impl, "size": size_name, "n": n, "pass": "infer", "ms": round(ms, 3),
             "candidates": N, "measured_candidates": result["measured_candidates"],
             "extrapolated": result["measured_candidates"] < N, "speedup": rounded(ranker_ms and ranker_ms / ms, 2),
             "cpu_ms": round(result["cpu_ms"], 3),
             "cpu_speedup": rounded(ranker_cpu_ms and ranker_cpu_ms / result["cpu_ms"], 2),
-            "analytic_ratio": round(size_cost("bert_ranker", size, n, N) / macs, 2),
-            "table1_ratio": round(size_cost("bert_ranker", size, n, N, TABLE1) / size_cost(impl, size, n, N, TABLE1),
-                                  2),
-            "flop_ratio": round(ranker_flops / flops, 2),
+            "analytic_ratio": round(size.ratio(impl, QUERY_LENGTH, n, N), 2),
+            "table1_ratio": round(size.ratio(impl, QUERY_LENGTH, n, N, TABLE1), 2),
+            "flop_ratio": round(ranker["flops"] / flops, 2),
             "affordable_candidates": math.floor(N * ms / ranker_ms) if ranker_ms and earl else None,
             "query_ms": rounded(result.get("query_ms"), 3), "read_ms": rounded(result.get("read_ms"), 3),
-            "keys_values_ms": rounded(result.get("keys_values_ms"), 3) if impl == "earl_s1" else None,
-            "keys_values": args.keys_values if impl == "earl_s1" else None,
-            "judge_ms": rounded(result.get("judge_ms"), 3),
-            "flops": flops, "analytic_macs": round(macs), "gflops_per_s": round(flops / ms / 1e6, 2),
+            "keys_values_ms": rounded(result.get("keys_values_ms"), 3) if s1 else None,
+            "keys_values": args.keys_values if s1 else None, "judge_ms": rounded(result.get("judge_ms"), 3),
+            "flops": flops, "analytic_macs": round(size.cost(impl, QUERY_LENGTH, n, N)),
+            "gflops_per_s": round(flops / ms / 1e6, 2),
             "compute_gflops_per_s": round(flops / (ms - result.get("read_ms", 0.0)) / 1e6, 2),
             "store_dtype": args.dtype if earl else None,
             "store_bytes_per_document": result.get("store_bytes_per_document"),
             "documents": args.documents if earl else None,
             "batch_size": min(args.earl_batch_size, N) if earl else args.batch_size, "query_length": QUERY_LENGTH,
-            "num_layers": size.layers, "hidden_size": size.hidden, "num_heads": size.heads,
-            "intermediate_size": size.intermediate, "judge_blocks": size.blocks, "query_layers": size.query_layers,
+            **size.options(), "judge_blocks": size.blocks, "query_layers": size.query_layers,
             "repeats": args.repeats, **machine()}
-
-
-def run_size(size_name: str, args, store_root: Path, emit) -> list[dict]:
-    """Every length and implementation of one size; `emit` is given each row as it is measured."""
-    import torch
-
-    size = SIZES[size_name]
-    # q + d positions: 528 at d = 512, past BERT's 512 (random weights: nothing is lost)
-    model, ranker = build_models(size, QUERY_LENGTH + max(args.lengths), args.seed)
-    rows = []
-    for n in args.lengths:
-        one = bert_pairs(query_tokens(args.seed)[0], document_words(n, 1, args.seed), SEP)
-        with torch.inference_mode():  # the ranker's FLOPs are every row's ratio; its time only where it is measured
-            ranker_flops = count_flops(lambda: ranker(one)) * args.candidates
-        timed = measure_ranker(ranker, n, args) if "bert_ranker" in args.impls else None
-        if timed:
-            rows.append(emit(make_row("bert_ranker", size_name, n, {**timed, "flops": ranker_flops}, timed,
-                                      ranker_flops, args)))
-        wanted = [impl for impl in STRATEGY if impl in args.impls]
-        stores = wanted and build_stores(store_root, model, size_name=size_name, size=size, impls=wanted, n=n,
-                                         count=args.candidates, dtype=args.dtype, documents=args.documents,
-                                         seed=args.seed, shard_size=min(args.earl_batch_size, args.candidates),
-                                         batch_size=args.batch_size)  # fmt: skip
-        for impl in wanted:
-            result = measure_earl(model, stores[impl], impl, n, args)
-            rows.append(emit(make_row(impl, size_name, n, result, timed, ranker_flops, args)))
-        if stores and args.store_dir is None:  # a temporary store: free its disk and page cache before the next n
-            for store in stores.values():
-                shutil.rmtree(store.folder, ignore_errors=True)
-    return rows
 
 
 def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
@@ -344,14 +224,6 @@ def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
                             f"{first['threads']} thread(s)", "document length d (tokens)",
                             f"seconds per query ({first['candidates']} candidates)", lines, ticks=True))
     draw(panels, path, overwrite=overwrite)
-
-
-def table(rows: list[dict]) -> str:
-    """The measurements as a text table (ratios: the BERT ranker's over the row's)."""
-    return text_table(rows, [(key, key, spec) for key, spec in (
-        ("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f"), ("speedup", ".1f"),
-        ("cpu_ms", ".1f"), ("cpu_speedup", ".1f"), ("analytic_ratio", ".1f"), ("table1_ratio", ".1f"),
-        ("flop_ratio", ".1f"), ("gflops_per_s", ".1f"), ("measured_candidates", "d"), ("load_1min", ".1f"))])
 
 
 def parse_args(argv: list[str] | None):
@@ -374,7 +246,7 @@ def parse_args(argv: list[str] | None):
     add("--earl_batch_size", type=positive_int, default=100, help="EARL candidates per judge call (and per shard)")
     add("--keys_values", choices=("fused", "model"), default="fused", help="S1's keys and values: one product of "
         "the stacked weights (fused) or EARL.document_keys_values (model: 2K products and a concatenation)")
-    add("--dtype", choices=tuple(DTYPES), default="fp32", help="the stores' rows (fp16: converted to fp32 once read)")
+    add("--dtype", choices=DTYPES, default="fp32", help="the stores' rows (fp16: converted to fp32 once read)")
     add("--documents", choices=("encoded", "random"), default="encoded",
         help="the stores' D: T_doc on random token ids, or seeded noise (no offline encoding, same timing)")
     add("--store_dir", type=output_folder, help="where the stores are built and kept, reused when their identity "
@@ -390,16 +262,33 @@ def main(argv: list[str] | None = None) -> int:
     with Session(args, output_paths(args.output_dir, "speed")) as session:
         session.say(f"EARL speed: {', '.join(args.size)}; lengths {args.lengths}; {args.candidates} candidates (BERT "
                     f"ranker timed on {min(args.ranker_candidates, args.candidates)}); {describe_machine()}")
+        from earl.store import random_stores
 
         def emit(row: dict) -> dict:
-            session.emit(row, f"{row['size']} {row['impl']:>11} n={row['n']}: {row['ms']:.1f} ms/query"
-                         + ("" if row["speedup"] is None else f", {row['speedup']:.1f}x"))
-            return row
+            return session.emit(row, f"{row['size']} {row['impl']:>11} n={row['n']}: {row['ms']:.1f} ms/query"
+                                + ("" if row["speedup"] is None else f", {row['speedup']:.1f}x"))
 
-        with tempfile.TemporaryDirectory(prefix="earl_stores_") as temporary:
-            rows = [row for size_name in args.size
-                    for row in run_size(size_name, args, args.store_dir or Path(temporary), emit)]
-        return session.finish(rows, plot=plot, table=table)
+        rows, wanted = [], [impl for impl in STRATEGY if impl in args.impls]
+        for size_name in args.size:
+            size = SIZES[size_name]
+            # q + d positions: 528 at d = 512, past BERT's 512 (random weights: nothing is lost)
+            model, ranker = build_models(size, QUERY_LENGTH + max(args.lengths), args.seed)
+            weights = f"random weights, seed {args.seed}, size {size_name} ({size.describe()})"
+            for n in args.lengths:
+                bert = measure_ranker(ranker, n, args, timed="bert_ranker" in args.impls)  # its FLOPs at least
+                if "ms" in bert:
+                    rows.append(emit(make_row("bert_ranker", size_name, n, bert, bert, args)))
+                # without --store_dir, the stores are temporary: their disk and page cache freed before the next n
+                with tempfile.TemporaryDirectory(prefix="earl_stores_") as temporary:
+                    stores = random_stores(args.store_dir or Path(temporary), model, name=size_name, checkpoint=weights,
+                                           strategies=[STRATEGY[impl] for impl in wanted], n=n, count=args.candidates,
+                                           dtype=args.dtype, documents=args.documents, seed=args.seed,
+                                           shard_size=min(args.earl_batch_size, args.candidates),
+                                           batch_size=args.batch_size, keys_values=fused_keys_values(model))
+                    for impl in wanted:
+                        result = measure_earl(model, stores[STRATEGY[impl]], impl, n, args)
+                        rows.append(emit(make_row(impl, size_name, n, result, bert, args)))
+        return session.finish(rows, plot=plot, table=TABLE)
 
 
 if __name__ == "__main__":

@@ -11,13 +11,16 @@ Table 1 writes every constant as 1 (`TABLE1`). Counted in multiply-adds of a BER
 4 + 2 i / h n^2 per token (the Q, K, V and output projections, and the FFN h -> i -> h: 12 at i = 4 h); a judge
 block spends j_q = 6 + 2 i / h n^2 per query token (the cross-attention's query and output projections, the
 self-attention's four, the FFN) and j_d = 2 n^2 per document token (the cross-attention's keys and values, S1 only).
-Embeddings, LayerNorm, softmax and the score head are left out, as in Table 1. `earl.benchmark` sets these costs
-beside measured times and FLOP counts.
+Embeddings, LayerNorm, softmax and the score head are left out, as in Table 1. `Size` holds a model's size (the
+BERT's L, h, heads and FFN width; EARL's K and l) and gives its costs and the BERT ranker's ratio to EARL's, which
+`earl.benchmark` sets beside measured times and FLOP counts.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from common.benchmarking import BertSize
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,25 @@ def analytic_cost(impl: str, *, n: int, q: int, d: int, documents: int, layers: 
     if impl == "earl_s1":
         judge += c.judge_document_token * n * n * d
     return query + blocks * judge * documents
+
+
+@dataclass(frozen=True)
+class Size(BertSize):
+    """A BERT's size (the BERT ranker's; EARL's T_doc and T_qry) and EARL's: K judge blocks, l query layers."""
+
+    blocks: int
+    query_layers: int
+
+    def describe(self) -> str:
+        return f"{super().describe()}; EARL l={self.query_layers}, K={self.blocks}"
+
+    def cost(self, impl: str, q: int, d: int, documents: int, constants: Constants | None = None) -> float:
+        """`analytic_cost` of `impl` at this size, in multiply-adds (`counted_constants` of its FFN) unless
+        `constants` are given."""
+        return analytic_cost(impl, n=self.hidden, q=q, d=d, documents=documents, layers=self.layers,
+                             query_layers=self.query_layers, blocks=self.blocks,
+                             constants=constants or counted_constants(self.hidden, self.intermediate))
+
+    def ratio(self, impl: str, q: int, d: int, documents: int, constants: Constants | None = None) -> float:
+        """The BERT ranker's `cost` over `impl`'s: how many times less `impl` computes."""
+        return self.cost("bert_ranker", q, d, documents, constants) / self.cost(impl, q, d, documents, constants)

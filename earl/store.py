@@ -1,5 +1,6 @@
 """EARL's precomputed document representations (Gao, Dai, Callan 2020, Sec. 3.3): what ``python -m earl.index``
-stores and how ``python -m earl.evaluate`` scores from it, in one place so that the two agree.
+stores and how ``python -m earl.evaluate`` scores from it, in one place so that the two agree; and the stores of
+random documents that ``python -m earl.benchmark`` times.
 
 - A store (`common.stores.representations`) holds, per document, one row per REAL token of the passage as training
   encoded it (`common.encoders.bert_inputs.BertInputs` with the checkpoint's tokenizer and passage length): [CLS],
@@ -18,6 +19,9 @@ stores and how ``python -m earl.evaluate`` scores from it, in one place so that 
   time. The three paths differ only in where the keys and values come from: fp32 stores score as end-to-end does,
   to float rounding (the tests hold them within 1e-5); an fp16 store rounds the stored rows to half precision
   (about 3 decimal digits), and `common.stores.scoring.compare_scores` measures what that costs.
+- Stores of random documents (`random_stores`, what ``python -m earl.benchmark`` times): the same S1 and S2 rows
+  for documents ``d0``, ``d1``... of random words (`document_words`) through a model of random weights, or of seeded
+  noise in D's shape; the store's identity says which (``checkpoint``: the weights' description, ``documents``).
 
 Matrix products run in full fp32 (torch's default ``highest`` matmul precision, not TF32), so that a GPU run's
 stored and end-to-end scores agree as closely as a CPU run's.
@@ -28,11 +32,15 @@ bad options without them.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
 import torch
 from torch import Tensor
 
+from common.benchmarking import bert_documents, random_words
 from common.encoders.bert_inputs import BertInputs
-from common.stores.representations import RepresentationStore
+from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 from common.stores.scoring import StoreScorer, load_module
 from common.stores.writer import Representation
 from earl import STRATEGIES
@@ -129,3 +137,51 @@ class QueryScorer(StoreScorer):
         queries, query_mask = query
         index = torch.zeros(len(keys_values), dtype=torch.long, device=self.device)
         return self.model.judge(queries, query_mask, keys_values, doc_mask, index)
+
+
+# --- stores of random documents --------------------------------------------------------------------------------
+
+#: The row types of `random_stores` by their short names.
+ROW_TYPES = {"fp32": "float32", "fp16": "float16"}
+
+
+def document_words(n: int, count: int, seed: int) -> Tensor:
+    """`count` random documents' n - 1 words each, (count, n - 1), drawn from `seed` and n."""
+    return random_words(count, n - 1, seed * 1_000_003 + n)
+
+
+def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strategies: Sequence[str], n: int,
+                  count: int, dtype: str, documents: str, seed: int, shard_size: int, batch_size: int,
+                  keys_values: Callable[[Tensor], Tensor] | None = None) -> dict[str, RepresentationStore]:
+    """The `strategies` stores of `count` random documents ``d0``, ``d1``... of n tokens under `root` (folders named
+    from `name`), from one pass over D: T_doc of ``[CLS]`` and `document_words` (`documents` ``encoded``) or seeded
+    noise of D's shape (``random``). S2's rows are `keys_values` of D (by default `EARL.document_keys_values`);
+    `checkpoint` describes the weights, `dtype` is a `ROW_TYPES` name. A finished store of the same identity is
+    opened, not rebuilt; an unfinished one is resumed."""
+    keys_values = keys_values or model.document_keys_values
+    stores, writers = {}, {}
+    for strategy in strategies:
+        folder = root / f"{name}_n{n}_{strategy}_{dtype}_{documents}_{count}"
+        identity = {"checkpoint": checkpoint, "strategy": strategy, "length": n, "documents": documents, "count": count}
+        if (folder / MANIFEST).exists():
+            stores[strategy] = RepresentationStore.open(folder, expect=identity)
+            continue
+        extra = {"judge_blocks": model.num_blocks, "heads": model.doc_encoder.config.num_attention_heads}
+        writers[strategy] = StoreWriter(folder, doc_ids=[f"d{i}" for i in range(count)], dtype=ROW_TYPES[dtype],
+                                        shard_size=shard_size, width=store_width(model, strategy), identity=identity,
+                                        extra=extra, resume=True)  # fmt: skip
+    words = document_words(n, count, seed) if writers and documents == "encoded" else None
+    with torch.inference_mode():
+        for shard in sorted(set().union(*(set(w.pending()) for w in writers.values()))):
+            first, last = shard * shard_size, min(shard * shard_size + shard_size, count)
+            if words is None:
+                generator = torch.Generator().manual_seed(seed * 1_000_003 + n * 7919 + shard)
+                hidden = torch.randn(last - first, n, model.hidden_size, generator=generator)
+            else:
+                hidden = torch.cat([model.encode_documents(part, torch.ones_like(part))
+                                    for part in bert_documents(words[first:last]).split(batch_size)])
+            for strategy, writer in writers.items():
+                if shard in writer.pending():
+                    writer.write_shard(shard, list(hidden if strategy == "s1" else keys_values(hidden)))
+    return {strategy: stores[strategy] if strategy in stores else writers[strategy].finish()
+            for strategy in strategies}

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from common.benchmarking import (
-    BertSize, Line, Panel, Session, benchmark_parser, bert_pairs, describe_machine, draw, gpu_description, machine,
-    median_ms, output_paths, parse, resolve_device, text_table,
+    BERT_CLS, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE, FIRST_WORD, BertSize, Line, Panel, Session, benchmark_parser,
+    bert_pairs, describe_machine, draw, gpu_description, machine, median_ms, output_paths, parse, resolve_device,
+    text_table,
 )
 from common.refusals import positive_int
 from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs, mva_macs, mva_storage
@@ -31,7 +32,6 @@ from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs
 IMPLS = ("de", "mva1", "mva2", "mva3", "ca")
 LABELS = {"de": "DE", "mva1": "MVA1", "mva2": "MVA2", "mva3": "MVA3", "ca": "CA"}
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "mva"
-VOCAB_SIZE, PAD, CLS, SEP, FIRST_WORD = 30522, 0, 101, 102, 1000  # bert-base-uncased's; random words from FIRST_WORD
 FLOAT_BYTES = 4  # fp32
 SIZES = {"base": BertSize(12, 768, 12, 3072), "small": BertSize(6, 384, 12, 1536)}
 
@@ -91,19 +91,19 @@ def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int)
     """CA over `count` pairs ``[CLS] query [SEP] document [SEP]`` (PAIR_TOKENS tokens, the query's QUERY_TIMESTEPS - 1
     words in every pair) in batches of `batch_size`, with a from-scratch BERT of `size`; and a warm-up of one batch."""
     import torch
-    from transformers import BertModel
 
     from common.encoders.bert_rankers import BertRanker
-    from common.encoders.pretrained import bert_config
+    from common.encoders.pretrained import from_scratch_bert
 
-    torch.manual_seed(seed)
-    config = bert_config(vocab_size=VOCAB_SIZE, pad_token_id=PAD, dropout=0.1, max_length=max(512, PAIR_TOKENS),
-                         **size.options())
-    ranker = BertRanker(BertModel(config, add_pooling_layer=False)).eval().to(device)
+    bert = from_scratch_bert(seed, vocab_size=BERT_VOCAB_SIZE, pad_token_id=BERT_PAD, dropout=0.1,
+                             max_length=max(512, PAIR_TOKENS), **size.options())
+    ranker = BertRanker(bert).eval().to(device)
     generator = torch.Generator().manual_seed(seed)
-    query = torch.randint(FIRST_WORD, VOCAB_SIZE, (1, QUERY_TIMESTEPS - 1), generator=generator)
-    words = torch.randint(FIRST_WORD, VOCAB_SIZE, (count, PAIR_TOKENS - QUERY_TIMESTEPS - 2), generator=generator)
-    pairs = bert_pairs(torch.cat([torch.tensor([[CLS]]), query, torch.tensor([[SEP]])], dim=1), words, SEP)
+    query = torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (1, QUERY_TIMESTEPS - 1), generator=generator)
+    words = torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (count, PAIR_TOKENS - QUERY_TIMESTEPS - 2),
+                          generator=generator)
+    query = torch.cat([torch.tensor([[BERT_CLS]]), query, torch.tensor([[BERT_SEP]])], dim=1)
+    pairs = bert_pairs(query, words, BERT_SEP)
     batches = [{k: v[i:i + batch_size].to(device) for k, v in pairs.items()} for i in range(0, count, batch_size)]
     return (lambda: torch.cat([ranker(batch) for batch in batches])), (lambda: ranker(batches[0]))
 

@@ -39,6 +39,11 @@ Baseline inputs (Sec. 5, RoBERTa FirstP / MaxP, dense attention): RoBERTa's pair
 (title, then body); MaxP cuts the title + body into passages of 150 words with a stride of 75
 (Dai and Callan 2019), at most `max_passages` (16, about 2,048 tokens of document as QDS reads),
 each paired with the query; the model max-pools their scores.
+
+Inputs of exactly n tokens (`exact_input`, `exact_batch`, what `qds.benchmark` times at length n): random ordinary
+RoBERTa ids in either layout, a query of q tokens and sentences of s tokens, the last sentence cut so that the input
+is n tokens long; their global tokens are those of a real input of that shape, and `exact_density` is the nonzero
+fraction of a pattern's attention matrix on them (Table 5's sparsity).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from common.kernels.patterns import PATTERNS, Layout, global_tokens
+from common.kernels.patterns import PATTERNS, Layout, density, global_tokens
 
 #: The dense-attention baselines of Table 2.
 BASELINES = ("firstp", "maxp")
@@ -58,6 +63,8 @@ ALL_PATTERNS = PATTERNS + BASELINES
 #: The QDS input layouts (see the module docstring); the first is the default.
 LAYOUTS = ("official", "sos")
 InputLayout = Literal[LAYOUTS]
+#: RoBERTa's <s>, <pad> and </s> ids; the ids below FIRST_ORDINARY_ID are its special tokens.
+BOS, PAD, EOS, FIRST_ORDINARY_ID = 0, 1, 2, 5
 
 
 @dataclass(frozen=True)
@@ -133,6 +140,49 @@ def _sos(query, sentences, bos, eos, max_length, max_sentences) -> tuple[list[in
         ids.extend(sentence[:take])
     ids.append(eos)
     return ids, starts
+
+
+def exact_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int, generator: torch.Generator,
+                layout: InputLayout = "official") -> QDSInput:
+    """A `QDSInput` of exactly n >= query_tokens + 5 tokens in `layout`: random ordinary ids from `generator`, a query
+    of `query_tokens`, sentences of `sentence_tokens`, the last one cut."""
+
+    def ids(k: int) -> list[int]:
+        return torch.randint(FIRST_ORDINARY_ID, vocab_size, (k,), generator=generator).tolist()
+
+    if layout == "official":  # <s> <s> query </s>, then <s> <s> sentence </s> each, cut at n as the official code
+        lengths = [sentence_tokens] * (-(-(n - query_tokens - 3) // (sentence_tokens + 3)) + 1)
+    else:
+        whole, rest = divmod(n - query_tokens - 3, sentence_tokens + 1)  # what <s> query </s> ... </s> leaves
+        lengths = [sentence_tokens] * (whole + 1)  # the document is cut at n - 1
+        if rest == 1:  # an [SOS] without a token cannot end the document: the last whole sentence takes the token
+            lengths[whole - 1] += 1
+    built = build_qds_input(ids(query_tokens), [ids(k) for k in lengths], bos=BOS, eos=EOS, max_length=n,
+                            max_sentences=len(lengths), max_query_tokens=query_tokens, layout=layout)
+    assert len(built.input_ids) == n, (len(built.input_ids), n)
+    return built
+
+
+def exact_batch(n: int, batch_size: int, *, query_tokens: int, sentence_tokens: int, vocab_size: int,
+                layout: InputLayout, seed: int, pattern: str | None, device: str = "cpu") -> dict[str, Tensor]:
+    """A batch of `batch_size` `exact_input` s of n tokens (ids drawn from `seed`) on `device`, labels alternating 1
+    and 0, and the global attention mask of `pattern` (none for None: dense attention)."""
+    generator = torch.Generator().manual_seed(seed)
+    inputs = [exact_input(n, query_tokens, sentence_tokens, vocab_size, generator, layout) for _ in range(batch_size)]
+    batch = {"input_ids": torch.tensor([x.input_ids for x in inputs]),
+             "attention_mask": torch.ones(len(inputs), n, dtype=torch.long),
+             "labels": torch.tensor([float(i % 2 == 0) for i in range(len(inputs))])}
+    if pattern is not None:
+        batch["global_attention_mask"] = torch.tensor([x.global_mask(pattern) for x in inputs], dtype=torch.long)
+    return {key: value.to(device) for key, value in batch.items()}
+
+
+def exact_density(pattern: str, n: int, query_tokens: int, sentence_tokens: int, window: int,
+                  layout: InputLayout = "official") -> float:
+    """Nonzero fraction of `pattern`'s attention matrix (`common.kernels.patterns.density`: the local window of
+    `window` and the global tokens) on an `exact_input` of n tokens; its ids do not matter."""
+    built = exact_input(n, query_tokens, sentence_tokens, 100, torch.Generator(), layout)
+    return density(torch.tensor(built.global_mask(pattern)), window)
 
 
 def pair_input(query: Sequence[int], passage: Sequence[int], *, bos: int, eos: int, max_length: int = 512,

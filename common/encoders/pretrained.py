@@ -73,6 +73,16 @@ def bert_config(*, vocab_size: int, pad_token_id: int, num_layers: int, hidden_s
                       attention_probs_dropout_prob=dropout)  # fmt: skip
 
 
+def from_scratch_bert(seed: int, **config):
+    """A ``BertModel`` of `bert_config` (``**config``) without pooler, its weights drawn from `seed` (benchmarks time
+    such models: their speed does not depend on the weights)."""
+    import torch
+    from transformers import BertModel
+
+    torch.manual_seed(seed)
+    return BertModel(bert_config(**config), add_pooling_layer=False)
+
+
 def load_bert(name_or_path: str, dropout: float):
     """``BertModel.from_pretrained`` without pooler (`common.encoders.pretrained.resolve` names the offline MiniLM)."""
     from transformers import BertModel

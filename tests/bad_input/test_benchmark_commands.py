@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from tests.bad_input.refusal import refused
-from qds import benchmark as qds_benchmark
+
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
 
 CUDA = pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is available here")
 
@@ -181,15 +182,3 @@ def test_help_and_argument_errors_do_not_wait_for_torch(module, args):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stderr.splitlines()[-1] == "False", done.stderr
 
-
-def test_every_length_qds_benchmark_accepts_is_built_exactly():
-    """From the shortest length it accepts on, every one gives an input of exactly n tokens, including those where
-    whole sentences would leave room for an [SOS] alone (n = 12 + 26 k with the default query and sentences)."""
-    query, sentence = 8, 25
-    for n in range(query + 5, 200):
-        built = qds_benchmark.qds_input(n, query, sentence, 100, torch.Generator(), "sos")
-        assert len(built.input_ids) == n
-        assert len(built.sentence_starts) == -(-(n - query - 4) // (sentence + 1))
-        official = qds_benchmark.qds_input(n, query, sentence, 100, torch.Generator())  # cut at n, as officially
-        assert len(official.input_ids) == n
-        assert len(official.sentence_starts) == -(-(n - query - 3) // (sentence + 3))

@@ -10,6 +10,8 @@ import pytest
 
 from tests.bad_input.refusal import refused, write_inputs
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 FILES = {
     "docs.tsv": "d1\tthe cat sat\nd2\tdogs chase cats\n",
     "topics.tsv": "1\tcat\n2\tunicorn\n",

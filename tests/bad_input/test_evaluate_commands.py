@@ -17,6 +17,8 @@ import torch
 
 from tests.bad_input.refusal import refused, write_inputs
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 FILES = {
     "topics.tsv": "q1\tthe cat\nq2\tdogs\n",
     "qrels.txt": "q1 0 d1 1\nq2 0 d2 1\n",

@@ -6,6 +6,8 @@ import pytest
 
 from tests.bad_input.refusal import refused
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 QDS = [
     (["--model.pattern", "nonsense"], "--model.pattern: must be one of sparse, longformer_qa, qds_s, qds_q, qds, "
                                       "firstp, maxp, got nonsense"),

@@ -137,3 +137,96 @@ def test_draw_writes_a_png_of_lines_and_bars(tmp_path):
     benchmarking.draw([benchmarking.Panel("lines", "n", "ms", lines),
                        benchmarking.Panel("bars", "", "ms", bars, log="y", bars=True)], tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_part_times_sum_each_part_of_a_call(monkeypatch):
+    ticks = iter([0.0, 0.002, 1.0, 1.001, 2.0, 2.003])  # a fake clock: read 2 ms, judge 1 ms, read 3 ms
+    monkeypatch.setattr(benchmarking.time, "perf_counter", lambda: next(ticks))
+    parts = benchmarking.PartTimes(("read_ms", "judge_ms", "other_ms"))
+    for name in ("read_ms", "judge_ms", "read_ms"):
+        with parts(name):
+            pass
+    assert parts.ms == pytest.approx({"read_ms": 5.0, "judge_ms": 1.0, "other_ms": 0.0})
+
+
+def test_a_training_step_updates_the_model_and_an_inference_step_does_not():
+    """`training_step`: loss, backward, one Adam step (the first moves each weight by lr against its gradient's sign),
+    gradients cleared; `inference_step`: eval mode, no graph; `measure_step`: warm-up calls, then the timed ones."""
+    import torch
+
+    model = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, -1.0]]))
+        model.bias.zero_()
+    batch = torch.tensor([[1.0, 2.0]])
+    step = benchmarking.training_step(model, lambda x: model(x).sum(), lr=0.1)  # gradient: x = (1, 2), bias 1
+    assert model.training
+    step(batch)
+    assert model.weight[0].tolist() == pytest.approx([0.9, -1.1]) and model.bias.tolist() == pytest.approx([-0.1])
+    assert model.weight.grad is None
+    calls = []
+    model.register_forward_hook(lambda *_: calls.append(1))
+    infer = benchmarking.inference_step(model)
+    assert not model.training and not infer(batch).requires_grad
+    measured = benchmarking.measure_step(infer, batch, warmup=2, repeats=3, device="cpu")
+    assert len(calls) == 1 + 1 + 1 + 3  # the call above, the peak's call, one more warm-up call, 3 timed ones
+    assert measured["ms"] > 0 and measured["peak_mb"] >= 0
+
+
+def test_size_options_default_to_the_devices_size(capsys):
+    sizes = {"cpu": benchmarking.BertSize(2, 64, 2, 128), "cuda": benchmarking.BertSize(12, 768, 12, 3072)}
+    parser = benchmarking.benchmark_parser("python -m x", "x", results=Path("."), writes="x", repeats=1,
+                                           repeats_help="timed calls")
+    benchmarking.add_size_options(parser, sizes)
+    assert "hidden size (default: 64 on CPU, 768 on CUDA)" in " ".join(parser.format_help().split())
+    args = benchmarking.parse(parser, ["--num_heads", "4"])
+    args.device = "cpu"
+    benchmarking.resolve_size(args, sizes)
+    assert (args.num_layers, args.hidden_size, args.num_heads, args.intermediate_size) == (2, 64, 4, 128)
+    args = benchmarking.parse(parser, ["--num_heads", "5"])
+    args.device = "cpu"
+    with pytest.raises(SystemExit):
+        benchmarking.resolve_size(args, sizes)
+    assert capsys.readouterr().err.strip() == "error: argument --num_heads: must divide the hidden size 64, got 5"
+    assert sizes["cpu"].hf_config() == {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
+                                        "intermediate_size": 128}
+
+
+def test_argument_types_refuse_with_their_reason():
+    import argparse
+
+    even = benchmarking.even_int("spans w / 2 each side")
+    above = benchmarking.int_above(5, "ids 0-4 are special")
+    assert even("128") == 128 and above("6") == 6
+    for check, text, message in [(even, "33", "must be even (spans w / 2 each side), got 33"),
+                                 (even, "0", "must be a positive integer, got 0"),
+                                 (above, "5", "must be above 5 (ids 0-4 are special), got 5"),
+                                 (above, "x", "must be a positive integer, got x")]:
+        with pytest.raises(argparse.ArgumentTypeError, match=r"^" + message.replace("(", r"\(").replace(")", r"\)")):
+            check(text)
+
+
+def test_random_bert_inputs():
+    query, mask = benchmarking.bert_query(6, seed=0)
+    assert query.shape == (1, 6) and query[0, 0] == benchmarking.BERT_CLS and query[0, -1] == benchmarking.BERT_SEP
+    assert query[0, 1:5].tolist() == benchmarking.random_words(1, 4, seed=0)[0].tolist() and mask.all()
+    words = benchmarking.random_words(3, 5, seed=1)
+    assert words.shape == (3, 5)
+    assert benchmarking.FIRST_WORD <= words.min() <= words.max() < benchmarking.BERT_VOCAB_SIZE
+    assert benchmarking.bert_documents(words).tolist() == [[benchmarking.BERT_CLS, *row] for row in words.tolist()]
+
+
+def test_a_bar_chart_and_a_table_of_columns_are_written(tmp_path, capsys):
+    rows = [{"bench": "x", "n": n, "pass": pass_, "impl": impl, "ms": ms, "skipped": None}
+            for n, pass_, impl, ms in [(8, "train", "a", 2.0), (8, "infer", "a", 1.0), (8, "train", "b", None),
+                                       (16, "train", "a", 4.0)]]
+    benchmarking.bar_chart(rows, tmp_path / "bars.png", label=lambda r: r["impl"], text=lambda r: f"{r['ms']:.0f}",
+                           passes=("train", "infer"), ylabel="ms", title="t")
+    assert (tmp_path / "bars.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    parser = benchmarking.benchmark_parser("python -m x", "x", results=tmp_path, writes="x", repeats=1,
+                                           repeats_help="timed calls")
+    args = benchmarking.parse(parser, [])
+    with benchmarking.Session(args, {"csv": tmp_path / "x.csv"}) as session:
+        assert session.emit(rows[0]) is rows[0]
+        assert session.finish(rows[:2], table=(("impl", ""), ("ms", ".1f"))) == 0
+    assert capsys.readouterr().out.splitlines()[:3] == ["impl   ms", "a     2.0", "a     1.0"]

@@ -15,6 +15,8 @@ from common import benchmarking
 from conformer_kernel import benchmark
 from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 HIDDEN, HEADS, LAYERS, VOCAB = 32, 4, 2, 500
 TINY = ["--hidden_size", str(HIDDEN), "--num_heads", str(HEADS), "--num_layers", str(LAYERS), "--vocab_size",
         str(VOCAB), "--pool_window", "32", "--pool_stride", "16", "--device", "cpu", "--threads", "1",

@@ -9,9 +9,12 @@ them); those asserted leave room for other CPUs' floating-point differences (wit
 one, NDCG@10 0.424 and 0.430 on two CPUs).
 """
 
+import pytest
 import json
 
 from conformer_kernel import train
+
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
 
 
 def test_the_default_run_beats_bm25(tmp_path):

@@ -16,7 +16,7 @@ from conformer_kernel.data import ConformerKernelDataModule
 from conformer_kernel.train import DATASET, DEPTH, PAPER, paper_tables
 from conformer_kernel.ranker import MEASURES, ConformerKernelRanker
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
 METRICS = {"ndrm3-rerank": {"ndcg_cut_10": 0.6, "ncg@100": 0.6283, "map": 0.4, "recip_rank": 0.9},
            "bm25": {"ndcg_cut_10": 0.5, "ncg@100": 0.6283, "map": 0.3, "recip_rank": 0.8}}

@@ -12,6 +12,8 @@ import yaml
 
 from conformer_kernel import train
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "conformer_kernel" / "configs" / "trec-dl-passages.yaml"
 

@@ -14,6 +14,8 @@ import pytest
 
 from common.training.resume import checkpoint_step
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 SMALL = [
     "--data.embedding_dim", "16", "--model.num_heads", "4", "--model.num_layers", "1", "--data.batch_size", "8",
     "--data.min_count", "2", "--data.depth", "10", "--data.dev_queries", "10", "--data.test_queries", "25",

@@ -19,7 +19,7 @@ from conformer_kernel.ranker import ConformerKernelRanker
 SMALL = ["--data.embedding_dim", "16", "--model.num_heads", "4", "--model.num_layers", "1", "--data.batch_size", "8"]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
 
 def test_training_beats_the_initial_ranking():

@@ -1,5 +1,6 @@
 """earl.benchmark (EARL Table 3): the rows it writes, FLOP counts against Table 1's cost (`earl.costs`), and the
-scores its timed path computes against `EARL.forward`, on tiny settings. No timing is asserted."""
+scores its timed path computes from the stores of random documents (`earl.store.random_stores`) against
+`EARL.forward`, on tiny settings. No timing is asserted."""
 
 import csv
 import json
@@ -9,11 +10,13 @@ import sys
 import pytest
 import torch
 
+from common.benchmarking import bert_documents, bert_pairs, bert_query, count_flops
 from earl import benchmark
-from earl.benchmark import Size
+from earl.costs import Size
+from earl.store import ROW_TYPES, document_words, random_stores
 from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 CLI = ["--size", "small", "--lengths", "32", "--candidates", "8", "--ranker_candidates", "4", "--repeats", "1",
        "--earl_batch_size", "3", "--batch_size", "2", "--threads", "1"]
@@ -81,21 +84,28 @@ def test_outputs_are_written_and_refused_without_overwrite(run):
     assert_refuses_to_overwrite(benchmark.main, [*CLI, "--output_dir", str(out)], out)
 
 
+def build_stores(root, model, impls, n, count, dtype="fp32", documents="encoded") -> dict:
+    """`random_stores` of `impls` (``earl_s1``, ``earl_s2``) as the benchmark builds them, by implementation."""
+    stores = random_stores(root, model, name="tiny", checkpoint="random weights, seed 0, size tiny",
+                           strategies=[benchmark.STRATEGY[impl] for impl in impls], n=n, count=count, dtype=dtype,
+                           documents=documents, seed=0, shard_size=2, batch_size=2,
+                           keys_values=benchmark.fused_keys_values(model))  # fmt: skip
+    return {impl: stores[benchmark.STRATEGY[impl]] for impl in impls}
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny EARL and BERT ranker, and S1 and S2 stores of 5 encoded documents of 12 tokens."""
     n, count = 12, 5
     model, ranker = benchmark.build_models(TINY, benchmark.QUERY_LENGTH + n, seed=0)
-    stores = benchmark.build_stores(tmp_path_factory.mktemp("stores"), model, size_name="tiny", size=TINY,
-                                    impls=["earl_s1", "earl_s2"], n=n, count=count, dtype="fp32",
-                                    documents="encoded", seed=0, shard_size=2, batch_size=2)  # fmt: skip
+    stores = build_stores(tmp_path_factory.mktemp("stores"), model, ["earl_s1", "earl_s2"], n, count)
     return model, ranker, stores, n, count
 
 
 def forward_scores(model, n, count):
     """EARL.forward, end to end, on the benchmark's query and documents."""
-    tokens, mask = benchmark.query_tokens(0)
-    docs = benchmark.document_tokens(benchmark.document_words(n, count, 0))
+    tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
+    docs = bert_documents(document_words(n, count, 0))
     batch = {"query_tokens": tokens, "query_mask": mask, "doc_tokens": docs, "doc_mask": torch.ones_like(docs),
              "query_index": torch.zeros(count, dtype=torch.long)}
     with torch.inference_mode():
@@ -106,14 +116,16 @@ def forward_scores(model, n, count):
 def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl, keys_values):
     """Batches of 2 over 5 candidates (the last one short), from the memory-mapped store, as timed."""
     model, _, stores, n, count = tiny
-    tokens, mask = benchmark.query_tokens(0)
+    tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
     scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=2, keys_values=keys_values)
+    assert stores[impl].doc_ids == [f"d{i}" for i in range(count)]
     with torch.inference_mode():
-        scores = scorer(tokens, mask, benchmark.doc_ids(count))
+        scores = scorer(tokens, mask, stores[impl].doc_ids)
     expected = forward_scores(model, n, count)
     assert scores.shape == (count,) and expected.std() > 0
     torch.testing.assert_close(scores, expected, atol=1e-5, rtol=0)
-    assert set(scorer.parts) == {"query_ms", "read_ms", "keys_values_ms", "judge_ms"}
+    assert set(scorer.parts.ms) == {"query_ms", "read_ms", "keys_values_ms", "judge_ms"}
+    assert scorer.parts.ms["query_ms"] > 0 and scorer.parts.ms["judge_ms"] > 0
 
 
 def test_fused_keys_values_are_the_models(tiny):
@@ -130,23 +142,18 @@ def test_s2_store_holds_2k_times_s1s_bytes_and_is_reused(tiny, tmp_path):
     assert (s1.width, s2.width) == (TINY.hidden, 2 * TINY.blocks * TINY.hidden)
     assert s1.bytes_per_document == n * TINY.hidden * 4
     assert s2.bytes_per_document == 2 * TINY.blocks * s1.bytes_per_document
-    again = benchmark.build_stores(s1.folder.parent, model, size_name="tiny", size=TINY, impls=["earl_s2"], n=n,
-                                   count=count, dtype="fp32", documents="encoded", seed=0, shard_size=2,
-                                   batch_size=2)  # fmt: skip
+    again = build_stores(s1.folder.parent, model, ["earl_s2"], n, count)
     assert again["earl_s2"].folder == s2.folder  # opened, not rebuilt
-    half = benchmark.build_stores(tmp_path, model, size_name="tiny", size=TINY, impls=["earl_s1", "earl_s2"], n=n,
-                                  count=count, dtype="fp16", documents="random", seed=0, shard_size=2,
-                                  batch_size=2)  # fmt: skip
+    half = build_stores(tmp_path, model, ["earl_s1", "earl_s2"], n, count, dtype="fp16", documents="random")
     assert half["earl_s2"].bytes_per_document == s2.bytes_per_document / 2
 
 
 def test_fp16_rows_are_converted_and_score_close_to_fp32(tiny, tmp_path):
     model, _, _, n, count = tiny
-    half = benchmark.build_stores(tmp_path, model, size_name="tiny", size=TINY, impls=["earl_s2"], n=n, count=count,
-                                  dtype="fp16", documents="encoded", seed=0, shard_size=2, batch_size=2)["earl_s2"]
-    tokens, mask = benchmark.query_tokens(0)
+    half = build_stores(tmp_path, model, ["earl_s2"], n, count, dtype="fp16")["earl_s2"]
+    tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
     with torch.inference_mode():
-        scores = benchmark.EarlScorer(model, half, "earl_s2", n, batch_size=2)(tokens, mask, benchmark.doc_ids(count))
+        scores = benchmark.EarlScorer(model, half, "earl_s2", n, batch_size=2)(tokens, mask, half.doc_ids)
     assert scores.dtype == torch.float32
     torch.testing.assert_close(scores, forward_scores(model, n, count), atol=2e-2, rtol=0)
 
@@ -156,19 +163,24 @@ def test_flop_counts_agree_with_the_counted_analytic_cost(tiny):
     head (2 h per candidate) and the first block's query projection, done once per batch, not per candidate."""
     model, ranker, stores, n, count = tiny
     h, q = TINY.hidden, benchmark.QUERY_LENGTH
-    tokens, mask = benchmark.query_tokens(0)
-    one = benchmark.bert_pairs(tokens, benchmark.document_words(n, 1, 0), benchmark.SEP)
+    tokens, mask = bert_query(q, 0)
+    one = bert_pairs(tokens, document_words(n, 1, 0))
     with torch.inference_mode():
-        ranker_flops = benchmark.count_flops(lambda: ranker(one))
-    assert ranker_flops == 2 * benchmark.size_cost("bert_ranker", TINY, n, 1) + 2 * h
+        ranker_flops = count_flops(lambda: ranker(one))
+    assert ranker_flops == 2 * TINY.cost("bert_ranker", q, n, 1) + 2 * h
     candidates, batch = 7, 2
     calls = math.ceil(candidates / batch)
     for impl in ("earl_s1", "earl_s2"):
         scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=batch)
         with torch.inference_mode():
-            flops = benchmark.earl_flops(scorer, tokens, mask, benchmark.doc_ids(count), candidates)
-        macs = benchmark.size_cost(impl, TINY, n, candidates) - (candidates - calls) * h * h * q
+            flops = benchmark.earl_flops(scorer, tokens, mask, stores[impl].doc_ids, candidates)
+        macs = TINY.cost(impl, q, n, candidates) - (candidates - calls) * h * h * q
         assert flops == 2 * macs + candidates * 2 * h
+
+
+def test_the_dtype_choices_are_the_stores_row_types():
+    """The benchmark names them without importing earl.store (which loads torch)."""
+    assert benchmark.DTYPES == tuple(ROW_TYPES)
 
 
 def test_help_is_fast_and_lists_the_options():

@@ -2,7 +2,7 @@
 
 import pytest
 
-from earl.costs import COUNTED, TABLE1, Constants, analytic_cost, counted_constants
+from earl.costs import COUNTED, TABLE1, Constants, Size, analytic_cost, counted_constants
 
 
 def test_analytic_cost_is_table_1_worked_by_hand():
@@ -26,3 +26,21 @@ def test_analytic_cost_is_table_1_worked_by_hand():
     assert counted_constants(32, 96) == Constants(2, 10, 12, 2)
     with pytest.raises(ValueError):
         analytic_cost("earl_s3", **tiny)
+
+
+def test_a_size_costs_table_1_at_its_layers_and_ffn():
+    """L = 3 layers of h = 4, FFN 8 (t = 4 + 2·8/4 = 8, j_q = 10), K = 2 blocks, l = 1 query layer; q = 2, d = 3,
+    N = 5."""
+    size = Size(layers=3, hidden=4, heads=2, intermediate=8, blocks=2, query_layers=1)
+    assert size.options() == {"num_layers": 3, "hidden_size": 4, "num_heads": 2, "intermediate_size": 8}
+    assert size.describe() == "L=3, h=4, 2 heads, FFN 8; EARL l=1, K=2"
+    # BERT ranker, in multiply-adds: 3 (a n (d+q)^2 + t n^2 (d+q)) N = 3 (2*4*25 + 8*16*5) * 5
+    assert size.cost("bert_ranker", q=2, d=3, documents=5) == 3 * (200 + 640) * 5
+    # S2: l (a n q^2 + t n^2 q) + K (a n (qd + q^2) + j_q n^2 q) N = (32 + 256) + 2 (80 + 320) * 5
+    s2 = 288 + 2 * 400 * 5
+    assert size.cost("earl_s2", q=2, d=3, documents=5) == s2
+    # S1 adds j_d n^2 d = 2*16*3 per block and candidate
+    assert size.cost("earl_s1", q=2, d=3, documents=5) == s2 + 2 * 96 * 5
+    assert size.ratio("earl_s2", q=2, d=3, documents=5) == 3 * 840 * 5 / s2
+    # with every constant 1: ranker 3 (4*25 + 16*5) * 5; S2 (16 + 32) + 2 (4*10 + 16*2) * 5
+    assert size.ratio("earl_s2", q=2, d=3, documents=5, constants=TABLE1) == 3 * 180 * 5 / (48 + 2 * 72 * 5)

@@ -7,9 +7,12 @@ The numbers measured with seed 0 are in results/earl/README.md; the margin asser
 floating-point differences.
 """
 
+import pytest
 import json
 
 from earl import train
+
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
 
 
 def test_the_default_run_beats_bm25(tmp_path):

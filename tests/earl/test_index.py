@@ -34,7 +34,7 @@ from earl import evaluate, index
 from earl.data import EARLDataModule
 from earl.ranker import EARLRanker
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
 HIDDEN, BLOCKS = 8, 2
 DATA = {"train": "builtin:train", "dev": None, "test": "builtin:test", "architecture": "earl", "tokenizer": "builtin",

@@ -360,13 +360,6 @@ def test_pools_by_hand():
     assert torch.equal(pool(hidden, mask, "mean"), torch.tensor([[2.0, 3.0], [3.0, 3.0]]))
 
 
-def test_hinge_loss_by_hand():
-    """Sec. 3.4: mean of max(0, margin - s+ + s-)."""
-    positive, negative = torch.tensor([2.0, 0.5, 1.0]), torch.tensor([0.5, 1.0, 1.0])
-    assert hinge_loss(positive, negative, margin=1).item() == pytest.approx((0 + 1.5 + 1.0) / 3, abs=1e-7)
-    assert hinge_loss(positive, negative, margin=0.5).item() == pytest.approx((0 + 1.0 + 0.5) / 3, abs=1e-7)
-
-
 def test_cross_entropy_score_is_log_odds_and_matches_bce():
     """MORES's head: score = logit_1 - logit_0 of ``Linear(h, 2)``; CE over the two logits = BCE of that score."""
     model = build_earl(small_bert(), num_blocks=2, loss="cross_entropy").double().eval()

@@ -9,6 +9,8 @@ from earl import train
 from earl.ranker import MEASURES
 from tests.train_runs import TINY_RUN, check_baseline, check_reranked_run, tiny_run
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 TINY = [
     "--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "2",
     "--model.intermediate_size", "64", "--model.num_blocks", "1", "--model.query_layers", "1",

@@ -15,7 +15,7 @@ from mva import benchmark
 from mva.costs import bert_macs, dual_encoder_macs, mva_macs, mva_storage, table5
 from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 N, CA_TIMED = 20, 2
 CLI = ["--size", "small", "--candidates", str(N), "--ca_candidates", str(CA_TIMED), "--repeats", "1",

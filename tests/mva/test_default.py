@@ -7,9 +7,12 @@ test's minutes; `test_mva_train` checks that they are trained beside it and writ
 asserted is half of that lead, room for other CPUs' floating-point differences.
 """
 
+import pytest
 import json
 
 from mva import train
+
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
 
 MARGIN = 0.013
 

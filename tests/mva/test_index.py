@@ -33,7 +33,7 @@ from mva.data import MVADataModule
 from mva.ranker import MVARanker
 from mva.store import CrossScorer, data_encoder, load_ranker
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
 HIDDEN, PROJECTION, CLS_STEPS = 16, 8, 6
 DATA = {"train": "builtin:train", "dev": None, "test": "builtin:test", "tokenizer": "builtin", "tokenizer_task": None,

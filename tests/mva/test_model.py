@@ -8,7 +8,6 @@ import torch
 
 from common.encoders.pretrained import bert_config
 from mva.model import MVA, MultiVectorAttention, SidePooling, first_k, temporal_pool, timestep_mask
-from mva.ranker import softmax_loss
 from tests.token_rows import CLS, PAD, VOCAB_SIZE, tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -171,13 +170,6 @@ def test_model_scores_each_pair_as_its_query_alone_with_its_document_alone(doc):
                            "doc_tokens": doc_tokens[d, :dn], "doc_mask": doc_mask[d, :dn],
                            "query_index": torch.tensor([0])})  # fmt: skip
             assert alone.item() == pytest.approx(got[b].item(), abs=1e-10)
-
-
-def test_softmax_loss_by_hand():
-    """Sec. 2.3: -log(e^s+ / (e^s+ + e^s-)) averaged over triples."""
-    scores = torch.tensor([[2.0, 0.0], [0.0, 1.0]]).double()
-    expected = (math.log(1 + math.exp(-2)) + math.log(1 + math.exp(1))) / 2
-    assert softmax_loss(scores).item() == pytest.approx(expected, abs=1e-12)
 
 
 def test_tied_init_starts_the_document_projections_as_copies_of_the_querys():

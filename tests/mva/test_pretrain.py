@@ -17,7 +17,7 @@ from common.data.builtin import builtin_source
 from common.encoders.tokenizers import load_tokenizer
 from mva import pretrain, train
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
 #: A tiny BERT from scratch, short examples, small batches.
 TINY = ["--collection", "builtin:train", "--num_layers", "1", "--hidden_size", "32", "--num_heads", "2",

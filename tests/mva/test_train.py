@@ -9,6 +9,8 @@ from mva import train
 from mva.ranker import MEASURES, MVARanker
 from tests.train_runs import TINY_RUN, check_baseline, check_reranked_run, tiny_run
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 TINY = [
     "--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "2",
     "--model.intermediate_size", "64", "--model.projection", "8", "--model.doc_pooling", "temporal",

@@ -6,9 +6,12 @@ seed 0 (results/qds/README.md): NDCG@10 0.307 / MAP 0.288 / MRR@10 0.438 against
 the margins asserted leave room for other CPUs' floating-point differences.
 """
 
+import pytest
 import json
 
 from qds import train
+
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
 
 
 def test_the_default_run_beats_bm25(tmp_path):

@@ -18,7 +18,7 @@ from qds.model import Impl
 from qds.ranker import QDSRanker
 from qds.train import DATASETS, paper_tables
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
 METRICS = {"qds": {"ndcg_cut_10": 0.7, "map": 0.3, "mrr@10": 0.4}, "bm25": {"ndcg_cut_10": 0.5, "map": 0.25,
                                                                           "mrr@10": 0.3}}

@@ -20,8 +20,10 @@ with RoBERTa's ids <s> = 0, </s> = 2.
 """
 
 import pytest
+import torch
 
-from qds.inputs import build_qds_input, pad, pair_input, passages
+from qds import inputs
+from qds.inputs import build_qds_input, exact_batch, exact_density, exact_input, pad, pair_input, passages
 
 BOS, EOS = 0, 2
 QUERY = [10, 11]
@@ -187,3 +189,49 @@ def test_the_encoder_keeps_an_empty_title_only_in_the_official_layout():
     assert official[:2] == [BOS, BOS] and sos[0] == BOS and sos[1] != BOS
     # the query's second <s>, the empty title's three positions, and a second <s> and a </s> per body sentence
     assert len(official) - len(sos) == 1 + 3 + 2 * 2
+
+
+def test_exact_inputs_are_n_tokens_with_the_requested_layout():
+    built = exact_input(2048, 8, 25, 50265, torch.Generator().manual_seed(0), "sos")
+    assert len(built.input_ids) == 2048 and built.query_length == 10  # <s> + 8 query tokens + </s>
+    assert built.sentence_starts[:3] == [10, 36, 62]  # an [SOS] before every 25-token sentence
+    official = exact_input(2048, 8, 25, 50265, torch.Generator().manual_seed(0))
+    assert len(official.input_ids) == 2048 and official.query_length == 11  # <s> <s> + 8 query tokens + </s>
+    assert official.sentence_starts[:3] == [11, 39, 67]  # <s> <s> + 25 tokens + </s> per sentence
+    assert min(built.input_ids[1:9]) >= inputs.FIRST_ORDINARY_ID  # the query: ordinary ids, never <s> or </s>
+
+
+def test_every_length_from_the_shortest_is_built_exactly():
+    """From query + 5 tokens on, every length gives an input of exactly n tokens, including those where whole
+    sentences would leave room for an [SOS] alone (n = 12 + 26 k with a query of 8 and sentences of 25)."""
+    query, sentence = 8, 25
+    for n in range(query + 5, 200):
+        built = exact_input(n, query, sentence, 100, torch.Generator(), "sos")
+        assert len(built.input_ids) == n
+        assert len(built.sentence_starts) == -(-(n - query - 4) // (sentence + 1))
+        official = exact_input(n, query, sentence, 100, torch.Generator())  # cut at n, as officially
+        assert len(official.input_ids) == n
+        assert len(official.sentence_starts) == -(-(n - query - 3) // (sentence + 3))
+
+
+def test_an_exact_batch_holds_its_inputs_labels_and_global_mask():
+    options = dict(query_tokens=3, sentence_tokens=4, vocab_size=50, layout="official", seed=1)
+    batch = exact_batch(30, 3, pattern="qds", **options)
+    generator = torch.Generator().manual_seed(1)
+    expected = [exact_input(30, 3, 4, 50, generator) for _ in range(3)]  # drawn one after the other
+    assert batch["input_ids"].tolist() == [x.input_ids for x in expected]
+    assert batch["attention_mask"].tolist() == [[1] * 30] * 3
+    assert batch["labels"].tolist() == [1.0, 0.0, 1.0]
+    assert batch["global_attention_mask"].tolist() == [[int(g) for g in x.global_mask("qds")] for x in expected]
+    assert "global_attention_mask" not in exact_batch(30, 3, pattern=None, **options)  # dense attention
+
+
+@pytest.mark.parametrize("pattern", ["sparse", "longformer_qa", "qds_s", "qds_q", "qds"])
+def test_exact_density_counts_the_attention_matrix(pattern):
+    """Against the adjacency built entry by entry: (i, j) is attended when i or j is global or |i - j| <= w / 2."""
+    n, window = 20, 4
+    is_global = exact_input(n, 2, 3, 100, torch.Generator()).global_mask(pattern)
+    attended = sum(is_global[i] or is_global[j] or abs(i - j) <= window // 2 for i in range(n) for j in range(n))
+    assert exact_density(pattern, n, 2, 3, window) == pytest.approx(attended / n**2)
+    if pattern == "sparse":  # no global token: the band alone, 5 keys a row but 3 and 4 at either end
+        assert attended == 16 * 5 + 2 * (3 + 4)

@@ -10,6 +10,8 @@ import pytest
 from common.data.builtin import ensure_builtin
 from common.data.formats import iter_collection, write_collection
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 
 def _train(*args, cwd) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "qds.train", *args], cwd=cwd, capture_output=True, text=True,

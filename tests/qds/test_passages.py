@@ -12,6 +12,8 @@ import yaml
 
 from qds import train
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "qds" / "configs"
 

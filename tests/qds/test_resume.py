@@ -31,6 +31,8 @@ from common.training.resume import checkpoint_step
 
 from tests.bad_input.refusal import refused
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 TINY = [
     "--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "1",
     "--model.intermediate_size", "64", "--model.window", "8", "--model.impl", "portable",

@@ -9,6 +9,8 @@ from common.data.formats import read_run
 from qds import evaluate, train
 from tests.train_runs import TINY_RUN, check_reranked_run, tiny_run
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 TINY = [
     "--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "1",
     "--model.intermediate_size", "64", "--model.window", "8", "--model.impl", "portable",

@@ -18,6 +18,8 @@ from common.data.formats import ranked
 from common.data.samplers import SoftmaxSampler
 from common.metrics import evaluate_run
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 MAX_DOC_TOKENS = 512
 
 

@@ -9,6 +9,8 @@ import torch
 from common.kernels.benchmark import densities, main, measure_isolated, speedups, useful_gflop, with_rates
 from common.kernels.patterns import density, global_tokens, nonzeros, synthetic_layout
 
+pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+
 
 def test_speedups_are_ratios_of_the_same_run():
     rows = [
