@@ -1,4 +1,4 @@
-"""Checkpoints written before the packages were rebuilt on one `common` (issue 27) still load in ``evaluate`` and
+"""Checkpoints written before the packages were rebuilt on one `common` still load in ``evaluate`` and
 score as they did: each fixture in ``tests/fixtures/checkpoints`` was written, and evaluated, by commit c474d3c
 (how: ``tests/fixtures/checkpoints/README.md``); today's ``evaluate`` must give the same metrics and scores."""
 
