@@ -239,7 +239,8 @@ class EARL(nn.Module):
         h = self.hidden_size
         first = self.blocks[0].cross.query(queries)  # (Bq, q, h): query-only
         if query_index is not None:
-            queries, query_mask, first = queries[query_index], query_mask[query_index], first[query_index]
+            # index_select, not x[query_index]: its backward adds the gradients in a fixed order
+            queries, query_mask, first = (x.index_select(0, query_index) for x in (queries, query_mask, first))
         hidden = queries
         for i, block in enumerate(self.blocks):  # Eqs. 20-21
             hidden = block(hidden, query_mask, keys_values[..., 2 * h * i : 2 * h * (i + 1)], doc_mask,

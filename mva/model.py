@@ -213,8 +213,9 @@ class MVA(nn.Module):
     def score(self, queries: tuple[Tensor, Tensor, Tensor], query_index: Tensor, documents: Tensor,
               doc_keep: Tensor) -> Tensor:  # fmt: skip
         """Scores (B,) of encoded queries (each row once; `query_index` spreads them) and stored documents."""
-        keys, values, keep = queries
-        return self.head.score(keys[query_index], values[query_index], keep[query_index], documents, doc_keep)
+        # index_select, not x[query_index]: its backward adds the gradients in a fixed order
+        keys, values, keep = (part.index_select(0, query_index) for part in queries)
+        return self.head.score(keys, values, keep, documents, doc_keep)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         queries = self.encode_queries(batch["query_tokens"], batch["query_mask"])

@@ -1,4 +1,7 @@
-"""A fast path and its reference computing the same function: the same gradients for every parameter."""
+"""Gradient checks: a fast path and its reference give the same gradients for every parameter; a model's gradients
+repeat bit for bit."""
+
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
@@ -15,3 +18,17 @@ def assert_same_gradients(got: Tensor, want: Tensor, params: list[Tensor], upstr
             assert a is None and b is None
         else:
             torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+
+
+def assert_repeatable_gradients(loss: Callable[[], Tensor], params: list[Tensor], runs: int = 8) -> None:
+    """``loss()``'s gradients for `params` are bit-identical over `runs` backward passes on two threads: a kernel
+    that adds in parallel (indexing's backward, ``x[index]`` with a repeated index, uses atomic adds on CPU above
+    32,768 elements) sums in a different order each time, and the same seed then trains different weights."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        first = torch.autograd.grad(loss(), params)
+        for _ in range(runs - 1):
+            assert all(torch.equal(a, b) for a, b in zip(first, torch.autograd.grad(loss(), params)))
+    finally:
+        torch.set_num_threads(threads)

@@ -6,7 +6,9 @@
   [CLS]/[SEP] for WordPiece, ``<s>``/``</s>`` for the built-in BPE).
 - Apart: a batch holds each distinct query once (``query_tokens``, ``query_mask``, (Bq, q)) and, per pair, the row
   of its query (``query_index``, (B,)), so a query encoder runs once per query; then ``doc_tokens``, ``doc_mask``
-  (B, d).
+  (B, d). The models spread the queries over the pairs with ``index_select``, whose backward adds a query's gradients
+  in pair order: indexing's backward (``x[query_index]``) adds them with parallel atomic adds on CPU, and the same
+  seed then trained different weights from run to run.
 - Concatenated: ``[CLS] query [SEP] passage [SEP]`` with the same query and passage tokens (``pair_tokens``,
   ``pair_mask``, and ``pair_types``: 0 for the query's part, 1 for the passage's).
 - Passages are tokenised once and cached by document id (cleared past 200,000 entries); a worker process starts

@@ -71,6 +71,7 @@ class BertSiamese(nn.Module):
         return nn.functional.normalize(vectors, dim=-1) * math.sqrt(self.cosine_scale)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        queries = self.embed(batch["query_tokens"], batch["query_mask"])[batch["query_index"]]  # (B, h)
+        queries = self.embed(batch["query_tokens"], batch["query_mask"])  # (Bq, h)
+        queries = queries.index_select(0, batch["query_index"])  # (B, h); not queries[index]: see bert_inputs
         documents = self.embed(batch["doc_tokens"], batch["doc_mask"])  # (B, h)
         return (queries * documents).sum(-1)

@@ -18,6 +18,7 @@ from common.encoders.bert_reranking import count_parameters
 from common.encoders.pretrained import bert_config, load_bert
 from earl.model import JudgeBlock, build_earl, pool
 from earl.ranker import hinge_loss
+from tests.gradients import assert_repeatable_gradients
 from tests.token_rows import PAD, VOCAB_SIZE, tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -193,6 +194,20 @@ def test_judge_leaves_document_side_unchanged(earl_model):
 
 
 # --- judging and the end-to-end forward (Eqs. 6-8, 20-22) ------------------------------------------------------
+
+
+def test_gradients_repeat_when_a_query_judges_many_documents():
+    """A training batch holds each query once and spreads it over its documents (`query_index`): the queries'
+    gradients are the same sums, in the same order, on every run (128 pairs of 4 queries, 65,536 floats spread)."""
+    model = build_earl(small_bert(), num_blocks=2).eval()  # no dropout
+    torch.manual_seed(8)
+    q = torch.randn(4, 32, 16, requires_grad=True)
+    query_mask = torch.ones(4, 32, dtype=torch.bool)
+    keys_values, doc_mask = torch.randn(128, 6, 2 * 2 * 16), torch.ones(128, 6, dtype=torch.bool)
+    query_index = torch.arange(128) % 4
+    assert_repeatable_gradients(lambda: model.judge(q, query_mask, keys_values, doc_mask, query_index).sum(),
+                                [q, *model.blocks[0].cross.query.parameters()])  # fmt: skip
+
 
 
 @pytest.mark.parametrize("pool_kind", ["cls", "mean"])

@@ -8,6 +8,7 @@ import torch
 
 from common.encoders.pretrained import bert_config
 from mva.model import MVA, MultiVectorAttention, SidePooling, first_k, temporal_pool, timestep_mask
+from tests.gradients import assert_repeatable_gradients
 from tests.token_rows import CLS, PAD, VOCAB_SIZE, tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -208,3 +209,16 @@ def test_tied_init_scores_a_document_by_its_tokens_similarity_to_the_query():
     # attended value is that weight: e^(1/4) / (e^(1/4) + 2); orthogonal documents give exactly 0
     assert same.item() == pytest.approx(math.exp(0.25) / (math.exp(0.25) + 2), abs=1e-12)
     assert other.item() == 0.0
+
+
+def test_gradients_repeat_when_a_query_scores_many_documents():
+    """A training batch holds each query once and spreads it over its documents: the queries' gradients are the
+    same sums, in the same order, on every run (64 pairs of 4 queries, spread keys of 65,536 floats)."""
+    model = MVA(small_bert().float(), cls_token_id=CLS, projection=32)
+    torch.manual_seed(7)
+    keys, values = (torch.randn(4, 32, 32, requires_grad=True) for _ in range(2))  # (Bq, t, Hp)
+    keep = torch.ones(4, 32, dtype=torch.bool)
+    documents, doc_keep = torch.randn(64, 16, 64), torch.ones(64, 16, dtype=torch.bool)  # (B, t, 2Hp)
+    query_index = torch.arange(64) % 4
+    assert_repeatable_gradients(lambda: model.score((keys, values, keep), query_index, documents, doc_keep).sum(),
+                                [keys, values])  # fmt: skip
