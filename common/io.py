@@ -1,8 +1,15 @@
-"""Atomic writes and tolerant line reading, shared by every reader and writer.
+"""Atomic writes, caches built once, and tolerant line reading, shared by every reader and writer.
 
 Outputs (run files, checkpoints, caches) are written to a temporary file in the
 destination folder and renamed into place, so an interrupted job never leaves a
 half-written file, and an existing file is never overwritten silently.
+
+A cache (a tokenizer, a vocabulary, a document store, ...) is built once however many processes ask for it at
+the same moment: the ranks of a multi-GPU job (torchrun and srun start them all at once), or parallel jobs on one
+cache. `built_once` takes a file lock beside the cache (`build_lock`, ``<cache>.lock``, an ``flock`` through the
+`filelock` package, so it holds between processes on one machine and, where the file system supports it, across the
+nodes that share it): the first process builds and publishes the cache by a rename, the others wait for the lock and
+then open the finished cache.
 """
 
 from __future__ import annotations
@@ -12,8 +19,10 @@ import contextlib
 import gzip
 import logging
 import os
+import secrets
+import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -105,3 +114,59 @@ def cache_root() -> Path:
     """The project's cache folder (``$EFFICIENT_RANKERS_CACHE`` or ``~/.cache/efficient-rankers``)."""
     root = os.environ.get("EFFICIENT_RANKERS_CACHE")
     return Path(root) if root else Path.home() / ".cache" / "efficient-rankers"
+
+
+@contextlib.contextmanager
+def build_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold the lock of the cache `path` (the file ``<path>.lock``) for the duration of the ``with`` block.
+
+    Every builder of `path` takes it; one that finds it held says so once (a log line naming `path`) and waits as
+    long as the other's build takes.
+    """
+    from filelock import FileLock, Timeout
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(path.with_name(f"{path.name}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.warning("waiting for %s: another process is building it", path)
+        lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def built_once(
+    path: str | os.PathLike, build: Callable[[Path], object], *, ready: Callable[[Path], bool] = Path.exists
+) -> Path:
+    """`path`, a cache (a file or a folder) that `build` makes once however many processes ask for it at once.
+
+    Where ``ready(path)`` (default: `path` exists), `path` is returned as it is. Otherwise, under `build_lock`,
+    it is checked again (another process may have built it meanwhile) and, where still not ready, ``build(tmp)``
+    writes the cache at `tmp`, a new name beside `path`, which is then renamed onto `path`: a reader never sees a
+    half-built cache, and a build that fails (or is killed) leaves no `path` (a killed one may leave its
+    ``.<name>.*.tmp``). A file that is not ready (e.g. of an older format) is replaced; a folder that is not ready is
+    refused (FileExistsError), as it may hold something else.
+    """
+    path = Path(path)
+    if ready(path):
+        return path
+    with build_lock(path):
+        if ready(path):
+            return path
+        if path.is_dir():
+            raise FileExistsError(f"{path} exists but holds no complete build; remove it")
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            build(tmp)
+            os.replace(tmp, path)
+        finally:
+            if tmp.is_dir():
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    tmp.unlink()
+    return path

@@ -22,20 +22,26 @@ trec-dl-2020-doc`` (for files holding it), else an ``irds:`` task that is
 gets a line saying there is nothing to compare with, and ``builtin:`` tasks Table 1 labelled as
 another dataset's (`conformer_kernel.train.paper_tables`).
 
+Several processes (``--devices N``, ``torchrun``, ``srun``): the candidates are scored, and the index's shards
+computed, by all of them; global rank zero alone checks and creates the output folder, merges the index, retrieves
+and writes the files (`common.commands.task_options.fresh_output_dir`), the same bytes as one process writes.
+
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
 written (`common.refusals`): the options and the task's names at once, before torch and Lightning are imported
-(seconds); a checkpoint that is not conformer_kernel.train's once read, and a malformed task file once the task
-is opened, before the output folder is created.
+(seconds); the files of an ``irds:`` task (and ``--orcas``) that are neither present nor downloadable, one line
+each (`common.data.irds_files`); a checkpoint that is not conformer_kernel.train's once read, and a malformed task
+file once the task is opened, before the output folder is created.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (add_task_arguments, fresh_output_dir, lightning_devices, resolve_depth,
-                                          task_spec_from_args)
+from common.commands.task_options import (add_task_arguments, fresh_output_dir, launched_as_rank_zero,
+                                          lightning_devices, resolve_depth, task_spec_from_args)
+from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
-from conformer_kernel.index import existing_index, orcas_task, read_trained
+from conformer_kernel.index import ORCAS_PARTS, existing_index, orcas_task, read_trained
 from conformer_kernel.train import DATASET, DEPTH, MEASURE_LABELS, MODES, PAPER, paper_tables
 
 #: Candidates re-ranked per query by a checkpoint without a depth setting: Table 1's rerank subtask, BM25's top 100.
@@ -66,12 +72,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> dict:
+def main(argv=None) -> dict | None:
+    """Evaluate as the command line says; returns the metrics on global rank zero, None on the other processes."""
     args = build_parser().parse_args(argv)
     if args.index and "fullrank" not in args.modes:
         usage_error("--index: only fullrank reads an index; add it to --modes, or leave --index out")
     out = fresh_output_dir(args.output_dir, "ck-evaluate")
     task = task_spec_from_args(args, "task")
+    orcas = [args.orcas] if args.orcas else []  # the checkpoint's own field is checked once it is read
+    refuse_missing_files([task, *orcas], ["--task", *["--orcas"] * len(orcas)], [None, *[ORCAS_PARTS] * len(orcas)],
+                         quiet=not launched_as_rank_zero())
     from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
@@ -101,16 +111,19 @@ def main(argv=None) -> dict:
         index = ImpactIndex.load(args.index)
         with input_errors(MissingTermsError):
             index.check_terms(featurizer.query_terms(text) for text in evaluated_topics(data).values())
-    if "rerank" in args.modes:
-        print(f"re-ranking the top {depth} candidates per query ({depth_source})")
-    out.mkdir(parents=True, exist_ok=True)
+    if launched_as_rank_zero():
+        if "rerank" in args.modes:
+            print(f"re-ranking the top {depth} candidates per query ({depth_source})")
+        out.mkdir(parents=True, exist_ok=True)
     runs = {}
     if "rerank" in args.modes:
         trainer = L.Trainer(devices=args.devices, logger=False, default_root_dir=out, enable_model_summary=False)
         trainer.test(model, datamodule=data)
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
-    if "fullrank" in args.modes:
-        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", {"devices": 1}, index)
+    if "fullrank" in args.modes:  # its index built by every process, its retrieval on global rank zero (else None)
+        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", {"devices": args.devices}, index)
+    if not launched_as_rank_zero():  # rank zero holds every score and writes the files
+        return None
     name = model.hparams.model
     dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_mode_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level,

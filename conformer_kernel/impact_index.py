@@ -11,7 +11,8 @@ vocabulary. NDRM1 and NDRM3 score every (term, document) pair, so their postings
 (T x N x 4 bytes); NDRM2's are zero where the term does not occur, and zeros are not stored.
 
 Computation: Lightning ``predict`` over shards of ``shard_size`` documents (a shard per
-prediction step; with several devices the shards are split among them). Each shard's scores
+prediction step; with several devices the shards are split among them). Global rank zero alone
+checks the folder and writes its plan, before the shards are computed; each shard's scores
 are written atomically to ``shards/`` as soon as they exist, so an interrupted run resumes where
 it stopped (``resume``); when every shard exists the rank-zero process merges them into
 ``index.npz`` (+ ``terms.txt``, ``doc_ids.txt``, ``meta.json``) and removes the shards.
@@ -206,19 +207,22 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
             "model": model.hparams.model, "encoder": model.hparams.encoder,
             "terms_sha": _digest(terms), "doc_ids_sha": _digest(doc_ids)}
     plan = folder / PLAN
-    problem = output_problem(folder, resume)
-    if problem:
-        raise FileExistsError(problem)
-    if plan.exists() and json.loads(plan.read_text()) != meta:
-        raise UnfinishedIndexError(f"{folder}: the unfinished index was started with other terms, documents or "
-                                   "model; give the same ones, or a new folder")
     shards = -(-len(doc_ids) // shard_size)
+    # Every process lists the shards to compute before any of them is written: a shard is written only once all
+    # processes have joined the prediction.
     todo = [s for s in range(shards) if not shard_path(folder, s).exists()]
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False,
                         callbacks=[ShardWriter(folder)], default_root_dir=folder, **(trainer_options or {}))
-    if trainer.is_global_zero and not plan.exists():
-        with atomic_write(plan) as f:
-            json.dump(meta, f, indent=2, sort_keys=True)
+    if trainer.is_global_zero:  # the folder is rank zero's: the others would find the plan it has just written
+        problem = output_problem(folder, resume)
+        if problem:
+            raise FileExistsError(problem)
+        if plan.exists() and json.loads(plan.read_text()) != meta:
+            raise UnfinishedIndexError(f"{folder}: the unfinished index was started with other terms, documents or "
+                                       "model; give the same ones, or a new folder")
+        if not plan.exists():
+            with atomic_write(plan) as f:
+                json.dump(meta, f, indent=2, sort_keys=True)
     if todo:
         dataset = DocumentShards(doc_ids, documents, featurizer, shard_size, todo)
         loader = torch.utils.data.DataLoader(dataset, batch_size=1, collate_fn=DocumentShards.collate)
@@ -245,12 +249,15 @@ def evaluated_topics(data) -> Topics:
 
 def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, folder: str | os.PathLike,
                  trainer_options: dict | None = None, index: ImpactIndex | None = None, *,
-                 resume: bool = False) -> Run:
+                 resume: bool = False) -> Run | None:
     """The top 100 of every evaluated test query of `data` (a `ConformerKernelDataModule`) by full retrieval: from `index`,
     or from one built into `folder` for those queries' terms over the test collection.
 
     `resume`: `folder` may hold what a killed run left there: its finished index is read, an unfinished one
-    finished, and one killed before its plan was written started again."""
+    finished, and one killed before its plan was written started again.
+
+    Where `trainer_options` name several processes, each computes its part of the index's shards and global rank
+    zero returns the run; the others return None."""
     topics = evaluated_topics(data)
     folder = Path(folder)
     if index is None and resume and (folder / "meta.json").is_file():
@@ -263,6 +270,8 @@ def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, fol
         rank_zero_info(f"fullrank: indexing {len(terms)} query terms x {len(doc_ids)} documents into {folder}")
         index = build_index(model, featurizer, documents, doc_ids, terms, folder, trainer_options=trainer_options,
                             resume=resume)
+        if index is None:  # not global rank zero, which merged the shards
+            return None
     return index.retrieve(topics, featurizer)
 
 

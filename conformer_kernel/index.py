@@ -13,11 +13,14 @@ run (the first 20 analysed terms of each topic; ``--topics``), optionally the wh
 
 Output: ``index.npz``, ``terms.txt``, ``doc_ids.txt`` and ``meta.json`` (written last) in a new ``--output``
 folder. Shards of ``--shard_size`` documents are written as soon as they are scored, so an interrupted run
-resumes where it stopped (``--resume``); with several ``--devices`` the shards are split among them.
+resumes where it stopped (``--resume``); with several ``--devices`` (or under ``torchrun`` or ``srun``) the shards
+are split among them, and global rank zero alone checks the folder, writes its plan and merges the shards
+(`common.commands.task_options.launched_as_rank_zero`): the same index as one process builds.
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
 written (`common.refusals`): the options, the tasks' names and the output folder at once, before torch and
-Lightning are imported; a checkpoint that is not conformer_kernel.train's once read, and a malformed task file
+Lightning are imported; an ``irds:`` task's files that are neither present nor downloadable, one line each
+(`common.data.irds_files`); a checkpoint that is not conformer_kernel.train's once read, and a malformed task file
 once the task is opened.
 """
 
@@ -26,10 +29,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from common.data.irds_files import refuse_missing_files
 from common.data.specs import TaskSpecError, check_spec, source_from_spec
-from common.commands.task_options import lightning_devices, read_checkpoint
+from common.commands.task_options import launched_as_rank_zero, lightning_devices, read_checkpoint
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index_folder import INDEX_FILES, output_problem
+
+#: What an ORCAS field reads of its ir_datasets task (`conformer_kernel.orcas`): the clicked queries and their clicks.
+ORCAS_PARTS = ("queries", "qrels")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -94,16 +101,21 @@ def read_trained(checkpoint: str | Path) -> dict:
 
 def check_args(args: argparse.Namespace) -> None:
     """What the option types do not check, before anything is imported or read: something to index, the tasks'
-    names, and an output folder to write the index into."""
+    names, and (on global rank zero, whose folder it is) an output folder to write the index into."""
     if not args.topics and not args.vocabulary:
         usage_error("nothing to index: give --topics TASK [TASK ...] and/or --vocabulary")
     with input_errors(TaskSpecError):
         check_spec(args.collection, "--collection")
         for spec in args.topics:
             check_spec(spec, "--topics")
-    problem = output_problem(Path(args.output), args.resume)
+    zero = launched_as_rank_zero()
+    problem = output_problem(Path(args.output), args.resume) if zero else None
     if problem:
         usage_error(f"--output: {problem}")
+    orcas = [args.orcas] if args.orcas else []  # the checkpoint's own field is checked once it is read
+    refuse_missing_files([args.collection, *args.topics, *orcas],
+                         ["--collection", *["--topics"] * len(args.topics), *["--orcas"] * len(orcas)],
+                         [("docs",), *[("queries",)] * len(args.topics), *[ORCAS_PARTS] * len(orcas)], quiet=not zero)
 
 
 def main(argv=None):

@@ -100,6 +100,8 @@ from torch import Tensor, nn
 
 from common.encoders.dropout import Dropout
 from common.encoders.length_batches import by_length
+from common.encoders.precision import full_precision
+from common.training.processes import world_size
 
 # --- inputs ---------------------------------------------------------------------------------
 
@@ -201,9 +203,12 @@ class SameConv1d(torch.autograd.Function):
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
         pad = weight.shape[-1] // 2
         x = F.pad(x, (pad, pad))
-        ctx.save_for_backward(x, weight)
+        out = F.conv1d(x, weight, bias, groups=groups)
+        # The backward computes in the dtype of the forward's convolution, which autocast may have lowered from the
+        # inputs' (bf16-mixed); the gradients are then returned in it and autograd casts them to the inputs' dtype.
+        ctx.save_for_backward(x.to(out.dtype), weight.to(out.dtype))
         ctx.groups, ctx.bias = groups, bias is not None
-        return F.conv1d(x, weight, bias, groups=groups)
+        return out
 
     @staticmethod
     def backward(ctx, grad: Tensor):
@@ -328,7 +333,10 @@ class WindowedKernelPooling(nn.Module):
     def forward(self, similarity: Tensor, doc_mask: Tensor) -> Tensor:
         """(..., Tq, Td) cosine similarities and a (..., Td) mask -> (..., Tq) term scores."""
         sums = self.window_sums(similarity, doc_mask)  # (..., Tq, W, K)
-        return self.mlp(torch.log(sums + 1e-6)).squeeze(-1).amax(dim=-1)  # MLP(log(Σ_window K + 1e-6)), max over W
+        hidden = self.mlp[:-1](torch.log(sums + 1e-6))  # (..., Tq, W, hidden)
+        # The MLP's output layer in the parameters' precision, under autocast too (`common.encoders.precision`).
+        last = self.mlp[-1]
+        return full_precision(last, hidden, dtype=last.weight.dtype).squeeze(-1).amax(dim=-1)  # max over W
 
     def kernels(self, similarity: Tensor) -> Tensor:
         """exp(-(s - mu_k)^2 / (2 sigma^2)) of (..., Td) similarities, as (..., K, Td): kernels before terms, so
@@ -372,7 +380,10 @@ class WindowedKernelPooling(nn.Module):
 
 
 class BatchScale(nn.Module):
-    """BS(x) = x / (E[x] + ε), E[x] the cumulative mean of every training value seen (Eq. 4)."""
+    """BS(x) = x / (E[x] + ε), E[x] the cumulative mean of every training value seen (Eq. 4).
+
+    On several processes each sees a slice of the batch: the slices' sums and sizes are added over the processes
+    before the mean is updated, so E[x] is the whole batch's, as on one process (up to the order of the sum)."""
 
     def __init__(self, eps: float = 1e-6):
         super().__init__()
@@ -382,10 +393,41 @@ class BatchScale(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         if self.training:
-            n = x.numel()
+            n, total = x.numel(), x.detach().sum()
+            if world_size() > 1:
+                sums = torch.stack([total.double(), torch.tensor(float(n), dtype=torch.float64)])
+                torch.distributed.all_reduce(sums)
+                total, n = sums[0].to(total.dtype), int(sums[1])
             self.count += n
-            self.running_mean += ((x.detach().sum() - n * self.running_mean) / self.count).to(self.running_mean)
+            self.running_mean += ((total - n * self.running_mean) / self.count).to(self.running_mean)
         return x / (self.running_mean + self.eps)  # BS(x) = x / (E[x] + ε)
+
+
+class BatchNorm(nn.BatchNorm1d):
+    """``nn.BatchNorm1d`` over the whole batch on several processes (NDRM3's BN, Eq. 3).
+
+    One process: ``nn.BatchNorm1d`` itself. Several (training): each process holds a slice of the batch, and the
+    slices' sums, sums of squares and sizes are all-reduced (differentiably, so each slice's gradient sees every
+    slice's share of the statistics), so the normalisation, the running statistics and the gradients are the whole
+    batch's, as on one process. torch's ``SyncBatchNorm`` does this on GPUs only; this one runs on any device.
+    """
+
+    def forward(self, x: Tensor) -> Tensor:  # (N, C)
+        if not self.training or world_size() == 1:
+            return super().forward(x)
+        from torch.distributed.nn.functional import all_reduce
+
+        features = x.shape[1]
+        size = torch.full((1,), float(x.shape[0]), dtype=x.dtype, device=x.device)
+        stats = all_reduce(torch.cat([x.sum(0), (x * x).sum(0), size]))  # (2C + 1,) over every process
+        count = stats[-1]
+        mean = stats[:features] / count  # (C,)
+        var = stats[features : 2 * features] / count - mean * mean  # (C,) biased, as BN normalises with
+        with torch.no_grad():
+            self.num_batches_tracked += 1
+            self.running_mean.lerp_(mean.detach(), self.momentum)
+            self.running_var.lerp_(var.detach() * count / (count - 1), self.momentum)  # unbiased, as torch keeps
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
 
 
 # --- the rankers ------------------------------------------------------------------------------------
@@ -520,13 +562,15 @@ class NDRM3(nn.Module):
         super().__init__()
         self.ndrm1 = NDRM1(vocab_size, **ndrm1_options)
         self.ndrm2 = NDRM2()
-        self.norm = nn.BatchNorm1d(2)
+        self.norm = BatchNorm(2)
         self.combine = nn.Linear(2, 1)
 
     def combine_terms(self, latent: Tensor, explicit: Tensor, query_mask: Tensor) -> Tensor:
         """(Q, D, Tq) NDRM1 and NDRM2 term scores -> (Q, D, Tq) NDRM3 term scores."""
         pair = torch.stack([latent, explicit], dim=-1)  # (Q, D, Tq, 2)
-        y = self.combine(self.norm(pair.view(-1, 2))).view(pair.shape[:-1])  # Eq. 3: w1·BN(.) + w2·BN(.) + b
+        # Eq. 3: w1·BN(.) + w2·BN(.) + b, in the parameters' precision under autocast too (common.encoders.precision)
+        y = full_precision(self.combine, self.norm(pair.view(-1, 2)), dtype=self.combine.weight.dtype)
+        y = y.view(pair.shape[:-1])
         return y * query_mask[:, None]
 
     def term_scores(self, f: Features) -> Tensor:

@@ -43,7 +43,8 @@ PRIMARY KEY, text)`` plus a ``meta`` table recording what it was built from)
 under ``common.io.cache_root() / "orcas"``
 (``$EFFICIENT_RANKERS_CACHE/orcas``), named by a key of its inputs (resolved path,
 size and modification time of both files; or the ir_datasets id) and a format
-version, and reused by every later run. The build streams the inputs into a
+version, and reused by every later run; processes that ask for it at once (DDP
+ranks) build it once (`common.io.built_once`). The build streams the inputs into a
 staging SQLite database beside it (ORCAS's queries do not fit comfortably in a
 Python dict), groups the clicks by document there, writes the field into a
 temporary file and renames it into place, so an interrupted build never leaves a
@@ -66,7 +67,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from common.data import irds
-from common.io import cache_root
+from common.io import built_once, cache_root
 from common.data.formats import DataFormatError, iter_qrels, iter_topics
 
 #: Bumped whenever the build's semantics change, so that an old cache is not reused.
@@ -114,22 +115,8 @@ class OrcasField:
             inputs.append(f"{resolved}\0{stat.st_size}\0{stat.st_mtime_ns}")
         key = _key("files", *inputs)
         path = _cache_dir(cache_dir) / f"{_slug(Path(topics_path).name)}-{key}.sqlite"
-        if path.is_file():
-            return cls(path)
-        topics_label, qrels_label = str(topics_path), str(qrels_path)
-        _build(
-            path,
-            iter_topics(topics_path),
-            iter_qrels(qrels_path),
-            duplicate_query=lambda number, qid: DataFormatError(topics_label, number, f"duplicate topic id {qid!r}"),
-            unknown_query=lambda number, qid: DataFormatError(
-                qrels_label, number, f"query id {qid!r} is not in the topics file {topics_label}"
-            ),
-            source=f"files: topics={Path(topics_path).resolve()} qrels={Path(qrels_path).resolve()}",
-            name=Path(qrels_path).name,
-            progress=progress,
-        )
-        return cls(path)
+        return cls(built_once(path, lambda tmp: _build_from_files(tmp, topics_path, qrels_path, progress),
+                              ready=Path.is_file))
 
     @classmethod
     def from_irds(
@@ -147,39 +134,7 @@ class OrcasField:
         ir_datasets expects them.
         """
         path = _cache_dir(cache_dir) / f"irds-{_slug(dataset_id)}-{_key('irds', dataset_id)}.sqlite"
-        if path.is_file():
-            return cls(path)
-        dataset = irds.load_dataset(dataset_id)
-        for entity in ("queries", "qrels"):
-            has = getattr(dataset, f"has_{entity}", None)
-            if has is not None and not has():
-                raise ValueError(f"ir_datasets dataset {dataset_id!r} has no {entity}; the ORCAS field needs both")
-
-        def queries() -> Iterator[tuple[int, str, str]]:
-            with irds._reading(dataset_id, "queries"):
-                for number, query in enumerate(dataset.queries_iter(), start=1):
-                    yield number, str(query.query_id), irds.query_text(query)
-
-        def clicks() -> Iterator[tuple[int, str, str, int]]:
-            with irds._reading(dataset_id, "qrels"):
-                for number, qrel in enumerate(dataset.qrels_iter(), start=1):
-                    yield number, str(qrel.query_id), str(qrel.doc_id), int(qrel.relevance)
-
-        _build(
-            path,
-            queries(),
-            clicks(),
-            duplicate_query=lambda number, qid: DataFormatError(
-                f"ir_datasets:{dataset_id} queries", None, f"duplicate query id {qid!r} (record {number})"
-            ),
-            unknown_query=lambda number, qid: DataFormatError(
-                f"ir_datasets:{dataset_id} qrels", None, f"query id {qid!r} is not among the queries (record {number})"
-            ),
-            source=f"irds:{dataset_id}",
-            name=dataset_id,
-            progress=progress,
-        )
-        return cls(path)
+        return cls(built_once(path, lambda tmp: _build_from_irds(tmp, dataset_id, progress), ready=Path.is_file))
 
     # --- lookup -------------------------------------------------------------
 
@@ -283,6 +238,57 @@ def _batched(rows: Iterable, size: int = _BATCH) -> Iterator[list]:
             batch = []
     if batch:
         yield batch
+
+
+def _build_from_files(path: Path, topics_path, qrels_path, progress: bool) -> None:
+    """`_build` of a topics file (the queries) and a qrels file (the clicks)."""
+    topics_label, qrels_label = str(topics_path), str(qrels_path)
+    _build(
+        path,
+        iter_topics(topics_path),
+        iter_qrels(qrels_path),
+        duplicate_query=lambda number, qid: DataFormatError(topics_label, number, f"duplicate topic id {qid!r}"),
+        unknown_query=lambda number, qid: DataFormatError(
+            qrels_label, number, f"query id {qid!r} is not in the topics file {topics_label}"
+        ),
+        source=f"files: topics={Path(topics_path).resolve()} qrels={Path(qrels_path).resolve()}",
+        name=Path(qrels_path).name,
+        progress=progress,
+    )
+
+
+def _build_from_irds(path: Path, dataset_id: str, progress: bool) -> None:
+    """`_build` of an ir_datasets dataset's queries and qrels."""
+    dataset = irds.load_dataset(dataset_id)
+    for entity in ("queries", "qrels"):
+        has = getattr(dataset, f"has_{entity}", None)
+        if has is not None and not has():
+            raise ValueError(f"ir_datasets dataset {dataset_id!r} has no {entity}; the ORCAS field needs both")
+
+    def queries() -> Iterator[tuple[int, str, str]]:
+        with irds._reading(dataset_id, "queries"):
+            for number, query in enumerate(dataset.queries_iter(), start=1):
+                yield number, str(query.query_id), irds.query_text(query)
+
+    def clicks() -> Iterator[tuple[int, str, str, int]]:
+        with irds._reading(dataset_id, "qrels"):
+            for number, qrel in enumerate(dataset.qrels_iter(), start=1):
+                yield number, str(qrel.query_id), str(qrel.doc_id), int(qrel.relevance)
+
+    _build(
+        path,
+        queries(),
+        clicks(),
+        duplicate_query=lambda number, qid: DataFormatError(
+            f"ir_datasets:{dataset_id} queries", None, f"duplicate query id {qid!r} (record {number})"
+        ),
+        unknown_query=lambda number, qid: DataFormatError(
+            f"ir_datasets:{dataset_id} qrels", None, f"query id {qid!r} is not among the queries (record {number})"
+        ),
+        source=f"irds:{dataset_id}",
+        name=dataset_id,
+        progress=progress,
+    )
 
 
 def _build(

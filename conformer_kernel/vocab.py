@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from tqdm.auto import tqdm
 
-from common.io import cache_root
+from common.io import built_once, cache_root
 from common.data.formats import Document
 from conformer_kernel.text import END, START, analyze
 
@@ -107,13 +107,14 @@ class Resources:
     @classmethod
     def cached(cls, key: dict, queries: Iterable[str], documents: Iterable[Document],
                options: EmbeddingOptions) -> Resources:
-        """`build`'s result for the corpus described by `key` (JSON-serialisable), built once."""
+        """`build`'s result for the corpus described by `key` (JSON-serialisable), built once however many
+        processes (DDP ranks) ask at once (`common.io.built_once`); the others load the finished folder."""
         digest = hashlib.sha256(json.dumps({"corpus": key, "options": asdict(options), "version": 1},
                                            sort_keys=True).encode()).hexdigest()[:16]
         folder = cache_root() / "conformer_kernel" / f"resources-{digest}"
-        if not (folder / "meta.json").is_file():
-            resources = cls.build(queries, documents, options)
-            resources.save(folder, meta={"corpus": key, "options": asdict(options)})
+        meta = {"corpus": key, "options": asdict(options)}
+        built_once(folder, lambda tmp: cls.build(queries, documents, options).save(tmp, meta=meta),
+                   ready=lambda path: (path / "meta.json").is_file())
         return cls.load(folder)
 
     # -- storage --

@@ -27,12 +27,14 @@ Outputs (a new ``--output_dir``, default ``outputs/earl-evaluate-<time>``): ``ru
 ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``; with ``--compare_end_to_end`` the end-to-end
 run under ``<name>_end_to_end``), written by `common.commands.outputs.write_results`, metrics.json last. The metrics are
 printed beside BM25's and, where the task is one of Table 2's MS MARCO datasets (``--dataset`` for files), beside
-the paper's. Scoring runs in one process on ``--device`` (one query at a time, the paper's online setting).
+the paper's. Scoring runs in one process on ``--device`` (one query at a time, the paper's online setting):
+launched as several (``torchrun``, ``srun``), global rank zero does all of it and the others return at once.
 
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
 (`common.refusals`): the options, the task's names and the store's folder at once, before torch and Lightning are
-imported; a checkpoint that is not EARL's once read; a malformed task file once the task is opened; a store of
-another checkpoint or without a candidate once it is opened, before the output folder is created.
+imported; an ``irds:`` task's files that are neither present nor downloadable, one line each
+(`common.data.irds_files`); a checkpoint that is not EARL's once read; a malformed task file once the task is
+opened; a store of another checkpoint or without a candidate once it is opened, before the output folder is created.
 """
 
 from __future__ import annotations

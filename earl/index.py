@@ -26,7 +26,9 @@ written as soon as each is done, so a killed build loses the shards in flight on
 
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
 (`common.refusals`): the options, the collection's name and the output folder at once, before torch and Lightning
-are imported; a checkpoint that is not EARL's once read; a collection file that cannot be read once it is opened.
+are imported; an ``irds:`` collection's files that are neither present nor downloadable, one line each
+(`common.data.irds_files`); a checkpoint that is not EARL's once read; a collection file that cannot be read once it
+is opened.
 """
 
 from __future__ import annotations

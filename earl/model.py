@@ -47,6 +47,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from common.encoders.precision import full_precision
+
 #: Pool of Eq. 22: the [CLS] position (ClsPool) or the mean over real query tokens (AvePool).
 Pool = Literal["cls", "mean"]
 #: Training losses: the paper's pairwise hinge loss (Sec. 3.4), or MORES's 2-class cross-entropy.
@@ -245,7 +247,8 @@ class EARL(nn.Module):
         for i, block in enumerate(self.blocks):  # Eqs. 20-21
             hidden = block(hidden, query_mask, keys_values[..., 2 * h * i : 2 * h * (i + 1)], doc_mask,
                            cross_queries=first if i == 0 else None)  # fmt: skip
-        out = self.score(pool(hidden, query_mask, self.pool))  # Eq. 22
+        # Eq. 22, in the parameters' precision under autocast too (`common.encoders.precision`)
+        out = full_precision(self.score, pool(hidden, query_mask, self.pool), dtype=self.score.weight.dtype)
         return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:

@@ -27,7 +27,8 @@ Outputs (a new ``--output_dir``, default ``outputs/mva-evaluate-<time>``): ``run
 ``costs.json`` and ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``), metrics.json last.
 
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
-(`common.refusals`): the options, the task's names and the store's folder before torch is imported; a checkpoint that
+(`common.refusals`): the options, the task's names and the store's folder before torch is imported; an ``irds:``
+task's files that are neither present nor downloadable, one line each (`common.data.irds_files`); a checkpoint that
 is not of the architecture its option needs once read; a store of another checkpoint or without a candidate once
 opened, before the output folder is created.
 """

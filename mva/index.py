@@ -21,7 +21,9 @@ as it is done; ``--resume`` finishes a killed build (with the same checkpoint, d
 
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
 (`common.refusals`): the options, the collection's name and the output folder before torch and Lightning are
-imported; a checkpoint that is not MVA's or DE's once read; a collection file that cannot be read once opened.
+imported; an ``irds:`` collection's files that are neither present nor downloadable, one line each
+(`common.data.irds_files`); a checkpoint that is not MVA's or DE's once read; a collection file that cannot be read
+once opened.
 """
 
 from __future__ import annotations

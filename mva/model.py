@@ -50,6 +50,8 @@ from typing import Literal
 import torch
 from torch import Tensor, nn
 
+from common.encoders.precision import full_precision
+
 #: Pooling of one side (Sec. 2.2): every real token, the first K, K learned [CLS] embeddings, temporal pooling.
 Pooling = Literal["all", "first_k", "cls", "temporal"]
 POOLINGS = ("all", "first_k", "cls", "temporal")
@@ -172,7 +174,15 @@ class MultiVectorAttention(nn.Module):
         logits = qk @ dk.transpose(-1, -2) / math.sqrt(p)  # (B, H, q, d)
         logits = logits.masked_fill(~doc_keep[:, None, None, :], torch.finfo(logits.dtype).min)
         attended = logits.softmax(-1) @ dv  # (B, H, q, p): Attention(Q_K,i, D_K, D_V) per head
-        dots = (query_values.view(b, q, heads, p).transpose(1, 2) * attended).sum((1, 3))  # (B, q), heads summed
+        # The score in the parameters' precision, under autocast too (`common.encoders.precision`).
+        return full_precision(self._mean_dot, query_values.view(b, q, heads, p).transpose(1, 2), attended,
+                              query_keep, dtype=self.query_value.weight.dtype)
+
+    @staticmethod
+    def _mean_dot(query_values: Tensor, attended: Tensor, query_keep: Tensor) -> Tensor:
+        """(B, H, q, p) Q_V and attention outputs, (B, q) real positions -> (B,) mean over them of the dot
+        products, the heads summed."""
+        dots = (query_values * attended).sum((1, 3))  # (B, q)
         keep = query_keep.to(dots.dtype)
         return (dots * keep).sum(1) / keep.sum(1)  # mean over the real query positions
 

@@ -22,18 +22,24 @@ datasets: ``--dataset`` (for files holding one), else the dataset of an ``irds:`
 ``trec-dl-2019-doc``). Any other task gets a line saying there is nothing to compare with, and
 ``builtin:`` tasks the reported numbers labelled as another dataset's (`qds.train.paper_tables`).
 
+Several processes (``--devices N``, ``torchrun``, ``srun``): the candidates are scored by all of them and gathered;
+global rank zero alone checks and creates the output folder and writes the files
+(`common.commands.task_options.fresh_output_dir`), the same bytes as one process writes.
+
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
 written (`common.refusals`): the options and the task's names at once, before torch and Lightning are imported
-(seconds); a checkpoint that is not QDS-Transformer's once read, and a malformed task file once the task is
-opened, before the output folder is created.
+(seconds); an ``irds:`` task's files that are neither present nor downloadable, one line each
+(`common.data.irds_files`); a checkpoint that is not QDS-Transformer's once read, and a malformed task file once
+the task is opened, before the output folder is created.
 """
 
 from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (add_task_arguments, fresh_output_dir, lightning_devices, read_checkpoint,
-                                          resolve_depth, task_spec_from_args)
+from common.commands.task_options import (add_task_arguments, fresh_output_dir, launched_as_rank_zero,
+                                          lightning_devices, read_checkpoint, resolve_depth, task_spec_from_args)
+from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int
 from qds.train import DATASETS, PAPER, paper_tables
 
@@ -128,10 +134,12 @@ def load_model(args, state: dict | None = None):
     return QDSRanker.load_from_checkpoint(args.checkpoint, map_location="cpu", **overrides), data_settings
 
 
-def main(argv=None) -> dict:
+def main(argv=None) -> dict | None:
+    """Evaluate as the command line says; returns the metrics on global rank zero, None on the other processes."""
     args = build_parser().parse_args(argv)
     out = fresh_output_dir(args.output_dir, "qds-evaluate")
     task = task_spec_from_args(args, "candidates")
+    refuse_missing_files([task], ["--candidates"], quiet=not launched_as_rank_zero())
     from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
@@ -156,10 +164,13 @@ def main(argv=None) -> dict:
     with input_errors(*INPUT_ERRORS):
         data.check_tasks()  # the task's files read before anything is built, printed or written
     model, _ = load_model(args, state)
-    print(f"re-ranking the top {depth} candidates per query ({depth_source})")
-    out.mkdir(parents=True, exist_ok=True)
+    if launched_as_rank_zero():
+        print(f"re-ranking the top {depth} candidates per query ({depth_source})")
+        out.mkdir(parents=True, exist_ok=True)
     trainer = L.Trainer(devices=args.devices, logger=False, default_root_dir=out, enable_model_summary=False)
     trainer.test(model, datamodule=data)
+    if not trainer.is_global_zero:  # the scores are gathered on every process; rank zero writes them
+        return None
     run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_results(out, pattern, run, data.qrels("test"), data.candidates("test"), data.relevance_level,

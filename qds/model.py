@@ -35,6 +35,7 @@ from torch import Tensor, nn
 
 from common.encoders.dropout import use_fast_dropout
 from common.encoders.length_batches import by_length
+from common.encoders.precision import full_precision
 from common.kernels import IMPLEMENTATIONS
 from common.kernels.longformer import use_qds_attention
 from qds.inputs import ALL_PATTERNS, BASELINES
@@ -59,7 +60,8 @@ class RankingHead(nn.Module):
 
     def forward(self, pooled: Tensor) -> Tensor:  # (B, h) -> (B,)
         hidden = torch.tanh(self.hidden(self.dropout(pooled)))  # (B, h)
-        return self.out(self.dropout(hidden)).squeeze(-1)
+        # the score in the parameters' precision, under autocast too (`common.encoders.precision`)
+        return full_precision(self.out, self.dropout(hidden), dtype=self.out.weight.dtype).squeeze(-1)
 
 
 def build_encoder(

@@ -60,7 +60,8 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         negatives: negatives per positive in a training group (linked from the data module): BCE's ``pos_weight``.
         balanced_loss: weight the positive's BCE term by `negatives`, as the official loss does; False: unweighted
             (the same at one negative).
-        impl: `common.kernels` implementation of the sparse attention (``auto``: TVM on CPU, else portable).
+        impl: `common.kernels` implementation of the sparse attention (``auto``: TVM on CPU, FlexAttention on a CUDA
+            GPU where torch.compile builds it, else portable).
     """
 
     measures = MEASURES

@@ -15,6 +15,14 @@ Conventions (README, "Conventions every package follows"):
   wherever it was killed (`common.training.resume`); a finished run (its ``metrics.json`` written) says so.
   ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
 
+On several processes (``--trainer.devices N``, whose launcher Lightning starts by running the command line again in
+N - 1 new processes when fitting begins; ``torchrun``; ``srun``), global rank zero alone checks, creates and writes
+the output folder and what is in it, told from the launcher's environment before any process group exists
+(`common.commands.run_folder.launched_as_global_zero`). The other processes never refuse the folder this launch
+made and write nothing; Lightning gives them rank zero's checkpoint folder (``ModelCheckpoint.setup`` broadcasts it)
+and its checkpoints are written behind a barrier, so they test the same checkpoint. A refusal that is not rank
+zero's alone stops every process, rank zero saying why (`RankerCLI._refuse`).
+
 A command passes its classes, default config, run name, monitored measure, and its own options and argument links
 (`arguments`); `common.commands.train.TrainCommand.cli` builds each package's. The CLI only builds
 (``run=False``): the command's main (`common.commands.train.TrainCommand.main`) calls `RankerCLI.fit_and_test`
@@ -43,13 +51,16 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_info
 
 from common.data.formats import DataFormatError
+from common.data.irds import DatasetUnavailableError
+from common.data.irds_files import refuse_missing_files
 from common.data.specs import TaskSpecError, check_spec
 from common.commands.help import replaces_default_config
 from common.io import atomic_write
 from common.commands.progress import progress_callback
+from common.training.global_batch import split_global_batch
 from common.training.resume import (AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_step,
                                     discard_unfinished_writes)
-from common.commands.run_folder import CONFIG, LAST, resumed_run
+from common.commands.run_folder import CONFIG, LAST, launched_as_global_zero, resumed_run
 from common.training.tasks import MissingDocumentsError, RerankingDataModule
 from common.refusals import input_errors, usage_error
 
@@ -58,7 +69,7 @@ _RUN_KEYS = {"output_dir", "ckpt_path", "config"}
 _ABSENT = object()
 
 #: Bad data or task input, answered in one line with exit status 2 (`common.refusals.usage_error`).
-INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError)
+INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError, DatasetUnavailableError)
 
 
 def _flat(tree, prefix: str = "") -> dict:
@@ -223,14 +234,21 @@ class RankerCLI(LightningCLI):
             announcer.setLevel(level)
 
     def before_instantiate_classes(self) -> None:
+        """Check the tasks (their form, then the files an ir_datasets task needs: `common.data.irds_files`) and the
+        output folder, before anything is built: one line and exit status 2 where they are wrong."""
         config = self.config
+        specs, options = [], []
         for split in ("train", "dev", "test"):
             spec = config.data.get(split)
             if spec is not None:
+                spec = spec.as_dict() if isinstance(spec, Namespace) else spec
                 try:
-                    check_spec(spec.as_dict() if isinstance(spec, Namespace) else spec, f"data.{split}")
+                    check_spec(spec, f"data.{split}")
                 except TaskSpecError as error:
                     usage_error(str(error))
+                specs.append(spec)
+                options.append(f"--data.{split}")
+        refuse_missing_files(specs, options, quiet=not launched_as_global_zero())  # rank zero names them
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
         self.resume_from = None
@@ -241,7 +259,8 @@ class RankerCLI(LightningCLI):
             self.resume_from = self.output_dir / "checkpoints" / LAST
             self._check_same_settings()
         else:
-            if self.output_dir.exists() and any(self.output_dir.iterdir()):
+            # Global rank zero alone: the other processes find the folder this launch's rank zero made.
+            if launched_as_global_zero() and self.output_dir.exists() and any(self.output_dir.iterdir()):
                 usage_error(f"{self.output_dir} is not empty: choose a new --output_dir, or pass --ckpt_path last "
                             "to resume the run in it")
             self.resume_from = config.ckpt_path
@@ -274,8 +293,20 @@ class RankerCLI(LightningCLI):
         super().instantiate_classes()
         if checked is not None:
             self.datamodule = checked
-        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if self.config.get("compare_with") and self.trainer.world_size > 1:
+            self._refuse(f"--compare_with: baselines are trained on one process, this run has {self.trainer.world_size}"
+                         ": give --compare_with [] and train each baseline as its own run (--model.architecture NAME)")
+        if isinstance(self.datamodule, RerankingDataModule):  # its batch_size is the global batch
+            split_global_batch(self.datamodule, self.trainer)
+        if self.trainer.is_global_zero:  # the other processes' run folder is rank zero's (module docstring)
+            self.output_dir.mkdir(parents=True, exist_ok=True)
         rank_zero_info(f"output folder: {self.output_dir}")
+
+    def _refuse(self, problem: str) -> None:
+        """Stop every process with exit status 2; global rank zero says why in one line (`usage_error`)."""
+        if self.trainer.is_global_zero:
+            usage_error(problem)
+        raise SystemExit(2)
 
     def instantiate_trainer(self, **kwargs):
         folder = self.output_dir / "checkpoints"

@@ -5,11 +5,15 @@ Checked at a training command's front door (`common.commands.help`), before Ligh
 ``config.yaml`` and ``checkpoints/last.ckpt``; a finished run (its ``metrics.json`` written) says so and exits
 with status 0; a ``--ckpt_path FILE`` to start from must be a checkpoint. Anything else is one line and exit
 status 2 (`common.refusals`), with nothing written.
+
+On several processes only global rank zero checks, creates and writes the run's folder (`launched_as_global_zero`):
+the others never refuse the folder this launch made.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -57,3 +61,19 @@ def resumed_run(given: list[str]) -> Path | None:
         if not needed.is_file():
             usage_error(f"nothing to resume in {folder}: {needed} does not exist")
     return folder
+
+
+def launched_as_global_zero() -> bool:
+    """Whether this process is (or will be) global rank zero of its launch, told from the environment before any
+    process group exists, as Lightning tells it when no cluster environment is configured
+    (``_AcceleratorConnector._choose_and_init_cluster_environment``): under torchrun (``RANK``), srun
+    (``SLURM_PROCID``), LSF or MPI their rank; else Lightning's own launcher, whose processes but the first get
+    ``LOCAL_RANK`` (and ``NODE_RANK`` on other nodes), zero where unset."""
+    from lightning.fabric.plugins.environments import (LSFEnvironment, MPIEnvironment, SLURMEnvironment,
+                                                       TorchElasticEnvironment)
+
+    for environment in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment, MPIEnvironment):
+        if environment.detect():
+            return environment().global_rank() == 0
+    node = os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))
+    return int(node) == 0 and int(os.environ.get("LOCAL_RANK", "0")) == 0

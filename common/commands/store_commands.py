@@ -17,6 +17,12 @@ options, their docstring (the ``--help``) and what their paper defines; their op
   (`common.commands.outputs.write_results`, metrics.json last) and prints the metrics beside BM25's and the
   paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and writes how far the two are
   apart to exactness.json (`common.stores.scoring.compare_scores`).
+
+Several processes: an index command's shards are split among them (Lightning ``predict``; ``--devices N``,
+``torchrun`` or ``srun``), global rank zero writing the manifest (`common.stores.writer.build_store`). An evaluate
+command scores in one process, query after query (the paper's online setting): launched as several, global rank
+zero does all of it and the others return at once, writing nothing
+(`common.commands.task_options.launched_as_rank_zero`).
 """
 
 from __future__ import annotations
@@ -27,7 +33,8 @@ from collections.abc import Callable
 
 from common.commands.store_options import (DTYPES, check_candidates, index_trainer_options, open_store, read_collection,
                                            resolve_device)
-from common.commands.task_options import fresh_output_dir, resolve_depth, task_spec_from_args
+from common.commands.task_options import fresh_output_dir, launched_as_rank_zero, resolve_depth, task_spec_from_args
+from common.data.irds_files import refuse_missing_files
 from common.refusals import input_errors, usage_error
 
 #: The data settings of a checkpoint that an evaluate command's data module takes as they were in training.
@@ -68,7 +75,8 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
 
 class StoreEvaluation:
     """An evaluate command over parsed `args` (`common.commands.store_options.add_evaluate_arguments` and
-    `add_rerank_arguments`); `main` runs it and returns the metrics (module docstring).
+    `add_rerank_arguments`); `main` runs it and returns the metrics (module docstring; None on a process other than
+    global rank zero).
 
     A package's subclass sets `package`, `strategies`, `default_depth` and `paper_tables`, and defines the hooks
     `main` calls, in this order:
@@ -113,11 +121,14 @@ class StoreEvaluation:
             return None
         return open_store(self.args.store, self.args.checkpoint, self.index_command, self.strategies)
 
-    def main(self) -> dict:
+    def main(self) -> dict | None:
         args = self.args
         self.check_args()
+        if not launched_as_rank_zero():  # one process scores (module docstring): rank zero's
+            return None
         self.out = out = fresh_output_dir(args.output_dir, f"{self.package}-evaluate")
         self.task = task = task_spec_from_args(args, "task")
+        refuse_missing_files([task], ["--task"])
         from common.commands.quiet import quiet_lightning
 
         quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making

@@ -26,7 +26,7 @@ import argparse
 import re
 from pathlib import Path
 
-from common.commands.task_options import add_task_arguments, lightning_devices, read_checkpoint
+from common.commands.task_options import add_task_arguments, launched_as_rank_zero, lightning_devices, read_checkpoint
 from common.data.specs import TaskSpecError, check_spec
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 
@@ -89,11 +89,13 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_index_args(args: argparse.Namespace) -> None:
-    """What the option types do not check, before anything is imported or read: the collection and an output
-    folder to build the store into."""
+    """What the option types do not check, before anything is imported or read: the collection (an ``irds:`` one's
+    files present or downloadable, `common.data.irds_files`) and an output folder to build the store into."""
+    from common.data.irds_files import refuse_missing_files
     from common.stores.representations import store_output_problem
 
     check_collection(args.collection)
+    refuse_missing_files([args.collection], ["--collection"], [("docs",)], quiet=not launched_as_rank_zero())
     problem = store_output_problem(Path(args.output), args.resume)
     if problem:
         hint = " (pass --resume to finish it)" if "unfinished" in problem else ""

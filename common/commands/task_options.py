@@ -8,6 +8,11 @@ its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), and rea
 `read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file, an unknown split or id, a
 used folder, a foreign checkpoint end the command in one line naming the option (`common.refusals`).
 
+Several processes: under Lightning's own launcher (``--devices N``), ``torchrun`` or ``srun`` every process runs the
+command line, and only global rank zero checks, creates and writes the output folder (`launched_as_rank_zero`, told
+from the launcher's environment before any process group exists): the other processes never look at it, so that a
+folder this launch has begun is never refused by its own processes.
+
 Importing it imports only the standard library and `common.data.source`, so that ``--help`` and these errors
 answer at once: torch comes with `read_checkpoint`, once the arguments are checked.
 """
@@ -15,6 +20,7 @@ answer at once: torch comes with `read_checkpoint`, once the arguments are check
 from __future__ import annotations
 
 import argparse
+import os
 import pickle
 import re
 import time
@@ -93,14 +99,34 @@ def lightning_devices(text: str) -> str:
                                      f"got {text}")
 
 
+#: What the launchers set in the environment of the processes they start (torchrun, Lightning's own launcher, srun,
+#: LSF, MPI): a process with none of them was started alone, and is global rank zero.
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_NTASKS", "LSB_JOBID",
+                      "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+def launched_as_rank_zero() -> bool:
+    """Whether this process is global rank zero of its launch (`common.commands.run_folder.launched_as_global_zero`),
+    without importing Lightning for a process started alone (none of `LAUNCHER_VARIABLES` set): its command line's
+    refusals answer in seconds."""
+    if not any(name in os.environ for name in LAUNCHER_VARIABLES):
+        return True
+    from common.commands.run_folder import launched_as_global_zero
+
+    return launched_as_global_zero()
+
+
 def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
     """An evaluate command's output folder: `path` (``--output_dir``), or ``outputs/<default_prefix>-<time>`` where
     None.
 
     One that exists and is not empty (a run never writes over another), or is a file, ends the command in one line.
-    It is not created here: the command creates it once its inputs have loaded.
+    It is not created here: the command creates it once its inputs have loaded, on global rank zero alone, which
+    alone checks it (`launched_as_rank_zero`; the other processes of a launch write nothing into it).
     """
     out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if not launched_as_rank_zero():
+        return out
     problem = output_folder_problem(out)
     if problem:
         usage_error(f"--output_dir: {problem}")

@@ -12,7 +12,12 @@ links, checks of settings, monitored measure, names and paper tables), ``COMMAND
 3. makes the test runs: the re-ranked test candidates (``run.trec``), or, for a command with `TestModes`, the run of
    each of ``--test_modes`` (``run.<mode>.trec``);
 4. trains each ``--compare_with`` baseline with the run's settings into ``<output_dir>/<baseline>/``
-   (`train_baseline`);
+   (`train_baseline`), on one process: a run on several processes (``--trainer.devices``, ``--trainer.num_nodes``,
+   torchrun, srun) with a baseline to train is refused in one line before anything is written or launched
+   (`common.commands.cli.RankerCLI.instantiate_classes`). Its rank zero alone would train the baselines, while the
+   other processes, done, leave the process group (a hang or a closed connection): on several processes train each
+   baseline as its own run (``--model.architecture NAME --compare_with []``; the paper configs' ``compare_with`` is
+   empty);
 5. writes ``task.json`` and, last, ``metrics.json`` (`common.commands.outputs`), and prints the metrics beside
    BM25's and the baselines', then beside the paper's (`TrainCommand.paper_tables`).
 

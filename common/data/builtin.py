@@ -64,13 +64,10 @@ query has a relevant document among its candidates.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -80,13 +77,12 @@ from pathlib import Path
 import numpy as np
 
 from common.data.bm25 import DEFAULT_B, DEFAULT_K1, DEFAULT_STEMMER, bm25_retrieve
-from common.io import cache_root
 from common.data.formats import (
     DataFormatError, Document, Qrels, Run, Topics, iter_collection, ranked, read_qrels, read_run, write_collection,
     write_qrels, write_run, write_topics,
 )
 from common.data.source import FileSource
-from common.io import atomic_write
+from common.io import atomic_write, built_once, cache_root
 from common.refusals import ArgumentParser, input_errors, nonnegative_int, output_folder_problem, usage_error
 
 #: Bump when the generated files change for a given seed (it names the cache folder).
@@ -481,28 +477,16 @@ def default_root(seed: int = 0) -> Path:
 
 
 def ensure_builtin(root: str | os.PathLike | None = None, seed: int = 0) -> Path:
-    """The folder holding the built-in collection of `seed`, built on first use.
+    """The folder holding the built-in collection of `seed` (with its BM25 candidates), built on first use.
 
-    A build goes to a temporary sibling folder renamed into place, so concurrent callers (DDP ranks,
-    parallel jobs) never see a partial collection: a loser of the race discards its copy.
+    Built once however many processes (DDP ranks, parallel jobs) ask at once (`common.io.built_once`): the
+    others wait and read the finished folder, never a partial one.
     """
     root = Path(root) if root is not None else default_root(seed)
-    if (root / "manifest.json").is_file():
-        return root
-    if root.exists():
+    if root.exists() and not (root / "manifest.json").is_file():  # never a build under way: builds are renamed in
         raise FileExistsError(f"{root} exists but holds no complete built-in collection (no manifest.json); remove it")
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}."))
-    try:
-        build_builtin(tmp, seed)
-        os.rename(tmp, root)
-    except OSError:
-        if not (root / "manifest.json").is_file():  # not a lost race: a real error
-            raise
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(tmp)
-    return root
+    return built_once(root, lambda tmp: build_builtin(tmp, seed),
+                      ready=lambda folder: (folder / "manifest.json").is_file())
 
 
 def builtin_source(split: str = "test", root: str | os.PathLike | None = None, seed: int = 0) -> FileSource:

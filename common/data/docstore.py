@@ -4,7 +4,8 @@ A collection file (TSV or JSONL, see `common.data.formats`) is streamed once int
 an SQLite table ``docs(doc_id, title, text, url)`` keyed by document id. The
 store is built atomically (a temporary database renamed into place) in a cache
 folder, keyed by the collection's resolved path, size and modification time, and
-reused by every later run.
+reused by every later run; processes that ask for it at once (DDP ranks) build it
+once (`common.io.built_once`).
 
 Each store is stamped with `SCHEMA_VERSION` (SQLite's ``user_version``). A
 cached store of an older schema (version 0: built before documents had a url,
@@ -32,7 +33,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from common.data.formats import DataFormatError, Document, iter_collection
-from common.io import cache_root
+from common.io import built_once, cache_root
 
 
 #: Layout of the ``docs`` table; bump it whenever the table changes, so that cached stores are rebuilt.
@@ -59,6 +60,9 @@ class Lookup:
     def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
         """Documents in the order asked; a missing id raises KeyError."""
         return [self[doc_id] for doc_id in doc_ids]
+
+    def prepare(self) -> None:
+        """Build what the lookups read where it is not built yet (a lookup built when it is made has nothing to do)."""
 
 
 class DocumentStore(Lookup):
@@ -110,8 +114,9 @@ class DocumentStore(Lookup):
     ) -> DocumentStore:
         """The cached store of `collection`, built on first use and reused while the file is unchanged.
 
-        A cached store of another `SCHEMA_VERSION` (an older build without urls) is rebuilt, atomically
-        replacing it, instead of being reused.
+        Built once however many processes (DDP ranks) ask at once (`common.io.built_once`): the others wait and
+        open the finished store. A cached store of another `SCHEMA_VERSION` (an older build without urls) is
+        rebuilt, atomically replacing it, instead of being reused.
         """
         collection = Path(collection).resolve()
         if not collection.is_file():
@@ -119,9 +124,9 @@ class DocumentStore(Lookup):
         stat = collection.stat()
         key = hashlib.sha256(f"{collection}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
         path = Path(cache_dir or cache_root() / "docstore") / f"{collection.stem}-{key}.sqlite"
-        if path.is_file() and schema_version(path) == SCHEMA_VERSION:
-            return cls(path)
-        return cls.build(collection, path, overwrite=True, progress=progress)
+        built_once(path, lambda tmp: cls.build(collection, tmp, progress=progress),
+                   ready=lambda store: store.is_file() and schema_version(store) == SCHEMA_VERSION)
+        return cls(path)
 
     @property
     def _db(self) -> sqlite3.Connection:

@@ -50,8 +50,9 @@ save and the URLs it tried, so the file can be copied there by hand.
 
 Laziness: constructing a source only resolves the id in the registry (cheap, no
 download, and fails fast on a typo in a config). Each part is read on first use
-and cached; the document store is opened on the first lookup and built by
-ir_datasets on first use (a ``.pklz4`` folder beside the collection). ir_datasets
+and cached; the document store is opened on the first lookup (or `IrDatasetsDocuments.prepare`)
+and built by ir_datasets on first use (a ``.pklz4`` folder beside the collection), once
+however many processes open it at once (`_built_store`). ir_datasets
 is imported only when a source is created, so ``import common.data`` does not
 pay for it.
 """
@@ -71,6 +72,7 @@ from typing import Any
 from common.data.docstore import Lookup
 from common.data.formats import DataFormatError, Document, Qrels, Run, Topics
 from common.data.source import read_once
+from common.io import build_lock
 
 #: Fields taken as the document title, first string one wins.
 TITLE_FIELDS = ("title", "headline")
@@ -107,17 +109,17 @@ class DatasetUnavailableError(RuntimeError):
 
     def __init__(self, dataset_id: str, part: str, home: Path, expected: list[str], cause: str):
         self.dataset_id, self.part, self.home, self.expected = dataset_id, part, home, expected
-        lines = [
+        said = [
             f"ir_datasets dataset {dataset_id!r}: could not get the files for its {part} "
-            f"(ir_datasets downloads them on first use: no network, or a required local file is missing).",
+            f"(ir_datasets downloads them on first use: no network, or a required local file is missing);",
             f"ir_datasets keeps its files under IR_DATASETS_HOME={home} (default ~/.ir_datasets; "
-            f"set the variable before ir_datasets is imported).",
+            f"set the variable before ir_datasets is imported);",
         ]
         if expected:
-            lines.append("To use the dataset offline, put a copy of each file where ir_datasets expects it:")
-            lines.extend(f"  {where}" for where in expected)
-        lines.append(f"cause: {cause}")
-        super().__init__("\n".join(lines))
+            said.append("to use the dataset offline, put a copy of each file where ir_datasets expects it: "
+                        + "; ".join(expected) + ";")
+        said.append(f"cause: {cause}")
+        super().__init__(" ".join(" ".join(text.split()) for text in said))  # one line: a command's refusal
 
 
 def ir_datasets_home() -> Path:
@@ -313,15 +315,19 @@ class IrDatasetsDocuments(Lookup):
 
     @property
     def _docstore(self) -> Any:
+        self.prepare()
+        return self._store
+
+    def prepare(self) -> None:
+        """Open the document store in this process, building it first where ir_datasets has not (`_built_store`)."""
         # The store holds open file handles; sharing their offsets with a forked DataLoader
         # worker would interleave reads, so each process opens its own.
         if self._store is None or self._pid != os.getpid():
             if self._dataset is None:
                 self._dataset = load_dataset(self.dataset_id)
             with _reading(self.dataset_id, "documents"):
-                self._store = self._dataset.docs_store()
+                self._store = _built_store(self._dataset)
             self._pid = os.getpid()
-        return self._store
 
     def _fetch(self, doc_ids: list[str]) -> dict[str, Any]:
         # The first lookup builds the store (reading, maybe downloading, the whole collection).
@@ -371,6 +377,28 @@ class IrDatasetsDocuments(Lookup):
 
     def __setstate__(self, state: dict) -> None:
         self.__init__(state["dataset_id"], None, state["text_field"])
+
+
+def _built_store(dataset: Any) -> Any:
+    """`dataset`'s document store, built (once, whichever processes open it at once) before it is returned.
+
+    ir_datasets builds a store (e.g. its ``.pklz4`` folder) on first use and checks whether it is built before
+    taking its own lock, so two processes starting at once would both append every document. A store with a
+    ``build`` method and a ``path`` is built here under `common.io.build_lock` of that path and reopened after
+    the lock (a store object opened before another process built it keeps its empty view); a store in a folder
+    this process cannot write is opened as it is (nobody builds there from here).
+    """
+    store = dataset.docs_store()
+    path = getattr(store, "path", None)
+    if not (callable(getattr(store, "build", None)) and isinstance(path, (str, os.PathLike))):
+        return store
+    parent = next((p for p in Path(path).absolute().parents if p.exists()), None)
+    if parent is None or not os.access(parent, os.W_OK):
+        return store
+    with build_lock(path):
+        store = dataset.docs_store()
+        store.build()
+    return store
 
 
 class IrDatasetsSource:

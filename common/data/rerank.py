@@ -47,9 +47,12 @@ def rerank_pairs(candidates: Run, depth: int, queries: list[str] | None = None) 
 
 def reranked_run(pairs: list[tuple[str, str]], scores: Tensor, candidates: Run) -> Run:
     """The run of the scored `pairs` ((index, score) rows of `scores`), each query's unscored candidates below
-    (`common.metrics.ordering.with_unscored_below`)."""
+    (`common.metrics.ordering.with_unscored_below`).
+
+    The rows are read in the order of `pairs`, whatever order the processes that scored them gathered them in: the
+    queries come in the same order, and the run is written the same, on any number of processes."""
     run: Run = {}
-    for index, score in scores.tolist():  # duplicates from a padded DistributedSampler carry equal scores
+    for index, score in sorted(scores.tolist()):  # duplicates from a padded DistributedSampler carry equal scores
         qid, doc_id = pairs[int(index)]
         run.setdefault(qid, {})[doc_id] = float(score)
     return with_unscored_below(run, candidates)

@@ -62,9 +62,9 @@ workers, or how DDP ranks split the indices. Anchors are sorted by (query id,
 document id) (query id alone for `LabelGroupSampler`), so the order of the
 input files does not matter either. Call ``set_epoch(e)`` for new negatives each epoch.
 
-With Lightning: let the DataLoader shuffle (Lightning swaps in a
-DistributedSampler under DDP, which shards indices per rank and calls its own
-``set_epoch``), call ``dataset.set_epoch(trainer.current_epoch)`` in
+With Lightning: let the DataLoader choose the indices (the training loader of
+`common.training.tasks` hands each DDP process its slice of every global batch,
+`common.training.global_batch`), call ``dataset.set_epoch(trainer.current_epoch)`` in
 ``LightningModule.on_train_epoch_start`` (it runs before the epoch's DataLoader
 iterator, and so its worker processes, is created), and keep
 ``persistent_workers=False``: a persistent worker holds the dataset copy of the

@@ -23,6 +23,8 @@ from typing import Literal
 
 from torch import Tensor, nn
 
+from common.encoders.precision import full_precision
+
 
 class BertRanker(nn.Module):
     """BERT over the concatenated pair, a linear map of its [CLS] vector (`logits` 1, or 2: their difference)."""
@@ -39,7 +41,8 @@ class BertRanker(nn.Module):
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         hidden = self.bert(input_ids=batch["pair_tokens"], attention_mask=batch["pair_mask"],
                            token_type_ids=batch["pair_types"]).last_hidden_state  # (B, n, h)
-        out = self.score(self.dropout(hidden[:, 0]))  # (B, logits)
+        # in the parameters' precision, under autocast too (`common.encoders.precision`)
+        out = full_precision(self.score, self.dropout(hidden[:, 0]), dtype=self.score.weight.dtype)  # (B, logits)
         return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
 
 
@@ -74,4 +77,6 @@ class BertSiamese(nn.Module):
         queries = self.embed(batch["query_tokens"], batch["query_mask"])  # (Bq, h)
         queries = queries.index_select(0, batch["query_index"])  # (B, h); not queries[index]: see bert_inputs
         documents = self.embed(batch["doc_tokens"], batch["doc_mask"])  # (B, h)
-        return (queries * documents).sum(-1)
+        # in the parameters' precision, under autocast too (`common.encoders.precision`)
+        dtype = next(self.bert.parameters(), queries).dtype  # the encoder's parameters' (an encoder may have none)
+        return full_precision(lambda q, d: (q * d).sum(-1), queries, documents, dtype=dtype)

@@ -21,12 +21,8 @@ a tokenizer by name, loaded in the process that uses it.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedTokenizerFast
@@ -113,23 +109,13 @@ def task_tokenizer_path(task, vocab_size: int = 8192) -> Path:
 def _cached_bpe(root: Path, texts, vocab_size: int) -> Path:
     """`root`, holding a BPE trained on ``texts()`` unless it already does.
 
-    The folder is written under a temporary name and renamed into place, so a concurrent caller
-    (another DDP rank) never reads a partial tokenizer; the loser of a race drops its copy.
+    Trained once however many processes (DDP ranks) ask at once (`common.io.built_once`): the others wait and
+    load the finished folder.
     """
-    if (root / "tokenizer.json").is_file():
-        return root
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=root.parent, prefix=f".{root.name}."))
-    try:
-        train_bpe(texts(), vocab_size).save_pretrained(tmp)
-        os.rename(tmp, root)
-    except OSError:
-        if not (root / "tokenizer.json").is_file():
-            raise
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            shutil.rmtree(tmp)
-    return root
+    from common.io import built_once
+
+    return built_once(root, lambda tmp: train_bpe(texts(), vocab_size).save_pretrained(tmp),
+                      ready=lambda folder: (folder / "tokenizer.json").is_file())
 
 
 def train_bpe(texts, vocab_size: int) -> PreTrainedTokenizerFast:

@@ -11,16 +11,29 @@ Implementations (``impl``):
 - ``portable``: banded blocks plus gathered global tokens in PyTorch, O(n (w + g)) memory, CPU and CUDA;
 - ``tvm``: the banded matrix products compiled with Apache TVM (LLVM on CPU, CUDA where available);
 - ``flex``: FlexAttention with a block mask over globally-gathered tokens (GPU);
-- ``auto``: ``tvm`` on CPU (measured fastest there, `results/kernels/`), falling back to ``portable``
-  when TVM cannot run; ``portable`` on CUDA (``flex`` and TVM's CUDA kernels are opt-in until they
-  have been measured on a GPU).
+- ``auto``: the fastest exact implementation that can run the call (`auto_implementation`):
+  on CPU ``tvm`` (measured fastest there, `results/kernels/`); on CUDA ``flex``, whose fused kernel skips
+  the empty tiles of the block mask (`common.kernels.flex`) where ``portable`` computes every tile of the
+  band unfused (not yet timed on a GPU in `results/kernels/`), where ``torch.compile`` can build it: Triton
+  is installed, the GPU has compute capability 7.0 or higher (Volta on; inductor's Triton backend needs it)
+  and the head dimension is at least 16 (Triton's ``tl.dot``; torch refuses smaller); ``portable``
+  everywhere else (other devices, older GPUs, no Triton, TVM unable to run). TVM's CUDA kernels (one
+  thread per output) stay opt-in, and so does ``flex`` on CPU (forward only: `common.kernels.flex`).
+  A chosen kernel that raises `KernelUnavailableError` falls back to ``portable`` with a warning.
+
+Half precision (bf16, fp16, and autocast's ``bf16-mixed``/``16-mixed``): ``reference``, ``portable`` and
+``flex`` compute in their inputs' dtype (their matmuls in what autocast picks); ``tvm`` computes in
+float32, the inputs cast in and the output cast back, autocast off inside (`common.kernels.tvm_kernel`), so
+``auto`` keeps it for bf16 on CPU.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import warnings
 
+import torch
 from torch import Tensor
 
 from common.kernels.reference import reference_attention
@@ -54,12 +67,31 @@ def qds_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
     args = (q, k, v, is_global, key_padding_mask, window, global_qkv)
     if impl != "auto":
         return get_implementation(impl)(*args)
-    if q.device.type == "cpu":
+    chosen = auto_implementation(q.device, q.shape[-1])
+    if chosen != "portable":
         try:
-            return get_implementation("tvm")(*args)
+            return get_implementation(chosen)(*args)
         except KernelUnavailableError as error:
             _warn_fallback(str(error))
     return get_implementation("portable")(*args)
+
+
+def auto_implementation(device: torch.device, head_dim: int) -> str:
+    """The implementation ``impl="auto"`` runs for inputs on `device` with heads of `head_dim` (module docstring):
+    ``tvm`` on CPU, ``flex`` on a CUDA device where `flex_compiles` holds, else ``portable``."""
+    if device.type == "cpu":
+        return "tvm"
+    if device.type == "cuda" and flex_compiles(device, head_dim):
+        return "flex"
+    return "portable"
+
+
+def flex_compiles(device: torch.device, head_dim: int) -> bool:
+    """Whether ``torch.compile`` can build FlexAttention's fused kernel for CUDA `device` and `head_dim`: Triton is
+    installed, the device's compute capability is at least 7.0, and `head_dim` at least 16."""
+    if importlib.util.find_spec("triton") is None or head_dim < 16:
+        return False
+    return torch.cuda.get_device_capability(device) >= (7, 0)
 
 
 def _warn_fallback(reason: str) -> None:
@@ -71,4 +103,5 @@ def _warn_fallback(reason: str) -> None:
 _WARNED: set[str] = set()
 
 
-__all__ = ["IMPLEMENTATIONS", "KernelUnavailableError", "get_implementation", "qds_attention", "reference_attention"]
+__all__ = ["IMPLEMENTATIONS", "KernelUnavailableError", "auto_implementation", "flex_compiles", "get_implementation",
+           "qds_attention", "reference_attention"]

@@ -31,9 +31,13 @@ plus the dense global rows, g/n of the full matrix (5.1% and 4.5%).
 On CPU, torch 2.13 runs FlexAttention's forward only: eagerly, it falls back to
 an unfused implementation that materialises the full (n x n) scores, like the
 reference (torch.compile'd it builds a fused inductor CPU kernel, but compiling
-takes tens of seconds per shape); its backward raises NotImplementedError on
-CPU, so a call that needs gradients on CPU raises `KernelUnavailableError`.
-On CUDA the compiled, fused kernel is used, forward and backward (its tests run where a GPU is present).
+takes tens of seconds per shape). It has no CPU backward: ``flex_attention``
+checks its inputs first (``_validate_device`` in ``torch.nn.attention.flex_attention``)
+and raises NotImplementedError for CPU inputs that require gradients, eager and
+under torch.compile alike, so a call that needs gradients on CPU raises
+`KernelUnavailableError` here. On CUDA the compiled, fused kernel is used, forward
+and backward (its tests run where a GPU is present); there ``impl="auto"`` picks
+this path (`common.kernels.auto_implementation`).
 """
 
 from __future__ import annotations
@@ -150,8 +154,9 @@ def _flex(q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask) -> Tensor:
         return _compiled_flex()(q, k, v, block_mask=block_mask)
     if q.requires_grad or k.requires_grad or v.requires_grad:
         raise KernelUnavailableError(
-            f"FlexAttention in torch {torch.__version__} has no backward pass on {q.device.type} (forward only); "
-            "run impl='flex' on CUDA, or use impl='portable' or 'reference' to train here"
+            f"FlexAttention in torch {torch.__version__} has no backward pass on {q.device.type} (forward only: "
+            "flex_attention refuses inputs that require gradients there, compiled or not); run impl='flex' on CUDA, "
+            "or use impl='portable' or 'reference' to train here"
         )
     # The eager, unfused forward (see the module docstring); its warning says just that.
     with warnings.catch_warnings():

@@ -30,7 +30,10 @@ Differences from transformers' module:
   module to `_padding_mask_row`, which builds that row alone, with the same
   values; every other caller of the function is untouched.
 - half precision: transformers takes the softmax in fp32 whatever the input
-  dtype; here the kernel's own precision applies.
+  dtype; here the kernel's own precision applies (`common.kernels`: ``tvm``
+  computes in fp32, the others in their inputs' dtype). Under autocast
+  (``bf16-mixed``) the projections return bf16, and every buffer built here
+  takes their dtype.
 """
 
 from __future__ import annotations
@@ -120,8 +123,9 @@ class QDSLongformerSelfAttention(nn.Module):
             # their keys and values are needed at every position but their queries only at the global rows:
             # the kernels read no other row, which stays zero (a projection of every position costs as much
             # as the sparse attention itself).
-            queries = hidden_states.new_zeros(batch, n, self.embed_dim).index_put(
-                (is_global,), self.query_global(hidden_states[is_global]))  # (B, N, E)
+            # The buffer takes the projection's dtype, which autocast may have lowered (bf16-mixed).
+            projected = self.query_global(hidden_states[is_global])  # (T, E), T the batch's global tokens
+            queries = projected.new_zeros(batch, n, self.embed_dim).index_put((is_global,), projected)  # (B, N, E)
             global_qkv = (self._heads(queries), self._heads(self.key_global(hidden_states)),
                           self._heads(self.value_global(hidden_states)))  # (B, H, N, D) each
         else:

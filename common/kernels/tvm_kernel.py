@@ -121,9 +121,18 @@ def tvm_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
                   window: int = 128, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """`reference_attention` with the banded products on TVM kernels. Shapes: q, k, v (B, H, N, D) -> (B, H, N, D).
 
-    float32 and float64 run natively; other floating dtypes are computed in float32.
+    float32 and float64 run natively; other floating dtypes (bf16, fp16) are computed in float32, cast in and the
+    output cast back, and so is the PyTorch glue (global rows, backward products) under autocast (bf16-mixed),
+    which is turned off inside: the kernels' buffers are float32 whatever autocast would pick.
     Raises KernelUnavailableError when TVM is missing, cannot target the device, or fails to compile.
     """
+    with torch.autocast(q.device.type, enabled=False):
+        return _tvm_attention(q, k, v, is_global, key_padding_mask, window, global_qkv)
+
+
+def _tvm_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None,
+                   window: int, global_qkv: tuple[Tensor, Tensor, Tensor] | None) -> Tensor:
+    """`tvm_attention` outside autocast."""
     check_inputs(q, k, v, is_global, key_padding_mask, global_qkv)
     batch, heads, n, head_dim = q.shape
     dtype = q.dtype if q.dtype in (torch.float32, torch.float64) else torch.float32
@@ -933,21 +942,23 @@ class _BandAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v, k_global, v_global = ctx.saved_tensors
-        kernels, n = ctx.kernels, q.shape[2]
-        q3, k3, v3, kg3, vg3, g3 = _flat(q, k, v, k_global, v_global, grad.contiguous())
-        p, pg = kernels.probabilities(q3, k3, kg3.transpose(1, 2), ctx.layout, q.shape[1])  # recomputed
-        dp = kernels.band_qk(g3, v3)  # dO . V over the band
-        dpg = torch.bmm(g3, vg3.transpose(1, 2))  # (BH, N, Gp)
-        ds, dsg = kernels.softmax_bwd(p, pg, dp, dpg)  # scaled score gradients
-        dsg, pg = dsg[:, :n], pg[:, :n]
-        need_q, need_k, need_v, need_kg, need_vg = ctx.needs_input_grad[:5]
-        dq = kernels.band_pv(ds, k3).baddbmm(dsg, kg3).view(q.shape) if need_q else None
-        dk = kernels.band_tpv(ds, q3).reshape(q.shape) if need_k else None
-        dv = kernels.band_tpv(p, g3).reshape(q.shape) if need_v else None
-        dkg = torch.bmm(dsg.transpose(1, 2), q3).view(k_global.shape) if need_kg else None
-        dvg = torch.bmm(pg.transpose(1, 2), g3).view(v_global.shape) if need_vg else None
-        return dq, dk, dv, dkg, dvg, None, None
+        # float32 buffers, as in the forward: autocast stays off where a backward runs inside an autocast region.
+        with torch.autocast(grad.device.type, enabled=False):
+            q, k, v, k_global, v_global = ctx.saved_tensors
+            kernels, n = ctx.kernels, q.shape[2]
+            q3, k3, v3, kg3, vg3, g3 = _flat(q, k, v, k_global, v_global, grad.contiguous())
+            p, pg = kernels.probabilities(q3, k3, kg3.transpose(1, 2), ctx.layout, q.shape[1])  # recomputed
+            dp = kernels.band_qk(g3, v3)  # dO . V over the band
+            dpg = torch.bmm(g3, vg3.transpose(1, 2))  # (BH, N, Gp)
+            ds, dsg = kernels.softmax_bwd(p, pg, dp, dpg)  # scaled score gradients
+            dsg, pg = dsg[:, :n], pg[:, :n]
+            need_q, need_k, need_v, need_kg, need_vg = ctx.needs_input_grad[:5]
+            dq = kernels.band_pv(ds, k3).baddbmm(dsg, kg3).view(q.shape) if need_q else None
+            dk = kernels.band_tpv(ds, q3).reshape(q.shape) if need_k else None
+            dv = kernels.band_tpv(p, g3).reshape(q.shape) if need_v else None
+            dkg = torch.bmm(dsg.transpose(1, 2), q3).view(k_global.shape) if need_kg else None
+            dvg = torch.bmm(pg.transpose(1, 2), g3).view(v_global.shape) if need_vg else None
+            return dq, dk, dv, dkg, dvg, None, None
 
 
 def _flat(*tensors: Tensor) -> list[Tensor]:

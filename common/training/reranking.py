@@ -6,7 +6,7 @@ says otherwise) scores an evaluation batch's (query, document) pairs, (B,): it m
 with the class's `measures` through `common.metrics.RankingMetrics` (on the full runs, unscored candidates below, as
 run.trec and metrics.json are), logs them as ``dev/<measure>`` and ``test/<measure>``, keeps the test scores as
 (index, score) rows of every rank (``test_scores``, for the run file), and saves the random generators' states in
-checkpoints, so that a resumed run repeats an uninterrupted one (dropout included).
+checkpoints (every process's, on several), so that a resumed run repeats an uninterrupted one (dropout included).
 
 Checkpoints written under older names load: the attribute that holds the paper's ``nn.Module`` was ``ranker``
 before it was ``model`` (state-dict keys ``ranker.*`` are read as ``model.*`` wherever weights are loaded:
@@ -21,6 +21,7 @@ from torch import Tensor, nn
 
 from common.data.rerank import gather_scores
 from common.metrics import RankingMetrics
+from common.training.processes import world_size
 from common.training.rng import rng_states, set_rng_states
 
 #: State-dict key prefixes of older checkpoints -> today's.
@@ -107,8 +108,20 @@ class RerankingEvaluation:
         return super().load_state_dict(renamed_state(state_dict), strict=strict, assign=assign)  # old keys too
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["rng_states"] = rng_states()  # dropout's generators: a resumed run repeats an uninterrupted one
+        """Save the random generators' states (dropout's: a resumed run repeats an uninterrupted one): this
+        process's, and on several processes every process's, whose generators part as their batches' shapes do.
+        Lightning calls it in every process (it writes the checkpoint in global rank zero)."""
+        checkpoint["rng_states"] = rng_states()
+        if world_size() > 1:
+            checkpoint["rng_states_by_rank"] = [None] * world_size()
+            torch.distributed.all_gather_object(checkpoint["rng_states_by_rank"], checkpoint["rng_states"])
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        if "rng_states" in checkpoint:
+        """Restore this process's generators where the checkpoint was written by as many processes, else the
+        first process's (a checkpoint of another number of processes resumes, though not as its own run would)."""
+        by_rank = checkpoint.get("rng_states_by_rank")
+        if by_rank is not None and len(by_rank) == world_size():
+            set_rng_states(by_rank[torch.distributed.get_rank()])
+        elif "rng_states" in checkpoint:
             set_rng_states(checkpoint["rng_states"])
+

@@ -43,8 +43,10 @@ their collections hold every judged and retrieved document, and looking up MS MA
 tens of millions of ids. `Tasks.check` opens and checks every configured split (a train command calls it before
 fitting).
 
-Loaders. torchdata's ``StatefulDataLoader`` (a checkpoint taken mid-epoch resumes at the next batch), the training
-one shuffled by a generator seeded with ``seed``. A data module builds each split's dataset once: its
+Loaders. torchdata's ``StatefulDataLoader`` (a checkpoint taken mid-epoch resumes at the next batch). ``batch_size``
+is the global batch of an optimizer step: the training loader of each process loads its slice of every global batch
+of an order drawn from ``seed`` (`common.training.global_batch`; on one process, the whole batch, shuffled by a
+generator seeded with ``seed``). A data module builds each split's dataset once: its
 `training_dataset`, and `common.data.rerank.RerankPairs` of the re-ranked pairs for dev and test; no dev task, no
 validation loader.
 
@@ -68,6 +70,7 @@ from common.data.formats import Qrels, Run, Topics
 from common.data.rerank import Encode, RerankPairs, rerank_pairs
 from common.data.source import RankingSource
 from common.data.specs import SourceSpec, source_from_spec
+from common.training.global_batch import GlobalBatchSampler
 
 #: What ``missing_documents`` may say about documents without text (see the module docstring).
 MISSING_DOCUMENTS = ("skip", "error")
@@ -269,21 +272,32 @@ class LoaderConfig(_Options):
     """How a data module's datasets are loaded (each field is the ``--data.*`` option of its name).
 
     Args:
-        batch_size: training items (groups) per batch.
-        eval_batch_size: evaluation pairs per batch.
+        batch_size: training items (groups) of an optimizer step over every process (the global batch).
+        eval_batch_size: evaluation pairs per batch of a process.
         num_workers: loader worker processes (0: in the main process).
         seed: the training order's seed.
+        processes, accumulate: the processes and the batches accumulated per optimizer step that share
+            `batch_size` (`common.training.global_batch.split_global_batch` sets them; no option).
     """
 
     batch_size: int
     eval_batch_size: int
     num_workers: int = 0
     seed: int = 0
+    processes: int = 1
+    accumulate: int = 1
 
-    def train(self, dataset: Dataset):
-        """`dataset`'s training loader: shuffled by a generator seeded with `seed`, `batch_size` items a batch."""
-        generator = torch.Generator().manual_seed(self.seed)
-        return self._loader(dataset, self.batch_size, shuffle=True, generator=generator)
+    @property
+    def process_batch_size(self) -> int:
+        """Training items per batch of a process: `batch_size` / (`processes` x `accumulate`)."""
+        return self.batch_size // (self.processes * self.accumulate)
+
+    def train(self, dataset: Dataset, rank: int = 0):
+        """Process `rank`'s training loader of `dataset`: its share of each global batch in an order drawn from
+        `seed` (`common.training.global_batch.GlobalBatchSampler`), `process_batch_size` items a batch."""
+        sampler = GlobalBatchSampler(dataset, self.batch_size, self.processes, rank, self.seed)
+        # The loader draws its workers' base seed from the sampler's generator, as it did from the shuffle's.
+        return self._loader(dataset, self.process_batch_size, sampler=sampler, generator=sampler.generator)
 
     def evaluation(self, dataset: Dataset):
         """`dataset`'s evaluation loader: in order, `eval_batch_size` items a batch."""
@@ -370,13 +384,33 @@ class RerankingDataModule(L.LightningDataModule):
                                                     self.pair_encoder())
         return self._datasets[split]
 
+    def prepare_data(self) -> None:
+        """Build the document stores (`common.data.docstore`, ir_datasets' own) of the tasks that `setup` opens for
+        the trainer's stage (`stage_splits`; fit's where no trainer is attached), where not built yet.
+
+        Lightning runs this on one process per node while the others wait at a barrier without a timeout, so an
+        hours-long build never meets a collective's. Each build also holds its cache's lock
+        (`common.io.built_once`), which is what makes the stores built once where every process builds at once
+        (torchrun, srun, or a rank that asks before this hook has run).
+        """
+        stage = self.trainer.state.fn.value if self.trainer is not None else "fit"
+        for split in self.stage_splits.get(stage, ()):
+            if self.has_split(split):
+                source_from_spec(self.specs[split]).documents().prepare()
+
     def setup(self, stage: str) -> None:
         for split in self.stage_splits.get(stage, ()):
             if self.has_split(split):
                 self.dataset(split)
 
     def train_dataloader(self):
-        return self.loaders.train(self.dataset("train"))
+        trainer = self.trainer
+        if trainer is None:
+            return self.loaders.train(self.dataset("train"))
+        if (trainer.world_size, trainer.accumulate_grad_batches) != (self.loaders.processes, self.loaders.accumulate):
+            raise RuntimeError("the global batch is not split among the trainer's processes: call "
+                               "common.training.global_batch.split_global_batch(data, trainer) before fitting")
+        return self.loaders.train(self.dataset("train"), trainer.global_rank)
 
     def val_dataloader(self):
         return self.loaders.evaluation(self.dataset("dev")) if self.has_split("dev") else []

@@ -1,12 +1,15 @@
-"""Atomic writes and tolerant decoding (common.io)."""
+"""Atomic writes, caches built once, and tolerant decoding (common.io)."""
 
 import logging
+import multiprocessing
 import os
+import signal
 import stat
+import time
 
 import pytest
 
-from common.io import atomic_write, check_encoding, read_lines
+from common.io import atomic_write, built_once, check_encoding, read_lines
 
 
 def test_atomic_write_replaces_only_on_success(tmp_path):
@@ -67,3 +70,105 @@ def test_unknown_fallback_encoding_is_named(tmp_path):
     (tmp_path / "x").write_text("a\n")
     with pytest.raises(ValueError, match="klingon-8"):
         list(read_lines(tmp_path / "x", fallback="klingon-8"))
+
+
+# --- built_once ------------------------------------------------------------------------------------------------
+
+
+def _slow_build(log, seconds):
+    """A build that writes the cache in two steps `seconds` apart and records itself in `log`."""
+
+    def build(tmp):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        tmp.write_text(f"half of {os.getpid()}\n")
+        time.sleep(seconds)
+        with open(tmp, "a") as f:
+            f.write("whole\n")
+
+    return build
+
+
+def _race(path, log, barrier, results):
+    barrier.wait()  # both ask at the same moment
+    results.put((os.getpid(), built_once(path, _slow_build(log, 0.5)).read_text()))
+
+
+def test_two_processes_asking_at_once_build_once_and_the_other_opens_the_result(tmp_path):
+    path, log = tmp_path / "cache.txt", tmp_path / "builds.log"
+    context = multiprocessing.get_context("fork")
+    barrier, results = context.Barrier(2), context.Queue()
+    racers = [context.Process(target=_race, args=(path, log, barrier, results)) for _ in range(2)]
+    for racer in racers:
+        racer.start()
+    answers = dict(results.get(timeout=60) for _ in racers)
+    for racer in racers:
+        racer.join(timeout=60)
+        assert racer.exitcode == 0
+    (builder,) = map(int, log.read_text().split())  # one build
+    assert set(answers) == {racer.pid for racer in racers}
+    assert set(answers.values()) == {f"half of {builder}\nwhole\n"}  # both read the builder's whole file
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["builds.log", "cache.txt", "cache.txt.lock"]
+
+
+def test_a_ready_cache_is_returned_without_building(tmp_path):
+    path = tmp_path / "cache"
+    path.write_text("old")
+    assert built_once(path, lambda tmp: pytest.fail("rebuilt a ready cache")).read_text() == "old"
+
+
+def test_a_failed_build_leaves_no_cache_and_the_next_call_builds(tmp_path):
+    path = tmp_path / "folder"
+
+    def failing(tmp):
+        tmp.mkdir()
+        (tmp / "part").write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError, match="disk full"):
+        built_once(path, failing)
+    assert [p.name for p in tmp_path.iterdir()] == ["folder.lock"]  # no cache, no temporary folder
+    built_once(path, lambda tmp: (tmp.mkdir(), (tmp / "part").write_text("whole")))
+    assert (path / "part").read_text() == "whole"
+
+
+def _killed_build(path, log):
+    built_once(path, _slow_build(log, 600))
+
+
+def test_a_killed_build_publishes_nothing_and_frees_the_lock(tmp_path):
+    path, log = tmp_path / "cache.txt", tmp_path / "builds.log"
+    builder = multiprocessing.get_context("fork").Process(target=_killed_build, args=(path, log))
+    builder.start()
+    deadline = time.monotonic() + 60
+    while not (log.exists() and log.read_text()):  # the build has started (and holds the lock)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(builder.pid, signal.SIGKILL)
+    builder.join(timeout=60)
+    assert not path.exists()
+    assert built_once(path, _slow_build(log, 0)).read_text() == f"half of {os.getpid()}\nwhole\n"
+    assert len(log.read_text().split()) == 2  # the killed build, then this one
+
+
+def test_a_stale_file_is_replaced_and_a_stale_folder_refused(tmp_path):
+    old = tmp_path / "store"
+    old.write_text("version 0")
+    built_once(old, lambda tmp: tmp.write_text("version 1"), ready=lambda p: p.read_text() == "version 1")
+    assert old.read_text() == "version 1"
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    with pytest.raises(FileExistsError, match=f"{folder} exists but holds no complete build; remove it"):
+        built_once(folder, lambda tmp: tmp.mkdir(), ready=lambda p: (p / "done").exists())
+
+
+def test_a_waiting_process_says_whom_it_waits_for(tmp_path, caplog):
+    path, log = tmp_path / "cache.txt", tmp_path / "builds.log"
+    builder = multiprocessing.get_context("fork").Process(target=built_once, args=(path, _slow_build(log, 1)))
+    builder.start()
+    while not (log.exists() and log.read_text()):
+        time.sleep(0.05)
+    with caplog.at_level(logging.WARNING, logger="common.io"):
+        built_once(path, lambda tmp: pytest.fail("built while another process was building"))
+    builder.join(timeout=60)
+    assert caplog.messages == [f"waiting for {path}: another process is building it"]

@@ -9,7 +9,8 @@ import pytest
 
 from common.data.formats import Document, write_collection, write_qrels, write_run, write_topics
 from common.data.specs import source_from_spec
-from common.commands.task_options import add_task_arguments, fresh_output_dir, lightning_devices, task_spec_from_args
+from common.commands.task_options import (LAUNCHER_VARIABLES, add_task_arguments, fresh_output_dir,
+                                          launched_as_rank_zero, lightning_devices, task_spec_from_args)
 
 
 @pytest.fixture
@@ -112,3 +113,52 @@ def test_an_evaluate_output_folder_is_new_or_empty_and_not_created(tmp_path, mon
     monkeypatch.chdir(tmp_path)
     default = fresh_output_dir(None, "x-evaluate")
     assert default.parent == Path("outputs") and re.fullmatch(r"x-evaluate-\d{8}-\d{6}", default.name)
+
+
+#: What each launcher sets in the processes it starts: (global rank zero's, another's).
+LAUNCHED = {
+    "torchrun": ({"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"},
+                 {"RANK": "1", "GROUP_RANK": "0", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"}),
+    "torchrun, second node": ({"RANK": "0", "GROUP_RANK": "0", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                               "WORLD_SIZE": "2"},
+                              {"RANK": "1", "GROUP_RANK": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                               "WORLD_SIZE": "2"}),
+    "lightning": ({}, {"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}),  # the first starts the others
+    "lightning, once it has started them": ({"LOCAL_RANK": "0", "NODE_RANK": "0", "WORLD_SIZE": "2"},
+                                            {"LOCAL_RANK": "1", "NODE_RANK": "0", "WORLD_SIZE": "2"}),
+    "lightning, second node": ({}, {"NODE_RANK": "1"}),
+    "srun": ({"SLURM_NTASKS": "2", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
+              "SLURM_JOB_NAME": "rank", "SLURM_NTASKS_PER_NODE": "2"},
+             {"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
+              "SLURM_JOB_NAME": "rank", "SLURM_NTASKS_PER_NODE": "2"}),
+}  # fmt: skip
+
+
+def _launched(monkeypatch, variables: dict[str, str]) -> None:
+    """This process as a launcher would have started it: only `variables` of the launchers' set."""
+    for name in (*LAUNCHER_VARIABLES, "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",
+                 "SLURM_NODEID", "SLURM_JOB_NAME", "SLURM_NTASKS_PER_NODE"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+
+
+@pytest.mark.parametrize("launcher", sorted(LAUNCHED))
+def test_global_rank_zero_is_told_from_the_launchers_environment(monkeypatch, launcher):
+    zero, other = LAUNCHED[launcher]
+    _launched(monkeypatch, zero)
+    assert launched_as_rank_zero()
+    _launched(monkeypatch, other)
+    assert not launched_as_rank_zero()
+
+
+def test_only_global_rank_zero_checks_the_output_folder(tmp_path, monkeypatch, capsys):
+    used = tmp_path / "used"
+    used.mkdir()
+    (used / "run.trec").write_text("")
+    _launched(monkeypatch, LAUNCHED["torchrun"][1])
+    assert fresh_output_dir(used, "x-evaluate") == used  # rank zero's folder, which this launch may have begun
+    assert fresh_output_dir(tmp_path / "new", "x-evaluate") == tmp_path / "new" and not (tmp_path / "new").exists()
+    _launched(monkeypatch, LAUNCHED["torchrun"][0])
+    line = _refused(capsys, lambda: fresh_output_dir(used, "x-evaluate"))
+    assert line == f"error: --output_dir: {used} is not empty: choose a new one"

@@ -79,7 +79,7 @@ def test_old_schema_cache_is_rebuilt_not_read_without_urls(collection, tmp_path)
     rebuilt = DocumentStore.for_collection(collection, cache, progress=False)
     assert rebuilt.path == path and schema_version(path) == SCHEMA_VERSION
     assert len(rebuilt) == 50 and rebuilt["d0"] == Document("d0", "text of document 0", "", "http://x.example/0")
-    assert [p.name for p in cache.iterdir()] == [path.name]  # replaced, no temporary file left
+    assert sorted(p.name for p in cache.iterdir()) == [path.name, f"{path.name}.lock"]  # replaced, no temporary file
 
 
 def test_store_is_built_once_and_reused(collection, tmp_path):
@@ -88,7 +88,7 @@ def test_store_is_built_once_and_reused(collection, tmp_path):
     built_at = os.stat(first.path).st_mtime_ns
     second = DocumentStore.for_collection(collection, cache, progress=False)
     assert second.path == first.path and os.stat(second.path).st_mtime_ns == built_at
-    assert len(list(cache.iterdir())) == 1
+    assert sorted(p.name for p in cache.iterdir()) == [first.path.name, f"{first.path.name}.lock"]
 
     # A changed collection gets a fresh store instead of stale text.
     write_collection(collection, DOCS[:3] + [Document("new", "new text")], overwrite=True)

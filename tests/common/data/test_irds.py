@@ -354,6 +354,39 @@ def test_lookup_reopens_its_store_after_a_fork(tmp_path, register):
     assert docs["d4"] == EXPECTED_DOCS["d4"]
 
 
+def _prepare_at_once(dataset_id, barrier):
+    barrier.wait()
+    IrDatasetsSource(dataset_id).documents().prepare()
+
+
+def test_processes_opening_a_new_store_at_once_build_it_once(tmp_path, register, monkeypatch):
+    # ir_datasets checks whether its store is built before taking its own lock: each process would append every
+    # document. Every transaction (a build) is logged, in the parent and in the forked children alike.
+    from ir_datasets.indices.lz4_pickle import Lz4PickleLookup
+
+    log = tmp_path / "builds.log"
+    transaction = Lz4PickleLookup.transaction
+
+    def logged(self):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        return transaction(self)
+
+    monkeypatch.setattr(Lz4PickleLookup, "transaction", logged)
+    dataset_id = register(tiny_dataset(tmp_path))
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(3)
+    children = [context.Process(target=_prepare_at_once, args=(dataset_id, barrier)) for _ in range(3)]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join(60)
+        assert child.exitcode == 0
+    assert len(log.read_text().split()) == 1
+    assert ir_datasets.load(dataset_id).docs_store().count() == len(EXPECTED_DOCS)
+    assert IrDatasetsSource(dataset_id).documents().get_many(["d4", "d1"]) == [EXPECTED_DOCS["d4"], EXPECTED_DOCS["d1"]]
+
+
 # --- errors --------------------------------------------------------------------------
 
 

@@ -53,6 +53,15 @@ def test_reranked_run_counts_a_padded_samplers_duplicates_once():
     assert reranked_run(pairs, padded, CANDIDATES) == {"q2": expected}
 
 
+
+def test_reranked_run_lists_the_queries_in_pair_order_however_the_rows_were_gathered():
+    pairs = rerank_pairs(CANDIDATES, depth=1, queries=["q3", "q1", "q2"])  # x, a, d3
+    one_process = torch.tensor([[0, 1.0], [1, 2.0], [2, 3.0]], dtype=torch.float64)
+    two_processes = one_process[[0, 2, 1, 1]]  # rank 0 scored rows 0 and 2, rank 1 row 1 and a padding duplicate
+    run = reranked_run(pairs, two_processes, CANDIDATES)
+    assert run == reranked_run(pairs, one_process, CANDIDATES)
+    assert list(run) == ["q3", "q1", "q2"]  # the order run.trec is written in
+
 class _Scorer(L.LightningModule):
     """Scores pair i as i / 2 and gathers the (index, score) rows at the end of the test epoch."""
 

@@ -1,8 +1,12 @@
 """FlexAttention path (common.kernels.flex) against the dense reference: forward and gradients, fp32.
 
 Forward runs on CPU (eager, unfused FlexAttention) and CUDA. FlexAttention in
-torch 2.13 has no CPU backward, so the gradient tests run on CUDA only and skip
-on CPU with the kernel's own reason.
+torch 2.13 has no CPU backward: ``flex_attention`` raises NotImplementedError for
+CPU inputs that require gradients, eager and torch.compile'd alike (inductor's CPU
+kernel is forward only; `test_torch_flex_attention_has_no_cpu_backward` pins it, and
+fails once a torch version adds one). The gradient tests of the FlexAttention call
+itself therefore run on CUDA only and skip on CPU with that reason; everything
+around it is differentiated on CPU too (`test_gradients_through_the_gathering_with_a_dense_kernel`).
 """
 
 import math
@@ -111,7 +115,9 @@ def test_gradients_match_reference(name):
     try:
         out = _call(flex_attention_qds, tensors, is_global, padding, window)
     except KernelUnavailableError as error:
-        pytest.skip(f"flex backward cannot run on {DEVICE}: {error}")
+        pytest.skip(f"torch {torch.__version__}'s flex_attention has no backward on {DEVICE}: it raises "
+                    "NotImplementedError for inputs that require gradients there, eager and torch.compile'd alike "
+                    f"(test_torch_flex_attention_has_no_cpu_backward); the kernel says: {error}")
     _assert_same_gradients(out, tensors, is_global, padding, window)
 
 
@@ -151,6 +157,20 @@ def test_cpu_backward_is_reported_unavailable():
         _call(flex_attention_qds, tensors, is_global, padding, window)
     with torch.no_grad():  # inference on CPU does run
         _call(flex_attention_qds, tensors, is_global, padding, window)
+
+
+@pytest.mark.skipif(DEVICE != "cpu", reason="the CPU limitation only")
+@pytest.mark.parametrize("compiled", [False, True], ids=["eager", "compiled"])
+def test_torch_flex_attention_has_no_cpu_backward(compiled):
+    """The reason the gradient tests skip on CPU, asked of torch itself: its flex_attention, eager or compiled by
+    inductor for CPU, refuses CPU inputs that require gradients."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+
+    q, k, v = (torch.randn(1, 1, 128, DIM, requires_grad=True) for _ in range(3))
+    block_mask = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, 1, None, 128, 128, device="cpu")
+    attention = torch.compile(flex_attention) if compiled else flex_attention
+    with pytest.raises(NotImplementedError, match="FlexAttention does not support backward on CPU"):
+        attention(q, k, v, block_mask=block_mask)
 
 
 def test_reachable_through_qds_attention():

@@ -208,3 +208,37 @@ def test_evaluation_loaders_keep_the_order_and_no_dev_task_has_no_loader():
     with_dev = Data(dev="unused")
     with_dev.datasets["dev"] = Pairs()
     assert [batch["index"].tolist() for batch in with_dev.val_dataloader()][0] == [0, 1, 2]
+
+
+# --- prepare_data ---------------------------------------------------------------------------------------------
+
+
+def _stores(cache):
+    """The collections whose document store is in `cache` (by the store's name: ``<collection stem>-<key>``)."""
+    return sorted(p.name.rsplit("-", 1)[0] for p in (cache / "docstore").glob("*.sqlite"))
+
+
+def test_prepare_data_builds_the_document_stores_of_the_stage_once(spec, tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from lightning.pytorch.trainer.states import TrainerFn
+
+    from common.data.formats import write_collection
+
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
+    specs = {}
+    for split in ("train", "test"):
+        collection = tmp_path / f"{split}-docs.jsonl"
+        write_collection(collection, [Document("d1", f"{split} one"), Document("d2", f"{split} two")])
+        specs[split] = {**spec, "collection_path": str(collection)}
+
+    testing = Data(train=specs["train"], test=specs["test"])
+    testing.trainer = SimpleNamespace(state=SimpleNamespace(fn=TrainerFn.TESTING))
+    testing.prepare_data()
+    assert _stores(tmp_path / "cache") == ["test-docs"]  # test opens the test task alone
+
+    (store,) = (tmp_path / "cache" / "docstore").glob("test-docs-*.sqlite")
+    built = store.stat().st_mtime_ns
+    Data(train=specs["train"], test=specs["test"]).prepare_data()  # no trainer: fit's tasks
+    assert _stores(tmp_path / "cache") == ["test-docs", "train-docs"]
+    assert store.stat().st_mtime_ns == built  # opened, not rebuilt

@@ -1,0 +1,209 @@
+"""Every ``evaluate`` and ``index`` command on 2 CPU processes over gloo writes the same bytes as on 1 process.
+
+Each command runs on the tiny checkpoints of ``tests/fixtures/checkpoints`` once as a single process and once as
+two: under Lightning's own launcher (``--devices 2``, which starts the second process by re-running the command
+line) or under ``torchrun --nproc_per_node 2`` (both processes run the command line from the start); the files it
+writes are then compared byte for byte: ``run*.trec``, ``metrics.json``, ``task.json``, the representation stores'
+shards and manifests, the impact index's text files (its ``index.npz``, a zip stamped with the time it was
+written, by its arrays). The two-process launch must also finish: global rank zero alone checks and writes the
+output folder, so the other process never refuses the folder the launch has begun nor writes the same files, and a
+folder holding another run is still refused, once, before the second process starts.
+
+EARL's and MVA's evaluate commands score in one process (the paper's online setting): launched as two, rank zero
+does all of it and the other writes nothing (MVA's costs.json, holding the seconds scoring took, is left out of
+the comparison). Every process runs with one thread (``OMP_NUM_THREADS=1``).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+CHECKPOINTS = REPO / "tests" / "fixtures" / "checkpoints"
+#: The tiny evaluation of tests/test_old_checkpoints.py: few queries, shallow candidates.
+QUERIES, DEPTH = ["--test_queries", "4"], ["--depth", "10"]
+
+
+def launch(module: str, args: list[str], how: str, cwd: Path) -> subprocess.CompletedProcess:
+    """Run ``python -m module args`` as one process (`how` ``single``) or two (``lightning``: ``--devices 2``;
+    ``torchrun``); a failure shows the end of its output."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    if how == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                   "-m", module, *args]  # fmt: skip
+    else:
+        command = [sys.executable, "-m", module, *args]
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{how} {module}: exit {done.returncode}\n{(done.stdout + done.stderr)[-3000:]}"
+    return done
+
+
+def devices(how: str) -> list[str]:
+    """A Lightning command's ``--devices``: 2 under a two-process launch (torchrun's world must match it)."""
+    return ["--devices", "1" if how == "single" else "2"]
+
+
+def files(folder: Path) -> dict[str, Path]:
+    """Every file under `folder` by its relative path."""
+    return {str(p.relative_to(folder)): p for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def assert_same_files(one: Path, two: Path, names: tuple[str, ...] | None = None) -> None:
+    """`one` and `two` hold the same files with the same bytes (an ``.npz``: the same arrays); `names`: those
+    files (the others may differ), else every one."""
+    ones, twos = files(one), files(two)
+    if names is None:
+        assert ones.keys() == twos.keys()
+    else:
+        ones = {name: ones[name] for name in names}
+    for name, path in ones.items():
+        if name.endswith(".npz"):
+            a, b = sp.load_npz(path), sp.load_npz(twos[name])
+            assert a.shape == b.shape and a.dtype == b.dtype
+            for part in ("data", "indices", "indptr"):
+                assert np.array_equal(getattr(a, part), getattr(b, part)), (name, part)
+        else:
+            assert path.read_bytes() == twos[name].read_bytes(), name
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("launchers")
+
+
+# --- qds.evaluate and conformer_kernel.evaluate: Lightning's test loop on every process -----------------------
+
+
+def qds_evaluate(root: Path, how: str) -> Path:
+    out = root / f"qds-{how}"
+    launch("qds.evaluate", ["--checkpoint", str(CHECKPOINTS / "qds.ckpt"), "--candidates", "builtin:test", *DEPTH,
+                            *devices(how), "--output_dir", str(out)], how, root)  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def qds_single(root) -> Path:
+    return qds_evaluate(root, "single")
+
+
+@pytest.mark.parametrize("how", ["lightning", "torchrun"])
+def test_qds_evaluate_on_two_processes_writes_what_one_writes(root, qds_single, how):
+    two = qds_evaluate(root, how)
+    assert sorted(files(two)) == ["metrics.json", "run.trec", "task.json"]
+    assert_same_files(qds_single, two)
+    assert len((two / "run.trec").read_text().splitlines()) == 100 * 100  # every candidate of the 100 queries
+
+
+def test_a_two_process_launch_still_refuses_a_folder_holding_another_run(root):
+    out = root / "used"
+    out.mkdir()
+    (out / "run.trec").write_text("someone else's\n")
+    done = subprocess.run([sys.executable, "-m", "qds.evaluate", "--checkpoint", str(CHECKPOINTS / "qds.ckpt"),
+                           "--candidates", "builtin:test", "--devices", "2", "--output_dir", str(out)],
+                          cwd=root, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.count(f"--output_dir: {out} is not empty") == 1
+    assert sorted(files(out)) == ["run.trec"]
+
+
+def conformer_kernel_evaluate(root: Path, how: str) -> Path:
+    out = root / f"ck-{how}"
+    launch("conformer_kernel.evaluate", ["--checkpoint", str(CHECKPOINTS / "conformer_kernel.ckpt"), "--task",
+                                         "builtin:test", "--modes", "rerank", "fullrank", *DEPTH, *QUERIES,
+                                         *devices(how), "--output_dir", str(out)], how, root)  # fmt: skip
+    return out
+
+
+def test_conformer_kernel_evaluate_on_two_processes_writes_what_one_writes(root):
+    one, two = (conformer_kernel_evaluate(root, how) for how in ("single", "lightning"))
+    assert {"run.rerank.trec", "run.fullrank.trec", "metrics.json", "task.json", "index/meta.json"} <= set(files(two))
+    assert_same_files(one, two)
+
+
+def conformer_kernel_index(root: Path, how: str) -> Path:
+    out = root / f"ck-index-{how}"
+    launch("conformer_kernel.index", ["--checkpoint", str(CHECKPOINTS / "conformer_kernel.ckpt"), "--collection",
+                                      "builtin:test", "--topics", "builtin:test", "--shard_size", "500",
+                                      "--accelerator", "cpu", *devices(how), "--output", str(out)],
+           how, root)  # fmt: skip
+    return out
+
+
+def test_conformer_kernel_index_on_two_processes_builds_what_one_builds(root):
+    one, two = (conformer_kernel_index(root, how) for how in ("single", "lightning"))
+    assert sorted(files(two)) == ["doc_ids.txt", "index.npz", "meta.json", "terms.txt"]  # the shards merged
+    assert json.loads((two / "meta.json").read_text())["documents"] == 3000
+    assert_same_files(one, two)
+
+
+# --- earl and mva: stores built by Lightning predict, evaluated in one process -------------------------------
+
+
+@pytest.fixture(scope="module")
+def collection(root) -> Path:
+    """The documents of the evaluated candidates (4 queries, top 10: 40 documents), so that the stores are small
+    and hold every candidate; the cached document store of the file is removed afterwards."""
+    from common.data.docstore import DocumentStore
+    from common.data.formats import write_collection
+    from common.data.specs import source_from_spec
+    from earl.data import EARLDataModule
+    from mva.data import MVADataModule
+
+    doc_ids = set()
+    for module, architecture in ((EARLDataModule, "earl"), (MVADataModule, "mva")):
+        data = module(train=None, dev=None, test="builtin:test", architecture=architecture, tokenizer="builtin",
+                      depth=10, test_queries=4)
+        data.check_tasks()
+        doc_ids |= {doc_id for _, doc_id in data.eval_pairs("test")}
+    path = root / "candidates.jsonl"
+    write_collection(path, source_from_spec("builtin:test").documents().get_many(sorted(doc_ids)))
+    yield path
+    DocumentStore.for_collection(path).path.unlink(missing_ok=True)
+
+
+STORES = {"earl": ("lightning", ["--strategy", "s2"]), "mva": ("torchrun", [])}
+
+
+@pytest.fixture(scope="module")
+def stores(root, collection) -> dict:
+    """Each package's store of `collection` built by one process and by two (shards of 8 documents: 5 shards,
+    split 3 and 2)."""
+    built = {}
+    for package, (how, extra) in STORES.items():
+        for run in ("single", how):
+            out = root / f"{package}-store-{run}"
+            launch(f"{package}.index", ["--checkpoint", str(CHECKPOINTS / f"{package}.ckpt"), *extra, "--collection",
+                                        str(collection), "--shard_size", "8", "--batch_size", "3", "--accelerator",
+                                        "cpu", *devices(run), "--output", str(out)], run, root)  # fmt: skip
+            built[package, run] = out
+    return built
+
+
+@pytest.mark.parametrize("package", sorted(STORES))
+def test_a_store_built_by_two_processes_is_the_one_built_by_one(stores, package):
+    how, _ = STORES[package]
+    one, two = stores[package, "single"], stores[package, how]
+    assert "manifest.json" in files(two) and "shard-00004.bin" in files(two)
+    assert_same_files(one, two)
+
+
+@pytest.mark.parametrize("package", sorted(STORES))
+def test_store_evaluation_launched_as_two_processes_writes_what_one_writes(root, stores, package):
+    how, _ = STORES[package]
+    outs = {}
+    for run, launcher in (("single", "single"), (how, "torchrun")):  # no --devices: torchrun starts the two
+        outs[run] = root / f"{package}-evaluate-{run}"
+        launch(f"{package}.evaluate", ["--checkpoint", str(CHECKPOINTS / f"{package}.ckpt"), "--task", "builtin:test",
+                                       *QUERIES, *DEPTH, "--device", "cpu", "--store", str(stores[package, run]),
+                                       "--output_dir", str(outs[run])], launcher, root)  # fmt: skip
+    # mva's costs.json holds the seconds it took
+    assert_same_files(outs["single"], outs[how], ("run.trec", "metrics.json", "task.json"))
