@@ -10,7 +10,6 @@ test (DNS and connect raise), so a download attempt fails fast and visibly.
 import multiprocessing
 import os
 import pickle
-import socket
 import uuid
 import warnings
 from typing import NamedTuple
@@ -97,23 +96,7 @@ EXPECTED_DOCS = {
 }
 
 
-@pytest.fixture(autouse=True)
-def network(monkeypatch):
-    """Block the network: name lookups and connects raise (as offline here) and are recorded."""
-    attempts = []
-
-    def no_lookup(host, *args, **kwargs):
-        attempts.append(host)
-        raise socket.gaierror(socket.EAI_NONAME, f"network disabled in tests (looking up {host})")
-
-    def no_connect(self, address):
-        attempts.append(address)
-        raise OSError(f"network disabled in tests (connecting to {address})")
-
-    monkeypatch.setattr(socket, "getaddrinfo", no_lookup)
-    monkeypatch.setattr(socket.socket, "connect", no_connect)
-    monkeypatch.setenv("IR_DATASETS_DL_TRIES", "1")  # one failed try per mirror, no retry loop
-    return attempts
+pytestmark = pytest.mark.usefixtures("network")  # offline (conftest.py)
 
 
 @pytest.fixture

@@ -28,24 +28,7 @@ FILES = {"queries": ("queries.tsv", QUERIES), "qrels": ("qrels.txt", QRELS), "sc
          "docs": ("docs.tsv", DOCS)}  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def network(monkeypatch):
-    """Block the network: name lookups and connects raise (as offline) and are recorded."""
-    attempts = []
-
-    def no_lookup(host, *args, **kwargs):
-        attempts.append(host)
-        raise socket.gaierror(socket.EAI_NONAME, f"network disabled in tests (looking up {host})")
-
-    def no_connect(self, address):
-        attempts.append(address)
-        raise OSError(f"network disabled in tests (connecting to {address})")
-
-    monkeypatch.setattr(socket, "getaddrinfo", no_lookup)
-    monkeypatch.setattr(socket.socket, "connect", no_connect)
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"):
-        monkeypatch.delenv(name, raising=False)
-    return attempts
+pytestmark = pytest.mark.usefixtures("network")  # offline (conftest.py)
 
 
 @pytest.fixture
