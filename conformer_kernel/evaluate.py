@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (add_task_arguments, fresh_output_dir, launched_as_rank_zero,
-                                          lightning_devices, resolve_depth, task_spec_from_args)
+from common.commands.task_options import (add_process_arguments, add_task_arguments, fresh_output_dir,
+                                          launched_as_rank_zero, resolve_depth, task_spec_from_args,
+                                          trainer_options)
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index import ORCAS_PARTS, existing_index, orcas_task, read_trained
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="evaluate a sample of this many queries (seed 0, as data.test_queries; default all)")
     parser.add_argument("--batch_size", type=positive_int, default=64, help="pairs per re-ranking batch (default 64)")
     parser.add_argument("--relevance_level", type=int, default=1, help="lowest relevant label (default 1)")
-    parser.add_argument("--devices", type=lightning_devices, default="auto", help="Lightning devices (default auto)")
+    add_process_arguments(parser)
     return parser
 
 
@@ -117,11 +118,12 @@ def main(argv=None) -> dict | None:
         out.mkdir(parents=True, exist_ok=True)
     runs = {}
     if "rerank" in args.modes:
-        trainer = L.Trainer(devices=args.devices, logger=False, default_root_dir=out, enable_model_summary=False)
+        trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out,
+                            enable_model_summary=False)  # fmt: skip
         trainer.test(model, datamodule=data)
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     if "fullrank" in args.modes:  # its index built by every process, its retrieval on global rank zero (else None)
-        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", {"devices": args.devices}, index)
+        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", trainer_options(args), index)
     if not launched_as_rank_zero():  # rank zero holds every score and writes the files
         return None
     name = model.hparams.model

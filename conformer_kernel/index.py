@@ -31,7 +31,8 @@ from pathlib import Path
 
 from common.data.irds_files import refuse_missing_files
 from common.data.specs import TaskSpecError, check_spec, source_from_spec
-from common.commands.task_options import launched_as_rank_zero, lightning_devices, read_checkpoint
+from common.commands.task_options import (add_process_arguments, launched_as_rank_zero, read_checkpoint,
+                                          trainer_options)
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index_folder import INDEX_FILES, output_problem
 
@@ -59,9 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=positive_int, default=8, help="documents per forward pass (default 8)")
     parser.add_argument("--term_chunk", type=positive_int, default=64,
                         help="terms per kernel-pooling pass (default 64)")
-    parser.add_argument("--devices", type=lightning_devices, default="auto",
-                        help="Lightning devices; shards are split among them")
-    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
+    add_process_arguments(parser, "Lightning devices; shards are split among them")
     return parser
 
 
@@ -142,7 +141,7 @@ def main(argv=None):
     try:
         index = build_index(model, featurizer, documents, doc_ids, terms, args.output, shard_size=args.shard_size,
                             batch_size=args.batch_size, term_chunk=args.term_chunk, resume=args.resume,
-                            trainer_options={"devices": args.devices, "accelerator": args.accelerator})
+                            trainer_options=trainer_options(args))
     except UnfinishedIndexError as error:  # known once the terms are: after the model is built
         usage_error(f"--output: {error}")
     if index is not None:

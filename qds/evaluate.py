@@ -37,8 +37,9 @@ from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (add_task_arguments, fresh_output_dir, launched_as_rank_zero,
-                                          lightning_devices, read_checkpoint, resolve_depth, task_spec_from_args)
+from common.commands.task_options import (add_process_arguments, add_task_arguments, fresh_output_dir,
+                                          launched_as_rank_zero, read_checkpoint, resolve_depth,
+                                          task_spec_from_args, trainer_options)
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int
 from qds.train import DATASETS, PAPER, paper_tables
@@ -68,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     official.add_argument("--encoder", default="allenai/longformer-base-4096", help="its encoder (name or path)")
     official.add_argument("--tokenizer", default="roberta-base", help="its tokenizer (name or path)")
     official.add_argument("--window", type=_window, default=128, help="its attention window w, even (default 128)")
-    parser.add_argument("--devices", type=lightning_devices, default="auto", help="Lightning devices (default auto)")
+    add_process_arguments(parser)
     return parser
 
 
@@ -167,7 +168,7 @@ def main(argv=None) -> dict | None:
     if launched_as_rank_zero():
         print(f"re-ranking the top {depth} candidates per query ({depth_source})")
         out.mkdir(parents=True, exist_ok=True)
-    trainer = L.Trainer(devices=args.devices, logger=False, default_root_dir=out, enable_model_summary=False)
+    trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out, enable_model_summary=False)
     trainer.test(model, datamodule=data)
     if not trainer.is_global_zero:  # the scores are gathered on every process; rank zero writes them
         return None

@@ -31,9 +31,10 @@ import argparse
 import json
 from collections.abc import Callable
 
-from common.commands.store_options import (DTYPES, check_candidates, index_trainer_options, open_store, read_collection,
+from common.commands.store_options import (DTYPES, check_candidates, open_store, read_collection,
                                            resolve_device)
-from common.commands.task_options import fresh_output_dir, launched_as_rank_zero, resolve_depth, task_spec_from_args
+from common.commands.task_options import (fresh_output_dir, launched_as_rank_zero, resolve_depth, task_spec_from_args,
+                                          trainer_options)
 from common.data.irds_files import refuse_missing_files
 from common.refusals import input_errors, usage_error
 
@@ -63,7 +64,7 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
         built = build_representations(
             store.representation(ranker, encoder, **options), encoder, documents, doc_ids, args.output,
             checkpoint_sha256=checkpoint_sha256, dtype=DTYPES[args.dtype], shard_size=args.shard_size,
-            batch_size=args.batch_size, resume=args.resume, trainer_options=index_trainer_options(args),
+            batch_size=args.batch_size, resume=args.resume, trainer_options=trainer_options(args),
         )  # fmt: skip
     except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
         usage_error(f"--output: {error}")

@@ -5,7 +5,7 @@
   read by `read_trained_checkpoint` (a checkpoint of the package's training command, of an architecture the
   command can use).
 - An index command's options after its ``--checkpoint``: `add_index_arguments`, `check_index_args` (before
-  anything is imported), `read_collection` and `index_trainer_options`.
+  anything is imported), `read_collection`.
 - An evaluate command's options: `add_evaluate_arguments` (the checkpoint, the task, the store) and
   `add_rerank_arguments` (the output folder, depth, queries, batch size, paper's dataset, relevance level, device).
 
@@ -26,7 +26,8 @@ import argparse
 import re
 from pathlib import Path
 
-from common.commands.task_options import add_task_arguments, launched_as_rank_zero, lightning_devices, read_checkpoint
+from common.commands.task_options import (add_process_arguments, add_task_arguments, launched_as_rank_zero,
+                                          read_checkpoint)
 from common.data.specs import TaskSpecError, check_spec
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 
@@ -82,10 +83,7 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
                         help="documents per written shard (default 1000)")
     parser.add_argument("--batch_size", type=positive_int, default=128,
                         help="documents per forward pass of the document encoder (default 128)")
-    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
-    parser.add_argument("--devices", type=lightning_devices, default="auto",
-                        help="Lightning devices; the shards are split among them (default auto)")
-    parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
+    add_process_arguments(parser, "Lightning devices; the shards are split among them")
 
 
 def check_index_args(args: argparse.Namespace) -> None:
@@ -114,14 +112,6 @@ def read_collection(args: argparse.Namespace):
     if not doc_ids:
         usage_error(f"--collection: {args.collection} holds no documents")
     return documents, doc_ids
-
-
-def index_trainer_options(args: argparse.Namespace) -> dict:
-    """``lightning.Trainer`` options of ``--accelerator``, ``--devices`` and ``--num_nodes``."""
-    return {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes}
-
-
-# --- an evaluate command ------------------------------------------------------------------------------------------
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser, index_command: str, checkpoint_help: str,

@@ -4,7 +4,7 @@ folder.
 An evaluate command adds ``--<option> TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
 its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), and reads the task back as a
 `common.data.specs.SourceSpec`, checked (`task_spec_from_args`). `lightning_devices` is the type of its
-``--devices``, `fresh_output_dir` its output folder (new or empty), and
+``--devices`` (`add_process_arguments`, with ``--accelerator`` and ``--num_nodes``), `fresh_output_dir` its output folder (new or empty), and
 `read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file, an unknown split or id, a
 used folder, a foreign checkpoint end the command in one line naming the option (`common.refusals`).
 
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 from common.data.specs import SourceSpec, TaskSpecError, check_spec
-from common.refusals import output_folder_problem, usage_error
+from common.refusals import output_folder_problem, positive_int, usage_error
 
 #: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
 TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
@@ -114,6 +114,19 @@ def launched_as_rank_zero() -> bool:
     from common.commands.run_folder import launched_as_global_zero
 
     return launched_as_global_zero()
+
+
+def add_process_arguments(parser: argparse.ArgumentParser, devices_help: str = "Lightning devices") -> None:
+    """Lightning's ``--accelerator``, ``--devices`` (`lightning_devices`) and ``--num_nodes``: the processes a
+    command runs on (read back by `trainer_options`)."""
+    parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
+    parser.add_argument("--devices", type=lightning_devices, default="auto", help=f"{devices_help} (default auto)")
+    parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
+
+
+def trainer_options(args: argparse.Namespace) -> dict:
+    """The ``lightning.Trainer`` options of `add_process_arguments`' options."""
+    return {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes}
 
 
 def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
