@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (add_process_arguments, add_task_arguments, fresh_output_dir,
-                                          launched_as_rank_zero, resolve_depth, task_spec_from_args,
-                                          trainer_options)
+from common.commands.task_options import (add_process_arguments, add_task_arguments, fresh_output_dir, resolve_depth,
+                                          task_spec_from_args, trainer_options)
+from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index import ORCAS_PARTS, existing_index, orcas_task, read_trained
@@ -82,7 +82,7 @@ def main(argv=None) -> dict | None:
     task = task_spec_from_args(args, "task")
     orcas = [args.orcas] if args.orcas else []  # the checkpoint's own field is checked once it is read
     refuse_missing_files([task, *orcas], ["--task", *["--orcas"] * len(orcas)], [None, *[ORCAS_PARTS] * len(orcas)],
-                         quiet=not launched_as_rank_zero())
+                         quiet=not launched_as_global_zero())
     from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
@@ -112,7 +112,7 @@ def main(argv=None) -> dict | None:
         index = ImpactIndex.load(args.index)
         with input_errors(MissingTermsError):
             index.check_terms(featurizer.query_terms(text) for text in evaluated_topics(data).values())
-    if launched_as_rank_zero():
+    if launched_as_global_zero():
         if "rerank" in args.modes:
             print(f"re-ranking the top {depth} candidates per query ({depth_source})")
         out.mkdir(parents=True, exist_ok=True)
@@ -124,7 +124,7 @@ def main(argv=None) -> dict | None:
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     if "fullrank" in args.modes:  # its index built by every process, its retrieval on global rank zero (else None)
         runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", trainer_options(args), index)
-    if not launched_as_rank_zero():  # rank zero holds every score and writes the files
+    if not launched_as_global_zero():  # rank zero holds every score and writes the files
         return None
     name = model.hparams.model
     dataset = args.dataset or paper_dataset(PAPER, task)

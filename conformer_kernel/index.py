@@ -15,7 +15,7 @@ Output: ``index.npz``, ``terms.txt``, ``doc_ids.txt`` and ``meta.json`` (written
 folder. Shards of ``--shard_size`` documents are written as soon as they are scored, so an interrupted run
 resumes where it stopped (``--resume``); with several ``--devices`` (or under ``torchrun`` or ``srun``) the shards
 are split among them, and global rank zero alone checks the folder, writes its plan and merges the shards
-(`common.commands.task_options.launched_as_rank_zero`): the same index as one process builds.
+(`common.commands.task_options.launched_as_global_zero`): the same index as one process builds.
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
 written (`common.refusals`): the options, the tasks' names and the output folder at once, before torch and
@@ -31,8 +31,8 @@ from pathlib import Path
 
 from common.data.irds_files import refuse_missing_files
 from common.data.specs import TaskSpecError, check_spec, source_from_spec
-from common.commands.task_options import (add_process_arguments, launched_as_rank_zero, read_checkpoint,
-                                          trainer_options)
+from common.commands.task_options import add_process_arguments, read_checkpoint, trainer_options
+from common.commands.run_folder import launched_as_global_zero
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index_folder import INDEX_FILES, output_problem
 
@@ -107,7 +107,7 @@ def check_args(args: argparse.Namespace) -> None:
         check_spec(args.collection, "--collection")
         for spec in args.topics:
             check_spec(spec, "--topics")
-    zero = launched_as_rank_zero()
+    zero = launched_as_global_zero()
     problem = output_problem(Path(args.output), args.resume) if zero else None
     if problem:
         usage_error(f"--output: {problem}")

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (add_process_arguments, add_task_arguments, fresh_output_dir,
-                                          launched_as_rank_zero, read_checkpoint, resolve_depth,
-                                          task_spec_from_args, trainer_options)
+from common.commands.task_options import (add_process_arguments, add_task_arguments, fresh_output_dir, read_checkpoint,
+                                          resolve_depth, task_spec_from_args, trainer_options)
+from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int
 from qds.train import DATASETS, PAPER, paper_tables
@@ -140,7 +140,7 @@ def main(argv=None) -> dict | None:
     args = build_parser().parse_args(argv)
     out = fresh_output_dir(args.output_dir, "qds-evaluate")
     task = task_spec_from_args(args, "candidates")
-    refuse_missing_files([task], ["--candidates"], quiet=not launched_as_rank_zero())
+    refuse_missing_files([task], ["--candidates"], quiet=not launched_as_global_zero())
     from common.commands.quiet import quiet_lightning
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
@@ -165,7 +165,7 @@ def main(argv=None) -> dict | None:
     with input_errors(*INPUT_ERRORS):
         data.check_tasks()  # the task's files read before anything is built, printed or written
     model, _ = load_model(args, state)
-    if launched_as_rank_zero():
+    if launched_as_global_zero():
         print(f"re-ranking the top {depth} candidates per query ({depth_source})")
         out.mkdir(parents=True, exist_ok=True)
     trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out, enable_model_summary=False)

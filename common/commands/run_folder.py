@@ -63,12 +63,22 @@ def resumed_run(given: list[str]) -> Path | None:
     return folder
 
 
+#: What the launchers set in the environment of the processes they start (torchrun, Lightning's own launcher, srun,
+#: LSF, MPI): a process with none of them was started alone, and is global rank zero.
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_NTASKS", "LSB_JOBID",
+                      "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
 def launched_as_global_zero() -> bool:
     """Whether this process is (or will be) global rank zero of its launch, told from the environment before any
     process group exists, as Lightning tells it when no cluster environment is configured
     (``_AcceleratorConnector._choose_and_init_cluster_environment``): under torchrun (``RANK``), srun
     (``SLURM_PROCID``), LSF or MPI their rank; else Lightning's own launcher, whose processes but the first get
-    ``LOCAL_RANK`` (and ``NODE_RANK`` on other nodes), zero where unset."""
+    ``LOCAL_RANK`` (and ``NODE_RANK`` on other nodes), zero where unset. A process started alone (none of
+    `LAUNCHER_VARIABLES` set) is rank zero without importing Lightning: its command line's refusals answer in
+    seconds."""
+    if not any(name in os.environ for name in LAUNCHER_VARIABLES):
+        return True
     from lightning.fabric.plugins.environments import (LSFEnvironment, MPIEnvironment, SLURMEnvironment,
                                                        TorchElasticEnvironment)
 

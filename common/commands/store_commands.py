@@ -22,7 +22,7 @@ Several processes: an index command's shards are split among them (Lightning ``p
 ``torchrun`` or ``srun``), global rank zero writing the manifest (`common.stores.writer.build_store`). An evaluate
 command scores in one process, query after query (the paper's online setting): launched as several, global rank
 zero does all of it and the others return at once, writing nothing
-(`common.commands.task_options.launched_as_rank_zero`).
+(`common.commands.task_options.launched_as_global_zero`).
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ from collections.abc import Callable
 
 from common.commands.store_options import (DTYPES, check_candidates, open_store, read_collection,
                                            resolve_device)
-from common.commands.task_options import (fresh_output_dir, launched_as_rank_zero, resolve_depth, task_spec_from_args,
-                                          trainer_options)
+from common.commands.task_options import fresh_output_dir, resolve_depth, task_spec_from_args, trainer_options
+from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import input_errors, usage_error
 
@@ -125,7 +125,7 @@ class StoreEvaluation:
     def main(self) -> dict | None:
         args = self.args
         self.check_args()
-        if not launched_as_rank_zero():  # one process scores (module docstring): rank zero's
+        if not launched_as_global_zero():  # one process scores (module docstring): rank zero's
             return None
         self.out = out = fresh_output_dir(args.output_dir, f"{self.package}-evaluate")
         self.task = task = task_spec_from_args(args, "task")

@@ -26,8 +26,8 @@ import argparse
 import re
 from pathlib import Path
 
-from common.commands.task_options import (add_process_arguments, add_task_arguments, launched_as_rank_zero,
-                                          read_checkpoint)
+from common.commands.task_options import add_process_arguments, add_task_arguments, read_checkpoint
+from common.commands.run_folder import launched_as_global_zero
 from common.data.specs import TaskSpecError, check_spec
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 
@@ -93,7 +93,7 @@ def check_index_args(args: argparse.Namespace) -> None:
     from common.stores.representations import store_output_problem
 
     check_collection(args.collection)
-    refuse_missing_files([args.collection], ["--collection"], [("docs",)], quiet=not launched_as_rank_zero())
+    refuse_missing_files([args.collection], ["--collection"], [("docs",)], quiet=not launched_as_global_zero())
     problem = store_output_problem(Path(args.output), args.resume)
     if problem:
         hint = " (pass --resume to finish it)" if "unfinished" in problem else ""

@@ -4,14 +4,16 @@ folder.
 An evaluate command adds ``--<option> TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
 its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), and reads the task back as a
 `common.data.specs.SourceSpec`, checked (`task_spec_from_args`). `lightning_devices` is the type of its
-``--devices`` (`add_process_arguments`, with ``--accelerator`` and ``--num_nodes``), `fresh_output_dir` its output folder (new or empty), and
-`read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file, an unknown split or id, a
-used folder, a foreign checkpoint end the command in one line naming the option (`common.refusals`).
+``--devices`` (`add_process_arguments`, with ``--accelerator`` and ``--num_nodes``), `fresh_output_dir` its output
+folder (new or empty), and `read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file,
+an unknown split or id, a used folder, a foreign checkpoint end the command in one line naming the option
+(`common.refusals`).
 
 Several processes: under Lightning's own launcher (``--devices N``), ``torchrun`` or ``srun`` every process runs the
-command line, and only global rank zero checks, creates and writes the output folder (`launched_as_rank_zero`, told
-from the launcher's environment before any process group exists): the other processes never look at it, so that a
-folder this launch has begun is never refused by its own processes.
+command line, and only global rank zero checks, creates and writes the output folder
+(`common.commands.run_folder.launched_as_global_zero`, told from the launcher's environment before any process group
+exists): the other processes never look at it, so that a folder this launch has begun is never refused by its own
+processes.
 
 Importing it imports only the standard library and `common.data.source`, so that ``--help`` and these errors
 answer at once: torch comes with `read_checkpoint`, once the arguments are checked.
@@ -20,13 +22,13 @@ answer at once: torch comes with `read_checkpoint`, once the arguments are check
 from __future__ import annotations
 
 import argparse
-import os
 import pickle
 import re
 import time
 from pathlib import Path
 
 from common.data.specs import SourceSpec, TaskSpecError, check_spec
+from common.commands.run_folder import launched_as_global_zero
 from common.refusals import output_folder_problem, positive_int, usage_error
 
 #: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
@@ -99,23 +101,6 @@ def lightning_devices(text: str) -> str:
                                      f"got {text}")
 
 
-#: What the launchers set in the environment of the processes they start (torchrun, Lightning's own launcher, srun,
-#: LSF, MPI): a process with none of them was started alone, and is global rank zero.
-LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "SLURM_NTASKS", "LSB_JOBID",
-                      "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-
-
-def launched_as_rank_zero() -> bool:
-    """Whether this process is global rank zero of its launch (`common.commands.run_folder.launched_as_global_zero`),
-    without importing Lightning for a process started alone (none of `LAUNCHER_VARIABLES` set): its command line's
-    refusals answer in seconds."""
-    if not any(name in os.environ for name in LAUNCHER_VARIABLES):
-        return True
-    from common.commands.run_folder import launched_as_global_zero
-
-    return launched_as_global_zero()
-
-
 def add_process_arguments(parser: argparse.ArgumentParser, devices_help: str = "Lightning devices") -> None:
     """Lightning's ``--accelerator``, ``--devices`` (`lightning_devices`) and ``--num_nodes``: the processes a
     command runs on (read back by `trainer_options`)."""
@@ -135,10 +120,11 @@ def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
 
     One that exists and is not empty (a run never writes over another), or is a file, ends the command in one line.
     It is not created here: the command creates it once its inputs have loaded, on global rank zero alone, which
-    alone checks it (`launched_as_rank_zero`; the other processes of a launch write nothing into it).
+    alone checks it (`common.commands.run_folder.launched_as_global_zero`; the other processes of a launch write
+    nothing into it).
     """
     out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
-    if not launched_as_rank_zero():
+    if not launched_as_global_zero():
         return out
     problem = output_folder_problem(out)
     if problem:

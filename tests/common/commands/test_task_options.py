@@ -9,8 +9,8 @@ import pytest
 
 from common.data.formats import Document, write_collection, write_qrels, write_run, write_topics
 from common.data.specs import source_from_spec
-from common.commands.task_options import (LAUNCHER_VARIABLES, add_task_arguments, fresh_output_dir,
-                                          launched_as_rank_zero, lightning_devices, task_spec_from_args)
+from common.commands.run_folder import LAUNCHER_VARIABLES, launched_as_global_zero
+from common.commands.task_options import add_task_arguments, fresh_output_dir, lightning_devices, task_spec_from_args
 
 
 @pytest.fixture
@@ -147,9 +147,9 @@ def _launched(monkeypatch, variables: dict[str, str]) -> None:
 def test_global_rank_zero_is_told_from_the_launchers_environment(monkeypatch, launcher):
     zero, other = LAUNCHED[launcher]
     _launched(monkeypatch, zero)
-    assert launched_as_rank_zero()
+    assert launched_as_global_zero()
     _launched(monkeypatch, other)
-    assert not launched_as_rank_zero()
+    assert not launched_as_global_zero()
 
 
 def test_only_global_rank_zero_checks_the_output_folder(tmp_path, monkeypatch, capsys):

@@ -1,6 +1,7 @@
-"""Fixtures of the data tests: ir_datasets offline."""
+"""Fixtures of the data tests: ir_datasets offline, and datasets registered for one test."""
 
 import socket
+import uuid
 
 import pytest
 
@@ -25,3 +26,22 @@ def network(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("IR_DATASETS_DL_TRIES", "1")
     return attempts
+
+
+@pytest.fixture
+def register():
+    """Register datasets under unique ids and drop them from ir_datasets' global registry afterwards."""
+    import ir_datasets
+
+    added = []
+
+    def _register(dataset, stem="tiny"):
+        dataset_id = f"efficient-rankers-test/{stem}-{uuid.uuid4().hex[:8]}"
+        ir_datasets.registry.register(dataset_id, dataset)
+        added.append(dataset_id)
+        return dataset_id
+
+    yield _register
+    for dataset_id in added:
+        # The Registry has no public unregister; its dict is the only way to undo register().
+        ir_datasets.registry._registered.pop(dataset_id, None)

@@ -10,7 +10,6 @@ test (DNS and connect raise), so a download attempt fails fast and visibly.
 import multiprocessing
 import os
 import pickle
-import uuid
 import warnings
 from typing import NamedTuple
 
@@ -96,24 +95,7 @@ EXPECTED_DOCS = {
 }
 
 
-pytestmark = pytest.mark.usefixtures("network")  # offline (conftest.py)
-
-
-@pytest.fixture
-def register():
-    """Register datasets under unique ids and drop them from the global registry afterwards."""
-    added = []
-
-    def _register(dataset, stem="tiny"):
-        dataset_id = f"efficient-rankers-test/{stem}-{uuid.uuid4().hex[:8]}"
-        ir_datasets.registry.register(dataset_id, dataset)
-        added.append(dataset_id)
-        return dataset_id
-
-    yield _register
-    for dataset_id in added:
-        # The Registry has no public unregister; its dict is the only way to undo register().
-        ir_datasets.registry._registered.pop(dataset_id, None)
+pytestmark = pytest.mark.usefixtures("network")  # offline; `network`, `register`: conftest.py
 
 
 def write(path, text):

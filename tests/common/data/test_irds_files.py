@@ -8,7 +8,6 @@ and connects raise and are recorded): no test downloads, and "not downloadable" 
 
 import gzip
 import socket
-import uuid
 
 import pytest
 
@@ -28,23 +27,7 @@ FILES = {"queries": ("queries.tsv", QUERIES), "qrels": ("qrels.txt", QRELS), "sc
          "docs": ("docs.tsv", DOCS)}  # fmt: skip
 
 
-pytestmark = pytest.mark.usefixtures("network")  # offline (conftest.py)
-
-
-@pytest.fixture
-def register():
-    """Register datasets under unique ids and drop them from the global registry afterwards."""
-    added = []
-
-    def _register(dataset):
-        dataset_id = f"efficient-rankers-test/files-{uuid.uuid4().hex[:8]}"
-        ir_datasets.registry.register(dataset_id, dataset)
-        added.append(dataset_id)
-        return dataset_id
-
-    yield _register
-    for dataset_id in added:
-        ir_datasets.registry._registered.pop(dataset_id, None)  # the Registry has no public unregister
+pytestmark = pytest.mark.usefixtures("network")  # offline; `network`, `register`: conftest.py
 
 
 def downloads(home):
