@@ -27,7 +27,7 @@ from common.data.source import RankingSource
 from common.data.specs import SourceSpec, source_fingerprint, source_from_spec
 from common.training.tasks import MISSING_DOCUMENTS, LoaderConfig, RerankingDataModule, SamplerGroups, TaskConfig
 from conformer_kernel.features import Featurizer
-from conformer_kernel.orcas import orcas_from_spec
+from conformer_kernel.orcas import ORCAS_PARTS, orcas_from_spec
 from conformer_kernel.vocab import EmbeddingOptions, Resources
 
 #: Documents per training query: RankNet needs two (`common.data.samplers.LabelGroupSampler`).
@@ -166,6 +166,8 @@ class ConformerKernelDataModule(RerankingDataModule):
 
     #: Fit leaves the test split to test.
     stage_splits = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}
+    #: ORCAS (``--data.orcas irds:msmarco-document/orcas``): its files are checked with the splits'.
+    other_tasks = {"orcas": ORCAS_PARTS}
 
     def training_dataset(self, source: RankingSource) -> TrainGroups:
         h = self.hparams

@@ -42,7 +42,8 @@ from common.commands.task_options import (add_process_arguments, add_task_argume
 from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
-from conformer_kernel.index import ORCAS_PARTS, existing_index, orcas_task, read_trained
+from conformer_kernel.index import existing_index, orcas_task, read_trained
+from conformer_kernel.orcas import ORCAS_PARTS
 from conformer_kernel.train import DATASET, DEPTH, MEASURE_LABELS, MODES, PAPER, paper_tables
 
 #: Candidates re-ranked per query by a checkpoint without a depth setting: Table 1's rerank subtask, BM25's top 100.
@@ -84,8 +85,10 @@ def main(argv=None) -> dict | None:
     refuse_missing_files([task, *orcas], ["--task", *["--orcas"] * len(orcas)], [None, *[ORCAS_PARTS] * len(orcas)],
                          quiet=not launched_as_global_zero())
     from common.commands.quiet import quiet_lightning
+    from common.training.processes import leave_process_group_at_exit
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
     import lightning as L
 

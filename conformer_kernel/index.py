@@ -35,9 +35,7 @@ from common.commands.task_options import add_process_arguments, read_checkpoint,
 from common.commands.run_folder import launched_as_global_zero
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index_folder import INDEX_FILES, output_problem
-
-#: What an ORCAS field reads of its ir_datasets task (`conformer_kernel.orcas`): the clicked queries and their clicks.
-ORCAS_PARTS = ("queries", "qrels")
+from conformer_kernel.orcas import ORCAS_PARTS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,8 +121,10 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     check_args(args)
     from common.commands.quiet import quiet_lightning
+    from common.training.processes import leave_process_group_at_exit
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
     from common.commands.cli import INPUT_ERRORS
     from conformer_kernel.impact_index import UnfinishedIndexError, build_index, index_terms, load_for_inference

@@ -70,6 +70,8 @@ from common.data import irds
 from common.io import built_once, cache_root
 from common.data.formats import DataFormatError, iter_qrels, iter_topics
 
+#: What the field reads of its ir_datasets task (`common.data.irds_files`): the clicked queries and their clicks.
+ORCAS_PARTS = ("queries", "qrels")
 #: Bumped whenever the build's semantics change, so that an old cache is not reused.
 FORMAT_VERSION = 1
 #: The ir_datasets id of ORCAS.

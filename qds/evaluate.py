@@ -142,8 +142,10 @@ def main(argv=None) -> dict | None:
     task = task_spec_from_args(args, "candidates")
     refuse_missing_files([task], ["--candidates"], quiet=not launched_as_global_zero())
     from common.commands.quiet import quiet_lightning
+    from common.training.processes import leave_process_group_at_exit
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
     import lightning as L
 

@@ -248,7 +248,12 @@ class RankerCLI(LightningCLI):
                     usage_error(str(error))
                 specs.append(spec)
                 options.append(f"--data.{split}")
-        refuse_missing_files(specs, options, quiet=not launched_as_global_zero())  # rank zero names them
+        parts = [None] * len(specs)
+        for name, read in self.datamodule_class.other_tasks.items():  # CK's ORCAS field
+            specs.append(config.data.get(name))
+            options.append(f"--data.{name}")
+            parts.append(read)
+        refuse_missing_files(specs, options, parts, quiet=not launched_as_global_zero())  # rank zero names them
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
         self.resume_from = None

@@ -48,8 +48,10 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
     ``representation``'s `options`; `what` names the store in the first line printed (``the S1 store``). Returns
     the store (a `common.stores.representations.RepresentationStore`) on global rank zero, else None."""
     from common.commands.quiet import quiet_lightning
+    from common.training.processes import leave_process_group_at_exit
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
     from common.stores.representations import StoreMismatchError, checkpoint_hash
     from common.stores.writer import build_representations
@@ -131,8 +133,10 @@ class StoreEvaluation:
         self.task = task = task_spec_from_args(args, "task")
         refuse_missing_files([task], ["--task"])
         from common.commands.quiet import quiet_lightning
+        from common.training.processes import leave_process_group_at_exit
 
         quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+        leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
         # torch alone: a foreign checkpoint, or a store of another checkpoint, is refused before Lightning loads
         state, store = self.read_inputs()

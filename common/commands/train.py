@@ -174,8 +174,10 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     import torch
 
     from common.commands.quiet import quiet_lightning
+    from common.training.processes import leave_process_group_at_exit
 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
+    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
     from common.commands.outputs import RUN, metrics_table, mode_run, write_mode_results, write_results
     from common.data.rerank import reranked_run

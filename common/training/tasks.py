@@ -324,6 +324,10 @@ class RerankingDataModule(L.LightningDataModule):
     #: The splits whose datasets `setup` builds, where configured, per stage (fit builds the test's too, so that
     #: its documents are checked before training starts).
     stage_splits = {"fit": ("train", "dev", "test"), "validate": ("dev",), "test": ("test",)}
+    #: The module's other arguments that may name an ir_datasets task, with what it reads of each (`TASK_PARTS` of
+    #: `common.data.irds_files`): their files are checked with the splits' before anything is built
+    #: (`common.commands.cli.RankerCLI`).
+    other_tasks: dict[str, tuple[str, ...]] = {}
 
     def __init__(self, tasks: TaskConfig, loaders: LoaderConfig):
         super().__init__()

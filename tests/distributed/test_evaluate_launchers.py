@@ -9,6 +9,10 @@ written, by its arrays). The two-process launch must also finish: global rank ze
 output folder, so the other process never refuses the folder the launch has begun nor writes the same files, and a
 folder holding another run is still refused, once, before the second process starts.
 
+Each ``index`` command runs fresh under one launcher and resumed under the other: a one-process build killed
+(SIGKILL) as its third shard begins, the first two written, is finished with ``--resume`` by two processes, which
+must compute the missing shards alone and end with the uninterrupted build's bytes.
+
 EARL's and MVA's evaluate commands score in one process (the paper's online setting): launched as two, rank zero
 does all of it and the other writes nothing (MVA's costs.json, holding the seconds scoring took, is left out of
 the comparison). Every process runs with one thread (``OMP_NUM_THREADS=1``).
@@ -16,6 +20,7 @@ the comparison). Every process runs with one thread (``OMP_NUM_THREADS=1``).
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -123,26 +128,65 @@ def conformer_kernel_evaluate(root: Path, how: str) -> Path:
     return out
 
 
-def test_conformer_kernel_evaluate_on_two_processes_writes_what_one_writes(root):
-    one, two = (conformer_kernel_evaluate(root, how) for how in ("single", "lightning"))
+@pytest.fixture(scope="module")
+def conformer_kernel_single(root) -> Path:
+    return conformer_kernel_evaluate(root, "single")
+
+
+@pytest.mark.parametrize("how", ["lightning", "torchrun"])
+def test_conformer_kernel_evaluate_on_two_processes_writes_what_one_writes(root, conformer_kernel_single, how):
+    two = conformer_kernel_evaluate(root, how)
     assert {"run.rerank.trec", "run.fullrank.trec", "metrics.json", "task.json", "index/meta.json"} <= set(files(two))
-    assert_same_files(one, two)
+    assert_same_files(conformer_kernel_single, two)
 
 
-def conformer_kernel_index(root: Path, how: str) -> Path:
-    out = root / f"ck-index-{how}"
-    launch("conformer_kernel.index", ["--checkpoint", str(CHECKPOINTS / "conformer_kernel.ckpt"), "--collection",
-                                      "builtin:test", "--topics", "builtin:test", "--shard_size", "500",
-                                      "--accelerator", "cpu", *devices(how), "--output", str(out)],
-           how, root)  # fmt: skip
+def conformer_kernel_index_args(out: Path, how: str) -> list[str]:
+    return ["--checkpoint", str(CHECKPOINTS / "conformer_kernel.ckpt"), "--collection", "builtin:test", "--topics",
+            "builtin:test", "--shard_size", "500", "--accelerator", "cpu", *devices(how),
+            "--output", str(out)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def conformer_kernel_index(root) -> Path:
+    """The index of 3,000 documents (6 shards) built by one process."""
+    out = root / "ck-index-single"
+    launch("conformer_kernel.index", conformer_kernel_index_args(out, "single"), "single", root)
     return out
 
 
-def test_conformer_kernel_index_on_two_processes_builds_what_one_builds(root):
-    one, two = (conformer_kernel_index(root, how) for how in ("single", "lightning"))
+def test_conformer_kernel_index_on_two_processes_builds_what_one_builds(root, conformer_kernel_index):
+    two = root / "ck-index-lightning"
+    launch("conformer_kernel.index", conformer_kernel_index_args(two, "lightning"), "lightning", root)
     assert sorted(files(two)) == ["doc_ids.txt", "index.npz", "meta.json", "terms.txt"]  # the shards merged
     assert json.loads((two / "meta.json").read_text())["documents"] == 3000
-    assert_same_files(one, two)
+    assert_same_files(conformer_kernel_index, two)
+
+
+def test_a_killed_index_resumed_on_two_processes_is_the_one_built_by_one(root, conformer_kernel_index):
+    out = root / "ck-index-resumed"
+    kill_at_third_shard("conformer_kernel.index", conformer_kernel_index_args(out, "single"),
+                        "conformer_kernel.impact_index.TermDocumentScorer", "batch[0]", root)  # fmt: skip
+    assert sorted(files(out)) == ["shards/0000000.npy", "shards/0000001.npy", "shards/plan.json"]
+    launch("conformer_kernel.index", [*conformer_kernel_index_args(out, "torchrun"), "--resume"], "torchrun", root)
+    assert_same_files(conformer_kernel_index, out)
+
+
+def kill_at_third_shard(module: str, args: list[str], scorer: str, shard: str, cwd: Path) -> None:
+    """Run ``python -m module args`` as one process, killed (SIGKILL) as the `scorer` class's ``predict_step``
+    is given shard 2, the first two written; `shard` is the expression of its ``batch`` argument naming the
+    shard."""
+    path, name = scorer.rsplit(".", 1)
+    code = (f"import os, signal, sys\nfrom {path} import {name}\nfrom {module} import main\n"
+            f"step = {name}.predict_step\n"
+            "def dying(self, batch, batch_idx=0):\n"
+            f"    if {shard} == 2:\n"
+            "        os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return step(self, batch, batch_idx)\n"
+            f"{name}.predict_step = dying\nmain({args!r})\n")  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=600)  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, (done.stdout + done.stderr)[-3000:]
 
 
 # --- earl and mva: stores built by Lightning predict, evaluated in one process -------------------------------
@@ -170,7 +214,14 @@ def collection(root) -> Path:
     DocumentStore.for_collection(path).path.unlink(missing_ok=True)
 
 
-STORES = {"earl": ("lightning", ["--strategy", "s2"]), "mva": ("torchrun", [])}
+#: Each package's launcher of its fresh two-process store build and its other, which resumes a killed build.
+STORES = {"earl": ("lightning", "torchrun", ["--strategy", "s2"]), "mva": ("torchrun", "lightning", [])}
+
+
+def store_args(package: str, collection: Path, out: Path, how: str) -> list[str]:
+    return ["--checkpoint", str(CHECKPOINTS / f"{package}.ckpt"), *STORES[package][2], "--collection",
+            str(collection), "--shard_size", "8", "--batch_size", "3", "--accelerator", "cpu", *devices(how),
+            "--output", str(out)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -178,27 +229,37 @@ def stores(root, collection) -> dict:
     """Each package's store of `collection` built by one process and by two (shards of 8 documents: 5 shards,
     split 3 and 2)."""
     built = {}
-    for package, (how, extra) in STORES.items():
+    for package, (how, _, _) in STORES.items():
         for run in ("single", how):
             out = root / f"{package}-store-{run}"
-            launch(f"{package}.index", ["--checkpoint", str(CHECKPOINTS / f"{package}.ckpt"), *extra, "--collection",
-                                        str(collection), "--shard_size", "8", "--batch_size", "3", "--accelerator",
-                                        "cpu", *devices(run), "--output", str(out)], run, root)  # fmt: skip
+            launch(f"{package}.index", store_args(package, collection, out, run), run, root)
             built[package, run] = out
     return built
 
 
 @pytest.mark.parametrize("package", sorted(STORES))
 def test_a_store_built_by_two_processes_is_the_one_built_by_one(stores, package):
-    how, _ = STORES[package]
+    how = STORES[package][0]
     one, two = stores[package, "single"], stores[package, how]
     assert "manifest.json" in files(two) and "shard-00004.bin" in files(two)
     assert_same_files(one, two)
 
 
 @pytest.mark.parametrize("package", sorted(STORES))
+def test_a_killed_store_resumed_on_two_processes_is_the_one_built_by_one(root, collection, stores, package):
+    how = STORES[package][1]
+    out = root / f"{package}-store-resumed"
+    kill_at_third_shard(f"{package}.index", store_args(package, collection, out, "single"),
+                        "common.stores.writer.DocumentIndexer", "batch", root)  # fmt: skip
+    assert sorted(files(out)) == ["plan.json", "shard-00000.bin", "shard-00000.index.json", "shard-00001.bin",
+                                  "shard-00001.index.json"]  # fmt: skip
+    launch(f"{package}.index", [*store_args(package, collection, out, how), "--resume"], how, root)
+    assert_same_files(stores[package, "single"], out)
+
+
+@pytest.mark.parametrize("package", sorted(STORES))
 def test_store_evaluation_launched_as_two_processes_writes_what_one_writes(root, stores, package):
-    how, _ = STORES[package]
+    how = STORES[package][0]
     outs = {}
     for run, launcher in (("single", "single"), (how, "torchrun")):  # no --devices: torchrun starts the two
         outs[run] = root / f"{package}-evaluate-{run}"

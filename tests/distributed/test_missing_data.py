@@ -114,6 +114,19 @@ def test_ck_evaluate_asks_of_orcas_only_its_queries_and_clicks(tmp_path, refusin
     assert not out.exists()
 
 
+def test_a_ck_orcas_config_names_the_orcas_files_with_the_tasks(tmp_path, refusing_proxy):
+    home, out = tmp_path / "irds", tmp_path / "run"
+    config = "conformer_kernel/configs/trec-dl-2020-ndrm1-orcas-rerank.yaml"
+    done = command(["-m", "conformer_kernel.train", "--config", config, "--output_dir", str(out)], home, refusing_proxy)
+    entries = download_list()
+    splits = {"--data.train": "train", "--data.dev": "trec-dl-2019", "--data.test": "trec-dl-2020"}
+    keys = {"docs": set(splits), **{f"{entry}/{p}": {option} for option, entry in splits.items() for p in PARTS},
+            "orcas/queries": {"--data.orcas"}, "orcas/qrels": {"--data.orcas"}}  # fmt: skip
+    check_refusal(done, {str(home / "msmarco-document" / entries[key]["cache_path"]): (entries[key]["url"], options)
+                         for key, options in keys.items()})  # fmt: skip
+    assert not out.exists()
+
+
 def test_a_passage_config_names_extracted_files_and_local_copies(tmp_path, refusing_proxy):
     # ir_datasets' msmarco_passage.py, by hand: the collection is extracted from collectionandqueries.tar.gz, as are
     # dev/small's queries and qrels; the train queries from queries.tar.gz; the big candidate runs are downloaded with
