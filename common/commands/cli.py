@@ -249,7 +249,7 @@ class RankerCLI(LightningCLI):
                 specs.append(spec)
                 options.append(f"--data.{split}")
         parts = [None] * len(specs)
-        for name, read in self.datamodule_class.other_tasks.items():  # CK's ORCAS field
+        for name, read in getattr(self.datamodule_class, "other_tasks", {}).items():  # CK's ORCAS field
             specs.append(config.data.get(name))
             options.append(f"--data.{name}")
             parts.append(read)
