@@ -9,6 +9,7 @@ written, by its arrays). The two-process launch must also finish: global rank ze
 output folder, so the other process never refuses the folder the launch has begun nor writes the same files, and a
 folder holding another run is still refused, once, before the second process starts.
 
+``qds.evaluate`` and ``mva.index`` also run as SLURM's two tasks (``srun``, simulated: `tests.distributed.slurm`).
 Each ``index`` command runs fresh under one launcher and resumed under the other: a one-process build killed
 (SIGKILL) as its third shard begins, the first two written, is finished with ``--resume`` by two processes, which
 must compute the missing shards alone and end with the uninterrupted build's bytes.
@@ -29,6 +30,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from tests.distributed.slurm import srun_tasks
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,8 +42,13 @@ QUERIES, DEPTH = ["--test_queries", "4"], ["--depth", "10"]
 
 def launch(module: str, args: list[str], how: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run ``python -m module args`` as one process (`how` ``single``) or two (``lightning``: ``--devices 2``;
-    ``torchrun``); a failure shows the end of its output."""
+    ``torchrun``; ``srun``: as SLURM's two tasks); a failure shows the end of its output."""
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
+    if how == "srun":
+        zero, other = srun_tasks([sys.executable, "-m", module, *args], cwd, env)
+        for rank, done in enumerate((zero, other)):
+            assert done.returncode == 0, f"srun {module} rank {rank}: exit {done.returncode}\n{done.stderr[-3000:]}"
+        return zero
     if how == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
                    "-m", module, *args]  # fmt: skip
@@ -99,7 +107,7 @@ def qds_single(root) -> Path:
     return qds_evaluate(root, "single")
 
 
-@pytest.mark.parametrize("how", ["lightning", "torchrun"])
+@pytest.mark.parametrize("how", ["lightning", "torchrun", "srun"])
 def test_qds_evaluate_on_two_processes_writes_what_one_writes(root, qds_single, how):
     two = qds_evaluate(root, how)
     assert sorted(files(two)) == ["metrics.json", "run.trec", "task.json"]
@@ -243,6 +251,12 @@ def test_a_store_built_by_two_processes_is_the_one_built_by_one(stores, package)
     one, two = stores[package, "single"], stores[package, how]
     assert "manifest.json" in files(two) and "shard-00004.bin" in files(two)
     assert_same_files(one, two)
+
+
+def test_a_store_built_by_srun_tasks_is_the_one_built_by_one(root, collection, stores):
+    out = root / "mva-store-srun"
+    launch("mva.index", store_args("mva", collection, out, "srun"), "srun", root)
+    assert_same_files(stores["mva", "single"], out)
 
 
 @pytest.mark.parametrize("package", sorted(STORES))

@@ -21,7 +21,6 @@ uninterrupted 2-process run, byte for byte (each process's random generators are
 
 import csv
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from common.training.resume import checkpoint_step
+from tests.distributed.slurm import srun_tasks
 
 pytestmark = pytest.mark.slow
 
@@ -74,28 +74,6 @@ def _run(command: list[str], **env) -> subprocess.CompletedProcess:
     return subprocess.run(command, cwd=ROOT, env=_env(**env), capture_output=True, text=True, timeout=600)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _slurm(command: list[str]) -> list[subprocess.CompletedProcess]:
-    """`command` as ``srun --ntasks 2`` on one node starts it: two processes, each with its task's variables."""
-    port, procs = _free_port(), []
-    for rank in range(2):
-        env = _env(SLURM_NTASKS="2", SLURM_NTASKS_PER_NODE="2", SLURM_NNODES="1", SLURM_PROCID=str(rank),
-                   SLURM_LOCALID=str(rank), SLURM_NODEID="0", SLURM_NODELIST="localhost", SLURM_JOB_ID="4242",
-                   SLURM_JOB_NAME="train", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # fmt: skip
-        procs.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))  # fmt: skip
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=600)
-        results.append(subprocess.CompletedProcess(command, proc.returncode, out, err))
-    return results
-
-
 def _outputs(out: Path, runs: list[str]) -> dict[str, bytes]:
     return {name: (out / name).read_bytes() for name in [*runs, "metrics.json", "task.json"]}
 
@@ -120,7 +98,7 @@ def frozen(tmp_path_factory):
             args = [*RUNS[package][0], *FROZEN, *([] if launcher == "one" else TWO), "--output_dir", str(out)]
             module = ["-m", f"{package}.train"]
             if launcher == "slurm":
-                for done in _slurm([sys.executable, *module, *args]):
+                for done in srun_tasks([sys.executable, *module, *args], ROOT):
                     _check(done)
             else:
                 _check(_run([*(TORCHRUN if launcher == "torchrun" else [sys.executable]), *module, *args]))
