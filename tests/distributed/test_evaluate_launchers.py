@@ -9,7 +9,7 @@ written, by its arrays). The two-process launch must also finish: global rank ze
 output folder, so the other process never refuses the folder the launch has begun nor writes the same files, and a
 folder holding another run is still refused, once, before the second process starts.
 
-``qds.evaluate`` and ``mva.index`` also run as SLURM's two tasks (``srun``, simulated: `tests.distributed.slurm`).
+``qds.evaluate`` also runs as SLURM's two tasks (``srun``, simulated: `tests.distributed.slurm`).
 Each ``index`` command runs fresh under one launcher and resumed under the other: a one-process build killed
 (SIGKILL) as its third shard begins, the first two written, is finished with ``--resume`` by two processes, which
 must compute the missing shards alone and end with the uninterrupted build's bytes.
@@ -251,12 +251,6 @@ def test_a_store_built_by_two_processes_is_the_one_built_by_one(stores, package)
     one, two = stores[package, "single"], stores[package, how]
     assert "manifest.json" in files(two) and "shard-00004.bin" in files(two)
     assert_same_files(one, two)
-
-
-def test_a_store_built_by_srun_tasks_is_the_one_built_by_one(root, collection, stores):
-    out = root / "mva-store-srun"
-    launch("mva.index", store_args("mva", collection, out, "srun"), "srun", root)
-    assert_same_files(stores["mva", "single"], out)
 
 
 @pytest.mark.parametrize("package", sorted(STORES))
