@@ -9,7 +9,9 @@ written, by its arrays). The two-process launch must also finish: global rank ze
 output folder, so the other process never refuses the folder the launch has begun nor writes the same files, and a
 folder holding another run is still refused, once, before the second process starts.
 
-``qds.evaluate`` also runs as SLURM's two tasks (``srun``, simulated: `tests.distributed.slurm`).
+Each launcher's test loop runs ``qds.evaluate`` or ``conformer_kernel.evaluate`` (``qds.evaluate`` under torchrun
+and as SLURM's two tasks, ``srun``, simulated: `tests.distributed.slurm`; ``conformer_kernel.evaluate`` under
+Lightning's launcher).
 Each ``index`` command runs fresh under one launcher and resumed under the other: a one-process build killed
 (SIGKILL) as its third shard begins, the first two written, is finished with ``--resume`` by two processes, which
 must compute the missing shards alone and end with the uninterrupted build's bytes.
@@ -107,7 +109,7 @@ def qds_single(root) -> Path:
     return qds_evaluate(root, "single")
 
 
-@pytest.mark.parametrize("how", ["lightning", "torchrun", "srun"])
+@pytest.mark.parametrize("how", ["torchrun", "srun"])
 def test_qds_evaluate_on_two_processes_writes_what_one_writes(root, qds_single, how):
     two = qds_evaluate(root, how)
     assert sorted(files(two)) == ["metrics.json", "run.trec", "task.json"]
@@ -141,9 +143,8 @@ def conformer_kernel_single(root) -> Path:
     return conformer_kernel_evaluate(root, "single")
 
 
-@pytest.mark.parametrize("how", ["lightning", "torchrun"])
-def test_conformer_kernel_evaluate_on_two_processes_writes_what_one_writes(root, conformer_kernel_single, how):
-    two = conformer_kernel_evaluate(root, how)
+def test_conformer_kernel_evaluate_on_two_processes_writes_what_one_writes(root, conformer_kernel_single):
+    two = conformer_kernel_evaluate(root, "lightning")
     assert {"run.rerank.trec", "run.fullrank.trec", "metrics.json", "task.json", "index/meta.json"} <= set(files(two))
     assert_same_files(conformer_kernel_single, two)
 
