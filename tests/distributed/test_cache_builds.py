@@ -23,7 +23,6 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import NamedTuple
 
 import pytest
 
@@ -70,6 +69,7 @@ def worker(rank: int, world: int, run: str, inputs: str) -> None:
     from common.data.source import FileSource
     from conformer_kernel.data import ConformerKernelDataModule
     from conformer_kernel.vocab import Resources
+    from tests.common.data.test_irds import MarcoDoc  # the msmarco-document layout
 
     builtin.build_builtin = counted("builtin", builtin.build_builtin)
     builtin.bm25_retrieve = counted("bm25", builtin.bm25_retrieve)
@@ -79,16 +79,8 @@ def worker(rank: int, world: int, run: str, inputs: str) -> None:
     orcas._build = counted("orcas", orcas._build)
     lz4_pickle.Lz4PickleLookup.transaction = counted("irds", lz4_pickle.Lz4PickleLookup.transaction)
 
-    class Doc(NamedTuple):
-        doc_id: str
-        url: str
-        title: str
-        body: str
-
-        def default_text(self):
-            return f"{self.title} {self.body}"
-
-    ir_datasets.registry.register(IRDS_ID, Dataset(TsvDocs(LocalDownload(run_dir / "irds" / "docs.tsv"), doc_cls=Doc)))
+    docs = TsvDocs(LocalDownload(run_dir / "irds" / "docs.tsv"), doc_cls=MarcoDoc)
+    ir_datasets.registry.register(IRDS_ID, Dataset(docs))
 
     def together(step: str) -> None:
         """Wait until every worker has reached `step`."""
