@@ -66,7 +66,8 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
         built = build_representations(
             store.representation(ranker, encoder, **options), encoder, documents, doc_ids, args.output,
             checkpoint_sha256=checkpoint_sha256, dtype=DTYPES[args.dtype], shard_size=args.shard_size,
-            batch_size=args.batch_size, resume=args.resume, trainer_options=trainer_options(args),
+            batch_size=args.batch_size, resume=args.resume, verify=args.verify,
+            trainer_options=trainer_options(args),
         )  # fmt: skip
     except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
         usage_error(f"--output: {error}")

@@ -69,8 +69,8 @@ def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[st
 
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--dtype``, ``--collection``, ``--output``, ``--resume``, ``--shard_size``, ``--batch_size`` and Lightning's
-    ``--accelerator``, ``--devices``, ``--num_nodes``."""
+    """``--dtype``, ``--collection``, ``--output``, ``--resume``, ``--verify``, ``--shard_size``, ``--batch_size`` and
+    Lightning's ``--accelerator``, ``--devices``, ``--num_nodes``."""
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
     parser.add_argument("--collection", required=True,
                         help="the documents: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
@@ -79,6 +79,9 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", required=True,
                         help="a new folder for the store (or an unfinished one with --resume)")
     parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output")
+    parser.add_argument("--verify", action="store_true",
+                        help="with --resume: also re-read every shard already written against its checksum (by "
+                             "default their sizes are checked; python -m common.stores.verify checks a store)")
     parser.add_argument("--shard_size", type=positive_int, default=1000,
                         help="documents per written shard (default 1000)")
     parser.add_argument("--batch_size", type=positive_int, default=128,
@@ -92,6 +95,9 @@ def check_index_args(args: argparse.Namespace) -> None:
     from common.data.irds_files import refuse_missing_files
     from common.stores.representations import store_output_problem
 
+    if args.verify and not args.resume:
+        usage_error("--verify: checks the shards that --resume keeps; give --resume (python -m "
+                    "common.stores.verify checks a finished store)")
     check_collection(args.collection)
     refuse_missing_files([args.collection], ["--collection"], [("docs",)], quiet=not launched_as_global_zero())
     problem = store_output_problem(Path(args.output), args.resume)

@@ -20,14 +20,27 @@ A store is a folder:
   it is. A document may have no rows.
 - ``shard-00000.index.json``, written after its ``.bin``: the shard's doc ids, each one's first row and row
   count, the shard's bytes and the sha256 of its ``.bin``. A shard is done when both files exist and agree.
+- ``ids.npy`` and ``locations.npy``, written when every shard is: the doc ids sorted (fixed-width UTF-8 bytes,
+  numpy's ``S`` type) and, row for row, each one's (position in the plan's order, first row in its shard, rows)
+  as int64. A reader maps both and finds a document by binary search (``numpy.searchsorted``): opening a store
+  reads no id and builds no dict, whatever the collection's size (8.8M MS MARCO passages: 8.8M Python strings
+  and a dict per process otherwise).
 - ``manifest.json``, written last: the plan, each shard (file, documents, rows, bytes, sha256) and the totals
   (rows, bytes, mean bytes per document). A folder without it holds no finished store.
 
 Every file is written atomically (`common.io.atomic_write`), so an interrupted build leaves whole files and
 temporary ones, never half a file under a store's name. A build resumes (``resume=True``) only with its own
-plan, else `StoreMismatchError` names the first difference; it keeps the shards whose checksum is right and
-redoes the others. `common.stores.writer` runs a build through Lightning ``predict``, its shards
-split among devices and nodes.
+plan, else `StoreMismatchError` names the first difference; it keeps the shards whose files exist and whose sizes
+agree with their index and redoes the others (with ``verify=True`` it also re-reads each against its checksum: at
+MS MARCO's size that is terabytes per process, so only on request). `verify_store` (``python -m
+common.stores.verify``) checks a finished store's every byte. `common.stores.writer` runs a build through
+Lightning ``predict``, its shards split among devices and nodes.
+
+Reading. Every shard is memory-mapped on first use and kept mapped for the life of the reader, so candidates
+scattered over thousands of shards cost what contiguous ones do once their shards are mapped (remapping one per
+read cost 10x the rows' copy). A numpy map holds a file descriptor, so opening a store with more shards than the
+process may hold files raises the soft ``RLIMIT_NOFILE`` toward the hard one (`_shards_kept_mapped`); where even
+the hard limit is too low, the least recently used maps are let go past what fits.
 """
 
 from __future__ import annotations
@@ -37,7 +50,7 @@ import json
 import os
 import re
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,13 +60,17 @@ from common.io import atomic_write
 from common.refusals import output_folder_problem
 
 #: The layout this module writes and reads; a store of another version is refused, not misread.
-FORMAT = 1
+FORMAT = 2
 PLAN, MANIFEST = "plan.json", "manifest.json"
+#: The sorted doc ids and each one's (position, first row, rows), written when every shard is.
+IDS, LOCATIONS = "ids.npy", "locations.npy"
 DTYPES = ("float32", "float16")
 #: Identity keys every store records: without them a store cannot tell what it was built from.
 REQUIRED_IDENTITY = ("checkpoint", "strategy")
+#: File descriptors left to the rest of the process when a reader decides how many shards it keeps mapped.
+SPARE_DESCRIPTORS = 512
 #: The temporary files `atomic_write` leaves of this module's files when killed (``.<name>.<random>.tmp``).
-_TEMPORARY = re.compile(r"\.(plan\.json|manifest\.json|shard-\d+\.(bin|index\.json))\..+\.tmp")
+_TEMPORARY = re.compile(r"\.(plan\.json|manifest\.json|ids\.npy|locations\.npy|shard-\d+\.(bin|index\.json))\..+\.tmp")
 
 
 class StoreMismatchError(ValueError):
@@ -101,16 +118,17 @@ class StoreWriter:
     """Builds a store into `folder` shard by shard, in any order, from any number of processes.
 
     Shard i holds ``doc_ids[i * shard_size : (i + 1) * shard_size]`` (`shard_doc_ids`); `pending` lists the shards
-    still to write, `write_shard` writes one, `finish` writes the manifest once all are there. With `resume` an
-    unfinished store of the same plan is finished: its shards whose checksum is right are kept (reading them
-    once), the others redone.
+    still to write, `write_shard` writes one, `finish` writes the id table and the manifest once all are there.
+    With `resume` an unfinished store of the same plan is finished: its shards whose files agree in size with
+    their index are kept (with `verify`, only those whose rows also match their checksum), the others redone.
 
     The plan is written with the first shard rather than here: every process of a distributed build makes its
     own writer, some only once another is running, and all must find the folder as it was.
     """
 
     def __init__(self, folder: str | os.PathLike, *, doc_ids: Sequence[str], width: int, dtype: str,
-                 shard_size: int, identity: dict, extra: dict | None = None, resume: bool = False):
+                 shard_size: int, identity: dict, extra: dict | None = None, resume: bool = False,
+                 verify: bool = False):
         self.folder = Path(folder)
         problem = store_output_problem(self.folder, resume)
         if problem:
@@ -125,7 +143,7 @@ class StoreWriter:
         if (self.folder / PLAN).exists():  # resuming (store_output_problem let it through)
             _check_plan(self.folder, _read_json(self.folder / PLAN), self.plan)
             self._planned = True
-            self._done = {i for i in range(self.num_shards) if self._shard_is_whole(i)}
+            self._done = {i for i in range(self.num_shards) if self._shard_is_whole(i, checksum=verify)}
 
     def shard_doc_ids(self, shard: int) -> list[str]:
         """The doc ids of shard `shard`, in the order its arrays are written."""
@@ -170,20 +188,23 @@ class StoreWriter:
         self._done.add(shard)
 
     def finish(self) -> RepresentationStore:
-        """Check that every shard is written (by this process or another) and write the manifest; returns the
-        finished store. Temporary files that killed writes left are removed."""
+        """Check that every shard is written (by this process or another), write the id table and the manifest;
+        returns the finished store. Temporary files that killed writes left are removed."""
         missing = [i for i in range(self.num_shards) if not self._shard_is_whole(i, checksum=False)]
         if missing:
             shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
             raise RuntimeError(f"{self.folder}: {len(missing)} of {self.num_shards} shards are not written "
                                f"({shown}); write them (resume the build) before finishing")
         self._write_plan()
-        shards = []
+        shards, offsets, rows = [], [], []
         for i in range(self.num_shards):
             rows_name, index_name = shard_files(i)
             index = _read_json(self.folder / index_name)
             shards.append({"file": rows_name, "index": index_name, "documents": len(index["doc_ids"]),
                            "rows": sum(index["rows"]), "bytes": index["bytes"], "sha256": index["sha256"]})
+            offsets += index["offsets"]
+            rows += index["rows"]
+        self._write_id_table(np.array(offsets, dtype=np.int64), np.array(rows, dtype=np.int64))
         for entry in self.folder.iterdir():
             if _TEMPORARY.fullmatch(entry.name):
                 entry.unlink(missing_ok=True)
@@ -191,6 +212,15 @@ class StoreWriter:
         _write_json(self.folder / MANIFEST, {**self.plan, "shards": shards, "rows": sum(s["rows"] for s in shards),
                                              "bytes": total, "bytes_per_document": total / len(self.doc_ids)})
         return RepresentationStore.open(self.folder)
+
+    def _write_id_table(self, offsets: np.ndarray, rows: np.ndarray) -> None:
+        """``ids.npy``, the doc ids sorted, and ``locations.npy``, each one's (position, first row, rows)."""
+        encoded = np.array([doc_id.encode("utf-8") for doc_id in self.doc_ids], dtype=np.bytes_)  # (N,) S<w>
+        order = np.argsort(encoded, kind="stable")  # (N,) positions in id order
+        locations = np.stack([order, offsets[order], rows[order]], axis=1)  # (N, 3) int64
+        for name, array in ((IDS, encoded[order]), (LOCATIONS, locations)):
+            with atomic_write(self.folder / name, "wb", overwrite=True) as f:  # a finish killed before the manifest
+                np.save(f, array, allow_pickle=False)
 
     def _write_plan(self) -> None:
         path = self.folder / PLAN
@@ -204,7 +234,7 @@ class StoreWriter:
         _check_plan(self.folder, _read_json(path), self.plan)
         self._planned = True
 
-    def _shard_is_whole(self, shard: int, checksum: bool = True) -> bool:
+    def _shard_is_whole(self, shard: int, checksum: bool) -> bool:
         """Whether shard `shard`'s files exist and agree with each other and the plan (and, with `checksum`, its
         rows with their sha256)."""
         rows_file, index_file = (self.folder / name for name in shard_files(shard))
@@ -223,24 +253,20 @@ class RepresentationStore:
     """A finished store, read-only: ``get(doc_id)`` is that document's (rows, width) matrix, a view of the memory
     mapped shard (no copy); `padded` batches several for a model. Open one with `open`."""
 
-    #: Shards kept mapped at once: each map holds a file descriptor, and a store may have thousands of shards.
-    MAX_OPEN_SHARDS = 64
-
-    def __init__(self, folder: Path, manifest: dict, doc_ids: list[str], shard_of: np.ndarray,
-                 offsets: np.ndarray, rows: np.ndarray):
-        self.folder, self.manifest, self.doc_ids = folder, manifest, doc_ids
-        self._position = {doc_id: i for i, doc_id in enumerate(doc_ids)}
-        self._shard_of, self._offsets, self._rows = shard_of, offsets, rows
+    def __init__(self, folder: Path, manifest: dict, ids: np.ndarray, locations: np.ndarray):
+        self.folder, self.manifest = folder, manifest
+        self._ids, self._locations = ids, locations  # (N,) sorted S<w>; (N, 3) position, first row, rows
         self._dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
         self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._kept = _shards_kept_mapped(len(manifest["shards"]))
 
     @classmethod
     def open(cls, folder: str | os.PathLike, expect: dict | None = None, verify: bool = False) -> RepresentationStore:
-        """Open the finished store in `folder`.
+        """Open the finished store in `folder`: its manifest, the shards' sizes and the mapped id table.
 
         `expect` maps identity keys to the values this use needs (``{"checkpoint": checkpoint_hash(path),
         "strategy": "s1"}``): a store built from anything else raises `StoreMismatchError` naming each difference.
-        `verify` re-reads every shard against its checksum (`CorruptStoreError` names a damaged one); without it
+        `verify` first re-reads every byte (`verify_store`; `CorruptStoreError` names what is damaged); without it
         only the files' sizes are checked.
         """
         folder = Path(folder)
@@ -251,37 +277,33 @@ class RepresentationStore:
         manifest = _read_json(folder / MANIFEST)
         if manifest.get("format") != FORMAT:
             raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
-                                    f"format {FORMAT}")
+                                    f"format {FORMAT} (rebuild the store)")
         if expect:
             _check_identity(folder, manifest["identity"], expect)
+        if verify:
+            verify_store(folder)
         itemsize = np.dtype(manifest["dtype"]).itemsize
-        doc_ids, shard_of, offsets, rows = [], [], [], []
-        for i, shard in enumerate(manifest["shards"]):
-            index, path = _read_json(folder / shard["index"]), folder / shard["file"]
+        for shard in manifest["shards"]:
+            path = folder / shard["file"]
             size = path.stat().st_size if path.is_file() else 0
             if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
                 raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists; "
                                         "rebuild the store")
-            if index["sha256"] != shard["sha256"] or sum(index["rows"]) != shard["rows"]:
-                raise CorruptStoreError(f"{folder / shard['index']} does not describe the {shard['file']} of the "
-                                        "manifest; rebuild the store")
-            if verify and _file_sha256(path) != shard["sha256"]:
-                raise CorruptStoreError(f"{path}: its checksum is not the manifest's (the file was changed or "
-                                        "damaged); rebuild the store")
-            doc_ids += index["doc_ids"]
-            shard_of += [i] * len(index["doc_ids"])
-            offsets += index["offsets"]
-            rows += index["rows"]
-        if _ids_sha256(doc_ids) != manifest["doc_ids_sha256"]:
-            raise CorruptStoreError(f"{folder}: the shards' doc ids are not the manifest's; rebuild the store")
-        return cls(folder, manifest, doc_ids, np.array(shard_of, dtype=np.int64),
-                   np.array(offsets, dtype=np.int64), np.array(rows, dtype=np.int64))
+        ids, locations = _id_table(folder, manifest["documents"])
+        return cls(folder, manifest, ids, locations)
 
     def __len__(self) -> int:
-        return len(self.doc_ids)
+        return len(self._ids)
 
     def __contains__(self, doc_id: object) -> bool:
-        return doc_id in self._position
+        return isinstance(doc_id, str) and self._find([doc_id])[0] >= 0
+
+    @property
+    def doc_ids(self) -> list[str]:
+        """Every doc id in the plan's order (reads the whole id table: for tools, not for the query path)."""
+        ordered = np.empty_like(self._ids)
+        ordered[self._locations[:, 0]] = self._ids
+        return [doc_id.decode("utf-8") for doc_id in ordered.tolist()]
 
     @property
     def width(self) -> int:
@@ -303,15 +325,20 @@ class RepresentationStore:
 
     def get(self, doc_id: str) -> np.ndarray:
         """Document `doc_id`'s (rows, width) matrix: a read-only view of its shard, not a copy."""
-        position = self._position.get(doc_id)
-        if position is None:
+        return self.get_many([doc_id])[0]
+
+    def get_many(self, doc_ids: Sequence[str]) -> list[np.ndarray]:
+        """The documents' matrices (`get`), looked up at once."""
+        found = self._find(doc_ids)
+        if (found < 0).any():
+            doc_id = doc_ids[int(np.flatnonzero(found < 0)[0])]
             raise MissingRepresentationError(f"document {doc_id!r} is not in the store {self.folder} (built for "
                                              f"{len(self):,} documents)")
-        start = self._offsets[position]
-        return self._shard(int(self._shard_of[position]))[start : start + self._rows[position]]
-
-    def get_many(self, doc_ids: Iterable[str]) -> list[np.ndarray]:
-        return [self.get(doc_id) for doc_id in doc_ids]
+        shard_size = self.manifest["shard_size"]
+        matrices = []
+        for position, start, rows in self._locations[found].tolist():
+            matrices.append(self._shard(position // shard_size)[start : start + rows])
+        return matrices
 
     def padded(self, doc_ids: Sequence[str], dtype=None):
         """The documents' matrices as one zero-padded tensor (B, T, width), T the longest, and a bool mask (B, T),
@@ -327,22 +354,110 @@ class RepresentationStore:
             mask[i, : len(matrix)] = True
         return torch.from_numpy(batch).to(torch.float32 if dtype is None else dtype), torch.from_numpy(mask)
 
+    def _find(self, doc_ids: Sequence[str]) -> np.ndarray:
+        """Each id's row of the id table, -1 where the store lacks it: a binary search of the sorted ids."""
+        keys = [doc_id.encode("utf-8") for doc_id in doc_ids]
+        width = self._ids.dtype.itemsize
+        # A key longer than the stored ids would be cut to their width by numpy, and could match another id.
+        fits = np.array([len(key) <= width and not key.endswith(b"\0") for key in keys], dtype=bool)
+        wanted = np.array([key if fit else b"" for key, fit in zip(keys, fits)], dtype=self._ids.dtype)
+        found = np.minimum(np.searchsorted(self._ids, wanted), len(self._ids) - 1)  # (len(doc_ids),)
+        return np.where(fits & (self._ids[found] == wanted), found, -1)
+
     def _shard(self, shard: int) -> np.ndarray:
-        """Shard `shard`'s rows, mapped on first use; the least recently used map is let go past
-        `MAX_OPEN_SHARDS` (views handed out keep theirs alive)."""
-        rows = self._maps.pop(shard, None)
-        if rows is None:
-            entry = self.manifest["shards"][shard]
-            if entry["rows"]:
-                rows = np.memmap(self.folder / entry["file"], dtype=self._dtype, mode="r",
-                                 shape=(entry["rows"], self.width))
-            else:  # an empty file cannot be mapped
-                rows = np.empty((0, self.width), dtype=self._dtype)
-                rows.flags.writeable = False
-            while len(self._maps) >= self.MAX_OPEN_SHARDS:
-                self._maps.popitem(last=False)
+        """Shard `shard`'s rows, mapped on first use and kept (past `_kept` maps, the least recently used one is
+        let go; views handed out keep theirs alive)."""
+        rows = self._maps.get(shard)
+        if rows is not None:
+            self._maps.move_to_end(shard)
+            return rows
+        entry = self.manifest["shards"][shard]
+        if entry["rows"]:
+            rows = np.memmap(self.folder / entry["file"], dtype=self._dtype, mode="r",
+                             shape=(entry["rows"], self.width))
+        else:  # an empty file cannot be mapped
+            rows = np.empty((0, self.width), dtype=self._dtype)
+            rows.flags.writeable = False
+        while len(self._maps) >= self._kept:
+            self._maps.popitem(last=False)
         self._maps[shard] = rows
         return rows
+
+
+def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Iterable] | None = None) -> dict:
+    """Check every byte of the finished store in `folder` against its manifest: each shard's size and sha256, its
+    index, and the id table against the plan's doc ids (their sha256); returns the manifest. `CorruptStoreError`
+    names the first thing damaged. `progress` wraps the loop over the shards (e.g. ``tqdm``)."""
+    folder = Path(folder)
+    if not (folder / MANIFEST).is_file():
+        raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST})")
+    manifest = _read_json(folder / MANIFEST)
+    if manifest.get("format") != FORMAT:
+        raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
+                                f"format {FORMAT} (rebuild the store)")
+    itemsize = np.dtype(manifest["dtype"]).itemsize
+    offsets, rows = [], []
+    for shard in (progress or iter)(manifest["shards"]):
+        path = folder / shard["file"]
+        size = path.stat().st_size if path.is_file() else 0
+        if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
+            raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists")
+        if _file_sha256(path) != shard["sha256"]:
+            raise CorruptStoreError(f"{path}: its checksum is not the manifest's (the file was changed or damaged)")
+        index = _read_json(folder / shard["index"])
+        if index["sha256"] != shard["sha256"] or sum(index["rows"]) != shard["rows"]:
+            raise CorruptStoreError(f"{folder / shard['index']} does not describe the {shard['file']} of the manifest")
+        offsets += index["offsets"]
+        rows += index["rows"]
+    ids, locations = _id_table(folder, manifest["documents"])
+    positions = locations[:, 0]
+    ordered = np.empty_like(ids)
+    ordered[positions] = ids
+    if (not np.array_equal(np.sort(positions), np.arange(len(ids))) or (len(ids) > 1 and not (ids[1:] > ids[:-1]).all())
+            or _ids_sha256([d.decode("utf-8") for d in ordered.tolist()]) != manifest["doc_ids_sha256"]):
+        raise CorruptStoreError(f"{folder / IDS}: not the plan's doc ids, sorted")
+    if not (np.array_equal(locations[:, 1], np.array(offsets, dtype=np.int64)[positions])
+            and np.array_equal(locations[:, 2], np.array(rows, dtype=np.int64)[positions])):
+        raise CorruptStoreError(f"{folder / LOCATIONS}: not the rows the shards' indexes list")
+    return manifest
+
+
+def _id_table(folder: Path, documents: int) -> tuple[np.ndarray, np.ndarray]:
+    """The store's mapped ``ids.npy`` (N,) and ``locations.npy`` (N, 3), checked against its `documents`."""
+    try:
+        ids = np.load(folder / IDS, mmap_mode="r", allow_pickle=False)
+        locations = np.load(folder / LOCATIONS, mmap_mode="r", allow_pickle=False)
+    except (OSError, ValueError) as error:
+        raise CorruptStoreError(f"{folder}: its id table cannot be read ({error}); rebuild the store") from None
+    if (ids.shape != (documents,) or ids.dtype.kind != "S" or locations.shape != (documents, 3)
+            or locations.dtype != np.int64):
+        raise CorruptStoreError(f"{folder}: its id table does not list the manifest's {documents:,} documents; "
+                                "rebuild the store")
+    return ids, locations
+
+
+def _shards_kept_mapped(shards: int) -> int:
+    """How many of a store's `shards` a reader keeps mapped: all of them where the process may hold that many more
+    open files (each numpy map holds one), raising the soft ``RLIMIT_NOFILE`` toward the hard limit where needed;
+    else as many as fit beside `SPARE_DESCRIPTORS` (at least one)."""
+    try:
+        import resource
+    except ImportError:  # not a POSIX system: no limit to read
+        return shards
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    fd_folder = Path("/proc/self/fd")
+    open_now = len(os.listdir(fd_folder)) if fd_folder.is_dir() else 0
+    wanted = open_now + shards + SPARE_DESCRIPTORS
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return shards
+    return max(1, min(shards, soft - open_now - SPARE_DESCRIPTORS))
 
 
 # --- plans and identities -------------------------------------------------------------------------------
@@ -354,6 +469,8 @@ def _plan(doc_ids: list[str], width: int, dtype: str, shard_size: int, identity:
         raise ValueError("no documents to store")
     if not all(isinstance(doc_id, str) for doc_id in doc_ids):
         raise TypeError("document ids must be strings")
+    if any("\0" in doc_id for doc_id in doc_ids):  # numpy's fixed-width bytes would drop a trailing NUL
+        raise ValueError("document ids must not hold NUL characters")
     if len(set(doc_ids)) != len(doc_ids):
         seen: set[str] = set()
         duplicate = next(d for d in doc_ids if d in seen or seen.add(d))

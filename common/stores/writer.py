@@ -134,7 +134,7 @@ class Representation:
 
 def build_representations(representation: Representation, encoder, documents, doc_ids: Sequence[str],
                           folder: str | os.PathLike, *, checkpoint_sha256: str, dtype: str = "float32",
-                          shard_size: int = 1000, batch_size: int = 128, resume: bool = False,
+                          shard_size: int = 1000, batch_size: int = 128, resume: bool = False, verify: bool = False,
                           trainer_options: dict | None = None) -> RepresentationStore | None:  # fmt: skip
     """Build (or, with `resume`, finish) the store of `documents` (`doc_ids`, in that order) in `folder`, each one's
     rows `representation`'s, documents encoded by `encoder` in batches of `batch_size` (`DocumentIndexer`); returns
@@ -142,9 +142,10 @@ def build_representations(representation: Representation, encoder, documents, do
 
     Its identity is ``{"checkpoint": checkpoint_sha256, "strategy": representation.strategy}``;
     `common.stores.representations.StoreMismatchError` where `resume` finds an unfinished store of another plan
-    (another checkpoint, strategy, dtype, collection or shard size), before anything is computed."""
+    (another checkpoint, strategy, dtype, collection or shard size), before anything is computed. `verify`: a resumed
+    build re-reads the shards it keeps against their checksums (`StoreWriter`)."""
     writer = StoreWriter(folder, doc_ids=doc_ids, width=representation.width, dtype=dtype, shard_size=shard_size,
                          identity={"checkpoint": checkpoint_sha256, "strategy": representation.strategy},
-                         extra=representation.extra, resume=resume)  # fmt: skip
+                         extra=representation.extra, resume=resume, verify=verify)  # fmt: skip
     indexer = DocumentIndexer(representation.model, representation.represent, encoder, documents, writer, batch_size)
     return build_store(indexer, writer, trainer_options)

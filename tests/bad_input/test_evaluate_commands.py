@@ -216,7 +216,7 @@ EARL_FILES = {
     "unfinished_store/plan.json": "{}\n",
     "finished_store/manifest.json": "{}\n",
     # a store of another checkpoint: refused on its identity, before its shards are read
-    "other_store/manifest.json": '{"format": 1, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "s1"}}\n',
+    "other_store/manifest.json": '{"format": 2, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "s1"}}\n',
 }
 EARL_INDEX = ["--checkpoint", "{in}/earl.ckpt", "--strategy", "s1", "--collection", "builtin:test", "--output", "store"]
 EARL_INDEX_CASES = [
@@ -235,6 +235,8 @@ EARL_INDEX_CASES = [
                                             "or choose a new folder (pass --resume to finish it)"),
     (["--output", "{in}/finished_store", "--resume"],
      "--output: {in}/finished_store already holds a finished store; open it, or choose a new folder"),
+    (["--verify"], "--verify: checks the shards that --resume keeps; give --resume (python -m common.stores.verify "
+                   "checks a finished store)"),
     (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
     (["--num_nodes", "none"], "argument --num_nodes: must be a positive integer, got none"),
     (["--devices", "gpu"], "argument --devices: must be auto, a number of devices"),
@@ -332,7 +334,7 @@ MVA_CHECKPOINTS = {
 }  # fmt: skip
 MVA_FILES = {
     "unfinished_store/plan.json": "{}\n",
-    "other_store/manifest.json": '{"format": 1, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "mva"}}\n',
+    "other_store/manifest.json": '{"format": 2, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "mva"}}\n',
 }
 MVA_INDEX = ["--checkpoint", "{in}/mva.ckpt", "--collection", "builtin:test", "--output", "store"]
 MVA_INDEX_CASES = [

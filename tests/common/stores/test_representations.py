@@ -24,6 +24,7 @@ from common.stores.representations import (
     StoreWriter,
     checkpoint_hash,
     store_output_problem,
+    verify_store,
 )
 
 WIDTH = 3
@@ -64,7 +65,7 @@ def test_round_trip_float32(tmp_path):
     matrices = _matrices()
     store = _build(tmp_path / "store", matrices=matrices)
     assert sorted(os.listdir(tmp_path / "store")) == [
-        "manifest.json", "plan.json", "shard-00000.bin", "shard-00000.index.json", "shard-00001.bin",
+        "ids.npy", "locations.npy", "manifest.json", "plan.json", "shard-00000.bin", "shard-00000.index.json", "shard-00001.bin",
         "shard-00001.index.json", "shard-00002.bin", "shard-00002.index.json"]  # fmt: skip
     assert len(store) == 10 and store.doc_ids == IDS and "D004" in store and "D010" not in store
     assert (store.width, store.dtype, store.identity) == (WIDTH, "float32", IDENTITY)
@@ -88,7 +89,7 @@ def test_round_trip_float32(tmp_path):
     assert manifest == store.manifest
     plan = json.loads((tmp_path / "store" / "plan.json").read_text())
     assert plan == {k: v for k, v in manifest.items() if k not in ("shards", "rows", "bytes", "bytes_per_document")}
-    assert plan["format"] == 1 and plan["shard_size"] == 4 and plan["documents"] == 10
+    assert plan["format"] == 2 and plan["shard_size"] == 4 and plan["documents"] == 10
     assert plan["extra"] == {"heads": 2} and plan["identity"] == IDENTITY
     assert plan["doc_ids_sha256"] == hashlib.sha256(json.dumps(IDS).encode()).hexdigest()
     assert [(s["file"], s["documents"], s["rows"], s["bytes"]) for s in manifest["shards"]] == [
@@ -103,6 +104,12 @@ def test_round_trip_float32(tmp_path):
     assert first == np.concatenate(matrices[:4]).astype("<f4").tobytes()  # raw little-endian rows, C order
     index = json.loads((tmp_path / "store" / "shard-00001.index.json").read_text())
     assert (index["doc_ids"], index["offsets"], index["rows"]) == (IDS[4:8], [0, 2, 7, 8], [2, 5, 1, 4])
+    # The id table: the ids sorted, and each one's position, first row in its shard and rows (by hand from LENGTHS).
+    ids = np.load(tmp_path / "store" / "ids.npy")
+    assert ids.dtype == np.dtype("S4") and ids.tolist() == [d.encode() for d in sorted(IDS)]
+    locations = np.load(tmp_path / "store" / "locations.npy")
+    assert locations.dtype == np.int64 and locations.tolist() == [
+        [0, 0, 3], [1, 3, 1], [2, 4, 0], [3, 4, 7], [4, 0, 2], [5, 2, 5], [6, 7, 1], [7, 8, 4], [8, 0, 0], [9, 0, 0]]
 
 
 def test_round_trip_float16(tmp_path):
@@ -126,12 +133,33 @@ def test_tensors_and_any_float_are_cast_to_the_store_dtype(tmp_path):
     assert np.array_equal(store.get("D003"), torch.from_numpy(matrices[3]).to(torch.bfloat16).float().numpy())
 
 
-def test_many_shards_with_few_open_at_once(tmp_path, monkeypatch):
+def test_every_shard_stays_mapped_and_fewer_where_descriptors_are_short(tmp_path):
     store = _build(tmp_path / "store")
-    monkeypatch.setattr(store, "MAX_OPEN_SHARDS", 1)
+    held = [store.get(doc_id) for doc_id in IDS[::-1]] + [store.get(doc_id) for doc_id in IDS]
+    assert sorted(store._maps) == [0, 1, 2] and store._kept == 3
+    store = RepresentationStore.open(tmp_path / "store")
+    store._kept = 1  # what a process with too few descriptors keeps
     held = [store.get(doc_id) for doc_id in IDS]  # each shard mapped, let go, mapped again
     assert len(store._maps) == 1
     assert all(np.array_equal(a, b) for a, b in zip(held, _matrices()))
+
+
+def test_ids_are_found_by_binary_search_whatever_their_length(tmp_path):
+    ids = ["b", "a10", "a9", "é1", "a", "zz" * 8, "a1"]  # unsorted, of several lengths, one not ASCII
+    writer = StoreWriter(tmp_path / "store", doc_ids=ids, width=1, dtype="float32", shard_size=3, identity=IDENTITY)
+    for shard in range(3):
+        writer.write_shard(shard, [np.full((k + 1, 1), k) for k in range(3 * shard, min(3 * shard + 3, len(ids)))])
+    store = writer.finish()
+    assert [float(store.get(doc_id)[0, 0]) for doc_id in ids] == list(range(len(ids)))
+    assert [len(m) for m in store.get_many(ids[::-1])] == list(range(len(ids), 0, -1))
+    assert store.doc_ids == ids and len(store) == 7
+    # Prefixes, extensions, ids longer than any stored (numpy would cut them to the stored width) and a NUL.
+    for absent in ["", "a0", "a100", "zz" * 8 + "z", "zz" * 9, "b\0", "e1", "A"]:
+        assert absent not in store
+        with pytest.raises(MissingRepresentationError):
+            store.get(absent)
+    with pytest.raises(ValueError, match="must not hold NUL"):
+        StoreWriter(tmp_path / "other", doc_ids=["a\0"], width=1, dtype="float32", shard_size=1, identity=IDENTITY)
 
 
 def test_write_shard_checks_its_arrays(tmp_path):
@@ -167,8 +195,9 @@ def test_bad_plans_are_refused(tmp_path, settings, message):
         _writer(tmp_path / "store", **settings)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "index missing", "byte flipped"])
-def test_resume_redoes_missing_and_damaged_shards(tmp_path, damage):
+@pytest.mark.parametrize("damage, verify", [("truncated", False), ("index missing", False),
+                                           ("byte flipped", True), ("byte flipped", False)])
+def test_resume_redoes_missing_and_damaged_shards(tmp_path, damage, verify):
     matrices = _matrices()[:8] + [np.ones((2, WIDTH)) * k for k in range(6)]
     ids = [f"D{i:03d}" for i in range(14)]  # 4 shards: 4, 4, 4, 2 documents
     whole = _writer(tmp_path / "whole", doc_ids=ids)
@@ -176,12 +205,12 @@ def test_resume_redoes_missing_and_damaged_shards(tmp_path, damage):
     uninterrupted = whole.finish()
 
     killed = _writer(tmp_path / "killed", doc_ids=ids)
-    _write(killed, matrices, [0, 2])
-    shard = tmp_path / "killed" / "shard-00002.bin"
+    _write(killed, matrices, [0, 2, 3])
+    shard = tmp_path / "killed" / "shard-00003.bin"  # the last shard
     if damage == "truncated":
-        shard.write_bytes(shard.read_bytes()[:50])
+        shard.write_bytes(shard.read_bytes()[:-WIDTH * 4])  # one row short
     elif damage == "index missing":  # killed between the .bin and its index
-        (tmp_path / "killed" / "shard-00002.index.json").unlink()
+        (tmp_path / "killed" / "shard-00003.index.json").unlink()
     else:
         data = bytearray(shard.read_bytes())
         data[7] ^= 0x10
@@ -192,12 +221,20 @@ def test_resume_redoes_missing_and_damaged_shards(tmp_path, damage):
                                                          "resume it, or choose a new folder"
     with pytest.raises(ValueError, match="holds an unfinished store"):
         _writer(tmp_path / "killed", doc_ids=ids)
-    resumed = _writer(tmp_path / "killed", doc_ids=ids, resume=True)
-    assert resumed.pending() == [1, 2, 3]
-    _write(resumed, matrices, [3, 1, 2])
+    resumed = _writer(tmp_path / "killed", doc_ids=ids, resume=True, verify=verify)
+    if damage == "byte flipped" and not verify:  # the sizes agree: kept unless verified, and verify_store finds it
+        assert resumed.pending() == [1]
+        _write(resumed, matrices, [1])
+        resumed.finish()
+        with pytest.raises(CorruptStoreError, match=r"shard-00003\.bin: its checksum is not the manifest's"):
+            verify_store(tmp_path / "killed")
+        return
+    assert resumed.pending() == [1, 3]
+    _write(resumed, matrices, [3, 1])
     store = resumed.finish()
     assert store.manifest == uninterrupted.manifest  # the same checksums
     assert _files(tmp_path / "killed") == _files(tmp_path / "whole")  # temporary file removed, every byte the same
+    assert verify_store(tmp_path / "killed") == uninterrupted.manifest
 
 
 def _toy_arrays(doc_ids: list[str]) -> list[np.ndarray]:
@@ -314,6 +351,81 @@ def test_a_damaged_shard_is_found(tmp_path):
     shard.write_bytes(bytes(data[:-4]))
     with pytest.raises(CorruptStoreError, match=rf"shard-00001\.bin: {len(data) - 4} bytes, not the {len(data)}"):
         RepresentationStore.open(folder)
+
+
+def test_a_damaged_id_table_or_an_old_format_is_found(tmp_path):
+    folder = tmp_path / "store"
+    _build(folder)
+    ids = np.load(folder / "ids.npy")
+    np.save(folder / "ids.npy", ids[[1, 0, *range(2, len(ids))]])  # two ids swapped: same size, wrong order
+    RepresentationStore.open(folder)  # sizes only
+    with pytest.raises(CorruptStoreError, match=r"ids\.npy: not the plan's doc ids, sorted"):
+        verify_store(folder)
+    np.save(folder / "ids.npy", ids[:-1])
+    with pytest.raises(CorruptStoreError, match="its id table does not list the manifest's 10 documents"):
+        RepresentationStore.open(folder)
+    np.save(folder / "ids.npy", ids)
+    locations = np.load(folder / "locations.npy")
+    locations[3, 2] += 1
+    np.save(folder / "locations.npy", locations)
+    with pytest.raises(CorruptStoreError, match=r"locations\.npy: not the rows the shards' indexes list"):
+        verify_store(folder)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    (folder / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
+    with pytest.raises(CorruptStoreError, match="a store of format 1; this code reads format 2"):
+        RepresentationStore.open(folder)
+
+
+def test_the_verify_command(tmp_path):
+    folder = tmp_path / "store"
+    _build(folder)
+    command = [sys.executable, "-m", "common.stores.verify"]
+    done = subprocess.run([*command, str(folder)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == f"ok: {folder} (10 documents, 3 shards, 276 bytes)\n"
+    shard = folder / "shard-00000.bin"
+    data = bytearray(shard.read_bytes())
+    data[0] ^= 0x01
+    shard.write_bytes(bytes(data))
+    done = subprocess.run([*command, str(folder)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.splitlines()[-1] == (f"error: {shard}: its checksum is not the manifest's (the file was "
+                                            "changed or damaged)")
+    done = subprocess.run([*command, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (2, f"error: argument STORE: {tmp_path} holds no finished store "
+                                                 "(no manifest.json)\n")
+
+
+LIMITED = """
+import resource, sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from test_representations import IDENTITY
+from common.stores.representations import StoreWriter
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard}))
+writer = StoreWriter({folder!r}, doc_ids=[str(i) for i in range(600)], width=2, dtype="float32", shard_size=1,
+                     identity=IDENTITY)
+for i in range(600):
+    writer.write_shard(i, [np.full((1, 2), i)])
+store = writer.finish()
+held = store.get_many([str(i) for i in range(600)])
+assert [float(m[0, 0]) for m in held] == list(range(600))
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], store._kept, len(store._maps))
+"""
+
+
+@pytest.mark.parametrize("hard", ["hard", "900"])
+def test_a_store_of_more_shards_than_open_files_allowed(tmp_path, hard):
+    """600 shards under a soft limit of 256 open files: the limit is raised so every shard stays mapped; where the
+    hard limit is 900, the maps beyond what fits beside the spare descriptors are let go, and every read works."""
+    code = LIMITED.format(tests=str(Path(__file__).parent), soft=256, hard=hard, folder=str(tmp_path / "store"))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    soft, kept, mapped = map(int, done.stdout.split())
+    if hard == "hard":
+        assert soft > 600 + 512 and kept == mapped == 600
+    else:
+        assert soft == 900 and kept == mapped and 1 <= kept < 900 - 512
 
 
 def test_folders_in_use_are_refused(tmp_path):
