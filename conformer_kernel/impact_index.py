@@ -12,10 +12,29 @@ vocabulary. NDRM1 and NDRM3 score every (term, document) pair, so their postings
 
 Computation: Lightning ``predict`` over shards of ``shard_size`` documents (a shard per
 prediction step; with several devices the shards are split among them). Global rank zero alone
-checks the folder and writes its plan, before the shards are computed; each shard's scores
-are written atomically to ``shards/`` as soon as they exist, so an interrupted run resumes where
-it stopped (``resume``); when every shard exists the rank-zero process merges them into
-``index.npz`` (+ ``terms.txt``, ``doc_ids.txt``, ``meta.json``) and removes the shards.
+checks the folder and writes its plan, before the shards are computed; each shard's scores, a dense
+(documents, terms) float32 array, are written atomically to ``shards/`` as soon as they exist, so an
+interrupted run resumes where it stopped (``resume``).
+
+Layout: the CSR matrix's three arrays as raw ``.npy`` files, ``data.npy`` (nnz,) float32, ``indices.npy``
+(nnz,) and ``indptr.npy`` (terms + 1,), their integer type the one ``scipy.sparse.hstack`` gives the
+shards' blocks (int32 unless the postings, documents or terms outnumber it); with them ``terms.txt``,
+``doc_ids.txt`` and ``meta.json``, written last, which marks a finished index. `ImpactIndex.load` maps
+the arrays into memory (``numpy.load(mmap_mode="r")``) without reading them: a query reads its terms'
+rows only, so an index far larger than the memory serves queries.
+
+Merge (`merge_shards`): when every shard exists, the rank-zero process merges them into those arrays out
+of core, in two passes over the shards, each shard read whole and alone: the first counts each term's
+nonzeros (a (terms,) table: the row lengths, whence ``indptr``), the second copies each shard's nonzeros
+of each term to that term's running cursor in ``data.npy`` and ``indices.npy`` (the documents' global
+positions, ascending within a row: shards in order), files of their final size created by
+``numpy.lib.format.open_memmap`` and written through memory maps opened for a chunk of a shard at a time.
+So the merge's memory is bounded by one shard (plus fixed-size buffers), not by the index (a merge in
+memory holds the whole index, two to three times over at its peak): the dense MS MARCO index (900 query
+terms x 3.21M documents: 2.9 billion postings, about 35 GB with their int64 column indices) merges in
+megabytes, and ``--vocabulary`` is bounded by the disk, not the memory. The arrays are written under
+temporary names and renamed into place (as `common.io.atomic_write`), then the text files, meta.json last; then
+``shards/`` is removed.
 
 This module imports torch and Lightning; the command line, ``python -m conformer_kernel.index``, is
 `conformer_kernel.index`, which answers ``--help`` and bad options without them.
@@ -23,12 +42,13 @@ This module imports torch and Lightning; the command line, ``python -m conformer
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import lightning as L
@@ -43,7 +63,7 @@ from tqdm.auto import tqdm
 from common.data.formats import Run, Topics
 from common.io import atomic_write
 from conformer_kernel.features import Featurizer
-from conformer_kernel.index_folder import PLAN, output_problem
+from conformer_kernel.index_folder import ARRAY_FILES, PLAN, output_problem
 from conformer_kernel.orcas import orcas_from_spec
 from conformer_kernel.ranker import ConformerKernelRanker
 
@@ -104,22 +124,34 @@ class ImpactIndex:
     # -- storage --
 
     def save(self, folder: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the index's files into `folder` (the layout of the module docstring)."""
         folder = Path(folder)
-        with atomic_write(folder / "index.npz", "wb", overwrite=overwrite) as f:
-            sp.save_npz(f, self.matrix, compressed=False)
-        _write_lines(folder / "terms.txt", self.terms, overwrite)
-        _write_lines(folder / "doc_ids.txt", self.doc_ids, overwrite)
-        with atomic_write(folder / "meta.json", overwrite=overwrite) as f:  # last: marks a complete index
-            json.dump(self.meta, f, indent=2, sort_keys=True)
-            f.write("\n")
+        for name, array in zip(ARRAY_FILES, (self.matrix.data, self.matrix.indices, self.matrix.indptr)):
+            with atomic_write(folder / name, "wb", overwrite=overwrite) as f:
+                np.save(f, array)
+        _write_listing(folder, self.terms, self.doc_ids, self.meta, overwrite)
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> ImpactIndex:
+        """The index in `folder`, its arrays memory-mapped (read-only), not read."""
         folder = Path(folder)
         if not (folder / "meta.json").is_file():
             raise FileNotFoundError(f"{folder}: no complete index (meta.json is written last)")
-        return cls(_read_lines(folder / "terms.txt"), _read_lines(folder / "doc_ids.txt"),
-                   sp.load_npz(folder / "index.npz"), json.loads((folder / "meta.json").read_text()))
+        terms, doc_ids = _read_lines(folder / "terms.txt"), _read_lines(folder / "doc_ids.txt")
+        data, indices, indptr = (np.load(folder / name, mmap_mode="r") for name in ARRAY_FILES)
+        matrix = _csr_of(data, indices, indptr, (len(terms), len(doc_ids)))
+        return cls(terms, doc_ids, matrix, json.loads((folder / "meta.json").read_text()))
+
+
+def _csr_of(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
+    """The CSR matrix of these very arrays (memory maps stay memory maps).
+
+    Set on an empty matrix of the shape: scipy's (data, indices, indptr) constructor reads all of an int64
+    `indices` to see whether int32 would hold it, a pass over the whole file at every load."""
+    matrix = sp.csr_matrix(shape, dtype=data.dtype)
+    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
+    matrix.check_format(full_check=False)  # lengths and shapes: reads indptr's ends only
+    return matrix
 
 
 def index_terms(topic_sets: Iterable[Topics], featurizer: Featurizer, vocabulary: bool = False) -> list[str]:
@@ -231,11 +263,96 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
     trainer.strategy.barrier()
     if not trainer.is_global_zero:
         return None
-    blocks = [sp.csr_matrix(np.load(shard_path(folder, s)).T) for s in tqdm(range(shards), desc="merging shards")]
-    index = ImpactIndex(terms, doc_ids, sp.hstack(blocks, format="csr", dtype=np.float32), meta)
-    index.save(folder)
+    merge_shards(folder, shards, len(terms), len(doc_ids))
+    _write_listing(folder, terms, doc_ids, meta, overwrite=True)  # a killed merge may have written some
     shutil.rmtree(folder / "shards")
-    return index
+    return ImpactIndex.load(folder)
+
+
+# --- merging the shards out of core ---------------------------------------------------------------------
+
+#: Elements of a shard (documents x terms) turned into postings at once: bounds the merge's buffers (~40 B each).
+MERGE_CHUNK = 1 << 18
+
+
+def merge_shards(folder: Path, shards: int, terms: int, documents: int) -> None:
+    """Merge ``shards/`` of `folder` (`shards` (documents, `terms`) float32 arrays, `documents` in all) into the
+    index's CSR arrays, ``data.npy``, ``indices.npy`` and ``indptr.npy``: the arrays ``scipy.sparse.hstack`` of the
+    shards' transposed CSR blocks gives, written with the memory of one shard."""
+    paths = [shard_path(folder, s) for s in range(shards)]
+    counts = _count_postings(paths, terms, documents)  # (terms,) nonzeros of each term
+    indptr = np.concatenate([[0], np.cumsum(counts)])  # (terms + 1,) int64
+    nnz = int(indptr[-1])
+    # int64 exactly where sp.hstack(blocks, format="csr") chooses it (scipy 1.17): where a block's arrays need it
+    # (sp.csr_matrix of a dense block: terms, its documents or postings past int32) or the stack's do (postings,
+    # columns: _stack_along_minor_axis, _compressed_sparse_stack)
+    index_dtype = sp.get_index_dtype(maxval=max(nnz, documents, terms))
+    data_path, indices_path, indptr_path = (folder / name for name in ARRAY_FILES)
+    with _new_npy(data_path, np.float32, nnz) as data_tmp, _new_npy(indices_path, index_dtype, nnz) as indices_tmp:
+        _write_postings(paths, indptr[:-1].copy(), data_tmp, indices_tmp)
+    with atomic_write(indptr_path, "wb", overwrite=True) as f:
+        np.save(f, indptr.astype(index_dtype))
+
+
+def _count_postings(paths: list[Path], terms: int, documents: int) -> np.ndarray:
+    """Pass 1: the (terms,) int64 count of each term's nonzero scores over the shards at `paths`."""
+    counts, seen = np.zeros(terms, dtype=np.int64), 0
+    for path in tqdm(paths, desc="merging shards (1/2: counting)"):
+        block = np.load(path)  # (documents of the shard, terms)
+        counts += np.count_nonzero(block, axis=0)
+        seen += len(block)
+    if seen != documents:
+        raise ValueError(f"the shards hold {seen} documents, not {documents}")
+    return counts
+
+
+def _write_postings(paths: list[Path], cursor: np.ndarray, data_path: Path, indices_path: Path) -> None:
+    """Pass 2: each shard's nonzeros of each term at that term's `cursor` (terms,) (advanced as they are written)
+    in the .npy files at `data_path` and `indices_path`, with the documents' global positions."""
+    first = 0  # the shard's first document
+    for path in tqdm(paths, desc="merging shards (2/2: writing)"):
+        block = np.load(path)  # (documents of the shard, terms)
+        step = max(1, MERGE_CHUNK // len(block))  # terms per chunk
+        for lo in range(0, block.shape[1], step):
+            _scatter(block[:, lo : lo + step], cursor[lo : lo + step], first, data_path, indices_path)
+        first += len(block)
+
+
+def _scatter(part: np.ndarray, cursor: np.ndarray, first: int, data_path: Path, indices_path: Path) -> None:
+    """Copy the nonzeros of `part` (documents of a shard, k terms) to the .npy files at `data_path` and
+    `indices_path` at `cursor` (k,), term by term, the documents (`first` the shard's first) ascending; advance
+    `cursor` past them.
+
+    The files are mapped for this chunk only: the pages it writes leave this process's memory when it returns
+    (for the page cache, which writes them back), so that what stays mapped is bounded by a chunk, not the index."""
+    rows = np.ascontiguousarray(part.T)  # (k, documents): term-major
+    nonzero = rows != 0  # (k, documents) bool; NaN counts as nonzero, -0.0 not, as in scipy
+    counts = np.count_nonzero(nonzero, axis=1)  # (k,)
+    flat = np.flatnonzero(nonzero)  # (n,) positions in `rows`, term-major, documents ascending
+    starts = np.cumsum(counts) - counts  # (k,) each term's first position in `flat`
+    target = np.arange(len(flat)) + np.repeat(cursor - starts, counts)  # (n,) positions in the files
+    data, indices = np.load(data_path, mmap_mode="r+"), np.load(indices_path, mmap_mode="r+")  # (nnz,) each
+    data[target] = rows.ravel()[flat]
+    indices[target] = flat % rows.shape[1] + first
+    cursor += counts
+
+
+@contextlib.contextmanager
+def _new_npy(path: Path, dtype, length: int) -> Iterator[Path]:
+    """A (length,) .npy file of zeros created under a temporary name beside `path`, whose name is yielded for
+    memory maps to write; synced and renamed onto `path` on success, removed on an exception (the pattern of
+    `common.io.atomic_write`). The temporary name is fixed: the file a killed merge left is overwritten."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(length,)).flush()  # the header; its size
+        yield tmp
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
 
 
 # --- full retrieval with a trained model ----------------------------------------------------------------
@@ -291,6 +408,15 @@ def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) ->
     featurizer = Featurizer(model.resources, data.get("max_query_terms", 20), data.get("max_doc_terms", 4000),
                             data.get("max_orcas_terms", 2000), field)
     return model, featurizer
+
+
+def _write_listing(folder: Path, terms: Sequence[str], doc_ids: Sequence[str], meta: dict, overwrite: bool) -> None:
+    """The index's text files, meta.json last: it marks a finished index."""
+    _write_lines(folder / "terms.txt", terms, overwrite)
+    _write_lines(folder / "doc_ids.txt", doc_ids, overwrite)
+    with atomic_write(folder / "meta.json", overwrite=overwrite) as f:
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
 
 
 def _write_lines(path: Path, lines: Iterable[str], overwrite: bool) -> None:

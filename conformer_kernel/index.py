@@ -11,10 +11,11 @@ retrieval sums a query's rows and keeps the top 100, the paper's single-stage "f
 run (the first 20 analysed terms of each topic; ``--topics``), optionally the whole model vocabulary
 (``--vocabulary``).
 
-Output: ``index.npz``, ``terms.txt``, ``doc_ids.txt`` and ``meta.json`` (written last) in a new ``--output``
-folder. Shards of ``--shard_size`` documents are written as soon as they are scored, so an interrupted run
-resumes where it stopped (``--resume``); with several ``--devices`` (or under ``torchrun`` or ``srun``) the shards
-are split among them, and global rank zero alone checks the folder, writes its plan and merges the shards
+Output: the postings' CSR arrays (``data.npy``, ``indices.npy``, ``indptr.npy``), ``terms.txt``, ``doc_ids.txt``
+and ``meta.json`` (written last) in a new ``--output`` folder. Shards of ``--shard_size`` documents are written as
+soon as they are scored, so an interrupted run resumes where it stopped (``--resume``), and merged into the arrays
+out of core, with the memory of one shard; with several ``--devices`` (or under ``torchrun`` or ``srun``) the
+shards are split among them, and global rank zero alone checks the folder, writes its plan and merges the shards
 (`common.commands.task_options.launched_as_global_zero`): the same index as one process builds.
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
@@ -34,7 +35,7 @@ from common.data.specs import TaskSpecError, check_spec, source_from_spec
 from common.commands.task_options import add_process_arguments, read_checkpoint, trainer_options
 from common.commands.run_folder import launched_as_global_zero
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
-from conformer_kernel.index_folder import INDEX_FILES, output_problem
+from conformer_kernel.index_folder import INDEX_FILES, OLD_MATRIX_FILE, output_problem
 from conformer_kernel.orcas import ORCAS_PARTS
 
 
@@ -82,6 +83,9 @@ def existing_index(text: str) -> Path:
     folder = Path(text)
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"no such folder: {text}")
+    if (folder / OLD_MATRIX_FILE).is_file():
+        raise argparse.ArgumentTypeError(f"{text} holds an index built by an older version of conformer_kernel.index "
+                                         f"({OLD_MATRIX_FILE}); build it again")
     missing = [name for name in INDEX_FILES if not (folder / name).is_file()]
     if missing:
         raise argparse.ArgumentTypeError(f"{text} holds no finished conformer_kernel.index index "

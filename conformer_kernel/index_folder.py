@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: A finished index's CSR arrays (memory-mapped by `conformer_kernel.impact_index.ImpactIndex.load`).
+ARRAY_FILES = ("data.npy", "indices.npy", "indptr.npy")
 #: A finished index's files (`conformer_kernel.impact_index.ImpactIndex.save`); meta.json, written last, marks one.
-INDEX_FILES = ("index.npz", "terms.txt", "doc_ids.txt", "meta.json")
+INDEX_FILES = (*ARRAY_FILES, "terms.txt", "doc_ids.txt", "meta.json")
+#: The single file that held the matrix of an index built by an older version, which must be built again.
+OLD_MATRIX_FILE = "index.npz"
 #: An unfinished index's plan (what it indexes, with which model), written before its first shard.
 PLAN = "shards/plan.json"
 

@@ -28,7 +28,7 @@ from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch import Tensor
 
 from common.data.formats import Document
-from common.data.samplers import POSITIVES, PointwiseSampler
+from common.data.samplers import POSITIVES, PointwiseSampler, training_table
 from common.data.specs import SourceSpec
 from common.encoders.tokenizers import LazyTokenizer, resolved_tokenizer_task
 from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig, RerankingDataModule, TaskConfig
@@ -173,7 +173,7 @@ class QDSDataModule(RerankingDataModule):
 
     def training_dataset(self, source) -> EncodedGroups:
         h = self.hparams
-        sampler = PointwiseSampler(source.qrels(), source.candidates(), negatives=h.negatives, depth=h.depth,
+        sampler = PointwiseSampler(training_table(source), negatives=h.negatives, depth=h.depth,
                                    positives=h.positives, relevance_level=h.relevance_level, seed=h.seed)
         return EncodedGroups(sampler, source.topics(), source.documents(), self.encoder)
 

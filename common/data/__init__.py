@@ -1,4 +1,5 @@
-"""Data shared by every paper package: TREC formats, a document store, task sources, BM25, samplers.
+"""Data shared by every paper package: TREC formats, a document store, task sources, BM25, samplers and their
+training tables.
 
 The formats, the document store and `FileSource` import eagerly; the modules that
 pull in heavier libraries (ir_datasets, bm25s, torch) load on first use, which
@@ -40,6 +41,7 @@ _LAZY = {
     "PointwiseSampler": "common.data.samplers",
     "SoftmaxSampler": "common.data.samplers",
     "TrainingGroup": "common.data.samplers",
+    "TrainingTable": "common.data.training_table",
 }
 
 

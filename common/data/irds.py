@@ -61,18 +61,23 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
+import json
 import math
 import os
 import warnings
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.data.docstore import Lookup
 from common.data.formats import DataFormatError, Document, Qrels, Run, Topics
 from common.data.source import read_once
-from common.io import build_lock
+from common.io import build_lock, built_once, cache_root
+
+if TYPE_CHECKING:
+    from common.data.training_table import TrainingTable
 
 #: Fields taken as the document title, first string one wins.
 TITLE_FIELDS = ("title", "headline")
@@ -379,6 +384,12 @@ class IrDatasetsDocuments(Lookup):
         self.__init__(state["dataset_id"], None, state["text_field"])
 
 
+def _cache_key(dataset_id: str, version: object) -> str:
+    """A cache entry's name for `dataset_id`: readable, and unique through a hash of the id and `version`."""
+    digest = hashlib.sha256(json.dumps([dataset_id, version]).encode()).hexdigest()[:16]
+    return f"{dataset_id.replace('/', '--')}-{digest}"
+
+
 def _built_store(dataset: Any) -> Any:
     """`dataset`'s document store, built (once, whichever processes open it at once) before it is returned.
 
@@ -472,13 +483,7 @@ class IrDatasetsSource:
 
     @read_once
     def candidates(self) -> Run:
-        if not self._has("scoreddocs"):
-            raise ValueError(
-                f"ir_datasets dataset {self.dataset_id!r} has no scoreddocs (first-stage candidates); "
-                f"create a candidate run with BM25 over its documents (common.data.bm25), e.g. "
-                f"bm25_retrieve(source.documents().documents(), source.topics(), k=100), and use that run "
-                f"as the candidates"
-            )
+        self._require_scoreddocs()
         run: Run = {}
         with _reading(self.dataset_id, "scoreddocs"):
             for number, scored in enumerate(self._dataset.scoreddocs_iter(), start=1):
@@ -494,18 +499,73 @@ class IrDatasetsSource:
                 scores[doc_id] = score
         distinct = {score for scores in run.values() for score in scores.values()}
         if len(distinct) == 1 and sum(map(len, run.values())) > 1:
-            warnings.warn(
-                f"the scoreddocs of ir_datasets dataset {self.dataset_id!r} all score {distinct.pop()}: the candidates "
-                f"have no first-stage order (ties fall back to doc id); for a ranked candidate list build a BM25 run "
-                f"(common.data.bm25)",
-                stacklevel=3,
-            )
+            self._warn_unscored(distinct.pop())
         return run
+
+    def _require_scoreddocs(self) -> None:
+        if not self._has("scoreddocs"):
+            raise ValueError(
+                f"ir_datasets dataset {self.dataset_id!r} has no scoreddocs (first-stage candidates); "
+                f"create a candidate run with BM25 over its documents (common.data.bm25), e.g. "
+                f"bm25_retrieve(source.documents().documents(), source.topics(), k=100), and use that run "
+                f"as the candidates"
+            )
+
+    def _warn_unscored(self, score: float) -> None:
+        warnings.warn(
+            f"the scoreddocs of ir_datasets dataset {self.dataset_id!r} all score {score}: the candidates "
+            f"have no first-stage order (ties fall back to doc id); for a ranked candidate list build a BM25 run "
+            f"(common.data.bm25)",
+            stacklevel=4,
+        )
 
     @read_once
     def documents(self) -> IrDatasetsDocuments:
         self._require("docs", "documents")
         return IrDatasetsDocuments(self.dataset_id, self._dataset, self.doc_text_field)
+
+    def training_table(self) -> TrainingTable:
+        """The qrels and scoreddocs as a memory-mapped `common.data.training_table.TrainingTable`, streamed into
+        the project's cache once (``training/<key>``, keyed by the dataset id and the table's format; built by one
+        process under a lock, `common.io.built_once`) and opened read-only by every process after."""
+        from common.data.training_table import FORMAT, TrainingTable
+
+        folder = cache_root() / "training" / _cache_key(self.dataset_id, FORMAT)
+        built_once(folder, self._write_training_table, ready=TrainingTable.is_saved)
+        return TrainingTable.open(folder)
+
+    def collection_ids(self):
+        """The collection's document ids in its order (`IrDatasetsDocuments.__iter__`) as a memory-mapped numpy
+        array of UTF-8 bytes, listed once into the project's cache (``collections/<key>.npy``): what a sampler
+        draws random documents from, without a list of millions of strings in every process."""
+        import numpy as np
+
+        path = cache_root() / "collections" / f"{_cache_key(self.dataset_id, 'ids')}.npy"
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as f:
+                ids = [doc_id.encode("utf-8") for doc_id in self.documents()]
+                np.save(f, np.array(ids, dtype=np.bytes_), allow_pickle=False)
+
+        return np.load(built_once(path, write), mmap_mode="r", allow_pickle=False)
+
+    def _write_training_table(self, folder: Path) -> None:
+        from tqdm.auto import tqdm
+
+        from common.data.training_table import TableBuilder
+
+        self._require("qrels", "qrels")
+        self._require_scoreddocs()
+        builder = TableBuilder(self._label("qrels"), self._label("scoreddocs"))
+        with _reading(self.dataset_id, "qrels"):
+            builder.add_qrels((str(q.query_id), str(q.doc_id), int(q.relevance)) for q in tqdm(
+                self._dataset.qrels_iter(), desc=f"tabling {self.dataset_id} qrels", unit=" judgments"))
+        with _reading(self.dataset_id, "scoreddocs"):
+            builder.add_candidates((str(s.query_id), str(s.doc_id), float(s.score)) for s in tqdm(
+                self._dataset.scoreddocs_iter(), desc=f"tabling {self.dataset_id} scoreddocs", unit=" candidates"))
+        if len(builder.distinct_scores) == 1 and builder.candidate_count > 1:
+            self._warn_unscored(builder.distinct_scores.pop())
+        builder.table().save(folder, {"ir_datasets": self.dataset_id})
 
     # --- helpers ----------------------------------------------------------------
 

@@ -62,6 +62,11 @@ workers, or how DDP ranks split the indices. Anchors are sorted by (query id,
 document id) (query id alone for `LabelGroupSampler`), so the order of the
 input files does not matter either. Call ``set_epoch(e)`` for new negatives each epoch.
 
+Memory. A sampler reads its task through a `common.data.training_table.TrainingTable` (`training_table`: an
+ir_datasets task's is memory-mapped from the cache; `GroupSampler.of` tables qrels and candidate dicts) and keeps
+only its anchors, three integers each; an item reads its query's candidates when drawn. Random documents come from
+the collection's ids as numpy bytes (`collection_ids`: an ir_datasets collection's are mapped from the cache).
+
 With Lightning: let the DataLoader choose the indices (the training loader of
 `common.training.tasks` hands each DDP process its slice of every global batch,
 `common.training.global_batch`), call ``dataset.set_epoch(trainer.current_epoch)`` in
@@ -79,8 +84,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from common.data.formats import Qrels, Run, Topics, ranked
+from common.data.formats import Qrels, Run, Topics
 from common.data.source import RankingSource
+from common.data.training_table import TrainingTable
 
 #: Pairwise preference level of a document drawn from the whole collection: below every candidate.
 RANDOM_LABEL = -1.0
@@ -113,8 +119,10 @@ class SamplerStats:
 
 @dataclass(frozen=True)
 class _Anchor:
-    """One item: a query and its positive (none for the per-query `LabelGroupSampler`)."""
+    """One item: a query (its code in the table and its id) and its positive (none for the per-query
+    `LabelGroupSampler`)."""
 
+    query: int
     qid: str
     doc_id: str = ""
     label: int = 0
@@ -122,24 +130,26 @@ class _Anchor:
 
 @dataclass(frozen=True)
 class _QueryAnchors:
-    """What one query contributes: its usable anchors, how many were dropped, and whether its pool is short."""
+    """What one query contributes: its usable anchors ((query, positive, label) codes), how many were dropped, and
+    whether its pool is short."""
 
-    usable: list[_Anchor] = field(default_factory=list)
+    usable: list[tuple[int, int, int]] = field(default_factory=list)
     skipped: int = 0  # anchors without a usable negative
     short: bool = False  # fewer eligible negatives than asked: drawn with replacement
 
 
 class GroupSampler:
-    """Anchors, candidate pools and per-item seeding shared by the four samplers.
+    """Anchors, candidate pools and per-item seeding shared by the four samplers, over a task's `TrainingTable`.
 
     A subclass draws a group in `_group`; by default each relevant document of a query is an anchor, and a
     subclass that enumerates its items otherwise (`LabelGroupSampler`: one per query) overrides `_query_anchors`.
+    The sampler keeps only its anchors, (query, positive, label) codes; an item reads its query's candidates from
+    the table (memory-mapped for a cached task) when it is drawn. `of` makes one from qrels and candidate dicts.
     """
 
     def __init__(
         self,
-        qrels: Qrels,
-        candidates: Run,
+        table: TrainingTable,
         *,
         topics: Topics | None = None,
         depth: int = 100,
@@ -153,55 +163,66 @@ class GroupSampler:
             raise ValueError(f"unknown positives {positives!r}; expected one of {', '.join(POSITIVES)}")
         self.depth, self.relevance_level, self.positives, self.seed = depth, relevance_level, positives, seed
         self.epoch = 0
-        self._qrels = qrels
-        # Each query's top-`depth` candidates in trec_eval order, and their labels (unjudged = 0).
-        self._candidates: dict[str, list[str]] = {}
-        self._labels: dict[str, np.ndarray] = {}
-        anchors: list[_Anchor] = []
-        skipped_queries = skipped_anchors = 0
-        short: set[str] = set()
-        for qid in sorted(qrels):
-            if topics is not None and qid not in topics:
+        self.table = table
+        anchors: list[tuple[int, int, int]] = []
+        queries = skipped_queries = skipped_anchors = short = 0
+        judged = table.judged_queries()
+        for query in judged.tolist():  # in query id order
+            if topics is not None and table.query_id(query) not in topics:
                 continue
-            relevant = sorted(d for d, label in qrels[qid].items() if label >= relevance_level)
-            docs = [doc_id for doc_id, _ in ranked(candidates.get(qid, {}))[:depth]]
+            relevant = self._relevant(query)
+            candidates = table.candidates(query, depth)
             if self.positives == "candidates":
-                relevant = sorted(set(relevant).intersection(docs))
-            if not relevant:
+                relevant = np.intersect1d(relevant, candidates)
+            if not len(relevant):
                 continue
-            labels = np.array([qrels[qid].get(doc_id, 0) for doc_id in docs], dtype=np.int64)
-            found = self._query_anchors(qid, relevant, labels)
+            found = self._query_anchors(query, relevant, table.labels(query, candidates))
             skipped_anchors += found.skipped
             if not found.usable:
                 skipped_queries += 1
                 continue
-            self._candidates[qid], self._labels[qid] = docs, labels
+            queries += 1
             anchors += found.usable
-            if found.short:
-                short.add(qid)
-        self._anchors = anchors
-        self._stats = SamplerStats(len(anchors), len(self._candidates), skipped_queries, skipped_anchors, len(short))
+            short += found.short
+        self._anchors = np.array(anchors, dtype=np.int64).reshape(-1, 3)  # (anchors, 3): query, positive, label
+        self._stats = SamplerStats(len(anchors), queries, skipped_queries, skipped_anchors, short)
         if not anchors:
             raise ValueError(
-                f"no training examples: none of the {len(qrels)} qrels queries has a relevant document "
+                f"no training examples: none of the {len(judged)} qrels queries has a relevant document "
                 f"(label >= {relevance_level}) and a usable negative (for label groups: any candidate) among its "
                 f"top-{depth} candidates"
             )
+
+    @classmethod
+    def of(cls, qrels: Qrels, candidates: Run, *args, **options):
+        """The sampler of a task's qrels and candidates as dicts (`TrainingTable.from_dicts`)."""
+        return cls(TrainingTable.from_dicts(qrels, candidates), *args, **options)
 
     #: How many negatives each group draws from the candidates (set by the subclass before __init__; read by the
     #: per-positive `_query_anchors`).
     _top_count: int
 
-    def _query_anchors(self, qid: str, positives: list[str], labels: np.ndarray) -> _QueryAnchors:
+    def _relevant(self, query: int) -> np.ndarray:
+        """The codes of query `query`'s relevant documents (label >= `relevance_level`), ascending."""
+        docs, labels = self.table.judgments(query)
+        return docs[labels >= self.relevance_level]
+
+    def _query_anchors(self, query: int, positives: np.ndarray, labels: np.ndarray) -> _QueryAnchors:
         """One anchor per positive that has a usable negative among the candidates (of candidate `labels`)."""
-        anchors = [_Anchor(qid, d, self._qrels[qid][d]) for d in positives]
-        pools = [len(self._eligible(labels, a.label)) for a in anchors]
-        usable = [a for a, pool in zip(anchors, pools) if pool > 0 or self._top_count == 0]
-        return _QueryAnchors(usable, len(anchors) - len(usable), any(0 < pool < self._top_count for pool in pools))
+        positive_labels = self.table.labels(query, positives).tolist()
+        pools = [len(self._eligible(labels, label)) for label in positive_labels]
+        usable = [(query, doc, label) for doc, label, pool in zip(positives.tolist(), positive_labels, pools)
+                  if pool > 0 or self._top_count == 0]
+        return _QueryAnchors(usable, len(positives) - len(usable), any(0 < pool < self._top_count for pool in pools))
 
     def _eligible(self, labels: np.ndarray, anchor_label: int) -> np.ndarray:
         """Indices of the candidates that may serve as this anchor's negatives: the non-relevant ones."""
         return np.flatnonzero(labels < self.relevance_level)
+
+    def _pool(self, query: int) -> tuple[np.ndarray, np.ndarray]:
+        """Query `query`'s top-`depth` candidates (codes, trec_eval's order) and their labels (unjudged: 0)."""
+        docs = self.table.candidates(query, self.depth)
+        return docs, self.table.labels(query, docs)
 
     # -- dataset protocol --
 
@@ -215,7 +236,9 @@ class GroupSampler:
         """Group `index` of epoch `epoch`: a function of (seed, epoch, index) only."""
         if not 0 <= index < len(self._anchors):
             raise IndexError(f"index {index} out of range for {len(self._anchors)} anchors")
-        return self._group(self._anchors[index], np.random.default_rng((self.seed, epoch, index)))
+        query, doc, label = self._anchors[index].tolist()
+        anchor = _Anchor(query, self.table.query_id(query), self.table.doc_ids([doc])[0] if doc >= 0 else "", label)
+        return self._group(anchor, np.random.default_rng((self.seed, epoch, index)))
 
     def set_epoch(self, epoch: int) -> None:
         """Draw the negatives of epoch `epoch` from now on (see the module docstring)."""
@@ -237,81 +260,92 @@ class GroupSampler:
     def _group(self, anchor: _Anchor, rng: np.random.Generator) -> TrainingGroup:
         raise NotImplementedError
 
-    def _draw_negatives(self, anchor: _Anchor, count: int, rng: np.random.Generator) -> list[int]:
-        """`count` candidate indices among the anchor's eligible negatives; with replacement only when short."""
-        pool = self._eligible(self._labels[anchor.qid], anchor.label)
+    def _draw_negatives(self, labels: np.ndarray, anchor: _Anchor, count: int, rng: np.random.Generator) -> list[int]:
+        """`count` candidate indices among the anchor's eligible negatives (of candidate `labels`); with replacement
+        only when short."""
+        pool = self._eligible(labels, anchor.label)
         return [int(i) for i in rng.choice(pool, size=count, replace=len(pool) < count)]
 
 
 class _ListSampler(GroupSampler):
     """Positive first, then `negatives` non-relevant candidates."""
 
-    def __init__(self, qrels: Qrels, candidates: Run, *, negatives: int, **options):
+    def __init__(self, table: TrainingTable, *, negatives: int, **options):
         if negatives < 1:
             raise ValueError(f"negatives must be at least 1, got {negatives}")
         self.negatives = self._top_count = negatives
-        super().__init__(qrels, candidates, **options)
+        super().__init__(table, **options)
 
     def _group(self, anchor: _Anchor, rng: np.random.Generator) -> TrainingGroup:
-        docs = self._candidates[anchor.qid]
-        negatives = [docs[i] for i in self._draw_negatives(anchor, self.negatives, rng)]
+        docs, labels = self._pool(anchor.query)
+        negatives = self.table.doc_ids(docs[self._draw_negatives(labels, anchor, self.negatives, rng)])
         return TrainingGroup(anchor.qid, (anchor.doc_id, *negatives), (1.0,) + (0.0,) * len(negatives))
 
 
 class PointwiseSampler(_ListSampler):
     """Positive + `negatives` top-`depth` negatives with BCE labels 1/0 (QDS-Transformer: negatives=1)."""
 
-    def __init__(self, qrels: Qrels, candidates: Run, *, negatives: int = 1, **options):
-        super().__init__(qrels, candidates, negatives=negatives, **options)
+    def __init__(self, table: TrainingTable, *, negatives: int = 1, **options):
+        super().__init__(table, negatives=negatives, **options)
 
 
 class SoftmaxSampler(_ListSampler):
     """Positive at index 0 + `negatives` top-`depth` negatives, for a softmax cross-entropy over the group."""
 
-    def __init__(self, qrels: Qrels, candidates: Run, *, negatives: int = 7, **options):
-        super().__init__(qrels, candidates, negatives=negatives, **options)
+    def __init__(self, table: TrainingTable, *, negatives: int = 7, **options):
+        super().__init__(table, negatives=negatives, **options)
 
 
 class _RandomDocumentSampler(GroupSampler):
     """A sampler whose groups add random collection documents (Mitra et al. 2021, "from the full collection"):
-    distinct, and neither the query's candidates nor its relevant documents, drawn from `collection_ids`.
+    distinct, and neither the query's candidates nor its relevant documents, drawn from `collection_ids` (strings,
+    or numpy ``S`` bytes such as a mapped id array: the collection's ids are not copied into a list).
 
     A subclass says how many random documents a query's groups need (`_random_count`); the collection is checked
     for every query when the sampler is built.
     """
 
-    def __init__(self, qrels: Qrels, candidates: Run, collection_ids: Sequence[str] | None = None, **options):
-        self._collection = list(collection_ids or [])
-        super().__init__(qrels, candidates, **options)
+    def __init__(self, table: TrainingTable, collection_ids: Sequence[str] | np.ndarray | None = None, **options):
+        if collection_ids is None or len(collection_ids) == 0:
+            self._collection = np.array([], dtype="S1")
+        elif isinstance(collection_ids, np.ndarray) and collection_ids.dtype.kind == "S":
+            self._collection = collection_ids
+        else:
+            self._collection = np.array([doc_id.encode("utf-8") for doc_id in collection_ids], dtype=np.bytes_)
+        super().__init__(table, **options)
         self._check_random_pool()
 
-    def _random_count(self, qid: str) -> int:
+    def _random_count(self, query: int) -> int:
         raise NotImplementedError
 
     def _check_random_pool(self) -> None:
         """Fail now, not in a worker, if some query cannot get its random documents."""
-        for qid in self._candidates:
-            count = self._random_count(qid)
+        for query in np.unique(self._anchors[:, 0]).tolist():
+            count = self._random_count(query)
             if count == 0:
                 continue
-            if not self._collection:
+            qid = self.table.query_id(query)
+            if not len(self._collection):
                 raise ValueError(f"{type(self).__name__} draws {count} random documents per group and needs the "
                                  "collection's document ids (collection_ids)")
-            excluded = self._excluded(qid)
             # The cheap bound settles large collections; only a tiny one needs the exact count.
-            if len(self._collection) - len(excluded) < count and len(set(self._collection) - excluded) < count:
+            most_excluded = len(self.table.candidates(query, self.depth)) + len(self._relevant(query))
+            if len(self._collection) - most_excluded >= count:
+                continue
+            collection = {doc_id.decode("utf-8") for doc_id in self._collection.tolist()}
+            if len(collection - self._excluded(query)) < count:
                 raise ValueError(f"query {qid!r}: the collection has fewer than {count} documents "
                                  "outside its candidates and relevant documents")
 
-    def _excluded(self, qid: str) -> set[str]:
-        relevant = (d for d, label in self._qrels[qid].items() if label >= self.relevance_level)
-        return set(self._candidates[qid]).union(relevant)
+    def _excluded(self, query: int) -> set[str]:
+        return set(self.table.doc_ids(np.concatenate([self.table.candidates(query, self.depth),
+                                                       self._relevant(query)])))
 
-    def _draw_random(self, qid: str, count: int, rng: np.random.Generator) -> list[str]:
+    def _draw_random(self, query: int, count: int, rng: np.random.Generator) -> list[str]:
         """`count` distinct collection documents outside the query's candidates and relevant documents (rejection)."""
-        excluded, drawn = self._excluded(qid), []
+        excluded, drawn = self._excluded(query), []
         while len(drawn) < count:
-            doc_id = self._collection[int(rng.integers(len(self._collection)))]
+            doc_id = self._collection[int(rng.integers(len(self._collection)))].decode("utf-8")
             if doc_id not in excluded and doc_id not in drawn:
                 drawn.append(doc_id)
         return drawn
@@ -328,9 +362,8 @@ class PairwiseSampler(_RandomDocumentSampler):
 
     def __init__(
         self,
-        qrels: Qrels,
-        candidates: Run,
-        collection_ids: Sequence[str] | None = None,
+        table: TrainingTable,
+        collection_ids: Sequence[str] | np.ndarray | None = None,
         *,
         top_negatives: int = 1,
         random_negatives: int = 2,
@@ -343,19 +376,20 @@ class PairwiseSampler(_RandomDocumentSampler):
         self.top_negatives = self._top_count = top_negatives
         self.random_negatives = random_negatives
         self.weak_supervision = weak_supervision
-        super().__init__(qrels, candidates, collection_ids, **options)
+        super().__init__(table, collection_ids, **options)
 
     def _eligible(self, labels: np.ndarray, anchor_label: int) -> np.ndarray:
         """Candidates of a lower label group than the positive's (graded qrels; unjudged = 0)."""
         return np.flatnonzero(labels < anchor_label)
 
-    def _random_count(self, qid: str) -> int:
+    def _random_count(self, query: int) -> int:
         return self.random_negatives
 
     def _group(self, anchor: _Anchor, rng: np.random.Generator) -> TrainingGroup:
-        docs, labels = self._candidates[anchor.qid], self._labels[anchor.qid]
-        top = self._draw_negatives(anchor, self.top_negatives, rng) if self.top_negatives else []
-        doc_ids = [anchor.doc_id] + [docs[i] for i in top] + self._draw_random(anchor.qid, self.random_negatives, rng)
+        docs, labels = self._pool(anchor.query)
+        top = self._draw_negatives(labels, anchor, self.top_negatives, rng) if self.top_negatives else []
+        doc_ids = [anchor.doc_id, *self.table.doc_ids(docs[top]),
+                   *self._draw_random(anchor.query, self.random_negatives, rng)]
         levels = [float(anchor.label)] + [float(max(labels[i], 0)) for i in top] + \
                  [RANDOM_LABEL] * self.random_negatives
         pairs = [(0, j) for j in range(1, len(doc_ids))]
@@ -379,9 +413,8 @@ class LabelGroupSampler(_RandomDocumentSampler):
 
     def __init__(
         self,
-        qrels: Qrels,
-        candidates: Run,
-        collection_ids: Sequence[str] | None = None,
+        table: TrainingTable,
+        collection_ids: Sequence[str] | np.ndarray | None = None,
         *,
         group_size: int = 4,
         **options,
@@ -389,44 +422,58 @@ class LabelGroupSampler(_RandomDocumentSampler):
         if group_size < 2:
             raise ValueError(f"group_size must be at least 2 (two candidates), got {group_size}")
         self.group_size = group_size
-        super().__init__(qrels, candidates, collection_ids, **options)
+        super().__init__(table, collection_ids, **options)
 
-    def _query_anchors(self, qid: str, positives: list[str], labels: np.ndarray) -> _QueryAnchors:
+    def _query_anchors(self, query: int, positives: np.ndarray, labels: np.ndarray) -> _QueryAnchors:
         # One item per query, as the official dataset indexes queries; without candidates there is nothing to rank.
         if len(labels) == 0:
             return _QueryAnchors(skipped=1)
-        return _QueryAnchors([_Anchor(qid)])
+        return _QueryAnchors([(query, -1, 0)])
 
-    def _label_groups(self, qid: str) -> dict[int, np.ndarray]:
-        """Candidate indices by official label ``max(qrel, 0) + 1``, labels ascending."""
-        levels = np.maximum(self._labels[qid], 0) + 1
+    def _label_groups(self, labels: np.ndarray) -> dict[int, np.ndarray]:
+        """Candidate indices by official label ``max(qrel, 0) + 1`` (of candidate `labels`), labels ascending."""
+        levels = np.maximum(labels, 0) + 1
         return {int(level): np.flatnonzero(levels == level) for level in np.unique(levels)}
 
-    def _random_count(self, qid: str) -> int:
+    def _random_count(self, query: int) -> int:
         # Two candidates when the query has two label groups, else one; group_size >= 2 keeps this >= 0.
-        return self.group_size - min(len(self._label_groups(qid)), 2)
+        return self.group_size - min(len(self._label_groups(self._pool(query)[1])), 2)
 
     def _group(self, anchor: _Anchor, rng: np.random.Generator) -> TrainingGroup:
-        qid, docs = anchor.qid, self._candidates[anchor.qid]
-        groups = self._label_groups(qid)
+        docs, labels = self._pool(anchor.query)
+        groups = self._label_groups(labels)
         levels = list(groups)
         if len(levels) >= 2:
             chosen = rng.choice(len(levels), size=2, replace=False)
             picked = sorted((levels[int(k)] for k in chosen), reverse=True)
         else:
             picked = levels
-        doc_ids = [docs[int(rng.choice(groups[level]))] for level in picked]
-        randoms = self._draw_random(qid, self._random_count(qid), rng)
+        doc_ids = self.table.doc_ids([docs[int(rng.choice(groups[level]))] for level in picked])
+        randoms = self._draw_random(anchor.query, self.group_size - min(len(groups), 2), rng)
         labels = [float(level) for level in picked] + [0.0] * len(randoms)
         pairs = [(i, j) for i in range(len(labels)) for j in range(len(labels)) if labels[i] > labels[j]]
-        return TrainingGroup(qid, tuple(doc_ids + randoms), tuple(labels), tuple(pairs))
+        return TrainingGroup(anchor.qid, tuple(doc_ids + randoms), tuple(labels), tuple(pairs))
+
+
+def training_table(source: RankingSource) -> TrainingTable:
+    """The `TrainingTable` of a task: its own (`training_table()`: ir_datasets' cached, mapped table) where it has
+    one, else one made of its qrels and candidates dicts."""
+    own = getattr(source, "training_table", None)
+    return own() if callable(own) else TrainingTable.from_dicts(source.qrels(), source.candidates())
+
+
+def collection_ids(source: RankingSource) -> Sequence[str] | np.ndarray:
+    """The ids of a task's collection, in its order: its own mapped array (``collection_ids()``) where it has one,
+    else a list of its documents' ids."""
+    own = getattr(source, "collection_ids", None)
+    return own() if callable(own) else list(source.documents())
 
 
 def from_source(kind: str, source: RankingSource, **options) -> GroupSampler:
     """A sampler (``"pointwise"``, ``"pairwise"``, ``"label_groups"`` or ``"softmax"``) over a `RankingSource`.
 
-    The pairwise and label-group samplers draw random documents from the source's document ids, which must be
-    iterable (a `DocumentStore` is).
+    The pairwise and label-group samplers draw random documents from the source's document ids (`collection_ids`),
+    which must be iterable (a `DocumentStore` is).
     """
     samplers = {"pointwise": PointwiseSampler, "pairwise": PairwiseSampler, "label_groups": LabelGroupSampler,
                 "softmax": SoftmaxSampler}
@@ -434,11 +481,11 @@ def from_source(kind: str, source: RankingSource, **options) -> GroupSampler:
         raise ValueError(f"unknown sampler {kind!r}; expected one of {', '.join(samplers)}")
     draws_random = kind == "label_groups" or (kind == "pairwise" and options.get("random_negatives", 2))
     if draws_random and "collection_ids" not in options:
-        options["collection_ids"] = list(source.documents())
-    return samplers[kind](source.qrels(), source.candidates(), topics=source.topics(), **options)
+        options["collection_ids"] = collection_ids(source)
+    return samplers[kind](training_table(source), topics=source.topics(), **options)
 
 
 __all__ = [
     "POSITIVES", "RANDOM_LABEL", "GroupSampler", "LabelGroupSampler", "PairwiseSampler", "PointwiseSampler",
-    "SamplerStats", "SoftmaxSampler", "TrainingGroup", "from_source",
+    "SamplerStats", "SoftmaxSampler", "TrainingGroup", "collection_ids", "from_source", "training_table",
 ]

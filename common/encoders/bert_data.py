@@ -26,7 +26,7 @@ from typing import Literal
 
 from jsonargparse.typing import NonNegativeInt, PositiveInt
 
-from common.data.samplers import PointwiseSampler
+from common.data.samplers import PointwiseSampler, training_table
 from common.data.specs import SourceSpec
 from common.encoders.bert_inputs import BertInputs
 from common.encoders.tokenizers import resolved_tokenizer_task
@@ -114,7 +114,7 @@ class BertTriplesDataModule(RerankingDataModule):
 
     def training_dataset(self, source) -> EncodedGroups:
         h = self.hparams
-        sampler = PointwiseSampler(source.qrels(), source.candidates(), negatives=h.negatives, depth=h.depth,
+        sampler = PointwiseSampler(training_table(source), negatives=h.negatives, depth=h.depth,
                                    relevance_level=h.relevance_level, seed=h.seed)
         return EncodedGroups(sampler, source.topics(), source.documents(), self.encoder)
 

@@ -390,7 +390,8 @@ class RerankingDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Build the document stores (`common.data.docstore`, ir_datasets' own) of the tasks that `setup` opens for
-        the trainer's stage (`stage_splits`; fit's where no trainer is attached), where not built yet.
+        the trainer's stage (`stage_splits`; fit's where no trainer is attached), and an ir_datasets training task's
+        table of qrels and candidates (`common.data.training_table`), where not built yet.
 
         Lightning runs this on one process per node while the others wait at a barrier without a timeout, so an
         hours-long build never meets a collective's. Each build also holds its cache's lock
@@ -400,7 +401,10 @@ class RerankingDataModule(L.LightningDataModule):
         stage = self.trainer.state.fn.value if self.trainer is not None else "fit"
         for split in self.stage_splits.get(stage, ()):
             if self.has_split(split):
-                source_from_spec(self.specs[split]).documents().prepare()
+                source = source_from_spec(self.specs[split])
+                source.documents().prepare()
+                if split == "train" and callable(getattr(source, "training_table", None)):
+                    source.training_table()  # an ir_datasets task's mapped table (common.data.training_table)
 
     def setup(self, stage: str) -> None:
         for split in self.stage_splits.get(stage, ()):

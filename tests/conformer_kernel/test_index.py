@@ -1,8 +1,12 @@
 """conformer_kernel.index: the impact index equals the re-ranking scores (query term independence),
-its storage, resuming an interrupted build, the terms it indexes, search and the command line."""
+its storage (the shards merged out of core, the arrays memory-mapped), resuming an interrupted build, the terms it
+indexes, search and the command line."""
 
+import argparse
 import json
 import math
+import subprocess
+import sys
 
 import lightning
 import numpy as np
@@ -10,6 +14,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+import conformer_kernel.impact_index as impact_index
 import conformer_kernel.index as index_module
 from common.data.formats import Document, write_collection, write_topics
 from common.data.source import FileSource
@@ -22,9 +27,11 @@ from conformer_kernel.impact_index import (
     build_index,
     index_terms,
     load_for_inference,
+    merge_shards,
+    shard_path,
 )
-from conformer_kernel.index import main
-from conformer_kernel.index_folder import INDEX_FILES
+from conformer_kernel.index import existing_index, main
+from conformer_kernel.index_folder import ARRAY_FILES, INDEX_FILES
 from conformer_kernel.ranker import ConformerKernelRanker, ranknet_loss
 from conformer_kernel.text import analyze
 from conformer_kernel.vocab import EmbeddingOptions, Resources
@@ -217,6 +224,149 @@ def test_folder_and_round_trip(built, corpus, tmp_path):
     assert [p.name for p in stray.iterdir()] == ["notes.txt"]
     with pytest.raises(FileNotFoundError, match="no complete index"):
         ImpactIndex.load(stray)
+
+
+# --- the out-of-core merge and the memory-mapped index ---------------------------------------------------
+
+
+def _in_memory_merge(blocks: list[np.ndarray]) -> sp.csr_matrix:
+    """The merge the out-of-core one replaces: every shard's (documents, terms) scores as a CSR block, stacked."""
+    return sp.hstack([sp.csr_matrix(block.T) for block in blocks], format="csr", dtype=np.float32)
+
+
+def _assert_arrays_are(folder, reference: sp.csr_matrix) -> None:
+    """The CSR arrays in `folder` are `reference`'s, dtype and bytes."""
+    for name, expected in zip(ARRAY_FILES, (reference.data, reference.indices, reference.indptr)):
+        written = np.load(folder / name)
+        assert written.dtype == expected.dtype, name
+        assert written.tobytes() == expected.tobytes(), name
+
+
+def _write_shards(folder, blocks: list[np.ndarray]) -> None:
+    (folder / "shards").mkdir(parents=True)
+    for shard, block in enumerate(blocks):
+        np.save(shard_path(folder, shard), block)
+
+
+@pytest.mark.parametrize("chunk", [impact_index.MERGE_CHUNK, 10])  # a shard at once; a few terms at a time
+@pytest.mark.parametrize("sizes", [[7, 7, 7, 3], [5]])  # a ragged last shard; a single shard
+def test_merge_is_the_in_memory_merge(tmp_path, monkeypatch, chunk, sizes):
+    monkeypatch.setattr(impact_index, "MERGE_CHUNK", chunk)
+    rng = np.random.default_rng(3)
+    terms = 11
+    blocks = []
+    for n in sizes:
+        block = rng.standard_normal((n, terms)).astype(np.float32)  # (documents, terms)
+        block[rng.random(block.shape) < 0.3] = 0.0
+        block[:, [2, 9]] = 0.0  # terms with no postings in any shard
+        block[0, 0] = -0.0  # not stored either
+        blocks.append(block)
+    blocks[0][:, 5] = 0.0  # a term with no postings in one shard
+    _write_shards(tmp_path, blocks)
+    merge_shards(tmp_path, len(sizes), terms, sum(sizes))
+    reference = _in_memory_merge(blocks)
+    assert reference.nnz < terms * sum(sizes) and np.diff(reference.indptr)[[2, 9]].tolist() == [0, 0]
+    _assert_arrays_are(tmp_path, reference)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([*ARRAY_FILES, "shards"])  # no temporary left
+    with pytest.raises(ValueError, match=f"the shards hold {sum(sizes)} documents, not {sum(sizes) + 1}"):
+        merge_shards(tmp_path, len(sizes), terms, sum(sizes) + 1)
+
+
+@pytest.mark.parametrize("built", ["ndrm2", "ndrm3"], indirect=True)  # sparse and dense postings
+def test_built_index_is_the_in_memory_merge_of_its_shards(built, corpus, tmp_path, monkeypatch):
+    kind, model, index, _ = built
+    _, lookup, _, featurizer, terms, order = corpus
+    real_merge, shards = impact_index.merge_shards, []
+
+    def keeping_the_shards(folder, count, *args):
+        shards.extend(np.load(shard_path(folder, s)) for s in range(count))
+        real_merge(folder, count, *args)
+
+    monkeypatch.setattr(impact_index, "merge_shards", keeping_the_shards)
+    folder = tmp_path / "idx"
+    rebuilt = build_index(model, featurizer, lookup, order, terms, folder, shard_size=SHARD, batch_size=BATCH,
+                          term_chunk=CHUNK, trainer_options=TRAINER)
+    assert [len(shard) for shard in shards] == [SHARD] * (SHARDS - 1) + [N_DOCS - SHARD * (SHARDS - 1)]
+    _assert_arrays_are(folder, _in_memory_merge(shards))
+    for part in ("data", "indices", "indptr"):  # the same bytes as the fixture's build
+        assert getattr(rebuilt.matrix, part).tobytes() == getattr(index.matrix, part).tobytes(), (kind, part)
+
+
+def test_loaded_index_is_memory_mapped(built, corpus):
+    _, _, index, folder = built
+    featurizer = corpus[3]
+    loaded = ImpactIndex.load(folder)
+    for name, part in zip(ARRAY_FILES, ("data", "indices", "indptr")):
+        array = getattr(loaded.matrix, part)
+        assert isinstance(array, np.memmap) and (folder / name).samefile(array.filename), part  # not a copy
+        assert not array.flags.writeable, part
+    in_memory = ImpactIndex(loaded.terms, loaded.doc_ids, sp.csr_matrix(loaded.matrix.toarray()))
+    assert not isinstance(in_memory.matrix.data, np.memmap)
+    for text in TOPICS.values():
+        query = featurizer.query_terms(text)
+        assert loaded.score_all(query).tobytes() == in_memory.score_all(query).tobytes()
+        assert list(loaded.search(query).items()) == list(in_memory.search(query).items())
+    assert isinstance(index.matrix.data, np.memmap)  # what build_index returns is the index it wrote, loaded
+
+
+def test_save_writes_the_layout_load_maps_int64_indices_as_they_are(tmp_path):
+    dense = np.array([[0.0, 1.5, 0.0], [2.0, 0.0, -1.0]], dtype=np.float32)
+    matrix = sp.csr_matrix(dense)
+    matrix.indices, matrix.indptr = matrix.indices.astype(np.int64), matrix.indptr.astype(np.int64)
+    ImpactIndex(["a", "b"], ["d0", "d1", "d2"], matrix, {"hello": 1}).save(tmp_path / "idx")
+    assert sorted(p.name for p in (tmp_path / "idx").iterdir()) == sorted(INDEX_FILES)
+    _assert_arrays_are(tmp_path / "idx", matrix)
+    loaded = ImpactIndex.load(tmp_path / "idx")
+    assert loaded.matrix.indices.dtype == loaded.matrix.indptr.dtype == np.int64  # not narrowed (a copy) to int32
+    assert isinstance(loaded.matrix.indices, np.memmap) and loaded.meta == {"hello": 1}
+    np.testing.assert_array_equal(loaded.matrix.toarray(), dense)
+    assert loaded.search(["b", "a"], 2) == {"d0": 2.0, "d1": 1.5}
+    with pytest.raises(FileExistsError):
+        ImpactIndex(["a", "b"], ["d0", "d1", "d2"], matrix).save(tmp_path / "idx")
+
+
+def test_an_index_of_an_older_version_is_refused(tmp_path):
+    for name in ("index.npz", "terms.txt", "doc_ids.txt", "meta.json"):
+        (tmp_path / name).write_text("")
+    with pytest.raises(argparse.ArgumentTypeError) as refusal:
+        existing_index(str(tmp_path))
+    assert str(refusal.value) == (f"{tmp_path} holds an index built by an older version of conformer_kernel.index "
+                                  "(index.npz); build it again")
+
+
+#: Measures the merge's memory in a fresh process (KiB): its resident set before, and its peak after (VmHWM, this
+#: process's own: ru_maxrss starts from the parent's peak, which a vfork-and-exec child inherits).
+MEASURE = """
+import json, sys
+from pathlib import Path
+from conformer_kernel.impact_index import merge_shards
+
+def status(key):
+    return next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith(key + ":"))
+
+before = status("VmRSS")
+merge_shards(Path(sys.argv[1]), *map(int, sys.argv[2:]))
+print(json.dumps({"before": before, "peak": status("VmHWM")}))
+"""
+
+
+@pytest.mark.slow  # the subprocess imports torch and Lightning (~7 s)
+def test_merge_memory_is_bounded_by_one_shard(tmp_path):
+    """20 shards of 10 MB, 200 MB (~190 MB of postings and as much of indices): the merge's peak memory grows by
+    less than 60 MB (22 MB measured; merging them in memory takes 1.2 GB)."""
+    shards, documents, terms = 20, 2500, 1000
+    rng = np.random.default_rng(4)
+    (tmp_path / "shards").mkdir()
+    for shard in range(shards):
+        block = rng.standard_normal((documents, terms), dtype=np.float32)  # (documents, terms): 10 MB
+        block[block > 1.5] = 0.0
+        np.save(shard_path(tmp_path, shard), block)
+    done = subprocess.run([sys.executable, "-c", MEASURE, str(tmp_path), str(shards), str(terms),
+                           str(shards * documents)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    kib = json.loads(done.stdout)
+    assert (tmp_path / "data.npy").stat().st_size > 180e6  # the postings written
+    assert kib["peak"] - kib["before"] < 60 * 1024, kib
 
 
 # --- resuming -----------------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ SMALL = [
 ]  # fmt: skip
 KILLS = [("train-batch:3", 2), ("index-shard", 8), ("writing-outputs", 8)]
 KILL_RUN = Path(__file__).parents[1] / "tools" / "kill_run.py"
-OUTPUTS = ("run.rerank.trec", "run.fullrank.trec", "metrics.json", "logs/metrics.csv", "index/index.npz")
+OUTPUTS = ("run.rerank.trec", "run.fullrank.trec", "metrics.json", "logs/metrics.csv", "index/data.npy",
+           "index/indices.npy", "index/indptr.npy")
 
 
 def _run(args: list[str], cwd: Path, kill: str | None = None) -> subprocess.CompletedProcess:

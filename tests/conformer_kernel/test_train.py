@@ -45,7 +45,7 @@ def test_train_evaluate_and_index_agree(tmp_path, capsys):
     assert sorted(metrics) == ["bm25", "ndrm3-fullrank", "ndrm3-rerank"]
     assert set(metrics["ndrm3-fullrank"]) == {"ndcg_cut_10", "ncg@100", "map", "recip_rank"}
     assert json.loads((out / "metrics.json").read_text()) == metrics
-    for name in ("config.yaml", "run.rerank.trec", "run.fullrank.trec", "index/index.npz", "checkpoints/last.ckpt"):
+    for name in ("config.yaml", "run.rerank.trec", "run.fullrank.trec", "index/data.npy", "checkpoints/last.ckpt"):
         assert (out / name).is_file(), name
     best = next((out / "checkpoints").glob("best-*.ckpt"))
 

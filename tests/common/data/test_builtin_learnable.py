@@ -66,7 +66,7 @@ def test_trained_knrm_beats_bm25_on_test_queries(built):
         return model(encode([query] * len(doc_ids), 32), encode(texts, MAX_DOC_TOKENS))
 
     model = KNRM(len(vocab) + 2)
-    sampler = SoftmaxSampler(built.qrels["train"], built.runs["train"], negatives=3, relevance_level=2, seed=0)
+    sampler = SoftmaxSampler.of(built.qrels["train"], built.runs["train"], negatives=3, relevance_level=2, seed=0)
     optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
     batch_size, steps = 8, 600
     order = torch.cat([torch.randperm(len(sampler)) for _ in range(steps * batch_size // len(sampler) + 1)])

@@ -38,7 +38,7 @@ COLLECTION = Q1_DOCS + ["d9"] + [f"r{i:02d}" for i in range(30)]
 
 
 def test_pointwise_counts_and_labels():
-    sampler = PointwiseSampler(QRELS, RUN, negatives=1, seed=3)
+    sampler = PointwiseSampler.of(QRELS, RUN, negatives=1, seed=3)
     groups = sampler.examples()
     assert len(sampler) == 3
     assert [(g.qid, g.doc_ids[0]) for g in groups] == [("q1", "d1"), ("q1", "d2"), ("q1", "d9")]
@@ -54,35 +54,35 @@ def test_pointwise_counts_and_labels():
 def test_positives_only_among_the_candidates_as_the_official_qds_sampler():
     # Official QDS utils.py lines 272-279: a positive is a top-100 line whose qrels label is > 0, so q1's d9
     # (relevant, not retrieved) is no positive; at depth 1 only d1 is a candidate, and it is relevant.
-    sampler = PointwiseSampler(QRELS, RUN, negatives=1, positives="candidates", seed=3)
+    sampler = PointwiseSampler.of(QRELS, RUN, negatives=1, positives="candidates", seed=3)
     assert [(g.qid, g.doc_ids[0]) for g in sampler.examples()] == [("q1", "d1"), ("q1", "d2")]
     assert sampler.stats.skipped_queries == 1  # q2 (no negative); q4's d7 is no candidate, so q4 has no positive
     with pytest.raises(ValueError, match="no training examples"):
-        PointwiseSampler(QRELS, RUN, negatives=1, depth=1, positives="candidates")
+        PointwiseSampler.of(QRELS, RUN, negatives=1, depth=1, positives="candidates")
     with pytest.raises(ValueError, match="unknown positives 'all'"):
-        PointwiseSampler(QRELS, RUN, positives="all")
+        PointwiseSampler.of(QRELS, RUN, positives="all")
 
 
 def test_depth_limits_negatives_to_the_top_candidates():
-    sampler = PointwiseSampler(QRELS, RUN, negatives=2, depth=5, seed=0)
+    sampler = PointwiseSampler.of(QRELS, RUN, negatives=2, depth=5, seed=0)
     # Top 5 of q1: d1 d2 d3 d4 d5 -> negatives d3, d4, d5 only.
     drawn = {d for epoch in range(20) for g in sampler.examples(epoch) for d in g.doc_ids[1:]}
     assert drawn == {"d3", "d4", "d5"}
 
 
 def test_relevance_level_two_makes_label_one_a_negative():
-    sampler = PointwiseSampler(QRELS, RUN, negatives=3, relevance_level=2, seed=0)
+    sampler = PointwiseSampler.of(QRELS, RUN, negatives=3, relevance_level=2, seed=0)
     assert [g.doc_ids[0] for g in sampler.examples()] == ["d1"]
     drawn = {d for epoch in range(30) for d in sampler.examples(epoch)[0].doc_ids[1:]}
     assert "d2" in drawn and drawn <= set(Q1_DOCS) - {"d1"}
 
 
 def test_same_seed_same_examples_and_new_epoch_new_negatives():
-    first = SoftmaxSampler(QRELS, RUN, negatives=4, seed=7)
-    again = SoftmaxSampler(dict(reversed(QRELS.items())), RUN, negatives=4, seed=7)  # input order is irrelevant
+    first = SoftmaxSampler.of(QRELS, RUN, negatives=4, seed=7)
+    again = SoftmaxSampler.of(dict(reversed(QRELS.items())), RUN, negatives=4, seed=7)  # input order is irrelevant
     assert first.examples(0) == again.examples(0)
     assert first.examples(0) != first.examples(1)
-    assert first.examples(0) != SoftmaxSampler(QRELS, RUN, negatives=4, seed=8).examples(0)
+    assert first.examples(0) != SoftmaxSampler.of(QRELS, RUN, negatives=4, seed=8).examples(0)
     # Any access order, e.g. a DDP rank reading only odd indices, sees the same item.
     first.set_epoch(1)
     assert [first[i] for i in reversed(range(len(first)))] == list(reversed(first.examples(1)))
@@ -94,21 +94,21 @@ def test_same_seed_same_examples_and_new_epoch_new_negatives():
 
 def test_dataloader_with_workers_reproduces_the_epoch():
     torch_data = pytest.importorskip("torch.utils.data")
-    sampler = PointwiseSampler(QRELS, RUN, negatives=2, seed=1)
+    sampler = PointwiseSampler.of(QRELS, RUN, negatives=2, seed=1)
     sampler.set_epoch(4)
     loader = torch_data.DataLoader(sampler, batch_size=2, num_workers=2, collate_fn=list)
     assert [group for batch in loader for group in batch] == sampler.examples(4)
 
 
 def test_short_pool_draws_with_replacement_and_is_counted():
-    sampler = PointwiseSampler(QRELS, RUN, negatives=5, depth=4, seed=0)  # negatives at depth 4: d3, d4
+    sampler = PointwiseSampler.of(QRELS, RUN, negatives=5, depth=4, seed=0)  # negatives at depth 4: d3, d4
     group = sampler[0]
     assert len(group.doc_ids) == 6 and set(group.doc_ids[1:]) <= {"d3", "d4"}
     assert sampler.stats.short_queries == 1
 
 
 def test_pairwise_groups_follow_conformer_kernel():
-    sampler = PairwiseSampler(QRELS, RUN, COLLECTION, seed=2)
+    sampler = PairwiseSampler.of(QRELS, RUN, COLLECTION, seed=2)
     groups = sampler.examples()
     assert [g.doc_ids[0] for g in groups] == ["d1", "d2", "d9"]
     for group in groups:
@@ -128,9 +128,9 @@ def test_pairwise_groups_follow_conformer_kernel():
 
 
 def test_pairwise_without_weak_supervision_or_random_documents():
-    plain = PairwiseSampler(QRELS, RUN, COLLECTION, weak_supervision=False, seed=0)
+    plain = PairwiseSampler.of(QRELS, RUN, COLLECTION, weak_supervision=False, seed=0)
     assert plain[0].pairs == ((0, 1), (0, 2), (0, 3))
-    top_only = PairwiseSampler(QRELS, RUN, top_negatives=2, random_negatives=0, seed=0)
+    top_only = PairwiseSampler.of(QRELS, RUN, top_negatives=2, random_negatives=0, seed=0)
     group = top_only[1]  # anchor d2 (label 1): only label-0 candidates below it
     assert len(group.doc_ids) == 3 and set(group.doc_ids[1:]) <= Q1_NEGATIVES
     assert group.pairs == ((0, 1), (0, 2))
@@ -138,19 +138,19 @@ def test_pairwise_without_weak_supervision_or_random_documents():
 
 def test_impossible_configurations_fail_clearly():
     with pytest.raises(ValueError, match="negatives must be at least 1"):
-        PointwiseSampler(QRELS, RUN, negatives=0)
+        PointwiseSampler.of(QRELS, RUN, negatives=0)
     with pytest.raises(ValueError, match="depth must be positive"):
-        SoftmaxSampler(QRELS, RUN, depth=0)
+        SoftmaxSampler.of(QRELS, RUN, depth=0)
     with pytest.raises(ValueError, match="no training examples"):
-        PointwiseSampler({"q2": {"d5": 1}}, RUN)
+        PointwiseSampler.of({"q2": {"d5": 1}}, RUN)
     with pytest.raises(ValueError, match="needs the collection's document ids"):
-        PairwiseSampler(QRELS, RUN)
+        PairwiseSampler.of(QRELS, RUN)
     with pytest.raises(ValueError, match="fewer than 2 documents outside"):
-        PairwiseSampler(QRELS, RUN, Q1_DOCS + ["d9", "r00"])
+        PairwiseSampler.of(QRELS, RUN, Q1_DOCS + ["d9", "r00"])
     with pytest.raises(ValueError, match="need at least one negative"):
-        PairwiseSampler(QRELS, RUN, COLLECTION, top_negatives=0, random_negatives=0)
+        PairwiseSampler.of(QRELS, RUN, COLLECTION, top_negatives=0, random_negatives=0)
     with pytest.raises(IndexError):
-        PointwiseSampler(QRELS, RUN)[3]
+        PointwiseSampler.of(QRELS, RUN)[3]
     with pytest.raises(ValueError, match="unknown sampler"):
         from_source("listwise", None)
 
@@ -167,11 +167,11 @@ def _file_source(folder, topics, qrels, run, collection) -> FileSource:
 
 def test_topics_restrict_the_anchors_and_from_source(tmp_path):
     with pytest.raises(ValueError, match="no training examples"):
-        PointwiseSampler(QRELS, RUN, topics={"q2": "x", "q3": "y"})
+        PointwiseSampler.of(QRELS, RUN, topics={"q2": "x", "q3": "y"})
 
     source = _file_source(tmp_path, {"q1": "first query", "q2": "second"}, QRELS, RUN, COLLECTION)
     sampler = from_source("pairwise", source, seed=2)
-    assert sampler.examples() == PairwiseSampler(QRELS, RUN, COLLECTION, seed=2).examples()
+    assert sampler.examples() == PairwiseSampler.of(QRELS, RUN, COLLECTION, seed=2).examples()
     assert isinstance(sampler[0], TrainingGroup)
 
 
@@ -202,7 +202,7 @@ QB_RANDOM_POOL = {"c2", "u1", "c1", "c0", "n", "u2", "out", "x", "y", *LG_RANDOM
 
 
 def test_label_groups_one_item_per_query_with_two_label_groups_and_two_random_documents():
-    sampler = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=0)
+    sampler = LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION, seed=0)
     assert len(sampler) == 2
     stats = sampler.stats
     assert (stats.anchors, stats.queries, stats.skipped_queries, stats.skipped_anchors, stats.short_queries) == (
@@ -228,7 +228,7 @@ def test_label_groups_one_item_per_query_with_two_label_groups_and_two_random_do
 
 
 def test_label_groups_are_picked_uniformly():
-    sampler = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=11)
+    sampler = LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION, seed=11)
     groups = [sampler.item(0, epoch) for epoch in range(600)]
     picks = Counter(group.labels[:2] for group in groups)
     # 3 label groups -> 3 unordered pairs, each with probability 1/3 (200 of 600; sd about 12).
@@ -242,55 +242,55 @@ def test_label_groups_are_picked_uniformly():
 
 def test_label_groups_depth_and_group_size():
     # Top 2 of qa: c2 (label 3) and u1 (label 1): the only possible pick, in that order.
-    shallow = LabelGroupSampler({"qa": LG_QRELS["qa"]}, LG_RUN, LG_COLLECTION, depth=2, seed=0)
+    shallow = LabelGroupSampler.of({"qa": LG_QRELS["qa"]}, LG_RUN, LG_COLLECTION, depth=2, seed=0)
     for group in shallow.examples(0) + shallow.examples(1):
         assert group.doc_ids[:2] == ("c2", "u1") and group.labels == (3.0, 1.0, 0.0, 0.0)
         # Random documents exclude only the top-2 candidates and the relevant documents (c1, out).
         assert not set(group.doc_ids[2:]) & {"c2", "u1", "c1", "out"}
     # group_size 3: two candidates and one random document; pairs 0>1, 0>2, 1>2.
-    three = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, group_size=3, seed=0)
+    three = LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION, group_size=3, seed=0)
     qa, qb = three.examples()
     assert len(qa.doc_ids) == 3 and qa.labels[2] == 0.0 and qa.pairs == ((0, 1), (0, 2), (1, 2))
     assert len(qb.doc_ids) == 3 and qb.labels == (1.0, 0.0, 0.0)
     # group_size 2: a query with two label groups needs no random document, hence no collection.
-    two = LabelGroupSampler({"qa": LG_QRELS["qa"]}, LG_RUN, group_size=2, seed=0)
+    two = LabelGroupSampler.of({"qa": LG_QRELS["qa"]}, LG_RUN, group_size=2, seed=0)
     group = two[0]
     assert len(group.doc_ids) == 2 and group.labels[0] > group.labels[1] > 0.0 and group.pairs == ((0, 1),)
 
 
 def test_label_groups_are_deterministic():
-    first = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=5)
-    again = LabelGroupSampler(dict(reversed(LG_QRELS.items())), LG_RUN, list(LG_COLLECTION), seed=5)
+    first = LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION, seed=5)
+    again = LabelGroupSampler.of(dict(reversed(LG_QRELS.items())), LG_RUN, list(LG_COLLECTION), seed=5)
     assert first.item(0, 3) == again.item(0, 3) and first.examples(7) == again.examples(7)
     first.set_epoch(2)
     assert [first[i] for i in (1, 0)] == list(reversed(first.examples(2)))
     epochs = [first.examples(epoch) for epoch in range(4)]
     assert any(epochs[0] != later for later in epochs[1:])
-    assert first.examples(0) != LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=6).examples(0)
+    assert first.examples(0) != LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION, seed=6).examples(0)
 
 
 def test_label_groups_impossible_configurations_fail_clearly(tmp_path):
     with pytest.raises(ValueError, match="group_size must be at least 2"):
-        LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, group_size=1)
+        LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION, group_size=1)
     with pytest.raises(ValueError, match="needs the collection's document ids"):
-        LabelGroupSampler(LG_QRELS, LG_RUN)
+        LabelGroupSampler.of(LG_QRELS, LG_RUN)
     # qb needs one random document even at group_size 2 (a single label group).
     with pytest.raises(ValueError, match="needs the collection's document ids"):
-        LabelGroupSampler(LG_QRELS, LG_RUN, group_size=2)
+        LabelGroupSampler.of(LG_QRELS, LG_RUN, group_size=2)
     # One document outside qa's candidates and relevant documents, but qa needs 2.
     with pytest.raises(ValueError, match="query 'qa': the collection has fewer than 2 documents outside"):
-        LabelGroupSampler(LG_QRELS, LG_RUN, list(LG_RUN["qa"]) + ["out", "r00"])
+        LabelGroupSampler.of(LG_QRELS, LG_RUN, list(LG_RUN["qa"]) + ["out", "r00"])
     with pytest.raises(ValueError, match="no training examples"):
-        LabelGroupSampler({"qc": {"x": 1}, "qd": {"y": 0}}, LG_RUN, LG_COLLECTION)
+        LabelGroupSampler.of({"qc": {"x": 1}, "qd": {"y": 0}}, LG_RUN, LG_COLLECTION)
     with pytest.raises(IndexError):
-        LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION)[2]
+        LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION)[2]
 
 
 def test_label_groups_respect_topics_and_from_source(tmp_path):
-    only_qb = LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, topics={"qb": "b", "qc": "c"})
+    only_qb = LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION, topics={"qb": "b", "qc": "c"})
     assert len(only_qb) == 1 and only_qb[0].qid == "qb" and only_qb.stats.skipped_queries == 1
 
     source = _file_source(tmp_path, {qid: f"query {qid}" for qid in LG_QRELS}, LG_QRELS, LG_RUN, LG_COLLECTION)
     sampler = from_source("label_groups", source, seed=4)
     assert isinstance(sampler, LabelGroupSampler)
-    assert sampler.examples() == LabelGroupSampler(LG_QRELS, LG_RUN, LG_COLLECTION, seed=4).examples()
+    assert sampler.examples() == LabelGroupSampler.of(LG_QRELS, LG_RUN, LG_COLLECTION, seed=4).examples()

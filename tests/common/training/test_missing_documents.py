@@ -41,7 +41,7 @@ def test_training_leaves_them_out_with_a_warning_naming_how_many(task):
     ), message
     assert source.qrels()["q1"] == {"p1": 3, "p2": 2, "n1": 0}
     assert source.candidates()["q1"] == {"p1": 5.0, "n1": 3.0, "p2": 2.0, "n2": 1.0}
-    sampler = PointwiseSampler(source.qrels(), source.candidates(), relevance_level=2)
+    sampler = PointwiseSampler.of(source.qrels(), source.candidates(), relevance_level=2)
     used = {d for epoch in range(5) for group in sampler.examples(epoch) for d in group.doc_ids}
     assert used <= {"p1", "p2", "n1", "n2"} and {"p1", "p2"} <= used
     assert data.source("train") is source  # opened, and checked, once

@@ -1,0 +1,231 @@
+"""A training task's qrels and candidates as memory-mapped columns: what the samplers (`common.data.samplers`) read.
+
+MS MARCO's passage training task (``msmarco-passage/train/judged``) has 478,002,393 candidates. Held as Python dicts
+of dicts (``{qid: {doc_id: score}}``) they take about 80 bytes each, about 39 GB in every process of a distributed
+run, and every process parses every line. A `TrainingTable` keeps them as numpy arrays instead, with per-query
+offsets (the layout of a CSR matrix):
+
+- ``queries.npy`` (Q,) and ``docs.npy`` (D,): the query ids and the document ids the task names, each sorted, as
+  fixed-width UTF-8 bytes (numpy's ``S`` type); a query or document is its row in these (a *code*), so that codes
+  sort as the ids do (UTF-8's byte order is the code points' order, Python's string order).
+- ``candidate_offsets.npy`` (Q + 1,) int64 and ``candidate_docs.npy`` (C,) int32: query q's candidates are
+  ``candidate_docs[candidate_offsets[q] : candidate_offsets[q + 1]]``, in trec_eval's order (score rounded to
+  float32, descending, then document id descending; `common.metrics.ordering.ranked`), so a depth is a slice. The
+  scores themselves are not kept: the samplers use only the order. 4 bytes a candidate.
+- ``qrel_offsets.npy`` (Q + 1,) int64, ``qrel_docs.npy`` (J,) int32 and ``qrel_labels.npy`` (J,) int32: query q's
+  judgments, by document code.
+- ``table.json``, written last: the format, what the table was made from (``source``) and the counts.
+
+`TrainingTable.open` maps the arrays read-only (``numpy.load(mmap_mode="r")``): every process and loader worker of
+a machine shares the page cache's one copy, and a process's private memory holds only what the samplers derive
+(their anchors: one row per (query, relevant document)).
+
+Building. A task from ir_datasets (`common.data.irds.IrDatasetsSource.training_table`) is streamed from its
+``scoreddocs_iter`` and ``qrels_iter`` into the table (`TableBuilder`, no dict of the candidates), once, in the
+data module's ``prepare_data`` (`common.training.tasks.RerankingDataModule`), into the project's cache
+(``$EFFICIENT_RANKERS_CACHE/training/<key>``, keyed by the dataset id and this format; `common.io.built_once`: one
+process builds under a lock and publishes the folder by a rename). Building holds the ids in a dict (8.8M passage
+ids) and the codes in arrays of 4 bytes a candidate until they are sorted: one process, once. Other tasks (the
+built-in collection, TREC files, rank_llm files) are read into their dicts as before, their documents checked
+against their collections (`common.training.tasks`), and tabled in memory (`TrainingTable.from_dicts`): the samplers
+read both alike, so the same seed draws the same groups from either.
+
+A repeated (query, document) pair or a NaN score is a `DataFormatError`, as the dict readers make it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from array import array
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import numpy as np
+
+from common.data.formats import DataFormatError, Qrels, Run
+from common.io import atomic_write
+
+#: The layout this module writes; a cached table of another format is rebuilt.
+FORMAT = 1
+ARRAYS = ("queries", "docs", "candidate_offsets", "candidate_docs", "qrel_offsets", "qrel_docs", "qrel_labels")
+META = "table.json"
+
+
+class TrainingTable:
+    """A training task's qrels and candidates by query code (module docstring); arrays in memory or mapped."""
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], meta: dict | None = None):
+        self.queries, self.docs = arrays["queries"], arrays["docs"]  # (Q,), (D,) sorted S<w>
+        self.candidate_offsets, self.candidate_docs = arrays["candidate_offsets"], arrays["candidate_docs"]
+        self.qrel_offsets, self.qrel_docs = arrays["qrel_offsets"], arrays["qrel_docs"]
+        self.qrel_labels = arrays["qrel_labels"]
+        self.meta = meta or {}
+
+    # --- making one ---
+
+    @classmethod
+    def from_dicts(cls, qrels: Qrels, candidates: Run) -> TrainingTable:
+        """The table of a task's qrels (``{qid: {doc_id: label}}``) and candidates (``{qid: {doc_id: score}}``)."""
+        builder = TableBuilder("qrels", "candidates")
+        builder.add_qrels((qid, doc_id, label) for qid, labels in qrels.items() for doc_id, label in labels.items())
+        builder.add_candidates((qid, doc_id, score) for qid, scores in candidates.items()
+                               for doc_id, score in scores.items())
+        return builder.table()
+
+    def save(self, folder: str | os.PathLike, source: dict) -> None:
+        """Write the arrays into `folder` (``<name>.npy``) and ``table.json`` last; `source` says what they are of."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in ARRAYS:
+            with atomic_write(folder / f"{name}.npy", "wb") as f:
+                np.save(f, getattr(self, name), allow_pickle=False)
+        with atomic_write(folder / META) as f:
+            json.dump({"format": FORMAT, "source": source, "queries": len(self.queries), "documents": len(self.docs),
+                       "candidates": len(self.candidate_docs), "judgments": len(self.qrel_docs)}, f, indent=1)
+            f.write("\n")
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike) -> TrainingTable:
+        """The table saved in `folder`, its arrays mapped read-only."""
+        folder = Path(folder)
+        meta = json.loads((folder / META).read_text(encoding="utf-8"))
+        return cls({name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS},
+                   meta)
+
+    @staticmethod
+    def is_saved(folder: Path) -> bool:
+        """Whether `folder` holds a finished table of this format."""
+        try:
+            return json.loads((folder / META).read_text(encoding="utf-8")).get("format") == FORMAT
+        except (OSError, ValueError):
+            return False
+
+    # --- reading ---
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def query_id(self, query: int) -> str:
+        return self.queries[query].decode("utf-8")
+
+    def doc_ids(self, codes: Iterable[int]) -> list[str]:
+        """The document ids of `codes`."""
+        return [doc_id.decode("utf-8") for doc_id in self.docs[np.asarray(codes, dtype=np.int64)].tolist()]
+
+    def judged_queries(self) -> np.ndarray:
+        """The codes of the queries with at least one judgment, in id order."""
+        return np.flatnonzero(np.diff(self.qrel_offsets) > 0)
+
+    def candidates(self, query: int, depth: int | None = None) -> np.ndarray:
+        """Query `query`'s top-`depth` candidates' document codes (int32), in trec_eval's order."""
+        start, end = self.candidate_offsets[query], self.candidate_offsets[query + 1]
+        return np.asarray(self.candidate_docs[start : end if depth is None else min(end, start + depth)])
+
+    def judgments(self, query: int) -> tuple[np.ndarray, np.ndarray]:
+        """Query `query`'s judged document codes (ascending) and their labels."""
+        start, end = self.qrel_offsets[query], self.qrel_offsets[query + 1]
+        return np.asarray(self.qrel_docs[start:end]), np.asarray(self.qrel_labels[start:end])
+
+    def labels(self, query: int, docs: np.ndarray) -> np.ndarray:
+        """The qrels labels of documents `docs` (codes) for query `query`, 0 where unjudged (int64)."""
+        judged, labels = self.judgments(query)
+        if not len(judged):
+            return np.zeros(len(docs), dtype=np.int64)
+        where = np.minimum(np.searchsorted(judged, docs), len(judged) - 1)
+        return np.where(judged[where] == docs, labels[where], 0).astype(np.int64)
+
+
+class TableBuilder:
+    """Collects a task's judgments and candidates, as streams of records, into a `TrainingTable`.
+
+    Ids become codes as they arrive (a dict per kind of id); codes, labels and float32 scores go to compact arrays
+    (4 bytes an entry); `table` renumbers the codes in id order and sorts. `what_qrels`/`what_candidates` name the
+    inputs in errors.
+    """
+
+    def __init__(self, what_qrels: str, what_candidates: str):
+        self.what_qrels, self.what_candidates = what_qrels, what_candidates
+        self._queries: dict[str, int] = {}
+        self._docs: dict[str, int] = {}
+        self._qrels = (array("i"), array("i"), array("i"))  # query, doc, label
+        self._candidates = (array("i"), array("i"), array("f"))  # query, doc, score (float32: trec_eval's)
+        self.distinct_scores: set[float] = set()
+
+    def add_qrels(self, records: Iterable[tuple[str, str, int]]) -> None:
+        queries, docs, labels = self._qrels
+        for qid, doc_id, label in records:
+            queries.append(self._code(self._queries, qid))
+            docs.append(self._code(self._docs, doc_id))
+            labels.append(label)
+
+    def add_candidates(self, records: Iterable[tuple[str, str, float]]) -> None:
+        queries, docs, scores = self._candidates
+        for qid, doc_id, score in records:
+            queries.append(self._code(self._queries, qid))
+            docs.append(self._code(self._docs, doc_id))
+            scores.append(score)
+            if len(self.distinct_scores) < 2:
+                self.distinct_scores.add(score)
+
+    @property
+    def candidate_count(self) -> int:
+        return len(self._candidates[0])
+
+    def table(self) -> TrainingTable:
+        queries, query_order = _sorted_ids(self._queries)
+        docs, doc_order = _sorted_ids(self._docs)
+        self._queries = self._docs = {}  # let the dicts go before sorting
+        q, d, labels = (np.frombuffer(a, dtype=np.int32) for a in self._qrels)
+        q, d = query_order[q], doc_order[d]
+        order = np.lexsort((d, q))  # by query, then document
+        q, d, labels = q[order], d[order], labels[order]
+        _refuse_repeats(q, d, queries, docs, self.what_qrels, "judged twice")
+        qrel_offsets = _offsets(q, len(queries))
+
+        cq, cd, scores = (np.frombuffer(a, dtype=t) for a, t in zip(self._candidates, (np.int32, np.int32,
+                                                                                        np.float32)))
+        if np.isnan(scores).any():
+            raise DataFormatError(self.what_candidates, None, "NaN score")
+        cq, cd = query_order[cq], doc_order[cd]
+        order = np.lexsort((-cd.astype(np.int64), -scores, cq))  # query, score descending, doc id descending
+        cq, cd = cq[order], cd[order]
+        check = np.lexsort((cd, cq))
+        _refuse_repeats(cq[check], cd[check], queries, docs, self.what_candidates, "retrieved twice")
+        return TrainingTable({"queries": queries, "docs": docs, "qrel_offsets": qrel_offsets,
+                              "qrel_docs": d.astype(np.int32), "qrel_labels": labels.astype(np.int32),
+                              "candidate_offsets": _offsets(cq, len(queries)), "candidate_docs": cd.astype(np.int32)})
+
+    @staticmethod
+    def _code(codes: dict[str, int], key: str) -> int:
+        code = codes.get(key)
+        if code is None:
+            code = codes[key] = len(codes)
+        return code
+
+
+def _sorted_ids(codes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The ids of `codes` sorted (S<w>, (N,)) and, by arrival code, each one's row in them ((N,) int32)."""
+    encoded = [key.encode("utf-8") for key in codes]  # in arrival order
+    if any(key.endswith(b"\0") for key in encoded):
+        raise ValueError("ids must not end with a NUL character")
+    ids = np.array(encoded, dtype=np.bytes_) if encoded else np.array([], dtype="S1")
+    order = np.argsort(ids, kind="stable")
+    rows = np.empty(len(ids), dtype=np.int32)
+    rows[order] = np.arange(len(ids), dtype=np.int32)
+    return ids[order], rows
+
+
+def _offsets(queries: np.ndarray, count: int) -> np.ndarray:
+    """(count + 1,) int64 offsets of each query's rows in `queries` (sorted codes)."""
+    return np.concatenate([[0], np.cumsum(np.bincount(queries, minlength=count))]).astype(np.int64)
+
+
+def _refuse_repeats(queries: np.ndarray, docs: np.ndarray, query_ids: np.ndarray, doc_ids: np.ndarray, what: str,
+                    how: str) -> None:
+    """DataFormatError naming the first (query, document) pair listed twice in `queries`/`docs` (sorted pairs)."""
+    repeated = np.flatnonzero((queries[1:] == queries[:-1]) & (docs[1:] == docs[:-1]))
+    if len(repeated):
+        i = repeated[0]
+        raise DataFormatError(what, None, f"document {doc_ids[docs[i]].decode()!r} {how} for query "
+                                          f"{query_ids[queries[i]].decode()!r}")
