@@ -150,7 +150,8 @@ def measure_training_build(paths: dict, cache: str) -> dict:
     folder = next(p for p in (Path(cache) / "training").iterdir() if p.is_dir())
     columns = [name for name in ARRAYS if name not in ("queries", "docs")]  # the rest: the ids and table.json
     return {"build_s": seconds, "peak_mb": _status_mb("VmHWM:"), "bytes": _folder_bytes(folder),
-            "column_bytes": sum((folder / f"{name}.npy").stat().st_size for name in columns), "queries": len(table), "documents": len(table.docs),
+            "column_bytes": sum((folder / f"{name}.npy").stat().st_size for name in columns),
+            "queries": len(table), "documents": len(table.docs),
             "query_id_bytes": table.queries.dtype.itemsize, "doc_id_bytes": table.docs.dtype.itemsize}
 
 
@@ -400,8 +401,8 @@ def report(rows: list[dict]) -> str:
         if r.get("skipped"):
             lines.append(f"{r['part']}: skipped ({r['skipped']})")
         elif r["part"] == "training":
-            lines.append(f"training {r['candidates']:>11,}: build {r['build_s']:8.1f} s, {r['bytes_per_candidate']:.2f} "
-                         f"B/candidate, builder peak {r['peak_mb']:,.0f} MB, process private {r['private_mb']:,.1f} MB"
+            lines.append(f"training {r['candidates']:>11,}: build {r['build_s']:8.1f} s, "
+                         f"{r['bytes_per_candidate']:.2f} B/candidate, builder peak {r['peak_mb']:,.0f} MB, process private {r['private_mb']:,.1f} MB"
                          + (f" (dicts: {r['dicts_private_mb']:,.0f} MB)" if "dicts_private_mb" in r else "")
                          + f", draw {r['draw_us']:.0f} us")
         else:
