@@ -402,7 +402,8 @@ def report(rows: list[dict]) -> str:
             lines.append(f"{r['part']}: skipped ({r['skipped']})")
         elif r["part"] == "training":
             lines.append(f"training {r['candidates']:>11,}: build {r['build_s']:8.1f} s, "
-                         f"{r['bytes_per_candidate']:.2f} B/candidate, builder peak {r['peak_mb']:,.0f} MB, process private {r['private_mb']:,.1f} MB"
+                         f"{r['bytes_per_candidate']:.2f} B/candidate, builder peak {r['peak_mb']:,.0f} MB, "
+                         f"process private {r['private_mb']:,.1f} MB"
                          + (f" (dicts: {r['dicts_private_mb']:,.0f} MB)" if "dicts_private_mb" in r else "")
                          + f", draw {r['draw_us']:.0f} us")
         else:
