@@ -16,6 +16,9 @@ keeps only what it times.
   `wall_and_cpu_ms` (the process's CPU time beside the wall clock), `PartTimes` (the parts of a timed call);
   `count_flops`. A model's step on a batch: `training_step` (loss, backward, Adam) or `inference_step`, measured
   by `measure_step` (the peak memory of its first call, then the median of the timed ones).
+- Store reads as a user pays them: `draw_candidates` (a first stage's top N, scattered over a store, a new draw
+  each repeat), `noise_documents` (a store's rows of seeded noise, at memory speed), `evict_from_page_cache` and
+  `cached_fraction` (cold reads, and how cold), `median_query` (the median query with its parts).
 - Memory: `peak_mb(step, device)`, the peak of one call above what was in use before it: CUDA's allocator peak
   (`cuda_peak_mb`), on CPU the rise of the peak resident set (`reset_peak_rss`, `peak_rss_mb`; `max_rss_mb`, the
   lifetime peak, where the peak cannot be reset). `available_mb` and `limit_data_segment` keep a measurement that
@@ -36,6 +39,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import resource
@@ -576,6 +580,102 @@ def count_flops(step: Callable[[], object]) -> int:
     with FlopCounterMode(display=False, custom_mapping=custom) as counter:
         step()
     return counter.get_total_flops()
+
+
+# --------------------------------------------------------------------------- store reads as a user pays them
+
+
+def draw_candidates(documents: int, count: int, seed: int, repeat: int):
+    """A first stage's `count` candidates as a BM25 top-N would give them: distinct positions in a store of
+    `documents`, uniformly at random and in the draw's order (a ranking has no relation to a store's order), a
+    different draw for each `repeat` (``numpy.random.default_rng((seed, repeat))``): (count,) int64."""
+    import numpy as np
+
+    if not 0 < count <= documents:
+        raise ValueError(f"cannot draw {count} distinct candidates from {documents} documents")
+    return np.random.default_rng((seed % 2**64, repeat)).choice(documents, size=count, replace=False)
+
+
+def noise_documents(seed: int, first: int, count: int, rows: int, width: int, dtype: str = "float32"):
+    """Documents `first` to `first` + `count` - 1 of a seeded collection of noise, (count, rows, width) of `dtype`:
+    each document a window of one pool of standard normal noise (2^24 values, or twice a document) at its own offset
+    (a multiplicative hash of its position), so a store of any size is written at memory speed and no two documents'
+    bytes are the same. The rows of a document depend only on `seed`, its position and its shape (a test reads them
+    back from a store)."""
+    import numpy as np
+
+    size = rows * width
+    length = max(1 << 24, 2 * size)
+    pool = _noise_pool(seed % 2**64, length, np.dtype(dtype).name)
+    span = length - size + 1
+    out = np.empty((count, size), dtype=pool.dtype)
+    for i in range(count):
+        start = ((first + i) * 2654435761 + seed) % span  # Knuth's multiplicative hash of the position
+        out[i] = pool[start : start + size]
+    return out.reshape(count, rows, width)
+
+
+@functools.lru_cache(maxsize=2)
+def _noise_pool(seed: int, length: int, dtype: str):
+    import numpy as np
+
+    pool = np.random.default_rng(seed).standard_normal(length, dtype=np.float32).astype(dtype)
+    pool.flags.writeable = False
+    return pool
+
+
+def evict_from_page_cache(paths: Iterable[str | os.PathLike]) -> bool:
+    """Write `paths` back to disk and drop their pages from the page cache (``fsync``, then ``posix_fadvise(fd, 0, 0,
+    POSIX_FADV_DONTNEED)``): on Linux the next touch of any of their bytes is then a disk read, but for pages some
+    process has mapped in (those stay) and on a file system kept in memory (tmpfs). False, and nothing dropped,
+    where the system has no ``posix_fadvise``; `cached_fraction` tells what stayed."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return False
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # dirty pages cannot be dropped
+            advise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+    return True
+
+
+def cached_fraction(paths: Iterable[str | os.PathLike]) -> float | None:
+    """The share of `paths`' pages in the page cache now (``mincore`` over a fresh read-only map, which reads
+    none of them); None where ``mincore`` cannot be called (not Linux or another Unix with a C library to load)."""
+    import numpy as np
+
+    try:
+        mincore = ctypes.CDLL(None, use_errno=True).mincore
+    except (OSError, AttributeError):
+        return None
+    mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    page, resident, total = os.sysconf("SC_PAGE_SIZE"), 0, 0
+    for path in paths:
+        size = os.path.getsize(path)
+        if not size:
+            continue
+        pages = -(-size // page)
+        vector = (ctypes.c_ubyte * pages)()
+        mapped = np.memmap(path, dtype=np.uint8, mode="r")  # offset 0: the map starts on a page
+        failed = mincore(ctypes.c_void_p(mapped.ctypes.data), size, vector)
+        del mapped
+        if failed:
+            return None
+        resident += int((np.frombuffer(vector, dtype=np.uint8) & 1).sum())
+        total += pages
+    return resident / total if total else 0.0
+
+
+def median_query(records: Sequence[dict], key: str = "ms") -> dict:
+    """The timed query at the median of `key` among `records` (one dict of numbers per query), every field of it;
+    with an even count the mean of the middle two, field by field. Its parts then add up to its total as each
+    query's did, which the medians of each part taken apart need not."""
+    ordered = sorted(records, key=lambda record: record[key])
+    middle = ordered[(len(ordered) - 1) // 2 : len(ordered) // 2 + 1]
+    return {name: sum(record[name] for record in middle) / len(middle) for name in middle[0]}
 
 
 # --------------------------------------------------------------------------- memory

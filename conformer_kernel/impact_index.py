@@ -9,6 +9,7 @@ the paper's single-stage "fullrank" setting. Which terms: as in the official cod
 the queries to be run (the first 20 analysed terms of each topic), optionally the whole model
 vocabulary. NDRM1 and NDRM3 score every (term, document) pair, so their postings are dense
 (T x N x 4 bytes); NDRM2's are zero where the term does not occur, and zeros are not stored.
+`estimate_index` tells an index's size and its build's peak on disk before it is computed.
 
 Computation: Lightning ``predict`` over shards of ``shard_size`` documents (a shard per
 prediction step; with several devices the shards are split among them). Global rank zero alone
@@ -49,6 +50,7 @@ import os
 import shutil
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import lightning as L
@@ -160,6 +162,80 @@ def index_terms(topic_sets: Iterable[Topics], featurizer: Featurizer, vocabulary
     if vocabulary:
         terms.update(featurizer.resources.terms[3:])  # not UNK, <S>, </S>
     return sorted(terms)
+
+
+# --- the index's size, before it is built ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class IndexEstimate:
+    """The estimated bytes of an index of `terms` x `documents` with `postings` nonzero s_td (`estimate_index`):
+    ``index_bytes``, the finished index's files; ``shard_bytes``, the shards (and their plan) that its build writes
+    first and removes once merged, so that its disk holds ``peak_bytes``, both, just before. `sample` documents told
+    the postings of a sparse index (NDRM2's); 0 for a dense one."""
+
+    terms: int
+    documents: int
+    postings: int
+    sample: int
+    index_bytes: int
+    shard_bytes: int
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.index_bytes + self.shard_bytes
+
+    def describe(self) -> str:
+        """``2.33 MiB (101 terms x 3,000 documents, 303,000 postings: dense); peak during the build: ...``."""
+        from common.stores.size import format_bytes
+
+        how = ("dense" if not self.sample else
+               f"{self.postings / max(self.documents, 1):,.1f} a document, from a sample of {self.sample:,}")
+        return (f"{format_bytes(self.index_bytes)} ({self.terms:,} terms x {self.documents:,} documents, "
+                f"{self.postings:,} postings: {how}); peak during the build: {format_bytes(self.peak_bytes)} (its "
+                f"shards, {format_bytes(self.shard_bytes)}, beside the merged index)")
+
+
+def nonzero_terms(model: ConformerKernelRanker, featurizer: Featurizer, terms: Sequence[str]) -> set[str] | None:
+    """The terms whose s_td may be nonzero in a document that lacks them: None where every one's may (NDRM1 and
+    NDRM3 score every pair). NDRM2's s_td (Eq. 4) is IDF_t x BS(tf) / (BS(tf) + ...), zero where the term is not in
+    the document (tf = 0) or has no IDF (none, or 0: in every document); the set is then the terms with an IDF."""
+    if model.hparams.model != "ndrm2":
+        return None
+    return {t for t in terms if featurizer.resources.idf.get(t, 0.0) != 0}
+
+
+def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: Sequence[str],
+                   terms: Sequence[str], shard_size: int, sample: int | None = None, seed: int = 0) -> IndexEstimate:
+    """The estimated size of the index `build_index` writes (`IndexEstimate`): dense, terms x documents postings;
+    NDRM2's, each document's terms with an IDF (`nonzero_terms`) counted in a seeded sample of the documents
+    (`common.stores.size.sample_positions`) and scaled to the collection. The files: the CSR arrays (float32 data;
+    indices and indptr of `merge_shards`' integer type), terms.txt, doc_ids.txt and meta.json; the shards: a
+    (documents, terms) float32 array each, and the plan."""
+    from common.stores.size import SAMPLE, npy_bytes, sample_positions
+
+    n, t = len(doc_ids), len(terms)
+    scored, drawn = nonzero_terms(model, featurizer, terms), 0
+    if scored is None:
+        postings = n * t
+    else:
+        positions = sample_positions(n, SAMPLE if sample is None else sample, seed)
+        counts = [len(scored.intersection(featurizer.document_terms(doc)))
+                  for doc in documents.get_many([doc_ids[i] for i in positions.tolist()])]  # fmt: skip
+        drawn = len(counts)
+        postings = round(n * sum(counts) / drawn) if drawn else 0
+    index_dtype = sp.get_index_dtype(maxval=max(postings, n, t))
+    meta = {"terms": t, "documents": n, "shard_size": shard_size, "model": model.hparams.model,
+            "encoder": model.hparams.encoder, "terms_sha": "0" * 16, "doc_ids_sha": "0" * 16}
+    meta_bytes = len(json.dumps(meta, indent=2, sort_keys=True).encode())
+    listing = sum(len(item.encode("utf-8")) + 1 for item in (*terms, *doc_ids)) + meta_bytes + 1
+    index_bytes = (npy_bytes(np.float32, (postings,)) + npy_bytes(index_dtype, (postings,))
+                   + npy_bytes(index_dtype, (t + 1,)) + listing)  # fmt: skip
+    full, last = divmod(n, shard_size)
+    shard_bytes = full * npy_bytes(np.float32, (shard_size, t)) + meta_bytes
+    if last:
+        shard_bytes += npy_bytes(np.float32, (last, t))
+    return IndexEstimate(t, n, postings, drawn, index_bytes, shard_bytes)
 
 
 # --- computing the postings with Lightning predict ------------------------------------------------------

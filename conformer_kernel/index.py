@@ -16,13 +16,17 @@ and ``meta.json`` (written last) in a new ``--output`` folder. Shards of ``--sha
 soon as they are scored, so an interrupted run resumes where it stopped (``--resume``), and merged into the arrays
 out of core, with the memory of one shard; with several ``--devices`` (or under ``torchrun`` or ``srun``) the
 shards are split among them, and global rank zero alone checks the folder, writes its plan and merges the shards
-(`common.commands.task_options.launched_as_global_zero`): the same index as one process builds.
+(`common.commands.task_options.launched_as_global_zero`): the same index as one process builds. Before computing,
+the command prints the index's estimated size and its build's peak, the shards beside the merged arrays
+(`conformer_kernel.impact_index.estimate_index`: NDRM1's and NDRM3's postings are dense, NDRM2's counted in a
+sample of 1,000 documents), beside the space free where ``--output`` goes.
 
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
 written (`common.refusals`): the options, the tasks' names and the output folder at once, before torch and
 Lightning are imported; an ``irds:`` task's files that are neither present nor downloadable, one line each
 (`common.data.irds_files`); a checkpoint that is not conformer_kernel.train's once read, and a malformed task file
-once the task is opened.
+once the task is opened; a filesystem whose free space (``shutil.disk_usage``) cannot hold the build's estimated
+peak, once it is estimated (with ``--resume``, less what the folder holds).
 """
 
 from __future__ import annotations
@@ -119,6 +123,23 @@ def check_args(args: argparse.Namespace) -> None:
                          [("docs",), *[("queries",)] * len(args.topics), *[ORCAS_PARTS] * len(orcas)], quiet=not zero)
 
 
+def check_room(args: argparse.Namespace, estimate) -> str:
+    """The index's estimated size and its build's peak (a `conformer_kernel.impact_index.IndexEstimate`) beside the
+    space free where ``--output`` is, as a line to print; where that space cannot hold the peak (with ``--resume``,
+    less what the folder already holds), one line naming ``--output``, before anything is written."""
+    from common.stores.size import format_bytes, free_space, written_bytes
+
+    written = written_bytes(args.output) if args.resume else 0
+    folder, free = free_space(args.output)
+    more = f" more ({format_bytes(estimate.peak_bytes)} in all, {format_bytes(written)} written)" if written else ""
+    if free < estimate.peak_bytes - written:
+        usage_error(f"--output: no room for the index in {args.output}: its build needs an estimated "
+                    f"{format_bytes(estimate.peak_bytes - written)}{more} at its peak (the index and its shards) and "
+                    f"{folder} has {format_bytes(free)} free")
+    left = f"; {format_bytes(written)} of it written" if written else ""
+    return f"estimated index size: {estimate.describe()}{left}; free on {folder}: {format_bytes(free)}"
+
+
 def main(argv=None):
     """Build the index the command line names; returns it (a `conformer_kernel.impact_index.ImpactIndex`) on
     global rank zero, else None."""
@@ -131,7 +152,8 @@ def main(argv=None):
     leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
     from common.commands.cli import INPUT_ERRORS
-    from conformer_kernel.impact_index import UnfinishedIndexError, build_index, index_terms, load_for_inference
+    from conformer_kernel.impact_index import (UnfinishedIndexError, build_index, estimate_index, index_terms,
+                                               load_for_inference)
 
     data_settings = read_trained(args.checkpoint).get("datamodule_hyper_parameters", {})
     with input_errors(*INPUT_ERRORS):  # the tasks' files and the ORCAS field's, read before the model is built
@@ -140,8 +162,12 @@ def main(argv=None):
         doc_ids = list(documents)
         model, featurizer = load_for_inference(args.checkpoint, args.orcas, data_settings)
     terms = index_terms(topic_sets, featurizer, args.vocabulary)
-    print(f"indexing {len(terms)} terms x {len(doc_ids)} documents "
-          f"(at most {len(terms) * len(doc_ids) * 8 / 2**30:.2f} GiB of postings) into {args.output}")
+    room = None
+    if launched_as_global_zero():  # whose folder it is (check_args): a refusal there ends the launch
+        room = check_room(args, estimate_index(model, featurizer, documents, doc_ids, terms, args.shard_size))
+    print(f"indexing {len(terms)} terms x {len(doc_ids)} documents into {args.output}")
+    if room:
+        print(room)
     try:
         index = build_index(model, featurizer, documents, doc_ids, terms, args.output, shard_size=args.shard_size,
                             batch_size=args.batch_size, term_chunk=args.term_chunk, resume=args.resume,

@@ -8,7 +8,9 @@ stores D' of Eq. 25, each judge block's keys and values of D (D W_Y, D W_Z), 2·
 also saves the judge's document projections at query time (Table 1's n^2 d term). A document's rows are its real
 tokens, [CLS] and [SEP] included and padding left out, the passage cut and tokenised exactly as in training (the
 checkpoint's tokenizer and passage length). The command prints the bytes per document of the store it built and
-what the other strategy would cost (S2 = 2·K x S1).
+what the other strategy would cost (S2 = 2·K x S1). Before building it prints the store's estimated size (the
+collection's size times the mean rows of a sample of 1,000 of its documents, tokenised but not encoded, plus the
+store's other files; `common.stores.size`) beside the space free where ``--output`` goes.
 
 ``CKPT`` is an `earl.train` checkpoint of EARL (the BERT ranker and BERT-Siamese have nothing to precompute).
 ``--collection`` names the documents: ``builtin:<split>``, ``irds:<ir_datasets id>`` (``msmarco-passage`` for
@@ -28,7 +30,8 @@ Bad input ends in one line naming the option or the file, with exit status 2, be
 (`common.refusals`): the options, the collection's name and the output folder at once, before torch and Lightning
 are imported; an ``irds:`` collection's files that are neither present nor downloadable, one line each
 (`common.data.irds_files`); a checkpoint that is not EARL's once read; a collection file that cannot be read once it
-is opened.
+is opened; a filesystem whose free space (``shutil.disk_usage``) cannot hold the estimated store, once it is
+estimated (with ``--resume``, what is left of it to write).
 """
 
 from __future__ import annotations

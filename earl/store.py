@@ -12,7 +12,8 @@ random documents that ``python -m earl.benchmark`` times.
   the encoding (judge blocks, hidden size, heads, passage length, tokenizer). A store is opened with the
   checkpoint's hash expected, so another checkpoint's store, right shapes and wrong numbers, is refused.
 - Indexing (`representation`, built by `common.stores.writer.build_representations`): Lightning ``predict``, a step
-  per shard; each document's rows are cut back to its real tokens.
+  per shard; each document's rows are cut back to its real tokens, as many as `document_row_counts` tells from its
+  token mask alone (the store's size estimated before it is built, `common.stores.size`).
 - Scoring (`QueryScorer`, a `common.stores.scoring.StoreScorer`): per query, T_qry once (Eqs. 14-16), then the
   candidates in batches through the judge blocks (Eqs. 17-22) with their keys and values read from an S2 store,
   computed from an S1 store's D (the n^2 d term of Table 1 that S2 saves), or, end to end, from T_doc at query
@@ -20,8 +21,9 @@ random documents that ``python -m earl.benchmark`` times.
   to float rounding (the tests hold them within 1e-5); an fp16 store rounds the stored rows to half precision
   (about 3 decimal digits), and `common.stores.scoring.compare_scores` measures what that costs.
 - Stores of random documents (`random_stores`, what ``python -m earl.benchmark`` times): the same S1 and S2 rows
-  for documents ``d0``, ``d1``... of random words (`document_words`) through a model of random weights, or of seeded
-  noise in D's shape; the store's identity says which (``checkpoint``: the weights' description, ``documents``).
+  for documents ``d0``, ``d1``... of random words (`document_words`) through a model of random weights, or seeded
+  noise of each store's own width; the store's identity says which (``checkpoint``: the weights' description,
+  ``documents``).
 
 Matrix products run in full fp32 (torch's default ``highest`` matmul precision, not TF32), so that a GPU run's
 stored and end-to-end scores agree as closely as a CPU run's.
@@ -38,7 +40,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from common.benchmarking import bert_documents, random_words
+from common.benchmarking import bert_documents, noise_documents, random_words
 from common.encoders.bert_inputs import BertInputs
 from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 from common.stores.scoring import StoreScorer, load_module
@@ -85,7 +87,12 @@ def representation(ranker: EARLRanker, encoder: BertInputs, strategy: str) -> Re
     extra = {"model": ranker.name, "num_blocks": model.num_blocks, "hidden_size": model.hidden_size,
              "heads": model.doc_encoder.config.num_attention_heads, "passage_length": encoder.passage_length,
              "tokenizer": encoder.tokenizer_name}  # fmt: skip
-    return Representation(model, represent, width, strategy, extra)
+    return Representation(model, represent, width, strategy, extra, rows=document_row_counts)
+
+
+def document_row_counts(mask: Tensor) -> Tensor:
+    """(B, d) token mask -> (B,) rows a store keeps of each document: its real tokens, either strategy."""
+    return mask.bool().sum(1)
 
 
 def storage_report(store: RepresentationStore) -> str:
@@ -154,10 +161,12 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
                   count: int, dtype: str, documents: str, seed: int, shard_size: int, batch_size: int,
                   keys_values: Callable[[Tensor], Tensor] | None = None) -> dict[str, RepresentationStore]:
     """The `strategies` stores of `count` random documents ``d0``, ``d1``... of n tokens under `root` (folders named
-    from `name`), from one pass over D: T_doc of ``[CLS]`` and `document_words` (`documents` ``encoded``) or seeded
-    noise of D's shape (``random``). S2's rows are `keys_values` of D (by default `EARL.document_keys_values`);
-    `checkpoint` describes the weights, `dtype` is a `ROW_TYPES` name. A finished store of the same identity is
-    opened, not rebuilt; an unfinished one is resumed."""
+    from `name`). With `documents` ``encoded``, from one pass over D, T_doc of ``[CLS]`` and `document_words`, S2's
+    rows `keys_values` of D (by default `EARL.document_keys_values`); with ``random``, each store's rows are seeded
+    noise of its own width (`common.benchmarking.noise_documents`; S2's are not D' of S1's: timing does not depend
+    on the values, and a store of 100,000 documents is written at disk speed). `checkpoint` describes the weights,
+    `dtype` is a `ROW_TYPES` name. A finished store of the same identity is opened, not rebuilt; an unfinished one
+    is resumed."""
     keys_values = keys_values or model.document_keys_values
     stores, writers = {}, {}
     for strategy in strategies:
@@ -170,17 +179,19 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
         writers[strategy] = StoreWriter(folder, doc_ids=[f"d{i}" for i in range(count)], dtype=ROW_TYPES[dtype],
                                         shard_size=shard_size, width=store_width(model, strategy), identity=identity,
                                         extra=extra, resume=True)  # fmt: skip
-    words = document_words(n, count, seed) if writers and documents == "encoded" else None
-    with torch.inference_mode():
-        for shard in sorted(set().union(*(set(w.pending()) for w in writers.values()))):
+    for writer in writers.values() if documents == "random" else ():
+        for shard in writer.pending():
             first, last = shard * shard_size, min(shard * shard_size + shard_size, count)
-            if words is None:
-                generator = torch.Generator().manual_seed(seed * 1_000_003 + n * 7919 + shard)
-                hidden = torch.randn(last - first, n, model.hidden_size, generator=generator)
-            else:
-                hidden = torch.cat([model.encode_documents(part, torch.ones_like(part))
-                                    for part in bert_documents(words[first:last]).split(batch_size)])
-            for strategy, writer in writers.items():
+            writer.write_shard(shard, list(noise_documents(seed * 1_000_003 + n, first, last - first, n, writer.width,
+                                                           ROW_TYPES[dtype])))
+    encoding = writers if documents == "encoded" else {}
+    words = document_words(n, count, seed) if encoding else None
+    with torch.inference_mode():
+        for shard in sorted(set().union(*(set(w.pending()) for w in encoding.values()))):
+            first, last = shard * shard_size, min(shard * shard_size + shard_size, count)
+            hidden = torch.cat([model.encode_documents(part, torch.ones_like(part))
+                                for part in bert_documents(words[first:last]).split(batch_size)])
+            for strategy, writer in encoding.items():
                 if shard in writer.pending():
                     writer.write_shard(shard, list(hidden if strategy == "s1" else keys_values(hidden)))
     return {strategy: stores[strategy] if strategy in stores else writers[strategy].finish()

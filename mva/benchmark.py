@@ -1,32 +1,55 @@
-"""``python -m mva.benchmark``: milliseconds of joint compute per query over N candidates for the dual encoder (DE),
-the three MVA operating points and cross-attention (CA), beside the calculator's MACs (`mva.costs`) and each
-method's bytes per document (Zhou and Devlin 2021, Tables 5-6, which count joint compute and storage; timed here).
+"""``python -m mva.benchmark``: milliseconds per query over N candidates for the dual encoder (DE), the three MVA
+operating points and cross-attention (CA): the joint compute (Zhou and Devlin 2021, Tables 5-6, which count joint
+compute and storage; timed here) and, beside it, reading the candidates' stored rows as a user pays for it, with the
+calculator's MACs (`mva.costs`) and each method's bytes per document.
 
 - ``de``: the query's h-vector against N stored h-vectors (one matrix-vector product);
 - ``mva1``-``mva3``: `mva.model.MultiVectorAttention.score` over N candidates' stored [D_K | D_V] rows (random: the
   cost does not depend on their values) with the query's Q_K and Q_V expanded over them, at `mva.costs.table5`'s
   operating points, all N in one call;
 - ``ca``: `common.encoders.bert_rankers.BertRanker` over pairs of 128 tokens in batches of ``--batch_size``, timed on
-  ``--ca_candidates`` and scaled linearly to N (``extrapolated``: every candidate is the same work).
+  ``--ca_candidates`` and scaled linearly to N (``extrapolated``: every candidate is the same work). It reads no
+  stored representation (fetching its documents' token ids is not timed): ``read_ms`` is empty.
 
-Left out, as in the paper's joint compute: the query's encoding and the documents' (offline); the rows are in
-memory. ``ms`` is the median of ``--repeats`` calls (``--ca_repeats`` for CA) after a warm-up call; ``ca_time_ratio``
-and ``ca_macs_ratio`` are CA's ms and MACs over the row's, measured and counted. Sizes (CA's BERT, DE's h): ``base``
-(BERT-base, the paper's) and ``small`` (the offline MiniLM's), from scratch with random weights.
+DE's and MVA's rows come from a store (`common.stores.representations`, fp32 as the paper's bytes per document) of
+``--store_documents`` documents (100,000 by default) of seeded noise (`common.benchmarking.noise_documents`), each
+of the method's timesteps and width ([D_K | D_V], 2 H p, per timestep; DE's one h-vector), in shards of 1,000
+documents (the index commands' default). Each timed query's candidates are what a BM25 top N gives, N distinct
+documents drawn uniformly at random over the store, a new draw every repeat (`common.benchmarking.draw_candidates`,
+``default_rng((seed, repeat))``): they scatter over about min(N, shards) shards and no repeat reads rows an earlier
+one left in memory. A warm-up maps the shards that a draw of its own falls in, as a server that has run a while has
+them, and runs the head once on zero rows, reading no row; then, just before the timed queries, the store's files
+are written back and dropped from the page cache (``posix_fadvise(POSIX_FADV_DONTNEED)``), so on Linux the first
+touch of a row is a disk read (cold). ``store_cached`` is the share of the store's pages still cached when the
+timing starts (``mincore``: near 0 where the eviction worked, the id table's pages the warm-up searched). One store
+is on disk at a time (at most MVA¹'s: 71,680 bytes a document, 7.2 GB at 100,000), each removed once measured unless
+``--store_dir`` keeps them.
+
+``ms`` is the median query's wall clock (of ``--repeats``, ``--ca_repeats`` for CA, after the warm-up);
+``read_ms`` its store reads (the id lookup and the copy of every candidate's rows into one batch tensor, then to the
+device) and ``compute_ms`` the joint compute (what this benchmark timed alone before; the query's encoding and the
+documents' are left out, as in the paper's joint compute), so ``ms = read_ms + compute_ms``; ``warm_read_ms`` reads
+the same candidates again, their rows now in the page cache. ``ca_time_ratio`` is CA's ms over the row's,
+``ca_compute_ratio`` over its compute alone, ``ca_macs_ratio`` CA's MACs over the row's; ``gflops_per_s`` is on
+``ms``, ``compute_gflops_per_s`` on ``compute_ms``. Sizes (CA's BERT, DE's h): ``base`` (BERT-base, the paper's)
+and ``small`` (the offline MiniLM's), from scratch with random weights.
 """
 
 from __future__ import annotations
 
+import statistics
 import sys
+import tempfile
+import time
 from pathlib import Path
 from typing import NamedTuple
 
 from common.benchmarking import (
     BERT_CLS, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE, FIRST_WORD, BertSize, Line, Panel, Session, benchmark_parser,
-    bert_pairs, describe_machine, draw, gpu_description, machine, median_ms, output_paths, parse, resolve_device,
-    text_table,
+    bert_pairs, cached_fraction, describe_machine, draw, draw_candidates, evict_from_page_cache, gpu_description,
+    machine, median_ms, median_query, noise_documents, output_paths, parse, resolve_device, text_table,
 )
-from common.refusals import positive_int
+from common.refusals import output_folder, positive_int, usage_error
 from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs, mva_macs, mva_storage
 
 IMPLS = ("de", "mva1", "mva2", "mva3", "ca")
@@ -34,6 +57,8 @@ LABELS = {"de": "DE", "mva1": "MVA1", "mva2": "MVA2", "mva3": "MVA3", "ca": "CA"
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "mva"
 FLOAT_BYTES = 4  # fp32
 SIZES = {"base": BertSize(12, 768, 12, 3072), "small": BertSize(6, 384, 12, 1536)}
+SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
+STORE_DOCUMENTS = 100_000
 
 
 class Point(NamedTuple):
@@ -60,8 +85,59 @@ def cost(impl: str, size: BertSize) -> tuple[int, int, str]:
             f"q = {q}, d = {d}, p = {p}" + (f", H = {heads}" if heads > 1 else ""))
 
 
-def mva_step(point: Point, candidates: int, device: str, seed: int):
-    """`MultiVectorAttention.score` of one query over `candidates` stored [D_K | D_V] rows (random, seeded)."""
+def store_shape(impl: str, size: BertSize) -> tuple[int, int]:
+    """Rows and columns of one document in `impl`'s store: DE's one h-vector; MVA's d timesteps of [D_K | D_V]."""
+    if impl == "de":
+        return 1, size.hidden
+    point = POINTS[impl]
+    return point.doc, 2 * point.heads * point.projection
+
+
+def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, seed: int):
+    """The fp32 store of `documents` documents ``d0``, ``d1``... of `rows` x `width` seeded noise under `root`
+    (`noise_documents`), in shards of `SHARD_SIZE`; a finished one of the same identity is opened, not rebuilt."""
+    from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
+
+    folder = root / f"{impl}_{rows}x{width}_{documents}"
+    identity = {"checkpoint": f"noise, seed {seed}", "strategy": impl, "rows": rows, "documents": documents}
+    if (folder / MANIFEST).exists():
+        return RepresentationStore.open(folder, expect=identity)
+    writer = StoreWriter(folder, doc_ids=[f"d{i}" for i in range(documents)], width=width, dtype="float32",
+                         shard_size=SHARD_SIZE, identity=identity, resume=True)
+    for shard in writer.pending():
+        first, last = shard * SHARD_SIZE, min(shard * SHARD_SIZE + SHARD_SIZE, documents)
+        writer.write_shard(shard, list(noise_documents(seed * 1_000_003 + rows, first, last - first, rows, width)))
+    return writer.finish()
+
+
+class StoreReads:
+    """The candidates' rows of a store read as timed: looked up at once, each document's (rows, width) matrix copied
+    into one preallocated (candidates, rows, width) fp32 tensor, then moved to `device`."""
+
+    def __init__(self, store, candidates: int, device: str):
+        import torch
+
+        rows = store.manifest["rows"] // len(store)  # every document has as many
+        self.store, self.device = store, device
+        self.rows = torch.zeros(candidates, rows, store.width)
+        self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
+
+    def map_shards(self, ids: list[str]):
+        """Map the shards that `ids` fall in, touching none of their rows; the (zero) batch tensor on the device."""
+        self.store.get_many(ids)  # views of the shards' maps: no row is read
+        return self.rows.to(self.device)
+
+    def __call__(self, ids: list[str]):
+        import numpy as np
+
+        for i, matrix in enumerate(self.store.get_many(ids)):
+            np.copyto(self.rows_numpy[i], matrix)
+        return self.rows[: len(ids)].to(self.device)
+
+
+def mva_head(point: Point, candidates: int, device: str, seed: int):
+    """``score(documents)``: `MultiVectorAttention.score` of one query (random Q_K, Q_V, seeded) over `candidates`
+    candidates' (candidates, d, 2 H p) [D_K | D_V] rows."""
     import torch
 
     from mva.model import MultiVectorAttention
@@ -72,19 +148,57 @@ def mva_step(point: Point, candidates: int, device: str, seed: int):
     query_keys = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
     query_values = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
     query_keep = torch.ones(1, point.query, dtype=torch.bool, device=device).expand(candidates, -1)
-    documents = torch.randn(candidates, point.doc, 2 * hp, device=device)
     doc_keep = torch.ones(candidates, point.doc, dtype=torch.bool, device=device)
-    return lambda: head.score(query_keys, query_values, query_keep, documents, doc_keep)
+    return lambda documents: head.score(query_keys, query_values, query_keep, documents, doc_keep)
 
 
-def de_step(hidden: int, candidates: int, device: str, seed: int):
-    """The query's h-vector against `candidates` stored h-vectors."""
+def de_head(hidden: int, device: str, seed: int):
+    """``score(documents)``: the query's h-vector (random, seeded) against candidates' (candidates, 1, h) vectors."""
     import torch
 
-    generator = torch.Generator().manual_seed(seed)
-    documents = torch.randn(candidates, hidden, generator=generator).to(device)
-    query = torch.randn(hidden, generator=generator).to(device)
-    return lambda: documents @ query
+    query = torch.randn(hidden, generator=torch.Generator().manual_seed(seed)).to(device)
+    return lambda documents: documents.view(len(documents), hidden) @ query
+
+
+def candidate_ids(positions) -> list[str]:
+    """The doc ids of store positions (`noise_store` names document i ``d{i}``)."""
+    return [f"d{position}" for position in positions.tolist()]
+
+
+def time_store_queries(store, score, args) -> dict:
+    """Time ``--repeats`` queries, each reading its own draw of ``--candidates`` candidates from `store` cold
+    (`StoreReads`) and scoring them (`score`): the median query's ``ms``, ``read_ms`` and ``compute_ms``
+    (`median_query`), ``warm_read_ms`` (the same candidates read again), where the candidates fell and how much of
+    the store was cached at the start (the module docstring)."""
+    import numpy as np
+    import torch
+
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
+    draws = [draw_candidates(len(store), args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
+    *timed, warm_up = [candidate_ids(positions) for positions in draws]  # the warm-up's draw is the last
+    read, files = StoreReads(store, args.candidates, args.device), sorted(p for p in store.folder.iterdir())
+    score(read.map_shards(warm_up))  # warm-up: the shards mapped, the head run once on zero rows, no row read
+    evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
+    cached, records, warm_reads = cached_fraction(files), [], []
+    for ids in timed:
+        sync()
+        start = time.perf_counter()
+        documents = read(ids)
+        sync()
+        middle = time.perf_counter()
+        score(documents)
+        sync()
+        end = time.perf_counter()
+        records.append({"ms": (end - start) * 1000, "read_ms": (middle - start) * 1000,
+                        "compute_ms": (end - middle) * 1000})
+    for ids in timed:  # the same rows again: in the page cache now
+        start = time.perf_counter()
+        read(ids)
+        sync()
+        warm_reads.append((time.perf_counter() - start) * 1000)
+    shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
+    return {**median_query(records), "warm_read_ms": statistics.median(warm_reads), "store_documents": len(store),
+            "candidate_shards": statistics.median(shards), "store_cached": cached}
 
 
 def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int):
@@ -109,7 +223,8 @@ def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int)
 
 
 def measure(size_name: str, args, log) -> list[dict]:
-    """Every method at one size; rows in `IMPLS` order, CA's ratios filled in."""
+    """Every method at one size; rows in `IMPLS` order, CA's ratios filled in. DE's and MVA's stores are built one at
+    a time (`noise_store`), under ``--store_dir`` or in a temporary folder removed once the method is measured."""
     import torch
 
     size, n, rows = SIZES[size_name], args.candidates, []
@@ -120,17 +235,33 @@ def measure(size_name: str, args, log) -> list[dict]:
             timed, repeats = (min(args.ca_candidates, n), args.ca_repeats) if ca else (n, args.repeats)
             if ca:
                 step, warm_up = ca_step(size, timed, args.batch_size, args.device, args.seed)
+                warm_up()
+                timed_ms = median_ms(step, repeats, args.device)
+                result = {"ms": timed_ms * n / timed}  # linear in the candidates: each is the same work
             else:
-                step = warm_up = (mva_step(point, n, args.device, args.seed) if point
-                                  else de_step(size.hidden, n, args.device, args.seed))
-            warm_up()
-            timed_ms, here = median_ms(step, repeats, args.device), machine()
-            ms = timed_ms * n / timed  # linear in the candidates: each is independent work of the same size
+                score = mva_head(point, n, args.device, args.seed) if point else de_head(size.hidden, args.device,
+                                                                                       args.seed)
+                shape = store_shape(impl, size)
+                log(f"{size_name} {impl:>4}: building a store of {args.store_documents:,} documents "
+                    f"({args.store_documents * FLOAT_BYTES * floats / 1e9:.2f} GB)")
+                with tempfile.TemporaryDirectory(prefix="mva_store_") as temporary:
+                    store = noise_store(args.store_dir or Path(temporary), impl, *shape, args.store_documents,
+                                        args.seed)
+                    result = time_store_queries(store, score, args)
+                    del store  # its shards' maps, before the folder goes
+                timed_ms = result["ms"]
+            ms, here = result["ms"], machine()
+            compute_ms = result.get("compute_ms", ms)  # CA's time is all compute
             rows.append({
                 "bench": "mva_speed", "impl": impl, "size": size_name, "candidates": n, "timed_candidates": timed,
-                "extrapolated": timed != n, "ms": ms, "timed_ms": timed_ms, "macs": macs * n, "mflops": macs * n / 1e6,
-                "gflops_per_s": 2 * macs * n / ms / 1e6, "ca_time_ratio": None, "ca_macs_ratio": None,
-                "storage_floats": floats, "bytes_per_document": FLOAT_BYTES * floats, "setting": setting,
+                "extrapolated": timed != n, "ms": ms, "read_ms": result.get("read_ms"), "compute_ms": compute_ms,
+                "warm_read_ms": result.get("warm_read_ms"), "timed_ms": timed_ms, "macs": macs * n,
+                "mflops": macs * n / 1e6, "gflops_per_s": 2 * macs * n / ms / 1e6,
+                "compute_gflops_per_s": 2 * macs * n / compute_ms / 1e6, "ca_time_ratio": None,
+                "ca_compute_ratio": None, "ca_macs_ratio": None, "storage_floats": floats,
+                "bytes_per_document": FLOAT_BYTES * floats, "store_documents": result.get("store_documents"),
+                "shard_size": None if ca else SHARD_SIZE, "candidate_shards": result.get("candidate_shards"),
+                "store_cached": result.get("store_cached"), "setting": setting,
                 "query_timesteps": point.query if point else (QUERY_TIMESTEPS if ca else 1),
                 "doc_timesteps": point.doc if point else (None if ca else 1),
                 "projection": point and point.projection, "heads": point and point.heads,
@@ -138,45 +269,55 @@ def measure(size_name: str, args, log) -> list[dict]:
                 "intermediate_size": size.intermediate if ca else None, "pair_tokens": PAIR_TOKENS if ca else None,
                 "batch_size": min(args.batch_size, timed) if ca else n, "repeats": repeats, "device": args.device,
                 "gpu": gpu_description(args.device), **{k: here[k] for k in ("cpu", "threads", "load_1min")}})
-            log(f"{size_name} {impl:>4}: {ms:.3f} ms/query over {n} candidates"
+            read = "" if ca else f" ({result['read_ms']:.3f} reading, {compute_ms:.3f} compute)"
+            log(f"{size_name} {impl:>4}: {ms:.3f} ms/query over {n} candidates{read}"
                 + (f" (timed on {timed}, scaled)" if timed != n else ""))
+    ca = rows[-1]
     for row in rows:
-        row["ca_time_ratio"], row["ca_macs_ratio"] = rows[-1]["ms"] / row["ms"], rows[-1]["macs"] / row["macs"]
+        row["ca_time_ratio"], row["ca_macs_ratio"] = ca["ms"] / row["ms"], ca["macs"] / row["macs"]
+        row["ca_compute_ratio"] = ca["ms"] / row["compute_ms"]
     return rows
 
 
 def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
-    """ms per query against joint compute (millions of MACs) and against bytes per document (CA, which stores
-    nothing, left out), log axes; one marker per size, one colour per method."""
+    """ms per query (store read and compute; x: the compute alone) against joint compute (millions of MACs) and
+    against bytes per document (CA, which stores nothing, left out), log axes; one marker per size, one colour per
+    method."""
     def lines(x: str, legend: bool) -> list[Line]:
         return [Line(legend * (f"{LABELS[r['impl']]} ({r['size']})" + r["extrapolated"] * f", timed on "
                                f"{r['timed_candidates']}"), [(r[x], r["ms"], LABELS[r["impl"]])],
-                     "o" if r["size"] == "base" else "s", f"C{IMPLS.index(r['impl'])}") for r in rows if r[x]]
+                     "o" if r["size"] == "base" else "s", f"C{IMPLS.index(r['impl'])}") for r in rows if r[x]] + [
+            Line("", [(r[x], r["compute_ms"])], "x", f"C{IMPLS.index(r['impl'])}") for r in rows
+            if r[x] and r["read_ms"] is not None]  # the compute alone, without the store read
 
     first = rows[0]
     ylabel = f"ms per query ({first['candidates']} candidates)"
     where = first["gpu"] or f"{first['cpu']}, {first['threads']} thread(s)"
-    draw([Panel(f"MVA Table 5, measured: {where}", "joint compute (millions of MACs per query, mva.costs)", ylabel,
-                lines("mflops", True)),
+    draw([Panel(f"MVA Table 5, measured: {where}\n(x: compute alone, without the store read)",
+                "joint compute (millions of MACs per query, mva.costs)", ylabel, lines("mflops", True)),
           Panel("ms per query against storage", "bytes per document (fp32; CA stores none)", ylabel,
                 lines("bytes_per_document", False))], path, size=(6, 4.8), overwrite=overwrite)
 
 
 def table(rows: list[dict]) -> str:
-    """The rows as a text table; CA/ms and CA/MACs: CA's time and MACs over the row's."""
+    """The rows as a text table; the ratios: CA's time (over the row's, over its compute alone) and MACs."""
     return text_table(rows, [(key, key, spec) for key, spec in (
-        ("size", ""), ("impl", ""), ("ms", ".3f"), ("timed_candidates", "d"), ("mflops", ",.1f"),
-        ("gflops_per_s", ".1f"), ("ca_time_ratio", ",.0f"), ("ca_macs_ratio", ",.0f"), ("bytes_per_document", ","),
-        ("setting", ""))])
+        ("size", ""), ("impl", ""), ("ms", ".3f"), ("read_ms", ".3f"), ("compute_ms", ".3f"),
+        ("warm_read_ms", ".3f"), ("timed_candidates", "d"), ("mflops", ",.1f"), ("gflops_per_s", ".1f"),
+        ("ca_time_ratio", ",.0f"), ("ca_compute_ratio", ",.0f"), ("ca_macs_ratio", ",.0f"),
+        ("bytes_per_document", ","), ("store_cached", ".2f"), ("setting", ""))])
 
 
 def parse_args(argv: list[str] | None):
     parser = benchmark_parser(
-        "python -m mva.benchmark", "MVA Tables 5-6, measured: milliseconds of joint compute per query over N "
-        "candidates for DE, MVA1-3 and CA (the query's encoding left out), beside mva.costs' MACs and bytes per "
-        "document.", results=RESULTS, writes="speed.csv, .jsonl and .png", repeats=20,
+        "python -m mva.benchmark", "MVA Tables 5-6, measured: milliseconds per query over N candidates for DE, "
+        "MVA1-3 and CA, the joint compute (the query's encoding left out) beside reading DE's and MVA's candidates "
+        "from a store of --store_documents documents (drawn at random afresh for each query, read cold: dropped from "
+        "the page cache first), with mva.costs' MACs and bytes per document. Disk: one store at a time, at most "
+        "MVA1's (71,680 bytes a document: 7.2 GB at 100,000), under --store_dir or $TMPDIR.", results=RESULTS,
+        writes="speed.csv, .jsonl and .png", repeats=20,
         repeats_help="timed queries for DE and MVA (the median is reported)", device="cpu",
-        seed="seeds the weights, the rows and the token ids")
+        seed="seeds the weights, the rows, the token ids and the candidates' draws")
     add = parser.add_argument
     add("--size", nargs="+", default=["base"], choices=tuple(SIZES), help="CA's BERT and DE's h: base = BERT-base "
         "(12 layers, h 768, FFN 3072); small = the MiniLM's (6 layers, h 384, FFN 1536)")
@@ -184,7 +325,15 @@ def parse_args(argv: list[str] | None):
     add("--ca_candidates", type=positive_int, default=16, help="candidates CA is timed on, scaled to --candidates")
     add("--batch_size", type=positive_int, default=16, help="CA pairs per forward pass")
     add("--ca_repeats", type=positive_int, default=3, help="timed queries for CA")
+    add("--store_documents", type=positive_int, default=STORE_DOCUMENTS, help="documents in DE's and each MVA "
+        "point's store, over which each query's candidates are drawn (at least --candidates)")
+    add("--store_dir", type=output_folder, help="where the stores are built and kept, reused when their identity "
+        "matches: every store stays (default: a temporary folder under $TMPDIR, each store removed once measured: "
+        "one on disk at a time)")
     args = parse(parser, argv)
+    if args.store_documents < args.candidates:
+        usage_error(f"argument --store_documents: a query draws --candidates {args.candidates} distinct documents; "
+                    f"got {args.store_documents}")
     args.device = resolve_device(args.device)
     return args
 
@@ -192,7 +341,8 @@ def parse_args(argv: list[str] | None):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     with Session(args, output_paths(args.output_dir, "speed")) as session:
-        session.say(f"MVA speed on {args.device}, {describe_machine()}; CA timed on {args.ca_candidates} candidates")
+        session.say(f"MVA speed on {args.device}, {describe_machine()}; CA timed on {args.ca_candidates} candidates; "
+                    f"DE and MVA read cold from stores of {args.store_documents:,} documents")
         rows = [row for size_name in args.size for row in measure(size_name, args, session.log)]
         for row in rows:
             session.emit(row)

@@ -6,7 +6,10 @@ MVA's score reads each candidate only through D_K = Y W_DK and D_V = Y W_DV of i
 which never see the query: the store keeps them, [D_K | D_V] per timestep, 2·H·p floats (Table 5 counts both:
 70 x 128 x 2 = 17,920 floats per document for MVA¹). A dual encoder's store keeps its [CLS] vector, h floats. A
 document's rows are the timesteps its pooling keeps (`mva.store`), the passage cut and tokenised exactly as in
-training (the checkpoint's tokenizer and passage length). The command prints the bytes per document it stored.
+training (the checkpoint's tokenizer and passage length). The command prints the bytes per document it stored;
+before building, the store's estimated size (the collection's size times the mean timesteps kept of a sample of
+1,000 of its documents, tokenised but not encoded, plus the store's other files; `common.stores.size`) beside the
+space free where ``--output`` goes.
 
 ``CKPT`` is an `mva.train` checkpoint of MVA or DE (CA reads query and document together: nothing to store).
 ``--collection`` names the documents: ``builtin:<split>``, ``irds:<ir_datasets id>`` (``msmarco-passage`` for
@@ -23,7 +26,8 @@ Bad input ends in one line naming the option or the file, with exit status 2, be
 (`common.refusals`): the options, the collection's name and the output folder before torch and Lightning are
 imported; an ``irds:`` collection's files that are neither present nor downloadable, one line each
 (`common.data.irds_files`); a checkpoint that is not MVA's or DE's once read; a collection file that cannot be read
-once opened.
+once opened; a filesystem whose free space (``shutil.disk_usage``) cannot hold the estimated store, once it is
+estimated (with ``--resume``, what is left of it to write).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ mva.index`` stores and how ``python -m mva.evaluate`` scores from it, in one pla
 - Identity: ``checkpoint`` (the sha256 of the checkpoint file) and ``strategy`` (the architecture: ``mva`` or
   ``de``); ``extra`` records the pooling, projection, heads, hidden size, passage length and tokenizer.
 - Indexing (`representation`, built by `common.stores.writer.build_representations`): Lightning ``predict``, a step
-  per shard.
+  per shard. `document_row_counts` tells each document's rows from its token mask alone, the encoder not run (the
+  store's size estimated before it is built, `common.stores.size`).
 - Scoring (`QueryScorer`, a `common.stores.scoring.StoreScorer`): per query, the query side once (pooling, Q_K
   and Q_V; or DE's [CLS] vector), then the candidates in batches, their rows read from the store or, end to end,
   computed by the encoder at query time. The two paths differ only in where the rows come from: an fp32 store
@@ -36,6 +37,7 @@ from common.stores.scoring import StoreScorer, load_module
 from common.stores.writer import Representation
 from mva import STORED
 from mva.costs import bert_macs, dual_encoder_macs, mva_macs
+from mva.model import temporal_pool, timestep_mask
 from mva.ranker import MVARanker
 
 
@@ -64,6 +66,23 @@ def store_width(ranker: MVARanker) -> int:
     raise ValueError(f"{architecture(ranker)} has no document representation to store (only {', '.join(STORED)})")
 
 
+def document_row_counts(ranker: MVARanker, mask: Tensor) -> Tensor:
+    """(B, d) token mask -> (B,) rows `document_rows` keeps of each document, without the encoder: DE's one; MVA's
+    timesteps of its document pooling (`mva.model.timestep_mask`, then the first K, the K [CLS] timesteps, or the
+    temporal groups holding one)."""
+    if architecture(ranker) != "mva":
+        return mask.new_ones(len(mask), dtype=torch.long)
+    pooling = ranker.model.doc_pooling
+    if pooling.kind == "cls":
+        return mask.new_full((len(mask),), pooling.timesteps, dtype=torch.long)
+    keep = timestep_mask(mask)
+    if pooling.kind == "first_k":
+        keep = keep[:, : pooling.timesteps]
+    elif pooling.kind == "temporal":
+        keep = temporal_pool(keep.unsqueeze(-1).float(), keep, pooling.factor)[1]
+    return keep.sum(1)
+
+
 def document_rows(ranker: MVARanker, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     """(B, d) token ids and mask -> the (B, t, width) rows a store holds and their (B, t) keep mask."""
     if architecture(ranker) == "mva":
@@ -88,7 +107,10 @@ def representation(ranker: MVARanker, encoder: BertInputs) -> Representation:
     def represent(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         return document_rows(ranker, tokens, mask)
 
-    return Representation(ranker.model, represent, store_width(ranker), architecture(ranker), extra)
+    def rows(mask: Tensor) -> Tensor:
+        return document_row_counts(ranker, mask)
+
+    return Representation(ranker.model, represent, store_width(ranker), architecture(ranker), extra, rows=rows)
 
 
 def storage_report(store: RepresentationStore) -> str:

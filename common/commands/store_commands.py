@@ -8,7 +8,9 @@ options, their docstring (the ``--help``) and what their paper defines; their op
 - `build_index`: an index command once its options are checked and its checkpoint read. The package's store module
   (`earl.store`, `mva.store`) gives ``load_ranker(state)``, ``data_encoder(data settings)`` (passages encoded as in
   training), ``representation(ranker, encoder, **options)`` (what a store holds, a
-  `common.stores.writer.Representation`) and ``storage_report(store)``.
+  `common.stores.writer.Representation`) and ``storage_report(store)``. Before building, global rank zero prints
+  the store's estimated size and the space free where ``--output`` goes, and refuses in one line where that cannot
+  hold it (`check_room`, `common.stores.size`).
 - `StoreEvaluation`: an evaluate command, subclassed by each package (`earl.evaluate.EARLEvaluation`,
   `mva.evaluate.MVAEvaluation`). It reads the checkpoint (torch alone, so that a foreign one is refused before
   Lightning loads) and the store, opens the task (`common.training.tasks` through the package's data module, its
@@ -60,11 +62,16 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
     documents, doc_ids = read_collection(args)
     checkpoint_sha256 = checkpoint_hash(args.checkpoint)
     ranker = store.load_ranker(state)
+    representation = store.representation(ranker, encoder, **options)
+    # global rank zero's: the others would print it again (and a refusal ends the launch)
+    room = check_room(args, representation, encoder, documents, doc_ids) if launched_as_global_zero() else None
     print(f"{'resuming' if args.resume else 'building'} {what} of {ranker.name} ({args.dtype}) over "
           f"{len(doc_ids):,} documents of {args.collection} in {args.output}")
+    if room:
+        print(room)
     try:
         built = build_representations(
-            store.representation(ranker, encoder, **options), encoder, documents, doc_ids, args.output,
+            representation, encoder, documents, doc_ids, args.output,
             checkpoint_sha256=checkpoint_sha256, dtype=DTYPES[args.dtype], shard_size=args.shard_size,
             batch_size=args.batch_size, resume=args.resume, verify=args.verify,
             trainer_options=trainer_options(args),
@@ -75,6 +82,24 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
         print(store.storage_report(built))
         print(f"written: {args.output}")
     return built
+
+
+def check_room(args: argparse.Namespace, representation, encoder, documents, doc_ids: list[str]) -> str:
+    """The store's estimated size (`common.stores.size.estimate_store`) and the space free where ``--output`` is, as
+    a line to print; where that space cannot hold what is left to write (with ``--resume``, the estimate less what
+    the folder already holds), one line naming ``--output``, before anything is written."""
+    from common.stores.size import estimate_store, format_bytes, free_space, written_bytes
+
+    estimate = estimate_store(representation, encoder, documents, doc_ids, dtype=DTYPES[args.dtype],
+                              shard_size=args.shard_size, batch_size=args.batch_size)  # fmt: skip
+    written = written_bytes(args.output) if args.resume else 0
+    folder, free = free_space(args.output)
+    more = (f" more ({format_bytes(estimate.bytes)} in all, {format_bytes(written)} written)" if written else "")
+    if free < estimate.bytes - written:
+        usage_error(f"--output: no room for the store in {args.output}: it needs an estimated "
+                    f"{format_bytes(estimate.bytes - written)}{more} and {folder} has {format_bytes(free)} free")
+    left = f", {format_bytes(written)} of it written" if written else ""
+    return f"estimated size: {estimate.describe()}{left}; free on {folder}: {format_bytes(free)}"
 
 
 class StoreEvaluation:

@@ -123,13 +123,16 @@ def build_store(module: L.LightningModule, writer: StoreWriter,
 class Representation:
     """What a store of a model holds: `represent` (`DocumentIndexer`'s: (B, d) token ids and mask -> (B, t, `width`)
     rows and their (B, t) keep mask) belongs to `model`, which Lightning moves to the device; `strategy` names it in
-    the store's identity, beside the checkpoint; `extra` (the model's shape, the passages' encoding) is recorded."""
+    the store's identity, beside the checkpoint; `extra` (the model's shape, the passages' encoding) is recorded.
+    `rows` maps the (B, d) token mask alone to the (B,) rows `represent` keeps of each document (its keep mask's
+    sum), without the model: the store's size is estimated from it before a build (`common.stores.size`)."""
 
     model: nn.Module
     represent: Callable[[Tensor, Tensor], tuple[Tensor, Tensor]]
     width: int
     strategy: str
     extra: dict
+    rows: Callable[[Tensor], Tensor]
 
 
 def build_representations(representation: Representation, encoder, documents, doc_ids: Sequence[str],

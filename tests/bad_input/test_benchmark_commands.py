@@ -113,6 +113,12 @@ EARL = [
     (["--documents", "real"], "argument --documents: invalid choice: 'real' (choose from 'encoded', 'random')"),
     (["--impls", "earl_s3"], "argument --impls: invalid choice: 'earl_s3' (choose from 'bert_ranker', 'earl_s1', "
                              "'earl_s2')"),
+    (["--store_documents", "0"], "argument --store_documents: must be a positive integer, got 0"),
+    (["--store_documents", "999"], "argument --store_documents: a query draws --candidates 1000 distinct documents; "
+                                   "got 999"),
+    (["--store_gb", "0"], "argument --store_gb: must be a positive number, got 0"),
+    (["--store_gb", "3"], "argument --store_gb: 3 GB holds fewer than the --candidates 1000 documents a query draws "
+                          "of size base, S2, d = 512 (3,145,728 bytes each)"),
     (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
     (["--threads", "0"], "argument --threads: must be a positive integer, got 0"),
     (["512"], "unrecognized arguments: 512"),
@@ -124,6 +130,9 @@ MVA = [
     (["--size", "huge"], "argument --size: invalid choice: 'huge' (choose from 'base', 'small')"),
     (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
+    (["--store_documents", "0"], "argument --store_documents: must be a positive integer, got 0"),
+    (["--candidates", "20", "--store_documents", "19"], "argument --store_documents: a query draws --candidates 20 "
+                                                        "distinct documents; got 19"),
 ]  # fmt: skip
 
 #: Each command and the name of a file it would write on CPU into its ``--output_dir`` (one name for them all).

@@ -1,42 +1,53 @@
-"""earl.benchmark (EARL Table 3): the rows it writes, FLOP counts against Table 1's cost (`earl.costs`), and the
-scores its timed path computes from the stores of random documents (`earl.store.random_stores`) against
-`EARL.forward`, on tiny settings. No timing is asserted."""
+"""earl.benchmark (EARL Table 3): the rows it writes, FLOP counts against Table 1's cost (`earl.costs`), the scores
+its timed path computes from the stores of random documents (`earl.store.random_stores`) against `EARL.forward`, and
+the store reads it times (candidates drawn afresh over the store each query, read cold, exactly the rows written), on
+tiny settings. No timing is asserted. The shared helpers of those reads (`common.benchmarking.draw_candidates`,
+`noise_documents`, `evict_from_page_cache`, `cached_fraction`, `median_query`) are tested here too."""
 
 import csv
 import json
 import math
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
-from common.benchmarking import bert_documents, bert_pairs, bert_query, count_flops
+from common.benchmarking import (
+    bert_documents, bert_pairs, bert_query, cached_fraction, count_flops, draw_candidates, evict_from_page_cache,
+    median_query, noise_documents,
+)
 from earl import benchmark
 from earl.costs import Size
 from earl.store import ROW_TYPES, document_words, random_stores
 from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.usefixtures("one_thread")
+slow = pytest.mark.slow  # the second tier (README, "Tests"); the tests without it are the quick tier's
 
-CLI = ["--size", "small", "--lengths", "32", "--candidates", "8", "--ranker_candidates", "4", "--repeats", "1",
-       "--earl_batch_size", "3", "--batch_size", "2", "--threads", "1"]
+CLI = ["--size", "small", "--lengths", "32", "--candidates", "8", "--ranker_candidates", "4", "--repeats", "2",
+       "--earl_batch_size", "3", "--batch_size", "2", "--threads", "1", "--store_documents", "2000"]
 KEYS = {"bench", "impl", "n", "pass", "ms", "candidates", "size", "measured_candidates", "extrapolated", "read_ms",
         "flops", "gflops_per_s", "analytic_ratio", "table1_ratio", "flop_ratio", "speedup", "cpu", "threads",
-        "store_bytes_per_document", "cpu_ms", "query_ms", "judge_ms"}
+        "store_bytes_per_document", "cpu_ms", "query_ms", "judge_ms", "compute_ms", "warm_read_ms",
+        "compute_speedup", "store_documents", "candidate_shards", "store_cached"}
 TINY = Size(layers=3, hidden=32, heads=2, intermediate=96, blocks=2, query_layers=1)  # FFN 3h: t = 10, j_q = 12
 
 
-FIELDS = ["bench", "impl", "size", "n", "pass", "ms", "candidates", "measured_candidates", "extrapolated",
-          "speedup", "cpu_ms", "cpu_speedup", "analytic_ratio", "table1_ratio", "flop_ratio", "affordable_candidates",
-          "query_ms", "read_ms", "keys_values_ms", "keys_values", "judge_ms", "flops", "analytic_macs", "gflops_per_s",
-          "compute_gflops_per_s", "store_dtype", "store_bytes_per_document", "documents", "batch_size",
-          "query_length", "num_layers", "hidden_size", "num_heads", "intermediate_size", "judge_blocks",
-          "query_layers", "repeats", "threads", "cpu", "load_1min"]  # the columns of results/earl/speed.csv
+FIELDS = ["bench", "impl", "size", "n", "pass", "ms", "read_ms", "compute_ms", "warm_read_ms", "candidates",
+          "measured_candidates", "extrapolated", "speedup", "compute_speedup", "cpu_ms", "cpu_speedup",
+          "analytic_ratio", "table1_ratio", "flop_ratio", "affordable_candidates", "query_ms", "keys_values_ms",
+          "keys_values", "judge_ms", "flops", "analytic_macs", "gflops_per_s", "compute_gflops_per_s", "store_dtype",
+          "store_bytes_per_document", "store_documents", "store_gb", "shard_size", "candidate_shards", "store_cached",
+          "documents", "batch_size", "query_length", "num_layers", "hidden_size", "num_heads", "intermediate_size",
+          "judge_blocks", "query_layers", "repeats", "threads", "cpu", "load_1min"]  # the columns of speed.csv
 
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """One in-process run at the small size, n = 32, 8 candidates (the BERT ranker timed on 4), with --json."""
+    """One in-process run at the small size, n = 32, 8 candidates (the BERT ranker timed on 4) drawn over stores of
+    2,000 fp16 documents (2 shards), 2 timed queries, with --json."""
     out = tmp_path_factory.mktemp("earl_bench")
     code, stdout = run_main(benchmark.main, [*CLI, "--json", "--output_dir", str(out)])
     return code, out, stdout
@@ -46,6 +57,7 @@ def records(out):
     return [json.loads(line) for line in (out / "speed.jsonl").read_text().splitlines()]
 
 
+@slow
 def test_rows_have_the_required_keys_and_values(run):
     code, out, stdout = run
     assert code == 0
@@ -68,13 +80,36 @@ def test_rows_have_the_required_keys_and_values(run):
         assert row["flop_ratio"] == pytest.approx(ranker["flops"] / row["flops"], rel=1e-2)
         assert row["affordable_candidates"] == math.floor(8 * row["ms"] / ranker["ms"])
     assert s1["keys_values_ms"] >= 0 and s2["keys_values_ms"] is None
-    # S2 stores D' (2 K h columns) where S1 stores D (h): 2K = 4 times the bytes
-    assert s1["store_bytes_per_document"] == 32 * 256 * 4
+    # S2 stores D' (2 K h columns) where S1 stores D (h): 2K = 4 times the bytes (fp16 by default)
+    assert s1["store_bytes_per_document"] == 32 * 256 * 2
     assert s2["store_bytes_per_document"] == 2 * 2 * s1["store_bytes_per_document"]
     # S2 does less work than S1, by Table 1, with constants and as counted
     assert s2["analytic_ratio"] > s1["analytic_ratio"] and s2["flop_ratio"] > s1["flop_ratio"]
 
 
+def test_the_total_is_the_store_read_plus_the_compute(run):
+    """Each EARL row's ms is its median query's read_ms + compute_ms; the speed-ups on the total and on the compute
+    alone; the store's documents, shards and cache share; the BERT ranker reads no store."""
+    code, out, _ = run
+    assert code == 0
+    ranker, s1, s2 = records(out)
+    assert (ranker["read_ms"], ranker["warm_read_ms"], ranker["compute_ms"]) == (None, None, ranker["ms"])
+    assert ranker["compute_speedup"] == 1.0 and ranker["store_documents"] is None
+    for row in (s1, s2):
+        assert row["ms"] == pytest.approx(row["read_ms"] + row["compute_ms"], abs=2e-3)
+        assert row["read_ms"] > 0 and row["compute_ms"] > 0 and row["warm_read_ms"] > 0
+        assert row["query_ms"] + (row["keys_values_ms"] or 0) + row["judge_ms"] <= row["compute_ms"] + 2e-3
+        assert row["compute_speedup"] == pytest.approx(ranker["ms"] / row["compute_ms"], rel=1e-2)
+        assert row["compute_gflops_per_s"] == pytest.approx(row["flops"] / row["compute_ms"] / 1e6, rel=1e-2)
+        assert (row["store_documents"], row["shard_size"], row["store_dtype"], row["documents"]) == (
+            2000, 1000, "fp16", "random")
+        assert 1 <= row["candidate_shards"] <= 2 and row["store_gb"] > 0
+        assert row["store_cached"] is None or 0 <= row["store_cached"] <= 1
+    with open(out / "speed.csv", newline="") as f:
+        assert {"read_ms", "compute_ms", "warm_read_ms", "compute_speedup"} <= set(next(csv.DictReader(f)))
+
+
+@slow
 def test_outputs_are_written_and_refused_without_overwrite(run):
     _, out, _ = run
     with open(out / "speed.csv", newline="") as f:
@@ -112,6 +147,7 @@ def forward_scores(model, n, count):
         return model(batch)
 
 
+@slow
 @pytest.mark.parametrize("impl, keys_values", [("earl_s1", "fused"), ("earl_s1", "model"), ("earl_s2", "fused")])
 def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl, keys_values):
     """Batches of 2 over 5 candidates (the last one short), from the memory-mapped store, as timed."""
@@ -128,6 +164,7 @@ def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl, keys_values)
     assert scorer.parts.ms["query_ms"] > 0 and scorer.parts.ms["judge_ms"] > 0
 
 
+@slow
 def test_fused_keys_values_are_the_models(tiny):
     model = tiny[0]
     documents = torch.randn(3, 7, TINY.hidden)
@@ -136,6 +173,7 @@ def test_fused_keys_values_are_the_models(tiny):
                                    model.document_keys_values(documents), atol=1e-6, rtol=0)
 
 
+@slow
 def test_s2_store_holds_2k_times_s1s_bytes_and_is_reused(tiny, tmp_path):
     model, _, stores, n, count = tiny
     s1, s2 = stores["earl_s1"], stores["earl_s2"]
@@ -148,6 +186,7 @@ def test_s2_store_holds_2k_times_s1s_bytes_and_is_reused(tiny, tmp_path):
     assert half["earl_s2"].bytes_per_document == s2.bytes_per_document / 2
 
 
+@slow
 def test_fp16_rows_are_converted_and_score_close_to_fp32(tiny, tmp_path):
     model, _, _, n, count = tiny
     half = build_stores(tmp_path, model, ["earl_s2"], n, count, dtype="fp16")["earl_s2"]
@@ -158,6 +197,7 @@ def test_fp16_rows_are_converted_and_score_close_to_fp32(tiny, tmp_path):
     torch.testing.assert_close(scores, forward_scores(model, n, count), atol=2e-2, rtol=0)
 
 
+@slow
 def test_flop_counts_agree_with_the_counted_analytic_cost(tiny):
     """FlopCounterMode's FLOPs are 2 per multiply-add of `COUNTED`'s cost, but for what Table 1 leaves out: the score
     head (2 h per candidate) and the first block's query projection, done once per batch, not per candidate."""
@@ -178,11 +218,13 @@ def test_flop_counts_agree_with_the_counted_analytic_cost(tiny):
         assert flops == 2 * macs + candidates * 2 * h
 
 
+@slow
 def test_the_dtype_choices_are_the_stores_row_types():
     """The benchmark names them without importing earl.store (which loads torch)."""
     assert benchmark.DTYPES == tuple(ROW_TYPES)
 
 
+@slow
 def test_help_is_fast_and_lists_the_options():
     import subprocess
 
@@ -190,5 +232,88 @@ def test_help_is_fast_and_lists_the_options():
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stderr == ""
     for option in ("--size", "--lengths", "--candidates", "--ranker_candidates", "--batch_size", "--earl_batch_size",
-                   "--dtype", "--repeats", "--output_dir", "--json", "--overwrite", "--store_dir"):
+                   "--dtype", "--repeats", "--output_dir", "--json", "--overwrite", "--store_dir", "--store_documents",
+                   "--store_gb"):
         assert option in done.stdout
+
+
+# --- the store reads: the quick tier -----------------------------------------------------------------------------
+
+
+def test_candidates_are_drawn_afresh_each_repeat_and_scatter_over_the_shards():
+    """A BM25 top 1,000 over a store of 100,000 documents in shards of 1,000: distinct, in no store order, nearly
+    every shard touched, another draw each repeat (and the same one for the same seed and repeat)."""
+    draws = [draw_candidates(100_000, 1000, seed=0, repeat=repeat) for repeat in range(4)]
+    for positions in draws:
+        assert positions.shape == (1000,) and len(set(positions.tolist())) == 1000
+        assert positions.min() >= 0 and positions.max() < 100_000
+        assert not (np.diff(positions) > 0).all()  # not sorted: no run of neighbours read in store order
+        assert len(np.unique(positions // 1000)) >= 95  # about min(N, shards) = 100 shards
+    for first, second in zip(draws, draws[1:]):
+        assert len(set(first.tolist()) & set(second.tolist())) < 50  # ~10 expected by chance: not the same rows
+    np.testing.assert_array_equal(draw_candidates(100_000, 1000, seed=0, repeat=2), draws[2])
+    assert not np.array_equal(draw_candidates(100_000, 1000, seed=1, repeat=2), draws[2])
+    assert sorted(draw_candidates(5, 5, seed=0, repeat=0).tolist()) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="cannot draw 6 distinct candidates from 5 documents"):
+        draw_candidates(5, 6, seed=0, repeat=0)
+
+
+def test_noise_documents_depend_on_the_position_only():
+    shard = noise_documents(7, first=1000, count=5, rows=3, width=4, dtype="float16")
+    assert shard.shape == (5, 3, 4) and shard.dtype == np.float16
+    np.testing.assert_array_equal(noise_documents(7, first=1003, count=1, rows=3, width=4, dtype="float16")[0],
+                                  shard[3])
+    assert len({document.tobytes() for document in shard}) == 5  # every document its own bytes
+    assert not np.array_equal(noise_documents(8, first=1000, count=5, rows=3, width=4, dtype="float16"), shard)
+    assert abs(float(noise_documents(0, 0, 200, 64, 64).std()) - 1) < 0.05  # standard normal noise
+
+
+def test_the_median_query_keeps_its_parts():
+    odd = [{"ms": 5.0, "read_ms": 4.0}, {"ms": 1.0, "read_ms": 0.5}, {"ms": 3.0, "read_ms": 1.0}]
+    assert median_query(odd) == {"ms": 3.0, "read_ms": 1.0}
+    even = [*odd, {"ms": 4.0, "read_ms": 3.0}]  # the middle two: 3.0 and 4.0
+    assert median_query(even) == {"ms": 3.5, "read_ms": 2.0}
+
+
+def in_memory(path: Path) -> bool:
+    """Whether `path` lies on a file system kept in memory (tmpfs, ramfs), whose pages cannot be dropped."""
+    mounts = [line.split() for line in Path("/proc/mounts").read_text().splitlines()]
+    path = str(path.resolve())
+    mount = max((m for m in mounts if path == m[1] or path.startswith(m[1].rstrip("/") + "/")),
+                key=lambda m: len(m[1]))
+    return mount[2] in ("tmpfs", "ramfs")
+
+
+@pytest.mark.skipif(not Path("/proc/mounts").exists(), reason="Linux only: posix_fadvise and mincore")
+def test_evicted_files_are_read_from_disk(tmp_path):
+    if in_memory(tmp_path):
+        pytest.skip(f"{tmp_path} is on a file system kept in memory: its pages cannot be dropped")
+    path = tmp_path / "rows.bin"
+    noise_documents(0, 0, 64, 256, 256).tofile(path)  # 16 MiB, in the page cache once written
+    assert cached_fraction([path]) > 0.9
+    assert evict_from_page_cache([path]) is True
+    assert cached_fraction([path]) == 0.0
+    rows = np.memmap(path, dtype=np.float32, mode="r", shape=(64, 256, 256))
+    np.testing.assert_array_equal(rows[5], noise_documents(0, 5, 1, 256, 256)[0])  # read back from disk
+    assert 0 < cached_fraction([path]) < 1  # that document's pages (and the kernel's read-ahead), not all
+    del rows
+
+
+@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+def test_the_timed_reads_are_exactly_the_rows_written(tiny, tmp_path, dtype):
+    """Candidates drawn over stores of 2,500 noise documents in shards of 1,000, read as the benchmark times them
+    (looked up at once, copied into the batch tensor, fp16 converted to fp32): the very rows written."""
+    model, n, count = tiny[0], 12, 2500
+    stores = random_stores(tmp_path, model, name="tiny", checkpoint="random weights, seed 3, size tiny",
+                           strategies=["s1", "s2"], n=n, count=count, dtype=dtype, documents="random", seed=3,
+                           shard_size=benchmark.SHARD_SIZE, batch_size=2)
+    for impl in ("earl_s1", "earl_s2"):
+        store = stores[benchmark.STRATEGY[impl]]
+        assert (len(store), store.manifest["shard_size"], len(store.manifest["shards"])) == (count, 1000, 3)
+        positions = draw_candidates(count, 7, seed=3, repeat=0)
+        scorer = benchmark.EarlScorer(model, store, impl, n, batch_size=7)
+        rows = scorer.read(benchmark.candidate_ids(positions))
+        written = np.stack([noise_documents(3 * 1_000_003 + n, p, 1, n, store.width, ROW_TYPES[dtype])[0]
+                            for p in positions.tolist()])
+        assert rows.dtype == torch.float32 and rows.shape == (7, n, store.width)
+        np.testing.assert_array_equal(rows.numpy(), written.astype(np.float32))

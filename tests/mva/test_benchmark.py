@@ -1,6 +1,7 @@
 """mva.benchmark (MVA Tables 5-6, measured): the rows it writes, its MACs and bytes against `mva.costs`, CA's linear
-scaling, the files and its refusals, on a fast setting (small size, 20 candidates, CA timed on 2). No timing is
-asserted.
+scaling, the store reads beside the compute (candidates drawn afresh over stores of 2,000 documents, read cold,
+exactly the rows written), the files and its refusals, on a fast setting (small size, 20 candidates, CA timed on 2).
+No timing is asserted.
 """
 
 import csv
@@ -8,24 +9,28 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 
+from common.benchmarking import draw_candidates, noise_documents
 from mva import benchmark
 from mva.costs import bert_macs, dual_encoder_macs, mva_macs, mva_storage, table5
 from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
+pytestmark = pytest.mark.usefixtures("one_thread")
+slow = pytest.mark.slow  # the second tier (README, "Tests"); the tests without it are the quick tier's
 
-N, CA_TIMED = 20, 2
-CLI = ["--size", "small", "--candidates", str(N), "--ca_candidates", str(CA_TIMED), "--repeats", "1",
-       "--ca_repeats", "1", "--batch_size", "2", "--threads", "1"]
+N, CA_TIMED, DOCUMENTS = 20, 2, 2000
+CLI = ["--size", "small", "--candidates", str(N), "--ca_candidates", str(CA_TIMED), "--repeats", "2",
+       "--ca_repeats", "1", "--batch_size", "2", "--threads", "1", "--store_documents", str(DOCUMENTS)]
 #: The columns of results/mva/speed.csv, in order.
-FIELDS = ["bench", "impl", "size", "candidates", "timed_candidates", "extrapolated", "ms", "timed_ms", "macs",
-          "mflops", "gflops_per_s", "ca_time_ratio", "ca_macs_ratio", "storage_floats", "bytes_per_document",
-          "setting", "query_timesteps", "doc_timesteps", "projection", "heads", "hidden_size", "num_layers",
-          "intermediate_size", "pair_tokens", "batch_size", "repeats", "device", "gpu", "cpu", "threads",
-          "load_1min"]  # fmt: skip
+FIELDS = ["bench", "impl", "size", "candidates", "timed_candidates", "extrapolated", "ms", "read_ms", "compute_ms",
+          "warm_read_ms", "timed_ms", "macs", "mflops", "gflops_per_s", "compute_gflops_per_s", "ca_time_ratio",
+          "ca_compute_ratio", "ca_macs_ratio", "storage_floats", "bytes_per_document", "store_documents",
+          "shard_size", "candidate_shards", "store_cached", "setting", "query_timesteps", "doc_timesteps",
+          "projection", "heads", "hidden_size", "num_layers", "intermediate_size", "pair_tokens", "batch_size",
+          "repeats", "device", "gpu", "cpu", "threads", "load_1min"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +41,7 @@ def run(tmp_path_factory):
     return code, out, [json.loads(line) for line in stdout.splitlines()]
 
 
+@slow
 def test_rows_have_every_impl_and_column(run):
     code, _, rows = run
     assert code == 0
@@ -52,6 +58,47 @@ def test_rows_have_every_impl_and_column(run):
     assert ca["ca_time_ratio"] == ca["ca_macs_ratio"] == 1.0
 
 
+def test_the_total_is_the_store_read_plus_the_compute(run):
+    """DE's and MVA's ms is their median query's read_ms + compute_ms over a store of 2,000 documents (2 shards); CA
+    reads no store; the ratios to CA on the total and on the compute alone."""
+    code, out, rows = run
+    assert code == 0
+    ca = rows[-1]
+    for row in rows[:-1]:
+        assert row["ms"] == pytest.approx(row["read_ms"] + row["compute_ms"], rel=1e-9)
+        assert row["read_ms"] > 0 and row["compute_ms"] > 0 and row["warm_read_ms"] > 0
+        assert (row["store_documents"], row["shard_size"]) == (DOCUMENTS, 1000) and 1 <= row["candidate_shards"] <= 2
+        assert row["store_cached"] is None or 0 <= row["store_cached"] <= 1
+        assert row["compute_gflops_per_s"] == pytest.approx(2 * row["macs"] / row["compute_ms"] / 1e6, rel=1e-12)
+        assert row["ca_compute_ratio"] == pytest.approx(ca["ms"] / row["compute_ms"], rel=1e-12)
+        assert row["ca_compute_ratio"] > row["ca_time_ratio"]
+    assert (ca["read_ms"], ca["warm_read_ms"], ca["store_documents"], ca["compute_ms"]) == (None, None, None, ca["ms"])
+    with open(out / "speed.csv", newline="") as f:
+        assert list(next(csv.DictReader(f))) == FIELDS
+
+
+@pytest.mark.parametrize("impl", ["de", "mva1", "mva2", "mva3"])
+def test_the_timed_reads_are_exactly_the_rows_written(tmp_path, impl):
+    """Candidates drawn over a store of 2,500 noise documents in shards of 1,000, read as timed (looked up at once,
+    copied into the batch tensor): the very rows written, of the method's shape, which its head scores."""
+    rows, width = benchmark.store_shape(impl, benchmark.SIZES["small"])
+    store = benchmark.noise_store(tmp_path, impl, rows, width, 2500, seed=3)
+    assert (len(store), store.width, store.dtype, len(store.manifest["shards"])) == (2500, width, "float32", 3)
+    assert store.bytes_per_document == benchmark.FLOAT_BYTES * benchmark.cost(impl, benchmark.SIZES["small"])[1]
+    positions = draw_candidates(2500, 6, seed=3, repeat=1)
+    documents = benchmark.StoreReads(store, 6, "cpu")(benchmark.candidate_ids(positions))
+    written = np.stack([noise_documents(3 * 1_000_003 + rows, p, 1, rows, width)[0] for p in positions.tolist()])
+    assert documents.shape == (6, rows, width)
+    np.testing.assert_array_equal(documents.numpy(), written)
+    point = benchmark.POINTS.get(impl)
+    with torch.inference_mode():
+        score = benchmark.mva_head(point, 6, "cpu", 0) if point else benchmark.de_head(width, "cpu", 0)
+        scores = score(documents)
+    assert scores.shape == (6,) and torch.isfinite(scores).all()
+    assert benchmark.noise_store(tmp_path, impl, rows, width, 2500, seed=3).folder == store.folder  # reopened
+
+
+@slow
 def test_macs_and_bytes_are_the_calculators(run):
     rows = {r["impl"]: r for r in run[2]}
     assert rows["mva1"]["macs"] == N * mva_macs(7, 70, 128)
@@ -65,6 +112,7 @@ def test_macs_and_bytes_are_the_calculators(run):
     assert rows["de"]["bytes_per_document"] == 4 * 384 and rows["ca"]["bytes_per_document"] == 0
 
 
+@slow
 def test_base_size_is_table_5():
     """At base size, each row's MACs per candidate and floats per document are Table 5's (`mva.costs.table5`)."""
     table = {c.method: c for c in table5()}
@@ -73,6 +121,7 @@ def test_base_size_is_table_5():
         assert (macs, floats) == (table[method].macs_per_candidate, table[method].storage_floats)
 
 
+@slow
 def test_ca_is_timed_on_fewer_and_scaled_linearly(run):
     rows = run[2]
     ca = rows[-1]
@@ -82,6 +131,7 @@ def test_ca_is_timed_on_fewer_and_scaled_linearly(run):
         assert (row["timed_candidates"], row["extrapolated"], row["ms"]) == (N, False, row["timed_ms"])
 
 
+@slow
 def test_files_hold_the_same_rows_and_are_not_overwritten(run):
     _, out, rows = run
     assert [json.loads(line) for line in (out / "speed.jsonl").read_text().splitlines()] == rows
@@ -94,21 +144,27 @@ def test_files_hold_the_same_rows_and_are_not_overwritten(run):
     assert_refuses_to_overwrite(benchmark.main, [*CLI, "--output_dir", str(out)], out)
 
 
+@slow
 def test_the_timed_steps_score_every_candidate():
     """Each timed call gives one score per candidate (MVA: `MultiVectorAttention.score`; DE: dot products)."""
     with torch.inference_mode():
         for point in benchmark.POINTS.values():
-            scores = benchmark.mva_step(point, 5, "cpu", seed=0)()
+            scores = benchmark.mva_head(point, 5, "cpu", seed=0)(torch.randn(5, point.doc, 2 * point.projection))
             assert scores.shape == (5,) and torch.isfinite(scores).all()
-        assert benchmark.de_step(16, 5, "cpu", seed=0)().shape == (5,)
+        documents = torch.randn(5, 1, 16)
+        torch.testing.assert_close(benchmark.de_head(16, "cpu", seed=0)(documents),
+                                   documents[:, 0] @ torch.randn(16, generator=torch.Generator().manual_seed(0)))
 
 
+@slow
 @pytest.mark.parametrize("args, message", [
     (["--candidates", "0"], "error: argument --candidates: must be a positive integer, got 0"),
     (["--ca_candidates", "-1"], "error: argument --ca_candidates: must be a positive integer, got -1"),
     (["--repeats", "0"], "error: argument --repeats: must be a positive integer, got 0"),
     (["--size", "huge"], "error: argument --size: invalid choice: 'huge' (choose from 'base', 'small')"),
     (["--size", "small", "small"], "error: argument --size: small is given twice"),
+    (["--candidates", "20", "--store_documents", "19"], "error: argument --store_documents: a query draws "
+                                                        "--candidates 20 distinct documents; got 19"),
 ])  # fmt: skip
 def test_bad_options_exit_2_in_one_line_without_torch(tmp_path, args, message):
     code = (f"import sys\nfrom mva.benchmark import main\ntry:\n    main({[*args, '--output_dir', str(tmp_path)]!r})\n"
@@ -119,11 +175,12 @@ def test_bad_options_exit_2_in_one_line_without_torch(tmp_path, args, message):
     assert not any(tmp_path.iterdir())
 
 
+@slow
 def test_help_lists_the_options():
     done = subprocess.run([sys.executable, "-m", "mva.benchmark", "--help"], capture_output=True, text=True,
                           timeout=120)  # fmt: skip
     assert done.returncode == 0 and done.stderr == ""
     assert done.stdout.startswith("usage: python -m mva.benchmark ")
     for option in ("--size", "--candidates", "--ca_candidates", "--device", "--repeats", "--output_dir", "--json",
-                   "--overwrite"):
+                   "--overwrite", "--store_documents", "--store_dir"):
         assert option in done.stdout

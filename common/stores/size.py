@@ -1,0 +1,164 @@
+"""What a representation store (`common.stores.representations`) will take on disk, told before it is built, and
+whether the disk has room for it.
+
+`estimate_store` estimates a store's bytes from the collection's size and a seeded sample of its documents
+(`SAMPLE`, drawn uniformly over positions with ``numpy.random.default_rng(0)``; all of them where there are fewer),
+encoded by the encoder the build uses, the model left alone: a `common.stores.writer.Representation`'s ``rows``
+gives each document's kept rows from its token mask, so the rows' bytes are ``documents x mean rows x width x
+itemsize``. The store's other files are added as they will be written: each shard's index (its doc ids, each
+document's first row and rows, as JSON), the sorted id table (``ids.npy``: documents x the longest id's UTF-8 bytes;
+``locations.npy``: 24 bytes a document), the plan and the manifest. Where the sample is the whole collection the
+rows are exact and the estimate is off by the JSON files' digits only.
+
+`free_space` is what the filesystem of a folder (the nearest existing one of a path not yet made) has free
+(``shutil.disk_usage``), `written_bytes` what an unfinished build already holds in its folder, `format_bytes` a size
+for people. The index commands (``earl.index``, ``mva.index``: `common.commands.store_commands.build_index`;
+``conformer_kernel.index``) print the estimate before building and refuse in one line where it does not fit.
+
+This module imports numpy alone (the tensors it is given are torch's, never imported here).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from common.stores.representations import FORMAT, shard_files
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from common.stores.writer import Representation
+
+#: Documents encoded to estimate a store's rows (all of them where the collection has fewer).
+SAMPLE = 1000
+
+
+def sample_positions(documents: int, sample: int = SAMPLE, seed: int = 0) -> np.ndarray:
+    """The sorted positions of `sample` of `documents` drawn uniformly without replacement with ``default_rng(seed)``;
+    every position where there are no more than `sample`."""
+    if documents <= sample:
+        return np.arange(documents)
+    return np.sort(np.random.default_rng(seed).choice(documents, size=sample, replace=False))
+
+
+def format_bytes(size: float) -> str:
+    """``512 bytes``, ``17.58 MiB``, ``1.23 GiB``: binary units, two decimals past bytes."""
+    if size < 1024:
+        return f"{size:,.0f} bytes"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):
+        size /= 1024
+        if size < 1024 or unit == "TiB":
+            return f"{size:,.2f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def free_space(path: str | os.PathLike) -> tuple[Path, int]:
+    """The nearest existing folder of `path` (itself where it exists) and the bytes free on its filesystem."""
+    folder = Path(os.path.abspath(path))
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        folder = folder.parent
+    return folder, shutil.disk_usage(folder).free
+
+
+def written_bytes(folder: str | os.PathLike) -> int:
+    """The bytes of the files under `folder` (0 where it does not exist): what an unfinished build has written."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return 0
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+
+
+def npy_bytes(dtype, shape: tuple[int, ...]) -> int:
+    """The size of the ``.npy`` file ``numpy.save`` writes of an array of `dtype` and `shape`: its header and data."""
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                                                  "fortran_order": False, "shape": tuple(shape)})  # fmt: skip
+    return header.tell() + math.prod(shape) * np.dtype(dtype).itemsize
+
+
+def json_bytes(value, indent: int = 1) -> int:
+    """The size of `value` as `common.stores.representations` writes JSON: ``indent=1``, UTF-8, a final newline."""
+    return len(json.dumps(value, indent=indent, ensure_ascii=False).encode("utf-8")) + 1
+
+
+@dataclass(frozen=True)
+class StoreEstimate:
+    """A store's estimated size: ``rows_bytes`` (`documents` x `mean_rows` x `width` x `itemsize`, the mean over a
+    sample of `sample` documents) and ``other_bytes`` (shard indexes, id table, plan, manifest)."""
+
+    documents: int
+    sample: int
+    mean_rows: float
+    width: int
+    itemsize: int
+    rows_bytes: int
+    other_bytes: int
+
+    @property
+    def bytes(self) -> int:
+        return self.rows_bytes + self.other_bytes
+
+    def describe(self) -> str:
+        """``1.23 GiB (3,000 documents x mean 48.0 rows x width 32 x 4 bytes, from a sample of 1,000)``."""
+        return (f"{format_bytes(self.bytes)} ({self.documents:,} documents x mean {self.mean_rows:,.1f} rows x width "
+                f"{self.width} x {self.itemsize} bytes, from a sample of {self.sample:,})")
+
+
+def sampled_rows(representation: Representation, encoder, documents, doc_ids: Sequence[str], *,
+                 sample: int = SAMPLE, seed: int = 0, batch_size: int = 128) -> np.ndarray:  # fmt: skip
+    """The rows `representation` keeps of each document of a sample of `doc_ids` (`sample_positions`), from their
+    token masks as `encoder` (``encoder.documents(docs)``) gives them; the model is not run."""
+    positions = sample_positions(len(doc_ids), sample, seed)
+    counts = []
+    for start in range(0, len(positions), batch_size):
+        docs = documents.get_many([doc_ids[i] for i in positions[start : start + batch_size].tolist()])
+        counts.append(np.asarray(representation.rows(encoder.documents(docs)["doc_mask"]).cpu(), dtype=np.int64))
+    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
+
+
+def estimate_store(representation: Representation, encoder, documents, doc_ids: Sequence[str], *,
+                   dtype: str = "float32", shard_size: int = 1000, sample: int = SAMPLE, seed: int = 0,
+                   batch_size: int = 128) -> StoreEstimate:  # fmt: skip
+    """The estimated size of the store of `documents` (`doc_ids`, in that order) that
+    `common.stores.writer.build_representations` builds with `representation`, `encoder`, `dtype` and `shard_size`
+    (module docstring)."""
+    rows = sampled_rows(representation, encoder, documents, doc_ids, sample=sample, seed=seed, batch_size=batch_size)
+    n, width, itemsize = len(doc_ids), representation.width, np.dtype(dtype).itemsize
+    mean_rows = float(rows.mean()) if len(rows) else 0.0
+    rows_bytes = round(n * mean_rows * width * itemsize)
+    id_bytes = np.fromiter((len(doc_id.encode("utf-8")) for doc_id in doc_ids), dtype=np.int64, count=n)
+    other = npy_bytes(f"S{max(int(id_bytes.max(initial=0)), 1)}", (n,)) + npy_bytes(np.int64, (n, 3))
+    other += int(id_bytes.sum())  # the shard indexes' doc ids, beside the quotes and commas counted below
+    typical = [int(r) for r in rows] or [0]  # each shard's documents' rows, for the indexes' digits
+    full, last = divmod(n, shard_size)
+    entries = []
+    for count, size in ((full, shard_size), (1 if last else 0, last)):
+        if not count:
+            continue
+        shard_rows = [typical[j % len(typical)] for j in range(size)]
+        offsets = np.cumsum([0, *shard_rows[:-1]]).tolist()
+        shard_bytes = sum(shard_rows) * width * itemsize
+        index = {"shard": full, "doc_ids": [""] * size, "offsets": offsets, "rows": shard_rows, "bytes": shard_bytes,
+                 "sha256": "0" * 64}  # fmt: skip
+        other += count * json_bytes(index)
+        rows_file, index_file = shard_files(full)
+        entries += [{"file": rows_file, "index": index_file, "documents": size, "rows": sum(shard_rows),
+                     "bytes": shard_bytes, "sha256": "0" * 64}] * count  # fmt: skip
+    plan = {"format": FORMAT, "width": width, "dtype": np.dtype(dtype).name, "shard_size": shard_size,
+            "documents": n, "doc_ids_sha256": "0" * 64,
+            "identity": {"checkpoint": "0" * 64, "strategy": representation.strategy}, "extra": representation.extra}
+    total_rows = round(n * mean_rows)
+    other += json_bytes(plan) + json_bytes({**plan, "shards": entries, "rows": total_rows, "bytes": rows_bytes,
+                                            "bytes_per_document": rows_bytes / max(n, 1)})  # fmt: skip
+    return StoreEstimate(n, len(rows), mean_rows, width, itemsize, rows_bytes, other)
