@@ -24,8 +24,10 @@ own), and fitted:
   memory); and scattered with at most 64 shards kept mapped, as the reader did before.
 
 Extrapolation (``extrapolation.json``): each measure fitted by least squares, linear in the size (``polyfit``), and
-evaluated at MS MARCO's sizes; a measure whose fitted slope is below 2% of its value at the largest size over the
-sizes measured is called flat. Store sizes at the papers' widths follow from the measured bytes per row and id.
+evaluated at MS MARCO's sizes; a measure whose fitted rise over the sizes measured is below 2% of its value at the
+largest size is called flat, and so is every time per query or per draw and every ratio (what one query or one
+group costs does not grow with the collection but for the memory hierarchy): those are given at the largest size
+measured. Store sizes at the papers' widths follow from the measured bytes per row and id.
 
 Writes ``scale.csv``, ``scale.jsonl``, ``scale.png`` and ``extrapolation.json`` into ``--output_dir``
 (``results/scale``); inputs go to ``--work_dir`` (default: a temporary folder, removed after), which needs about 40
@@ -273,7 +275,7 @@ def extrapolate(rows: list[dict]) -> dict:
             if fit is None:
                 continue
             rise = fit["coefficients"][1] * (points[-1][0] - points[0][0])
-            flat = abs(rise) < 0.02 * max(abs(points[-1][1]), 1e-12) or name.endswith(("_ms", "_us", "ratio"))
+            flat = abs(rise) < 0.02 * max(abs(points[-1][1]), 1e-12) or name.endswith(("_ms", "_us")) or "ratio" in name
             value = points[-1][1] if flat else float(fit_value(fit, target))
             out[part][name] = {"at_msmarco": significant(value), "cost": "flat" if flat else "linear",
                                "r2": round(fit["r2"], 4), "measured": [[x, significant(y)] for x, y in points]}
