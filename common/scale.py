@@ -29,9 +29,10 @@ largest size is called flat, and so is every time per query or per draw and ever
 group costs does not grow with the collection but for the memory hierarchy): those are given at the largest size
 measured. Store sizes at the papers' widths follow from the measured bytes per row and id.
 
-Writes ``scale.csv``, ``scale.jsonl``, ``scale.png`` and ``extrapolation.json`` into ``--output_dir``
-(``results/scale``); inputs go to ``--work_dir`` (default: a temporary folder, removed after), which needs about 40
-bytes per candidate line and 70 per stored row.
+Memory is in MiB (``/proc`` counts kB). Writes ``scale.csv``, ``scale.jsonl``, ``scale.png`` and
+``extrapolation.json`` into ``--output_dir`` (``results/scale``); inputs go to ``--work_dir`` (default: a temporary
+folder, removed after), which needs about 40 bytes per candidate line and 70 per stored row. ``--from_jsonl`` measures
+nothing and writes the files again from an earlier run's rows (a changed extrapolation or plot).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from common.benchmarking import (
     Line, Panel, Session, answer, benchmark_parser, describe_machine, draw, fit_value, machine, measure_in_child,
     output_paths, parse, polyfit, significant,
 )
-from common.refusals import positive_int
+from common.refusals import existing_file, positive_int
 
 MODULE = "common.scale"
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "scale"
@@ -289,12 +290,12 @@ def extrapolate(rows: list[dict]) -> dict:
         out["table_at_msmarco"] = {"bytes": significant(table), "bytes_per_candidate": significant(table / CANDIDATES),
                                    "private_mb_per_process": significant(private),
                                    "of_which_topics_mb": significant(topics),
-                                   "node_private_gb": significant(private * PROCESSES / 1e3)}
+                                   "node_private_gib": significant(private * PROCESSES / 1024)}
         if "dicts_private_mb" in out["training"]:
             dicts = out["training"]["dicts_private_mb"]["at_msmarco"] + topics
             out["dicts_at_msmarco"] = {"private_mb_per_process": significant(dicts),
-                                       "node_private_gb": significant(dicts * PROCESSES / 1e3),
-                                       "fits_1tb_node": dicts * PROCESSES * 1e6 < NODE_MEMORY}
+                                       "node_private_gib": significant(dicts * PROCESSES / 1024),
+                                       "fits_1tb_node": dicts * PROCESSES * 2**20 < NODE_MEMORY}
     stores = [r for r in rows if r["part"] == "store" and not r.get("skipped")]
     if stores:
         big = max(stores, key=lambda r: r["documents"])
@@ -338,6 +339,8 @@ def build_parser():
     parser.add_argument("--queries", type=positive_int, default=50, help="queries read per store pass")
     parser.add_argument("--per_query_read", type=positive_int, default=1000, help="candidates read per query")
     parser.add_argument("--work_dir", default=None, help="where the synthetic inputs go (default: a temporary folder)")
+    parser.add_argument("--from_jsonl", type=existing_file, default=None,
+                        help="measure nothing: the rows of an earlier run's scale.jsonl, extrapolated and drawn again")
     return parser
 
 
@@ -349,6 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     paths["json"] = args.output_dir / "extrapolation.json"
     with Session(args, paths) as session:
         session.say(f"scale: {describe_machine()}")
+        if args.from_jsonl:
+            rows = [json.loads(line) for line in args.from_jsonl.read_text().splitlines()]
+            return session.finish(rows, plot=plot, table=report, documents={"json": extrapolate(rows)})
         work = Path(args.work_dir or tempfile.mkdtemp(prefix="scale-"))
         rows = []
         try:
@@ -427,9 +433,10 @@ def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
         Panel("training: build", "candidates", "seconds / bytes per candidate", [
             Line("build s", [(r["candidates"], r["build_s"]) for r in training]),
             Line("bytes/candidate", [(r["candidates"], r["bytes_per_candidate"]) for r in training], "s--")]),
-        Panel("store: read per query (cold)", "documents", "ms", [
+        Panel("store: rows of 1,000 candidates read", "documents", "ms", [
             Line("scattered", [(r["documents"], r["scattered_ms"]) for r in store]),
             Line("contiguous", [(r["documents"], r["contiguous_ms"]) for r in store], "s--"),
+            Line("scattered, from the disk", [(r["documents"], r["scattered_cold_ms"]) for r in store], "o:"),
             Line("scattered, 64 maps (before)", [(r["documents"], r["lru64_ms"]) for r in store], "x:")]),
         Panel("store: open", "documents", "ms / MB", [
             Line("open ms", [(r["documents"], r["open_s"] * 1e3) for r in store]),
