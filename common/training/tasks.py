@@ -403,8 +403,9 @@ class RerankingDataModule(L.LightningDataModule):
             if self.has_split(split):
                 source = source_from_spec(self.specs[split])
                 source.documents().prepare()
-                if split == "train" and callable(getattr(source, "training_table", None)):
-                    source.training_table()  # an ir_datasets task's mapped table (common.data.training_table)
+                table = getattr(source, "training_table", None)  # an ir_datasets task's (common.data.training_table)
+                if split == "train" and callable(table) and {"qrels", "candidates"} <= source.provides():
+                    table()  # (a task without them is refused when its sampler asks, as before)
 
     def setup(self, stage: str) -> None:
         for split in self.stage_splits.get(stage, ()):

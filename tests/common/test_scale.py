@@ -35,17 +35,16 @@ def test_the_extrapolation_by_hand():
 def test_a_tiny_sweep_end_to_end(tmp_path):
     out = tmp_path / "out"
     status = main(["--candidates", "20000", "--dict_candidates", "20000", "--per_query", "500", "--documents", "1500",
-                   "--paper_documents", "60", "--width", "4", "--rows", "3", "--queries", "2", "--per_query_read", "50",
+                   "--paper_documents", "0", "--width", "4", "--rows", "3", "--queries", "2", "--per_query_read", "50",
                    "--draws", "50", "--output_dir", str(out), "--work_dir", str(tmp_path / "work")])
     assert status == 0
     assert sorted(p.name for p in out.iterdir()) == ["extrapolation.json", "scale.csv", "scale.jsonl", "scale.png"]
-    training, store, paper = (json.loads(line) for line in (out / "scale.jsonl").read_text().splitlines())
-    assert not any(row.get("skipped") for row in (training, store, paper))
+    training, store = (json.loads(line) for line in (out / "scale.jsonl").read_text().splitlines())
+    assert not any(row.get("skipped") for row in (training, store))
     # 40 queries: 4 bytes a candidate, 8 a query's offset in each of two offset arrays, 8 a judgment; npy headers
     assert training["column_bytes"] == 20000 * 4 + 2 * 41 * 8 + 40 * 8 + 5 * 128
     assert training["queries"] == 40 and training["dicts_private_mb"] > training["private_mb"]
     assert store["row_bytes"] == store["rows"] * 4 * 2 and store["shards_per_query"] == 2.0
-    assert paper["row_bytes"] == paper["rows"] * 768 * 4
     assert not (tmp_path / "work" / "training-20000").exists()  # inputs removed once measured
     found = json.loads((out / "extrapolation.json").read_text())
     assert set(found["stores_at_paper_widths"]) == {"earl_s1", "earl_s2", "mva1", "mva2", "de"}

@@ -66,7 +66,7 @@ def args(checkpoint, output, *extra: str) -> list[str]:
             *extra]  # fmt: skip
 
 
-@pytest.mark.parametrize("kind", ["ndrm1", "ndrm2", "ndrm3"])
+@pytest.mark.parametrize("kind", ["ndrm1", "ndrm2"])  # NDRM3's postings are dense as NDRM1's
 def test_the_estimates_are_within_10_percent_of_the_index_and_the_peak(checkpoints, tmp_path, estimates,
                                                                        monkeypatch, capsys, kind):  # fmt: skip
     output, peaks = tmp_path / "index", []

@@ -5,8 +5,8 @@ processes at once (as 2 ranks would start) on an empty ``EFFICIENT_RANKERS_CACHE
 and has them ask, each cache at the same moment (a file barrier before each), for: the built-in collection and its
 BM25 candidates, the built-in byte-level BPE, the document store of the built-in collection, the Conformer-Kernel
 vocabulary, IDFs and word2vec embeddings (through its data module, as training asks), an ORCAS field, and an
-ir_datasets document store (through the data module's ``prepare_data``, as two nodes' local rank 0 would on one
-shared file system).
+ir_datasets task's document store and training table (`common.data.training_table`; through the data module's
+``prepare_data``, as two nodes' local rank 0 would on one shared file system).
 
 Each build function is wrapped in the workers to append a line to a log, so the builds are counted where they
 happen, whatever calls them. Asserted: 1 process builds each cache once; 2 processes build each cache once between
@@ -32,12 +32,19 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = 200
 IRDS_ID = "efficient-rankers-test/cache-builds"
 #: The caches in the order the workers ask for them, and how many builds each makes in a fresh cache.
-BUILDS = {"builtin": 1, "bm25": 1, "bpe": 1, "docstore": 1, "vocabulary": 1, "orcas": 1, "irds": 1}
+BUILDS = {"builtin": 1, "bm25": 1, "bpe": 1, "docstore": 1, "vocabulary": 1, "orcas": 1, "irds": 1, "table": 1}
 
 
 def _docs_tsv() -> str:
     return "".join(f"d{i:03d}\thttp://x.example/{i}\ttitle {i}\tbody of document {i} about topic {i % 7}\n"
                    for i in range(DOCUMENTS))
+
+
+def _qrels_and_run() -> tuple[str, str]:
+    """10 queries, each with one relevant document and 20 scored candidates."""
+    qrels = "".join(f"q{q} 0 d{q * 20:03d} 1\n" for q in range(10))
+    run = "".join(f"q{q} Q0 d{q * 20 + r:03d} {r + 1} {20 - r}.5 bm25\n" for q in range(10) for r in range(20))
+    return qrels, run
 
 
 # --- the worker (runs in its own process: python -c "...; worker(...)") -----------------------------------------
@@ -58,7 +65,7 @@ def worker(rank: int, world: int, run: str, inputs: str) -> None:
 
     import ir_datasets
     from ir_datasets.datasets.base import Dataset
-    from ir_datasets.formats import TsvDocs
+    from ir_datasets.formats import TrecQrels, TrecScoredDocs, TsvDocs
     from ir_datasets.indices import lz4_pickle
     from ir_datasets.util import LocalDownload
 
@@ -66,6 +73,7 @@ def worker(rank: int, world: int, run: str, inputs: str) -> None:
     import common.encoders.tokenizers as tokenizers
     import conformer_kernel.orcas as orcas
     from common.data.docstore import DocumentStore
+    from common.data.irds import IrDatasetsSource
     from common.data.source import FileSource
     from conformer_kernel.data import ConformerKernelDataModule
     from conformer_kernel.vocab import Resources
@@ -78,9 +86,12 @@ def worker(rank: int, world: int, run: str, inputs: str) -> None:
     Resources.build = classmethod(counted("vocabulary", Resources.build.__func__))
     orcas._build = counted("orcas", orcas._build)
     lz4_pickle.Lz4PickleLookup.transaction = counted("irds", lz4_pickle.Lz4PickleLookup.transaction)
+    IrDatasetsSource._write_training_table = counted("table", IrDatasetsSource._write_training_table)
 
     docs = TsvDocs(LocalDownload(run_dir / "irds" / "docs.tsv"), doc_cls=MarcoDoc)
-    ir_datasets.registry.register(IRDS_ID, Dataset(docs))
+    qrels = TrecQrels(LocalDownload(run_dir / "irds" / "qrels.txt"), {0: "not", 1: "relevant"})
+    ir_datasets.registry.register(IRDS_ID, Dataset(docs, qrels, TrecScoredDocs(LocalDownload(run_dir / "irds" /
+                                                                                              "run.txt"))))
 
     def together(step: str) -> None:
         """Wait until every worker has reached `step`."""
@@ -115,6 +126,9 @@ def _run(run_dir: Path, inputs: Path, world: int) -> tuple[Counter, list[str]]:
     """Start `world` workers at once on an empty cache in `run_dir`; the builds each cache took, and their outputs."""
     (run_dir / "irds").mkdir(parents=True)
     (run_dir / "irds" / "docs.tsv").write_text(_docs_tsv())
+    qrels, run = _qrels_and_run()
+    (run_dir / "irds" / "qrels.txt").write_text(qrels)
+    (run_dir / "irds" / "run.txt").write_text(run)
     env = {**os.environ, "EFFICIENT_RANKERS_CACHE": str(run_dir / "cache"), "IR_DATASETS_HOME": str(run_dir / "home"),
            "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(ROOT)}
     workers = [
@@ -171,6 +185,6 @@ def test_two_processes_build_each_cache_once_and_the_same_bytes_as_one(tmp_path)
         assert f"rank {rank}: irds store holds {DOCUMENTS} documents" in output
     single, double = _contents(tmp_path / "one"), _contents(tmp_path / "two")
     assert {name.split(os.sep)[1] for name in single} >= {"builtin", "tokenizers", "docstore", "conformer_kernel",
-                                                          "orcas"}
+                                                          "orcas", "training"}
     assert any(name.startswith(os.path.join("irds", "docs.tsv.pklz4")) for name in single)
     assert double == single

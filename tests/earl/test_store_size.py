@@ -67,7 +67,7 @@ def test_rows_are_the_keep_masks_sum(checkpoint, strategy):
     assert torch.equal(stored.rows(batch["doc_mask"]), keep.sum(1))
 
 
-@pytest.mark.parametrize("strategy, dtype", [("s1", "fp32"), ("s1", "fp16"), ("s2", "fp32"), ("s2", "fp16")])
+@pytest.mark.parametrize("strategy, dtype", [("s1", "fp32"), ("s2", "fp16")])
 def test_the_estimate_is_within_10_percent_of_the_built_store(checkpoint, tmp_path, estimates, capsys, strategy,
                                                               dtype):  # fmt: skip
     output = tmp_path / "store"

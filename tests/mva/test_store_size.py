@@ -77,8 +77,7 @@ def test_rows_are_the_keep_masks_sum(checkpoints, name):
     assert len(set(counts.tolist())) > (1 if name in ("all", "first_k", "temporal") else 0)
 
 
-@pytest.mark.parametrize("name, dtype", [("all", "fp32"), ("temporal", "fp16"), ("cls", "fp32"), ("de", "fp32"),
-                                         ("de", "fp16")])  # fmt: skip
+@pytest.mark.parametrize("name, dtype", [("all", "fp32"), ("temporal", "fp16"), ("cls", "fp32"), ("de", "fp16")])
 def test_the_estimate_is_within_10_percent_of_the_built_store(checkpoints, tmp_path, estimates, capsys, name, dtype):
     output = tmp_path / "store"
     store = index.main(args(checkpoints[name], output, "--dtype", dtype))

@@ -407,29 +407,29 @@ from test_representations import IDENTITY
 from common.stores.representations import StoreWriter
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, ({soft}, {hard}))
-writer = StoreWriter({folder!r}, doc_ids=[str(i) for i in range(600)], width=2, dtype="float32", shard_size=1,
+writer = StoreWriter({folder!r}, doc_ids=[str(i) for i in range(300)], width=2, dtype="float32", shard_size=1,
                      identity=IDENTITY)
-for i in range(600):
+for i in range(300):
     writer.write_shard(i, [np.full((1, 2), i)])
 store = writer.finish()
-held = store.get_many([str(i) for i in range(600)])
-assert [float(m[0, 0]) for m in held] == list(range(600))
+held = store.get_many([str(i) for i in range(300)])
+assert [float(m[0, 0]) for m in held] == list(range(300))
 print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], store._kept, len(store._maps))
 """
 
 
-@pytest.mark.parametrize("hard", ["hard", "900"])
+@pytest.mark.parametrize("hard", ["hard", "700"])
 def test_a_store_of_more_shards_than_open_files_allowed(tmp_path, hard):
-    """600 shards under a soft limit of 256 open files: the limit is raised so every shard stays mapped; where the
-    hard limit is 900, the maps beyond what fits beside the spare descriptors are let go, and every read works."""
+    """300 shards under a soft limit of 256 open files: the limit is raised so every shard stays mapped; where the
+    hard limit is 700, the maps beyond what fits beside the spare descriptors are let go, and every read works."""
     code = LIMITED.format(tests=str(Path(__file__).parent), soft=256, hard=hard, folder=str(tmp_path / "store"))
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     soft, kept, mapped = map(int, done.stdout.split())
     if hard == "hard":
-        assert soft > 600 + 512 and kept == mapped == 600
+        assert soft > 300 + 512 and kept == mapped == 300
     else:
-        assert soft == 900 and kept == mapped and 1 <= kept < 900 - 512
+        assert soft == 700 and kept == mapped and 1 <= kept < 700 - 512
 
 
 def test_folders_in_use_are_refused(tmp_path):
