@@ -42,3 +42,16 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(THREADS)
+
+
+def record_returns(monkeypatch, owner, name: str) -> list:
+    """Replace ``owner.name`` (a function) by one that calls it and keeps what it returns, for the test's duration;
+    the list of those returns, in call order."""
+    made, function = [], getattr(owner, name)
+
+    def spy(*arguments, **options):
+        made.append(function(*arguments, **options))
+        return made[-1]
+
+    monkeypatch.setattr(owner, name, spy)
+    return made

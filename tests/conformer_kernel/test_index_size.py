@@ -18,6 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tests.conftest import record_returns
 from tests.conformer_kernel.test_index import SMALL, _checkpoint
 
 from common.stores.size import format_bytes, written_bytes
@@ -49,15 +50,7 @@ def checkpoints(tmp_path_factory, one_thread):
 @pytest.fixture
 def estimates(monkeypatch):
     """The estimates the command makes, as `estimate_index` returns them."""
-    made = []
-
-    def spy(*arguments, **options):
-        made.append(estimate_index(*arguments, **options))
-        return made[-1]
-
-    estimate_index = impact_index.estimate_index
-    monkeypatch.setattr(impact_index, "estimate_index", spy)
-    return made
+    return record_returns(monkeypatch, impact_index, "estimate_index")
 
 
 def args(checkpoint, output, *extra: str) -> list[str]:

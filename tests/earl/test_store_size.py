@@ -16,6 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tests.conftest import record_returns
 from tests.earl.test_index import CPU, save_checkpoint
 
 from common.data.specs import source_from_spec
@@ -41,15 +42,7 @@ def args(checkpoint, strategy: str, output, *extra: str) -> list[str]:
 @pytest.fixture
 def estimates(monkeypatch):
     """The estimates the command makes, as `common.stores.size.estimate_store` returns them."""
-    made = []
-
-    def spy(*arguments, **options):
-        made.append(estimate_store(*arguments, **options))
-        return made[-1]
-
-    estimate_store = size.estimate_store
-    monkeypatch.setattr(size, "estimate_store", spy)
-    return made
+    return record_returns(monkeypatch, size, "estimate_store")
 
 
 @pytest.mark.parametrize("strategy", ["s1", "s2"])

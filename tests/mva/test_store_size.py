@@ -17,6 +17,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from tests.conftest import record_returns
 from tests.mva.test_index import CPU, save_checkpoint
 
 from common.data.formats import Document
@@ -43,15 +44,7 @@ def checkpoints(tmp_path_factory, one_thread):
 @pytest.fixture
 def estimates(monkeypatch):
     """The estimates the command makes, as `common.stores.size.estimate_store` returns them."""
-    made = []
-
-    def spy(*arguments, **options):
-        made.append(estimate_store(*arguments, **options))
-        return made[-1]
-
-    estimate_store = size.estimate_store
-    monkeypatch.setattr(size, "estimate_store", spy)
-    return made
+    return record_returns(monkeypatch, size, "estimate_store")
 
 
 def args(checkpoint, output, *extra: str) -> list[str]:
