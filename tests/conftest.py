@@ -1,5 +1,9 @@
 """Shared fixtures: the real evaluation data in ../shared/data, when present; one torch thread for tiny models.
 
+Under pytest-xdist (``-n 2``, as `.ci/run` runs the slow tier) each worker and every command it starts runs on one
+thread (``OMP_NUM_THREADS=1``, set before torch is imported): two workers of torch's default two threads each would
+put four spinning OpenMP threads on two cores.
+
 Every test starts with torch's own thread count (a benchmark's ``main(["--threads", "1"])`` called in-process
 would otherwise leave the rest of the session on one thread), and TVM's thread pool is sized from that count
 here, before any test imports TVM: it is sized once per process (`common.kernels.tvm_kernel`), and a first
@@ -10,7 +14,11 @@ import os
 from pathlib import Path
 
 import pytest
-import torch
+
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import torch  # noqa: E402  (after the thread count above)
 
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 THREADS = torch.get_num_threads()

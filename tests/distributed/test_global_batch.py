@@ -32,7 +32,8 @@ TINY = [
     "--trainer.max_steps", "4", "--trainer.accelerator", "cpu",
 ]  # fmt: skip
 TWO = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
-TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "qds.train"]
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            "-m", "qds.train"]  # fmt: skip
 
 
 class StepRecorder(L.Callback):

@@ -12,7 +12,7 @@ import json
 
 from mva import train
 
-pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run]  # the second tier, run alone (README, "Tests")
 
 MARGIN = 0.013
 
