@@ -584,6 +584,28 @@ def count_flops(step: Callable[[], object]) -> int:
 
 # --------------------------------------------------------------------------- store reads as a user pays them
 
+#: Documents in a benchmark's store, over which each query's candidates are drawn: enough that a top 1,000
+#: scatters over about every shard of 1,000, as over a real collection's.
+STORE_DOCUMENTS = 100_000
+
+
+def add_store_options(parser: argparse.ArgumentParser, stores: str, *, capped_by: str = "") -> None:
+    """``--store_documents`` and ``--store_dir`` of a benchmark whose candidates are read from `stores` (a phrase:
+    "each store"); `capped_by` names what may hold a store to fewer documents. Check with `check_store_options`."""
+    add = parser.add_argument
+    add("--store_documents", type=positive_int, default=STORE_DOCUMENTS, help=f"documents in {stores}, over which "
+        f"each query's candidates are drawn (at least --candidates{'; fewer where ' + capped_by if capped_by else ''})")
+    add("--store_dir", type=output_folder, help="where the stores are built and kept, reused when their identity "
+        "matches: every store stays (default: a temporary folder under $TMPDIR, each store removed once measured: "
+        "one on disk at a time)")
+
+
+def check_store_options(args: argparse.Namespace) -> None:
+    """Refuse a store too small to draw a query's ``--candidates`` distinct documents from."""
+    if args.store_documents < args.candidates:
+        usage_error(f"argument --store_documents: a query draws --candidates {args.candidates} distinct documents; "
+                    f"got {args.store_documents}")
+
 
 def draw_candidates(documents: int, count: int, seed: int, repeat: int):
     """A first stage's `count` candidates as a BM25 top-N would give them: distinct positions in a store of

@@ -49,12 +49,20 @@ def atomic_write(
     path.parent.mkdir(parents=True, exist_ok=True)
     binary = "b" in mode
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
+    with renamed_on_success(Path(tmp), path):
         # mkstemp makes the file private (0600); an output gets the mode any new file gets (0644 under umask 022).
         os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, mode, encoding=None if binary else encoding, newline=None if binary else "\n") as f:
             yield f
-            f.flush()
+
+
+@contextlib.contextmanager
+def renamed_on_success(tmp: Path, path: Path) -> Iterator[Path]:
+    """Yield `tmp`, a file the block writes beside `path`; when the block succeeds, sync `tmp` and rename it onto
+    `path` (readers see the old file or the whole new one); on any exception, remove `tmp` and re-raise."""
+    try:
+        yield tmp
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:

@@ -63,7 +63,7 @@ from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from common.data.formats import Run, Topics
-from common.io import atomic_write
+from common.io import atomic_write, renamed_on_success
 from conformer_kernel.features import Featurizer
 from conformer_kernel.index_folder import ARRAY_FILES, PLAN, output_problem
 from conformer_kernel.orcas import orcas_from_spec
@@ -416,19 +416,11 @@ def _scatter(part: np.ndarray, cursor: np.ndarray, first: int, data_path: Path, 
 @contextlib.contextmanager
 def _new_npy(path: Path, dtype, length: int) -> Iterator[Path]:
     """A (length,) .npy file of zeros created under a temporary name beside `path`, whose name is yielded for
-    memory maps to write; synced and renamed onto `path` on success, removed on an exception (the pattern of
-    `common.io.atomic_write`). The temporary name is fixed: the file a killed merge left is overwritten."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    memory maps to write; synced and renamed onto `path` on success, removed on an exception
+    (`common.io.renamed_on_success`). The temporary name is fixed: the file a killed merge left is overwritten."""
+    with renamed_on_success(path.with_name(f".{path.name}.tmp"), path) as tmp:
         np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(length,)).flush()  # the header; its size
         yield tmp
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
 
 
 # --- full retrieval with a trained model ----------------------------------------------------------------

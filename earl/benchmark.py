@@ -48,11 +48,11 @@ import time
 from pathlib import Path
 
 from common.benchmarking import (
-    Line, Panel, PartTimes, Session, benchmark_parser, bert_pairs, bert_query, cached_fraction, count_flops,
-    describe_machine, draw, draw_candidates, evict_from_page_cache, machine, median_query, output_paths, parse,
-    rounded, wall_and_cpu_ms,
+    Line, Panel, PartTimes, Session, add_store_options, benchmark_parser, bert_pairs, bert_query, cached_fraction,
+    check_store_options, count_flops, describe_machine, draw, draw_candidates, evict_from_page_cache, machine,
+    median_query, output_paths, parse, rounded, wall_and_cpu_ms,
 )
-from common.refusals import output_folder, positive_float, positive_int, usage_error
+from common.refusals import positive_float, positive_int, usage_error
 from earl.costs import TABLE1, Size
 
 IMPLS = ("bert_ranker", "earl_s1", "earl_s2")
@@ -65,7 +65,7 @@ SIZES = {"base": Size(layers=12, hidden=768, heads=12, intermediate=3072, blocks
          "small": Size(layers=4, hidden=256, heads=4, intermediate=1024, blocks=2, query_layers=2)}  # head width 64
 ITEM_BYTES = {"fp32": 4, "fp16": 2}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
-STORE_DOCUMENTS, STORE_GB = 100_000, 28.0
+STORE_GB = 28.0
 TABLE = (("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f"), ("compute_ms", ".1f"),
          ("warm_read_ms", ".1f"), ("speedup", ".1f"), ("compute_speedup", ".1f"), ("cpu_ms", ".1f"),
          ("cpu_speedup", ".1f"), ("analytic_ratio", ".1f"), ("table1_ratio", ".1f"), ("flop_ratio", ".1f"),
@@ -339,19 +339,13 @@ def parse_args(argv: list[str] | None):
         help="the stores' rows: seeded noise of the model's width (random: written at disk speed, the same timing) "
         "or T_doc on random token ids (encoded: T_doc over every stored document, hours at base size for 100,000: "
         "for a small --store_documents)")
-    add("--store_documents", type=positive_int, default=STORE_DOCUMENTS, help="documents in each store, over which "
-        "each query's candidates are drawn (at least --candidates; fewer where --store_gb cannot hold them)")
+    add_store_options(parser, "each store", capped_by="--store_gb cannot hold them")
     add("--store_gb", type=positive_float, default=STORE_GB, help="the most disk one store takes, in GB (10^9 "
         "bytes): a store of larger rows holds fewer documents (the row's store_documents)")
-    add("--store_dir", type=output_folder, help="where the stores are built and kept, reused when their identity "
-        "matches: every store stays, up to --store_gb each (default: a temporary folder under $TMPDIR, each store "
-        "removed once measured: one on disk at a time)")
     args = parse(parser, argv)
     if min(args.lengths) < 2:
         usage_error(f"argument --lengths: each must be at least 2 ([CLS] and a word), got {min(args.lengths)}")
-    if args.store_documents < args.candidates:
-        usage_error(f"argument --store_documents: a query draws --candidates {args.candidates} distinct documents; "
-                    f"got {args.store_documents}")
+    check_store_options(args)
     for size_name in args.size:
         for n in args.lengths:
             for impl in (impl for impl in STRATEGY if impl in args.impls):

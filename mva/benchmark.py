@@ -45,11 +45,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from common.benchmarking import (
-    BERT_CLS, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE, FIRST_WORD, BertSize, Line, Panel, Session, benchmark_parser,
-    bert_pairs, cached_fraction, describe_machine, draw, draw_candidates, evict_from_page_cache, gpu_description,
-    machine, median_ms, median_query, noise_documents, output_paths, parse, resolve_device, text_table,
+    BERT_CLS, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE, FIRST_WORD, BertSize, Line, Panel, Session, add_store_options,
+    benchmark_parser, bert_pairs, cached_fraction, check_store_options, describe_machine, draw, draw_candidates,
+    evict_from_page_cache, gpu_description, machine, median_ms, median_query, noise_documents, output_paths, parse,
+    resolve_device, text_table,
 )
-from common.refusals import output_folder, positive_int, usage_error
+from common.refusals import positive_int
 from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs, mva_macs, mva_storage
 
 IMPLS = ("de", "mva1", "mva2", "mva3", "ca")
@@ -58,7 +59,6 @@ RESULTS = Path(__file__).resolve().parents[1] / "results" / "mva"
 FLOAT_BYTES = 4  # fp32
 SIZES = {"base": BertSize(12, 768, 12, 3072), "small": BertSize(6, 384, 12, 1536)}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
-STORE_DOCUMENTS = 100_000
 
 
 class Point(NamedTuple):
@@ -325,15 +325,9 @@ def parse_args(argv: list[str] | None):
     add("--ca_candidates", type=positive_int, default=16, help="candidates CA is timed on, scaled to --candidates")
     add("--batch_size", type=positive_int, default=16, help="CA pairs per forward pass")
     add("--ca_repeats", type=positive_int, default=3, help="timed queries for CA")
-    add("--store_documents", type=positive_int, default=STORE_DOCUMENTS, help="documents in DE's and each MVA "
-        "point's store, over which each query's candidates are drawn (at least --candidates)")
-    add("--store_dir", type=output_folder, help="where the stores are built and kept, reused when their identity "
-        "matches: every store stays (default: a temporary folder under $TMPDIR, each store removed once measured: "
-        "one on disk at a time)")
+    add_store_options(parser, "DE's and each MVA point's store")
     args = parse(parser, argv)
-    if args.store_documents < args.candidates:
-        usage_error(f"argument --store_documents: a query draws --candidates {args.candidates} distinct documents; "
-                    f"got {args.store_documents}")
+    check_store_options(args)
     args.device = resolve_device(args.device)
     return args
 
