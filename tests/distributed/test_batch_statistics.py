@@ -2,6 +2,8 @@
 (Eq. 4's cumulative mean) and NDRM3's BatchNorm (Eq. 3), forward, running statistics and gradients, against
 ``nn.BatchNorm1d`` and the mean computed by hand on the whole batch (gloo, CPU)."""
 
+import os
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -42,7 +44,11 @@ def run_slice(rank: int, init: str, out: str) -> None:
     dist.all_reduce(weight_grad)  # what DDP adds (before its mean) over the processes
     torch.save({"outputs": outputs, "grads": grads, "weight_grad": weight_grad, "norm": norm.state_dict(),
                 "scale": scale.state_dict()}, f"{out}/rank{rank}.pt")  # fmt: skip
+    dist.barrier()  # both results are saved
     dist.destroy_process_group()
+    # Leave without the interpreter's teardown: under load a gloo worker thread still joinable there aborts the
+    # process ("terminate called without an active exception", pytorch/pytorch#190489), after its work is done.
+    os._exit(0)
 
 
 @pytest.fixture(scope="module")
