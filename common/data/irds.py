@@ -331,7 +331,7 @@ class IrDatasetsDocuments(Lookup):
             if self._dataset is None:
                 self._dataset = load_dataset(self.dataset_id)
             with _reading(self.dataset_id, "documents"):
-                self._store = _built_store(self._dataset)
+                self._store = _built_store(self._dataset, self.dataset_id)
             self._pid = os.getpid()
 
     def _fetch(self, doc_ids: list[str]) -> dict[str, Any]:
@@ -390,25 +390,22 @@ def _cache_key(dataset_id: str, version: object) -> str:
     return f"{dataset_id.replace('/', '--')}-{digest}"
 
 
-def _built_store(dataset: Any) -> Any:
+def _built_store(dataset: Any, dataset_id: str) -> Any:
     """`dataset`'s document store, built (once, whichever processes open it at once) before it is returned.
 
     ir_datasets builds a store (e.g. its ``.pklz4`` folder) on first use and checks whether it is built before
-    taking its own lock, so two processes starting at once would both append every document. A store with a
-    ``build`` method and a ``path`` is built here under `common.io.build_lock` of that path and reopened after
-    the lock (a store object opened before another process built it keeps its empty view); a store in a folder
-    this process cannot write is opened as it is (nobody builds there from here).
+    taking its own lock, so two processes starting at once would both append every document; and opening a store
+    reads the metadata file a build is writing (an assertion fails on a half-written one). So the store is opened,
+    and built where it has a ``build`` method and a ``path`` in a folder this process can write, under a lock of the
+    project's cache keyed by the dataset id (`common.io.build_lock`); once built, opening it under the lock is brief.
     """
-    store = dataset.docs_store()
-    path = getattr(store, "path", None)
-    if not (callable(getattr(store, "build", None)) and isinstance(path, (str, os.PathLike))):
-        return store
-    parent = next((p for p in Path(path).absolute().parents if p.exists()), None)
-    if parent is None or not os.access(parent, os.W_OK):
-        return store
-    with build_lock(path):
+    with build_lock(cache_root() / "ir_datasets_stores" / _cache_key(dataset_id, "docs_store")):
         store = dataset.docs_store()
-        store.build()
+        path = getattr(store, "path", None)
+        if callable(getattr(store, "build", None)) and isinstance(path, (str, os.PathLike)):
+            parent = next((p for p in Path(path).absolute().parents if p.exists()), None)
+            if parent is not None and os.access(parent, os.W_OK):
+                store.build()
     return store
 
 
