@@ -528,8 +528,7 @@ class IrDatasetsSource:
         from common.data.training_table import FORMAT, TrainingTable
 
         folder = cache_root() / "training" / _cache_key(self.dataset_id, FORMAT)
-        built_once(folder, self._write_training_table, ready=TrainingTable.is_saved)
-        return TrainingTable.open(folder)
+        return TrainingTable.saved(folder, self._training_table, {"ir_datasets": self.dataset_id})
 
     def collection_ids(self):
         """The collection's document ids in its order (`IrDatasetsDocuments.__iter__`) as a memory-mapped numpy
@@ -546,7 +545,7 @@ class IrDatasetsSource:
 
         return np.load(built_once(path, write), mmap_mode="r", allow_pickle=False)
 
-    def _write_training_table(self, folder: Path) -> None:
+    def _training_table(self) -> TrainingTable:
         from tqdm.auto import tqdm
 
         from common.data.training_table import TableBuilder
@@ -562,7 +561,7 @@ class IrDatasetsSource:
                 self._dataset.scoreddocs_iter(), desc=f"tabling {self.dataset_id} scoreddocs", unit=" candidates"))
         if len(builder.distinct_scores) == 1 and builder.candidate_count > 1:
             self._warn_unscored(builder.distinct_scores.pop())
-        builder.table().save(folder, {"ir_datasets": self.dataset_id})
+        return builder.table()
 
     # --- helpers ----------------------------------------------------------------
 

@@ -5,19 +5,31 @@ candidates (a first-stage run) and document text by id. `FileSource` reads
 them from TREC files (`common.data.formats`); `common.data.irds.IrDatasetsSource`
 reads them from an ir_datasets id. Training samplers, data modules and
 evaluation code accept either. A source reads each part on first use and keeps it (`read_once`).
+
+A source of training queries also gives its qrels and candidates as a `common.data.training_table.TrainingTable`
+(``training_table()``), streamed from its files once into the project's cache and mapped by every process, so that
+a run file of MS MARCO's 478M training candidates is never held as dicts (which the samplers no longer read).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, TypeVar, runtime_checkable
 
+from tqdm.auto import tqdm
+
 from common.data.docstore import DocumentStore, Lookup
-from common.data.formats import Document, Qrels, Run, Topics, read_qrels, read_run, read_topics
+from common.data.formats import (DataFormatError, Document, Qrels, Run, Topics, iter_qrels, iter_run, read_qrels,
+                                 read_run, read_topics)
+from common.data.training_table import FORMAT as TABLE_FORMAT
+from common.data.training_table import RepeatedPairError, TableBuilder, TrainingTable
+from common.io import cache_root
 
 
 @runtime_checkable
@@ -73,6 +85,12 @@ class FileSource:
     def __post_init__(self) -> None:
         self.name = self.name or Path(self.topics_path).stem
 
+    def provides(self) -> set[str]:
+        """Which of topics, qrels, candidates and documents the task has a file for."""
+        paths = {"topics": self.topics_path, "qrels": self.qrels_path, "candidates": self.candidates_path,
+                 "documents": self.collection_path}
+        return {part for part, path in paths.items() if path is not None}
+
     @read_once
     def topics(self) -> Topics:
         return read_topics(self.topics_path)
@@ -88,6 +106,40 @@ class FileSource:
     @read_once
     def documents(self) -> DocumentStore:
         return DocumentStore.for_collection(self._require(self.collection_path, "collection"), self.cache_dir)
+
+    def training_table(self) -> TrainingTable:
+        """The qrels and candidates as a memory-mapped `TrainingTable`, streamed from the two files (no dict) into
+        the cache once (``training/<run file>-<key>`` under `cache_dir` or the project's cache, keyed by both files'
+        resolved paths, sizes and modification times and the table's format; built by one process under a lock,
+        `common.io.built_once`) and opened read-only by every process after. A changed file makes a new table."""
+        files = {what: self._file(path, what) for what, path in (("qrels", self.qrels_path),
+                                                                 ("candidates", self.candidates_path))}
+        stats = {what: [str(path), path.stat().st_size, path.stat().st_mtime_ns] for what, path in files.items()}
+        key = hashlib.sha256(json.dumps([stats, TABLE_FORMAT]).encode()).hexdigest()[:16]
+        folder = Path(self.cache_dir or cache_root()) / "training" / f"{files['candidates'].name}-{key}"
+        return TrainingTable.saved(folder, lambda: self._stream_table(**files), {"files": stats})
+
+    def _stream_table(self, qrels: Path, candidates: Path) -> TrainingTable:
+        """The table of the two files, read line by line (a repeated pair is refused naming its line)."""
+        builder = TableBuilder(str(qrels), str(candidates))
+        builder.add_qrels((qid, doc_id, label) for _, qid, doc_id, label in tqdm(
+            iter_qrels(qrels), desc=f"tabling {qrels.name}", unit=" judgments"))
+        builder.add_candidates((entry.qid, entry.doc_id, entry.score) for _, entry in tqdm(
+            iter_run(candidates), desc=f"tabling {candidates.name}", unit=" candidates"))
+        try:
+            return builder.table()
+        except RepeatedPairError as error:  # found once the pairs are sorted; a second pass finds its line
+            records = ((n, q, d) for n, q, d, _ in iter_qrels(qrels)) if error.path == str(qrels) else (
+                (n, entry.qid, entry.doc_id) for n, entry in iter_run(candidates))
+            seen = (n for n, qid, doc_id in records if (qid, doc_id) == (error.query_id, error.doc_id))
+            next(seen)
+            raise DataFormatError(error.path, next(seen), error.reason) from None
+
+    def _file(self, path, what: str) -> Path:
+        path = Path(self._require(path, what)).resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"{path}: no such file")
+        return path
 
     def _require(self, path, what: str):
         if path is None:

@@ -24,13 +24,20 @@ Building. A task from ir_datasets (`common.data.irds.IrDatasetsSource.training_t
 ``scoreddocs_iter`` and ``qrels_iter`` into the table (`TableBuilder`, no dict of the candidates), once, in the
 data module's ``prepare_data`` (`common.training.tasks.RerankingDataModule`), into the project's cache
 (``$EFFICIENT_RANKERS_CACHE/training/<key>``, keyed by the dataset id and this format; `common.io.built_once`: one
-process builds under a lock and publishes the folder by a rename). Building holds the ids in a dict (8.8M passage
-ids) and the codes in arrays of 4 bytes a candidate until they are sorted: one process, once. Other tasks (the
-built-in collection, TREC files, rank_llm files) are read into their dicts as before, their documents checked
-against their collections (`common.training.tasks`), and tabled in memory (`TrainingTable.from_dicts`): the samplers
-read both alike, so the same seed draws the same groups from either.
+process builds under a lock and publishes the folder by a rename). A task of TREC files (the built-in collection
+is one; `common.data.source.FileSource.training_table`) is streamed likewise from its qrels and run files
+(``training/<run file>-<key>``, keyed by both files' paths, sizes and modification times and this format). Building
+holds the ids in a dict (8.8M passage ids) and the codes in arrays of 4 bytes a candidate until they are sorted: one
+process, once. A rank_llm task (its candidates and their text in one JSON file, held in memory anyway) is tabled in
+memory from its dicts (`TrainingTable.from_dicts`). The samplers read every table alike, so the same seed draws the
+same groups from any of them as from the dicts they were once drawn from.
 
-A repeated (query, document) pair or a NaN score is a `DataFormatError`, as the dict readers make it.
+Documents without text. A task of files may name documents its collection lacks; `common.training.tasks` finds them
+from the table's columns (`relevant_documents`, `candidate_documents`: distinct codes, no dict of the candidates)
+and trains on the table `without` them (saved beside a cached table and mapped like it, `TrainingTable.saved`).
+
+A repeated (query, document) pair is a `RepeatedPairError` and a NaN score a `DataFormatError`, as the dict readers
+make them (a task of files names the repeat's line: `common.data.source.FileSource`).
 """
 
 from __future__ import annotations
@@ -38,24 +45,35 @@ from __future__ import annotations
 import json
 import os
 from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from common.data.formats import DataFormatError, Qrels, Run
-from common.io import atomic_write
+from common.io import atomic_write, built_once
 
 #: The layout this module writes; a cached table of another format is rebuilt.
 FORMAT = 1
 ARRAYS = ("queries", "docs", "candidate_offsets", "candidate_docs", "qrel_offsets", "qrel_docs", "qrel_labels")
 META = "table.json"
+#: Candidates read at a time where a whole column is scanned.
+CHUNK = 1 << 24
+
+
+class RepeatedPairError(DataFormatError):
+    """A (query, document) pair judged or retrieved twice; `query_id` and `doc_id` name it."""
+
+    def __init__(self, path: str | os.PathLike, line: int | None, reason: str, query_id: str, doc_id: str):
+        super().__init__(path, line, reason)
+        self.query_id, self.doc_id = query_id, doc_id
 
 
 class TrainingTable:
     """A training task's qrels and candidates by query code (module docstring); arrays in memory or mapped."""
 
-    def __init__(self, arrays: Mapping[str, np.ndarray], meta: dict | None = None):
+    def __init__(self, arrays: Mapping[str, np.ndarray], meta: dict | None = None, folder: Path | None = None):
+        self.folder = folder  # where it is saved (None: in memory)
         self.queries, self.docs = arrays["queries"], arrays["docs"]  # (Q,), (D,) sorted S<w>
         self.candidate_offsets, self.candidate_docs = arrays["candidate_offsets"], arrays["candidate_docs"]
         self.qrel_offsets, self.qrel_docs = arrays["qrel_offsets"], arrays["qrel_docs"]
@@ -91,7 +109,14 @@ class TrainingTable:
         folder = Path(folder)
         meta = json.loads((folder / META).read_text(encoding="utf-8"))
         return cls({name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS},
-                   meta)
+                   meta, folder)
+
+    @classmethod
+    def saved(cls, folder: str | os.PathLike, make: Callable[[], TrainingTable], source: dict) -> TrainingTable:
+        """The table saved in `folder`, made (``make()``) and saved there first where it is not (by one process
+        however many ask at once, `common.io.built_once`); opened mapped."""
+        built_once(Path(folder), lambda tmp: make().save(tmp, source), ready=cls.is_saved)
+        return cls.open(folder)
 
     @staticmethod
     def is_saved(folder: Path) -> bool:
@@ -126,6 +151,45 @@ class TrainingTable:
         """Query `query`'s judged document codes (ascending) and their labels."""
         start, end = self.qrel_offsets[query], self.qrel_offsets[query + 1]
         return np.asarray(self.qrel_docs[start:end]), np.asarray(self.qrel_labels[start:end])
+
+    def codes(self, doc_ids: Iterable[str]) -> np.ndarray:
+        """The codes of `doc_ids` (int64), which must be documents of the table (KeyError)."""
+        wanted = np.array([doc_id.encode("utf-8") for doc_id in doc_ids], dtype=np.bytes_)
+        if not len(wanted):
+            return np.zeros(0, dtype=np.int64)
+        codes = np.minimum(np.searchsorted(self.docs, wanted), len(self.docs) - 1)
+        absent = self.docs[codes] != wanted
+        if absent.any():
+            raise KeyError(f"document {wanted[absent][0].decode()!r} is not in the training table")
+        return codes.astype(np.int64)
+
+    def relevant_documents(self, queries: np.ndarray, level: int) -> np.ndarray:
+        """The distinct codes (ascending) of the documents judged at least `level` for the queries of `queries`
+        (a boolean mask over the queries)."""
+        rows = np.repeat(queries, np.diff(self.qrel_offsets))  # (J,): judgments are few (MS MARCO's 532,761)
+        return np.unique(self.qrel_docs[rows & (np.asarray(self.qrel_labels) >= level)])
+
+    def candidate_documents(self, queries: np.ndarray) -> np.ndarray:
+        """The distinct codes (ascending) of the candidates of the queries of `queries` (a boolean mask), read a
+        slice of at most `CHUNK` candidates at a time: one byte a document besides."""
+        seen = np.zeros(len(self.docs), dtype=bool)
+        for start, end in _runs(queries):
+            low, high = int(self.candidate_offsets[start]), int(self.candidate_offsets[end])
+            for chunk in range(low, high, CHUNK):
+                seen[self.candidate_docs[chunk : min(high, chunk + CHUNK)]] = True
+        return np.flatnonzero(seen)
+
+    def without(self, docs: np.ndarray) -> TrainingTable:
+        """This table, in memory, without the candidates and judgments of documents `docs` (codes); the codes and
+        ids stay as they are, so an id keeps its code and the samplers draw as from a table never given `docs`."""
+        drop = np.zeros(len(self.docs), dtype=bool)
+        drop[docs] = True
+        arrays = {"queries": self.queries, "docs": self.docs}
+        for kind, columns in (("candidate", ("candidate_docs",)), ("qrel", ("qrel_docs", "qrel_labels"))):
+            offsets, kept = np.asarray(getattr(self, f"{kind}_offsets")), ~drop[getattr(self, f"{kind}_docs")]
+            arrays[f"{kind}_offsets"] = offsets - np.searchsorted(np.flatnonzero(~kept), offsets)  # minus those cut
+            arrays.update({column: np.asarray(getattr(self, column))[kept] for column in columns})
+        return TrainingTable(arrays, self.meta)
 
     def labels(self, query: int, docs: np.ndarray) -> np.ndarray:
         """The qrels labels of documents `docs` (codes) for query `query`, 0 where unjudged (int64)."""
@@ -216,6 +280,12 @@ def _sorted_ids(codes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     return ids[order], rows
 
 
+def _runs(mask: np.ndarray) -> Iterator[tuple[int, int]]:
+    """The (start, end) of each run of True in `mask`."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    yield from zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist())
+
+
 def _offsets(queries: np.ndarray, count: int) -> np.ndarray:
     """(count + 1,) int64 offsets of each query's rows in `queries` (sorted codes)."""
     return np.concatenate([[0], np.cumsum(np.bincount(queries, minlength=count))]).astype(np.int64)
@@ -226,6 +296,5 @@ def _refuse_repeats(queries: np.ndarray, docs: np.ndarray, query_ids: np.ndarray
     """DataFormatError naming the first (query, document) pair listed twice in `queries`/`docs` (sorted pairs)."""
     repeated = np.flatnonzero((queries[1:] == queries[:-1]) & (docs[1:] == docs[:-1]))
     if len(repeated):
-        i = repeated[0]
-        raise DataFormatError(what, None, f"document {doc_ids[docs[i]].decode()!r} {how} for query "
-                                          f"{query_ids[queries[i]].decode()!r}")
+        query_id, doc_id = query_ids[queries[repeated[0]]].decode(), doc_ids[docs[repeated[0]]].decode()
+        raise RepeatedPairError(what, None, f"document {doc_id!r} {how} for query {query_id!r}", query_id, doc_id)

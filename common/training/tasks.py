@@ -21,7 +21,7 @@ and which (query, document) pairs are re-ranked. The parts hand each other what 
               self.save_hyperparameters()
 
           def training_dataset(self, source):
-              sampler = PointwiseSampler(source.qrels(), source.candidates(), ...)
+              sampler = PointwiseSampler(training_table(source), topics=source.topics(), ...)
               return EncodedGroups(sampler, source.topics(), source.documents(), self.encoder)
 
           def pair_encoder(self):
@@ -38,9 +38,10 @@ opened, before any loader exists, and ``missing_documents`` chooses: ``"skip"`` 
 many and a few ids, and leaves them out: of training, relevant documents from the qrels and candidates from the run;
 of evaluation, candidates from the re-ranked pairs (they stay in the run below the re-ranked documents, in
 first-stage order, as candidates below the depth do; the qrels are never cut, so metrics stay honest); ``"error"``
-stops with `MissingDocumentsError`. No loader meets a missing document. Tasks from ir_datasets are not checked:
-their collections hold every judged and retrieved document, and looking up MS MARCO's training candidates would read
-tens of millions of ids. `Tasks.check` opens and checks every configured split (a train command calls it before
+stops with `MissingDocumentsError`. No loader meets a missing document. A training task is checked from its table
+(`common.data.training_table`: each distinct document once, not a dict of its lines) and trained on the table
+without the missing documents. Tasks from ir_datasets are not checked: their collections hold every judged and
+retrieved document, and looking up MS MARCO's 8.8M training passages would be a lookup each for nothing. `Tasks.check` opens and checks every configured split (a train command calls it before
 fitting).
 
 Loaders. torchdata's ``StatefulDataLoader`` (a checkpoint taken mid-epoch resumes at the next batch). ``batch_size``
@@ -57,7 +58,8 @@ validation loader.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 
 import lightning as L
@@ -68,8 +70,10 @@ from torch.utils.data import Dataset
 
 from common.data.formats import Qrels, Run, Topics
 from common.data.rerank import Encode, RerankPairs, rerank_pairs
+from common.data.samplers import training_table
 from common.data.source import RankingSource
 from common.data.specs import SourceSpec, source_from_spec
+from common.data.training_table import TrainingTable
 from common.training.global_batch import GlobalBatchSampler
 
 #: What ``missing_documents`` may say about documents without text (see the module docstring).
@@ -198,18 +202,19 @@ class Tasks:
         return self._eval_pairs[split]
 
     def _missing_training_documents(self, split: str, source: RankingSource) -> set[str]:
-        """Training: the relevant judged documents and candidates without text (checked per the policy)."""
+        """Training: the relevant judged documents and candidates without text (checked per the policy), found from
+        the columns of the task's table (`common.data.samplers.training_table`), not from dicts of its lines."""
         if split != "train" or not _checked(source):
             return set()
         level = self.config.relevance_level
-        topics, qrels = source.topics(), source.qrels()
-        relevant = {d for qid, labels in qrels.items() if qid in topics
-                    for d, label in labels.items() if label >= level}
-        candidates = {d for qid, docs in source.candidates().items() if qid in topics for d in docs}
-        return self._check_present(split, source, {f"relevant judged documents (label >= {level})": relevant,
-                                                   "candidates": candidates})
+        table = training_table(source)
+        topics = np.array([qid.encode("utf-8") for qid in source.topics()], dtype=np.bytes_)
+        queries = np.isin(table.queries, topics)  # (Q,) bool: the queries trained on
+        return self._check_present(split, source, {
+            f"relevant judged documents (label >= {level})": _Ids(table, table.relevant_documents(queries, level)),
+            "candidates": _Ids(table, table.candidate_documents(queries))})
 
-    def _check_present(self, split: str, source: RankingSource, needed: dict[str, set[str]]) -> set[str]:
+    def _check_present(self, split: str, source: RankingSource, needed: dict[str, Collection[str]]) -> set[str]:
         """The ids of `needed` (what -> ids) that `source` has no text for; warns or raises per the policy."""
         documents = source.documents()
         missing = {what: sorted(d for d in ids if d not in documents) for what, ids in needed.items()}
@@ -225,30 +230,60 @@ class Tasks:
         return {d for ids in missing.values() for d in ids}
 
 
+class _Ids(Sequence[str]):
+    """The ids of some of a table's document codes, decoded as they are read."""
+
+    def __init__(self, table: TrainingTable, codes: np.ndarray):
+        self._table, self._codes = table, codes
+
+    def __len__(self) -> int:
+        return len(self._codes)
+
+    def __getitem__(self, i):
+        return self._table.doc_ids(self._codes[i : i + 1])[0] if isinstance(i, int) else self._table.doc_ids(
+            self._codes[i])
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self._codes), 1 << 16):
+            yield from self._table.doc_ids(self._codes[start : start + (1 << 16)])
+
+
 class _PresentDocuments:
-    """A training task without some documents: its qrels and candidates cut to those with text."""
+    """A training task without some documents: its qrels and candidates cut to those with text.
+
+    Its table is the task's `without` the missing documents: saved beside the task's table where that one is saved
+    (keyed by the missing documents), so every process maps one copy; in memory where the task's is.
+    """
 
     def __init__(self, source: RankingSource, missing: set[str]):
-        self._source = source
+        self._source, self._missing = source, missing
         self.name = source.name
-        self._qrels = {qid: {d: label for d, label in labels.items() if d not in missing}
-                       for qid, labels in source.qrels().items()}
-        self._candidates = {qid: {d: score for d, score in scores.items() if d not in missing}
-                            for qid, scores in source.candidates().items()}
 
     def __getattr__(self, name: str):  # the source's files (topics_path, ...) for cache fingerprints
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._source, name)
 
+    def training_table(self) -> TrainingTable:
+        table = training_table(self._source)
+        missing = np.sort(table.codes(self._missing))
+        if table.folder is None:
+            return table.without(missing)
+        key = hashlib.sha256(missing.astype("<i8").tobytes()).hexdigest()[:16]
+        return TrainingTable.saved(table.folder.with_name(f"{table.folder.name}-present-{key}"),
+                                   lambda: table.without(missing), {**table.meta.get("source", {}),
+                                                                    "without_documents": len(missing)})
+
     def topics(self) -> Topics:
         return self._source.topics()
 
     def qrels(self) -> Qrels:
-        return self._qrels
+        return {qid: {d: label for d, label in labels.items() if d not in self._missing}
+                for qid, labels in self._source.qrels().items()}
 
     def candidates(self) -> Run:
-        return self._candidates
+        return {qid: {d: score for d, score in scores.items() if d not in self._missing}
+                for qid, scores in self._source.candidates().items()}
 
     def documents(self):
         return self._source.documents()
@@ -390,8 +425,9 @@ class RerankingDataModule(L.LightningDataModule):
 
     def prepare_data(self) -> None:
         """Build the document stores (`common.data.docstore`, ir_datasets' own) of the tasks that `setup` opens for
-        the trainer's stage (`stage_splits`; fit's where no trainer is attached), and an ir_datasets training task's
-        table of qrels and candidates (`common.data.training_table`), where not built yet.
+        the trainer's stage (`stage_splits`; fit's where no trainer is attached), and the training task's table of
+        qrels and candidates (`common.data.training_table`: an ir_datasets task's or a task of files'), where not
+        built yet.
 
         Lightning runs this on one process per node while the others wait at a barrier without a timeout, so an
         hours-long build never meets a collective's. Each build also holds its cache's lock
@@ -403,7 +439,7 @@ class RerankingDataModule(L.LightningDataModule):
             if self.has_split(split):
                 source = source_from_spec(self.specs[split])
                 source.documents().prepare()
-                table = getattr(source, "training_table", None)  # an ir_datasets task's (common.data.training_table)
+                table = getattr(source, "training_table", None)  # a cached one (common.data.training_table)
                 if split == "train" and callable(table) and {"qrels", "candidates"} <= source.provides():
                     table()  # (a task without them is refused when its sampler asks, as before)
 

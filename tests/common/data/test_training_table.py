@@ -1,6 +1,6 @@
 """common.data.training_table: a task's qrels and candidates as mapped columns, laid out as worked by hand; the
-samplers draw from it the very groups they drew from the dicts before it existed (golden digests), and an
-ir_datasets task is streamed into the cache once and read back mapped."""
+samplers draw from it the very groups they drew from the dicts before it existed (golden digests), and a task of
+files and an ir_datasets task are streamed into the cache once and read back mapped."""
 
 import hashlib
 import json
@@ -9,11 +9,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.data.formats import DataFormatError, write_collection, write_qrels, write_run, write_topics
+from common.data.formats import (DataFormatError, read_qrels, read_run, write_collection, write_qrels, write_run,
+                                 write_topics)
 from common.data.irds import IrDatasetsSource
 from common.data.samplers import from_source
+from common.data.source import FileSource
 from common.data.specs import source_from_spec
-from common.data.training_table import TrainingTable
+from common.data.training_table import ARRAYS, TrainingTable
 from tests.common.data.test_irds import MarcoDoc
 
 QRELS = {"q2": {"b": 1, "a": 0, "é": 2}, "q10": {"c": 1}}
@@ -47,6 +49,22 @@ def test_saved_tables_are_opened_mapped(tmp_path):
     assert table.doc_ids(table.candidates(0)) == ["b", "c", "a"]
     # 4 bytes a candidate, and the offsets per query
     assert (tmp_path / "t" / "candidate_docs.npy").stat().st_size == 128 + 7 * 4
+
+
+def test_document_codes_and_the_table_without_some_worked_by_hand():
+    table = TrainingTable.from_dicts(QRELS, RUN)  # docs a b c zz é = codes 0-4; queries q10 q2 q3
+    every, q10 = np.ones(3, dtype=bool), np.array([True, False, False])
+    assert table.relevant_documents(every, 1).tolist() == [1, 2, 4]  # b (q2: 1), c (q10: 1), é (q2: 2)
+    assert table.relevant_documents(every, 2).tolist() == [4] and table.relevant_documents(q10, 1).tolist() == [2]
+    assert table.candidate_documents(np.array([True, False, True])).tolist() == [0, 1, 2]  # q10: b c a; q3: a
+    assert table.codes(["zz", "a"]).tolist() == [3, 0]
+    with pytest.raises(KeyError, match="'nope' is not in the training table"):
+        table.codes(["nope"])
+    cut = table.without(np.array([1]))  # without b: as if neither file had named it
+    assert cut.candidate_offsets.tolist() == [0, 2, 4, 5] and cut.candidate_docs.tolist() == [2, 0, 4, 3, 0]
+    assert cut.qrel_offsets.tolist() == [0, 1, 3, 3]
+    assert cut.qrel_docs.tolist() == [2, 0, 4] and cut.qrel_labels.tolist() == [1, 0, 2]
+    assert cut.docs.tolist() == table.docs.tolist()  # codes kept
 
 
 @pytest.mark.parametrize("qrels, run, message", [
@@ -108,6 +126,56 @@ def test_the_samplers_draw_the_groups_they_drew_from_dicts(task, tmp_path):
         spec = "builtin:train" if task == "builtin" else builtin_files(tmp_path)
     expected = {key.split("/", 1)[1]: value for key, value in GOLDEN.items() if key.startswith(f"{task}/")}
     assert digests(source_from_spec(spec)) == expected
+
+
+# --- a task of files, streamed into the cache --------------------------------------------------------------------
+
+
+def test_a_task_of_files_is_streamed_into_the_cache_once(tmp_path, monkeypatch):
+    """The streamed table is the one the dict readers' qrels and run make (scores with ties included); built once;
+    a changed file makes a new one."""
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
+    files = builtin_files(tmp_path)
+    tied = {qid: {d: round(score, 1) for d, score in scores.items()} for qid, scores in
+            read_run(files["candidates_path"]).items()}
+    write_run(files["candidates_path"], tied, overwrite=True)  # many ties, broken by doc id
+    source = FileSource(**files)
+    assert source.provides() == {"topics", "qrels", "candidates", "documents"}
+    table = source.training_table()
+    expected = TrainingTable.from_dicts(read_qrels(files["qrels_path"]), tied)
+    for name in ARRAYS:
+        assert np.array_equal(getattr(table, name), getattr(expected, name)), name
+        assert getattr(table, name).dtype == getattr(expected, name).dtype, name
+    assert isinstance(table.candidate_docs, np.memmap) and table.meta["candidates"] == sum(map(len, tied.values()))
+    with monkeypatch.context() as patched:
+        patched.setattr("common.data.source.TableBuilder", None)  # opened, not built again
+        assert FileSource(**files).training_table().folder == table.folder
+    with open(files["qrels_path"], "a") as f:
+        f.write("q-new 0 d-new 1\n")
+    assert FileSource(**files).training_table().meta["judgments"] == table.meta["judgments"] + 1
+    assert len([p for p in (tmp_path / "cache" / "training").iterdir() if p.is_dir()]) == 2
+
+
+@pytest.mark.parametrize("part", ["qrels", "candidates"])
+def test_a_pair_a_file_repeats_is_refused_naming_its_line(part, tmp_path, monkeypatch):
+    """The line the dict readers name: the pair's second occurrence (here line 4, below a comment)."""
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "topics.tsv").write_text("q1\tone\nq2\ttwo\n")
+    (tmp_path / "qrels.txt").write_text("q1 0 d1 1\nq2 0 d1 1\n")
+    (tmp_path / "run.txt").write_text("q1 Q0 d1 1 2.0 r\nq1 Q0 d2 2 1.0 r\n")
+    repeated = tmp_path / ("qrels.txt" if part == "qrels" else "run.txt")
+    first = repeated.read_text().splitlines()[0]
+    repeated.write_text(repeated.read_text() + "# a comment\n" + first + "\n")
+    source = FileSource(tmp_path / "topics.tsv", tmp_path / "qrels.txt", tmp_path / "run.txt")
+    with pytest.raises(DataFormatError) as by_dicts:
+        (read_qrels if part == "qrels" else read_run)(repeated)
+    with pytest.raises(DataFormatError) as streamed:
+        source.training_table()
+    assert (streamed.value.path, streamed.value.line) == (str(repeated.resolve()), by_dicts.value.line) == (
+        str(repeated.resolve()), 4)
+    assert "'d1'" in streamed.value.reason and "'q1'" in streamed.value.reason
+    assert not (tmp_path / "cache" / "training").exists() or not any(
+        p.is_dir() for p in (tmp_path / "cache" / "training").iterdir())  # nothing half-written
 
 
 # --- an ir_datasets task, streamed into the cache ------------------------------------------------------------------

@@ -3,11 +3,12 @@ counted when the task is opened, left out with a warning or stopped on, never me
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
 from common.data.formats import Document, write_collection, write_qrels, write_run, write_topics
-from common.data.samplers import PointwiseSampler
+from common.data.samplers import PointwiseSampler, training_table
 from common.data.rerank import reranked_run
 from common.training.tasks import MissingDocumentsError, TaskConfig, Tasks
 
@@ -19,8 +20,9 @@ def tasks_of(train=None, dev=None, test=None, depth: int = 3, relevance_level: i
 
 
 @pytest.fixture
-def task(tmp_path) -> dict:
+def task(tmp_path, monkeypatch) -> dict:
     """q1 judges p1 (3), p2 (2), x1 (2), x2 (3) and n1 (0): x1, x2 have no text; its run retrieves x3 too."""
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
     write_topics(tmp_path / "topics.tsv", {"q1": "a query", "q2": "another"})
     write_qrels(tmp_path / "qrels.txt", {"q1": {"p1": 3, "p2": 2, "x1": 2, "x2": 3, "n1": 0}, "q2": {"p1": 1}})
     write_run(tmp_path / "run.trec", {"q1": {"p1": 5.0, "x3": 4.0, "n1": 3.0, "p2": 2.0, "n2": 1.0},
@@ -41,9 +43,14 @@ def test_training_leaves_them_out_with_a_warning_naming_how_many(task):
     ), message
     assert source.qrels()["q1"] == {"p1": 3, "p2": 2, "n1": 0}
     assert source.candidates()["q1"] == {"p1": 5.0, "n1": 3.0, "p2": 2.0, "n2": 1.0}
-    sampler = PointwiseSampler.of(source.qrels(), source.candidates(), relevance_level=2)
+    sampler = PointwiseSampler(training_table(source), relevance_level=2)
     used = {d for epoch in range(5) for group in sampler.examples(epoch) for d in group.doc_ids}
     assert used <= {"p1", "p2", "n1", "n2"} and {"p1", "p2"} <= used
+    from_dicts = PointwiseSampler.of(source.qrels(), source.candidates(), relevance_level=2)
+    assert [sampler.examples(epoch) for epoch in range(3)] == [from_dicts.examples(epoch) for epoch in range(3)]
+    table = training_table(source)  # saved beside the task's own table, mapped
+    assert table.folder.name.startswith(training_table(source._source).folder.name + "-present-")
+    assert isinstance(table.candidate_docs, np.memmap) and table.meta["candidates"] == 7 - 1
     assert data.source("train") is source  # opened, and checked, once
 
 

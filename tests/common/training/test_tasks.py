@@ -8,6 +8,7 @@ import torch
 
 from common.data.formats import Document, write_qrels, write_run, write_topics
 from common.data.samplers import TrainingGroup
+from common.data.training_table import TrainingTable
 from common.training.tasks import (
     EncodedGroups, LoaderConfig, MissingDocumentsError, RerankingDataModule, SamplerGroups, TaskConfig, Tasks,
 )
@@ -236,9 +237,13 @@ def test_prepare_data_builds_the_document_stores_of_the_stage_once(spec, tmp_pat
     testing.trainer = SimpleNamespace(state=SimpleNamespace(fn=TrainerFn.TESTING))
     testing.prepare_data()
     assert _stores(tmp_path / "cache") == ["test-docs"]  # test opens the test task alone
+    assert not (tmp_path / "cache" / "training").exists()
 
     (store,) = (tmp_path / "cache" / "docstore").glob("test-docs-*.sqlite")
     built = store.stat().st_mtime_ns
     Data(train=specs["train"], test=specs["test"]).prepare_data()  # no trainer: fit's tasks
     assert _stores(tmp_path / "cache") == ["test-docs", "train-docs"]
     assert store.stat().st_mtime_ns == built  # opened, not rebuilt
+    # and the training task's table of its qrels and run
+    (table,) = [p for p in (tmp_path / "cache" / "training").iterdir() if p.is_dir()]
+    assert table.name.startswith("run.trec-") and TrainingTable.is_saved(table)
