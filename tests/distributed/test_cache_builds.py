@@ -5,6 +5,7 @@ processes at once (as 2 ranks would start) on an empty ``EFFICIENT_RANKERS_CACHE
 and has them ask, each cache at the same moment (a file barrier before each), for: the built-in collection and its
 BM25 candidates, the built-in byte-level BPE, the document store of the built-in collection, the Conformer-Kernel
 vocabulary, IDFs and word2vec embeddings (through its data module, as training asks), an ORCAS field, and an
+built-in training task's table of its qrels and run files (`common.data.source.FileSource.training_table`), and an
 ir_datasets task's document store and training table (`common.data.training_table`; through the data module's
 ``prepare_data``, as two nodes' local rank 0 would on one shared file system).
 
@@ -32,7 +33,8 @@ ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = 200
 IRDS_ID = "efficient-rankers-test/cache-builds"
 #: The caches in the order the workers ask for them, and how many builds each makes in a fresh cache.
-BUILDS = {"builtin": 1, "bm25": 1, "bpe": 1, "docstore": 1, "vocabulary": 1, "orcas": 1, "irds": 1, "table": 1}
+BUILDS = {"builtin": 1, "bm25": 1, "bpe": 1, "docstore": 1, "vocabulary": 1, "orcas": 1, "file_table": 1, "irds": 1,
+          "table": 1}
 
 
 def _docs_tsv() -> str:
@@ -86,7 +88,8 @@ def worker(rank: int, world: int, run: str, inputs: str) -> None:
     Resources.build = classmethod(counted("vocabulary", Resources.build.__func__))
     orcas._build = counted("orcas", orcas._build)
     lz4_pickle.Lz4PickleLookup.transaction = counted("irds", lz4_pickle.Lz4PickleLookup.transaction)
-    IrDatasetsSource._write_training_table = counted("table", IrDatasetsSource._write_training_table)
+    IrDatasetsSource._training_table = counted("table", IrDatasetsSource._training_table)
+    FileSource._stream_table = counted("file_table", FileSource._stream_table)
 
     docs = TsvDocs(LocalDownload(run_dir / "irds" / "docs.tsv"), doc_cls=MarcoDoc)
     qrels = TrecQrels(LocalDownload(run_dir / "irds" / "qrels.txt"), {0: "not", 1: "relevant"})
@@ -114,6 +117,8 @@ def worker(rank: int, world: int, run: str, inputs: str) -> None:
     len(data.resources)
     together("orcas")
     orcas.OrcasField.from_files(inputs_dir / "orcas-queries.tsv", inputs_dir / "orcas-qrels.tsv", progress=False)
+    together("file_table")
+    builtin.builtin_source("train").training_table()
     together("irds")
     ConformerKernelDataModule(train=f"irds:{IRDS_ID}", dev=None, test=None).prepare_data()
     print(f"rank {rank}: irds store holds {ir_datasets.load(IRDS_ID).docs_store().count()} documents")
@@ -166,6 +171,8 @@ def _contents(run_dir: Path) -> dict[str, str]:
             data = path.read_bytes()
             if path.name == "meta.json" and "conformer_kernel" in path.parts:
                 data = json.dumps(json.loads(data)["options"], sort_keys=True).encode()
+            if path.name == "table.json" and "files" in json.loads(data)["source"]:  # the built-in files' paths
+                data = json.dumps({**json.loads(data), "source": None}, sort_keys=True).encode()
             files[name] = hashlib.sha256(data).hexdigest()
     return files
 
