@@ -15,7 +15,7 @@ method=None, metric=None, root=None) -> DataFrame``
     are interchangeable; ``ck``/``qds-transformer`` are accepted aliases).
 
 ``compare(reproduced, paper, tables=None, dataset=None, method_map=None,
-metric_map=None, include_missing=False) -> DataFrame``
+metric_map=None, include_missing=False, relevance_level=None) -> DataFrame``
     ``reproduced`` is the repo's ``metrics.json`` convention, a mapping
     ``run name -> measure name -> value`` with measures named as
     ``common.evaluate`` prints them (``ndcg_cut_10``, ``map``, ``mrr@10``, ...)
@@ -25,9 +25,11 @@ metric_map=None, include_missing=False) -> DataFrame``
     method whose name equals it, ignoring case and punctuation. Returns one
     row per matched (reported row, run) pair with ``reported``,
     ``reproduced`` (converted to the paper's scale) and
-    ``diff = reproduced - reported`` (paper's scale). Without ``dataset`` every
-    dataset of the paper is matched, so pass it when a paper reports the same
-    method on several collections.
+    ``diff = reproduced - reported`` (paper's scale), and the relevance level of
+    each side (``reported_level``, ``reproduced_level``; see Relevance levels).
+    Without ``dataset`` every dataset of the paper is matched, so pass it when a
+    paper reports the same method on several collections. ``relevance_level``:
+    the lowest label the reproduced binary measures counted relevant.
 
 ``to_markdown(df, float_format=None) -> str``
     A GitHub-flavoured markdown table (no ``tabulate`` needed).
@@ -56,6 +58,20 @@ when its dataset is null or differs from a compared row's (rows with dataset
 which dataset it was measured on, naming the compared rows' datasets. Exit
 codes are the same with or without a note.
 
+Relevance levels. Binary measures (MAP, MRR, recall, P, ...) count a document
+relevant from a label on (trec_eval ``-l``), so on graded qrels (TREC DL) the
+same run has two MAPs; NDCG uses the grades themselves. ``compare`` puts the
+level of each side beside the numbers: ``reported_level`` is the level the
+paper's number was measured at, where :data:`REPORTED_RELEVANCE_LEVELS` knows it
+(with the evidence), ``1`` on datasets whose labels are all 1
+(:data:`BINARY_DATASETS`), else ``not stated``; ``reproduced_level`` is the
+``relevance_level`` passed (the CLI's ``--relevance-level``, else the
+``data.relevance_level`` of the ``config.yaml`` beside the metrics file, which
+every train command writes), else ``not given``. Graded measures show ``graded``
+on both sides, measures of no relevance (timings, sizes) ``-``. The CLI prints a
+``note:`` line when the two levels of a row differ (:func:`level_note`): diff is
+then no reproduction gap.
+
 Scale: a reported (paper, table, metric) group is in percent when its metric
 is a bounded effectiveness measure (NDCG, MAP, MRR, RR, recall, precision,
 NCG, ERR) and any of its values exceeds 1; reproduced values for such groups
@@ -78,7 +94,8 @@ Typical use at the end of a paper package's evaluation::
 CLI::
 
     python -m common.report outputs/metrics.json --paper qds --table 2 \\
-        --dataset trec-dl-2019-doc --map qds=QDS-Transformer --out report.md
+        --dataset trec-dl-2019-doc --map qds=QDS-Transformer --out report.md \\
+        [--relevance-level 1]
 """
 
 from __future__ import annotations
@@ -107,6 +124,12 @@ __all__ = [
     "load_reported",
     "load_metrics",
     "percent_scaled",
+    "REPORTED_RELEVANCE_LEVELS",
+    "BINARY_DATASETS",
+    "reported_level",
+    "reproduced_level",
+    "level_note",
+    "read_relevance_level",
     "compare",
     "to_markdown",
     "paper_dataset",
@@ -147,6 +170,22 @@ IRDS_DATASETS = {
     "msmarco-passage/trec-dl-2019": "trec-dl-2019-passage",
     "msmarco-passage/dev/small": "msmarco-passage-dev",
 }
+
+# Binary measures: what they count relevant depends on the relevance level (trec_eval -l). NDCG, NCG and ERR use
+# the grades; gdeval's measures ignore -l.
+_BINARY = re.compile(r"^(map|mrr|recip_rank|recall|p_|p@|precision|success|rprec|bpref|num_rel)", re.IGNORECASE)
+
+#: (paper, dataset) -> the lowest label the paper's binary measures (MAP, MRR) counted relevant there, where the
+#: repository has determined it; the evidence is in the comment. Other rows on graded qrels are "not stated".
+REPORTED_RELEVANCE_LEVELS = {
+    # EARL Table 2, TREC DL 2019 passages: trec_eval's default -l 1, not TREC DL's official -l 2. Re-orderings of
+    # BM25's top 1,000 by published runs of NDCG@10 0.70-0.74 have MRR 0.95-0.99 and MAP 0.48-0.52 at level 1 but
+    # MRR 0.84-0.91 and MAP 0.44-0.48 at level 2; the paper prints MRR 0.9349 and MAP 0.4836 at NDCG@10 0.7032
+    # (results/earl/README.md, "Relevance level of Table 2's TREC DL numbers"; results/earl/relevance_level.csv).
+    ("earl", "trec-dl-2019-passage"): 1,
+}
+#: Datasets whose qrels label every judged document 1 (MS MARCO's sparse dev judgements): level 1 is the only one.
+BINARY_DATASETS = frozenset({"msmarco-passage-dev", "msmarco-doc-dev"})
 
 #: The file beside ``metrics.json`` that names the task the metrics were measured on.
 TASK_FILE = "task.json"
@@ -314,6 +353,70 @@ def percent_scaled(reported: pd.DataFrame) -> pd.Series:
     return (bounded & (group_max > 1.0)).astype(bool)
 
 
+def _measure_kind(metric: str) -> str:
+    """``binary`` (depends on the relevance level), ``graded`` (another effectiveness measure) or ``-`` (none)."""
+    if _BINARY.match(str(metric)):
+        return "binary"
+    return "graded" if _BOUNDED.match(str(metric)) else "-"
+
+
+def reported_level(paper: str, dataset: str, metric: str) -> str:
+    """The relevance level of a reported number, as `compare` prints it: the level (``"1"``, ``"2"``) where the
+    repository knows it (:data:`REPORTED_RELEVANCE_LEVELS`, :data:`BINARY_DATASETS`), ``"not stated"`` for a binary
+    measure where it does not, ``"graded"`` for NDCG and the like, ``"-"`` for a measure of no relevance."""
+    kind = _measure_kind(metric)
+    if kind != "binary":
+        return kind
+    if (paper, dataset) in REPORTED_RELEVANCE_LEVELS:
+        return str(REPORTED_RELEVANCE_LEVELS[paper, dataset])
+    return "1" if dataset in BINARY_DATASETS else "not stated"
+
+
+def reproduced_level(metric: str, relevance_level: int | None) -> str:
+    """The relevance level of a reproduced number: `relevance_level` (``"not given"`` where None) for a binary
+    measure, ``"graded"`` or ``"-"`` otherwise (as `reported_level`)."""
+    kind = _measure_kind(metric)
+    if kind != "binary":
+        return kind
+    return "not given" if relevance_level is None else str(int(relevance_level))
+
+
+def level_note(frame: pd.DataFrame) -> str | None:
+    """The ``note:`` line for the rows of a `compare` frame whose reported and reproduced relevance levels are both
+    known and differ (their diff compares numbers of different qrels), or None."""
+    if frame.empty or "reported_level" not in frame:
+        return None
+    known = frame["reported_level"].str.isdigit() & frame["reproduced_level"].str.isdigit()
+    differ = frame[known & (frame["reported_level"] != frame["reproduced_level"])]
+    if differ.empty:
+        return None
+    groups = []
+    for (dataset, reported, reproduced), rows in differ.groupby(["dataset", "reported_level", "reproduced_level"],
+                                                                 sort=False):
+        metrics = ", ".join(dict.fromkeys(rows["metric"]))
+        groups.append(f"{metrics} on {dataset} reported at relevance level {reported} (labels >= {reported} "
+                      f"relevant), reproduced at level {reproduced}")
+    return (f"note: {'; '.join(groups)}: different measures, so their diff is no reproduction gap (python -m "
+            f"common.evaluate QRELS RUN -l LEVEL measures the run at the paper's level)")
+
+
+def read_relevance_level(metrics_path: str | os.PathLike) -> int | None:
+    """``data.relevance_level`` of the ``config.yaml`` beside `metrics_path` (what a train command wrote), or None
+    where there is no such file or setting."""
+    path = Path(metrics_path).parent / "config.yaml"
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as exc:
+        raise ReportError(f"{path}: cannot read ({exc})") from None
+    data = config.get("data") if isinstance(config, Mapping) else None
+    level = data.get("relevance_level") if isinstance(data, Mapping) else None
+    return level if isinstance(level, int) and not isinstance(level, bool) else None
+
+
 def compare(
     reproduced: Mapping[str, Mapping[str, float]] | str | os.PathLike,
     paper: str,
@@ -324,6 +427,7 @@ def compare(
     include_missing: bool = False,
     root: str | os.PathLike | None = None,
     table: Any = None,
+    relevance_level: int | None = None,
 ) -> pd.DataFrame:
     """Join reproduced metrics against the paper's reported rows.
 
@@ -345,13 +449,18 @@ def compare(
     include_missing:
         Also return reported rows of matched methods whose measure the run
         lacks (``reproduced``/``diff`` are NaN).
+    relevance_level:
+        The lowest label the reproduced binary measures (MAP, MRR, ...)
+        counted relevant (None: not given).
 
     Returns
     -------
     DataFrame with columns ``paper, table, dataset, split, setting, method,
-    metric, run, reported, reproduced, diff, scale, note``; ``reproduced`` and
-    ``diff`` are in the paper's scale (``scale`` is ``"0-1"`` or ``"0-100"`` for
-    effectiveness measures, ``"raw"`` for anything else, compared unscaled).
+    metric, run, reported, reproduced, diff, scale, reported_level,
+    reproduced_level, note``; ``reproduced`` and ``diff`` are in the paper's
+    scale (``scale`` is ``"0-1"`` or ``"0-100"`` for effectiveness measures,
+    ``"raw"`` for anything else, compared unscaled); the levels are strings
+    (`reported_level`, `reproduced_level`: ``"1"``, ``"graded"``, ...).
     Raises :class:`ReportError` when the paper/table/dataset selection has no
     reported rows, or when ``reproduced`` has the wrong shape.
     """
@@ -384,7 +493,7 @@ def compare(
         by_norm.setdefault(_norm(m), m)
 
     out_cols = ["paper", "table", "dataset", "split", "setting", "method", "metric",
-                "run", "reported", "reproduced", "diff", "scale", "note"]
+                "run", "reported", "reproduced", "diff", "scale", "reported_level", "reproduced_level", "note"]
     rows: list[dict[str, Any]] = []
     for run, measures in reproduced.items():
         if run in method_map:
@@ -407,6 +516,8 @@ def compare(
                 "reproduced": repro,
                 "diff": round(repro - rec["value"], _DECIMALS),
                 "scale": "0-100" if rec["_percent"] else ("0-1" if rec["_bounded"] else "raw"),
+                "reported_level": reported_level(rec["paper"], rec["dataset"], rec["metric"]),
+                "reproduced_level": reproduced_level(rec["metric"], relevance_level),
                 "note": rec["note"],
             })
     return pd.DataFrame(rows, columns=out_cols)
@@ -555,8 +666,9 @@ def _build_parser() -> argparse.ArgumentParser:
             "--dataset trec-dl-2019-doc --map qds=QDS-Transformer --out outputs/report.md\n"
             "Runs without --map are matched to a paper method of the same name "
             "(case and punctuation ignored). A note above the table says when the task.json beside the metrics "
-            "file names another dataset than a compared row's, or when there is no task.json (and no --dataset). "
-            "Exit status: 0 ok, 1 nothing matched, 2 bad input."
+            "file names another dataset than a compared row's, or when there is no task.json (and no --dataset), "
+            "and when a row's reported and reproduced relevance levels (columns reported_level, reproduced_level) "
+            "differ. Exit status: 0 ok, 1 nothing matched, 2 bad input."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -571,6 +683,9 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="map a run name to the paper's method name (repeatable)")
     parser.add_argument("--metric-map", action="append", default=[], metavar="MEASURE=METRIC",
                         help="map a reproduced measure name to a reported metric name (repeatable)")
+    parser.add_argument("--relevance-level", type=int, metavar="LEVEL",
+                        help="the lowest label the reproduced MAP, MRR, ... counted relevant (trec_eval -l; default: "
+                             "data.relevance_level of the config.yaml beside METRICS_JSON, else not given)")
     parser.add_argument("--include-missing", action="store_true",
                         help="also list reported rows of matched methods that the run lacks")
     parser.add_argument("--out", metavar="FILE.md",
@@ -596,9 +711,12 @@ def main(argv: list[str] | None = None) -> int:
         method_map = _parse_map(args.map)
         metric_map = _parse_map(args.metric_map)
         paper = _paper_id(args.paper)
+        level = args.relevance_level
+        if level is None:
+            level = read_relevance_level(args.metrics_json)
         df = compare(metrics, paper, tables=args.table, dataset=args.dataset,
                      method_map=method_map, metric_map=metric_map,
-                     include_missing=args.include_missing)
+                     include_missing=args.include_missing, relevance_level=level)
         if df.empty:
             known = load_reported(paper, table=args.table, dataset=args.dataset)
             print(
@@ -612,8 +730,9 @@ def main(argv: list[str] | None = None) -> int:
         text = to_markdown(df.drop(columns=["note"]))
         datasets = [d for d in dict.fromkeys(df["dataset"]) if d != "n/a"]
         note = _dataset_note(args.metrics_json, read_task_info(args.metrics_json), datasets, bool(args.dataset))
-        if note:
-            text = f"{note}\n\n{text}"
+        notes = [line for line in (note, level_note(df)) if line]
+        if notes:
+            text = "\n".join(notes) + f"\n\n{text}"
         if args.out:
             try:
                 with atomic_write(args.out, overwrite=args.overwrite) as f:

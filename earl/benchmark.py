@@ -3,11 +3,28 @@
 reading EARL's stored rows costs a user beside the compute.
 
 Timed per query of 16 tokens (Sec. 5.2), random weights (timing does not depend on them), inference mode:
-``bert_ranker``, `BertRanker` over ``[CLS] query [SEP] document [SEP]`` in batches of ``--batch_size``, timed on
-``--ranker_candidates`` candidates and scaled linearly to N (each is the same work); ``earl_s1``, T_qry once, then per
-batch of ``--earl_batch_size`` candidates their rows of D looked up in a store and copied into a preallocated tensor,
-their keys and values (the n^2 d term S2 saves; ``--keys_values fused`` stacks the 2K projections into one product,
-to the same values) and `EARL.judge`; ``earl_s2``, the same from a store of D' (Eq. 25).
+``bert_ranker``, `BertRanker` over ``[CLS] query [SEP] document [SEP]``, timed on ``--ranker_candidates`` candidates
+and scaled linearly to N (each is the same work); ``earl_s1``, T_qry once, then per batch of candidates their rows of
+D looked up in a store and copied into a preallocated tensor, their keys and values (`EARL.document_keys_values`, one
+product of every block's stacked key and value weights: the n^2 d term S2 saves) and `EARL.judge`; ``earl_s2``, the
+same from a store of D' (Eq. 25). EARL's compute is the code ``python -m earl.evaluate`` runs: `EarlScorer` calls
+`earl.store.QueryScorer`'s own ``encode_query``, ``stored_rows`` and ``score`` (T_qry; `EARL.document_keys_values`
+for S1; `EARL.judge`), timing each. Only the read is the benchmark's own: every candidate has exactly n rows, copied
+into a preallocated batch, where ``earl.evaluate`` pads documents of any length (`RepresentationStore.padded`).
+
+Tokens: the BERT ranker reads at most 512 tokens, as BERT must (512 positions): its pair is the query's 16 tokens
+([CLS], 14 words, [SEP]: `common.benchmarking.bert_query`), the document's n - 1 words and [SEP], the words cut to
+512 - 16 - 1 = 495 where n > 496. At n = 512 the ranker thus reads 512 tokens, the document cut to 495 words, while
+EARL's stored documents hold all 512 rows ([CLS] and 511 words, which T_doc reads within its 512 positions). Each
+row's ``ranker_tokens`` is the ranker's pair length, min(n + 16, 512), and the ranker's Table 1 cost in
+``analytic_ratio`` and ``table1_ratio`` is at that length. ``--lengths`` above 512 are refused.
+
+Batches: both rank a query's candidates in batches of ``--batch_size`` (`BATCH_SIZE`, 128: ``earl.evaluate``'s
+default ``--batch_size``, candidates per judge batch, so the benchmark times the setting a user runs), the ranker's
+pairs per forward pass and EARL's candidates per judge call (``--earl_batch_size`` sets EARL's alone; by default the
+same). The ranker is timed on min(``--ranker_candidates``, N) pairs (32 by default, so one batch of 32) and scaled
+to N; each row's ``batch_size`` is the batch it ran: the ranker's min(``--batch_size``, its timed pairs), EARL's
+min(its batch size, N).
 
 The store is what a user has (`earl.store.random_stores`): ``--store_documents`` documents (100,000 by default) of
 n rows each, at the model's width, fp16 by default, in shards of 1,000 documents (the index commands' default), read
@@ -35,7 +52,7 @@ store order then). ``speedup`` is the BERT ranker's ms over the row's, ``compute
 ``cpu_ms`` is the median process CPU time (with ``--threads 1`` the steadier measure on a shared machine; a disk wait
 is not CPU time), with EARL's compute parts (``query_ms``, ``keys_values_ms``, ``judge_ms``, the median query's);
 ``flops`` are FlopCounterMode's counts of the very calls timed, scaled to N; ``analytic_ratio`` and ``table1_ratio``
-are Table 1's ratio in multiply-adds and with every constant 1.
+are Table 1's ratio in multiply-adds and with every constant 1, the ranker's cost at its ``ranker_tokens``.
 """
 
 from __future__ import annotations
@@ -59,6 +76,9 @@ IMPLS = ("bert_ranker", "earl_s1", "earl_s2")
 STRATEGY = {"earl_s1": "s1", "earl_s2": "s2"}
 RESULTS = Path(__file__).resolve().parents[1] / "results" / "earl"
 QUERY_LENGTH = 16  # Sec. 5.2: "we fixed query length at 16"
+BERT_POSITIONS = 512  # BERT's position table: the most tokens the ranker's pair (and T_doc's document) can hold
+RANKER_WORDS = BERT_POSITIONS - QUERY_LENGTH - 1  # 495: the document words a ranker's pair holds beside its [SEP]
+BATCH_SIZE = 128  # earl.evaluate's default --batch_size (candidates per judge batch): both implementations' batch
 DTYPES = ("fp32", "fp16")  # earl.store.ROW_TYPES, not imported here: earl.store loads torch, and --help must not
 PARTS = ("query_ms", "read_ms", "keys_values_ms", "judge_ms")  # EARL's, timed by `EarlScorer`
 SIZES = {"base": Size(layers=12, hidden=768, heads=12, intermediate=3072, blocks=2, query_layers=10),  # the paper's
@@ -70,7 +90,7 @@ TABLE = (("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f
          ("warm_read_ms", ".1f"), ("speedup", ".1f"), ("compute_speedup", ".1f"), ("cpu_ms", ".1f"),
          ("cpu_speedup", ".1f"), ("analytic_ratio", ".1f"), ("table1_ratio", ".1f"), ("flop_ratio", ".1f"),
          ("gflops_per_s", ".1f"), ("store_documents", ","), ("store_cached", ".2f"), ("measured_candidates", "d"),
-         ("load_1min", ".1f"))
+         ("batch_size", "d"), ("ranker_tokens", "d"), ("load_1min", ".1f"))
 
 
 def store_bytes_per_document(size: Size, strategy: str, n: int, dtype: str) -> int:
@@ -84,6 +104,35 @@ def store_documents(size: Size, strategy: str, n: int, args) -> int:
                                                                                          args.dtype)))
 
 
+def ranker_words(n: int) -> int:
+    """The document words of the BERT ranker's pair at document length n: the n - 1 words after EARL's [CLS], cut to
+    `RANKER_WORDS` (495) so that ``[CLS] query [SEP] words [SEP]`` holds at most `BERT_POSITIONS` tokens."""
+    return min(n - 1, RANKER_WORDS)
+
+
+def ranker_tokens(n: int) -> int:
+    """The BERT ranker's pair length at document length n: the query's 16 tokens, the words and [SEP] (at most 512)."""
+    return QUERY_LENGTH + ranker_words(n) + 1
+
+
+def analytic_cost(size: Size, impl: str, n: int, candidates: int, constants=None) -> float:
+    """Table 1's cost of `impl` at document length n (`Size.cost`: multiply-adds, or `constants`' units), the BERT
+    ranker's at the tokens it reads (`ranker_tokens`: its document cut to fit 512)."""
+    d = ranker_tokens(n) - QUERY_LENGTH if impl == "bert_ranker" else n
+    return size.cost(impl, QUERY_LENGTH, d, candidates, constants)
+
+
+def analytic_ratio(size: Size, impl: str, n: int, candidates: int, constants=None) -> float:
+    """The BERT ranker's `analytic_cost` over `impl`'s: how many times less `impl` computes."""
+    return analytic_cost(size, "bert_ranker", n, candidates, constants) / analytic_cost(size, impl, n, candidates,
+                                                                                        constants)
+
+
+def earl_batch_size(args) -> int:
+    """EARL's candidates per judge call: ``--earl_batch_size``, by default ``--batch_size``."""
+    return args.earl_batch_size or args.batch_size
+
+
 def candidate_ids(positions) -> list[str]:
     """The doc ids of store positions (`earl.store.random_stores` names document i ``d{i}``)."""
     return [f"d{position}" for position in positions.tolist()]
@@ -94,52 +143,43 @@ def store_files(store) -> list[Path]:
     return sorted(path for path in store.folder.iterdir() if path.is_file())
 
 
-def build_models(size: Size, max_length: int, seed: int):
+def build_models(size: Size, seed: int):
     """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's
-    T_doc (T_qry and the judge blocks are built from it, Sec. 3.4)."""
+    T_doc (T_qry and the judge blocks are built from it, Sec. 3.4), with BERT's 512 positions (`BERT_POSITIONS`)."""
     from common.benchmarking import BERT_PAD, BERT_VOCAB_SIZE
     from common.encoders.bert_rankers import BertRanker
     from common.encoders.pretrained import from_scratch_bert
     from earl.model import build_earl
 
     bert = from_scratch_bert(seed, vocab_size=BERT_VOCAB_SIZE, pad_token_id=BERT_PAD, dropout=0.1,
-                             max_length=max_length, **size.options())
+                             max_length=BERT_POSITIONS, **size.options())
     return build_earl(bert, num_blocks=size.blocks, query_layers=size.query_layers).eval(), BertRanker(bert).eval()
 
 
-def fused_keys_values(model):
-    """`EARL.document_keys_values` as one matrix product: every block's key and value projections stacked into one
-    (2 K h, h) weight, built once, so D' = D W^T + b in one pass over D, in the same layout and to the same values
-    (the model's call runs 2 K products of width h and concatenates them, another write and read of D')."""
-    import torch
-    import torch.nn.functional as F
-
-    weight = torch.cat([p for block in model.blocks for p in (block.cross.key.weight, block.cross.value.weight)])
-    bias = torch.cat([p for block in model.blocks for p in (block.cross.key.bias, block.cross.value.bias)])
-    return lambda documents: F.linear(documents, weight, bias)
-
-
 class EarlScorer:
-    """Scores one query against candidates from a store as timed: T_qry once, then per batch of `batch_size`
-    candidates (each exactly `n` rows) their rows looked up at once and copied into a preallocated tensor (fp16
-    rows then converted to fp32), keys and values (S1 only:
-    `fused_keys_values`, or `EARL.document_keys_values` with `keys_values` ``model``) and the judge. After a call
-    ``parts.ms`` holds its milliseconds of query encoding, reads, keys and values, and judge (`PARTS`)."""
+    """Scores one query against candidates from a store as ``earl.evaluate`` does, timed: `earl.store.QueryScorer`'s
+    own calls, T_qry once (``encode_query``), then per batch of `batch_size` candidates (each exactly `n` rows) their
+    keys and values (``stored_rows``: `EARL.document_keys_values` of S1's D; S2's rows as they are) and the judge
+    (``score``: `EARL.judge`). The same calls, not copies of them: what the benchmark times is what a user runs. The
+    read is the benchmark's own, the candidates' rows looked up at once and copied into a preallocated tensor (fp16
+    rows then converted to fp32). After a call ``parts.ms`` holds its milliseconds of query encoding, reads, keys and
+    values, and judge (`PARTS`)."""
 
-    def __init__(self, model, store, impl: str, n: int, batch_size: int, keys_values: str = "fused"):
+    def __init__(self, model, store, impl: str, n: int, batch_size: int):
         import torch
 
-        if impl not in STRATEGY or keys_values not in ("fused", "model"):
-            raise ValueError(f"EarlScorer scores earl_s1 or earl_s2 with fused or model keys and values, not {impl!r} "
-                             f"with {keys_values!r}")
+        from earl.store import QueryScorer
+
+        if impl not in STRATEGY or STRATEGY[impl] != store.identity["strategy"]:
+            raise ValueError(f"EarlScorer scores earl_s1 from an S1 store or earl_s2 from an S2 store, not {impl!r} "
+                             f"from an {store.identity['strategy'].upper()} store")
         self.model, self.store, self.impl, self.n, self.batch_size = model, store, impl, n, batch_size
-        self.keys_values = fused_keys_values(model) if keys_values == "fused" else model.document_keys_values
+        self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)  # its calls; no query text read
         stored = torch.float16 if store.dtype == "float16" else torch.float32
         self.rows = torch.zeros(batch_size, n, store.width, dtype=stored)
         self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
         self.compute = self.rows if stored == torch.float32 else torch.zeros(batch_size, n, store.width)
         self.doc_mask = torch.ones(batch_size, n, dtype=torch.bool)
-        self.query_index = torch.zeros(batch_size, dtype=torch.long)
         self.parts = PartTimes(PARTS)
 
     def read(self, ids: list[str]):
@@ -162,15 +202,15 @@ class EarlScorer:
         """Map the shards that `ids` fall in, touching none of their rows, and run T_qry and the judge once on a
         batch of zero rows: the first calls' costs paid, nothing read into the page cache."""
         self.store.get_many(ids)  # views of the shards' maps: no row is read
-        self.judge_batch(self.model.encode_queries(tokens, mask), mask.bool(), self.compute)
+        self.judge_batch(self.scoring.encode_query(tokens, mask), self.compute)
 
-    def judge_batch(self, queries, query_mask, rows):
-        """Scores of one batch of candidates from their rows (D for S1, D' for S2); times its two parts."""
+    def judge_batch(self, query, rows):
+        """Scores of one batch of candidates from their rows (D for S1, D' for S2) for `query`, ``encode_query``'s
+        (Q, its mask): `QueryScorer.stored_rows`, then `QueryScorer.score`; times the two parts."""
         with self.parts("keys_values_ms"):
-            keys_values = self.keys_values(rows) if self.impl == "earl_s1" else rows
+            keys_values, doc_mask = self.scoring.stored_rows(rows, self.doc_mask[: len(rows)])
         with self.parts("judge_ms"):
-            count = len(rows)
-            return self.model.judge(queries, query_mask, keys_values, self.doc_mask[:count], self.query_index[:count])
+            return self.scoring.score(query, keys_values, doc_mask)
 
     def __call__(self, tokens, mask, ids: list[str]):
         """Scores (len(ids),) of the candidates `ids` for the query `tokens` (1, q) with `mask`."""
@@ -178,43 +218,46 @@ class EarlScorer:
 
         self.parts = PartTimes(PARTS)
         with self.parts("query_ms"):
-            queries, query_mask = self.model.encode_queries(tokens, mask), mask.bool()  # (1, q, h): once per query
+            query = self.scoring.encode_query(tokens, mask)  # (1, q, h) and its mask: once per query
         scores = torch.empty(len(ids))
         for first in range(0, len(ids), self.batch_size):
             with self.parts("read_ms"):
                 rows = self.read(ids[first : first + self.batch_size])
-            scores[first : first + len(rows)] = self.judge_batch(queries, query_mask, rows)
+            scores[first : first + len(rows)] = self.judge_batch(query, rows)
         return scores
 
 
 def earl_flops(scorer: EarlScorer, tokens, mask, ids: list[str], candidates: int) -> int:
     """FLOPs of scoring `candidates` candidates as `scorer` does: T_qry once, per call (the first block's query
     projection) once per batch, per candidate the rest, from counts on 1 and 2 candidates."""
-    queries = scorer.model.encode_queries(tokens, mask)
-    query = count_flops(lambda: scorer.model.encode_queries(tokens, mask))
-    one, two = (count_flops(lambda k=k: scorer.judge_batch(queries, mask.bool(), scorer.read(ids[:k])))
-                for k in (1, 2))
-    return query + math.ceil(candidates / scorer.batch_size) * (2 * one - two) + candidates * (two - one)
+    query = scorer.scoring.encode_query(tokens, mask)
+    query_flops = count_flops(lambda: scorer.scoring.encode_query(tokens, mask))
+    one, two = (count_flops(lambda k=k: scorer.judge_batch(query, scorer.read(ids[:k]))) for k in (1, 2))
+    return query_flops + math.ceil(candidates / scorer.batch_size) * (2 * one - two) + candidates * (two - one)
 
 
 def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
     """The BERT ranker's FLOPs on N pairs (counted on one; every row's ratio is to them) and, where `timed`, its time on
-    min(--ranker_candidates, N) pairs, scaled to N."""
+    min(--ranker_candidates, N) pairs in batches of ``--batch_size``, scaled to N. Each pair is ``[CLS] query [SEP]
+    words [SEP]``, the document's words cut to fit BERT's 512 positions (`ranker_words`)."""
     import torch
 
     from earl.store import document_words
 
     measured = min(args.ranker_candidates, args.candidates)
-    pairs = bert_pairs(bert_query(QUERY_LENGTH, args.seed)[0], document_words(n, measured, args.seed))
+    words = document_words(n, measured, args.seed)[:, : ranker_words(n)]
+    pairs = bert_pairs(bert_query(QUERY_LENGTH, args.seed)[0], words)
+    assert pairs["pair_tokens"].shape[1] == ranker_tokens(n) <= BERT_POSITIONS
     batches = [{k: v[i : i + args.batch_size] for k, v in pairs.items()} for i in range(0, measured, args.batch_size)]
     with torch.inference_mode():
         flops = count_flops(lambda: ranker({k: v[:1] for k, v in pairs.items()})) * args.candidates
         if not timed:
-            return {"flops": flops}
+            return {"flops": flops, "batch_size": min(args.batch_size, measured)}
         ranker(batches[0])  # warm-up
         ms, cpu_ms = wall_and_cpu_ms(lambda: torch.cat([ranker(batch) for batch in batches]), args.repeats)
     scale = args.candidates / measured
-    return {"ms": ms * scale, "cpu_ms": cpu_ms * scale, "measured_candidates": measured, "flops": flops}
+    return {"ms": ms * scale, "cpu_ms": cpu_ms * scale, "measured_candidates": measured, "flops": flops,
+            "batch_size": min(args.batch_size, measured)}
 
 
 def measure_earl(model, store, impl: str, n: int, args) -> dict:
@@ -229,7 +272,7 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
     (tokens, mask), documents = bert_query(QUERY_LENGTH, args.seed), len(store)
     draws = [draw_candidates(documents, args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
     *timed, warm_up = [candidate_ids(positions) for positions in draws]  # the warm-up's draw is the last
-    scorer = EarlScorer(model, store, impl, n, min(args.earl_batch_size, args.candidates), args.keys_values)
+    scorer = EarlScorer(model, store, impl, n, min(earl_batch_size(args), args.candidates))
     files, records, warm_reads = store_files(store), [], []
     with torch.inference_mode():
         scorer.warm_up(tokens, mask, warm_up)
@@ -251,12 +294,14 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
             "compute_ms": median["ms"] - median["read_ms"], "warm_read_ms": statistics.median(warm_reads),
             "measured_candidates": args.candidates, "flops": flops, "store_documents": documents,
             "store_gb": store.manifest["bytes"] / 1e9, "candidate_shards": statistics.median(shards),
-            "store_cached": cached, "store_bytes_per_document": store.bytes_per_document}
+            "store_cached": cached, "store_bytes_per_document": store.bytes_per_document,
+            "batch_size": scorer.batch_size}
 
 
 def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args) -> dict:
     """One output row: the measurement, its ratios to the BERT ranker's (`ranker`: its FLOPs, and its time where it was
-    timed) and Table 1's (`earl.costs.Size.ratio`), the store read, the setting."""
+    timed) and Table 1's (`analytic_ratio`: the ranker's cost at its `ranker_tokens`), the store read, the
+    setting."""
     size, N, ms, flops = SIZES[size_name], args.candidates, result["ms"], result["flops"]
     earl, s1 = impl != "bert_ranker", impl == "earl_s1"
     ranker_ms, ranker_cpu_ms = ranker.get("ms"), ranker.get("cpu_ms")
@@ -269,21 +314,21 @@ def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args
             "compute_speedup": rounded(ranker_ms and ranker_ms / compute_ms, 2),
             "cpu_ms": round(result["cpu_ms"], 3),
             "cpu_speedup": rounded(ranker_cpu_ms and ranker_cpu_ms / result["cpu_ms"], 2),
-            "analytic_ratio": round(size.ratio(impl, QUERY_LENGTH, n, N), 2),
-            "table1_ratio": round(size.ratio(impl, QUERY_LENGTH, n, N, TABLE1), 2),
+            "analytic_ratio": round(analytic_ratio(size, impl, n, N), 2),
+            "table1_ratio": round(analytic_ratio(size, impl, n, N, TABLE1), 2),
             "flop_ratio": round(ranker["flops"] / flops, 2),
             "affordable_candidates": math.floor(N * ms / ranker_ms) if ranker_ms and earl else None,
             "query_ms": rounded(result.get("query_ms"), 3),
             "keys_values_ms": rounded(result.get("keys_values_ms"), 3) if s1 else None,
-            "keys_values": args.keys_values if s1 else None, "judge_ms": rounded(result.get("judge_ms"), 3),
-            "flops": flops, "analytic_macs": round(size.cost(impl, QUERY_LENGTH, n, N)),
+            "judge_ms": rounded(result.get("judge_ms"), 3), "flops": flops,
+            "analytic_macs": round(analytic_cost(size, impl, n, N)),
             "gflops_per_s": round(flops / ms / 1e6, 2), "compute_gflops_per_s": round(flops / compute_ms / 1e6, 2),
             "store_dtype": args.dtype if earl else None,
             "store_bytes_per_document": result.get("store_bytes_per_document"),
             "store_documents": result.get("store_documents"), "store_gb": rounded(result.get("store_gb"), 3),
             "shard_size": SHARD_SIZE if earl else None, "candidate_shards": result.get("candidate_shards"),
             "store_cached": rounded(result.get("store_cached"), 4), "documents": args.documents if earl else None,
-            "batch_size": min(args.earl_batch_size, N) if earl else args.batch_size, "query_length": QUERY_LENGTH,
+            "batch_size": result["batch_size"], "query_length": QUERY_LENGTH, "ranker_tokens": ranker_tokens(n),
             **size.options(), "judge_blocks": size.blocks, "query_layers": size.query_layers,
             "repeats": args.repeats, **machine()}
 
@@ -313,7 +358,11 @@ def parse_args(argv: list[str] | None):
     parser = benchmark_parser(
         "python -m earl.benchmark", "EARL Table 3: milliseconds to rank one query (16 tokens) against N candidates "
         "with the BERT ranker, EARL S1 (stores D) and EARL S2 (stores D'), by document length, with the speed-ups "
-        "beside Table 1's analytic cost ratio and the counted FLOP ratio. EARL's candidates are drawn at random "
+        "beside Table 1's analytic cost ratio and the counted FLOP ratio. EARL runs earl.evaluate's own calls "
+        "(earl.store.QueryScorer: T_qry once, EARL.document_keys_values for S1, the judge). The ranker reads at most "
+        "512 tokens: at d = 512 its document is cut to 495 words (16 query tokens + 495 + [SEP]), while EARL's "
+        "stored documents hold 512. Batches: both score a query's candidates in batches of --batch_size "
+        f"({BATCH_SIZE}, earl.evaluate's default). EARL's candidates are drawn at random "
         "over a store of --store_documents documents, afresh for each query, and read cold (dropped from the page "
         "cache first): read_ms beside compute_ms. Disk: one store at a time, at most --store_gb (28 GB by default; "
         "at the defaults base S1 at d = 128 holds 100,000 documents in 19.7 GB, the larger rows fewer), under "
@@ -324,15 +373,19 @@ def parse_args(argv: list[str] | None):
     add("--size", nargs="+", default=["base"], choices=tuple(SIZES), help="model sizes, each measured in turn: base = "
         "BERT-base with K=2, l=10 (the paper's); small = L=4, h=256, 4 heads, FFN 1024, K=2, l=2")
     add("--lengths", type=positive_int, nargs="+", default=[128, 256, 512], metavar="N",
-        help="document lengths in tokens ([CLS] included), each at least 2")
+        help=f"document lengths in tokens ([CLS] included), each from 2 to {BERT_POSITIONS} (BERT's positions; the "
+        f"ranker's pair holds at most {RANKER_WORDS} of the document's words)")
     add("--impls", nargs="+", default=list(IMPLS), choices=IMPLS, metavar="IMPL",
         help=f"implementations, of {', '.join(IMPLS)} (the speed-ups need bert_ranker)")
     add("--candidates", type=positive_int, default=1000, help="candidates per query, N")
-    add("--ranker_candidates", type=positive_int, default=32, help="candidates the BERT ranker is timed on")
-    add("--batch_size", type=positive_int, default=8, help="BERT ranker pairs per forward pass (and T_doc's)")
-    add("--earl_batch_size", type=positive_int, default=100, help="EARL candidates per judge call")
-    add("--keys_values", choices=("fused", "model"), default="fused", help="S1's keys and values: one product of "
-        "the stacked weights (fused) or EARL.document_keys_values (model: 2K products and a concatenation)")
+    add("--ranker_candidates", type=positive_int, default=32, help="candidates the BERT ranker is timed on, in "
+        "batches of --batch_size (its time scaled to N)")
+    add("--batch_size", type=positive_int, default=BATCH_SIZE, help="candidates per batch for both: the BERT "
+        "ranker's pairs per forward pass and EARL's candidates per judge call, by default earl.evaluate's default "
+        "--batch_size, so that the benchmark times a user's setting; also T_doc's documents per pass when "
+        "--documents encoded")
+    add("--earl_batch_size", type=positive_int, default=None, help="EARL's candidates per judge call alone "
+        "(default: --batch_size)")
     add("--dtype", choices=DTYPES, default="fp16", help="the stores' rows (fp16: half fp32's disk and bytes read, "
         "converted to fp32 once read, in read_ms)")
     add("--documents", choices=("encoded", "random"), default="random",
@@ -345,6 +398,9 @@ def parse_args(argv: list[str] | None):
     args = parse(parser, argv)
     if min(args.lengths) < 2:
         usage_error(f"argument --lengths: each must be at least 2 ([CLS] and a word), got {min(args.lengths)}")
+    if max(args.lengths) > BERT_POSITIONS:
+        usage_error(f"argument --lengths: each must be at most {BERT_POSITIONS} (BERT's positions), got "
+                    f"{max(args.lengths)}")
     check_store_options(args)
     for size_name in args.size:
         for n in args.lengths:
@@ -374,8 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, wanted = [], [impl for impl in STRATEGY if impl in args.impls]
         for size_name in args.size:
             size = SIZES[size_name]
-            # q + d positions: 528 at d = 512, past BERT's 512 (random weights: nothing is lost)
-            model, ranker = build_models(size, QUERY_LENGTH + max(args.lengths), args.seed)
+            model, ranker = build_models(size, args.seed)  # 512 positions: the ranker's pairs are cut to fit
             weights = f"random weights, seed {args.seed}, size {size_name} ({size.describe()})"
             for n in args.lengths:
                 bert = measure_ranker(ranker, n, args, timed="bert_ranker" in args.impls)  # its FLOPs at least
@@ -392,8 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                         store = random_stores(args.store_dir or Path(temporary), model, name=size_name,
                                               checkpoint=weights, strategies=[strategy], n=n, count=count,
                                               dtype=args.dtype, documents=args.documents, seed=args.seed,
-                                              shard_size=SHARD_SIZE, batch_size=args.batch_size,
-                                              keys_values=fused_keys_values(model))[strategy]
+                                              shard_size=SHARD_SIZE, batch_size=args.batch_size)[strategy]
                         result = measure_earl(model, store, impl, n, args)
                         del store  # its shards' maps, before the folder goes
                     rows.append(emit(make_row(impl, size_name, n, result, bert, args)))

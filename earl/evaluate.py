@@ -64,7 +64,10 @@ class EARLEvaluation(StoreEvaluation):
     from an S1 or S2 store or computed by T_doc at query time (`earl.store.QueryScorer`); compared with Table 2."""
 
     package, strategies, default_depth = "earl", STRATEGIES, DEFAULT_DEPTH
-    paper_tables = staticmethod(paper_tables)
+
+    def paper_tables(self, metrics: dict, task, dataset: str | None) -> str:
+        """`earl.train.paper_tables`, with the relevance level the metrics were measured at beside the paper's."""
+        return paper_tables(metrics, task, dataset, relevance_level=self.level)
 
     def read_inputs(self):
         return read_trained(self.args.checkpoint), self.open_store()

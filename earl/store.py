@@ -34,7 +34,7 @@ bad options without them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -115,7 +115,8 @@ class QueryScorer(StoreScorer):
     """Scores one query's candidates: T_qry once, then batches of `batch_size` candidates through the judge.
 
     The candidates' keys and values come from `store` (S2: its rows; S1: `EARL.document_keys_values` of its D)
-    or, without a store, from T_doc over `documents` at query time (end to end).
+    or, without a store, from T_doc over `documents` at query time (end to end). ``earl.benchmark`` times these very
+    calls (``encode_query``, ``stored_rows``, ``score``: `earl.benchmark.EarlScorer`) for Table 3.
     """
 
     def __init__(self, model: EARL, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
@@ -158,16 +159,15 @@ def document_words(n: int, count: int, seed: int) -> Tensor:
 
 
 def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strategies: Sequence[str], n: int,
-                  count: int, dtype: str, documents: str, seed: int, shard_size: int, batch_size: int,
-                  keys_values: Callable[[Tensor], Tensor] | None = None) -> dict[str, RepresentationStore]:
+                  count: int, dtype: str, documents: str, seed: int, shard_size: int,
+                  batch_size: int) -> dict[str, RepresentationStore]:
     """The `strategies` stores of `count` random documents ``d0``, ``d1``... of n tokens under `root` (folders named
     from `name`). With `documents` ``encoded``, from one pass over D, T_doc of ``[CLS]`` and `document_words`, S2's
-    rows `keys_values` of D (by default `EARL.document_keys_values`); with ``random``, each store's rows are seeded
-    noise of its own width (`common.benchmarking.noise_documents`; S2's are not D' of S1's: timing does not depend
-    on the values, and a store of 100,000 documents is written at disk speed). `checkpoint` describes the weights,
-    `dtype` is a `ROW_TYPES` name. A finished store of the same identity is opened, not rebuilt; an unfinished one
-    is resumed."""
-    keys_values = keys_values or model.document_keys_values
+    rows `EARL.document_keys_values` of D, as `representation` stores them; with ``random``, each store's rows are
+    seeded noise of its own width (`common.benchmarking.noise_documents`; S2's are not D' of S1's: timing does not
+    depend on the values, and a store of 100,000 documents is written at disk speed). `checkpoint` describes the
+    weights, `dtype` is a `ROW_TYPES` name. A finished store of the same identity is opened, not rebuilt; an
+    unfinished one is resumed."""
     stores, writers = {}, {}
     for strategy in strategies:
         folder = root / f"{name}_n{n}_{strategy}_{dtype}_{documents}_{count}"
@@ -193,6 +193,6 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
                                 for part in bert_documents(words[first:last]).split(batch_size)])
             for strategy, writer in encoding.items():
                 if shard in writer.pending():
-                    writer.write_shard(shard, list(hidden if strategy == "s1" else keys_values(hidden)))
+                    writer.write_shard(shard, list(hidden if strategy == "s1" else model.document_keys_values(hidden)))
     return {strategy: stores[strategy] if strategy in stores else writers[strategy].finish()
             for strategy in strategies}

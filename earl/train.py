@@ -65,18 +65,28 @@ def folder_name(config) -> str:
     return "earl-" + run_name(model.architecture, model.pool, model.tied).removeprefix("earl_")
 
 
-def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
+def paper_tables(metrics: dict, task, dataset: str | None, data=None, relevance_level: int | None = None) -> str:
     """Reproduced vs reported on `dataset` (one of `DATASETS`, Table 2), else a line saying there is nothing to
-    compare with. (`data`, the data module tested, changes nothing here.)"""
+    compare with.
+
+    Each row shows the relevance level of both numbers (`common.report.compare`): the paper's (Table 2's TREC DL
+    MRR and MAP count labels >= 1, results/earl/README.md) and the one `metrics` were measured at,
+    `relevance_level`, else that of `data` (the data module tested); a note follows where they differ."""
     from common.commands.outputs import nothing_to_compare, reproduced_vs_reported
-    from common.report import compare
+    from common.report import compare, level_note, to_markdown
 
     if dataset is None:
         return nothing_to_compare(task, f"is none of its datasets ({', '.join(DATASETS)}; earl.evaluate --dataset "
                                         "names the one a task from files is)")  # fmt: skip
+    if relevance_level is None and data is not None:
+        relevance_level = data.relevance_level
     method_map = {run: PAPER_METHODS[run] for run in metrics if run in PAPER_METHODS}
-    return reproduced_vs_reported(compare(metrics, PAPER, tables=2, dataset=dataset, method_map=method_map), metrics,
-                                  dataset)  # fmt: skip
+    frame = compare(metrics, PAPER, tables=2, dataset=dataset, method_map=method_map, relevance_level=relevance_level)
+    if frame.empty:
+        return reproduced_vs_reported(frame, metrics, dataset)
+    columns = ["table", "method", "metric", "reported", "reproduced", "diff", "reported_level", "reproduced_level"]
+    note = level_note(frame)
+    return f"Reproduced vs reported ({dataset})\n\n{to_markdown(frame[columns])}" + (f"\n{note}" if note else "")
 
 
 #: This command (`common.commands.train`).

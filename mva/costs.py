@@ -14,8 +14,24 @@ it):
 - MVA (`mva_macs`): per candidate and head, Q_K D_K^T (q d p) and the attention-weighted D_V (q d p), then the
   q dot products with Q_V (q p): ``H (2 q d p + q p)``; the softmax is not counted. MVA¹ (all tokens, p = 128):
   126.3 -> printed 130. MVA² (d = 24, p = 64) and MVA³ (d = 16, p = 32) fit only with q = 8 query timesteps:
-  25.1 -> 25 and 8.4 -> 8 (with q = 7 they would be 22.0 and 7.4), the "[CLS] pooling" Sec. 5 says the two
-  cheaper variants use, with 8 query [CLS] embeddings as in Table 3. Storage: D_K and D_V, ``2 d H p`` floats.
+  25.1 -> 25 and 8.4 -> 8 (with q = 7 they would be 22.0 and 7.4). Storage: D_K and D_V, ``2 d H p`` floats.
+
+The query side of MVA² and MVA³: 8 learned query [CLS] embeddings (Table 3's "8 CLS" row), decided so. Three
+readings were weighed against the paper:
+
+1. every row reads the query's tokens, [CLS] and ~6 (q = 7, Sec. 4's "one [CLS] token plus each actual
+   (non-padding) token"): MVA² and MVA³ would print 22 and 7, not 25 and 8;
+2. every row reads [CLS], ~6 tokens and the closing [SEP] (q = 8): MVA¹ would print 140 (144.4), not 130;
+3. MVA¹ reads the query's tokens (q = 7), MVA² and MVA³ 8 query [CLS] (q = 8): every printed number, and the only
+   one of the three that fits all of Table 5 (`tests/mva/test_costs.py` checks each reading against it).
+
+The text agrees with 3: Sec. 5 says the two cheaper variants "use aggressive projections and [CLS] pooling to lower
+computation", and a fixed q = 8 bounds a query's joint compute whatever its length, which is what a budget needs
+(an all-tokens query of 32 costs four times as much); "without having to extensively pad the query with [CLS]
+tokens" sets 8 against ColBERT's 32 [MASK]s. Table 3 (8 CLS below all tokens, 34.9 against 35.8, with full
+documents) is the price, and MVA²'s 34.7 is consistent with paying it. Sec. 4's heading, "no pooling for query
+sequences", is the ablation's finding for MVA¹'s setting. `mva/configs/msmarco-mva-cls{24,16}-*-qcls8.yaml` and
+the TREC DL MVA² and MVA³ runs (`results/mva/README.md`) read 8 query [CLS].
 - DE (`dual_encoder_macs`): one dot product of h = 768: 0.768 -> 0.8; storage h.
 - ColBERT (`maxsim_macs`, Khattab and Zaharia 2020): q = 32 query vectors (padded with [MASK]) against d = 70
   document vectors of 128: 286.7 -> printed 286 (the one number printed truncated, not rounded); storage d x 128.

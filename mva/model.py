@@ -30,9 +30,17 @@ No public code of this paper exists; what it leaves open, chosen here:
   first K output positions are kept, so the pooling methods of Table 1 differ only in the representation, not in
   what the encoder reads.
 - Multiple [CLS] (Sec. 2.2): K learned input embeddings, separate for queries (Q_CLS) and documents (D_CLS),
-  take the place of the input's [CLS] and are kept after the encoder (K timesteps, all real). Each starts as the
-  encoder's [CLS] word embedding, so K = 1 is BERT's [CLS] at the first step; their position embeddings tell them
-  apart. The input is then K + n - 1 positions long.
+  take the place of the input's [CLS] and are kept after the encoder (K timesteps, all real). The input is then
+  K + n - 1 positions long. The paper calls them "learned pooling tokens" and says nothing of how they start; here
+  they start distinct (`cls_starts`): the first is the encoder's [CLS] word embedding (so K = 1 is BERT's [CLS],
+  and a model initialised from a DE keeps the DE's [CLS] input), the other K - 1 are drawn from N(0, s^2), s the
+  standard deviation of the encoder's word embeddings (random codes, as the poly-encoder's start, Humeau et al.
+  2020). Why not K copies of [CLS], told apart by their positions alone: a pretrained encoder maps them to one
+  vector. From all-MiniLM-L6-v2, the 24 outputs of 24 [CLS] copies before a TREC DL passage have pairwise cosine
+  1.0000 (also with N(0, 0.02) or N(0, s^2) noise added to the copies: [CLS]'s embedding dominates), so the K
+  timesteps are one and training must first pull them apart; with this start their pairwise cosine is 0.16 on
+  average (BERT's reserved ``[unused i]`` rows, ColBERT's markers, give 0.74, and from-scratch vocabularies such as
+  the built-in one have none). `tests/mva/test_model.py` measures it on a real passage.
 - Temporal pooling with factor rho (Sec. 2.2): the encoder output's real positions are kept as they are
   (padding and [SEP] set to zero), the sequence is padded with zero vectors to a multiple of rho, and every rho
   consecutive vectors are concatenated (n / rho x rho h); a pooled timestep is real if any of its rho positions
@@ -55,6 +63,9 @@ from common.encoders.precision import full_precision
 #: Pooling of one side (Sec. 2.2): every real token, the first K, K learned [CLS] embeddings, temporal pooling.
 Pooling = Literal["all", "first_k", "cls", "temporal"]
 POOLINGS = ("all", "first_k", "cls", "temporal")
+#: How K learned [CLS] embeddings start: distinct (`cls_starts`) or as K copies of [CLS] (the ablation).
+ClsInit = Literal["distinct", "copies"]
+CLS_INITS = ("distinct", "copies")
 
 
 # --- pooling (Sec. 2.2) --------------------------------------------------------------------------------------------
@@ -85,6 +96,16 @@ def temporal_pool(hidden: Tensor, keep: Tensor, factor: int) -> tuple[Tensor, Te
     return hidden.reshape(batch, steps, factor * h), keep.view(batch, steps, factor).any(-1)
 
 
+def cls_starts(word_embeddings: Tensor, cls_token_id: int, k: int) -> Tensor:
+    """(K, h) starts of K learned [CLS] embeddings (module docstring, "Multiple [CLS]"): the encoder's [CLS] word
+    embedding, then K - 1 draws from N(0, s^2), s the standard deviation of the (V, h) `word_embeddings` (torch's
+    global generator: the run's seed fixes them)."""
+    words = word_embeddings.detach()
+    scale = words.float().std().item()
+    codes = torch.randn(k - 1, words.shape[1], dtype=words.dtype, device=words.device) * scale
+    return torch.cat([words[cls_token_id].unsqueeze(0), codes])
+
+
 class SidePooling(nn.Module):
     """How one side (queries or documents) becomes timesteps: the encoder's input and output (module docstring).
 
@@ -92,7 +113,8 @@ class SidePooling(nn.Module):
         kind: ``all``, ``first_k``, ``cls`` or ``temporal``.
         timesteps: K of ``first_k`` and ``cls``.
         factor: rho of ``temporal``.
-        cls_embedding: (h,) the encoder's [CLS] word embedding, the start of ``cls``'s K learned embeddings.
+        cls_embedding: (K, h) the starts of ``cls``'s K learned embeddings (`cls_starts`), or (h,) one start for all
+            K (copies: the tests' reference).
     """
 
     def __init__(self, kind: Pooling = "all", timesteps: int | None = None, factor: int | None = None,
@@ -107,8 +129,9 @@ class SidePooling(nn.Module):
         self.kind, self.timesteps, self.factor = kind, timesteps, factor
         if kind == "cls":
             if cls_embedding is None:
-                raise ValueError("cls pooling starts its embeddings from the encoder's [CLS]: give cls_embedding")
-            self.cls = nn.Parameter(cls_embedding.detach().clone().expand(timesteps, -1).contiguous())  # (K, h)
+                raise ValueError("cls pooling starts its embeddings from the encoder's [CLS]: give cls_embedding "
+                             "(cls_starts)")
+            self.cls = nn.Parameter(cls_embedding.detach().expand(timesteps, -1).clone())  # (K, h)
 
     def width(self, hidden_size: int) -> int:
         """The width of a timestep: rho h for temporal pooling, else h."""
@@ -192,7 +215,8 @@ class MultiVectorAttention(nn.Module):
 
 class MVA(nn.Module):
     """An encoder (a ``BertModel``, one for both sides), each side's pooling and the scoring head; `cls_token_id`
-    is the tokenizer's [CLS], whose embedding ``cls`` pooling starts from.
+    is the tokenizer's [CLS], whose embedding ``cls`` pooling's first embedding starts from (`cls_starts`; with
+    ``cls_init="copies"`` every one of the K starts from it, the ablation of the module docstring).
 
     Batches carry each distinct query once: ``query_tokens``/``query_mask`` (Bq, q), ``query_index`` (B,) its
     row per pair, ``doc_tokens``/``doc_mask`` (B, d); the query side then runs once per query.
@@ -200,13 +224,23 @@ class MVA(nn.Module):
 
     def __init__(self, bert, *, cls_token_id: int, projection: int, heads: int = 1, query_pooling: Pooling = "all",
                  query_timesteps: int | None = None, query_factor: int | None = None, doc_pooling: Pooling = "all",
-                 doc_timesteps: int | None = None, doc_factor: int | None = None, tied_init: bool = False):  # fmt: skip
+                 doc_timesteps: int | None = None, doc_factor: int | None = None, tied_init: bool = False,
+                 cls_init: ClsInit = "distinct"):  # fmt: skip
         super().__init__()
+        if cls_init not in CLS_INITS:
+            raise ValueError(f"cls_init must be one of {', '.join(CLS_INITS)}, got {cls_init!r}")
         self.bert = bert
         hidden = bert.config.hidden_size
-        cls_embedding = bert.embeddings.word_embeddings.weight[cls_token_id]  # (h,)
-        self.query_pooling = SidePooling(query_pooling, query_timesteps, query_factor, cls_embedding)
-        self.doc_pooling = SidePooling(doc_pooling, doc_timesteps, doc_factor, cls_embedding)
+        words = bert.embeddings.word_embeddings.weight  # (V, h)
+
+        def starts(kind: Pooling, k: int | None) -> Tensor | None:  # (K, h); a bad K is SidePooling's to refuse
+            if kind != "cls" or k is None or k < 1:
+                return None
+            return cls_starts(words, cls_token_id, k) if cls_init == "distinct" else words[cls_token_id]
+
+        self.query_pooling = SidePooling(query_pooling, query_timesteps, query_factor,
+                                         starts(query_pooling, query_timesteps))
+        self.doc_pooling = SidePooling(doc_pooling, doc_timesteps, doc_factor, starts(doc_pooling, doc_timesteps))
         self.head = MultiVectorAttention(self.query_pooling.width(hidden), self.doc_pooling.width(hidden), projection,
                                          heads, tied_init)  # fmt: skip
 

@@ -5,6 +5,9 @@ fine-tuning (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking
 The paper pre-trains "using standard BERT objectives, ... MLM as well as NSP" (Sec. 2.3) on C4, and initialises MVA
 from its dual encoder's checkpoint, pre-trained "on the same MLM and NSP tasks for 20,000 iterations before
 fine-tuning" (Sec. 3; Sec. 4: "joint pre-training improves downstream performance"); batch 8,192, Adam, lr 3e-4.
+This command is not that chain: it pre-trains one BERT as a cross-encoder (``BertForPreTraining``: NSP over the
+concatenated pair), whose encoder a DE or MVA can then start from; the paper's DE scores NSP from the two segments
+encoded apart, and its MVA pre-training trains MVA's head and [CLS] embeddings too. Neither is built here.
 C4 is not at hand offline: ``--collection`` names the passages, ``builtin:<split>`` (the built-in collection, the
 same for every split), ``irds:<ir_datasets id>``, a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL,
 .gz ok) or a rank_llm candidate file (``.json``: the text of its hits). Each passage is read as ``title text``, as

@@ -26,7 +26,7 @@ from common.encoders.bert_rankers import BertRanker, BertSiamese, SiamesePooling
 from common.encoders.bert_reranking import BertRerankingModule, bert_encoder, checkpoint_weights
 from common.encoders.tokenizers import load_tokenizer
 from mva.data import Architecture
-from mva.model import MVA, Pooling
+from mva.model import MVA, ClsInit, Pooling
 
 #: Measures: MRR@10 (MS MARCO dev, every table), NDCG@10, MAP and MRR (TREC DL).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
@@ -66,6 +66,9 @@ class MVARanker(BertRerankingModule):
         doc_timesteps: K of the document's ``first_k`` or ``cls`` pooling (Table 5: MVA² 24, MVA³ 16).
         doc_factor: rho of the document's ``temporal`` pooling.
         tied_init: MVA's W_DK and W_DV start as copies of W_QK and W_QV (`mva.model`; paper: silent, here off).
+        cls_init: how ``cls`` pooling's K learned embeddings start: ``distinct`` ([CLS], then random draws at the
+            word embeddings' scale, `mva.model.cls_starts`) or ``copies`` (K copies of [CLS], which a pretrained
+            encoder maps to one vector: the ablation); paper: silent.
         de_pooling: DE's pooling, ``cls`` (paper) or ``mean`` (a backbone trained as a mean-pooling bi-encoder).
         de_cosine_scale: s, DE's score s·cos(q, d) instead of the dot product (None, paper).
         dropout: hidden and attention dropout of a from-scratch or pretrained BERT (BERT: 0.1).
@@ -99,6 +102,7 @@ class MVARanker(BertRerankingModule):
         doc_timesteps: PositiveInt | None = None,
         doc_factor: PositiveInt | None = None,
         tied_init: bool = False,
+        cls_init: ClsInit = "distinct",
         de_pooling: SiamesePooling = "cls",
         de_cosine_scale: PositiveFloat | None = None,
         dropout: ClosedUnitInterval = 0.1,
@@ -121,7 +125,7 @@ class MVARanker(BertRerankingModule):
             model = MVA(bert, cls_token_id=vocab.cls_token_id, projection=projection, heads=heads,
                         query_pooling=query_pooling, query_timesteps=query_timesteps, query_factor=query_factor,
                         doc_pooling=doc_pooling, doc_timesteps=doc_timesteps, doc_factor=doc_factor,
-                        tied_init=tied_init)
+                        tied_init=tied_init, cls_init=cls_init)
         elif architecture == "ca":
             model = BertRanker(bert)
         else:

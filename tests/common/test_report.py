@@ -1,5 +1,6 @@
-"""common.report: load_reported, compare (incl. percent scale), to_markdown, the datasets of tasks (paper_dataset,
-task.json) and the CLI, with its note when the metrics and the reported rows are on different datasets."""
+"""common.report: load_reported, compare (incl. percent scale and relevance levels), to_markdown, the datasets of tasks
+(paper_dataset, task.json) and the CLI, with its notes when the metrics and the reported rows are on different datasets
+or at different relevance levels."""
 
 import json
 import os
@@ -63,7 +64,8 @@ def test_compare_fraction_scale():
     same = compare(metrics, "qds", table="2", dataset="trec-dl-2019-doc", method_map={"qds": "QDS-Transformer"})
     pd.testing.assert_frame_equal(df, same)
     assert list(df.columns) == ["paper", "table", "dataset", "split", "setting", "method", "metric",
-                                "run", "reported", "reproduced", "diff", "scale", "note"]
+                                "run", "reported", "reproduced", "diff", "scale", "reported_level", "reproduced_level",
+                                "note"]
 
 
 def test_compare_percent_scale():
@@ -332,3 +334,61 @@ def test_cli_a_malformed_task_json_is_bad_input(tmp_path, capsys):
     assert main([str(path), "--paper", "qds"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("error: ") and "task.json: expected" in captured.err
+
+
+# ----------------------------------------------------------------------------- relevance levels
+#: A hand-made EARL run on TREC DL 2019 passages (the BERT ranker's Table 2 columns, made-up values).
+EARL_DL19 = {"bert_ranker": {"ndcg_cut_10": 0.70, "map": 0.44, "recip_rank": 0.84, "mrr@10": 0.83}}
+EARL_ARGS = ["--paper", "earl", "--dataset", "trec-dl-2019-passage", "--map", "bert_ranker=BERT ranker"]
+
+
+def test_compare_puts_each_sides_relevance_level_beside_the_numbers():
+    df = compare(EARL_DL19, "earl", tables=2, dataset="trec-dl-2019-passage",
+                 method_map={"bert_ranker": "BERT ranker"}, relevance_level=2)
+    got = {r.metric: (r.reported, r.reproduced, r.reported_level, r.reproduced_level) for r in df.itertuples()}
+    # results/reported/earl.csv's BERT ranker on TREC DL 2019; MRR and MAP measured at trec_eval's default level 1
+    # (results/earl/README.md: only level 1 fits MRR 0.9349 and MAP 0.4836 beside NDCG@10 0.7032), NDCG graded
+    assert got == {"recip_rank": (0.9349, 0.84, "1", "2"), "ndcg_cut_10": (0.7032, 0.70, "graded", "graded"),
+                   "map": (0.4836, 0.44, "1", "2")}
+    assert report.level_note(df) == (
+        "note: recip_rank, map on trec-dl-2019-passage reported at relevance level 1 (labels >= 1 relevant), "
+        "reproduced at level 2: different measures, so their diff is no reproduction gap (python -m common.evaluate "
+        "QRELS RUN -l LEVEL measures the run at the paper's level)")
+    same_level = compare(EARL_DL19, "earl", tables=2, dataset="trec-dl-2019-passage",
+                         method_map={"bert_ranker": "BERT ranker"}, relevance_level=1)
+    assert set(same_level["reproduced_level"]) == {"1", "graded"} and report.level_note(same_level) is None
+    unknown = compare(EARL_DL19, "earl", tables=2, dataset="trec-dl-2019-passage",
+                      method_map={"bert_ranker": "BERT ranker"})
+    assert set(unknown["reproduced_level"]) == {"not given", "graded"} and report.level_note(unknown) is None
+
+
+def test_reported_levels_of_other_rows():
+    # MS MARCO dev qrels label every judged passage 1: level 1 is the only one (MVA prints MRR@10 in percent)
+    df = compare({"de": {"mrr@10": 0.3}}, "mva", tables=5, method_map={"de": "DE (Ours)"}, relevance_level=1)
+    assert list(zip(df["reported_level"], df["reproduced_level"])) == [("1", "1")]
+    # QDS's TREC DL 2019 document MAP: the level is not determined here; NDCG graded
+    df = compare({"qds": {"ndcg_cut_10": 0.6, "map": 0.2}}, "qds", tables=2, dataset="trec-dl-2019-doc",
+                 method_map={"qds": "QDS-Transformer"}, relevance_level=1)
+    assert dict(zip(df["metric"], df["reported_level"])) == {"ndcg_cut_10": "graded", "map": "not stated"}
+    # timings have no relevance level
+    df = compare({"earl": {"latency_s_per_query": 8.0}}, "earl", tables="3a", method_map={"earl": "EARL w/ S1"})
+    assert set(df["reported_level"]) == set(df["reproduced_level"]) == {"-"}
+
+
+def test_cli_prints_the_levels_and_a_note_where_they_differ(tmp_path, capsys):
+    path = _metrics_with_task(tmp_path / "run", EARL_DL19, "irds:msmarco-passage/trec-dl-2019/judged",
+                              "trec-dl-2019-passage")
+    (tmp_path / "run" / "config.yaml").write_text("model:\n  loss: hinge\ndata:\n  relevance_level: 2\n")
+    assert main([str(path), *EARL_ARGS]) == 0  # the level of config.yaml beside the metrics
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("note: recip_rank, map on trec-dl-2019-passage reported at relevance level 1 ")
+    header = [cell.strip() for cell in lines[2].strip("|").split("|")]
+    assert header[-2:] == ["reported_level", "reproduced_level"]
+    rows = {cells[6]: cells[-2:] for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[4:])}
+    assert rows == {"recip_rank": ["1", "2"], "ndcg_cut_10": ["graded", "graded"], "map": ["1", "2"]}
+    assert main([str(path), *EARL_ARGS, "--relevance-level", "1"]) == 0  # the flag wins: the paper's level
+    printed = capsys.readouterr().out
+    assert printed.startswith("| paper") and "note" not in printed
+    (tmp_path / "run" / "config.yaml").unlink()
+    assert main([str(path), *EARL_ARGS]) == 0
+    assert "| not given " in capsys.readouterr().out

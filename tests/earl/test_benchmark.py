@@ -31,17 +31,19 @@ CLI = ["--size", "small", "--lengths", "32", "--candidates", "8", "--ranker_cand
 KEYS = {"bench", "impl", "n", "pass", "ms", "candidates", "size", "measured_candidates", "extrapolated", "read_ms",
         "flops", "gflops_per_s", "analytic_ratio", "table1_ratio", "flop_ratio", "speedup", "cpu", "threads",
         "store_bytes_per_document", "cpu_ms", "query_ms", "judge_ms", "compute_ms", "warm_read_ms",
-        "compute_speedup", "store_documents", "candidate_shards", "store_cached"}
+        "compute_speedup", "store_documents", "candidate_shards", "store_cached", "batch_size",
+        "ranker_tokens"}
 TINY = Size(layers=3, hidden=32, heads=2, intermediate=96, blocks=2, query_layers=1)  # FFN 3h: t = 10, j_q = 12
 
 
 FIELDS = ["bench", "impl", "size", "n", "pass", "ms", "read_ms", "compute_ms", "warm_read_ms", "candidates",
           "measured_candidates", "extrapolated", "speedup", "compute_speedup", "cpu_ms", "cpu_speedup",
           "analytic_ratio", "table1_ratio", "flop_ratio", "affordable_candidates", "query_ms", "keys_values_ms",
-          "keys_values", "judge_ms", "flops", "analytic_macs", "gflops_per_s", "compute_gflops_per_s", "store_dtype",
+          "judge_ms", "flops", "analytic_macs", "gflops_per_s", "compute_gflops_per_s", "store_dtype",
           "store_bytes_per_document", "store_documents", "store_gb", "shard_size", "candidate_shards", "store_cached",
-          "documents", "batch_size", "query_length", "num_layers", "hidden_size", "num_heads", "intermediate_size",
-          "judge_blocks", "query_layers", "repeats", "threads", "cpu", "load_1min"]  # the columns of speed.csv
+          "documents", "batch_size", "query_length", "ranker_tokens", "num_layers", "hidden_size", "num_heads",
+          "intermediate_size", "judge_blocks", "query_layers", "repeats", "threads", "cpu",
+          "load_1min"]  # the columns of speed.csv
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +82,9 @@ def test_rows_have_the_required_keys_and_values(run):
         assert row["flop_ratio"] == pytest.approx(ranker["flops"] / row["flops"], rel=1e-2)
         assert row["affordable_candidates"] == math.floor(8 * row["ms"] / ranker["ms"])
     assert s1["keys_values_ms"] >= 0 and s2["keys_values_ms"] is None
+    # the batches each ran (--batch_size 2 for the ranker's 4 timed pairs, --earl_batch_size 3 for EARL's 8)
+    assert (ranker["batch_size"], s1["batch_size"], s2["batch_size"]) == (2, 3, 3)
+    assert {row["ranker_tokens"] for row in printed} == {16 + 31 + 1}  # n = 32: no cut
     # S2 stores D' (2 K h columns) where S1 stores D (h): 2K = 4 times the bytes (fp16 by default)
     assert s1["store_bytes_per_document"] == 32 * 256 * 2
     assert s2["store_bytes_per_document"] == 2 * 2 * s1["store_bytes_per_document"]
@@ -123,8 +128,7 @@ def build_stores(root, model, impls, n, count, dtype="fp32", documents="encoded"
     """`random_stores` of `impls` (``earl_s1``, ``earl_s2``) as the benchmark builds them, by implementation."""
     stores = random_stores(root, model, name="tiny", checkpoint="random weights, seed 0, size tiny",
                            strategies=[benchmark.STRATEGY[impl] for impl in impls], n=n, count=count, dtype=dtype,
-                           documents=documents, seed=0, shard_size=2, batch_size=2,
-                           keys_values=benchmark.fused_keys_values(model))  # fmt: skip
+                           documents=documents, seed=0, shard_size=2, batch_size=2)  # fmt: skip
     return {impl: stores[benchmark.STRATEGY[impl]] for impl in impls}
 
 
@@ -132,7 +136,7 @@ def build_stores(root, model, impls, n, count, dtype="fp32", documents="encoded"
 def tiny(tmp_path_factory):
     """A tiny EARL and BERT ranker, and S1 and S2 stores of 5 encoded documents of 12 tokens."""
     n, count = 12, 5
-    model, ranker = benchmark.build_models(TINY, benchmark.QUERY_LENGTH + n, seed=0)
+    model, ranker = benchmark.build_models(TINY, seed=0)
     stores = build_stores(tmp_path_factory.mktemp("stores"), model, ["earl_s1", "earl_s2"], n, count)
     return model, ranker, stores, n, count
 
@@ -148,12 +152,12 @@ def forward_scores(model, n, count):
 
 
 @slow
-@pytest.mark.parametrize("impl, keys_values", [("earl_s1", "fused"), ("earl_s1", "model"), ("earl_s2", "fused")])
-def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl, keys_values):
+@pytest.mark.parametrize("impl", ["earl_s1", "earl_s2"])
+def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl):
     """Batches of 2 over 5 candidates (the last one short), from the memory-mapped store, as timed."""
     model, _, stores, n, count = tiny
     tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
-    scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=2, keys_values=keys_values)
+    scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=2)
     assert stores[impl].doc_ids == [f"d{i}" for i in range(count)]
     with torch.inference_mode():
         scores = scorer(tokens, mask, stores[impl].doc_ids)
@@ -165,12 +169,78 @@ def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl, keys_values)
 
 
 @slow
-def test_fused_keys_values_are_the_models(tiny):
-    model = tiny[0]
-    documents = torch.randn(3, 7, TINY.hidden)
+@pytest.mark.parametrize("impl", ["earl_s1", "earl_s2"])
+def test_the_timed_path_is_earl_evaluates(tiny, impl, monkeypatch):
+    """`EarlScorer` runs `earl.store.QueryScorer`'s own calls, the ones ``earl.evaluate`` makes (T_qry once, then
+    per batch ``stored_rows``, `EARL.document_keys_values` for S1 alone, and ``score``), and scores what
+    QueryScorer's own loop scores from the same store (its padded read)."""
+    from earl.model import EARL
+    from earl.store import QueryScorer
+
+    model, _, stores, n, count = tiny
+    calls = []
+
+    def spy(owner, name):
+        original = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, **k: calls.append(name) or original(*a, **k))
+
+    for owner, name in [(QueryScorer, "encode_query"), (QueryScorer, "stored_rows"), (QueryScorer, "score"),
+                        (EARL, "document_keys_values")]:
+        spy(owner, name)
+    tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
+    scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=2)
     with torch.inference_mode():
-        torch.testing.assert_close(benchmark.fused_keys_values(model)(documents),
-                                   model.document_keys_values(documents), atol=1e-6, rtol=0)
+        scores = scorer(tokens, mask, stores[impl].doc_ids)
+    per_batch = ["stored_rows", *(["document_keys_values"] if impl == "earl_s1" else []), "score"]
+    assert calls == ["encode_query", *per_batch * 3]  # 5 candidates in batches of 2
+    encoder = type("Encoder", (), {"queries": lambda self, texts: {"query_tokens": tokens, "query_mask": mask}})()
+    evaluated = QueryScorer(model, encoder, batch_size=2, store=stores[impl])("a query", stores[impl].doc_ids)
+    torch.testing.assert_close(scores.double(), evaluated, atol=1e-6, rtol=0)
+    with pytest.raises(ValueError, match="earl_s1 from an S1 store"):
+        benchmark.EarlScorer(model, stores["earl_s2"], "earl_s1", n, batch_size=2)
+
+
+def test_the_ranker_reads_at_most_512_tokens():
+    """[CLS] query [SEP] words [SEP]: 16 + (n - 1) + 1 tokens up to n = 496, the words cut to 495 beyond; the
+    ranker's BERT has 512 positions, and its Table 1 cost is at the tokens it reads."""
+    assert benchmark.QUERY_LENGTH == bert_query(benchmark.QUERY_LENGTH, 0)[0].shape[1] == 16
+    assert [benchmark.ranker_tokens(n) for n in (2, 128, 256, 496, 497, 512)] == [18, 144, 272, 512, 512, 512]
+    assert benchmark.ranker_words(512) == benchmark.RANKER_WORDS == 495
+    size = benchmark.SIZES["base"]
+    at_512 = size.cost("bert_ranker", 16, 496, 10) / size.cost("earl_s1", 16, 512, 10)
+    assert benchmark.analytic_ratio(size, "earl_s1", 512, 10) == pytest.approx(at_512)
+    assert benchmark.analytic_ratio(size, "bert_ranker", 512, 10) == 1.0
+    assert benchmark.analytic_ratio(size, "earl_s2", 128, 10) == pytest.approx(size.ratio("earl_s2", 16, 128, 10))
+
+
+@slow
+def test_the_ranker_is_timed_on_512_tokens_at_n_512(tiny):
+    """At n = 512 the ranker's pairs are 512 tokens (the words cut to 495) through BERT's 512 positions."""
+    model, ranker = tiny[0], tiny[1]
+    assert ranker.bert.config.max_position_embeddings == 512 == model.doc_encoder.config.max_position_embeddings
+    args = benchmark.parse_args(["--size", "small", "--lengths", "512", "--candidates", "3", "--ranker_candidates",
+                                 "2", "--repeats", "1", "--batch_size", "2", "--store_documents", "3"])
+    result = benchmark.measure_ranker(ranker, 512, args, timed=True)
+    assert (result["measured_candidates"], result["batch_size"]) == (2, 2) and result["ms"] > 0
+    tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
+    pair = bert_pairs(tokens, document_words(512, 1, 0)[:, :495])
+    with torch.inference_mode():
+        assert result["flops"] == 3 * count_flops(lambda: ranker(pair))
+
+
+def test_the_batch_policy_is_earl_evaluates():
+    """One batch size for both by default, earl.evaluate's --batch_size default (candidates per judge batch);
+    --earl_batch_size sets EARL's alone."""
+    from earl.evaluate import build_parser
+
+    assert benchmark.BATCH_SIZE == build_parser().get_default("batch_size") == 128
+    args = benchmark.parse_args(["--size", "small"])
+    assert (args.batch_size, benchmark.earl_batch_size(args)) == (128, 128)
+    args = benchmark.parse_args(["--size", "small", "--earl_batch_size", "7"])
+    assert (args.batch_size, benchmark.earl_batch_size(args)) == (128, 7)
+    with pytest.raises(SystemExit) as refused:
+        benchmark.parse_args(["--size", "small", "--lengths", "513"])
+    assert refused.value.code == 2
 
 
 @slow

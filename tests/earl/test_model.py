@@ -18,7 +18,7 @@ from common.encoders.bert_reranking import count_parameters
 from common.encoders.pretrained import bert_config, load_bert
 from earl.model import JudgeBlock, build_earl, pool
 from earl.ranker import hinge_loss
-from tests.gradients import assert_repeatable_gradients
+from tests.gradients import assert_repeatable_gradients, assert_same_gradients
 from tests.token_rows import PAD, VOCAB_SIZE, tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -171,6 +171,38 @@ def test_document_keys_values_are_each_blocks_projections_of_d(earl_model):
     assert got.shape == (3, 5, 2 * 2 * 16)
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
     torch.testing.assert_close(alone, got, atol=1e-12, rtol=0)
+
+
+def test_fused_document_keys_values_equal_the_per_block_reference_forward_and_backward():
+    """`EARL.document_keys_values`, one product of every block's stacked key and value weights (the fast path
+    ``earl.evaluate`` and ``earl.benchmark`` run), against its readable reference, each block's
+    `JudgeBlock.keys_values` concatenated: the same values in float64, and, backward of a random linear function of
+    the output, the same gradients for D and for every block's own key and value weight and bias (training
+    reaches them through the stacking). Fresh weights after a step change both alike: nothing is cached."""
+    model = build_earl(small_bert(seed=5), num_blocks=3).double().train()  # K = 3, h = 16
+    torch.manual_seed(6)
+    with torch.no_grad():
+        for block in model.blocks:  # weights of their own scale, not BERT's copies: a block mixed up would show
+            for layer in (block.cross.key, block.cross.value):
+                layer.weight.normal_(0.0, 0.5)
+                layer.bias.normal_(0.0, 0.5)
+    d = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
+    params = [p for block in model.blocks for layer in (block.cross.key, block.cross.value)
+              for p in (layer.weight, layer.bias)]  # fmt: skip
+
+    def reference():
+        return torch.cat([block.keys_values(d) for block in model.blocks], dim=-1)
+
+    got, want = model.document_keys_values(d), reference()
+    assert got.shape == want.shape == (3, 5, 2 * 3 * 16)
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    upstream = torch.randn_like(want)
+    assert_same_gradients(got, want, [d, *params], upstream, atol=1e-12, rtol=0)
+    grads = torch.autograd.grad((model.document_keys_values(d) * upstream).sum(), params)
+    assert all(g.abs().max() > 0 for g in grads)  # every block's key and value weight and bias gets a gradient
+    with torch.no_grad():
+        model.blocks[1].cross.value.weight.add_(1.0)  # a training step's change, seen at the next call
+    torch.testing.assert_close(model.document_keys_values(d), reference(), atol=1e-12, rtol=0)
 
 
 def test_judge_leaves_document_side_unchanged(earl_model):

@@ -1,11 +1,15 @@
 """One YAML per paper row (Zhou and Devlin 2021: Tables 1-4 and Table 5's own models), each parsed by the real command
-line (``--print_config``) into the row's setting (Sec. 2.2, 3, 4, 5). Nothing is built, trained or downloaded:
+line (``--print_config``) into what the file says, and each file's values held against what the paper prints and
+says, read at test time (`tests.mva.paper`): every model setting against its rows' descriptors in
+``results/reported/mva.csv`` (Sec. 2.2, 4, 5), the fine-tuning setup against the sentences of Sec. 2.3 and 3 in
+``../shared/papers/mva.txt`` (skipped where that file is absent). Nothing is built, trained or downloaded:
 ir_datasets ids are looked up in the registry only. Table 6 (multi-pass re-ranking) is not a training setting: it is
 `python -m mva.evaluate --rescore CA_CKPT --rescore_top 1 10 50` over a trained first pass."""
 
-from dataclasses import asdict, dataclass
+import inspect
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -14,8 +18,11 @@ from common.data.irds import IrDatasetsSource
 from common.data.specs import check_spec
 from common.report import load_reported, paper_dataset
 from mva import costs, train
+from mva.data import MVADataModule
 from mva.model import temporal_pool
+from mva.ranker import MVARanker
 from mva.train import PAPER
+from tests.mva import paper
 from tests.printed_config import printed_config
 
 CONFIGS = Path(train.__file__).parent / "configs"
@@ -24,58 +31,6 @@ TRAIN = "irds:msmarco-passage/train/split200-train"
 DEV = "irds:msmarco-passage/train/split200-valid"  # held-out training queries (the paper holds out 10%)
 TEST = "irds:msmarco-passage/dev/small"  # every table's MS MARCO Dev MRR@10
 
-
-@dataclass(frozen=True)
-class Setting:
-    """What a row sets of `mva.ranker.MVARanker` (DE and CA: the architecture only; the rest are MVA's defaults)."""
-
-    architecture: str = "mva"
-    projection: int = 128
-    heads: int = 1
-    query_pooling: str = "all"
-    query_timesteps: int | None = None
-    query_factor: int | None = None
-    doc_pooling: str = "all"
-    doc_timesteps: int | None = None
-    doc_factor: int | None = None
-
-
-def full(p: int) -> Setting:
-    """Every query and document token at projection size `p` (Table 2's "full query and document sequences")."""
-    return Setting(projection=p)
-
-
-def doc(pooling: str, p: int, *, timesteps: int | None = None, factor: int | None = None, heads: int = 1,
-        query_cls: int | None = None) -> Setting:  # fmt: skip
-    query = {"query_pooling": "cls", "query_timesteps": query_cls} if query_cls else {}
-    return Setting(projection=p, heads=heads, doc_pooling=pooling, doc_timesteps=timesteps, doc_factor=factor,
-                   **query)  # fmt: skip
-
-
-#: Config -> the setting of its row(s).
-FILES = {
-    # Table 1: document pooling at p = 768 (its All Tokens row is Table 2's 768 and Table 3's All Tokens, 35.8)
-    "msmarco-mva-all-p768.yaml": full(768),
-    **{f"msmarco-mva-firstk{k}-p768.yaml": doc("first_k", 768, timesteps=k) for k in (56, 28, 14)},
-    **{f"msmarco-mva-cls{k}-p768.yaml": doc("cls", 768, timesteps=k) for k in (56, 28, 14)},
-    **{f"msmarco-mva-temporal{112 // f}-p768.yaml": doc("temporal", 768, factor=f) for f in (2, 4, 8)},
-    # Table 2: projection size on the full sequences
-    **{f"msmarco-mva-all-p{p}.yaml": full(p) for p in (128, 64, 32, 16)},
-    # Table 3: query [CLS] embeddings, full documents, p = 768
-    **{f"msmarco-mva-all-p768-qcls{k}.yaml": Setting(projection=768, query_pooling="cls", query_timesteps=k)
-       for k in (1, 2, 8, 33)},
-    # Table 4: document [CLS] embeddings, H heads of p
-    "msmarco-mva-cls56-p64.yaml": doc("cls", 64, timesteps=56),
-    "msmarco-mva-cls28-p64-h2.yaml": doc("cls", 64, timesteps=28, heads=2),
-    "msmarco-mva-cls28-p128.yaml": doc("cls", 128, timesteps=28),
-    "msmarco-mva-cls14-p64-h4.yaml": doc("cls", 64, timesteps=14, heads=4),
-    "msmarco-mva-cls14-p256.yaml": doc("cls", 256, timesteps=14),
-    # Table 5: the baselines and the cheaper operating points (8 query [CLS], mva/costs.py)
-    "msmarco-de.yaml": Setting(architecture="de"),
-    "msmarco-ca.yaml": Setting(architecture="ca"),
-    "msmarco-mva-cls24-p64-qcls8.yaml": doc("cls", 64, timesteps=24, query_cls=8),
-    "msmarco-mva-cls16-p32-qcls8.yaml": doc("cls", 32, timesteps=16, query_cls=8),
-}
 
 #: (table, row as printed: its cells joined by " | ") -> (config, the paper's MS MARCO Dev MRR@10).
 ROWS = {
@@ -144,22 +99,154 @@ def rows_of(name: str) -> list[tuple[str, str]]:
     return [key for key, (file, _) in ROWS.items() if file == name]
 
 
-@pytest.mark.parametrize("name", sorted(FILES))
-def test_each_config_parses_into_its_rows_setting(name):
+# --- what a printed row fixes of its config's model -----------------------------------------------------------------
+
+#: The model arguments (`mva.ranker.MVARanker`) that an MVA row fixes; DE's and CA's rows fix the architecture alone.
+MVA_KEYS = ("architecture", "projection", "heads", "query_pooling", "query_timesteps", "query_factor", "doc_pooling",
+            "doc_timesteps", "doc_factor")  # fmt: skip
+ALL = ("all", None, None)  # a side's (pooling, K, rho): every token
+
+
+def mva(projection: int, heads: int = 1, query=ALL, doc=ALL) -> dict:
+    return dict(zip(MVA_KEYS, ("mva", projection, heads, *query, *doc)))
+
+
+def full_projection() -> int:
+    """Tables 1 and 3 print no projection size; their all-tokens rows print the MRR@10 of one row of Table 2 (35.8:
+    p = 768, "full query and document sequences"), whose setting they are."""
+    all_tokens = {row["value"] for row in paper.rows("1") if row["method"] == "All Tokens"}
+    all_tokens |= {row["value"] for row in paper.rows("3") if row["settings"]["query_timesteps"].startswith("All")}
+    (projection,) = [int(row["settings"]["projection_size"]) for row in paper.rows("2") if row["value"] in all_tokens]
+    return projection
+
+
+def printed_query_timesteps(method: str, d: int, p: int) -> int:
+    """The one number of query timesteps q whose joint compute, 2 q d p + q p multiply-adds a candidate (Sec. 2.1's
+    Q_K D_K^T, attention-weighted D_V and dot products with Q_V, one head) over 1,000 candidates, rounds to the
+    figure Table 5 prints for `method` (MVA¹ 130, MVA² 25, MVA³ 8)."""
+    printed = paper.printed("5", method, "joint_compute_mflops")
+    fits = [q for q in range(1, 65) if as_printed((2 * q * d * p + q * p) * 1000 / 1e6, printed) == printed]
+    assert len(fits) == 1, (method, fits)
+    return fits[0]
+
+
+def printed_setting(table: str, row: dict, passage_length: int) -> dict:
+    """The model setting a printed row (`tests.mva.paper.rows`) fixes, from its cells (the ``setting`` column),
+    its method and its table's caption (Sec. 2.2, 4, 5). Temporal pooling's rho: Sec. 2.2 reshapes n positions into
+    n / rho, n the config's passage length (held to Sec. 3's 112 by `test_each_config_has_the_papers_fine_tuning`).
+    """
+    cells, method = row["settings"], row["method"]
+    if table == "1":  # "pooling approaches applied to documents"; every query token; p as Table 2's row
+        if method == "All Tokens":
+            return mva(full_projection())
+        k = int(cells["doc_timesteps"])
+        if method == "Temporal Pooling":
+            assert passage_length % k == 0, (passage_length, k)
+        doc = {"First-K": ("first_k", k, None), "Multiple CLS": ("cls", k, None),
+               "Temporal Pooling": ("temporal", None, passage_length // k)}[method]
+        return mva(full_projection(), doc=doc)
+    if table == "2":  # "projections ... on the full query and document sequences"
+        assert "full query and document sequences" in row["setting"]
+        return mva(int(cells["projection_size"]))
+    if table == "3":  # "Multiple CLS pooling applied to the query sequence with full document sequences"
+        assert "full document sequence" in row["setting"]
+        k = cells["query_timesteps"]
+        query = ALL if k.startswith("All Tokens") else ("cls", int(k.removesuffix(" CLS")), None)
+        return mva(full_projection(), query=query)
+    if table == "4":  # "the length is varied using [CLS] embeddings"; every query token
+        k = cells["doc_timesteps"]
+        doc = ALL if k.startswith("All Tokens") else ("cls", int(k), None)
+        return mva(int(cells["projection_size"]), int(cells["num_heads"]), doc=doc)
+    assert table == "5", table
+    if method in ("CA (Ours)", "DE (Ours)"):
+        return {"architecture": method[:2].lower()}
+    # the footnote's d and p; d = MS MARCO's average passage (Table 4's "Avg. ~70") is every token, fewer are
+    # [CLS] embeddings (Sec. 5: the cheaper variants "use aggressive projections and [CLS] pooling"); q as the
+    # printed joint compute allows: [CLS] and Table 3's average query of ~6 tokens is every token, else q [CLS]
+    d, p = int(cells["doc_timesteps"]), int(cells["projection_size"])
+    doc = ALL if d == paper.printed_average("4", "doc_timesteps") else ("cls", d, None)
+    q = printed_query_timesteps(method, d, p)
+    query = ALL if q == 1 + paper.printed_average("3", "query_timesteps") else ("cls", q, None)
+    return mva(p, query=query, doc=doc)
+
+
+def printed_rows(name: str) -> list[tuple[str, dict]]:
+    """The printed MRR@10 rows (table, row) that `name` stands for (ROWS)."""
+    keys = set(rows_of(name))
+    found = [(row["table"], row) for row in paper.reported() if row["metric"] == "mrr@10"
+             and (row["table"], label(SimpleNamespace(**row))) in keys]  # fmt: skip
+    assert len(found) == len(keys), (name, keys)
+    return found
+
+
+@pytest.mark.parametrize("name", paper.msmarco_configs())
+def test_each_config_is_the_setting_its_printed_rows_give(name):
+    """The config's model section (the YAML as written) is what each of its rows prints: the pooling of each side
+    and its K or rho, the projection size and the heads (DE and CA: the architecture; the rest is unused). A
+    config that stands for rows of several tables gets the same setting from each."""
+    yaml = paper.config(name)
+    model = yaml["model"]
+    settings = [printed_setting(table, row, yaml["data"]["passage_length"]) for table, row in printed_rows(name)]
+    assert settings and all(setting == settings[0] for setting in settings), (name, settings)
+    assert {key: model[key] for key in settings[0]} == settings[0], name
+
+
+@pytest.mark.parametrize("name", paper.msmarco_configs())
+def test_each_config_has_the_papers_fine_tuning(name):
+    """Sec. 3 and 2.3 as the paper's text says them: inputs cut to 32 query and 112 document tokens; batches of 256
+    triples, one negative with each positive, softmax loss; Adam (no weight decay) at lr 3e-5; re-ranking the
+    top 1,000 of BM25; BERT-base's sizes."""
+    yaml = paper.config(name)
+    model, data = yaml["model"], yaml["data"]
+    assert (data["query_length"], data["passage_length"]) == paper.lengths()
+    batch_size, lr = paper.fine_tuning()
+    assert (data["batch_size"], model["lr"], model["weight_decay"]) == (batch_size, lr, 0.0)
+    paper.quoted(r"fine-tuned using a softmax loss with the <query, positive document, negative document> training "
+                 r"triples")  # fmt: skip
+    assert data["negatives"] == 1  # a triple: the positive and one negative
+    (depth,) = paper.quoted(r"the MS-MARCO top-(\d+) candidates \(originally retrieved by BM25\)")
+    assert data["depth"] == int(depth)
+    assert paper.hidden_size() == 768 and model["encoder"].startswith("bert-base")  # BERT-base: h 768, 12 layers
+
+
+def test_the_defaults_are_the_papers():
+    """The data module's and the ranker's defaults, and the cost calculator's constants, are what the paper says:
+    32 and 112 tokens, 256 triples, lr 3e-5, BERT-base's 12 layers, 12 heads and h = 768; MS MARCO's averages of
+    ~6 query tokens (so 7 query timesteps with [CLS], Sec. 4) and ~70 document tokens; 1,000 candidates."""
+    data = inspect.signature(MVADataModule).parameters
+    ranker = inspect.signature(MVARanker).parameters
+    assert (data["query_length"].default, data["passage_length"].default) == paper.lengths()
+    assert (data["batch_size"].default, ranker["lr"].default) == paper.fine_tuning()
+    layers, heads, hidden = paper.quoted(r"We use a (\d+)-layer Transformer model with (\d+) attention heads and "
+                                         r"hidden size (\d+)")  # fmt: skip
+    assert (ranker["num_layers"].default, ranker["num_heads"].default, ranker["hidden_size"].default) == (
+        int(layers), int(heads), int(hidden))  # fmt: skip
+    assert (costs.LAYERS, costs.HIDDEN) == (int(layers), int(hidden))
+    assert (costs.QUERY_TIMESTEPS, costs.DOC_TIMESTEPS) == (paper.all_tokens_query_timesteps(),
+                                                            paper.average_lengths()[1])  # fmt: skip
+    (candidates,) = paper.quoted(r"the MS-MARCO top-(\d+) candidates")
+    assert costs.CANDIDATES == int(candidates)
+
+
+@pytest.mark.parametrize("name", paper.msmarco_configs())
+def test_each_config_parses_into_what_it_says(name):
+    """The command line reads every value the YAML writes (and links the tokenizer and the architecture); the
+    settings the paper leaves open are the ones each header states."""
+    yaml = paper.config(name)
     parsed_config = config(name)
+    for section in ("model", "data", "trainer"):
+        for key, value in yaml[section].items():
+            assert parsed_config[section][key] == value, (name, section, key)
+    for key in ("seed_everything", "compare_with", "save_every_n_steps"):
+        assert parsed_config[key] == yaml[key], (name, key)
     model, data, trainer = parsed_config["model"], parsed_config["data"], parsed_config["trainer"]
-    assert {key: model[key] for key in asdict(FILES[name])} == asdict(FILES[name])
-    # Sec. 3: BERT-base (bert-base-uncased for the paper's own C4 pre-training), Adam, lr 3e-5, no joint pre-training
+    # bert-base-uncased for the paper's own C4 pre-training; no joint pre-training; BERT's dropout
     assert model["encoder"] == "bert-base-uncased" and data["tokenizer"] == "bert-base-uncased"
-    assert (model["init_encoder"], model["init_checkpoint"]) == (None, None)
-    assert (model["lr"], model["weight_decay"], model["dropout"]) == (3e-5, 0.0, 0.1)
+    assert (model["init_encoder"], model["init_checkpoint"], model["dropout"]) == (None, None, 0.1)
     assert "tokenizer" not in model and "architecture" not in data  # linked from data.tokenizer, model.architecture
-    # Sec. 2.3, 3: <query, positive, negative> triples, 256 a batch; queries 32 and documents 112 tokens
-    assert (data["negatives"], data["batch_size"]) == (1, 256)
-    assert (data["query_length"], data["passage_length"]) == (32, 112)
     assert (data["train"], data["dev"], data["test"]) == (TRAIN, DEV, TEST)
     assert paper_dataset(PAPER, data["test"]) == "msmarco-passage-dev"
-    assert (data["depth"], data["dev_depth"], data["dev_queries"], data["test_queries"]) == (1000, None, None, None)
+    assert (data["dev_depth"], data["dev_queries"], data["test_queries"]) == (None, None, None)
     assert data["relevance_level"] == 1
     # chosen (the paper is silent): 6.4M triples, 10% warm-up, dev every 2,500 steps ending at the last
     assert trainer["max_steps"] * data["batch_size"] == 6_400_000 and model["warmup_steps"] == 2_500
@@ -183,7 +270,7 @@ def test_every_reported_row_has_a_config_and_every_config_a_row():
     for key, (name, mrr) in ROWS.items():
         assert printed[key] == mrr, key
     written = {p.name for p in CONFIGS.glob("msmarco-*.yaml")}
-    assert written == set(FILES) == {name for name, _ in ROWS.values()}
+    assert written == set(paper.msmarco_configs()) == {name for name, _ in ROWS.values()}
 
 
 def test_rows_that_share_a_config_are_one_setting_in_the_paper():
@@ -202,26 +289,31 @@ def test_rows_that_share_a_config_are_one_setting_in_the_paper():
 
 
 def test_table1_rows_keep_the_printed_document_timesteps():
-    """First-K and multiple [CLS] keep K; temporal pooling of the 112-token document by rho keeps 112 / rho."""
+    """First-K and multiple [CLS] keep K; the model's temporal pooling of a full document of the config's passage
+    length (Sec. 3's 112) by its rho keeps the printed 112 / rho timesteps, all real."""
     for (table, row), (name, _) in ROWS.items():
         if table != "1" or row.startswith("All Tokens"):
             continue
-        setting, timesteps = FILES[name], int(row.split(" | ")[1])
-        if setting.doc_pooling == "temporal":
-            hidden, keep = torch.zeros(1, 112, 2), torch.ones(1, 112, dtype=torch.bool)
-            pooled, pooled_keep = temporal_pool(hidden, keep, setting.doc_factor)
-            assert pooled.shape == (1, timesteps, 2 * setting.doc_factor) and pooled_keep.all()
+        yaml = paper.config(name)
+        model, timesteps, n = yaml["model"], int(row.split(" | ")[1]), yaml["data"]["passage_length"]
+        if model["doc_pooling"] == "temporal":
+            hidden, keep = torch.zeros(1, n, 2), torch.ones(1, n, dtype=torch.bool)
+            pooled, pooled_keep = temporal_pool(hidden, keep, model["doc_factor"])
+            assert pooled.shape == (1, timesteps, 2 * model["doc_factor"]) and pooled_keep.all()
         else:
-            assert setting.doc_timesteps == timesteps, name
-        assert (setting.projection, setting.query_pooling) == (768, "all")
+            assert model["doc_timesteps"] == timesteps, name
+        assert (model["projection"], model["query_pooling"]) == (full_projection(), "all")
 
 
 def test_table4_rows_hold_length_times_dimension_constant():
+    """Table 4's [CLS] rows: "(length x projection_size) is held constant" (Sec. 4), H heads of p counting H p."""
+    products = {}
     for (table, row), (name, _) in ROWS.items():
         if table == "4" and not row.startswith("All Tokens"):
-            setting = FILES[name]
-            assert setting.doc_pooling == "cls" and setting.query_pooling == "all"
-            assert setting.doc_timesteps * setting.heads * setting.projection == 3_584, name
+            model = paper.config(name)["model"]
+            assert model["doc_pooling"] == "cls" and model["query_pooling"] == "all"
+            products[name] = model["doc_timesteps"] * model["heads"] * model["projection"]
+    assert len(products) == 5 and len(set(products.values())) == 1, products
 
 
 def as_printed(value: float, printed: float) -> float:
@@ -237,16 +329,17 @@ def test_table5_operating_points_fit_the_printed_costs():
     reported = load_reported(PAPER, table=5)
     printed = {(row.method, row.metric): row.value for row in reported.itertuples()}
     for method in ("MVA¹", "MVA²", "MVA³"):
-        setting = FILES[ROWS[("5", method)][0]]
-        d = setting.doc_timesteps or costs.DOC_TIMESTEPS  # all tokens: MS MARCO's ~70
-        q = setting.query_timesteps or costs.QUERY_TIMESTEPS  # all tokens: [CLS] and ~6
-        assert costs.mva_storage(d, setting.projection, setting.heads) == printed[(method, "storage_floats_per_doc")]
-        mflops = costs.mva_macs(q, d, setting.projection, setting.heads) * costs.CANDIDATES / 1e6
-        paper = printed[(method, "joint_compute_mflops")]
-        assert as_printed(mflops, paper) == paper, (method, mflops, paper)
+        model = paper.config(ROWS[("5", method)][0])["model"]
+        d = model["doc_timesteps"] or costs.DOC_TIMESTEPS  # all tokens: MS MARCO's ~70
+        q = model["query_timesteps"] or costs.QUERY_TIMESTEPS  # all tokens: [CLS] and ~6
+        p, heads = model["projection"], model["heads"]
+        assert costs.mva_storage(d, p, heads) == printed[(method, "storage_floats_per_doc")]
+        mflops = costs.mva_macs(q, d, p, heads) * costs.CANDIDATES / 1e6
+        figure = printed[(method, "joint_compute_mflops")]
+        assert as_printed(mflops, figure) == figure, (method, mflops, figure)
         if method != "MVA¹":  # every query token (q = 7) would not give the printed figure
-            mflops = costs.mva_macs(costs.QUERY_TIMESTEPS, d, setting.projection) * costs.CANDIDATES / 1e6
-            assert as_printed(mflops, paper) != paper, (method, mflops)
+            mflops = costs.mva_macs(costs.QUERY_TIMESTEPS, d, p) * costs.CANDIDATES / 1e6
+            assert as_printed(mflops, figure) != figure, (method, mflops)
 
 
 @pytest.mark.parametrize("spec", [TRAIN, DEV, TEST])

