@@ -299,7 +299,7 @@ def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: 
                          f"{layers} layers")
     query_config = copy.deepcopy(bert.config)
     query_config.num_hidden_layers = query_layers
-    query_encoder = BertModel(query_config, add_pooling_layer=False)
+    query_encoder = BertModel(query_config, add_pooling_layer=False).to(bert.dtype)  # BERT's dtype: exact copies
     query_encoder.embeddings.load_state_dict(bert.embeddings.state_dict())
     if tied:
         query_encoder.encoder.layer = nn.ModuleList(bert.encoder.layer[:query_layers])  # the same modules
@@ -307,11 +307,11 @@ def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: 
         for i in range(query_layers):
             query_encoder.encoder.layer[i].load_state_dict(bert.encoder.layer[i].state_dict())
 
-    blocks = nn.ModuleList(JudgeBlock(bert.config) for _ in range(num_blocks))
+    blocks = nn.ModuleList(JudgeBlock(bert.config) for _ in range(num_blocks)).to(bert.dtype)
     blocks.apply(bert._init_weights)  # BERT's initialisation: N(0, 0.02) weights, zero biases, unit LayerNorms
     if copy_from_bert:
         for i, block in enumerate(blocks):
             block.copy_bert_layer(bert.encoder.layer[query_layers + i], copy_cross=copy_cross)
     model = EARL(bert, query_encoder, blocks, pool=pool, loss=loss)
-    model.score.apply(bert._init_weights)
+    model.score.to(bert.dtype).apply(bert._init_weights)
     return model

@@ -1,11 +1,14 @@
 """One YAML per paper row (Gao, Dai, Callan 2020: Table 2, Table 4's judge blocks, Table 5's w/o copy), each parsed by
 the real command line (``--print_config``) into the paper's setting (Sec. 4.1-4.3), its header quoting the paper for
-what the paper says and naming another source for the rest. Nothing is built, trained or downloaded: ir_datasets ids
-are looked up in the registry and its metadata only."""
+what the paper says and naming another source for the rest. The expected values are read at test time, not retyped
+(`tests.earl.paper`): the model of each row from its descriptors in ``results/reported/earl.csv`` (the method's name,
+``judger_blocks``, ``cross_attention_init``, the candidates ``rerank-top1000-bm25``), the training setup from the
+paper's sentences (``../shared/papers/earl.txt``; skipped where it is absent), and what the paper leaves open from
+the sentence of the header that sources it (MORES, or our choice). Nothing is built, trained or downloaded:
+ir_datasets ids are looked up in the registry and its metadata only."""
 
 import re
 from functools import cache
-from pathlib import Path
 
 import ir_datasets
 import pytest
@@ -14,28 +17,15 @@ from common.data.irds import IrDatasetsSource
 from common.data.specs import FILE_TASK_KEYS, check_spec
 from common.report import load_reported, paper_dataset
 from earl import train
+from earl.ranker import run_name
 from earl.train import PAPER, PAPER_METHODS
+from tests.earl import paper
 from tests.printed_config import printed_config
 
-CONFIGS = Path(train.__file__).parent / "configs"
-
-#: File slug -> (architecture, pool, tied) of Table 2's six rows.
-VARIANTS = {
-    "earl-cls": ("earl", "cls", False),
-    "earl-mean": ("earl", "mean", False),
-    "earl-cls-tied": ("earl", "cls", True),
-    "earl-mean-tied": ("earl", "mean", True),
-    "bert-ranker": ("bert_ranker", "cls", False),
-    "bert-siamese": ("bert_siamese", "cls", False),
-}
-#: MS MARCO configs -> (slug, K judge blocks, copy_cross): Table 2, Table 4 (K = 1..4), Table 5 (w/o copy).
-MSMARCO = {
-    **{f"msmarco-{slug}.yaml": (slug, 2, True) for slug in VARIANTS},
-    **{f"msmarco-{slug}-k{k}.yaml": (slug, k, True) for slug in ("earl-cls", "earl-cls-tied") for k in (1, 2, 3, 4)},
-    **{f"msmarco-{slug}-nocopy.yaml": (slug, 2, False) for slug in ("earl-cls", "earl-cls-tied")},
-}
-#: ClueWeb09-B configs -> slug: Table 2's rows with ClueWeb09-B numbers (all but BERT-Siamese).
-CLUEWEB = {f"clueweb09b-{slug}.yaml": slug for slug in VARIANTS if slug != "bert-siamese"}
+CONFIGS = paper.CONFIGS
+#: The configs of the MS MARCO rows (Tables 2, 4, 5) and of the ClueWeb09-B rows (Table 2 but BERT-Siamese).
+MSMARCO = [name for name in paper.paper_configs() if name.startswith("msmarco-")]
+CLUEWEB = [name for name in paper.paper_configs() if name.startswith("clueweb09b-")]
 
 #: Training queries less the 200 held out for checkpoint selection (split200-valid), which are disjoint from Table 2's
 #: Dev queries (msmarco-passage/dev/small, DEV_COLUMN) and TREC DL 2019 queries (TEST).
@@ -44,18 +34,19 @@ DEV = "irds:msmarco-passage/train/split200-valid"
 DEV_COLUMN = "irds:msmarco-passage/dev/small"
 TEST = "irds:msmarco-passage/trec-dl-2019/judged"
 
-#: The loss of each architecture, with the paper's line that sets it.
+#: The loss of each architecture, with the paper's sentence that sets it (checked in the paper's text).
 LOSSES = {
     # Sec. 3.4: "training end-to-end using standard ranking loss functions such as the pairwise hinge loss [6, 15]"
-    "earl": "hinge",
+    "earl": ("hinge", r"training end-to-end using standard ranking loss functions such as the pairwise hinge loss "
+                      r"\[6, 15\]"),
     # Sec. 4.2: "Following [14], we fine-tune the BERT ranker over ranking loss." [14] (Nogueira and Cho 2019) trains
     # with the cross-entropy over relevant and non-relevant pairs: the 2-class head's cross_entropy.
-    "bert_ranker": "cross_entropy",
+    "bert_ranker": ("cross_entropy", r"Following \[14\], we fine-tune the BERT ranker over ranking loss\."),
     # Sec. 4.2: "For the BERT-Siamese ranker, we follow [17] and train ranker over hinge loss."
-    "bert_siamese": "hinge",
+    "bert_siamese": ("hinge", r"For the BERT-Siamese ranker, we follow \[17\] and train ranker over hinge loss\."),
 }
 #: The paper's text (../shared/papers/earl.txt), for the quotes of the configs' headers.
-PAPER_TEXT = Path(__file__).resolve().parents[3] / "shared" / "papers" / "earl.txt"
+PAPER_TEXT = paper.PAPER
 
 
 @cache
@@ -68,61 +59,136 @@ def config(name: str) -> dict:
     return parsed("--config", str(CONFIGS / name))
 
 
-def check_model(model: dict, slug: str, num_blocks: int, copy_cross: bool) -> None:
-    """Sec. 3.4 and 4.2: bert-base-uncased, l = 12 - K query layers, each architecture's loss (`LOSSES`); margin (our
-    choice), dropout and weight decay (MORES's) as the headers say."""
-    architecture, pool, tied = VARIANTS[slug]
-    assert (model["architecture"], model["pool"], model["tied"]) == (architecture, pool, tied)
-    assert (model["num_blocks"], model["copy_cross"]) == (num_blocks, copy_cross)
-    assert model["query_layers"] is None  # l = L - K: 12 - K of bert-base-uncased's layers
-    assert model["encoder"] == "bert-base-uncased"
-    assert model["loss"] == LOSSES[architecture]
-    assert (model["margin"], model["dropout"], model["weight_decay"]) == (1.0, 0.1, 0.0)
-    assert "tokenizer" not in model  # linked from data.tokenizer
+def row_model(name: str) -> dict:
+    """The model setting every reported row config `name`'s header names fixes (`tests.earl.paper.model_of_row`):
+    one setting, whichever of its rows (Table 2's, 4's or 5's) it is read from."""
+    settings = [paper.model_of_row(row) for row in paper.named_rows(name)]
+    assert settings and all(setting == settings[0] for setting in settings), (name, settings)
+    return settings[0]
 
 
-def check_data(data: dict) -> None:
-    assert data["tokenizer"] == "bert-base-uncased"
-    assert (data["query_length"], data["passage_length"], data["negatives"]) == (16, 128, 1)
-    assert data["relevance_level"] == 1
-    assert "architecture" not in data  # linked from model.architecture
+def row_depth(name: str) -> int:
+    """The candidates the config's rows re-rank (``rerank-top1000-bm25``: 1,000), one number for all of them."""
+    (depth,) = {paper.depth(row) for row in paper.named_rows(name)}
+    return depth
 
 
-@pytest.mark.parametrize("name", sorted(MSMARCO))
-def test_each_msmarco_row_parses_into_the_paper_setting(name):
-    slug, num_blocks, copy_cross = MSMARCO[name]
+def sourced(name: str) -> str:
+    """The config whose header sources `name`'s token limits, dropout, weight decay and margin: its own, or for a
+    ClueWeb09-B config, which says they are "as in the msmarco-*.yaml headers", its MS MARCO model's."""
+    if name.startswith("clueweb09b-"):
+        assert "margin and seed our choice, as in the msmarco-*.yaml headers" in paper.header(name), name
+        return name.replace("clueweb09b-", "msmarco-")
+    return name
+
+
+@pytest.mark.parametrize("name", paper.paper_configs())
+def test_each_config_parses_into_its_rows_model(name):
+    """Without the paper's text: the command line reads every value the YAML writes; the model is what the config's
+    rows in results/reported/earl.csv describe (`row_model`: architecture, pool, tying, K, copy_cross; the baselines
+    keep EARL's unused settings at their defaults), with l = L - K query layers (``query_layers`` null); the
+    candidates re-ranked are the rows' (``rerank-top1000-bm25``: 1,000); margin (our choice), dropout and weight
+    decay (MORES's), the token limits (MORES's) and the relevance level as the header's sentences that source them
+    say (`sourced`); one negative per positive (a pair of the pairwise loss)."""
+    yaml = paper.config(name)
     parsed_config = config(name)
-    model, data, trainer = parsed_config["model"], parsed_config["data"], parsed_config["trainer"]
-    check_model(model, slug, num_blocks, copy_cross)
-    assert (model["lr"], model["warmup_steps"]) == (3e-5, 1000)
-    check_data(data)
-    assert (data["train"], data["dev"], data["test"]) == (TRAIN, DEV, TEST)
-    assert paper_dataset(PAPER, data["test"]) == "trec-dl-2019-passage"
-    assert paper_dataset(PAPER, data["dev"]) is None  # selection on none of Table 2's datasets
-    assert (data["depth"], data["dev_depth"], data["batch_size"]) == (1000, None, 128)  # BM25's top 1,000
-    assert data["dev_queries"] is None  # all 200 held-out queries select the checkpoint
-    assert trainer["max_steps"] == 15_625 and trainer["max_steps"] * data["batch_size"] == 2_000_000
-    assert trainer["max_steps"] % trainer["val_check_interval"] == 0  # the last validation is at the last step
-    assert trainer["check_val_every_n_epoch"] is None  # val_check_interval counts steps across epochs
+    for section in ("model", "data", "trainer"):
+        for key, value in yaml[section].items():
+            assert parsed_config[section][key] == value, (name, section, key)
+    model, data = parsed_config["model"], parsed_config["data"]
+    expected = row_model(name)
+    architecture = expected["architecture"]
+    if architecture == "earl":
+        assert {key: model[key] for key in expected} == expected, (name, expected)
+    else:  # pool, tied, num_blocks and copy_cross are EARL's and unused: left at EARL's default
+        assert model["architecture"] == architecture and (model["pool"], model["tied"]) == ("cls", False), name
+        assert (model["num_blocks"], model["copy_cross"]) == (paper.default_blocks(), True), name
+    assert model["query_layers"] is None  # l = L - K: 12 - K of bert-base-uncased's layers
+    assert model["loss"] == LOSSES[architecture][0]
+    # the run's name (its metrics' key) is the rows' method for earl.train's comparison with the paper
+    (method,) = {row["method"] for row in paper.named_rows(name)}
+    assert PAPER_METHODS[run_name(model["architecture"], model["pool"], model["tied"])] == method, name
+    assert data["depth"] == row_depth(name)
+    source = sourced(name)
+    assert model["margin"] == float(paper.chosen(source, r"margin (\d+\.\d+): (?:our choice|unused)"))
+    assert model["dropout"] == float(paper.chosen(source, r"dropout (0\.\d+): run_marco\.py"))
+    assert model["weight_decay"] == float(paper.chosen(source, r"weight decay (\d+(?:\.\d+)?): arguments\.py"))
+    query = paper.chosen(source, r"DataArguments' q_max_len = (\d+) and p_max_len = \d+")
+    passage = paper.chosen(source, r"DataArguments' q_max_len = \d+ and p_max_len = (\d+)")
+    assert (data["query_length"], data["passage_length"]) == (int(query), int(passage))
+    level = (r"MS MARCO's training labels are all 1, so it is (\d)" if name.startswith("msmarco-")
+             else r"relevance_level (\d) \(Web Track labels")  # fmt: skip
+    assert data["relevance_level"] == int(paper.chosen(name, level))
+    assert data["negatives"] == 1  # a pair: the positive and one negative
+    assert "tokenizer" not in model and "architecture" not in data  # linked from data.tokenizer, model.architecture
     assert parsed_config["compare_with"] == [] and parsed_config["ckpt_path"] is None
 
 
-@pytest.mark.parametrize("name", sorted(CLUEWEB))
-def test_each_clueweb_row_parses_into_the_paper_setting(name):
+def check_paper_model(model: dict, data: dict) -> None:
+    """What the paper's text says of every row's model: footnote 1's encoder (and its tokenizer), Sec. 4.2's default
+    K (the rows' default) and l = L - K of T_doc's layers (Sec. 3.4: T_qry "the first l layers", the judge the
+    rest), the loss each architecture's sentence names (`LOSSES`), Sec. 4.2's pools (the method names' words),
+    one negative per positive (the "pairwise" hinge loss)."""
+    assert model["encoder"] == data["tokenizer"] == paper.encoder()
+    layers = paper.layers()
+    assert layers["blocks"] == paper.default_blocks() and layers["query"] + layers["blocks"] == layers["doc"]
+    paper.quoted(r"for a\s+\$l\$\s+layer query understanding module, we use the first\s+\$l\$\s+layers of a "
+                 r"pre-trained BERT")  # fmt: skip
+    paper.quoted(LOSSES[model["architecture"]][1])
+    paper.quoted(paper.POOLS)
+    paper.quoted(r"the pairwise hinge loss")
+
+
+@pytest.mark.parametrize("name", MSMARCO)
+def test_each_msmarco_row_parses_into_the_paper_setting(name):
+    """Sec. 4.3's MS MARCO training: AdamW at the paper's learning rate, its warm-up steps, its batch size, and its
+    2M training examples as max_steps x batch; re-ranking BM25's top 1,000 (Sec. 4.1, the rows' candidates); the
+    held-out training queries select the checkpoint, Table 2's TREC DL queries are tested; the query length also
+    the speed test's (Sec. 5.2)."""
     parsed_config = config(name)
     model, data, trainer = parsed_config["model"], parsed_config["data"], parsed_config["trainer"]
-    check_model(model, CLUEWEB[name], 2, True)
-    assert model["lr"] == 5e-6 and data["batch_size"] == 32  # Sec. 4.3
-    assert model["warmup_steps"] == 100 and trainer["max_epochs"] == 3 and trainer["max_steps"] == -1  # chosen
-    check_data(data)
-    assert data["depth"] == 100 and data["dev"] is None  # Dai & Callan's top 100; no dev set
+    check_paper_model(model, data)
+    training = paper.msmarco_training()
+    assert (model["lr"], model["warmup_steps"], data["batch_size"]) == (training["lr"], training["warmup_steps"],
+                                                                        training["batch_size"])  # fmt: skip
+    assert trainer["max_steps"] * data["batch_size"] == training["examples"]
+    assert (data["train"], data["dev"], data["test"]) == (TRAIN, DEV, TEST)
+    tested = {row["dataset"] for row in paper.reported() if row["table"] == "2" and row["split"] == "test"
+              and row["dataset"] != "clueweb09b"}  # fmt: skip
+    assert {paper_dataset(PAPER, data["test"])} == tested
+    assert paper_dataset(PAPER, data["dev"]) is None  # selection on none of Table 2's datasets
+    paper.quoted(r"the rankers were tested to re-rank the top %d documents of the MS MARCO official BM25 retrieval "
+                 r"results" % data["depth"])  # fmt: skip
+    assert data["dev_depth"] is None and data["dev_queries"] is None  # all 200 held-out queries, at full depth
+    assert data["query_length"] == paper.speed_test_query_length()
+    assert trainer["max_steps"] % trainer["val_check_interval"] == 0  # the last validation is at the last step
+    assert trainer["check_val_every_n_epoch"] is None  # val_check_interval counts steps across epochs
+
+
+@pytest.mark.parametrize("name", CLUEWEB)
+def test_each_clueweb_row_parses_into_the_paper_setting(name):
+    """Sec. 4.3's transfer: the MS MARCO model trained further at the paper's batch size and learning rate;
+    re-ranking the rows' candidates (Dai and Callan's top 100, "which contains 100 candidate documents for each
+    query"); epochs and warm-up as the header chooses them; title queries of fold 1 (the others by flags)."""
+    parsed_config = config(name)
+    model, data, trainer = parsed_config["model"], parsed_config["data"], parsed_config["trainer"]
+    check_paper_model(model, data)
+    training = paper.clueweb_training()
+    assert (model["lr"], data["batch_size"]) == (training["lr"], training["batch_size"])
+    assert model["warmup_steps"] == int(paper.chosen(name, r"(\d+) warm-up steps"))
+    assert trainer["max_epochs"] == int(paper.chosen(name, r"Chosen where the paper is silent: (\d+) epochs"))
+    assert trainer["max_steps"] == -1
+    paper.quoted(r"which contains %d candidate documents for each query" % data["depth"])
+    assert data["dev"] is None  # no dev set
+    queries = {row["settings"]["queries"] for row in paper.rows_of(name)}
+    assert queries == {"title", "description"}
     for split in ("train", "test"):
         task = data[split]
         assert set(task) <= set(FILE_TASK_KEYS) and task["topics_path"].endswith(f"title/fold1/{split}.topics.tsv")
         assert task["collection_path"] == "../shared/data/clueweb09b/firstp.jsonl"
-    assert parsed_config["compare_with"] == [] and parsed_config["ckpt_path"] is None
     # Sec. 4.3: "we take trained model on MS MARCO, and continue training": its weights, a fresh optimizer
-    source = name.replace('clueweb09b-', 'msmarco-').removesuffix('.yaml')
+    source = name.replace("clueweb09b-", "msmarco-").removesuffix(".yaml")
+    assert row_model(f"{source}.yaml") == row_model(name)  # the same row's MS MARCO model
     assert model["init_checkpoint"] == f"outputs/{source}/checkpoints/last.ckpt"
 
 
@@ -137,28 +203,47 @@ def test_a_clueweb_fold_is_passed_as_flags():
                                "qrels_path": f"{folder}/{split}.qrels.txt",
                                "candidates_path": f"{folder}/{split}.run.txt",
                                "collection_path": "../shared/data/clueweb09b/firstp.jsonl"}  # fmt: skip
-    assert data["batch_size"] == 32
+    assert data["batch_size"] == paper.config("clueweb09b-earl-cls.yaml")["data"]["batch_size"]
 
 
 def test_the_dev_column_is_the_msmarco_config_tested_on_dev():
     """Table 2's MS MARCO Dev column (and Tables 4 and 5): the same config with ``--data.test`` the dev queries."""
     data = parsed("--config", str(CONFIGS / "msmarco-earl-cls.yaml"), "--data.test", DEV_COLUMN)["data"]
-    assert data["test"] == DEV_COLUMN and data["test_queries"] is None  # all 6,980
-    assert paper_dataset(PAPER, data["test"]) == "msmarco-passage-dev"
+    assert data["test"] == DEV_COLUMN and data["test_queries"] is None  # all of them
+    dev = {row["dataset"] for row in paper.reported() if row["table"] in ("2", "4", "5") and row["split"] == "dev"}
+    assert {paper_dataset(PAPER, data["test"])} == dev
     assert data["dev"] == DEV != DEV_COLUMN  # the tested queries select nothing
 
 
+def test_the_tested_query_sets_have_the_papers_counts():
+    """Sec. 4.1 (registry metadata): the MS MARCO Dev set "contains 6980 queries" (all of msmarco-passage/dev/small),
+    the TREC 2019 DL set "contains 43 queries" (the judged ones, trec-dl-2019/judged)."""
+    (count,) = paper.quoted(r"MS MARCO Dev Queries:\*\* this evaluation set contains (\d+) queries")
+    assert ir_datasets.load(DEV_COLUMN[5:]).queries_count() == int(count)
+    assert ir_datasets.load(TEST[5:]).queries_count() == paper.trec_dl_queries()
+
+
 def test_the_held_out_queries_are_the_training_queries_not_trained_on():
-    """ir_datasets' metadata (no download): split200-valid's 200 queries and 131 judgements are what split200-train
-    lacks of msmarco-passage/train, as the headers say."""
+    """ir_datasets' metadata (no download): split200-valid's queries, judgements and BM25 candidates, and what
+    split200-train keeps of msmarco-passage/train, are the numbers the headers state (read from the header)."""
     counts = {name: ir_datasets.load(name) for name in ("msmarco-passage/train", TRAIN[5:], DEV[5:])}
-    train, kept, held = (counts[name] for name in counts)
-    assert (held.queries_count(), held.qrels_count(), held.scoreddocs_count()) == (200, 131, 119_011)
-    assert kept.qrels_count() == train.qrels_count() - held.qrels_count() == 532_630
-    assert kept.queries_count() == train.queries_count() - held.queries_count()
-    header = (CONFIGS / "msmarco-earl-cls.yaml").read_text()
-    assert "(532,630: the\n#   532,761 of msmarco-passage/train but the 131 of the 200 queries held out" in header
-    assert "(200 training queries held out of split200-train; 131 judgements, 119,011\n#   BM25 candidates)" in header
+    train_set, kept, held = (counts[name] for name in counts)
+    name = "msmarco-earl-cls.yaml"
+
+    def number(pattern: str) -> int:
+        return int(paper.chosen(name, pattern).replace(",", ""))
+
+    kept_qrels = number(r"split200-train \(([\d,]+): the")
+    all_qrels = number(r"split200-train \([\d,]+: the ([\d,]+) of msmarco-passage/train")
+    held_qrels = number(r"but the ([\d,]+) of the [\d,]+ queries held out")
+    held_queries = number(r"\(([\d,]+) training queries held out of split200-train")
+    assert held_queries == number(r"but the [\d,]+ of the ([\d,]+) queries held out")
+    assert held_qrels == number(r"held out of split200-train; ([\d,]+) judgements")
+    held_candidates = number(r"([\d,]+) BM25 candidates\)")
+    assert (held.queries_count(), held.qrels_count(), held.scoreddocs_count()) == (held_queries, held_qrels,
+                                                                                   held_candidates)  # fmt: skip
+    assert train_set.qrels_count() == all_qrels and kept.qrels_count() == kept_qrels == all_qrels - held_qrels
+    assert kept.queries_count() == train_set.queries_count() - held.queries_count()
 
 
 def header_sections(name: str) -> dict[str, str]:
@@ -172,7 +257,7 @@ def header_sections(name: str) -> dict[str, str]:
     return sections
 
 
-@pytest.mark.parametrize("name", sorted(MSMARCO))
+@pytest.mark.parametrize("name", MSMARCO)
 def test_each_msmarco_header_quotes_the_paper_and_sources_the_rest(name):
     """What the header files under "Paper setting" is the paper's (its quotes are in the paper); the token limits,
     dropout and weight decay are MORES's, margin and seed our choice, not the paper's (it gives q = 16 for its speed
@@ -183,7 +268,7 @@ def test_each_msmarco_header_quotes_the_paper_and_sources_the_rest(name):
         assert absent not in setting, (name, absent)
     assert "q_max_len = 16" in mores and "p_max_len = 128" in mores and "dropout 0.1" in mores
     assert "weight decay 0" in mores and "margin 1.0" in chosen and "seed_everything 0: our choice" in chosen
-    architecture = VARIANTS[MSMARCO[name][0]][0]
+    architecture = row_model(name)["architecture"]
     quote = {"earl": "the pairwise hinge loss [6, 15]",
              "bert_siamese": "we follow [17] and train ranker over hinge loss",
              "bert_ranker": "Following [14], we fine-tune the BERT ranker over ranking loss."}[architecture]
@@ -191,11 +276,11 @@ def test_each_msmarco_header_quotes_the_paper_and_sources_the_rest(name):
     if architecture == "bert_ranker":
         assert "Nogueira and Cho" in sections["row"] and "loss cross_entropy" in setting
     if PAPER_TEXT.is_file():  # every quote of the Paper setting is the paper's
-        paper = " ".join(PAPER_TEXT.read_text(encoding="utf-8").replace("\u2019", "'").split())  # "Marco’s"
+        text = " ".join(PAPER_TEXT.read_text(encoding="utf-8").replace("\u2019", "'").split())  # "Marco’s"
         quotes = re.findall(r'"([^"]+)"', setting)
         assert len(quotes) >= 6
-        for text in quotes:
-            assert " ".join(text.split()) in paper, (name, text)
+        for quoted_text in quotes:
+            assert " ".join(quoted_text.split()) in text, (name, quoted_text)
 
 
 @pytest.mark.parametrize("spec", [TRAIN, DEV, DEV_COLUMN, TEST])
@@ -207,32 +292,28 @@ def test_the_msmarco_tasks_are_registered_with_all_four_parts(spec):
     assert source.provides() == {"topics", "qrels", "candidates", "documents"}
 
 
-def expected_config(row) -> str:
-    """The config of a reported row of Tables 2, 4 and 5."""
-    slug = {method: run for run, method in PAPER_METHODS.items()}[row.method].replace("_", "-")
-    if row.dataset == "clueweb09b":
-        return f"clueweb09b-{slug}.yaml"
-    settings = dict(part.split("=", 1) for part in row.setting.split("; ")[1:])
-    if str(row.table) == "4":
-        return f"msmarco-{slug}-k{settings['judger_blocks']}.yaml"
-    if str(row.table) == "5" and settings["cross_attention_init"] == "random":
-        return f"msmarco-{slug}-nocopy.yaml"
-    return f"msmarco-{slug}.yaml"
-
-
 def test_every_reported_row_has_a_config_and_every_config_a_row():
+    """Every row of Tables 2, 4 and 5 in results/reported/earl.csv is named by a config's header (`tests.earl.paper.
+    named_rows`), and every config names rows, the first on its first line; each config's model is its rows'
+    (`test_each_msmarco_row_parses_into_the_paper_setting`, `row_model`)."""
     reported = load_reported("earl", table=[2, 4, 5])
     assert set(reported["table"].astype(str)) == {"2", "4", "5"}
+    rows = [row for row in paper.reported() if row["table"] in ("2", "4", "5")]
+    assert len(rows) == len(reported)
+    key = ("table", "dataset", "setting", "method", "metric")
     covered = {}
-    for row in reported.itertuples():
-        name = expected_config(row)
-        covered.setdefault(name, set()).add(str(row.table))
-        settings = dict(part.split("=", 1) for part in row.setting.split("; ")[1:])
-        model = config(name)["model"]
-        assert model["num_blocks"] == int(settings.get("judger_blocks", 2)), (name, row.setting)
-        assert model["copy_cross"] == (settings.get("cross_attention_init", "copy") != "random"), (name, row.setting)
-    written = {p.name for p in CONFIGS.glob("*.yaml") if p.name.startswith(("msmarco-", "clueweb09b-"))}
-    assert written == set(covered) == set(MSMARCO) | set(CLUEWEB)
-    for name, tables in covered.items():  # the header names the paper's table of the row
+    for name in paper.paper_configs():
+        named = paper.named_rows(name)
+        assert named, name
+        for row in named:
+            covered.setdefault(tuple(row[k] for k in key), set()).add(name)
         first = (CONFIGS / name).read_text().splitlines()[0]
-        assert any(first.startswith(f"# Table {table}, ") for table in tables), (name, first)
+        assert first.startswith(f"# Table {paper.rows_of(name)[0]['table']}, "), (name, first)
+    assert set(covered) == {tuple(row[k] for k in key) for row in rows}
+    written = {p.name for p in CONFIGS.glob("*.yaml") if p.name.startswith(("msmarco-", "clueweb09b-"))}
+    assert written == set(paper.paper_configs()) == set(MSMARCO) | set(CLUEWEB)
+    # two configs of one row are one run (Table 4's 2 blocks: the Table 2 config and its -k2 copy), the same YAML
+    for names in covered.values():
+        first, *others = sorted(names)
+        for other in others:
+            assert paper.config(other) == paper.config(first), (first, other)

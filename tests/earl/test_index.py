@@ -2,8 +2,10 @@
 score as end-to-end EARL does, and cost what they should.
 
 - fp32 S1 and S2 stores of the built-in test collection give the end-to-end scores within 1e-5 on the same
-  (qid, docid) pairs, and their run files rank the same; an fp16 store takes exactly half the bytes and moves the
-  scores by little (the difference is printed);
+  (qid, docid) pairs, and their run files rank the same; and those scores, end to end and from either store, are
+  EARL written out from the paper (`tests.earl.by_hand`) within 1e-5, so that the agreement is not that of two
+  paths sharing one wrong formula; an fp16 store takes exactly half the bytes and moves the scores by little (the
+  difference is printed);
 - S2's bytes per document are exactly 2·K times S1's (the manifests);
 - a build killed by SIGKILL mid-way and finished with ``--resume`` is the uninterrupted store, byte for byte;
 - refusals, one line with exit status 2 and nothing written: a store of another checkpoint, ``--strategy s3``, a
@@ -137,6 +139,35 @@ def test_fp32_stores_score_as_end_to_end(built, end_to_end, strategy, capsys):
     assert report["max_abs_score_difference"] < 1e-5 and report["queries_reordered"] == 0
     assert report["ndcg_cut_10_change"] == pytest.approx(0, abs=1e-12)
     assert sorted(p.name for p in stored.iterdir()) == ["exactness.json", "metrics.json", "run.trec", "task.json"]
+
+
+def test_the_run_files_scores_are_earl_written_out(built, end_to_end):
+    """The property above (a store scores as end to end does) holds for a wrong formula too, both paths sharing
+    `EARL.judge`; so the scores ``earl.evaluate`` writes, end to end and from the S1 and S2 stores, are also held
+    against EARL written out from the paper (`tests.earl.by_hand.model_score`: T_qry and T_doc on the unpadded
+    query and passage, each judge block with explicit heads, w^T H_K[CLS]) in float64 on the checkpoint's weights,
+    each (query, passage) pair of the 50 encoded as in training. The commands compute in float32: within 1e-5."""
+    from earl.index import read_trained
+    from earl.store import data_encoder, load_ranker
+    from tests.earl.by_hand import model_score
+
+    state = read_trained(built["checkpoint"])
+    model, encoder = load_ranker(state).model.double().eval(), data_encoder(state["datamodule_hyper_parameters"])
+    assert model.pool == "cls" and model.num_blocks == BLOCKS
+    source = source_from_spec("builtin:test")
+    topics, documents = source.topics(), source.documents()
+    runs = {"end to end": reranked_scores(end_to_end[0], built["pairs"])}
+    for strategy in ("s1", "s2"):
+        folder = built["root"] / f"by_hand_{strategy}"
+        run_evaluate(built["checkpoint"], folder, "--store", str(built["root"] / strategy))
+        runs[strategy] = reranked_scores(folder, built["pairs"])
+    for qid, doc_id in built["pairs"]:
+        query = encoder.queries([topics[qid]])
+        passage = encoder.documents(documents.get_many([doc_id]))
+        expected = model_score(model, query["query_tokens"][0][query["query_mask"][0].bool()],
+                               passage["doc_tokens"][0][passage["doc_mask"][0].bool()], "cls")  # fmt: skip
+        for name, run in runs.items():
+            assert run[(qid, doc_id)] == pytest.approx(expected, abs=1e-5), (name, qid, doc_id)
 
 
 def test_an_fp16_store_takes_half_the_bytes_and_moves_scores_little(built, capsys):

@@ -113,7 +113,7 @@ def test_judge_block_is_eqs_17_to_19_by_hand(judge_case):
         got = block(q, query_mask, block.keys_values(d), doc_mask)
         # the first block's precomputed H W_X (cross_queries) is the same computation
         precomputed = block(q, query_mask, block.keys_values(d), doc_mask, cross_queries=block.cross.query(q))
-    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)  # float64: rounding only (about 1e-15)
     torch.testing.assert_close(precomputed, expected, atol=1e-12, rtol=0)
     # the departure the module docstring states: Eq. 19 as printed, LayerNorm(FFN(x)) + x, is not what runs
     assert not torch.allclose(got, layer_norm(ffn, block.ffn.norm) + q_self, atol=1e-3)
@@ -485,3 +485,22 @@ def test_earl_from_offline_minilm():
         assert torch.equal(block.ffn.norm.weight, layer.output.LayerNorm.weight)
     assert torch.equal(model.query_encoder.encoder.layer[3].output.dense.weight,
                        bert.encoder.layer[3].output.dense.weight)  # fmt: skip
+
+
+def test_build_earl_keeps_berts_dtype_and_copies_exactly():
+    """T_qry, the judge blocks and the score head take BERT's dtype, so a float64 BERT's layers are copied exactly
+    (made in torch's default float32 they were rounded, about 6e-8 off)."""
+    from transformers import BertModel
+
+    torch.manual_seed(0)
+    config = bert_config(vocab_size=40, pad_token_id=0, num_layers=4, hidden_size=16, num_heads=2,
+                         intermediate_size=32, dropout=0.1)
+    bert = BertModel(config, add_pooling_layer=False).double()
+    with torch.no_grad():
+        for p in bert.parameters():
+            p.normal_(0, 0.5)
+    model = build_earl(bert, num_blocks=2)
+    assert {p.dtype for p in model.parameters()} == {torch.float64}
+    assert torch.equal(model.query_encoder.encoder.layer[0].output.dense.weight,
+                       bert.encoder.layer[0].output.dense.weight)
+    assert torch.equal(model.blocks[0].ffn.output.weight, bert.encoder.layer[2].output.dense.weight)

@@ -1,0 +1,211 @@
+"""What EARL's tests hold the code and the configs against, read at test time rather than retyped: the paper's text
+(``../shared/papers/earl.txt`` beside the checkout: Gao, Dai, Callan 2020), the rows it prints with their
+descriptors (``results/reported/earl.csv``, read with `csv`), and the configs (``earl/configs``, read with `yaml`)
+with their headers, which quote the paper and name the source (MORES, or our choice) of what it does not say.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import re
+from functools import cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+PAPER = REPO.parent / "shared" / "papers" / "earl.txt"
+REPORTED = REPO / "results" / "reported" / "earl.csv"
+CONFIGS = REPO / "earl" / "configs"
+
+
+# --- the paper's text -------------------------------------------------------------------------------------------
+
+
+@cache
+def _text() -> str | None:
+    return PAPER.read_text(encoding="utf-8") if PAPER.is_file() else None
+
+
+def paper_text() -> str:
+    """The paper's text; skips the test where ``../shared/papers`` does not hold it."""
+    text = _text()
+    if text is None:
+        pytest.skip(f"the EARL paper's text is not at {PAPER} (shared/papers beside the checkout)")
+    return text
+
+
+def quoted(sentence: str) -> tuple[str, ...]:
+    """The groups of `sentence`, a regular expression of a sentence of the paper (whitespace as in the text), which
+    the paper must contain; skips where the paper is absent."""
+    found = re.search(sentence, paper_text())
+    assert found, f"the paper does not say {sentence!r}"
+    return found.groups()
+
+
+def msmarco_training() -> dict:
+    """Sec. 4.3's MS MARCO training: 2M examples in batches of 128, AdamW at 3e-5, 1,000 warm-up steps, a linear
+    schedule."""
+    examples, batch, lr, warmup = quoted(
+        r"the model were trained (\d+)M training examples\. We use stochastic gradient descent to train the model "
+        r"with a batch size of (\d+)\. We use AdamW optimizer with a learning rate of (\d+e-\d+), a warm-up of "
+        r"(\d+) steps and a linear learning rate scheduler\.")  # fmt: skip
+    return {"examples": int(examples) * 1_000_000, "batch_size": int(batch), "lr": float(lr),
+            "warmup_steps": int(warmup)}  # fmt: skip
+
+
+def clueweb_training() -> dict:
+    """Sec. 4.3's ClueWeb09-B transfer: "a batch size of 32 and a learning rate of 5e-6", from the MS MARCO model."""
+    quoted(r"we take trained model on MS MARCO, and continue training over ClueWeb09-B’s training data")
+    batch, lr = quoted(r"We use a batch size of (\d+) and a learning rate of (\d+e-\d+)\.")
+    return {"batch_size": int(batch), "lr": float(lr)}
+
+
+def encoder() -> str:
+    """Footnote 1: the pretrained weights (``bert-base-uncased``)."""
+    return quoted(r"This work uses the official ([\w-]+) weight\.")[0]
+
+
+def layers() -> dict:
+    """Sec. 4.2: T_doc's 12 layers, T_qry's 10 and K = 2 judge blocks by default."""
+    (doc,) = quoted(r"All EARL variants have document understanding module of (\d+) transformer layers")
+    query, blocks = quoted(r"By default, the query understating module uses (\d+) transformer layers, and the "
+                           r"relevance judging module uses (\d+) layers of the judger blocks")  # fmt: skip
+    return {"doc": int(doc), "query": int(query), "blocks": int(blocks)}
+
+
+def speed_test_query_length() -> int:
+    """Sec. 5.2: "we fixed query length at 16" (the speed test's; the paper gives no training lengths)."""
+    return int(quoted(r"we fixed query length at (\d+)")[0])
+
+
+def trec_dl_queries() -> int:
+    """Sec. 4.1: the TREC 2019 DL query set "contains 43 queries"."""
+    return int(quoted(r"It contains (\d+) queries that have multiple relevant documents")[0])
+
+
+# --- the printed rows ---------------------------------------------------------------------------------------------
+
+
+def settings(setting: str) -> dict[str, str]:
+    """A row's ``setting`` cell as a dict: its first part under ``candidates`` (``rerank-top1000-bm25``), then its
+    ``key=value`` parts: ``rerank-top1000-bm25; judger_blocks=1`` -> {candidates: ..., judger_blocks: 1}."""
+    first, *rest = (part.strip() for part in setting.split(";"))
+    return {"candidates": first, **dict(part.split("=", 1) for part in rest if "=" in part)}
+
+
+@cache
+def reported() -> tuple[dict, ...]:
+    """Every row of ``results/reported/earl.csv`` (in the repository: no skip), its ``setting`` parsed into
+    ``settings``."""
+    with open(REPORTED, newline="", encoding="utf-8") as f:
+        return tuple({**row, "settings": settings(row["setting"])} for row in csv.DictReader(f))
+
+
+def depth(row: dict) -> int:
+    """The candidates a row re-ranks, from its descriptor: ``rerank-top1000-bm25`` -> 1000."""
+    return int(re.fullmatch(r"rerank-top(\d+)-.*", row["settings"]["candidates"]).group(1))
+
+
+#: Sec. 4.2's sentence that names the pools (`model_of_method`).
+POOLS = (r"ClsPool takes the \[CLS\] token's representation to produce the final ranking score\. AvePool takes the "
+         r"average of the token representations in the last layer\.")
+
+
+def model_of_method(method: str) -> dict:
+    """The model a Table 2, 4 or 5 method name describes (Sec. 4.2, `POOLS`): the BERT ranker, the BERT-Siamese
+    ranker, or EARL with ClsPool ("the [CLS] token's representation") or AvePool ("the average of the token
+    representations"), its T_qry tied to T_doc's first layers where the name says Tied."""
+    if method == "BERT ranker":
+        return {"architecture": "bert_ranker"}
+    if method == "BERT-Siamese ranker":
+        return {"architecture": "bert_siamese"}
+    found = re.fullmatch(r"EARL (ClsPool|AvePool)( Tied)?", method)
+    assert found, method
+    return {"architecture": "earl", "pool": {"ClsPool": "cls", "AvePool": "mean"}[found.group(1)],
+            "tied": bool(found.group(2))}  # fmt: skip
+
+
+def default_blocks() -> int:
+    """K of the rows that do not say: Table 4's notes, "2 blocks is the default configuration of Table 2" (Sec. 4.2's
+    default, `layers`)."""
+    (blocks,) = {int(found.group(1)) for row in reported() if row["table"] == "4"
+                 for found in [re.search(r"(\d+) blocks is the default configuration of Table 2", row["note"])]
+                 if found}  # fmt: skip
+    return blocks
+
+
+def model_of_row(row: dict) -> dict:
+    """What a reported row fixes of the model: `model_of_method`, K judge blocks (the row's ``judger_blocks``, else
+    `default_blocks`) and whether the cross-attention starts as a copy of BERT's self-attention (its
+    ``cross_attention_init``; Sec. 3.4's copy by default)."""
+    cross = row["settings"].get("cross_attention_init", "copy-from-bert-self-attention")
+    assert cross in ("copy-from-bert-self-attention", "random"), row
+    blocks = int(row["settings"].get("judger_blocks", default_blocks()))
+    return {**model_of_method(row["method"]), "num_blocks": blocks, "copy_cross": cross != "random"}
+
+
+# --- the configs --------------------------------------------------------------------------------------------------
+
+
+@cache
+def _config(name: str) -> dict:
+    return yaml.safe_load((CONFIGS / name).read_text(encoding="utf-8"))
+
+
+def config(name: str) -> dict:
+    """``earl/configs/NAME`` as YAML (a fresh copy)."""
+    return copy.deepcopy(_config(name))
+
+
+def header(name: str) -> str:
+    """The config's header comment, its lines joined by single spaces."""
+    lines = (CONFIGS / name).read_text(encoding="utf-8").split("\nseed_everything:")[0].splitlines()
+    return " ".join(" ".join(line.removeprefix("#").split()) for line in lines if line.startswith("#"))
+
+
+def paper_configs() -> list[str]:
+    """The configs of the paper's rows (MS MARCO and ClueWeb09-B)."""
+    return sorted(path.name for path in CONFIGS.glob("*.yaml") if path.name.startswith(("msmarco-", "clueweb09b-")))
+
+
+def rows_of(name: str) -> list[dict]:
+    """The reported rows config `name`'s first header line names: ``# Table 2, row "METHOD"`` (its MS MARCO columns,
+    or its ClueWeb09-B ones where the line says ClueWeb09-B), or ``# Table 4, "METHOD, 1 block"`` / ``# Table 5,
+    "METHOD, w/o copy"`` (the rows whose note says ``printed as '1 block'``, ``'w/o copy'``)."""
+    first = (CONFIGS / name).read_text(encoding="utf-8").splitlines()[0]
+    found = re.match(r'# Table (\d), (?:row )?"([^",]+)(?:, ([^"]+))?"(.*)', first)
+    assert found, (name, first)
+    table, method, printed, rest = found.groups()
+    rows = [row for row in reported() if row["table"] == table and row["method"] == method]
+    if printed is not None:
+        rows = [row for row in rows if f"printed as '{printed}'" in row["note"]]
+    else:
+        clueweb = "ClueWeb09-B" in rest
+        rows = [row for row in rows if (row["dataset"] == "clueweb09b") == clueweb]
+    assert rows, (name, first)
+    return rows
+
+
+def named_rows(name: str) -> list[dict]:
+    """Every reported row config `name`'s header names before its "Paper setting": its own rows (`rows_of`) and
+    those of the same run in other tables (``Also Table 4's "METHOD, 2 blocks" ... and Table 5's "METHOD, w/
+    copy"``)."""
+    intro = header(name).split("Paper setting")[0]
+    rows = list(rows_of(name))
+    for table, method, printed in re.findall(r"Table (\d)'s \"([^\",]+), ([^\"]+)\"", intro):
+        found = [row for row in reported() if row["table"] == table and row["method"] == method
+                 and f"printed as '{printed}'" in row["note"]]  # fmt: skip
+        assert found, (name, table, method, printed)
+        rows += found
+    return rows
+
+
+def chosen(name: str, pattern: str) -> str:
+    """The one group of `pattern` in config `name`'s header (its lines joined): a value the header sources (MORES,
+    or our choice where the paper and MORES are silent)."""
+    found = re.search(pattern, header(name))
+    assert found, (name, pattern)
+    return found.group(1)
