@@ -128,9 +128,10 @@ def test_a_ck_orcas_config_names_the_orcas_files_with_the_tasks(tmp_path, refusi
 
 
 def test_a_passage_config_names_extracted_files_and_local_copies(tmp_path, refusing_proxy):
-    # ir_datasets' msmarco_passage.py, by hand: the collection is extracted from collectionandqueries.tar.gz, as are
-    # dev/small's queries and qrels; the train queries from queries.tar.gz; the big candidate runs are downloaded with
-    # no cache path, so a copy goes to downloads/<md5>; TREC DL 2019's small queries file is kept only extracted.
+    # ir_datasets' msmarco_passage.py, by hand: the collection is extracted from collectionandqueries.tar.gz; the
+    # train queries (of split200-train and of split200-valid, the dev task) from queries.tar.gz; the big candidate
+    # runs are downloaded with no cache path, so a copy goes to downloads/<md5>; TREC DL 2019's small queries file is
+    # kept only extracted.
     home, out = tmp_path / "irds", tmp_path / "run"
     done = command(["-m", "earl.train", "--config", "earl/configs/msmarco-earl-cls.yaml", "--output_dir", str(out)],
                    home, refusing_proxy)
@@ -139,10 +140,9 @@ def test_a_passage_config_names_extracted_files_and_local_copies(tmp_path, refus
     train, dev, test = "--data.train", "--data.dev", "--data.test"
     check_refusal(done, {
         str(passage / "collectionandqueries.tar.gz"): (f"{web}/collectionandqueries.tar.gz", {train, dev, test}),
-        str(passage / "queries.tar.gz"): (f"{web}/queries.tar.gz", {train}),
-        str(passage / "train" / "qrels"): (f"{web}/qrels.train.tsv", {train}),
-        str(copies / "d99fdbd5b2ea84af8aa23194a3263052"): (f"{web}/top1000.train.tar.gz", {train}),
-        str(copies / "8c140662bdf123a98fbfe3bb174c5831"): (f"{web}/top1000.dev.tar.gz", {dev}),
+        str(passage / "queries.tar.gz"): (f"{web}/queries.tar.gz", {train, dev}),
+        str(passage / "train" / "qrels"): (f"{web}/qrels.train.tsv", {train, dev}),
+        str(copies / "d99fdbd5b2ea84af8aa23194a3263052"): (f"{web}/top1000.train.tar.gz", {train, dev}),
         str(passage / "trec-dl-2019" / "queries.tsv"):
             (f"ir_datasets makes it from {web}/msmarco-test2019-queries.tsv.gz", {test}),
         str(passage / "trec-dl-2019" / "qrels"): ("https://trec.nist.gov/data/deep/2019qrels-pass.txt", {test}),
