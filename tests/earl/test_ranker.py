@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from earl.ranker import hinge_loss
+from tests import papers
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -33,13 +34,7 @@ def training_groups(data) -> tuple[list, dict]:
     from common.data.specs import source_from_spec
 
     dataset = data.dataset("train")
-    seen, chosen = set(), [0, 1]  # two groups of one query...
-    for i in range(2, len(dataset)):  # ...then the first groups of two other queries
-        if dataset[i].qid not in {dataset[0].qid} | seen and len(seen) < 2:
-            seen.add(dataset[i].qid)
-            chosen.append(i)
-    groups = [dataset[i] for i in chosen]
-    assert len({g.qid for g in groups}) == 3 and groups[0].qid == groups[1].qid
+    groups = papers.training_groups(dataset)
     qrels = source_from_spec("builtin:train").qrels()
     for group in groups:
         assert qrels[group.qid][group.doc_ids[0]] >= 1

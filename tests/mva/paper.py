@@ -10,8 +10,9 @@ import re
 from functools import cache
 from pathlib import Path
 
-import pytest
 import yaml
+
+from tests import papers
 
 REPO = Path(__file__).resolve().parents[2]
 PAPERS = REPO.parent / "shared" / "papers"
@@ -20,25 +21,14 @@ REPORTED = REPO / "results" / "reported" / "mva.csv"
 CONFIGS = REPO / "mva" / "configs"
 
 
-@cache
-def _text() -> str | None:
-    return PAPER.read_text() if PAPER.is_file() else None
-
-
 def paper_text() -> str:
     """The paper's text; skips the test where ``../shared/papers`` does not hold it."""
-    text = _text()
-    if text is None:
-        pytest.skip(f"the MVA paper's text is not at {PAPER} (shared/papers beside the checkout)")
-    return text
+    return papers.paper_text(PAPER, "MVA")
 
 
 def quoted(sentence: str) -> tuple[str, ...]:
-    """The groups of `sentence`, a regular expression of a sentence of the paper (whitespace as in the text), which
-    the paper must contain; skips where the paper is absent."""
-    found = re.search(sentence, paper_text())
-    assert found, f"the paper does not say {sentence!r}"
-    return found.groups()
+    """The groups of `sentence`, a regular expression of a sentence of the paper, which the paper must contain."""
+    return papers.quoted(PAPER, "MVA", sentence)
 
 
 def lengths() -> tuple[int, int]:

@@ -12,6 +12,7 @@ import torch
 from common.data.specs import source_from_spec
 from mva.data import MVADataModule
 from mva.ranker import MVARanker, softmax_loss
+from tests.papers import training_groups
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -36,13 +37,7 @@ def test_a_training_step_is_the_softmax_loss_over_each_group_positive_first():
     data = MVADataModule(train="builtin:train", dev=None, test=None, negatives=2, batch_size=4, query_length=12,
                          passage_length=24)  # fmt: skip
     dataset = data.dataset("train")
-    seen, chosen = set(), [0, 1]  # two groups of one query...
-    for i in range(2, len(dataset)):  # ...then the first groups of two other queries
-        if dataset[i].qid not in {dataset[0].qid} | seen and len(seen) < 2:
-            seen.add(dataset[i].qid)
-            chosen.append(i)
-    groups = [dataset[i] for i in chosen]
-    assert len({g.qid for g in groups}) == 3 and groups[0].qid == groups[1].qid
+    groups = training_groups(dataset)
     batch = dataset.collate(groups)
     source = source_from_spec("builtin:train")
     qrels, topics, documents = source.qrels(), source.topics(), source.documents()
