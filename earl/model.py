@@ -230,7 +230,7 @@ class EARL(nn.Module):
         """Q = T_qry(qry) (Eqs. 14-16): (B, q) -> (B, q, h)."""
         return self.query_encoder(input_ids=tokens, attention_mask=mask).last_hidden_state
 
-    def document_keys_values(self, documents: Tensor) -> Tensor:
+    def document_keys_values(self, documents: Tensor, out: Tensor | None = None) -> Tensor:
         """D' of Eq. 25 for every block, side by side: (B, d, h) -> (B, d, 2 K h), block i's keys then values.
 
         One product: every block's key and value weights (W_Y, W_Z of Eq. 24) stacked into one (2 K h, h) weight and
@@ -240,11 +240,20 @@ class EARL(nn.Module):
         cost (Table 1), and it is the path ``earl.evaluate`` (`earl.store.QueryScorer`), ``earl.index`` and
         ``earl.benchmark`` all run. The stacking is redone each call from the parameters themselves (torch.cat, a
         copy of 2 K h^2 values, small beside the product): differentiable, each block's weights get their own
-        gradients in training, and no cached copy can go stale when the weights change."""
+        gradients in training, and no cached copy can go stale when the weights change.
+
+        `out`: a contiguous (B, d, 2 K h) tensor the product is written into (inference only: ``out=`` has no
+        gradient), the same values as without it. A fresh result of a batch is hundreds of MB (805 MB for 128
+        candidates at d = 512, base), which the allocator maps anew and the kernel faults in page by page each
+        call, a visible share of the product's time on one core (`results/earl/README.md`, "the bar");
+        `earl.store.QueryScorer` passes one buffer, reused batch after batch."""
         keys_values = [(block.cross.key, block.cross.value) for block in self.blocks]
         weight = torch.cat([layer.weight for pair in keys_values for layer in pair])  # (2 K h, h)
         bias = torch.cat([layer.bias for pair in keys_values for layer in pair])  # (2 K h,)
-        return F.linear(documents, weight, bias)
+        if out is None:
+            return F.linear(documents, weight, bias)
+        torch.addmm(bias, documents.flatten(0, 1), weight.t(), out=out.view(-1, len(weight)))  # (B d, 2 K h)
+        return out
 
     def judge(self, queries: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
               query_index: Tensor | None = None) -> Tensor:  # fmt: skip

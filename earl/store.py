@@ -34,6 +34,7 @@ bad options without them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -127,6 +128,7 @@ class QueryScorer(StoreScorer):
                                                                    f"{self.strategy.upper()} width")  # fmt: skip
         super().__init__(encoder, width=width, width_name=width_name, batch_size=batch_size, device=device,
                          store=store, documents=documents)  # fmt: skip
+        self._keys_values = torch.empty(0, device=self.device)  # S1's output buffer, reused (`stored_rows`)
 
     def encode_query(self, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         """Q = T_qry(qry), (1, q, h), and its mask: once per query."""
@@ -137,8 +139,15 @@ class QueryScorer(StoreScorer):
         return self.model.document_keys_values(self.model.encode_documents(tokens, mask)), mask.bool()
 
     def stored_rows(self, rows: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """S2's rows are the keys and values; S1's are D, whose keys and values are computed here."""
-        return (self.model.document_keys_values(rows) if self.strategy == "s1" else rows), mask
+        """S2's rows are the keys and values; S1's are D, whose keys and values are computed here, into one buffer
+        that every batch reuses (`EARL.document_keys_values`'s `out`; grown where a batch needs more)."""
+        if self.strategy != "s1":
+            return rows, mask
+        batch, length, _ = rows.shape
+        shape = (batch, length, 2 * self.model.num_blocks * self.model.hidden_size)
+        if self._keys_values.numel() < math.prod(shape) or self._keys_values.dtype != rows.dtype:
+            self._keys_values = torch.empty(math.prod(shape), dtype=rows.dtype, device=rows.device)
+        return self.model.document_keys_values(rows, out=self._keys_values[: math.prod(shape)].view(shape)), mask
 
     def score(self, query: tuple[Tensor, Tensor], keys_values: Tensor, doc_mask: Tensor) -> Tensor:
         """The judge's scores (Eqs. 17-22) of the query against each of the (B, d, 2·K·h) candidates."""

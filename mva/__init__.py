@@ -8,8 +8,8 @@ document vectors.
 - `mva.data`, `mva.ranker`, `mva.train` (``python -m mva.train``): the data module (groups of a positive and
   negatives, re-ranking), the LightningModule (the softmax loss of Sec. 2.3, Adam, warm-up), the command with DE
   and CA trained beside MVA (``--compare_with``); `mva/configs/builtin.yaml` is its embedded default;
-- `mva.pretrain` (``python -m mva.pretrain``): continued MLM (+ NSP) pre-training of the backbone on a
-  collection's passages, the starting point of fine-tuning (Sec. 3-4);
+- `mva.pretrain` (``python -m mva.pretrain``): MLM and NSP pre-training on a collection's passages (Sec. 3): CA,
+  the DE with the two segments encoded apart, and MVA (its head and [CLS] embeddings) from the DE;
 - `mva.store`, `mva.index` (``python -m mva.index``), `mva.evaluate` (``python -m mva.evaluate``): documents'
   [D_K | D_V] (or DE's vector) stored ahead of time (the `STORED` architectures), scoring from the store,
   multi-pass re-ranking (Table 6);

@@ -15,7 +15,7 @@ FLOORS = [
     {"common", "common.io", "common.refusals"},
     {"common.metrics", "common.kernels", "common.benchmarking"},
     {"common.data"},
-    {"common.training", "common.stores", "common.report", "common.scale"},
+    {"common.training", "common.stores", "common.report", "common.report_tables", "common.scale"},
     {"common.encoders"},
     {"common.commands", "common.evaluate"},
     set(PACKAGES),

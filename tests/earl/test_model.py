@@ -205,6 +205,21 @@ def test_fused_document_keys_values_equal_the_per_block_reference_forward_and_ba
     torch.testing.assert_close(model.document_keys_values(d), reference(), atol=1e-12, rtol=0)
 
 
+def test_document_keys_values_written_into_a_buffer_equal_the_per_block_reference(earl_model):
+    """`EARL.document_keys_values`'s `out` (the buffer `earl.store.QueryScorer` reuses for S1): written in place,
+    the per-block reference's values (Eq. 25), and a reused buffer keeps nothing of the batch before it."""
+    torch.manual_seed(8)
+    first, second = torch.randn(3, 5, 16, dtype=torch.float64), torch.randn(2, 7, 16, dtype=torch.float64)
+    buffer = torch.full((3 * 7 * 64,), float("nan"), dtype=torch.float64)
+    with torch.inference_mode():
+        for d in (first, second):
+            out = buffer[: d.shape[0] * d.shape[1] * 64].view(d.shape[0], d.shape[1], 64)
+            got = earl_model.document_keys_values(d, out=out)
+            want = torch.cat([block.keys_values(d) for block in earl_model.blocks], dim=-1)
+            assert got.data_ptr() == buffer.data_ptr()
+            torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+
+
 def test_judge_leaves_document_side_unchanged(earl_model):
     """Sec. 3.2: T_judge updates query tokens only; D and D' (Eq. 25) are never written, so S1 and S2 can store
     them; the same stored D' gives the same scores again."""

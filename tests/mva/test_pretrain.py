@@ -264,6 +264,9 @@ CASES = [
     (["--tokenizer", "train", "--collection", "{in}/docs.tsv"], "--tokenizer: train learns a BPE on a task's"),
     (["--tokenizer", "{in}/nosuch"], "--tokenizer: no such folder: {in}/nosuch"),
     (["--device", "tpu"], "argument --device: must be auto, cpu, cuda or cuda:N, got tpu"),
+    (["--architecture", "mva", "--init", "{in}/used"], "--init: {in}/used holds no readable pretrain.json: not an "
+                                                       "mva.pretrain output"),
+    (["--architecture", "mva", "--model.doc_pooling", "cls"], "--model.doc_timesteps: cls pooling keeps K timesteps"),
 ]  # fmt: skip
 
 

@@ -1,8 +1,8 @@
 """The real-data commands, ``python -m qds.train --config qds/configs/trec-dl-passages[-minilm].yaml``: QDS-Transformer
 trained on TREC DL 2020 passages and tested on TREC DL 2019 passages (rank_llm candidate files in ../shared/data).
 The from-scratch config runs here (about a minute and a half on 2 CPU cores); measured with seed 0
-(results/qds/README.md): NDCG@10 0.4313, MAP 0.2138 against BM25's 0.5058 and 0.2476. The tolerance leaves room for other CPUs'
-floating-point differences."""
+(results/qds/runs/trec-dl-passages/metrics.json): NDCG@10 0.4341, MAP 0.2128 against BM25's 0.5058 and 0.2476.
+The tolerance leaves room for other CPUs' floating-point differences."""
 
 import json
 from pathlib import Path
@@ -36,6 +36,6 @@ def test_trained_on_2020_tested_on_2019(shared_data, tmp_path, monkeypatch):
                               str(tmp_path / "run")])
     bm25, qds = metrics["bm25"], metrics["qds"]
     assert [round(bm25[m], 4) for m in ("ndcg_cut_10", "map", "mrr@10")] == [0.5058, 0.2476, 0.7024]
-    assert qds["ndcg_cut_10"] == pytest.approx(0.4313, abs=0.02)
-    assert qds["map"] == pytest.approx(0.2138, abs=0.02)
+    assert qds["ndcg_cut_10"] == pytest.approx(0.4341, abs=0.02)
+    assert qds["map"] == pytest.approx(0.2128, abs=0.02)
     assert json.loads((tmp_path / "run" / "metrics.json").read_text()) == metrics

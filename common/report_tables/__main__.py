@@ -1,0 +1,5 @@
+import sys
+
+from common.report_tables import main
+
+sys.exit(main())

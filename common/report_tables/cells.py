@@ -1,0 +1,188 @@
+"""What the table specs share: reading a results folder's files, formatting numbers, writing a markdown table.
+
+`Files` reads under one results folder (``results/<package>``) and keeps count of what a table asked for that is not
+there yet: a run folder of ``runs/`` with its ``command.txt`` but no ``metrics.json`` (a run still to do) is
+*pending*, and its row shows empty cells, with a line under the table naming it (`Files.pending_note`). A run
+folder without ``command.txt``, a run or measure a file lacks, or a missing benchmark file is a `TableError`.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from typing import Any
+
+#: The file beside every metrics.json of ``runs/<name>/``: the command and seed that wrote it.
+COMMAND = "command.txt"
+
+
+class TableError(Exception):
+    """A table cannot be made from the files (a missing or malformed file, a run or measure a file lacks)."""
+
+
+@dataclass(frozen=True)
+class Table:
+    """One generated table: `render` makes its text (the table and any line under it) from the files of its
+    results folder, read through `Files`."""
+
+    id: str
+    render: Callable[[Files], str]
+
+    @property
+    def package(self) -> str:
+        return self.id.split("/", 1)[0]
+
+
+class Files:
+    """The files of one results folder, read for one table; `pending` collects what is still to be run."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.pending: list[str] = []
+
+    def _path(self, relative: str) -> Path:
+        return self.folder / relative
+
+    def _name(self, relative: str) -> str:
+        return f"results/{self.folder.name}/{relative}"
+
+    def _run_folder(self, run: str) -> str:
+        """``runs/<run>``, refused without its command.txt."""
+        folder = f"runs/{run}"
+        if not (self._path(folder) / COMMAND).is_file():
+            raise TableError(f"{self._name(folder)}: no {COMMAND} (every run folder names its command and seed)")
+        return folder
+
+    def _note_pending(self, relative: str) -> None:
+        if relative not in self.pending:
+            self.pending.append(relative)
+
+    def json(self, relative: str) -> Any:
+        """A JSON file of the folder (a TableError where it is missing or not JSON)."""
+        path = self._path(relative)
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise TableError(f"{self._name(relative)}: no such file") from None
+        except (OSError, ValueError) as exc:
+            raise TableError(f"{self._name(relative)}: not readable JSON ({exc})") from None
+
+    def run_file(self, run: str, name: str = "metrics.json") -> Any:
+        """``runs/<run>/<name>``, JSON or (``.csv``) the rows of a CSV, or None (noted as pending) where the run has
+        not written it yet."""
+        relative = f"{self._run_folder(run)}/{name}"
+        if not self._path(relative).is_file():
+            self._note_pending(relative)
+            return None
+        return self.csv(relative) if name.endswith(".csv") else self.json(relative)
+
+    def measures(self, run: str, key: str, file: str = "metrics.json") -> dict | None:
+        """Run `key`'s entry of ``runs/<run>/<file>`` (metrics.json: measure -> value), or None while pending."""
+        data = self.run_file(run, file)
+        if data is None:
+            return None
+        if key not in data:
+            raise TableError(f"{self._name(f'runs/{run}/{file}')}: no run {key!r} (it has {', '.join(data)})")
+        return data[key]
+
+    def csv(self, relative: str) -> list[dict[str, str]]:
+        """The rows of a CSV file of the folder, as written (strings; empty cells are '')."""
+        path = self._path(relative)
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                return list(csv.DictReader(f))
+        except FileNotFoundError:
+            raise TableError(f"{self._name(relative)}: no such file") from None
+
+    def pending_note(self) -> str:
+        """The line under a table whose runs are not all there yet ('' when none is pending)."""
+        if not self.pending:
+            return ""
+        files = ", ".join(f"`{p}`" for p in self.pending)
+        command = "`python -m common.report_tables`".replace(" ", "\0")  # kept on one line
+        text = textwrap.fill(f"Empty cells: not run yet ({files}; the command is in each folder's `{COMMAND}`). "
+                             f"{command} fills them in once the files are there.", 116, break_long_words=False,
+                             break_on_hyphens=False)
+        return text.replace("\0", " ")
+
+
+def value(row: dict | None, measure: str, what: str = "") -> float | None:
+    """`row[measure]` as a float (None where `row` is None, pending); a TableError where the measure is missing."""
+    if row is None:
+        return None
+    if measure not in row:
+        raise TableError(f"{what or 'a row'} has no {measure!r} (it has {', '.join(row)})")
+    return float(row[measure])
+
+
+def number(text: str) -> float | None:
+    """A CSV cell as a float; None for an empty cell."""
+    return float(text) if text not in ("", None) else None
+
+
+def rounded(x: float, places: int, thousands: bool = False) -> str:
+    """`x` to `places` places, rounded half up from the decimal the file wrote (67.55 -> 67.6, where ``:.1f``
+    rounds the binary float down to 67.5)."""
+    d = Decimal(repr(float(x))).quantize(Decimal(1).scaleb(-places), ROUND_HALF_UP)
+    return f"{d:,}" if thousands else str(d)
+
+
+def fixed(places: int, thousands: bool = True):
+    """A formatter: `places` places (half up), with thousands separators; '' for a missing value."""
+    def fmt(x: float | None) -> str:
+        if x is None or math.isnan(x):
+            return ""
+        return rounded(x, places, thousands)
+    return fmt
+
+
+#: Effectiveness measures: 4 places, as trec_eval prints them.
+metric = fixed(4, thousands=False)
+
+
+def by_size(x: float | None, steps: tuple[tuple[float, int], ...] = ((0.1, 3), (10, 2), (1000, 1))) -> str:
+    """`x` with fewer places as it grows: the places of the first (bound, places) whose bound exceeds |x|, else
+    none (with thousands separators). The default: 0.038, 2.51, 150.7, 98,197."""
+    if x is None or math.isnan(x):
+        return ""
+    return rounded(x, next((places for bound, places in steps if abs(x) < bound), 0), thousands=True)
+
+
+def bold(text: str) -> str:
+    return f"**{text}**" if text else text
+
+
+def markdown(header: list[str], align: str, rows: list[list[str]]) -> str:
+    """A GitHub table in the READMEs' style (``|---|---:|``): `align` is one letter a column, ``l`` or ``r``."""
+    if len(align) != len(header) or any(len(r) != len(header) for r in rows):
+        raise ValueError("every row needs one cell per column")
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if a == "r" else "---" for a in align) + "|"]
+    lines += ["| " + " | ".join(cells) + " |" for cells in rows]
+    return "\n".join(line.replace("  |", " |") for line in lines)
+
+
+#: The measures of the rankers' metrics.json, as the tables head them.
+NDCG, MAP, MRR, MRR10, NCG100 = ("NDCG@10", "ndcg_cut_10"), ("MAP", "map"), ("MRR", "recip_rank"), \
+    ("MRR@10", "mrr@10"), ("NCG@100", "ncg@100")
+
+
+def metrics_table(files: Files, first: str, rows: list[tuple[str, str, str]], measures: list[tuple[str, str]], *,
+                  bold_best: bool = False, more: tuple[str, ...] = (),
+                  more_cells: Callable[[int], list[str]] | None = None) -> str:
+    """A table of runs (`rows`: label, run folder under ``runs/``, run name in its metrics.json) by `measures`
+    ((header, measure) each), 4 places; `bold_best`: the highest value of each column in bold (once every run is
+    there); `more`: the headers of right-aligned columns after them, whose cells `more_cells(i)` gives for row i."""
+    values = [[value(files.measures(run, key), measure, f"runs/{run} {key}") for _, measure in measures]
+              for _, run, key in rows]
+    complete = all(x is not None for v in values for x in v)  # no best while a run is still to do
+    best = [max((v[i] for v in values if v[i] is not None), default=None) for i in range(len(measures))]
+    cells = [[label] + [bold(metric(x)) if bold_best and complete and x == best[i] else metric(x)
+                        for i, x in enumerate(v)] + (more_cells(j) if more else [])
+             for j, ((label, _, _), v) in enumerate(zip(rows, values))]
+    return markdown([first] + [h for h, _ in measures] + list(more), "l" + "r" * (len(measures) + len(more)), cells)

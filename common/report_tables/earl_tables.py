@@ -1,0 +1,200 @@
+"""The generated tables of ``results/earl/README.md``: the runs of ``runs/``, ``relevance_level.csv``, Table 2's
+TREC DL rows (``results/reported/earl.csv``) and the speed benchmark (``speed.csv``, ``threads2/speed.csv``)."""
+
+from __future__ import annotations
+
+from common.report import load_reported
+from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, TableError, bold, fixed, markdown,
+                                        metric, metrics_table, number, rounded)  # fmt: skip
+
+MEASURES = [NDCG, MAP, MRR, MRR10]
+
+
+def _default(files: Files) -> str:
+    rows = [("EARL ClsPool tied (small, from scratch)", "default", "earl_cls_tied"),
+            ("BERT ranker (same size, same training)", "default", "bert_ranker"),
+            ("BM25 (the candidates)", "default", "bm25")]
+    return metrics_table(files, "run", rows, MEASURES)
+
+
+def _depth_100(files: Files) -> str:
+    rows = [
+        ("the default trained on the top 30, evaluated on the top 100 (`earl.evaluate --depth 100`)",
+         "default-depth100", "earl_cls_tied"),
+        ("trained on the top 100", "depth100", "earl_cls_tied"),
+        ("`--model.pool mean`", "depth100-pool-mean", "earl_mean_tied"),
+        ("`--model.lr 3e-3`", "depth100-lr3e-3", "earl_cls_tied"),
+        ("`--trainer.max_steps 1500 --trainer.val_check_interval 500`", "depth100-1500-steps", "earl_cls_tied"),
+        ("`--model.hidden_size 128 --model.num_heads 4 --model.intermediate_size 512`", "depth100-hidden128",
+         "earl_cls_tied"),
+        ("`--data.passage_length 512`", "depth100-passage512", "earl_cls_tied"),
+        ("`--model.architecture bert_ranker` (the BERT ranker of the same size, trained on the top 100)",
+         "depth100-bert-ranker", "bert_ranker"),
+        ("BM25", "depth100", "bm25"),
+    ]
+    return metrics_table(files, "setting (`python -m earl.train --data.depth 100 --compare_with '[]'` and)", rows,
+                         [NDCG])
+
+
+def _trec_dl(files: Files) -> str:
+    rows = [("EARL ClsPool", "trec-dl-cls", "earl_cls"), ("EARL AvePool", "trec-dl-mean", "earl_mean"),
+            ("EARL ClsPool tied", "trec-dl-cls-tied", "earl_cls_tied"),
+            ("EARL AvePool tied", "trec-dl-mean-tied", "earl_mean_tied"),
+            ("BERT ranker (MiniLM cross-encoder)", "trec-dl-bert-ranker", "bert_ranker"),
+            ("BERT-Siamese (MiniLM [CLS], dot product)", "trec-dl-bert-siamese", "bert_siamese"),
+            ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-cls", "bm25")]
+    return metrics_table(files, "run", rows, MEASURES)
+
+
+def _trec_dl_tried(files: Files) -> str:
+    rows = [("none (the table's row)", "trec-dl-mean", "earl_mean"),
+            ("`--model.lr 3e-5` (the paper's)", "trec-dl-mean-lr3e-5", "earl_mean"),
+            ("`--model.loss cross_entropy` (MORES's 2-class head)", "trec-dl-mean-cross-entropy", "earl_mean"),
+            ("`--data.depth 20` (train and re-rank BM25's top 20 only)", "trec-dl-mean-depth20", "earl_mean")]
+    return metrics_table(files, "change from the config", rows, MEASURES)
+
+
+def _stores(files: Files) -> str:
+    rows = [("S1 fp32 (D)", "store-s1-fp32"), ("S1 fp16", "store-s1-fp16"), ("S2 fp32 (D', Eq. 25)", "store-s2-fp32"),
+            ("S2 fp16", "store-s2-fp16")]
+    cells, end_to_end = [], []
+    for label, run in rows:
+        report = files.run_file(run, "exactness.json")
+        if report is None:
+            cells.append([label, "", "", "", "", ""])
+            continue
+        end_to_end.append(report["end_to_end_seconds"])
+        cells.append([label, fixed(0)(report["bytes_per_document"]), f"{report['store_seconds']:.2f} s",
+                      f"{report['max_abs_score_difference']:.1e}", str(report["queries_reordered"]),
+                      f"{report['ndcg_cut_10_change']:.4g}"])
+    seconds = f"{min(end_to_end):.1f}-{max(end_to_end):.1f} s" if end_to_end else ""
+    cells.append(["end to end (T_doc at query time)", "", seconds, "", "", ""])
+    header = ["store", "bytes per document", "scoring 100 queries", "largest \\|score difference\\| to end to end",
+              "queries reordered", "NDCG@10 change"]
+    return markdown(header, "lrrrrr", cells)
+
+
+#: relevance_level.csv's rows the README shows, in its order: (run, ranking).
+LEVEL_ROWS = [("BM25 top 1000 (Anserini)", "as published")] + [
+    (f"{run} top 100", "reranking BM25 top 1000")
+    for run in ("BM25_RM3", "OPEN_AI_ADA2", "D_BERT_KD_TASB", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL")
+] + [(f"{run} top 100", "as published")
+     for run in ("OPEN_AI_ADA2", "D_BERT_KD_TASB", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL")]
+RANKINGS = {"as published": "as published", "reranking BM25 top 1000": "re-ordering BM25's top 1,000"}
+
+
+def _relevance_level(files: Files) -> str:
+    rows = {(r["run"], r["ranking"], r["level"]): r for r in files.csv("relevance_level.csv")}
+    cells = []
+    for run, ranking in LEVEL_ROWS:
+        try:
+            one, two = rows[run, ranking, "1"], rows[run, ranking, "2"]
+        except KeyError:
+            raise TableError(f"relevance_level.csv has no levels 1 and 2 of {run}, {ranking}") from None
+        cells.append([run, RANKINGS[ranking], one["ndcg_cut_10"], one["map"], one["recip_rank"], two["map"],
+                      two["recip_rank"]])
+    header = ["run (DL 2019 passages)", "ranking", "NDCG@10", "MAP -l 1", "MRR -l 1", "MAP -l 2", "MRR -l 2"]
+    return markdown(header, "llrrrrr", cells)
+
+
+def _table_2(files: Files) -> str:
+    """Table 2's TREC DL rows as printed (``results/reported/earl.csv``), the four EARL variants as a range."""
+    reported = load_reported("earl", table=2, dataset="trec-dl-2019-passage")
+    cell = {(m, k): v for m, k, v in zip(reported["method"], reported["metric"], reported["value"])}
+    earl = ["EARL ClsPool", "EARL AvePool", "EARL ClsPool Tied", "EARL AvePool Tied"]
+    measures = ["ndcg_cut_10", "map", "recip_rank"]
+    cells = [["BERT ranker"] + [metric(cell["BERT ranker", m]) for m in measures],
+             ["EARL ClsPool, AvePool, ClsPool Tied, AvePool Tied"]
+             + [f"{metric(min(cell[e, m] for e in earl))}-{metric(max(cell[e, m] for e in earl))}" for m in measures],
+             ["BERT-Siamese ranker"] + [metric(cell["BERT-Siamese ranker", m]) for m in measures]]
+    return markdown(["Table 2 row", "NDCG@10", "MAP", "MRR"], "lrrr", cells)
+
+
+# --------------------------------------------------------------------------- speed
+def _times(x: float | None) -> str:
+    """A ratio as the README writes it: one place and an x."""
+    return "" if x is None else f"{rounded(x, 1)}x"
+
+
+def _paper_speedups() -> dict[int, str]:
+    """d -> "S1x / S2x", Table 3's CPU speed-ups."""
+    reported = load_reported("earl", table=3, metric="speedup_x")
+    reported = reported[reported["setting"].str.contains("device=cpu")]
+    by = {(s.split("doc_len=")[1].split(";")[0], m): v
+          for s, m, v in zip(reported["setting"], reported["method"], reported["value"])}
+    return {int(d): f"{_times(by[d, 'EARL w/ S1'])} / {_times(by[d, 'EARL w/ S2'])}" for d, _ in by}
+
+
+def _speed(folder: str, size: str, paper: bool):
+    def render(files: Files) -> str:
+        rows = files.csv(f"{folder}speed.csv")
+        split = bool(rows) and "compute_ms" in rows[0]  # read and compute apart (the store-read method)
+        stored = bool(rows) and "store_documents" in rows[0]
+        by = {(r["impl"], int(r["n"])): r for r in rows if r["size"] == size}
+        lengths = sorted({n for _, n in by})
+        paper_speedups = _paper_speedups() if paper else {}
+        cells = []
+        for n in lengths:
+            ranker = by["bert_ranker", n]
+            line = [str(n), f"{number(ranker['ms']) / 1000:.1f}"]
+            for impl in ("earl_s1", "earl_s2"):
+                r = by[impl, n]
+                seconds = f"{number(r['ms']) / 1000:.2f}"
+                speedup = _times(number(r["speedup"]))
+                if size == "base" and n == lengths[-1]:
+                    speedup = bold(speedup)
+                if split:
+                    seconds += f" ({number(r['read_ms']) / 1000:.2f} + {number(r['compute_ms']) / 1000:.2f})"
+                    speedup += f" ({_times(number(r['compute_speedup']))})"
+                line += [seconds, speedup, _times(number(r["analytic_ratio"])), _times(number(r["flop_ratio"]))]
+            if stored:
+                line.append(" / ".join(fixed(0)(number(by[impl, n]["store_documents"]))
+                                       for impl in ("earl_s1", "earl_s2")))
+            if paper:
+                line.append(paper_speedups[n])
+            cells.append(line)
+        header = ["d", "BERT ranker s"]
+        for store in ("S1", "S2"):
+            header += [f"{store} s (read + compute)" if split else f"{store} s",
+                       f"{store} speed-up (compute alone)" if split else f"{store} speed-up", "analytic", "FLOPs"]
+        header += ["S1 / S2 documents"] if stored else []
+        header += ["paper S1 / S2 (CPU)"] if paper else []
+        return markdown(header, "r" * len(header), cells)
+    return render
+
+
+def _bar(files: Files) -> str:
+    """Issue 30's bar at d = 512 (S1 >= 30x, S2 >= 120x), one row a thread count and store: the ranker's and EARL's
+    times per query (``bar/threads<t>/speed.csv``), and the speed-up on the compute alone, held in memory (the
+    compute and a warm read) and read from the disk (the compute and a cold read)."""
+    cells = []
+    for threads in (1, 2):
+        rows = {r["impl"]: r for r in files.csv(f"bar/threads{threads}/speed.csv")}
+        ranker = number(rows["bert_ranker"]["ms"])
+        for impl, bar in (("earl_s1", 30), ("earl_s2", 120)):
+            r = rows[impl]
+            compute, warm, cold = (number(r[key]) for key in ("compute_ms", "warm_read_ms", "read_ms"))
+            held = ranker / (compute + warm)
+            cells.append([str(threads), impl[-2:].upper(), f"{ranker / 1000:.2f}", fixed(0)(compute),
+                          fixed(0)(warm), fixed(0)(cold), _times(ranker / compute),
+                          (bold if held >= bar else str)(_times(held)), _times(ranker / (compute + cold)),
+                          f"{bar}x"])
+    header = ["threads", "store", "BERT ranker s", "EARL compute ms", "warm read ms", "cold read ms",
+              "speed-up: compute", "held in memory", "from the disk", "bar"]
+    return markdown(header, "rlrrrrrrrr", cells)
+
+
+TABLES = [
+    Table("earl/default", _default),
+    Table("earl/depth-100", _depth_100),
+    Table("earl/trec-dl", _trec_dl),
+    Table("earl/trec-dl-tried", _trec_dl_tried),
+    Table("earl/relevance-level", _relevance_level),
+    Table("earl/table-2", _table_2),
+    Table("earl/stores", _stores),
+    Table("earl/bar", _bar),
+    Table("earl/speed-base", _speed("", "base", paper=True)),
+    Table("earl/speed-small", _speed("", "small", paper=False)),
+    Table("earl/speed-threads2-base", _speed("threads2/", "base", paper=True)),
+    Table("earl/speed-threads2-small", _speed("threads2/", "small", paper=False)),
+]

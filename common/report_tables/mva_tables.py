@@ -1,0 +1,182 @@
+"""The generated tables of ``results/mva/README.md``: the speed benchmark (``speed.csv``) and the runs of ``runs/``."""
+
+from __future__ import annotations
+
+from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, by_size, fixed, markdown, metric,
+                                        metrics_table, number, value)  # fmt: skip
+
+MEASURES = [NDCG, MAP, MRR, MRR10]
+
+
+# --------------------------------------------------------------------------- speed.csv
+def _speed_label(row: dict) -> str:
+    impl = row["impl"]
+    if impl == "de":
+        return f"DE (h = {int(float(row['hidden_size']))})"
+    if impl == "ca":
+        backbone = ("BERT-base" if row["size"] == "base"
+                    else f"{int(float(row['num_layers']))} layers, h = {int(float(row['hidden_size']))}")
+        return f"CA ({backbone}, {int(float(row['pair_tokens']))} tokens)"
+    marks = {"mva1": "¹", "mva2": "²", "mva3": "³"}
+    return (f"MVA{marks[impl]} (q {row['query_timesteps']}, d {int(float(row['doc_timesteps']))}, "
+            f"p {int(float(row['projection']))})")
+
+
+def _speed(size: str):
+    def render(files: Files) -> str:
+        rows = [r for r in files.csv("speed.csv") if r["size"] == size]
+        cells = []
+        for r in rows:
+            ms = number(r["ms"])
+            times = fixed(2 if ms < 10 else 1 if ms < 1000 else 0)  # the places of the row's total
+            cells.append([
+                _speed_label(r), times(ms), times(number(r["read_ms"])), times(number(r["compute_ms"])),
+                times(number(r["warm_read_ms"])), by_size(number(r["mflops"]), ((1000, 1),)),
+                fixed(1)(number(r["compute_gflops_per_s"])), fixed(0)(number(r["ca_time_ratio"])),
+                fixed(0)(number(r["ca_compute_ratio"])), fixed(0)(number(r["ca_macs_ratio"])),
+                fixed(0)(number(r["bytes_per_document"])),
+            ])
+        header = ["method", "ms / query", "read (cold)", "compute", "warm read", "M MACs (calculator)",
+                  "compute GFLOP/s", "CA's time / its", "CA's time / its compute", "CA's MACs / its",
+                  "bytes / document"]
+        return markdown(header, "l" + "r" * 10, cells)
+    return render
+
+
+# --------------------------------------------------------------------------- runs/
+def _costs_cells(files: Files, run: str | None, key: str) -> list[str]:
+    """Joint compute (M MACs a query) and bytes per document of run `key` in ``runs/<run>/costs.json``."""
+    costs = files.measures(run, key, "costs.json") if run else None
+    if costs is None:
+        return ["", ""]
+    return [by_size(value(costs, "joint_mmacs")), fixed(0)(value(costs, "bytes_per_document"))]
+
+
+def _default(files: Files) -> str:
+    rows = [("MVA (small, from scratch)", "default", "mva"), ("CA (same size, same training)", "default", "ca"),
+            ("DE (same size, same training)", "default", "de"), ("BM25 (the candidates)", "default", "bm25")]
+    return metrics_table(files, "run", rows, MEASURES)
+
+
+def _depth_100(files: Files) -> str:
+    rows = [("MVA, 400 steps (the default's)", "default-depth100", "mva"),
+            ("MVA, 800 steps", "default-depth100-800-steps", "mva"),
+            ("BM25 (the candidates)", "default-depth100", "bm25")]
+    return metrics_table(files, "trained and re-ranking BM25's top 100", rows, [NDCG, MRR10])
+
+
+def _default_multipass(files: Files) -> str:
+    run = "default-multipass"
+    rows = [("MVA", "mva"), ("MVA + CA@1", "mva+ca@1"), ("MVA + CA@5", "mva+ca@5"), ("MVA + CA@10", "mva+ca@10"),
+            ("CA alone (K = depth)", "mva+ca@30")]
+    cells = []
+    for label, key in rows:
+        measures = files.measures(run, key)
+        costs = files.measures(run, key, "costs.json")
+        first = "" if costs is None else {"mva": "MVA"}.get(costs["first_pass"], costs["first_pass"])
+        k = "" if costs is None else str(costs["rescored"])
+        cells.append([label, first, k, metric(value(measures, "ndcg_cut_10")), metric(value(measures, "mrr@10")),
+                      *_costs_cells(files, run, key)])
+    header = ["run", "first pass", "K (CA)", "NDCG@10", "MRR@10", "joint compute (M MACs / query)",
+              "bytes / document"]
+    return markdown(header, "llrrrrr", cells)
+
+
+#: TREC DL rows: label, run folder, run name, the folder whose costs.json has the run's costs (None: no costs).
+TREC_DL = [
+    ("BM25 (Pyserini k1 0.9, b 0.4)", "mva2", "bm25", None),
+    ("DE (mean pooling, 20·cosine)", "de", "de", "de-multipass"),
+    ("CA (cross-attention, [CLS] -> linear)", "ca", "ca", "ca"),
+    ("MVA¹: all tokens, p = 128", "mva1", "mva", "mva1-multipass"),
+    ("MVA²: 24 document and 8 query [CLS], p = 64", "mva2", "mva", "mva2"),
+    ("MVA³: 16 document and 8 query [CLS], p = 32", "mva3", "mva", "mva3"),
+    ("MVA¹ + CA@10", "mva1-multipass", "mva+ca@10", "mva1-multipass"),
+    ("MVA¹ + CA@50", "mva1-multipass", "mva+ca@50", "mva1-multipass"),
+    ("DE + CA@10", "de-multipass", "de+ca@10", "de-multipass"),
+    ("DE + CA@50", "de-multipass", "de+ca@50", "de-multipass"),
+]
+
+
+def _trec_dl(files: Files) -> str:
+    return metrics_table(files, "run", [(label, run, key) for label, run, key, _ in TREC_DL], MEASURES,
+                         bold_best=True, more=("joint compute (M MACs / query)", "bytes / document"),
+                         more_cells=lambda i: _costs_cells(files, TREC_DL[i][3], TREC_DL[i][2]))
+
+
+#: The [CLS]-start ablation: model, query side, start, run folder.
+CLS_STARTS = [
+    ("MVA²", "every token", "copies", "mva2-copies-query-tokens"),
+    ("MVA²", "every token", "distinct", "mva2-distinct-query-tokens"),
+    ("MVA²", "8 [CLS]", "distinct", "mva2"),
+    ("MVA³", "every token", "copies", "mva3-copies-query-tokens"),
+    ("MVA³", "every token", "distinct", "mva3-distinct-query-tokens"),
+    ("MVA³", "8 [CLS]", "distinct", "mva3"),
+]
+
+
+def _cls_starts(files: Files) -> str:
+    cells = []
+    for model, query, start, run in CLS_STARTS:
+        measures = files.measures(run, "mva")
+        cells.append([model, query, start, *(metric(value(measures, m)) for _, m in MEASURES), f"`runs/{run}`"])
+    header = ["run", "query side", "[CLS] starts", *(h for h, _ in MEASURES), "file"]
+    return markdown(header, "lllrrrrl", cells)
+
+
+def _mva1_settings(files: Files) -> str:
+    rows = [("the config (tied_init, lr 2e-5)", "mva1", "mva"),
+            ("independent projections, lr 1e-4 (the first try, EARL's real-data rate)", "mva1-independent-lr1e-4",
+             "mva"),
+            ("independent projections, lr 2e-5", "mva1-independent", "mva"),
+            ("tied_init, lr 1e-4", "mva1-lr1e-4", "mva"),
+            ("tied_init, lr 2e-5, encoder from the fine-tuned DE", "mva1-from-de", "mva"),
+            ("no training (tied_init; `--trainer.max_steps 0`)", "mva1-untrained", "mva"),
+            ("DE, no training (`--trainer.max_steps 0`)", "de-untrained", "de")]
+    return metrics_table(files, "change", rows, [NDCG])
+
+
+def _pretrained(files: Files) -> str:
+    rows = [("MVA¹ from all-MiniLM-L6-v2 (the config)", "mva1", "mva"),
+            ("MVA¹ from `mva.pretrain`'s model", "mva1-pretrained", "mva")]
+    table = metrics_table(files, "run", rows, MEASURES)
+    record = files.run_file("mva1-pretrained", "pretrain.json")
+    if record is None:
+        return table
+    loss = record["probe_loss"]
+    return (f"{table}\n\nThe probe batch's MLM loss (`runs/mva1-pretrained/pretrain.json`): "
+            f"{loss['before']['mlm']:.2f} before, {loss['after']['mlm']:.2f} after.")
+
+
+def _chain(files: Files) -> str:
+    """Sec. 3's chain (DE pre-trained, MVA pre-trained from it, then fine-tuned) against MVA² and MVA³ from the
+    MiniLM."""
+    rows = [("MVA² from all-MiniLM-L6-v2 (the config)", "mva2", "mva"),
+            ("MVA² from the chain (`mva.pretrain` DE, then MVA)", "mva2-chain", "mva"),
+            ("MVA³ from all-MiniLM-L6-v2 (the config)", "mva3", "mva"),
+            ("MVA³ from the chain (the same DE)", "mva3-chain", "mva")]
+    table = metrics_table(files, "run", rows, MEASURES)
+    losses = []
+    for run, step in (("mva2-chain", "de"), ("mva2-chain", "mva2"), ("mva3-chain", "mva3")):
+        record = files.run_file(run, f"pretrain-{step}.json")
+        if record is not None:
+            before, after = record["probe_loss"]["before"], record["probe_loss"]["after"]
+            losses.append(f"{step.upper()} MLM {before['mlm']:.2f} -> {after['mlm']:.2f}, NSP {before['nsp']:.2f} -> "
+                          f"{after['nsp']:.2f}")
+    if not losses:
+        return table
+    return (f"{table}\n\nThe probe batches' losses before and after pre-training (`runs/mva*-chain`): "
+            f"{'; '.join(losses)}.")
+
+
+TABLES = [
+    Table("mva/speed", _speed("base")),
+    Table("mva/speed-small", _speed("small")),
+    Table("mva/default", _default),
+    Table("mva/depth-100", _depth_100),
+    Table("mva/default-multipass", _default_multipass),
+    Table("mva/trec-dl", _trec_dl),
+    Table("mva/cls-starts", _cls_starts),
+    Table("mva/mva1-settings", _mva1_settings),
+    Table("mva/pretrained", _pretrained),
+    Table("mva/chain", _chain),
+]
