@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, by_size, fixed, markdown, metric,
                                         metrics_table, number, value)  # fmt: skip
 
@@ -147,6 +149,10 @@ def _pretrained(files: Files) -> str:
             f"{loss['before']['mlm']:.2f} before, {loss['after']['mlm']:.2f} after.")
 
 
+#: The pre-training steps of the chain's runs, as the table names them.
+CHAIN_STEPS = {"de": "DE", "mva2": "MVA²", "mva3": "MVA³"}
+
+
 def _chain(files: Files) -> str:
     """Sec. 3's chain (DE pre-trained, MVA pre-trained from it, then fine-tuned) against MVA² and MVA³ from the
     MiniLM."""
@@ -160,12 +166,12 @@ def _chain(files: Files) -> str:
         record = files.run_file(run, f"pretrain-{step}.json")
         if record is not None:
             before, after = record["probe_loss"]["before"], record["probe_loss"]["after"]
-            losses.append(f"{step.upper()} MLM {before['mlm']:.2f} -> {after['mlm']:.2f}, NSP {before['nsp']:.2f} -> "
+            losses.append(f"{CHAIN_STEPS[step]} MLM {before['mlm']:.2f} -> {after['mlm']:.2f}, NSP {before['nsp']:.2f} -> "
                           f"{after['nsp']:.2f}")
     if not losses:
         return table
-    return (f"{table}\n\nThe probe batches' losses before and after pre-training (`runs/mva*-chain`): "
-            f"{'; '.join(losses)}.")
+    text = f"The probe batches' losses before and after pre-training (`runs/mva*-chain`): {'; '.join(losses)}."
+    return f"{table}\n\n{textwrap.fill(text, 120, break_on_hyphens=False)}"
 
 
 TABLES = [
