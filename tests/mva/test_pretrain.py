@@ -13,7 +13,6 @@ from transformers import (BertConfig, BertForMaskedLM, BertForPreTraining, BertM
                           DataCollatorForLanguageModeling)
 
 from tests.bad_input.refusal import refused, write_inputs
-from common.data.builtin import builtin_source
 from common.encoders.tokenizers import load_tokenizer
 from mva import pretrain, train
 
@@ -29,11 +28,6 @@ TRAIN = ["--model.projection", "8", "--data.passage_length", "32", "--data.depth
          "--data.dev_depth", "5", "--data.test_queries", "4", "--data.batch_size", "2", "--data.eval_batch_size", "16",
          "--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--trainer.enable_progress_bar", "false",
          "--save_every_n_steps", "2", "--compare_with", "[]"]  # fmt: skip
-
-
-@pytest.fixture(scope="module")
-def documents():
-    return builtin_source("train").documents()
 
 
 @pytest.fixture(scope="module")

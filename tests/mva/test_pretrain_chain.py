@@ -20,7 +20,6 @@ from safetensors.torch import load_file
 from torch.nn.functional import cross_entropy, logsigmoid
 from transformers import BertForMaskedLM, BertModel
 
-from common.data.builtin import builtin_source
 from common.encoders.bert_rankers import BertSiamese, SiamesePooling
 from common.encoders.tokenizers import load_tokenizer
 from mva import model as mva_model
@@ -39,11 +38,6 @@ TINY = ["--collection", "builtin:train", *itertools.chain.from_iterable((f"--{k}
 #: MVA's settings of the chain's tests: K [CLS] embeddings on both sides (the shifted MLM positions).
 MVA_FLAGS = {"projection": 8, "query_pooling": "cls", "query_timesteps": 3, "doc_pooling": "cls", "doc_timesteps": 4}
 CONFIGS = Path(train.__file__).parent / "configs"
-
-
-@pytest.fixture(scope="module")
-def documents():
-    return builtin_source("train").documents()
 
 
 @pytest.fixture(scope="module")
