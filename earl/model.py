@@ -31,7 +31,8 @@ Choices where the paper's equations and BERT differ (initialisation from BERT ne
 - Activation: Eq. 4 says ReLU; BERT's FFN uses GELU, and its copied weights expect it: ``config.hidden_act``.
 - Attention scale: Eq. 1 divides by sqrt(d_model); per head, as in Vaswani et al. and BERT, it is sqrt(d_model / h)
   (the head width), which BERT's copied projections were trained with.
-- Dropout on the attention probabilities and before each residual, as in BERT.
+- Dropout on the attention probabilities and before each residual, as in BERT (masks drawn by
+  `common.encoders.dropout`: its `attention` here, its modules once the ranker holds the model).
 
 MORES choices kept as options: the 2-class cross-entropy head (``loss="cross_entropy"``: ``Linear(h, 2)`` with
 bias, the score being the log-odds ``logit_1 - logit_0``) instead of the paper's hinge loss on ``w^T Pool`` (the
@@ -49,6 +50,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from common.encoders.dropout import attention
 from common.encoders.precision import full_precision
 
 #: Pool of Eq. 22: the [CLS] position (ClsPool) or the mean over real query tokens (AvePool).
@@ -94,16 +96,17 @@ class BlockAttention(nn.Module):
         True at real keys. Returns the heads concatenated, (B, n, h), before W^O."""
         mask = key_mask[:, None, None, :]  # (B, 1, 1, m)
         p = self.attention_dropout if self.training else 0.0
-        out = F.scaled_dot_product_attention(self.heads(queries), self.heads(keys), self.heads(values),
-                                             attn_mask=mask, dropout_p=p)  # (B, H, n, h / H)
+        out = attention(self.heads(queries), self.heads(keys), self.heads(values), mask, p)  # (B, H, n, h / H)
         return out.transpose(1, 2).flatten(2)
 
     def output(self, attended: Tensor, residual: Tensor) -> Tensor:
         return self.norm(self.dropout(self.dense(attended)) + residual)
 
-    def forward(self, x: Tensor, mask: Tensor) -> Tensor:
-        """Self-attention of `x` (B, n, h) with padding `mask` (B, n), True at real tokens (Eq. 18)."""
-        return self.output(self.attend(self.query(x), self.key(x), self.value(x), mask), x)
+    def forward(self, x: Tensor, mask: Tensor, first_only: bool = False) -> Tensor:
+        """Self-attention of `x` (B, n, h) with padding `mask` (B, n), True at real tokens (Eq. 18): (B, n, h), or
+        with `first_only` the first position's output alone, (B, 1, h) (its keys and values still every position's)."""
+        queries = x[:, :1] if first_only else x
+        return self.output(self.attend(self.query(queries), self.key(x), self.value(x), mask), queries)
 
 
 class FeedForward(nn.Module):
@@ -147,15 +150,18 @@ class JudgeBlock(nn.Module):
         return torch.cat([self.cross.key(documents), self.cross.value(documents)], dim=-1)
 
     def forward(self, hidden: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
-                cross_queries: Tensor | None = None) -> Tensor:  # fmt: skip
+                cross_queries: Tensor | None = None, first_only: bool = False) -> Tensor:  # fmt: skip
         """H_i = Judge(H_{i-1}, D) for (B, q, h) `hidden` and the block's (B, d, 2h) `keys_values` of D.
 
         `cross_queries`: H_{i-1} W_X when already computed (the first block's depend on the query alone).
+        `first_only`: H_i at the first position ([CLS]) alone, (B, 1, h): Eq. 18's query and output and Eq. 19 there
+        only, the same values as those of H_i[:, :1] (the cross-attention still runs at every position: Eq. 18 attends
+        to all of them).
         """
         keys, values = keys_values.chunk(2, dim=-1)
         queries = self.cross.query(hidden) if cross_queries is None else cross_queries
         crossed = self.cross.output(self.cross.attend(queries, keys, values, doc_mask), hidden)  # Eq. 17
-        selfed = self.self_attention(crossed, query_mask)  # Eq. 18
+        selfed = self.self_attention(crossed, query_mask, first_only)  # Eq. 18
         return self.ffn(selfed)  # Eq. 19
 
     @torch.no_grad()
@@ -261,7 +267,10 @@ class EARL(nn.Module):
 
         `queries` (Bq, q, h) with (Bq, q) `query_mask`; document j is judged against query ``query_index[j]``
         (default: query j). Work on the query alone, the first block's cross-attention projection, is done once per
-        query, before the queries are spread over their documents.
+        query, before the queries are spread over their documents. With ClsPool the score reads H_K at [CLS] alone,
+        so the last block computes that position only (`JudgeBlock.forward`'s `first_only`): the same score without
+        its self-attention query and output and its FFN at the other q - 1 positions, 30% of the judge's FLOPs at
+        base size, q = 16, d = 512 (Eq. 18 still attends to every position's keys and values).
         """
         h = self.hidden_size
         first = self.blocks[0].cross.query(queries)  # (Bq, q, h): query-only
@@ -271,7 +280,8 @@ class EARL(nn.Module):
         hidden = queries
         for i, block in enumerate(self.blocks):  # Eqs. 20-21
             hidden = block(hidden, query_mask, keys_values[..., 2 * h * i : 2 * h * (i + 1)], doc_mask,
-                           cross_queries=first if i == 0 else None)  # fmt: skip
+                           cross_queries=first if i == 0 else None,
+                           first_only=self.pool == "cls" and i == self.num_blocks - 1)  # fmt: skip
         # Eq. 22, in the parameters' precision under autocast too (`common.encoders.precision`)
         out = full_precision(self.score, pool(hidden, query_mask, self.pool), dtype=self.score.weight.dtype)
         return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)

@@ -9,11 +9,17 @@ multiple of 2^-15 (0.1 becomes 0.1000061, 0.2 becomes 0.2000122), and the kept e
 1 / (1 - rounded p): the expectation of the output is the input's exactly. The same distribution as
 `nn.Dropout`'s up to that rounding, from another random stream (tests/common/encoders/test_dropout.py);
 its speed against ``F.dropout`` is measured in results/conformer_kernel/README.md.
+
+Attention dropout takes the same mask (`attention`): ``F.scaled_dot_product_attention`` draws its own with
+``bernoulli_`` on the (B, H, n, m) probabilities, the largest tensor a small BERT drops. `use_fast_bert_dropout`
+gives Hugging Face models both: `Dropout` modules and the attention implementation `ATTENTION`, which is ``sdpa``
+itself wherever nothing is dropped (evaluation: the same outputs, bit for bit).
 """
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 #: Bits of each uniform integer: a 16-bit quarter of a draw with its top bit cleared.
@@ -54,3 +60,42 @@ def use_fast_dropout(model: nn.Module) -> nn.Module:
             if type(child) is nn.Dropout:
                 setattr(module, name, Dropout(child.p, inplace=child.inplace).train(child.training))
     return model
+
+
+def attention(query: Tensor, key: Tensor, value: Tensor, keep: Tensor | None, p: float, training: bool = True,
+              scale: float | None = None) -> Tensor:  # fmt: skip
+    """softmax(Q K^T * scale) V per head, (..., n, d) queries and (..., m, d) keys and values, `keep` a boolean mask
+    broadcast to (..., n, m), True where a query may attend; the probabilities dropped by `dropout` with `p` while
+    `training`. ``F.scaled_dot_product_attention`` (scale 1 / sqrt(d) by default) wherever nothing is dropped."""
+    if not training or p == 0.0:
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=keep, scale=scale)
+    logits = query @ key.transpose(-1, -2) * (query.size(-1) ** -0.5 if scale is None else scale)  # (..., n, m)
+    if keep is not None:
+        logits = logits.masked_fill(~keep, torch.finfo(logits.dtype).min)
+    return dropout(logits.softmax(-1), p) @ value  # (..., n, d)
+
+
+#: The Hugging Face attention implementation of `use_fast_bert_dropout`: `attention` behind transformers'
+#: ``AttentionInterface``, with ``sdpa``'s boolean masks.
+ATTENTION = "sdpa_fast_dropout"
+
+
+def _hf_attention(module: nn.Module, query: Tensor, key: Tensor, value: Tensor, attention_mask: Tensor | None,
+                  dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[Tensor, None]:  # fmt: skip
+    """transformers' attention interface: (B, H, n, d) heads in, (B, n, H, d) out (as ``sdpa_attention_forward``)."""
+    out = attention(query, key, value, attention_mask, dropout, module.training, scaling)
+    return out.transpose(1, 2).contiguous(), None
+
+
+def use_fast_bert_dropout(model: nn.Module) -> nn.Module:
+    """`use_fast_dropout`, and every Hugging Face model inside `model` set to attend with `ATTENTION`, in place;
+    returns `model`."""
+    from transformers import AttentionInterface, PreTrainedModel
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(ATTENTION, _hf_attention)
+    AttentionMaskInterface.register(ATTENTION, sdpa_mask)
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel):
+            module.set_attn_implementation(ATTENTION)
+    return use_fast_dropout(model)

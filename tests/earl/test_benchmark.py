@@ -30,14 +30,15 @@ CLI = ["--size", "small", "--lengths", "32", "--candidates", "8", "--ranker_cand
        "--earl_batch_size", "3", "--batch_size", "2", "--threads", "1", "--store_documents", "2000"]
 KEYS = {"bench", "impl", "n", "pass", "ms", "candidates", "size", "measured_candidates", "extrapolated", "read_ms",
         "flops", "gflops_per_s", "analytic_ratio", "table1_ratio", "flop_ratio", "speedup", "cpu", "threads",
-        "store_bytes_per_document", "cpu_ms", "query_ms", "judge_ms", "compute_ms", "warm_read_ms",
-        "compute_speedup", "store_documents", "candidate_shards", "store_cached", "batch_size",
-        "ranker_tokens"}
+        "store_bytes_per_document", "cpu_ms", "query_ms", "judge_ms", "compute_ms", "warm_ms", "warm_read_ms",
+        "warm_compute_ms", "compute_speedup", "warm_speedup", "store_documents", "candidate_shards", "store_cached",
+        "batch_size", "ranker_tokens"}
 TINY = Size(layers=3, hidden=32, heads=2, intermediate=96, blocks=2, query_layers=1)  # FFN 3h: t = 10, j_q = 12
 
 
-FIELDS = ["bench", "impl", "size", "n", "pass", "ms", "read_ms", "compute_ms", "warm_read_ms", "candidates",
-          "measured_candidates", "extrapolated", "speedup", "compute_speedup", "cpu_ms", "cpu_speedup",
+FIELDS = ["bench", "impl", "size", "n", "pass", "ms", "read_ms", "compute_ms", "warm_ms", "warm_read_ms",
+          "warm_compute_ms", "candidates", "measured_candidates", "extrapolated", "speedup", "compute_speedup",
+          "warm_speedup", "cpu_ms", "cpu_speedup",
           "analytic_ratio", "table1_ratio", "flop_ratio", "affordable_candidates", "query_ms", "keys_values_ms",
           "judge_ms", "flops", "analytic_macs", "gflops_per_s", "compute_gflops_per_s", "store_dtype",
           "store_bytes_per_document", "store_documents", "store_gb", "shard_size", "candidate_shards", "store_cached",
@@ -93,16 +94,21 @@ def test_rows_have_the_required_keys_and_values(run):
 
 
 def test_the_total_is_the_store_read_plus_the_compute(run):
-    """Each EARL row's ms is its median query's read_ms + compute_ms; the speed-ups on the total and on the compute
-    alone; the store's documents, shards and cache share; the BERT ranker reads no store."""
+    """Each EARL row's ms is its median query's read_ms + compute_ms, and warm_ms (the queries again, held in memory)
+    its warm_read_ms + warm_compute_ms; the speed-ups on the total, on the compute alone and held in memory; the
+    store's documents, shards and cache share; the BERT ranker reads no store."""
     code, out, _ = run
     assert code == 0
     ranker, s1, s2 = records(out)
     assert (ranker["read_ms"], ranker["warm_read_ms"], ranker["compute_ms"]) == (None, None, ranker["ms"])
+    assert (ranker["warm_ms"], ranker["warm_speedup"]) == (None, None)
     assert ranker["compute_speedup"] == 1.0 and ranker["store_documents"] is None
     for row in (s1, s2):
         assert row["ms"] == pytest.approx(row["read_ms"] + row["compute_ms"], abs=2e-3)
         assert row["read_ms"] > 0 and row["compute_ms"] > 0 and row["warm_read_ms"] > 0
+        assert row["warm_ms"] == pytest.approx(row["warm_read_ms"] + row["warm_compute_ms"], abs=2e-3)
+        assert row["warm_compute_ms"] > 0
+        assert row["warm_speedup"] == pytest.approx(ranker["ms"] / row["warm_ms"], rel=1e-2)
         assert row["query_ms"] + (row["keys_values_ms"] or 0) + row["judge_ms"] <= row["compute_ms"] + 2e-3
         assert row["compute_speedup"] == pytest.approx(ranker["ms"] / row["compute_ms"], rel=1e-2)
         assert row["compute_gflops_per_s"] == pytest.approx(row["flops"] / row["compute_ms"] / 1e6, rel=1e-2)
@@ -111,7 +117,8 @@ def test_the_total_is_the_store_read_plus_the_compute(run):
         assert 1 <= row["candidate_shards"] <= 2 and row["store_gb"] > 0
         assert row["store_cached"] is None or 0 <= row["store_cached"] <= 1
     with open(out / "speed.csv", newline="") as f:
-        assert {"read_ms", "compute_ms", "warm_read_ms", "compute_speedup"} <= set(next(csv.DictReader(f)))
+        assert {"read_ms", "compute_ms", "warm_ms", "warm_read_ms", "compute_speedup", "warm_speedup"} <= set(
+            next(csv.DictReader(f)))
 
 
 @slow
@@ -270,7 +277,10 @@ def test_fp16_rows_are_converted_and_score_close_to_fp32(tiny, tmp_path):
 @slow
 def test_flop_counts_agree_with_the_counted_analytic_cost(tiny):
     """FlopCounterMode's FLOPs are 2 per multiply-add of `COUNTED`'s cost, but for what Table 1 leaves out: the score
-    head (2 h per candidate) and the first block's query projection, done once per batch, not per candidate."""
+    head (2 h per candidate), the first block's query projection, done once per batch, not per candidate, and, with
+    ClsPool, the last block's work at the q - 1 positions after [CLS] (`EARL.judge`): per candidate, the
+    self-attention's query and output projections (2 h^2 a position), its scores and weighted sum (2 q h) and the
+    FFN (2 i h)."""
     model, ranker, stores, n, count = tiny
     h, q = TINY.hidden, benchmark.QUERY_LENGTH
     tokens, mask = bert_query(q, 0)
@@ -284,8 +294,9 @@ def test_flop_counts_agree_with_the_counted_analytic_cost(tiny):
         scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=batch)
         with torch.inference_mode():
             flops = benchmark.earl_flops(scorer, tokens, mask, stores[impl].doc_ids, candidates)
-        macs = TINY.cost(impl, q, n, candidates) - (candidates - calls) * h * h * q
-        assert flops == 2 * macs + candidates * 2 * h
+        skipped = (q - 1) * (2 * h * h + 2 * q * h + 2 * TINY.intermediate * h)  # ClsPool's last block
+        macs = TINY.cost(impl, q, n, candidates) - (candidates - calls) * h * h * q - candidates * skipped
+        assert model.pool == "cls" and flops == 2 * macs + candidates * 2 * h
 
 
 @slow

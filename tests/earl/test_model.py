@@ -302,6 +302,37 @@ def test_forward_is_encoders_then_judge_by_hand(earl_model):
     torch.testing.assert_close(got, composed, atol=1e-12, rtol=0)
 
 
+def test_cls_pool_judges_the_last_block_at_cls_alone_forward_and_backward():
+    """With ClsPool the last block computes [CLS] alone (`JudgeBlock.forward`'s `first_only`): the scores and the
+    gradients of Q, D and every judge parameter equal those of the blocks run at every position, H_K[:, 0] then
+    scored; with AvePool every position is computed."""
+    model = build_earl(small_bert(), num_blocks=2).double().eval()
+    batch = earl_batch()
+    with torch.no_grad():
+        queries = model.encode_queries(batch["query_tokens"], batch["query_mask"])[batch["query_index"]]
+        d = model.encode_documents(batch["doc_tokens"], batch["doc_mask"])
+    queries, d = queries.requires_grad_(), d.requires_grad_()  # leaves: their gradients are compared too
+    query_mask, doc_mask = batch["query_mask"].bool()[batch["query_index"]], batch["doc_mask"].bool()
+    hidden = queries
+    for block in model.blocks:
+        hidden = block(hidden, query_mask, block.keys_values(d), doc_mask)
+    want = hidden[:, 0] @ model.score.weight[0]
+    calls = []
+    handle = model.blocks[-1].ffn.register_forward_hook(lambda module, args, out: calls.append(out.shape[1]))
+    got = model.judge(queries, query_mask, model.document_keys_values(d), doc_mask)
+    handle.remove()
+    assert calls == [1]  # the last block's FFN ran at one position
+    torch.testing.assert_close(got, want, atol=1e-12, rtol=0)
+    judged = [p for p in (*model.blocks.parameters(), *model.score.parameters())]
+    assert_same_gradients(got, want, [queries, d, *judged], rtol=0, atol=1e-12)
+    model.pool = "mean"
+    calls.clear()
+    handle = model.blocks[-1].ffn.register_forward_hook(lambda module, args, out: calls.append(out.shape[1]))
+    model.judge(queries, query_mask, model.document_keys_values(d), doc_mask)
+    handle.remove()
+    assert calls == [queries.shape[1]]
+
+
 # --- initialisation from BERT (Sec. 3.4) --------------------------------------------------------------------
 
 

@@ -80,7 +80,7 @@ def test_weight_decay_spares_biases_and_layer_norms_and_covers_every_parameter_o
     excludes them (``bias``, ``LayerNorm``)."""
     ranker, configuration = configured(10, weight_decay=0.01, lr=3e-5)
     optimizer = configuration["optimizer"]
-    assert isinstance(optimizer, torch.optim.AdamW)
+    assert isinstance(optimizer, torch.optim.AdamW) and optimizer.defaults["fused"]  # one kernel for every parameter
     decay_of = {}
     for group in optimizer.param_groups:
         for parameter in group["params"]:

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch import nn
 
-from common.encoders.dropout import Dropout, dropout, rounded_probability, use_fast_dropout
+from common.encoders.dropout import (Dropout, attention, dropout, rounded_probability, use_fast_bert_dropout,
+                                     use_fast_dropout)
 
 
 def test_p_is_rounded_to_a_multiple_of_2_to_the_minus_15():
@@ -80,3 +81,67 @@ def test_use_fast_dropout_replaces_every_nn_dropout_with_its_p_and_mode():
     assert type(first) is Dropout and first.p == 0.1 and first.training
     assert type(second) is Dropout and second.p == 0.3 and not second.training
     assert not any(type(m) is nn.Dropout for m in model.modules())
+
+
+# --- attention dropout (`attention`, `use_fast_bert_dropout`) ------------------------------------------------------
+
+
+def test_attention_drops_the_probabilities_with_the_documented_mask():
+    """softmax(Q K^T / sqrt(d)) with masked keys, each probability kept where its 15-bit integer (the draws' quarters,
+    module docstring) reaches round(p 2^15) and scaled by 1 / (1 - rounded p), then V: rebuilt here from the same
+    seed's draws."""
+    torch.manual_seed(5)
+    q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+    keep = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)[:, None, None, :]
+    torch.manual_seed(6)
+    got = attention(q, k, v, keep, 0.2)
+    torch.manual_seed(6)
+    n = 2 * 3 * 4 * 6
+    draws = torch.empty((n + 3) // 4, dtype=torch.int64).random_()
+    quarters = [(int(x) >> (16 * j)) & 0x7FFF for x in draws.tolist() for j in range(4)]  # little-endian quarters
+    kept = torch.tensor(quarters[:n]).view(2, 3, 4, 6) >= round(0.2 * 2**15)
+    probabilities = (q @ k.transpose(-1, -2) / math.sqrt(8)).masked_fill(~keep, -math.inf).softmax(-1)
+    want = (probabilities * kept / (1 - rounded_probability(0.2))) @ v
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_attention_without_dropout_is_sdpa():
+    torch.manual_seed(7)
+    q, k, v = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8), torch.randn(2, 3, 6, 8)
+    keep = torch.rand(2, 1, 4, 6) > 0.3
+    keep[..., 0] = True
+    want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+    assert torch.equal(attention(q, k, v, keep, 0.1, training=False), want)
+    assert torch.equal(attention(q, k, v, keep, 0.0), want)
+
+
+def small_bert_pair():
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=16)  # fmt: skip
+    torch.manual_seed(8)
+    stock = BertModel(config, add_pooling_layer=False)
+    fast = BertModel(config, add_pooling_layer=False)
+    fast.load_state_dict(stock.state_dict())
+    tokens, mask = torch.randint(1, 50, (3, 9)), torch.ones(3, 9, dtype=torch.long)
+    mask[1, 6:] = 0
+    assert use_fast_bert_dropout(fast) is fast
+    return stock, fast, tokens, mask
+
+
+def test_fast_bert_dropout_leaves_evaluation_bit_for_bit_and_draws_no_bernoulli_in_training():
+    """A Hugging Face BERT under `use_fast_bert_dropout`: in eval mode the stock model's outputs exactly (``sdpa``
+    where nothing is dropped); in training no ``nn.Dropout`` left and no ``bernoulli_`` drawn (attention dropout
+    included), the output changed by dropout all the same."""
+    stock, fast, tokens, mask = small_bert_pair()
+    stock.eval(), fast.eval()
+    assert torch.equal(fast(tokens, attention_mask=mask).last_hidden_state,
+                       stock(tokens, attention_mask=mask).last_hidden_state)  # fmt: skip
+    fast.train()
+    assert not any(type(m) is nn.Dropout for m in fast.modules())
+    with torch.profiler.profile() as profile:
+        trained = fast(tokens, attention_mask=mask).last_hidden_state
+    names = {event.key for event in profile.key_averages()}
+    assert "aten::bernoulli_" not in names and "aten::random_" in names
+    assert not torch.allclose(trained, stock.eval()(tokens, attention_mask=mask).last_hidden_state)
