@@ -10,8 +10,9 @@ multiple of 2^-15 (0.1 becomes 0.1000061, 0.2 becomes 0.2000122), and the kept e
 `nn.Dropout`'s up to that rounding, from another random stream (tests/common/encoders/test_dropout.py);
 its speed against ``F.dropout`` is measured in results/conformer_kernel/README.md.
 
-Attention dropout takes the same mask (`attention`): ``F.scaled_dot_product_attention`` draws its own with
-``bernoulli_`` on the (B, H, n, m) probabilities, the largest tensor a small BERT drops. `use_fast_bert_dropout`
+Attention dropout takes the same mask on the CPU (`attention`): there ``F.scaled_dot_product_attention`` draws its
+own with ``bernoulli_`` on the (B, H, n, m) probabilities, the largest tensor a small BERT drops (on a GPU its fused
+kernels draw theirs cheaply, and `attention` leaves dropout to them). `use_fast_bert_dropout`
 gives Hugging Face models both: `Dropout` modules and the attention implementation `ATTENTION`, which is ``sdpa``
 itself wherever nothing is dropped (evaluation: the same outputs, bit for bit).
 """
@@ -66,9 +67,11 @@ def attention(query: Tensor, key: Tensor, value: Tensor, keep: Tensor | None, p:
               scale: float | None = None) -> Tensor:  # fmt: skip
     """softmax(Q K^T * scale) V per head, (..., n, d) queries and (..., m, d) keys and values, `keep` a boolean mask
     broadcast to (..., n, m), True where a query may attend; the probabilities dropped by `dropout` with `p` while
-    `training`. ``F.scaled_dot_product_attention`` (scale 1 / sqrt(d) by default) wherever nothing is dropped."""
-    if not training or p == 0.0:
-        return F.scaled_dot_product_attention(query, key, value, attn_mask=keep, scale=scale)
+    `training`. ``F.scaled_dot_product_attention`` (scale 1 / sqrt(d) by default) wherever nothing is dropped, and off
+    the CPU, where its fused kernels draw their own masks at no visible cost (and keep no (n, m) probabilities)."""
+    if not training or p == 0.0 or query.device.type != "cpu":
+        return F.scaled_dot_product_attention(query, key, value, attn_mask=keep, scale=scale,
+                                              dropout_p=p if training else 0.0)  # fmt: skip
     logits = query @ key.transpose(-1, -2) * (query.size(-1) ** -0.5 if scale is None else scale)  # (..., n, m)
     if keep is not None:
         logits = logits.masked_fill(~keep, torch.finfo(logits.dtype).min)

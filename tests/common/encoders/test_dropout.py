@@ -145,3 +145,20 @@ def test_fast_bert_dropout_leaves_evaluation_bit_for_bit_and_draws_no_bernoulli_
     names = {event.key for event in profile.key_averages()}
     assert "aten::bernoulli_" not in names and "aten::random_" in names
     assert not torch.allclose(trained, stock.eval()(tokens, attention_mask=mask).last_hidden_state)
+
+
+def test_attention_off_the_cpu_leaves_dropout_to_sdpa(monkeypatch):
+    """On another device `attention` is SDPA with its own dropout (fused kernels there), not the CPU masks: checked
+    on the meta device, through the arguments SDPA receives."""
+    seen = {}
+
+    def sdpa(query, key, value, attn_mask=None, scale=None, dropout_p=0.0):
+        seen.update(dropout_p=dropout_p, device=query.device.type)
+        return value
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", sdpa)
+    q = torch.empty(2, 3, 4, 8, device="meta")
+    attention(q, q, q, None, 0.1)
+    assert seen == {"dropout_p": 0.1, "device": "meta"}
+    attention(q, q, q, None, 0.1, training=False)
+    assert seen["dropout_p"] == 0.0
