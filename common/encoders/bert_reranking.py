@@ -85,7 +85,7 @@ class BertRerankingModule(RerankingEvaluation, L.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        # fused: one kernel over every parameter, where the default steps them one by one (results/mva/README.md)
+        # fused: one kernel over every parameter, where the default steps them one by one
         optimizer = torch.optim.AdamW(decay_groups(self, self.hparams.weight_decay), lr=self.hparams.lr, fused=True)
         scheduler = warmup_linear_decay(optimizer, self.hparams.warmup_steps,
                                         int(self.trainer.estimated_stepping_batches))  # fmt: skip
