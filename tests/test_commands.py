@@ -9,7 +9,7 @@ import sys
 import pytest
 
 COMMANDS = [
-    "qds.train", "qds.evaluate", "qds.benchmark",
+    "qds.train", "qds.evaluate", "qds.benchmark", "qds.input_statistics",
     "conformer_kernel.train", "conformer_kernel.evaluate", "conformer_kernel.index", "conformer_kernel.benchmark",
     "earl.train", "earl.evaluate", "earl.index", "earl.benchmark",
     "mva.train", "mva.evaluate", "mva.index", "mva.benchmark", "mva.pretrain", "mva.costs",

@@ -1,7 +1,10 @@
-"""The generated tables of ``results/qds/README.md``: the runs of ``runs/`` and the efficiency benchmark
-(``efficiency_cpu.csv``; without dropout, ``runs/efficiency-dropout0/efficiency_cpu.csv``)."""
+"""The generated tables of ``results/qds/README.md``: the runs of ``runs/``, the efficiency benchmark
+(``efficiency_cpu.csv``; without dropout, ``runs/efficiency-dropout0/efficiency_cpu.csv``) and the input statistics
+(``input_statistics.json``, ``python -m qds.input_statistics``)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from common.report_tables.cells import (MAP, MRR10, NDCG, Files, Table, bold, markdown, metric, metrics_table, number,
                                         value)  # fmt: skip
@@ -85,11 +88,36 @@ def _efficiency_dropout0(files: Files) -> str:
     return efficiency_table(rows)
 
 
+PATTERNS = {p: label.replace("**", "") for p, label in SYSTEMS.items() if p != "dense"}
+
+
+def _density(files: Files) -> str:
+    density = files.json("input_statistics.json")["density"]
+    cells = [[PATTERNS[p], *(f"{density[layout][p] * 100:.2f}%" for layout in ("official", "sos"))] for p in PATTERNS]
+    return markdown(["pattern", "`official` layout", "`sos` layout"], "lrr", cells)
+
+
+def _input_lengths(files: Files) -> str:
+    stats = files.json("input_statistics.json")
+    rows = [(f"queries of `{Path(path).name}`", "words a query", s) for path, s in stats["queries"].items()]
+    sentences = stats["sentences"]
+    rows.append((f"sentences of the first {sentences['passages_per_query']} passages of each of the "
+                 f"{sentences['queries']} queries of `{Path(sentences['candidates']).name}`", "words a sentence",
+                 sentences))
+    pairs = stats["builtin_pairs"]
+    rows.append((f"the built-in test queries' top {pairs['depth']} candidates, QDS input (official layout, cut at "
+                 f"{pairs['max_length']})", "tokens a pair", pairs))
+    cells = [[what, unit, f"{s['count']:,}", f"{s['mean']:.1f}", f"{s['max']:,}"] for what, unit, s in rows]
+    return markdown(["what", "length in", "count", "mean", "max"], "llrrr", cells)
+
+
 TABLES = [
     Table("qds/default", _default),
     Table("qds/depth-100", _depth_100),
     Table("qds/trec-dl", _trec_dl),
     Table("qds/layouts", _layouts),
+    Table("qds/density", _density),
+    Table("qds/input-lengths", _input_lengths),
     Table("qds/efficiency", _efficiency),
     Table("qds/efficiency-dropout0", _efficiency_dropout0),
 ]
