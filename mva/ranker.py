@@ -77,8 +77,10 @@ class MVARanker(BertRerankingModule):
         weight_decay: decoupled weight decay (AdamW, not biases or LayerNorm weights); 0: Adam (paper).
         init_encoder: an ``mva.train`` checkpoint (a DE's, Sec. 3) whose encoder weights this model's encoder
             starts from; the rest starts fresh.
-        init_checkpoint: an ``mva.train`` checkpoint of the same architecture whose weights the model starts from
-            (weights only: a fresh optimizer, schedule and step count).
+        init_checkpoint: an ``mva.train`` checkpoint of the same architecture, or ``mva.pretrain``'s ``mva.ckpt``,
+            whose weights the model starts from (weights only: a fresh optimizer, schedule and step count); beside
+            ``mva.pretrain``'s, ``mva.train`` checks that the pooling, projection and heads are the pre-trained ones
+            (`mva.train.pretraining_mismatch`).
     """
 
     measures = MEASURES

@@ -16,6 +16,7 @@ Outputs (``--output_dir``, default a new ``outputs/mva-<architecture>-<time>``; 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from common.commands.help import is_int
@@ -44,7 +45,37 @@ def check_settings(config: dict) -> str | None:
                 return f"--model.{side}_timesteps: {pooling} pooling keeps K timesteps: give K"
             if pooling == "temporal" and model.get(f"{side}_factor") is None:
                 return f"--model.{side}_factor: temporal pooling needs its factor rho"
-    return check_bert_lengths(config)
+    return pretraining_mismatch(model) or check_bert_lengths(config)
+
+
+def pretraining_mismatch(model: dict) -> str | None:
+    """Where ``--model.init_checkpoint`` is an ``mva.pretrain`` output (its ``pretrain.json`` beside it), the option
+    whose value differs from the pooling, projection or heads the head was pre-trained with, in one line; else None.
+    Strict loading refuses most such runs by a shape, but not all: first-K and all tokens have the same parameters,
+    as do two K of first-K, so the head would fine-tune on timesteps it was not pre-trained for without a word."""
+    checkpoint = model.get("init_checkpoint")
+    record = Path(checkpoint).parent / "pretrain.json" if checkpoint else None
+    if record is None or not record.is_file():
+        return None
+    try:
+        pretrained = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        return f"--model.init_checkpoint: {record} is not readable JSON ({error})"
+    architecture = model.get("architecture", "mva")
+    if pretrained.get("architecture") != architecture:
+        return (f"--model.architecture: {checkpoint} was pre-trained as {pretrained.get('architecture')} "
+                f"({record}), got {architecture}")
+    settings = pretrained.get("model") or {}
+    keys = ["projection", "heads"]
+    for side in ("query", "doc"):
+        pooling = settings.get(f"{side}_pooling", "all")
+        keys += [f"{side}_pooling", *([f"{side}_timesteps"] if pooling in ("first_k", "cls") else []),
+                 *([f"{side}_factor"] if pooling == "temporal" else [])]
+    for key in keys:
+        if key in settings and settings[key] != model.get(key):
+            return (f"--model.{key}: {checkpoint} was pre-trained with {key} {settings[key]} ({record}), "
+                    f"got {model.get(key)}")
+    return None
 
 
 def folder_name(config) -> str:

@@ -259,6 +259,41 @@ def test_the_mva_output_loads_strictly_and_scores_as_pretrained(chain, documents
     assert torch.equal(load_file(out / "model.safetensors")[word], state["model." + word])
 
 
+@pytest.mark.parametrize("flags, expect", [
+    ({"doc_pooling": "all"}, "--model.doc_pooling: {ckpt} was pre-trained with doc_pooling cls ({record}), got all"),
+    ({"query_timesteps": 2}, "--model.query_timesteps: {ckpt} was pre-trained with query_timesteps 3 ({record}), got 2"),
+    ({"projection": 16}, "--model.projection: {ckpt} was pre-trained with projection 8 ({record}), got 16"),
+    ({"architecture": "de"}, "--model.architecture: {ckpt} was pre-trained as mva ({record}), got de"),
+])  # fmt: skip
+def test_fine_tuning_with_other_settings_than_the_pretrained_head_is_refused(chain, flags, expect, tmp_path, capsys):
+    """``mva.train --model.init_checkpoint OUT/mva.ckpt`` reads OUT/pretrain.json: another pooling, K, projection or
+    architecture than the head was pre-trained with is named before anything is built."""
+    out = chain["mva"][0]
+    ckpt, record = out / pretrain.CHECKPOINT, out / pretrain.RECORD
+    given = {**MVA_FLAGS, **flags}
+    line = ["--model.encoder", str(out), "--data.tokenizer", str(out), "--model.init_checkpoint", str(ckpt),
+            *itertools.chain.from_iterable((f"--model.{k}", str(v)) for k, v in given.items()),
+            "--output_dir", str(tmp_path / "run")]  # fmt: skip
+    refused_in_process(train.main, line, capsys, expect.format(ckpt=ckpt, record=record))
+    assert not (tmp_path / "run").exists()
+
+
+def test_first_k_and_all_tokens_have_the_same_weights_so_the_record_tells_them_apart(tmp_path):
+    """The case strict loading cannot catch: a head pre-trained on the first K document timesteps (or another K)
+    loads into one of all tokens without a shape error; `train.check_settings` reads the record."""
+    (tmp_path / pretrain.RECORD).write_text(json.dumps({"architecture": "mva", "model": settings(
+        "mva", projection=8, doc_pooling="first_k", doc_timesteps=16)}))
+    model = {"architecture": "mva", "init_checkpoint": str(tmp_path / pretrain.CHECKPOINT), "projection": 8,
+             "heads": 1, "query_pooling": "all", "doc_pooling": "first_k", "doc_timesteps": 16}
+    assert train.check_settings({"model": model}) is None
+    assert train.check_settings({"model": {**model, "doc_pooling": "all"}}).startswith(
+        "--model.doc_pooling: ")  # fmt: skip
+    assert train.check_settings({"model": {**model, "doc_timesteps": 32}}).startswith(
+        f"--model.doc_timesteps: {tmp_path / pretrain.CHECKPOINT} was pre-trained with doc_timesteps 16")
+    (tmp_path / pretrain.RECORD).write_text("{not json")
+    assert "is not readable JSON" in train.check_settings({"model": model})
+
+
 def test_the_command_names_the_fine_tuning_that_starts_from_it(tmp_path, capsys):
     args = pretrain.build_parser().parse_args(["--collection", "builtin:train", "--output", str(tmp_path / "o"),
                                                "--architecture", "mva", "--model.doc_pooling", "cls",
