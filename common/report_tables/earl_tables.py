@@ -40,7 +40,9 @@ def _trec_dl(files: Files) -> str:
     rows = [("EARL ClsPool", "trec-dl-cls", "earl_cls"), ("EARL AvePool", "trec-dl-mean", "earl_mean"),
             ("EARL ClsPool tied", "trec-dl-cls-tied", "earl_cls_tied"),
             ("EARL AvePool tied", "trec-dl-mean-tied", "earl_mean_tied"),
-            ("BERT ranker (MiniLM cross-encoder)", "trec-dl-bert-ranker", "bert_ranker"),
+            ("BERT ranker (MiniLM cross-encoder), hinge loss", "trec-dl-bert-ranker", "bert_ranker"),
+            ("BERT ranker, cross-entropy (the paper's loss, Sec. 4.2)", "trec-dl-bert-ranker-cross-entropy",
+             "bert_ranker"),
             ("BERT-Siamese (MiniLM [CLS], dot product)", "trec-dl-bert-siamese", "bert_siamese"),
             ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-cls", "bm25")]
     return metrics_table(files, "run", rows, MEASURES)
