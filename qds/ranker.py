@@ -97,6 +97,9 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
             num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads, intermediate_size=intermediate_size,
             dropout=dropout, impl=impl,
         )  # fmt: skip
+        # A pretrained encoder comes in eval mode (`from_pretrained`, `qds.pretrained`) and Lightning keeps modules'
+        # modes: without this its dropout would be off in training (the official loop calls model.train()).
+        self.model.train()
         rank_zero_info(f"{pattern}: {count_parameters(self.model) / 1e6:.1f}M parameters")
         self.pos_weight = float(negatives if balanced_loss else 1)
         self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)

@@ -1,4 +1,4 @@
-"""`QDSRanker`'s training step: the official weighted BCE, by hand."""
+"""`QDSRanker`'s training step: the official weighted BCE, by hand; a pretrained encoder trains with its dropout."""
 
 import math
 
@@ -34,3 +34,24 @@ def test_training_step_is_the_official_weighted_bce(negatives, balanced, positiv
                + sum(math.log(1 + math.exp(s)) for s in scores[1:])) / len(scores)  # fmt: skip
     loss = model.training_step({"labels": labels}, 0)
     assert loss.item() == pytest.approx(by_hand, abs=1e-6)
+
+
+def test_a_pretrained_encoder_trains_with_its_dropout(tmp_path):
+    """`from_pretrained` returns a model in eval mode and Lightning keeps the modes it finds, so the ranker puts its
+    model in training mode: two training forwards of one batch then differ (dropout 0.1), as in the official loop."""
+    from transformers import LongformerConfig, LongformerModel
+
+    config = LongformerConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
+                              intermediate_size=16, max_position_embeddings=70, attention_window=4, pad_token_id=1,
+                              hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)  # fmt: skip
+    LongformerModel(config).save_pretrained(tmp_path)
+    assert not LongformerModel.from_pretrained(tmp_path).training  # what the ranker is given
+    model = QDSRanker(encoder=str(tmp_path), tokenizer="builtin", window=4, max_length=64)
+    assert all(module.training for module in model.modules())
+    ids = torch.randint(5, 50, (2, 16))
+    batch = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "global_attention_mask": torch.zeros_like(ids)}
+    torch.manual_seed(0)
+    first = model(batch)
+    assert not torch.equal(first, model(batch))
+    model.eval()
+    assert torch.equal(model(batch), model(batch))
