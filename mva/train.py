@@ -54,7 +54,8 @@ def pretraining_mismatch(model: dict) -> str | None:
     Strict loading refuses most such runs by a shape, but not all: first-K and all tokens have the same parameters,
     as do two K of first-K, so the head would fine-tune on timesteps it was not pre-trained for without a word."""
     checkpoint = model.get("init_checkpoint")
-    record = Path(checkpoint).parent / "pretrain.json" if checkpoint else None
+    record = Path(checkpoint).parent / "pretrain.json" if checkpoint else None  # mva.pretrain.RECORD, not imported:
+    # mva.pretrain imports this module
     if record is None or not record.is_file():
         return None
     try:
