@@ -21,13 +21,14 @@ from pathlib import Path
 from statistics import fmean
 
 from common.refusals import ArgumentParser, existing_file, input_errors, output_file_problem, positive_int, usage_error
+from qds.benchmark import SYSTEMS
 
 TRECDL = "../shared/data/trec_dl"
 TOPICS = [f"{TRECDL}/topics/topics.msmarco-doc.dev.txt", f"{TRECDL}/topics/topics.dl19-doc.txt",
           f"{TRECDL}/topics/topics.dl20.txt"]  # fmt: skip
 CANDIDATES = f"{TRECDL}/candidates_with_text/rank_llm.BM25.retrieve_results_dl19.json"
 OUTPUT = Path(__file__).resolve().parents[1] / "results" / "qds" / "input_statistics.json"
-PATTERNS = ("sparse", "longformer_qa", "qds_s", "qds_q", "qds")  # qds.benchmark's sparse rows, in its order
+PATTERNS = tuple(s for s in SYSTEMS if s != "dense")  # qds.benchmark's sparse rows, in its order
 MAX_LENGTH = 2048  # qds/configs/builtin.yaml's data.max_length
 
 
@@ -98,9 +99,9 @@ def parse_args(argv: list[str] | None):
     add("--output", type=Path, default=OUTPUT, help="the JSON file to write")
     add("--overwrite", action="store_true", help="replace an existing output file")
     args = parser.parse_args(argv)
-    for option, path in [*(("--topics", p) for p in args.topics), ("--candidates", args.candidates)]:
-        if not Path(path).is_file():  # a default: argparse checks only what is given
-            usage_error(f"argument {option}: no such file: {path}")
+    for path in args.topics:  # the default list: argparse checks only what is given (and a string default)
+        if not Path(path).is_file():
+            usage_error(f"argument --topics: no such file: {path}")
     problem = output_file_problem(args.output, args.overwrite)
     if problem:
         usage_error(f"argument --output: {problem}")
