@@ -135,9 +135,6 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
 
-    def on_train_epoch_start(self) -> None:
-        self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new samples each epoch
-
     # --- evaluation and checkpoints --------------------------------------------------------
 
     def setup(self, stage: str) -> None:

@@ -115,6 +115,3 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas),
                                 weight_decay=self.hparams.weight_decay)
-
-    def on_train_epoch_start(self) -> None:
-        self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new negatives each epoch

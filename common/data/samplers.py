@@ -67,14 +67,11 @@ ir_datasets task's is memory-mapped from the cache; `GroupSampler.of` tables qre
 only its anchors, three integers each; an item reads its query's candidates when drawn. Random documents come from
 the collection's ids as numpy bytes (`collection_ids`: an ir_datasets collection's are mapped from the cache).
 
-With Lightning: let the DataLoader choose the indices (the training loader of
-`common.training.tasks` hands each DDP process its slice of every global batch,
-`common.training.global_batch`), call ``dataset.set_epoch(trainer.current_epoch)`` in
-``LightningModule.on_train_epoch_start`` (it runs before the epoch's DataLoader
-iterator, and so its worker processes, is created), and keep
-``persistent_workers=False``: a persistent worker holds the dataset copy of the
-epoch it was started in. Items are dataclasses of strings; the model's
-``collate_fn`` tokenises them (`common.data.source.DocumentLookup` gives text).
+With Lightning: let the DataLoader choose the indices and the epoch (the training loader of
+`common.training.tasks` hands each DDP process its slice of every global batch as ``(epoch, index)`` keys,
+`common.training.global_batch`, and `common.training.tasks.SamplerGroups` draws ``item(index, epoch)``), so that a
+worker, persistent or not, and a run resumed mid-epoch draw the loop's epoch. Items are dataclasses of strings; the
+model's ``collate_fn`` tokenises them (`common.data.source.DocumentLookup` gives text).
 """
 
 from __future__ import annotations

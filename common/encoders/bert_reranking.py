@@ -90,6 +90,3 @@ class BertRerankingModule(RerankingEvaluation, L.LightningModule):
         scheduler = warmup_linear_decay(optimizer, self.hparams.warmup_steps,
                                         int(self.trainer.estimated_stepping_batches))  # fmt: skip
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
-
-    def on_train_epoch_start(self) -> None:
-        self.trainer.train_dataloader.dataset.set_epoch(self.current_epoch)  # new negatives each epoch

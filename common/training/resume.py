@@ -8,7 +8,9 @@ beyond the generator states every package saves (`common.training.rng`):
 - `LastCheckpoint`: ``last.ckpt`` is written only where Lightning resumes exactly. Lightning (2.6)
   saves at the end of a training batch; when validation follows that batch, a run resumed from it
   takes the validation as done (`_TrainingEpochLoop.advance` fast-forwards it), so the dev measure
-  of that step is never computed and model selection can differ. A save due at such a step is made
+  of that step is never computed and model selection can differ; and when that batch is its epoch's
+  last, a run resumed from it with torchdata's stateful loader counts the epoch as ended twice and
+  skips the whole next epoch (`tests/common/training/test_resume.py` shows it). A save due at such a step is made
   at the end of the next step instead (a kill before then resumes from the previous ``last.ckpt``
   and repeats the validation). Saving when validation ends is no way out: a run resumed from there
   does not see the same training batches as the uninterrupted one.
@@ -48,8 +50,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 class LastCheckpoint(ModelCheckpoint):
     """``last.ckpt`` every `every_n_train_steps` training steps, written where a resumed run continues exactly.
 
-    A save due at a step followed by validation is made at the end of the next training step instead (see the
-    module docstring); and one more when training ends. The loggers are flushed first, so that the log holds every
+    A save due at a step followed by validation, or at an epoch's last step, is made at the end of the next training
+    step instead (see the module docstring); and one more when training ends. The loggers are flushed first, so that the log holds every
     row the checkpoint has seen.
     """
 
@@ -62,7 +64,7 @@ class LastCheckpoint(ModelCheckpoint):
         due = self._every_n_train_steps >= 1 and trainer.global_step % self._every_n_train_steps == 0
         if not (due or self._deferred) or self._should_skip_saving_checkpoint(trainer):
             return
-        if _validates_after_this_batch(trainer):
+        if _validates_after_this_batch(trainer) or trainer.fit_loop.epoch_loop.batch_progress.is_last_batch:
             self._deferred = True
             return
         self._deferred = False

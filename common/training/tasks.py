@@ -51,8 +51,8 @@ generator seeded with ``seed``). A data module builds each split's dataset once:
 `training_dataset`, and `common.data.rerank.RerankPairs` of the re-ranked pairs for dev and test; no dev task, no
 validation loader.
 
-`SamplerGroups` is a training dataset over a sampler (item i = its group i, ``set_epoch`` forwarded); its
-``collate`` encodes a batch of groups. `EncodedGroups` encodes every document of the groups as one flat batch of
+`SamplerGroups` is a training dataset over a sampler (item ``(epoch, i)`` = its group i of that epoch, the keys the
+training loader's sampler yields); its ``collate`` encodes a batch of groups. `EncodedGroups` encodes every document of the groups as one flat batch of
 (query, document) pairs, positive first in each group (QDS-Transformer's, EARL's and MVA's).
 """
 
@@ -331,8 +331,9 @@ class LoaderConfig(_Options):
         """Process `rank`'s training loader of `dataset`: its share of each global batch in an order drawn from
         `seed` (`common.training.global_batch.GlobalBatchSampler`), `process_batch_size` items a batch."""
         sampler = GlobalBatchSampler(dataset, self.batch_size, self.processes, rank, self.seed)
-        # The loader draws its workers' base seed from the sampler's generator, as it did from the shuffle's.
-        return self._loader(dataset, self.process_batch_size, sampler=sampler, generator=sampler.generator)
+        # Its workers' base seed from a generator of its own: the global one is dropout's.
+        return self._loader(dataset, self.process_batch_size, sampler=sampler,
+                            generator=torch.Generator().manual_seed(self.seed))
 
     def evaluation(self, dataset: Dataset):
         """`dataset`'s evaluation loader: in order, `eval_batch_size` items a batch."""
@@ -472,11 +473,12 @@ class RerankingDataModule(L.LightningDataModule):
 
 
 class SamplerGroups(Dataset):
-    """A training sampler's groups as a dataset: item i = ``sampler[i]``, and `set_epoch` draws another epoch's.
+    """A training sampler's groups as a dataset: item ``(epoch, i)``, the key the training loader's sampler yields
+    (`common.training.global_batch`), is the sampler's group i of that epoch; item i is group i of the sampler's own
+    epoch (0 unless set).
 
     Subclasses add ``collate(groups) -> dict`` (the loader's ``collate_fn``), encoding the groups' queries (`topics`)
-    and documents (`documents`, a `common.data.source.DocumentLookup`). The model calls ``set_epoch(current_epoch)``
-    when each training epoch starts.
+    and documents (`documents`, a `common.data.source.DocumentLookup`).
     """
 
     def __init__(self, sampler, topics: Topics, documents):
@@ -485,11 +487,11 @@ class SamplerGroups(Dataset):
     def __len__(self) -> int:
         return len(self.sampler)
 
-    def __getitem__(self, index: int):
-        return self.sampler[index]
-
-    def set_epoch(self, epoch: int) -> None:
-        self.sampler.set_epoch(epoch)
+    def __getitem__(self, key: int | tuple[int, int]):
+        if isinstance(key, tuple):
+            epoch, index = key
+            return self.sampler.item(index, epoch)
+        return self.sampler[key]
 
     def collate(self, groups: list) -> dict:
         raise NotImplementedError(f"{type(self).__name__} encodes no batch: define collate(groups)")

@@ -7,12 +7,12 @@ import pytest
 import torch
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from common.training.global_batch import GlobalBatchSampler, split_global_batch
+from common.training.global_batch import GlobalBatchSampler, epoch_order, split_global_batch
 from common.training.tasks import LoaderConfig, RerankingDataModule, TaskConfig
 
 
 class Items(torch.utils.data.Dataset):
-    """Items 0..n-1, each its own index; a batch is the list of them."""
+    """Items 0..n-1, each its own index (of an ``(epoch, index)`` key too); a batch is the list of them."""
 
     def __init__(self, n: int):
         self.n = n
@@ -20,8 +20,8 @@ class Items(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, index: int) -> int:
-        return index
+    def __getitem__(self, key: int | tuple[int, int]) -> int:
+        return key[1] if isinstance(key, tuple) else key
 
     @staticmethod
     def collate(items: list[int]) -> list[int]:
@@ -40,8 +40,15 @@ def seeded_random_loader(n: int, batch_size: int, seed: int = 3) -> StatefulData
                               generator=torch.Generator().manual_seed(seed))
 
 
-def epochs(batches_of, count: int) -> list[list[list[int]]]:
-    return [list(batches_of) for _ in range(count)]
+def epochs(batches_of, count: int, first: int = 0) -> list[list[list[int]]]:
+    """`count` epochs of loader `batches_of`, each epoch named to its sampler first, as Lightning names it."""
+    return [list(_epoch(batches_of, epoch)) for epoch in range(first, first + count)]
+
+
+def _epoch(loader, epoch: int):
+    if hasattr(loader.sampler, "set_epoch"):
+        loader.sampler.set_epoch(epoch)
+    return loader
 
 
 @pytest.mark.parametrize("n, batch", [(10, 2), (10, 4), (7, 3), (1, 2), (33, 8)])
@@ -64,28 +71,21 @@ def test_each_process_loads_its_contiguous_slice_of_every_global_batch(processes
 
 
 class EpochItems(Items):
-    """Item i of epoch e is 100 e + i, as a training dataset draws new groups each epoch (`set_epoch`)."""
+    """Item ``(e, i)`` is 100 e + i, as a training dataset draws new groups each epoch."""
 
-    epoch = 0
-
-    def __getitem__(self, index: int) -> int:
-        return 100 * self.epoch + index
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def __getitem__(self, key: tuple[int, int]) -> int:
+        epoch, index = key
+        return 100 * epoch + index
 
 
 def test_every_epochs_global_batches_and_items_are_one_processs():
     def run(processes: int) -> list[list[int]]:
         """Each global batch of 3 epochs, the processes' slices in rank order."""
         config = LoaderConfig(batch_size=6, eval_batch_size=1, seed=5, processes=processes)
-        datasets = [EpochItems(30) for _ in range(processes)]
-        loaders = [config.train(dataset, rank) for rank, dataset in enumerate(datasets)]
+        loaders = [config.train(EpochItems(30), rank) for rank in range(processes)]
         steps = []
         for epoch in range(3):
-            for dataset in datasets:
-                dataset.set_epoch(epoch)
-            steps += [[i for batch in batches for i in batch] for batches in zip(*loaders)]
+            steps += [[i for batch in batches for i in batch] for batches in zip(*(_epoch(x, epoch) for x in loaders))]
         return steps
 
     one = run(1)
@@ -114,9 +114,9 @@ def test_the_sampler_is_a_distributed_sampler_lightning_leaves_in_place():
 def test_a_loader_resumed_mid_epoch_loads_the_rest_as_the_uninterrupted_one(processes, rank):
     uninterrupted = epochs(loader(24, 4, processes, rank), 3)
     interrupted = loader(24, 4, processes, rank)
-    list(interrupted)  # epoch 1
+    list(interrupted)  # epoch 0
     seen = []
-    for batch in interrupted:
+    for batch in _epoch(interrupted, 1):
         seen.append(batch)
         if len(seen) == 2:
             break
@@ -124,7 +124,67 @@ def test_a_loader_resumed_mid_epoch_loads_the_rest_as_the_uninterrupted_one(proc
     resumed = loader(24, 4, processes, rank)
     resumed.load_state_dict(state)
     assert [*seen, *resumed] == uninterrupted[1]
-    assert list(resumed) == uninterrupted[2]  # and the next epoch
+    assert list(_epoch(resumed, 2)) == uninterrupted[2]  # and the next epoch
+
+
+@pytest.mark.parametrize("epoch", [1, 2])
+def test_a_new_loader_resumed_mid_epoch_draws_that_epochs_items_and_the_next_ones(epoch):
+    """The state taken in the middle of epoch 1 (or 2) and loaded into a loader that has begun no epoch (a new
+    process) gives that epoch's items, which depend on the epoch, then the next epoch's."""
+    config = LoaderConfig(batch_size=4, eval_batch_size=1, seed=7)
+    uninterrupted = epochs(config.train(EpochItems(24)), 4)
+    interrupted = config.train(EpochItems(24))
+    epochs(interrupted, epoch)
+    iterator = iter(_epoch(interrupted, epoch))
+    seen = [next(iterator), next(iterator), next(iterator)]
+    resumed = config.train(EpochItems(24))  # its sampler named no epoch: a new process restores the loader first
+    resumed.load_state_dict(interrupted.state_dict())
+    assert [*seen, *resumed] == uninterrupted[epoch]
+    assert min(i for batch in uninterrupted[epoch] for i in batch) == 100 * epoch
+    assert list(_epoch(resumed, epoch + 1)) == uninterrupted[epoch + 1]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_state_saved_after_an_epochs_last_batch_resumes_at_the_next_epoch(workers):
+    """A new loader restored from the state after epoch 1's last batch begins epoch 2, even where its workers start
+    that epoch's iterator before Lightning names the epoch."""
+    config = LoaderConfig(batch_size=4, eval_batch_size=1, seed=7, num_workers=workers)
+    uninterrupted = epochs(config.train(EpochItems(8)), 3)
+    interrupted = config.train(EpochItems(8))
+    epochs(interrupted, 1)
+    iterator = iter(_epoch(interrupted, 1))
+    next(iterator), next(iterator)  # every batch of epoch 1, not yet the end of its iterator
+    resumed = config.train(EpochItems(8))
+    resumed.load_state_dict(interrupted.state_dict())
+    assert list(resumed) == [] and list(resumed) == uninterrupted[2]
+
+
+def test_lightnings_set_epoch_names_the_epoch_a_new_iterator_begins():
+    config = LoaderConfig(batch_size=4, eval_batch_size=1, seed=7)
+    uninterrupted = epochs(config.train(EpochItems(8)), 3)
+    loader = config.train(EpochItems(8))
+    loader.sampler.set_epoch(2)  # as Lightning does before each epoch's iterator
+    assert list(loader) == uninterrupted[2]
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+def test_workers_draw_the_loops_epoch_persistent_or_not(persistent):
+    """Loader workers hold copies of the dataset; a persistent worker keeps the copy it started with. The epoch
+    travels with the keys, so they draw every epoch's items as the main process does."""
+    config = LoaderConfig(batch_size=4, eval_batch_size=1, seed=7)
+    in_process = epochs(config.train(EpochItems(12)), 3)
+    workers = StatefulDataLoader(EpochItems(12), batch_size=4, collate_fn=Items.collate, num_workers=2,
+                                 persistent_workers=persistent,
+                                 sampler=config.train(EpochItems(12)).sampler)  # fmt: skip
+    assert epochs(workers, 3) == in_process
+    assert in_process[2][0][0] >= 200
+
+
+def test_an_epochs_order_is_the_seeded_random_samplers_stream():
+    """`epoch_order` replays torchdata's seeded RandomSampler as a StatefulDataLoader draws from its generator (the
+    permutation, then a base seed, each epoch)."""
+    orders = [[i for b in batches for i in b] for batches in epochs(seeded_random_loader(13, 13), 4)]
+    assert [epoch_order(13, 3, epoch) for epoch in range(4)] == orders
 
 
 def test_a_state_of_the_seeded_random_sampler_resumes_on_one_process():
@@ -181,8 +241,33 @@ def test_a_global_batch_the_processes_do_not_divide_is_refused_in_one_line(capsy
     assert exit.value.code == 2
     out, err = capsys.readouterr()
     assert out == "" and err == ("error: --data.batch_size 6 is the global batch of an optimizer step: it must divide "
-                                 "among 2 processes x 2 accumulated batches; give a multiple of 4\n")
+                                 "among 2 processes x 2 accumulated batches; give --data.batch_size 4 or 8, or keep 6 on "
+                                 "1 process (--trainer.devices x --trainer.num_nodes)\n")
     assert data.loaders.processes == 1
+
+
+@pytest.mark.parametrize("batch, world, accumulate, nearest", [
+    (128, 24, 1, "give --data.batch_size 120 or 144, or keep 128 on 16 processes"),  # EARL's batch on 24 GPUs
+    (256, 24, 1, "give --data.batch_size 240 or 264, or keep 256 on 16 processes"),  # MVA's
+    (32, 24, 1, "give --data.batch_size 24 or 48, or keep 32 on 16 processes"),  # the Conformer-Kernel's
+    (1, 8, 1, "give --data.batch_size 8, or keep 1 on 1 process"),  # QDS-Transformer's one group a step
+    (12, 8, 1, "give --data.batch_size 8 or 16, or keep 12 on 6 processes"),
+    (12, 4, 2, "give --data.batch_size 8 or 16, or keep 12 on 3 processes"),  # 3 x 2 accumulated
+    (9, 2, 2, "give --data.batch_size 8 or 12"),  # no number of processes accumulating 2 shares 9
+])  # fmt: skip
+def test_a_refusal_names_the_nearest_batches_and_the_most_processes_that_keep_the_batch(batch, world, accumulate,
+                                                                                       nearest):
+    from common.training.global_batch import batch_problem
+
+    problem = batch_problem(batch, world, accumulate)
+    assert problem.endswith(nearest) or problem.endswith(nearest + " (--trainer.devices x --trainer.num_nodes)")
+    for size in (int(n) for n in nearest.split("batch_size ")[1].split(",")[0].split(" or ")):
+        assert batch_problem(size, world, accumulate) is None  # the named sizes divide
+    if "keep" in nearest:
+        processes = int(nearest.rsplit(" on ", 1)[1].split()[0])
+        assert batch_problem(batch, processes, accumulate) is None
+        assert all(batch_problem(batch, p, accumulate) for p in range(processes + 1, world + 1))
+    assert batch_problem(batch, 1, 1) is None or batch % accumulate
 
 
 def test_a_loader_of_a_trainer_whose_batch_was_not_split_is_an_error():
@@ -190,3 +275,15 @@ def test_a_loader_of_a_trainer_whose_batch_was_not_split_is_an_error():
     data.trainer = trainer(2)
     with pytest.raises(RuntimeError, match="split_global_batch"):
         data.train_dataloader()
+
+
+def test_a_checkpoint_resumes_on_the_numbers_of_processes_and_accumulated_batches_it_was_written_by():
+    from common.training.global_batch import resumable_here
+
+    written = {"global_batch": {"processes": 2, "accumulate": 4}}
+    assert resumable_here(written, 2, 4) is None
+    assert "written by 2 processes accumulating 4, this run has 8 accumulating 4" in resumable_here(written, 8, 4)
+    assert "this run has 2 accumulating 1" in resumable_here(written, 2, 1)
+    older = {"rng_states_by_rank": [{}, {}]}  # a checkpoint of before the entry: its processes, by their states
+    assert resumable_here(older, 2, 3) is None and resumable_here({}, 1, 1) is None
+    assert "written by 1 process" in resumable_here({}, 2, 1)

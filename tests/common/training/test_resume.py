@@ -69,6 +69,41 @@ def test_saves_at_every_validation_step_are_each_one_step_late(tmp_path):
     assert _saved_steps(tmp_path, dev=True, every=4, steps=12) == [5, 9, 12]  # the last when training ends
 
 
+def test_a_save_due_at_an_epochs_last_step_is_made_one_step_later(tmp_path):
+    """Epochs of 20 steps: the saves due at steps 20 and 40 are made at 21 and 41."""
+    assert _saved_steps(tmp_path, dev=False, every=5, steps=45) == [5, 10, 15, 21, 25, 30, 35, 41, 45]
+
+
+def test_lightning_skips_an_epoch_when_resumed_from_an_epochs_last_step(tmp_path):
+    """Why the save waits: Lightning 2.6 resumed from a checkpoint written as an epoch's last step ends, with a
+    stateful loader (torchdata's, as the training commands'), counts that epoch as ended twice: the run trains 20
+    steps fewer than it should."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    class StatefulRows(Rows):
+        def train_dataloader(self):
+            return StatefulDataLoader(self.rows, batch_size=1)
+
+    def fit(ckpt_path=None) -> int:
+        trained = []
+
+        class Counted(Tiny):
+            def training_step(self, batch, batch_idx):
+                trained.append(self.global_step)
+                return super().training_step(batch, batch_idx)
+
+        save = ModelCheckpoint(tmp_path, filename="at-{step}", every_n_train_steps=20, save_top_k=-1)
+        trainer = L.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                            callbacks=[save], limit_val_batches=0)  # fmt: skip
+        trainer.fit(Counted(), datamodule=StatefulRows(False), ckpt_path=ckpt_path)
+        return len(trained)
+
+    assert fit() == 60
+    assert fit(tmp_path / "at-step=20.ckpt") == 20  # 40 are left: epoch 1 is skipped
+    assert fit(tmp_path / "at-step=40.ckpt") == 0
+
+
 def test_a_failed_write_leaves_the_previous_checkpoint_whole(tmp_path):
     path, io = tmp_path / "last.ckpt", AtomicCheckpointIO()
     io.save_checkpoint({"global_step": 3}, path)

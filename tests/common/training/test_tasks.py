@@ -115,17 +115,16 @@ def test_every_packages_data_module_samples_the_same_queries(spec):
 class Sampler:
     """Ten groups (their numbers); an epoch adds 100 times its number."""
 
-    def __init__(self):
-        self.epoch = 0
+    epoch = 0
 
     def __len__(self) -> int:
         return 10
 
     def __getitem__(self, index: int) -> int:
-        return 100 * self.epoch + index
+        return self.item(index, self.epoch)
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def item(self, index: int, epoch: int) -> int:
+        return 100 * epoch + index
 
 
 class Groups(SamplerGroups):
@@ -146,11 +145,10 @@ class Pairs(torch.utils.data.Dataset):
         return {"index": torch.tensor(indices)}
 
 
-def test_sampler_groups_are_the_samplers_and_follow_its_epochs():
+def test_sampler_groups_are_the_samplers_groups_of_the_epoch_of_each_key():
     groups = Groups(Sampler(), {"q1": "text"}, documents=None)
     assert len(groups) == 10 and groups[3] == 3 and groups.topics == {"q1": "text"}
-    groups.set_epoch(2)
-    assert groups[3] == 203
+    assert groups[2, 3] == 203 and groups[0, 3] == 3
     with pytest.raises(NotImplementedError, match="define collate"):
         SamplerGroups(Sampler(), {}, None).collate([0])
 
