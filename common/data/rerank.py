@@ -11,7 +11,9 @@ Conventions every ranker of the repository follows:
   process of a distributed run scores a share of them; `gather_scores` collects every
   process's rows, and the index puts each score back on its pair.
 - A padded ``DistributedSampler`` repeats some pairs so that every process gets as many; a
-  repeated pair carries the same score, and `reranked_run` counts it once.
+  repeated pair is counted once, with the score of its first row in the gathered order (the
+  lowest rank's), as `common.metrics.RankingMetrics` counts it: on a GPU a pair's score may
+  depend on the batch it was scored in, so the two must choose the same row.
 - The re-ranked run keeps every candidate: the scored ones by their new scores, then each
   query's candidates that were not scored (below the depth) in their first-stage order, under
   the lowest new score, so that measures deeper than the depth see the first stage there.
@@ -50,11 +52,13 @@ def reranked_run(pairs: list[tuple[str, str]], scores: Tensor, candidates: Run) 
     (`common.metrics.ordering.with_unscored_below`).
 
     The rows are read in the order of `pairs`, whatever order the processes that scored them gathered them in: the
-    queries come in the same order, and the run is written the same, on any number of processes."""
+    queries come in the same order, and the run is written the same, on any number of processes. A pair a padded
+    sampler repeated keeps the score of its first row in `scores` (module docstring)."""
+    rows = scores.tolist()
     run: Run = {}
-    for index, score in sorted(scores.tolist()):  # duplicates from a padded DistributedSampler carry equal scores
+    for index, score in sorted(rows, key=lambda row: row[0]):  # stable: a repeated pair's rows in gathered order
         qid, doc_id = pairs[int(index)]
-        run.setdefault(qid, {})[doc_id] = float(score)
+        run.setdefault(qid, {}).setdefault(doc_id, float(score))
     return with_unscored_below(run, candidates)
 
 

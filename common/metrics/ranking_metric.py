@@ -11,7 +11,8 @@ construction. The result is identical to evaluating the same (qid, docid,
 score) triples in one process.
 
 A (qid, docid) pair seen more than once counts once, with its first score in
-rank order: DistributedSampler pads the last batches by repeating samples.
+the gathered order (the lowest rank's): DistributedSampler pads the last batches
+by repeating samples, and `common.data.rerank.reranked_run` keeps the same row.
 
 With `candidates` (a first-stage run), each scored query's unscored candidates are ranked below
 its scored ones in first-stage order (`common.metrics.ordering.with_unscored_below`), as the run a

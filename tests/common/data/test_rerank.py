@@ -53,6 +53,23 @@ def test_reranked_run_counts_a_padded_samplers_duplicates_once():
     assert reranked_run(pairs, padded, CANDIDATES) == {"q2": expected}
 
 
+def test_a_repeated_pair_keeps_the_score_the_ranking_metric_counts():
+    """On a GPU a padded duplicate may score differently from its first row (another batch, other numerics): the run
+    and `RankingMetrics` keep the same row, the first gathered (rank 0's here), so run.trec's metrics are those
+    logged."""
+    from common.metrics import RankingMetrics
+
+    pairs = rerank_pairs(CANDIDATES, depth=2, queries=["q2"])  # d3, d2
+    rank0 = torch.tensor([[0, 1.0], [1, 0.5]], dtype=torch.float64)
+    rank1 = torch.tensor([[1, 3.0]], dtype=torch.float64)  # d2 again, scored otherwise
+    run = reranked_run(pairs, torch.cat([rank0, rank1]), CANDIDATES)
+    assert run["q2"]["d3"] == 1.0 and run["q2"]["d2"] == 0.5
+    metric = RankingMetrics({"q2": {"d2": 1}}, ["recip_rank"])
+    for rows in (rank0, rank1):  # torchmetrics concatenates the ranks' states in rank order
+        metric.update(["q2"] * len(rows), [pairs[int(i)][1] for i in rows[:, 0]], rows[:, 1])
+    assert metric.compute()["recip_rank"].item() == 0.5  # d2 second, as in the run
+    assert [doc for doc, _ in ranked(run["q2"])][:2] == ["d3", "d2"]
+
 
 def test_reranked_run_lists_the_queries_in_pair_order_however_the_rows_were_gathered():
     pairs = rerank_pairs(CANDIDATES, depth=1, queries=["q3", "q1", "q2"])  # x, a, d3
