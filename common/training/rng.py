@@ -1,13 +1,17 @@
 """The global random generators' states, to save in a checkpoint and restore on resuming.
 
 Dropout, samplers and shuffles draw from the global generators (Python's `random`, NumPy's
-legacy ``np.random``, torch's CPU generator and every CUDA device's). A run resumed from a
+legacy ``np.random``, torch's CPU generator and the current CUDA device's). A run resumed from a
 checkpoint repeats the uninterrupted one only if those generators continue where they were when
 the checkpoint was written: save `rng_states()` in the checkpoint (a LightningModule's
 ``on_save_checkpoint``) and pass it to `set_rng_states` when loading it (``on_load_checkpoint``).
 
 The states are tensors and plain Python values only, so a checkpoint that holds them still loads
 with ``torch.load(weights_only=True)``.
+
+CUDA: only the current device's generator, the one a process of a DDP run draws from (each process has its GPU,
+Lightning makes it current). Every visible device's would tie a checkpoint to the devices its process saw: a resumed
+process that sees fewer (SLURM's ``--gpus-per-task=1``, ``CUDA_VISIBLE_DEVICES``) could not restore them.
 """
 
 from __future__ import annotations
@@ -25,15 +29,16 @@ def rng_states() -> dict:
     numpy_state = (kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss)
     states = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
     if torch.cuda.is_available():
-        states["cuda"] = torch.cuda.get_rng_state_all()
+        states["cuda"] = torch.cuda.get_rng_state()  # the current device's (module docstring)
     return states
 
 
 def set_rng_states(states: dict) -> None:
-    """Restore the generators to `states` (from `rng_states`); CUDA's only where saved and available."""
+    """Restore the generators to `states` (from `rng_states`); the current CUDA device's only where saved and
+    available."""
     torch.set_rng_state(states["torch"])
     kind, keys, position, has_gauss, gauss = states["numpy"]
     np.random.set_state((kind, keys.numpy().astype(np.uint32), position, has_gauss, gauss))
     random.setstate(states["python"])
     if "cuda" in states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(states["cuda"])
+        torch.cuda.set_rng_state(states["cuda"])

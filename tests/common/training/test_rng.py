@@ -48,11 +48,47 @@ def test_states_survive_a_weights_only_checkpoint(tmp_path):
     assert _draws() == expected
 
 
+class _Cuda:
+    """torch.cuda's generator calls on `visible` devices, device 0 current; `drawn` moves a device's generator."""
+
+    def __init__(self, visible: int):
+        self.states = {device: torch.tensor([device, 0], dtype=torch.uint8) for device in range(visible)}
+
+    def patch(self, monkeypatch) -> None:
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_rng_state", lambda device="cuda": self.states[0].clone())
+        monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device="cuda": self.states.update({0: state}))
+        monkeypatch.setattr(torch.cuda, "get_rng_state_all", lambda: [s.clone() for s in self.states.values()])
+
+        def set_all(states):
+            for device, state in enumerate(states):
+                self.states[device]  # a device not visible: torch raises IndexError (KeyError here)
+                self.states[device] = state
+
+        monkeypatch.setattr(torch.cuda, "set_rng_state_all", set_all)
+
+    def drawn(self, device: int = 0) -> None:
+        self.states[device] = self.states[device] + torch.tensor([0, 1], dtype=torch.uint8)
+
+
+def test_the_current_cuda_devices_generator_alone_is_saved_and_restored(monkeypatch):
+    """A process of a DDP run draws from its own GPU, the current device; a resumed process that sees fewer devices
+    (SLURM's --gpus-per-task=1) must restore what it saved."""
+    saver = _Cuda(visible=4)
+    saver.patch(monkeypatch)
+    saver.drawn(0), saver.drawn(0), saver.drawn(2)
+    saved = rng_states()
+    assert saved["cuda"].tolist() == [0, 2]  # device 0's, not a list of the four
+    resumer = _Cuda(visible=1)
+    resumer.patch(monkeypatch)
+    set_rng_states(saved)
+    assert resumer.states[0].tolist() == [0, 2]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_cuda_generators_are_restored():
     torch.cuda.manual_seed_all(5)
     saved = rng_states()
-    assert len(saved["cuda"]) == torch.cuda.device_count()
     expected = torch.rand(8, device="cuda").tolist()
     torch.rand(8, device="cuda")
     set_rng_states(saved)
