@@ -131,7 +131,7 @@ def test_a_global_batch_the_processes_do_not_divide_is_refused_before_launch(lau
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert done.returncode != 0
     line = ("error: --data.batch_size 3 is the global batch of an optimizer step: it must divide among 2 processes; "
-            "give a multiple of 2")
+            "give --data.batch_size 2 or 4, or keep 3 on 1 process (--trainer.devices x --trainer.num_nodes)")
     if launcher is None:  # the command itself, before Lightning starts the second process
         assert done.returncode == 2 and done.stderr.splitlines()[-1] == line
     assert done.stderr.splitlines().count(line) == 1

@@ -72,7 +72,37 @@ def test_each_row_parses_into_the_paper_setting(capsys, name, pattern):
 
 
 def test_every_row_has_a_config():
-    assert sorted(p.name for p in CONFIGS.glob("trec-dl-2019*.yaml")) == sorted(ROWS)
+    assert sorted(p.name for p in CONFIGS.glob("trec-dl-2019*.yaml")) == sorted([*ROWS, MULTI_GPU])
+
+
+#: The several-GPU variant of the QDS row: not a row of the paper.
+MULTI_GPU = "trec-dl-2019-multi-gpu.yaml"
+
+
+@pytest.mark.parametrize("name", list(ROWS))
+def test_each_row_trains_on_one_gpu_as_the_paper(capsys, name):
+    """"Each method is limited to access only one GPU" (Sec. 5), one group a step: a batch of 1 cannot be shared."""
+    config = resolved(capsys, "--config", str(CONFIGS / name))
+    assert config["trainer"]["devices"] == 1 and config["data"]["batch_size"] == 1
+
+
+def test_the_multi_gpu_variant_differs_from_the_qds_row_in_its_batch_alone(capsys):
+    """8 groups a step (1, 2, 4 or 8 processes share them), its dev evaluations and saves as many groups apart as the
+    row's; every other setting the row's."""
+    from common.training.global_batch import batch_problem
+
+    row = resolved(capsys, "--config", str(CONFIGS / "trec-dl-2019.yaml"))
+    variant = resolved(capsys, "--config", str(CONFIGS / MULTI_GPU))
+    changed = {"trainer.devices": ("auto", 1), "data.batch_size": (8, 1), "trainer.val_check_interval": (188, 1500),
+               "save_every_n_steps": (250, 2000)}  # fmt: skip
+    for key, (theirs, rows) in changed.items():
+        assert (value(variant, key), value(row, key)) == (theirs, rows), key
+        *parents, last = key.split(".")
+        for config in (variant, row):
+            value(config, ".".join(parents)).pop(last) if parents else config.pop(last)
+    assert variant == row
+    assert [world for world in range(1, 17) if batch_problem(8, world) is None] == [1, 2, 4, 8]
+    assert abs(188 * 8 - 1500) < 8 and 250 * 8 == 2000
 
 
 def test_no_arguments_means_the_builtin_default(capsys):
