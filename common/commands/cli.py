@@ -57,10 +57,11 @@ from common.data.specs import TaskSpecError, check_spec
 from common.commands.help import replaces_default_config
 from common.io import atomic_write
 from common.commands.progress import progress_callback
-from common.training.global_batch import split_global_batch
-from common.training.resume import (AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_step,
-                                    discard_unfinished_writes)
-from common.commands.run_folder import CONFIG, LAST, launched_as_global_zero, resumed_run
+from common.training.global_batch import resumable_here, split_global_batch
+from common.training.resume import (AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_contents,
+                                    checkpoint_step, discard_unfinished_writes)
+from common.commands.run_folder import (CONFIG, LAST, launched_as_global_zero, restarts_in_place, resumed_run,
+                                         slurm_restarts)
 from common.training.tasks import MissingDocumentsError, RerankingDataModule
 from common.refusals import input_errors, usage_error
 
@@ -157,7 +158,8 @@ class RankerCLI(LightningCLI):
 
     After construction: `output_dir` (created), `resume_from` (None, a checkpoint file, or
     ``output_dir/checkpoints/last.ckpt`` with ``--ckpt_path last``), `resuming` (whether it is the latter: the
-    test outputs a killed run left may then be replaced), `checkpoint` (the best-on-dev
+    test outputs a killed run left may then be replaced), `restarting` (whether SLURM runs the job again in a folder
+    whose run wrote no ``last.ckpt``: `common.commands.run_folder.restarts_in_place`), `checkpoint` (the best-on-dev
     `ModelCheckpoint`), and LightningCLI's `config`, `model`, `datamodule`, `trainer`; after
     `fit_and_test`, `tested_checkpoint`.
     """
@@ -257,18 +259,28 @@ class RankerCLI(LightningCLI):
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
         self.resume_from = None
-        self.resuming = config.ckpt_path == "last"
+        self.resuming, self.restarting = config.ckpt_path == "last", False
         if self.resuming:
             if self.resumed_dir is None:  # "last" came from a config file, not the command line
                 usage_error("--ckpt_path last resumes a run: give it and the run's --output_dir on the command line")
             self.resume_from = self.output_dir / "checkpoints" / LAST
             self._check_same_settings()
+            self._say_requeued("resuming it from its last checkpoint")
         else:
+            self.restarting = restarts_in_place(self.output_dir)  # SLURM ran the job again before any last.ckpt
+            if self.restarting:
+                self._check_same_settings()
+                self._say_requeued("it wrote no checkpoint: starting it again")
             # Global rank zero alone: the other processes find the folder this launch's rank zero made.
-            if launched_as_global_zero() and self.output_dir.exists() and any(self.output_dir.iterdir()):
+            elif launched_as_global_zero() and self.output_dir.exists() and any(self.output_dir.iterdir()):
                 usage_error(f"{self.output_dir} is not empty: choose a new --output_dir, or pass --ckpt_path last "
                             "to resume the run in it")
             self.resume_from = config.ckpt_path
+
+    def _say_requeued(self, what: str) -> None:
+        if slurm_restarts() and launched_as_global_zero():
+            print(f"SLURM ran this job again (restart {slurm_restarts()}) on the run in {self.output_dir}: {what}",
+                  flush=True)  # fmt: skip
 
     def _check_same_settings(self) -> None:
         """A resumed run keeps the settings in its ``config.yaml``: flags given again that change one are refused."""
@@ -303,6 +315,11 @@ class RankerCLI(LightningCLI):
                          ": give --compare_with [] and train each baseline as its own run (--model.architecture NAME)")
         if isinstance(self.datamodule, RerankingDataModule):  # its batch_size is the global batch
             split_global_batch(self.datamodule, self.trainer)
+        if self.resume_from is not None:
+            problem = resumable_here(checkpoint_contents(self.resume_from), self.trainer.world_size,
+                                     self.trainer.accumulate_grad_batches)  # fmt: skip
+            if problem:
+                self._refuse(f"--ckpt_path {self.config.ckpt_path}: {problem}")
         if self.trainer.is_global_zero:  # the other processes' run folder is rank zero's (module docstring)
             self.output_dir.mkdir(parents=True, exist_ok=True)
         rank_zero_info(f"output folder: {self.output_dir}")
@@ -322,6 +339,8 @@ class RankerCLI(LightningCLI):
         last = LastCheckpoint(folder, self.config.save_every_n_steps)
         configured = self.config_init.trainer.get("callbacks") or []
         resume_step = checkpoint_step(self.resume_from) if self.config.ckpt_path == "last" else None
+        if self.restarting:
+            resume_step = 0  # the log of the attempt SLURM stopped: written again from its first row
         kwargs.update(
             default_root_dir=str(self.output_dir),
             logger=RunLogger(self.output_dir, resume_step),
@@ -358,9 +377,9 @@ class RankerCLI(LightningCLI):
         trainer, model, data = self.trainer, self.model, self.datamodule
         self.write_config()
         with warnings.catch_warnings():
-            if self.resuming:  # Lightning warns of a checkpoint folder in use: a resumed run's is
+            if self.resuming or self.restarting:  # Lightning warns of a checkpoint folder in use: a resumed run's is
                 warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
-                if trainer.is_global_zero:
+                if trainer.is_global_zero and (self.output_dir / "checkpoints").is_dir():
                     discard_unfinished_writes(self.output_dir / "checkpoints")
             trainer.fit(model, datamodule=data, ckpt_path=self.resume_from)
         self.tested_checkpoint = None

@@ -8,6 +8,12 @@ status 2 (`common.refusals`), with nothing written.
 
 On several processes only global rank zero checks, creates and writes the run's folder (`launched_as_global_zero`):
 the others never refuse the folder this launch made.
+
+A SLURM job requeued (``#SBATCH --requeue``: after a pre-emption or a node's failure SLURM runs the same command line
+again, with ``SLURM_RESTART_COUNT`` set) continues its run: where ``--output_dir DIR`` holds the run's
+``config.yaml`` and no ``--ckpt_path`` is given, `requeued` adds ``--ckpt_path last`` (from ``last.ckpt``; a
+finished run says so and exits 0), or, where no ``last.ckpt`` was written before the job was stopped, lets the run
+start again in its folder (`restarts_in_place`). Either way the settings given must be those of ``config.yaml``.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ CONFIG = "config.yaml"
 FINISHED = "metrics.json"
 #: The checkpoint a run resumes from, in its ``checkpoints/`` folder.
 LAST = "last.ckpt"
+#: What SLURM sets in a job it runs again (``--requeue``): how many times it did.
+RESTARTS = "SLURM_RESTART_COUNT"
 
 
 def flag(given: list[str], name: str) -> str | None:
@@ -61,6 +69,37 @@ def resumed_run(given: list[str]) -> Path | None:
         if not needed.is_file():
             usage_error(f"nothing to resume in {folder}: {needed} does not exist")
     return folder
+
+
+def requeued(given: list[str]) -> list[str]:
+    """The command line `given`, with ``--ckpt_path last`` added where SLURM runs it again in a folder that holds its
+    run's ``config.yaml`` and ``last.ckpt`` or ``metrics.json`` (module docstring); else `given` itself."""
+    out = flag(given, "output_dir")
+    if not _requeued() or flag(given, "ckpt_path") is not None or out is None:
+        return given
+    folder = Path(out)
+    if not (folder / CONFIG).is_file():
+        return given
+    if not ((folder / "checkpoints" / LAST).is_file() or (folder / FINISHED).is_file()):
+        return given  # killed before its first save: `restarts_in_place`
+    return [*given, "--ckpt_path", "last"]
+
+
+def restarts_in_place(folder: Path) -> bool:
+    """Whether a new run may start in `folder`, which is not empty: SLURM runs its job again and the run there wrote
+    no ``last.ckpt`` before the job was stopped (only its ``config.yaml``, logs and maybe a best checkpoint, all
+    written again the same)."""
+    return _requeued() and (folder / CONFIG).is_file() and not (folder / "checkpoints" / LAST).is_file()
+
+
+def slurm_restarts() -> int:
+    """How many times SLURM has run this job again (0: never, or not a SLURM job)."""
+    count = os.environ.get(RESTARTS, "").strip()
+    return int(count) if count.isdigit() else 0
+
+
+def _requeued() -> bool:
+    return slurm_restarts() > 0
 
 
 #: What the launchers set in the environment of the processes they start (torchrun, Lightning's own launcher, srun,

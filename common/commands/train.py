@@ -30,6 +30,7 @@ imported once the command line has passed it.
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import import_module
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from common.commands.help import check_command_line, is_int
-from common.commands.run_folder import CONFIG, FINISHED
+from common.commands.run_folder import CONFIG, FINISHED, requeued
 
 
 @dataclass(frozen=True)
@@ -170,6 +171,10 @@ def _imported(path: str):
 def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | None:
     """Run `command` on command line `args` (None: ``sys.argv[1:]``; see the module docstring); returns the test
     metrics (None without a test split, and in every process but global rank zero)."""
+    if args is not None:
+        args = requeued(args)  # a SLURM job run again resumes its run
+    else:  # the process's own command line, which Lightning's launcher runs again in its other processes
+        sys.argv[1:] = requeued(sys.argv[1:])
     check_command_line(command.name, args, command.default_config, command.check_settings)
     import torch
 

@@ -109,16 +109,20 @@ class RerankingEvaluation:
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Save the random generators' states (dropout's: a resumed run repeats an uninterrupted one): this
-        process's, and on several processes every process's, whose generators part as their batches' shapes do.
-        Lightning calls it in every process (it writes the checkpoint in global rank zero)."""
+        process's, and on several processes every process's, whose generators part as their batches' shapes do;
+        and the numbers of processes and accumulated batches that share the global batch, which a resumed run must
+        have (`common.training.global_batch.resumable_here`). Lightning calls it in every process (it writes the
+        checkpoint in global rank zero)."""
         checkpoint["rng_states"] = rng_states()
+        checkpoint["global_batch"] = {"processes": world_size(), "accumulate": self.trainer.accumulate_grad_batches}
         if world_size() > 1:
             checkpoint["rng_states_by_rank"] = [None] * world_size()
             torch.distributed.all_gather_object(checkpoint["rng_states_by_rank"], checkpoint["rng_states"])
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Restore this process's generators where the checkpoint was written by as many processes, else the
-        first process's (a checkpoint of another number of processes resumes, though not as its own run would)."""
+        first process's (a training command refuses to resume on another number; weights loaded into another run,
+        e.g. ``init_checkpoint``, take them)."""
         by_rank = checkpoint.get("rng_states_by_rank")
         if by_rank is not None and len(by_rank) == world_size():
             set_rng_states(by_rank[torch.distributed.get_rank()])

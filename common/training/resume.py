@@ -138,10 +138,14 @@ class RunLogger(CSVLogger):
         return self._experiment
 
 
+def checkpoint_contents(path: str | os.PathLike) -> dict:
+    """A Lightning checkpoint's contents, its tensors memory-mapped, not read."""
+    return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
+
+
 def checkpoint_step(path: str | os.PathLike) -> int:
     """The global step a Lightning checkpoint was saved at, read without loading its tensors."""
-    state = torch.load(path, map_location="cpu", mmap=True, weights_only=False)
-    return int(state["global_step"])
+    return int(checkpoint_contents(path)["global_step"])
 
 
 def discard_unfinished_writes(folder: str | os.PathLike) -> None:

@@ -28,19 +28,19 @@ def write_inputs(folder: Path, files: dict[str, str]) -> Path:
 
 
 def refused(module: str, args: list[str], tmp_path: Path, expect: str, *, inputs: Path | None = None,
-            timeout: float = 300) -> str:
+            timeout: float = 300, env: dict | None = None) -> str:
     """Run ``python -m module *args`` in an empty folder ``tmp_path/work`` and assert that it refused.
 
     `expect` is a part of the one line the command must print; `inputs`, where given, is the folder holding
-    the case's input files, which must be left as it was, and ``{in}`` in `args` and `expect` stands for it.
-    Returns the line.
+    the case's input files, which must be left as it was, and ``{in}`` in `args` and `expect` stands for it;
+    `env`, variables set for the command. Returns the line.
     """
     if inputs:
         args, expect = [arg.replace("{in}", str(inputs)) for arg in args], expect.replace("{in}", str(inputs))
     work = tmp_path / "work"
     work.mkdir(exist_ok=True)
     before = _listing(inputs) if inputs else []
-    env = {**os.environ, "EFFICIENT_RANKERS_CACHE": str(tmp_path / "cache")}
+    env = {**os.environ, "EFFICIENT_RANKERS_CACHE": str(tmp_path / "cache"), **(env or {})}
     done = subprocess.run([sys.executable, "-m", module, *args], cwd=work, env=env, capture_output=True,
                           text=True, timeout=timeout)  # fmt: skip
     said = f"{module} {' '.join(args)}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}"

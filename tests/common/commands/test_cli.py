@@ -165,3 +165,18 @@ def test_a_resumed_run_takes_its_config_and_refuses_other_settings(tmp_path, def
         TinyCLI(["--output_dir", str(out), "--ckpt_path", "last"], default_config)
     assert exit.value.code == 0
     assert capsys.readouterr().out == f"{out} holds a finished run (its metrics.json is written): nothing to resume\n"
+
+
+def test_a_run_resumes_only_on_the_processes_it_was_written_by(tmp_path, default_config, capsys, monkeypatch):
+    """The loader's position is a count of one process's examples and each process's generators are saved: a resume
+    on another number of processes (``devices: auto`` on another node) is refused before any step."""
+    out = tmp_path / "run"
+    cli = TinyCLI(["--output_dir", str(out)], default_config)
+    cli.write_config()
+    cli.trainer.fit(cli.model, datamodule=cli.datamodule)
+    written = (out / "checkpoints" / "last.ckpt").stat().st_mtime_ns
+    monkeypatch.setattr(L.Trainer, "world_size", property(lambda trainer: 2))
+    line = _refusal(capsys, ["--output_dir", str(out), "--ckpt_path", "last"], default_config)
+    assert line.startswith("error: --ckpt_path last: the checkpoint was written by 1 process accumulating 1, this "
+                           "run has 2 accumulating 1: resume it on 1 process")  # fmt: skip
+    assert (out / "checkpoints" / "last.ckpt").stat().st_mtime_ns == written
