@@ -383,7 +383,9 @@ class BatchScale(nn.Module):
     """BS(x) = x / (E[x] + ε), E[x] the cumulative mean of every training value seen (Eq. 4).
 
     On several processes each sees a slice of the batch: the slices' sums and sizes are added over the processes
-    before the mean is updated, so E[x] is the whole batch's, as on one process (up to the order of the sum)."""
+    before the mean is updated, so E[x] is the whole batch's, as on one process (up to float rounding: the order of
+    the sum, and the update computed in float64). They are added on the data's device, and the size stays there, a
+    tensor, rather than being read back into Python each step."""
 
     def __init__(self, eps: float = 1e-6):
         super().__init__()
@@ -395,9 +397,9 @@ class BatchScale(nn.Module):
         if self.training:
             n, total = x.numel(), x.detach().sum()
             if world_size() > 1:
-                sums = torch.stack([total.double(), torch.tensor(float(n), dtype=torch.float64)])
+                sums = torch.stack([total.double(), total.new_full((), n, dtype=torch.float64)])  # (2,)
                 torch.distributed.all_reduce(sums)
-                total, n = sums[0].to(total.dtype), int(sums[1])
+                total, n = sums[0].to(total.dtype), sums[1]
             self.count += n
             self.running_mean += ((total - n * self.running_mean) / self.count).to(self.running_mean)
         return x / (self.running_mean + self.eps)  # BS(x) = x / (E[x] + ε)

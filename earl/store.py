@@ -175,8 +175,8 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
     rows `EARL.document_keys_values` of D, as `representation` stores them; with ``random``, each store's rows are
     seeded noise of its own width (`common.benchmarking.noise_documents`; S2's are not D' of S1's: timing does not
     depend on the values, and a store of 100,000 documents is written at disk speed). `checkpoint` describes the
-    weights, `dtype` is a `ROW_TYPES` name. A finished store of the same identity is opened, not rebuilt; an
-    unfinished one is resumed."""
+    weights, `dtype` is a `ROW_TYPES` name. The documents are encoded on the model's device, their words drawn on
+    the host. A finished store of the same identity is opened, not rebuilt; an unfinished one is resumed."""
     stores, writers = {}, {}
     for strategy in strategies:
         folder = root / f"{name}_n{n}_{strategy}_{dtype}_{documents}_{count}"
@@ -195,11 +195,12 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
                                                            ROW_TYPES[dtype])))
     encoding = writers if documents == "encoded" else {}
     words = document_words(n, count, seed) if encoding else None
+    device = next(model.parameters()).device
     with torch.inference_mode():
         for shard in sorted(set().union(*(set(w.pending()) for w in encoding.values()))):
             first, last = shard * shard_size, min(shard * shard_size + shard_size, count)
             hidden = torch.cat([model.encode_documents(part, torch.ones_like(part))
-                                for part in bert_documents(words[first:last]).split(batch_size)])
+                                for part in bert_documents(words[first:last]).to(device).split(batch_size)])
             for strategy, writer in encoding.items():
                 if shard in writer.pending():
                     writer.write_shard(shard, list(hidden if strategy == "s1" else model.document_keys_values(hidden)))

@@ -75,7 +75,7 @@ def timestep_mask(mask: Tensor) -> Tensor:
     """The (B, n) positions that are timesteps: the input's real positions but its last, the [SEP] (module
     docstring, "Real positions"). Inputs are right-padded ``[CLS] ... [SEP]``."""
     keep = mask.bool().clone()
-    keep[torch.arange(len(mask)), mask.sum(1) - 1] = False
+    keep[torch.arange(len(mask), device=mask.device), mask.sum(1) - 1] = False
     return keep
 
 

@@ -7,7 +7,8 @@ representation to the score (a linear layer to one logit, a dot product) costs o
 each ranker runs it through `full_precision`: autocast off, the inputs cast to the parameters' dtype. The
 representations still come from bf16 layers and carry their rounding, but the scores keep float32's resolution,
 as different as those representations make them. Without autocast nothing changes: the inputs already have that
-dtype, and the call is the plain one.
+dtype, and the call is the plain one. On a device that has no autocast (the meta device, on which the tests run the
+models to find tensors made on another device) there is none to turn off, and the call is the plain one too.
 """
 
 from __future__ import annotations
@@ -23,5 +24,7 @@ def full_precision(function: Callable[..., Tensor], *inputs: Tensor, dtype: torc
     ``layer.weight.dtype``); (B, ...) tensors in, `function`'s output out."""
     device_type = inputs[0].device.type
     cast = [x.to(dtype) if x.is_floating_point() else x for x in inputs]
+    if not torch.amp.is_autocast_available(device_type):  # no autocast to turn off (`torch.autocast` refuses it)
+        return function(*cast)
     with torch.autocast(device_type, enabled=False):
         return function(*cast)

@@ -1,12 +1,15 @@
 """`common.encoders.length_batches`: the split it returns is the cheapest of every split into runs of the sorted rows,
-checked by enumerating them all; `by_length` runs each batch and returns the outputs in the rows' order."""
+checked by enumerating them all; `by_length` runs each batch and returns the outputs in the rows' order, on the
+mask's device (the meta device, `tests.devices.on_meta`)."""
 
 import random
 
 import pytest
 import torch
 
+import common.encoders.length_batches
 from common.encoders.length_batches import by_length, length_batches
+from tests.devices import META, on_meta
 
 
 def _partitions(n: int):
@@ -53,3 +56,19 @@ def test_by_length_with_one_batch_reads_every_row_in_place():
     mask[1, 3] = 0
     out = by_length(mask, lambda rows, n: torch.arange(12.0).view(3, 4)[rows, :n].sum(1), call=100)
     assert out.tolist() == [6, 22, 38]  # one batch: all rows as a slice, read to the longest (4)
+
+
+def test_by_length_makes_its_index_tensors_on_the_masks_device(monkeypatch):
+    """Several batches on the meta device: each batch's rows, their order and the outputs' gather are on the mask's
+    device. (A meta mask has no lengths to read; the split is patched to two batches.)"""
+    monkeypatch.setattr(common.encoders.length_batches, "length_batches", lambda lengths, padded, call: [[0, 2], [1]])
+    mask, x = torch.ones(3, 5, device=META), torch.ones(3, 5, 4, device=META)
+    seen = []
+
+    def run(rows, n):
+        seen.append(rows.device)
+        return x[rows, :n].sum(1)  # (b, 4)
+
+    with on_meta():
+        out = by_length(mask, run, call=0)
+    assert seen == [META, META] and out.device == META and out.shape == (3, 4)

@@ -39,3 +39,11 @@ def test_bf16_inputs_are_cast_up_and_integer_inputs_kept():
     out = full_precision(lambda a, k: layer(a)[:3, 0] * k, x.bfloat16(), keep, dtype=torch.float32)
     assert out.dtype == torch.float32
     assert torch.equal(out, layer(x.bfloat16().float())[:3, 0] * keep)
+
+
+def test_on_a_device_without_autocast_it_is_the_plain_call_with_the_inputs_cast():
+    """The meta device has no autocast (`torch.autocast` refuses it): the inputs are cast, the layer runs there."""
+    assert not torch.amp.is_autocast_available("meta")
+    layer = nn.Linear(4, 1).to("meta")
+    got = full_precision(layer, torch.ones(3, 4, dtype=torch.bfloat16, device="meta"), dtype=layer.weight.dtype)
+    assert got.device.type == "meta" and got.dtype == torch.float32 and got.shape == (3, 1)
