@@ -8,21 +8,39 @@ A cache (a tokenizer, a vocabulary, a document store, ...) is built once however
 the same moment: the ranks of a multi-GPU job (torchrun and srun start them all at once), or parallel jobs on one
 cache. `built_once` takes a file lock beside the cache (`build_lock`, ``<cache>.lock``, an ``flock`` through the
 `filelock` package, so it holds between processes on one machine and, where the file system supports it, across the
-nodes that share it): the first process builds and publishes the cache by a rename, the others wait for the lock and
-then open the finished cache.
+nodes that share it; where it has no ``flock`` at all, filelock falls back to a lock file of its own): the first
+process builds and publishes the cache by a rename, the others wait for the lock and then open the finished cache.
+
+On a cluster. A lock lies beside what it protects, on the same file system, so the processes that share a cache
+share its lock, whichever node they run on (`common.data.irds` locks ir_datasets' stores beside them, under
+``IR_DATASETS_HOME``). Where a file system's locks do not reach across nodes (NFS without a lock manager, Lustre
+mounted ``localflock``), two nodes may build the same cache at once; both builds are whole, and the second rename
+finds the first's: a folder already renamed into place counts as built (the second build is dropped), a file is
+replaced by an identical one. A Lightning data module's ``prepare_data`` runs on each node's local rank 0
+(``prepare_data_per_node``, Lightning's default, kept): right where each node has its own cache, and, on a shared
+one, the lock (or the rename, failing that) makes the second node open what the first built.
+
+`file_digest` keys a cache by a file's content rather than its path, so that a collection copied to another path
+(staged to a node's local disk per job) finds the cache built from the same bytes. `recorded_caches` lists the
+caches a block asked for and whether each was built or found built (`python -m <package>.prepare` prints it).
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import errno
 import gzip
+import hashlib
+import json
 import logging
 import os
 import secrets
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
@@ -147,6 +165,38 @@ def build_lock(path: str | os.PathLike) -> Iterator[None]:
         lock.release()
 
 
+@dataclass(frozen=True)
+class CacheUse:
+    """A cache a process asked for: its path, whether this process built it (else it was found built) and the seconds
+    the build (or the wait for another process's) took."""
+
+    path: Path
+    built: bool
+    seconds: float
+
+
+#: The lists `recorded_caches` is filling, innermost last.
+_RECORDS: list[list[CacheUse]] = []
+
+
+@contextlib.contextmanager
+def recorded_caches() -> Iterator[list[CacheUse]]:
+    """A list that receives a `CacheUse` for every cache asked for in this process during the ``with`` block
+    (`built_once`'s, and each ir_datasets store `common.data.irds` opens), in the order asked."""
+    uses: list[CacheUse] = []
+    _RECORDS.append(uses)
+    try:
+        yield uses
+    finally:
+        _RECORDS.remove(uses)
+
+
+def record_cache(path: str | os.PathLike, built: bool, seconds: float = 0.0) -> None:
+    """Tell the `recorded_caches` blocks under way that cache `path` was built (or found built)."""
+    for uses in _RECORDS:
+        uses.append(CacheUse(Path(path), built, seconds))
+
+
 def built_once(
     path: str | os.PathLike, build: Callable[[Path], object], *, ready: Callable[[Path], bool] = Path.exists
 ) -> Path:
@@ -157,24 +207,77 @@ def built_once(
     writes the cache at `tmp`, a new name beside `path`, which is then renamed onto `path`: a reader never sees a
     half-built cache, and a build that fails (or is killed) leaves no `path` (a killed one may leave its
     ``.<name>.*.tmp``). A file that is not ready (e.g. of an older format) is replaced; a folder that is not ready is
-    refused (FileExistsError), as it may hold something else.
+    refused (FileExistsError), as it may hold something else. A folder that another node renamed into place while
+    this one built (their lock did not exclude each other: module docstring) is kept, and this build dropped.
     """
     path = Path(path)
     if ready(path):
+        record_cache(path, False)
         return path
+    start = time.monotonic()
     with build_lock(path):
         if ready(path):
+            record_cache(path, False, time.monotonic() - start)
             return path
         if path.is_dir():
             raise FileExistsError(f"{path} exists but holds no complete build; remove it")
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
             build(tmp)
-            os.replace(tmp, path)
+            published = _published(tmp, path, ready)
         finally:
             if tmp.is_dir():
                 shutil.rmtree(tmp, ignore_errors=True)
             else:
                 with contextlib.suppress(FileNotFoundError):
                     tmp.unlink()
+    record_cache(path, published, time.monotonic() - start)
     return path
+
+
+def _published(tmp: Path, path: Path, ready: Callable[[Path], bool]) -> bool:
+    """Rename the build at `tmp` onto `path`: True; or False where `path` is a folder another node built meanwhile
+    (a rename onto a folder that is not empty fails), which is kept as the cache."""
+    try:
+        os.replace(tmp, path)
+    except OSError as error:
+        if error.errno in (errno.ENOTEMPTY, errno.EEXIST) and path.is_dir() and ready(path):
+            log.info("%s was built by another process meanwhile; its build is kept", path)
+            return False
+        raise
+    return True
+
+
+#: Bytes read at a time when a file is hashed.
+DIGEST_BLOCK = 1 << 20
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """The sha256 (hex) of the bytes of file `path`, hashed once per (resolved path, size, modification time,
+    inode) and remembered under ``cache_root() / "digests"`` (``<file name>-<key>.sha256``).
+
+    A cache keyed by it is found from any copy of the file: a copy staged per job, at a new path with a new time,
+    costs one pass over its bytes (0.72 GB/s from the page cache on an AMD EPYC core) where a key of path and time
+    would rebuild the cache. The inode is in the memo's key so that a file replaced by another of the same size and
+    time (``cp -p``, ``rsync -t``) is hashed again.
+    """
+    path = Path(path).resolve()
+    stat = path.stat()
+    seen = json.dumps([str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino])
+    memo = cache_root() / "digests" / f"{path.name}-{hashlib.sha256(seen.encode()).hexdigest()[:16]}.sha256"
+
+    def hash_file(tmp: Path) -> None:
+        digest = hashlib.sha256()
+        with open(path, "rb") as f:
+            while block := f.read(DIGEST_BLOCK):
+                digest.update(block)
+        tmp.write_text(f"{digest.hexdigest()}\n", encoding="ascii")
+
+    return built_once(memo, hash_file, ready=_holds_digest).read_text(encoding="ascii").strip()
+
+
+def _holds_digest(memo: Path) -> bool:
+    try:
+        return len(memo.read_text(encoding="ascii").strip()) == 64
+    except (OSError, UnicodeDecodeError):
+        return False

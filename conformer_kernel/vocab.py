@@ -6,8 +6,12 @@
   uses fastText's word2vec with dim 128 (so 256 after concatenation), window 10, min count 100,
   5 epochs and no character n-grams; here gensim's `Word2Vec` (sg=1) with fastText's defaults for
   what the paper does not state: learning rate 0.05, 5 negatives, sub-sampling threshold 1e-4.
-  A single worker thread keeps the vectors a function of the seed (``workers`` > 1 is faster on
-  MS MARCO and not reproducible).
+  A single worker thread keeps the vectors a function of the seed: gensim's threads update the
+  shared vectors in the order the operating system schedules them ("ordering jitter", which only
+  ``workers=1`` removes, says gensim's ``Word2Vec`` docstring), so ``workers`` > 1 is faster and
+  not reproducible. Build the embeddings ahead,
+  on a CPU node, with ``python -m conformer_kernel.prepare`` and the training run's options
+  (`common.commands.prepare`): the training job then finds them cached.
 - Ids: UNK = 0 (also padding), ``<S>`` = 1, ``</S>`` = 2, all three zero vectors; then the word2vec
   vocabulary, most frequent first.
 - IDF (official ``model_utils.py``): max(log((N - df + 0.5) / (df + 0.5)), 0) over the N collection

@@ -134,14 +134,16 @@ class TrainCommand:
         ``--help`` and a bad option are answered before Lightning is imported (`common.commands.help`)."""
         return run_command(self, args)
 
-    def cli(self, args: list[str] | None, cli_class=None):
-        """The command's `common.commands.cli.RankerCLI` (or `cli_class`, a subclass) for command line `args`."""
+    def cli(self, args: list[str] | None, cli_class=None, command: str | None = None):
+        """The command's `common.commands.cli.RankerCLI` (or `cli_class`, a subclass) for command line `args`, its
+        ``--help`` naming `command` (default: `name`; ``qds.prepare`` parses train's command line,
+        `common.commands.prepare`)."""
         from common.commands.cli import RankerCLI
 
         return (cli_class or RankerCLI)(
-            _imported(self.model), _imported(self.data), command=self.name, default_config=self.default_config,
-            run_name=self.run_name, monitor=self.monitor, check=self.check_settings, arguments=self.add_arguments,
-            args=args,
+            _imported(self.model), _imported(self.data), command=command or self.name,
+            default_config=self.default_config, run_name=self.run_name, monitor=self.monitor,
+            check=self.check_settings, arguments=self.add_arguments, args=args,
         )  # fmt: skip
 
     def parser(self):

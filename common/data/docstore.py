@@ -3,9 +3,21 @@
 A collection file (TSV or JSONL, see `common.data.formats`) is streamed once into
 an SQLite table ``docs(doc_id, title, text, url)`` keyed by document id. The
 store is built atomically (a temporary database renamed into place) in a cache
-folder, keyed by the collection's resolved path, size and modification time, and
+folder, keyed by the collection's content (the sha256 of its bytes, `common.io.file_digest`), and
 reused by every later run; processes that ask for it at once (DDP ranks) build it
 once (`common.io.built_once`).
+
+Keyed by content, not by path and time: a collection staged per job (copied to a node's local disk, a new path and
+a new time each job) finds the store built from the same bytes. The price is one pass over a file the first time
+it is seen at a path with a size and time (remembered after: an unchanged file is not hashed again), about 7 times
+faster than a build: 0.72 GB/s hashed against 0.11 GB/s stored, a 119 MB collection from the page cache on one AMD
+EPYC core (about 30 s against 3.5 min for MS MARCO's 22 GB of documents, more where the disk is slower).
+
+Reading. A store is never written after it is renamed into place (a rebuild is a new file renamed over it, which a
+connection already open does not see), so it is opened read-only with ``immutable=1``: SQLite then takes no lock
+and checks for no change per statement, which on NFS would be a round trip to the server per statement.
+`DocumentStore.get_many` fetches a batch of documents with one statement (one per `variable_limit` distinct ids),
+in the order asked.
 
 Each store is stamped with `SCHEMA_VERSION` (SQLite's ``user_version``). A
 cached store of an older schema (version 0: built before documents had a url,
@@ -23,7 +35,6 @@ set, else ``~/.cache/efficient-rankers/docstore``.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import sqlite3
 import tempfile
@@ -33,7 +44,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from common.data.formats import DataFormatError, Document, iter_collection
-from common.io import built_once, cache_root
+from common.io import built_once, cache_root, file_digest
 
 
 #: Layout of the ``docs`` table; bump it whenever the table changes, so that cached stores are rebuilt.
@@ -63,6 +74,10 @@ class Lookup:
 
     def prepare(self) -> None:
         """Build what the lookups read where it is not built yet (a lookup built when it is made has nothing to do)."""
+
+
+#: Host parameters of one statement where SQLite cannot be asked (Python < 3.11): SQLite's default before 3.32.
+VARIABLE_LIMIT = 999
 
 
 class DocumentStore(Lookup):
@@ -112,7 +127,8 @@ class DocumentStore(Lookup):
     def for_collection(
         cls, collection: str | os.PathLike, cache_dir: str | os.PathLike | None = None, *, progress: bool = True
     ) -> DocumentStore:
-        """The cached store of `collection`, built on first use and reused while the file is unchanged.
+        """The cached store of `collection`, built on first use and reused for any file of the same content
+        (module docstring).
 
         Built once however many processes (DDP ranks) ask at once (`common.io.built_once`): the others wait and
         open the finished store. A cached store of another `SCHEMA_VERSION` (an older build without urls) is
@@ -121,8 +137,7 @@ class DocumentStore(Lookup):
         collection = Path(collection).resolve()
         if not collection.is_file():
             raise FileNotFoundError(f"{collection}: no such collection file")
-        stat = collection.stat()
-        key = hashlib.sha256(f"{collection}\0{stat.st_size}\0{stat.st_mtime_ns}".encode()).hexdigest()[:16]
+        key = file_digest(collection)[:16]
         path = Path(cache_dir or cache_root() / "docstore") / f"{collection.stem}-{key}.sqlite"
         built_once(path, lambda tmp: cls.build(collection, tmp, progress=progress),
                    ready=lambda store: store.is_file() and schema_version(store) == SCHEMA_VERSION)
@@ -132,8 +147,7 @@ class DocumentStore(Lookup):
     def _db(self) -> sqlite3.Connection:
         # SQLite connections must not cross a fork (DataLoader workers): reopen per process.
         if self._connection is None or self._pid != os.getpid():
-            uri = f"{self.path.resolve().as_uri()}?mode=ro"
-            connection = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            connection = _read_only(self.path, check_same_thread=False)
             try:
                 _check_schema(self.path, connection)
             except StaleStoreError:
@@ -148,6 +162,30 @@ class DocumentStore(Lookup):
             raise KeyError(f"document {doc_id!r} is not in {self.path}")
         title, text, url = row
         return Document(doc_id, text, title, url)
+
+    def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
+        """Documents in the order asked (repeats allowed), fetched with one statement per `variable_limit` distinct
+        ids; a missing id raises KeyError naming it."""
+        asked = list(doc_ids)
+        distinct = list(dict.fromkeys(asked))
+        found: dict[str, Document] = {}
+        step = self.variable_limit()
+        for start in range(0, len(distinct), step):
+            chunk = distinct[start : start + step]
+            rows = self._db.execute(f"SELECT doc_id, title, text, url FROM docs WHERE doc_id IN "
+                                    f"({', '.join('?' * len(chunk))})", chunk)  # fmt: skip
+            found.update((doc_id, Document(doc_id, text, title, url)) for doc_id, title, text, url in rows)
+        missing = [doc_id for doc_id in distinct if doc_id not in found]
+        if missing:
+            shown = ", ".join(repr(d) for d in missing[:5]) + (", ..." if len(missing) > 5 else "")
+            raise KeyError(f"{len(missing)} document(s) not in {self.path}: {shown}")
+        return [found[doc_id] for doc_id in asked]
+
+    def variable_limit(self) -> int:
+        """The most ids one statement of `get_many` binds: SQLite's limit on host parameters (32,766 since SQLite
+        3.32; `VARIABLE_LIMIT` where Python cannot ask)."""
+        getlimit = getattr(self._db, "getlimit", None)  # Python >= 3.11
+        return getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if getlimit is not None else VARIABLE_LIMIT
 
     def __contains__(self, doc_id: object) -> bool:
         return self._db.execute("SELECT 1 FROM docs WHERE doc_id = ?", (doc_id,)).fetchone() is not None
@@ -173,9 +211,13 @@ class DocumentStore(Lookup):
 
 def schema_version(path: str | os.PathLike) -> int:
     """The `SCHEMA_VERSION` a store was built with (0 for stores built before versions were stamped)."""
-    uri = f"{Path(path).resolve().as_uri()}?mode=ro"
-    with contextlib.closing(sqlite3.connect(uri, uri=True)) as db:
+    with contextlib.closing(_read_only(path)) as db:
         return _stamped_version(db)
+
+
+def _read_only(path: str | os.PathLike, **options) -> sqlite3.Connection:
+    """A connection to the store `path`, read-only and immutable (no locks: module docstring)."""
+    return sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro&immutable=1", uri=True, **options)
 
 
 def _stamped_version(db: sqlite3.Connection) -> int:

@@ -52,7 +52,7 @@ Laziness: constructing a source only resolves the id in the registry (cheap, no
 download, and fails fast on a typo in a config). Each part is read on first use
 and cached; the document store is opened on the first lookup (or `IrDatasetsDocuments.prepare`)
 and built by ir_datasets on first use (a ``.pklz4`` folder beside the collection), once
-however many processes open it at once (`_built_store`). ir_datasets
+however many processes open it at once, under a lock beside it (`_built_store`). ir_datasets
 is imported only when a source is created, so ``import common.data`` does not
 pay for it.
 """
@@ -65,6 +65,7 @@ import hashlib
 import json
 import math
 import os
+import time
 import warnings
 from collections.abc import Iterable, Iterator
 from functools import cached_property
@@ -74,7 +75,7 @@ from typing import TYPE_CHECKING, Any
 from common.data.docstore import Lookup
 from common.data.formats import DataFormatError, Document, Qrels, Run, Topics
 from common.data.source import read_once
-from common.io import build_lock, built_once, cache_root
+from common.io import build_lock, built_once, cache_root, record_cache
 
 if TYPE_CHECKING:
     from common.data.training_table import TrainingTable
@@ -395,18 +396,51 @@ def _built_store(dataset: Any, dataset_id: str) -> Any:
 
     ir_datasets builds a store (e.g. its ``.pklz4`` folder) on first use and checks whether it is built before
     taking its own lock, so two processes starting at once would both append every document; and opening a store
-    reads the metadata file a build is writing (an assertion fails on a half-written one). So the store is opened,
-    and built where it has a ``build`` method and a ``path`` in a folder this process can write, under a lock of the
-    project's cache keyed by the dataset id (`common.io.build_lock`); once built, opening it under the lock is brief.
+    reads the metadata file a build is writing (an assertion fails on a half-written one). So a store that has a
+    ``build`` method and a ``path`` in a folder this process can write is opened again, and built where it is not,
+    under a lock beside it (`common.io.build_lock`, ``<store>.lock``): on the file system of the store, under
+    ``IR_DATASETS_HOME`` or beside a local collection, so that the processes of every node sharing the store share
+    its lock, whatever their own caches (``EFFICIENT_RANKERS_CACHE``) are; and keyed by the store itself, which the
+    datasets of one collection share (``msmarco-document/train`` and ``msmarco-document/trec-dl-2019``). Once built,
+    opening it under the lock is brief. A store in a folder this process cannot write (built once for everyone on
+    a read-only file system) is opened without a lock.
     """
-    with build_lock(cache_root() / "ir_datasets_stores" / _cache_key(dataset_id, "docs_store")):
-        store = dataset.docs_store()
-        path = getattr(store, "path", None)
-        if callable(getattr(store, "build", None)) and isinstance(path, (str, os.PathLike)):
-            parent = next((p for p in Path(path).absolute().parents if p.exists()), None)
-            if parent is not None and os.access(parent, os.W_OK):
-                store.build()
+    store = _opened_store(dataset)  # its path names the lock
+    path = getattr(store, "path", None)
+    if not callable(getattr(store, "build", None)) or not isinstance(path, (str, os.PathLike)):
+        return store  # nothing this process could build
+    path = Path(path).absolute()
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is None or not os.access(parent, os.W_OK):
+        record_cache(path, False)
+        return store
+    start = time.monotonic()
+    with build_lock(path):
+        store = dataset.docs_store()  # no build is writing it now
+        built = getattr(store, "built", None)
+        building = not (callable(built) and built())
+        store.build()
+    record_cache(path, building, time.monotonic() - start)
     return store
+
+
+#: Tries, a tenth of a second apart, to open a store whose metadata a build under way is writing (`_opened_store`).
+OPEN_TRIES = 20
+
+
+def _opened_store(dataset: Any) -> Any:
+    """``dataset.docs_store()``, opened before its lock is known; ir_datasets' check of the store's fields against
+    its metadata file (an AssertionError) fails for the instant a build under way has created that file and not yet
+    written it, so it is tried again, and raised where the fields differ for good."""
+    tries = 1
+    while True:
+        try:
+            return dataset.docs_store()
+        except AssertionError:
+            if tries == OPEN_TRIES:
+                raise
+            tries += 1
+            time.sleep(0.1)
 
 
 class IrDatasetsSource:

@@ -29,7 +29,7 @@ from common.data.formats import (DataFormatError, Document, Qrels, Run, Topics, 
                                  read_run, read_topics)
 from common.data.training_table import FORMAT as TABLE_FORMAT
 from common.data.training_table import RepeatedPairError, TableBuilder, TrainingTable
-from common.io import cache_root
+from common.io import cache_root, file_digest
 
 
 @runtime_checkable
@@ -110,14 +110,17 @@ class FileSource:
     def training_table(self) -> TrainingTable:
         """The qrels and candidates as a memory-mapped `TrainingTable`, streamed from the two files (no dict) into
         the cache once (``training/<run file>-<key>`` under `cache_dir` or the project's cache, keyed by both files'
-        resolved paths, sizes and modification times and the table's format; built by one process under a lock,
-        `common.io.built_once`) and opened read-only by every process after. A changed file makes a new table."""
+        contents, `common.io.file_digest`, and the table's format; built by one process under a lock,
+        `common.io.built_once`) and opened read-only by every process after. A changed file makes a new table; a
+        copy of the same files elsewhere (staged per job) finds the table built, as the document store does
+        (`common.data.docstore`)."""
         files = {what: self._file(path, what) for what, path in (("qrels", self.qrels_path),
                                                                  ("candidates", self.candidates_path))}
-        stats = {what: [str(path), path.stat().st_size, path.stat().st_mtime_ns] for what, path in files.items()}
-        key = hashlib.sha256(json.dumps([stats, TABLE_FORMAT]).encode()).hexdigest()[:16]
+        digests = {what: file_digest(path) for what, path in files.items()}
+        key = hashlib.sha256(json.dumps([digests, TABLE_FORMAT]).encode()).hexdigest()[:16]
         folder = Path(self.cache_dir or cache_root()) / "training" / f"{files['candidates'].name}-{key}"
-        return TrainingTable.saved(folder, lambda: self._stream_table(**files), {"files": stats})
+        made_of = {what: {"path": str(path), "sha256": digests[what]} for what, path in files.items()}
+        return TrainingTable.saved(folder, lambda: self._stream_table(**files), {"files": made_of})
 
     def _stream_table(self, qrels: Path, candidates: Path) -> TrainingTable:
         """The table of the two files, read line by line (a repeated pair is refused naming its line)."""

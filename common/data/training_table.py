@@ -26,7 +26,7 @@ data module's ``prepare_data`` (`common.training.tasks.RerankingDataModule`), in
 (``$EFFICIENT_RANKERS_CACHE/training/<key>``, keyed by the dataset id and this format; `common.io.built_once`: one
 process builds under a lock and publishes the folder by a rename). A task of TREC files (the built-in collection
 is one; `common.data.source.FileSource.training_table`) is streamed likewise from its qrels and run files
-(``training/<run file>-<key>``, keyed by both files' paths, sizes and modification times and this format). Building
+(``training/<run file>-<key>``, keyed by both files' contents, `common.io.file_digest`, and this format). Building
 holds the ids in a dict (8.8M passage ids) and the codes in arrays of 4 bytes a candidate until they are sorted: one
 process, once. A rank_llm task (its candidates and their text in one JSON file, held in memory anyway) is tabled in
 memory from its dicts (`TrainingTable.from_dicts`). The samplers read every table alike, so the same seed draws the

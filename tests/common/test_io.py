@@ -172,3 +172,82 @@ def test_a_waiting_process_says_whom_it_waits_for(tmp_path, caplog):
         built_once(path, lambda tmp: pytest.fail("built while another process was building"))
     builder.join(timeout=60)
     assert caplog.messages == [f"waiting for {path}: another process is building it"]
+
+
+def test_a_folder_another_node_renamed_into_place_meanwhile_counts_as_built(tmp_path):
+    """Two nodes whose file locks do not reach each other both build; the second one's rename onto the first's
+    folder fails (a folder is not replaced), and the first's folder is the cache."""
+    path = tmp_path / "table"
+
+    def build_while_another_node_publishes(tmp):
+        tmp.mkdir()
+        (tmp / "done").write_text("this node")
+        other = tmp_path / ".table.other-node.tmp"
+        other.mkdir()
+        (other / "done").write_text("the other node")
+        os.rename(other, path)  # published between this node's check and its rename
+
+    assert built_once(path, build_while_another_node_publishes, ready=lambda p: (p / "done").exists()) == path
+    assert (path / "done").read_text() == "the other node"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["table", "table.lock"]  # this node's build removed
+
+
+def test_a_folder_of_another_node_that_is_not_ready_is_still_refused(tmp_path):
+    path = tmp_path / "table"
+
+    def build_while_another_node_leaves_a_folder(tmp):
+        tmp.mkdir()
+        (tmp / "done").write_text("this node")
+        path.mkdir()
+        (path / "unrelated").write_text("x")
+
+    with pytest.raises(OSError):
+        built_once(path, build_while_another_node_leaves_a_folder, ready=lambda p: (p / "done").exists())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["table", "table.lock"]
+    assert [p.name for p in path.iterdir()] == ["unrelated"]
+
+
+def test_recorded_caches_say_which_were_built_and_which_found(tmp_path):
+    from common.io import recorded_caches
+
+    other_node = tmp_path / "d"
+
+    def lose_the_race(tmp):
+        tmp.mkdir()
+        other_node.mkdir()
+        (other_node / "done").write_text("")
+
+    with recorded_caches() as outer:
+        built_once(tmp_path / "a", lambda tmp: tmp.write_text("a"))
+        with recorded_caches() as inner:
+            built_once(tmp_path / "a", lambda tmp: pytest.fail("rebuilt"))
+            built_once(tmp_path / "b", lambda tmp: tmp.write_text("b"))
+        built_once(other_node, lose_the_race, ready=lambda p: (p / "done").exists())
+    built_once(tmp_path / "c", lambda tmp: tmp.write_text("c"))  # outside both blocks
+    assert [(use.path.name, use.built) for use in outer] == [("a", True), ("a", False), ("b", True), ("d", False)]
+    assert [(use.path.name, use.built) for use in inner] == [("a", False), ("b", True)]
+    assert all(use.seconds >= 0 for use in outer)
+
+
+def test_a_file_digest_is_the_sha256_of_its_bytes_and_hashed_once_per_path_size_and_time(tmp_path, monkeypatch):
+    from common.io import file_digest
+
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "docs.tsv"
+    path.write_bytes(b"abc")
+    abc = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"  # FIPS 180-2's sha256("abc")
+    assert file_digest(path) == abc
+    # The same size and time at the same path and inode: the remembered digest, without reading the bytes again.
+    stat = path.stat()
+    with open(path, "r+b") as f:
+        f.write(b"xyz")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert file_digest(path) == abc
+    # A copy elsewhere, at a new time, is hashed: its own bytes.
+    copy = tmp_path / "staged" / "docs.tsv"
+    copy.parent.mkdir()
+    copy.write_bytes(b"abc")
+    assert file_digest(copy) == abc
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert file_digest(path) == "3608bca1e44ea6c4d268eb6db02260269892c0b42b86bbf1e77a6fa16c3c9282"  # sha256("xyz")
+    assert len(list((tmp_path / "cache" / "digests").glob("docs.tsv-*.sha256"))) == 3

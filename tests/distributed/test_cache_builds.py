@@ -165,8 +165,8 @@ def _contents(run_dir: Path) -> dict[str, str]:
         for path in sorted((run_dir / tree).rglob("*")):
             if not path.is_file() or path.suffix == ".lock" or path.name == "docs.tsv":
                 continue
-            # The docstore and vocabulary are named by a key of their input files' paths and times, which the
-            # built-in collection of each run has its own of.
+            # The vocabulary and the files' digests are named by a key of their input files' paths and times, which
+            # the built-in collection of each run has its own of (the docstore and tables: of their contents).
             name = re.sub(r"-[0-9a-f]{16}", "-KEY", str(path.relative_to(run_dir)))
             data = path.read_bytes()
             if path.name == "meta.json" and "conformer_kernel" in path.parts:

@@ -4,6 +4,7 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import shutil
 import sqlite3
 
 import pytest
@@ -17,6 +18,12 @@ DOCS = [
     Document(f"d{i}", f"text of document {i}", f"title {i}" if i % 2 else "", "" if i % 3 else f"http://x.example/{i}")
     for i in range(50)
 ]
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path, monkeypatch):
+    """The collections' digests (`common.io.file_digest`) are remembered in this test's own cache."""
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "project-cache"))
 
 
 @pytest.fixture
@@ -94,6 +101,50 @@ def test_store_is_built_once_and_reused(collection, tmp_path):
     write_collection(collection, DOCS[:3] + [Document("new", "new text")], overwrite=True)
     third = DocumentStore.for_collection(collection, cache, progress=False)
     assert third.path != first.path and len(third) == 4 and third["new"].text == "new text"
+
+
+def test_a_copy_of_the_collection_elsewhere_finds_its_store(collection, tmp_path, monkeypatch):
+    """Keyed by content: a collection staged per job (a new path, a new time) is not indexed again."""
+    cache = tmp_path / "cache"
+    first = DocumentStore.for_collection(collection, cache, progress=False)
+    staged = tmp_path / "node-local" / "job-2" / "docs.jsonl"
+    staged.parent.mkdir(parents=True)
+    shutil.copyfile(collection, staged)
+    monkeypatch.setattr(DocumentStore, "build", classmethod(lambda *args, **kwargs: pytest.fail("built again")))
+    again = DocumentStore.for_collection(staged, cache, progress=False)
+    assert again.path == first.path and again["d5"] == DOCS[5]
+
+
+def test_get_many_fetches_a_batch_with_one_statement(collection, tmp_path):
+    store = DocumentStore.build(collection, tmp_path / "s.sqlite", progress=False)
+    asked = ["d42", "d0", "d42", "d7", *(f"d{i}" for i in range(10, 40))]  # 33 distinct ids, one repeated
+    statements = []
+    store._db.set_trace_callback(statements.append)
+    assert store.get_many(asked) == [DOCS[int(doc_id[1:])] for doc_id in asked]
+    assert len(statements) == 1
+    if hasattr(sqlite3.Connection, "setlimit"):  # Python >= 3.11: a lower limit splits the batch
+        store._db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 8)
+        statements.clear()
+        assert store.variable_limit() == 8
+        assert store.get_many(asked) == [DOCS[int(doc_id[1:])] for doc_id in asked]
+        assert len(statements) == 5  # ceil(33 / 8)
+    with pytest.raises(KeyError, match=r"2 document\(s\) not in .*s.sqlite: 'x1', 'x2'"):
+        store.get_many(["d1", "x1", "d2", "x2", "x1"])
+    assert store.get_many([]) == []
+
+
+def test_a_store_is_read_without_taking_a_lock(collection, tmp_path):
+    """Opened immutable: a reader takes no lock (on NFS, a round trip per statement), so a writer's exclusive lock,
+    which stops any reader that locks, does not stop it."""
+    store = DocumentStore.build(collection, tmp_path / "s.sqlite", progress=False)
+    with contextlib.closing(sqlite3.connect(store.path, timeout=0)) as writer:
+        writer.execute("BEGIN EXCLUSIVE")
+        locking = sqlite3.connect(f"{store.path.as_uri()}?mode=ro", uri=True, timeout=0)
+        with contextlib.closing(locking), pytest.raises(sqlite3.OperationalError, match="locked"):
+            locking.execute("SELECT COUNT(*) FROM docs").fetchone()
+        assert schema_version(store.path) == SCHEMA_VERSION
+        assert store.get_many(["d3", "d1"]) == [DOCS[3], DOCS[1]] and store["d4"] == DOCS[4] and len(store) == 50
+        writer.rollback()
 
 
 def test_duplicate_document_id_is_named_and_nothing_written(tmp_path):

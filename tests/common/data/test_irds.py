@@ -10,6 +10,7 @@ test (DNS and connect raise), so a download attempt fails fast and visibly.
 import multiprocessing
 import os
 import pickle
+import time
 import warnings
 from typing import NamedTuple
 
@@ -350,6 +351,48 @@ def test_processes_opening_a_new_store_at_once_build_it_once(tmp_path, register,
     assert len(log.read_text().split()) == 1
     assert ir_datasets.load(dataset_id).docs_store().count() == len(EXPECTED_DOCS)
     assert IrDatasetsSource(dataset_id).documents().get_many(["d4", "d1"]) == [EXPECTED_DOCS["d4"], EXPECTED_DOCS["d1"]]
+
+
+def _prepare_as_a_node(dataset_id, barrier, cache):
+    os.environ["EFFICIENT_RANKERS_CACHE"] = str(cache)  # each node its own project cache
+    barrier.wait()
+    IrDatasetsSource(dataset_id).documents().prepare()
+
+
+def test_nodes_with_their_own_caches_sharing_a_store_build_it_once(tmp_path, register, monkeypatch):
+    """Three nodes, each with its own EFFICIENT_RANKERS_CACHE, one store (under a shared IR_DATASETS_HOME, or beside
+    a shared collection as here): its lock lies beside it, not in each node's cache. Each build is slowed down, so
+    that a node not held back by the lock would start its own while the first one builds."""
+    from contextlib import contextmanager
+
+    from ir_datasets.indices.lz4_pickle import Lz4PickleLookup
+
+    log = tmp_path / "builds.log"
+    transaction = Lz4PickleLookup.transaction
+
+    @contextmanager
+    def slow(self):
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        time.sleep(1)
+        with transaction(self) as trans:
+            yield trans
+
+    monkeypatch.setattr(Lz4PickleLookup, "transaction", slow)
+    dataset_id = register(tiny_dataset(tmp_path))
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(3)
+    nodes = [context.Process(target=_prepare_as_a_node, args=(dataset_id, barrier, tmp_path / f"node{n}"))
+             for n in range(3)]
+    for node in nodes:
+        node.start()
+    for node in nodes:
+        node.join(60)
+        assert node.exitcode == 0
+    assert len(log.read_text().split()) == 1
+    assert ir_datasets.load(dataset_id).docs_store().count() == len(EXPECTED_DOCS)
+    assert (tmp_path / "docs.tsv.pklz4.lock").is_file()  # beside the store
+    assert not any((tmp_path / f"node{n}").exists() for n in range(3))  # nothing in the nodes' own caches
 
 
 # --- errors --------------------------------------------------------------------------

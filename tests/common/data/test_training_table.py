@@ -156,6 +156,26 @@ def test_a_task_of_files_is_streamed_into_the_cache_once(tmp_path, monkeypatch):
     assert len([p for p in (tmp_path / "cache" / "training").iterdir() if p.is_dir()]) == 2
 
 
+def test_a_copy_of_the_files_elsewhere_finds_the_table_built(tmp_path, monkeypatch):
+    """Keyed by the files' contents: a task staged per job (new paths, new times) is not tabled again."""
+    import shutil
+
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "topics.tsv").write_text("q1\tone\nq2\ttwo\n")
+    (tmp_path / "qrels.txt").write_text("q1 0 d1 1\nq2 0 d3 2\n")
+    (tmp_path / "run.txt").write_text("q1 Q0 d1 1 2.0 r\nq1 Q0 d2 2 1.0 r\nq2 Q0 d2 1 5.0 r\nq2 Q0 d3 2 4.0 r\n")
+    table = FileSource(tmp_path / "topics.tsv", tmp_path / "qrels.txt", tmp_path / "run.txt").training_table()
+    assert table.meta["candidates"] == 4 and table.meta["judgments"] == 2
+    staged = tmp_path / "job-2"
+    staged.mkdir()
+    for name in ("topics.tsv", "qrels.txt", "run.txt"):
+        shutil.copyfile(tmp_path / name, staged / name)
+    monkeypatch.setattr("common.data.source.TableBuilder", None)  # opened, not built again
+    again = FileSource(staged / "topics.tsv", staged / "qrels.txt", staged / "run.txt").training_table()
+    assert again.folder == table.folder
+    assert again.doc_ids(again.candidates(1)) == ["d2", "d3"] and again.labels(1, again.candidates(1)).tolist() == [0, 2]
+
+
 @pytest.mark.parametrize("part", ["qrels", "candidates"])
 def test_a_pair_a_file_repeats_is_refused_naming_its_line(part, tmp_path, monkeypatch):
     """The line the dict readers name: the pair's second occurrence (here line 4, below a comment)."""
