@@ -21,6 +21,9 @@ Implementations (``impl``):
   thread per output) stay opt-in, and so does ``flex`` on CPU (forward only: `common.kernels.flex`).
   A chosen kernel that raises `KernelUnavailableError` falls back to ``portable`` with a warning.
 
+What an implementation derives from the global tokens and the padding is built once per encoder call and
+shared by its layers (`common.kernels.layouts`).
+
 Half precision (bf16, fp16, and autocast's ``bf16-mixed``/``16-mixed``): ``reference``, ``portable`` and
 ``flex`` compute in their inputs' dtype (their matmuls in what autocast picks); ``tvm`` computes in
 float32, the inputs cast in and the output cast back, autocast off inside (`common.kernels.tvm_kernel`), so
