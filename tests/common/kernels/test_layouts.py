@@ -9,11 +9,13 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers import LongformerConfig, LongformerModel
 
+import common.kernels.flex as flex
 import common.kernels.layouts as layouts
 import common.kernels.portable as portable
 from common.kernels.layouts import close_scope, global_tokens_of, open_scope, shared
 from common.kernels.longformer import use_qds_attention
 from common.kernels.patterns import global_tokens, synthetic_layout
+from tests.common.kernels.cases import block_sparse_dense_flex
 
 LAYERS = 3
 
@@ -79,7 +81,7 @@ def _counting(function, counts: Counter, name: str):
 
 
 @pytest.mark.parametrize("with_global", [True, False], ids=["global", "no_global"])
-@pytest.mark.parametrize("impl", ["reference", "portable"])
+@pytest.mark.parametrize("impl", ["reference", "portable", "flex"])
 def test_an_encoder_call_builds_each_layout_once(impl, with_global, monkeypatch):
     """Three layers, one build of the global tokens and of the kernel's layout per encoder call (each layer
     built its own before), and the outputs of a model whose layers build their own."""
@@ -91,12 +93,13 @@ def test_an_encoder_call_builds_each_layout_once(impl, with_global, monkeypatch)
             hooks.clear()
         expected = unshared(**_batch(with_global=with_global)).last_hidden_state
         monkeypatch.setattr(layouts, "_global_tokens", _counting(layouts._global_tokens, builds, "global tokens"))
-        layout = portable._Layout
-        monkeypatch.setattr(layout, "build", staticmethod(_counting(layout.build, builds, portable.__name__)))
+        for module in (portable, flex):
+            layout = module._Layout
+            monkeypatch.setattr(layout, "build", staticmethod(_counting(layout.build, builds, module.__name__)))
         for _ in range(2):
             out = model(**_batch(with_global=with_global)).last_hidden_state
     assert torch.equal(out, expected)
-    kernel_layouts = {"portable": {"common.kernels.portable": 2}}
+    kernel_layouts = {"portable": {"common.kernels.portable": 2}, "flex": {"common.kernels.flex": 2}}
     # Without global tokens, the Longformer module needs none, and the reference kernel no layout.
     global_builds = {"global tokens": 2} if with_global or impl != "reference" else {}
     assert builds == Counter({**global_builds, **kernel_layouts.get(impl, {})})
@@ -122,14 +125,17 @@ class _HostSyncs(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-@pytest.mark.parametrize("impl", ["reference", "portable"])
-def test_no_layer_reads_back_from_the_device(impl):
+@pytest.mark.parametrize("impl", ["reference", "portable", "flex"])
+def test_no_layer_reads_back_from_the_device(impl, monkeypatch):
     """A model call of three layers reads back twice, in transformers' code outside the layers, once each:
     LongformerModel sets its global tokens in the extended mask by a boolean mask, and LongformerEncoder reads
     ``is_global_attn`` back. The layout's read-back, its global tokens' counts, is one ``tolist``, which on CPU
     reads memory without an aten operation (`test_an_encoder_call_builds_each_layout_once` counts its builds).
     Each layer read back twice before: its global rows selected by a boolean mask, and portable's ``int`` of the
-    largest global count."""
+    largest global count. FlexAttention's own operator, torch's, runs compiled inside even in eager mode, which
+    no dispatch mode may watch: it is emulated densely here (`cases.block_sparse_dense_flex`)."""
+    if impl == "flex":
+        monkeypatch.setattr(flex, "KERNEL", block_sparse_dense_flex)
     model = _model(impl)
     with torch.no_grad(), _HostSyncs() as syncs:
         model(**_batch())
