@@ -19,7 +19,13 @@ Implementations (``impl``):
   and the head dimension is at least 16 (Triton's ``tl.dot``; torch refuses smaller); ``portable``
   everywhere else (other devices, older GPUs, no Triton, TVM unable to run). TVM's CUDA kernels (one
   thread per output) stay opt-in, and so does ``flex`` on CPU (forward only: `common.kernels.flex`).
-  A chosen kernel that raises `KernelUnavailableError` falls back to ``portable`` with a warning.
+  A chosen kernel that raises `KernelUnavailableError` falls back to ``portable`` with a warning, once per
+  reason. ``flex`` is compiled at ``auto``'s first call (a small call forward and backward), and where that
+  fails on any process of a DDP job every process runs ``portable`` (`common.kernels.flex`, "Compile
+  failures"); ``impl="flex"`` given explicitly raises instead.
+
+What an implementation derives from the global tokens and the padding is built once per encoder call and
+shared by its layers (`common.kernels.layouts`).
 
 Half precision (bf16, fp16, and autocast's ``bf16-mixed``/``16-mixed``): ``reference``, ``portable`` and
 ``flex`` compute in their inputs' dtype (their matmuls in what autocast picks); ``tvm`` computes in
@@ -68,6 +74,12 @@ def qds_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
     if impl != "auto":
         return get_implementation(impl)(*args)
     chosen = auto_implementation(q.device, q.shape[-1])
+    if chosen == "flex":
+        # Compiled at its first call, with every process's success agreed on (common.kernels.flex)
+        reason = importlib.import_module("common.kernels.flex").KERNEL.unusable(q, window)
+        if reason is not None:
+            _warn_fallback(reason)
+            chosen = "portable"
     if chosen != "portable":
         try:
             return get_implementation(chosen)(*args)

@@ -22,8 +22,13 @@ Differences from transformers' module:
 - the sequence length need not be a multiple of the window (transformers
   asserts it), and `use_qds_attention` stops ``LongformerModel`` padding the
   input to one: padding tokens are masked keys, so the other rows are unchanged.
-- the global query projection runs on the global rows only (transformers does
-  the same; an earlier version here projected every position).
+- the global query projection runs on the valid global rows only (transformers
+  does the same, with a global token on padding among them, which
+  ``LongformerModel`` never makes: its padding and global masks are disjoint).
+- what the kernels derive from the global tokens and the padding is built
+  once per encoder call and shared by its layers (`common.kernels.layouts`),
+  with one read-back to the host, the global tokens' count; the layers read
+  nothing back (transformers' find the global tokens with ``nonzero`` in each).
 - ``LongformerModel.forward`` builds its (B, N) additive padding mask through
   ``create_bidirectional_mask``, which materialises a dense (B, 1, N, N) mask
   only for the first row to be kept (results/kernels/README.md). `use_qds_attention` rebinds that name in transformers' Longformer
@@ -42,10 +47,11 @@ import torch
 from torch import Tensor, nn
 from transformers.models.longformer import modeling_longformer
 from transformers.models.longformer.modeling_longformer import (
-    LongformerAttention, LongformerModel, LongformerSelfAttention,
+    LongformerAttention, LongformerEncoder, LongformerModel, LongformerSelfAttention,
 )
 
 from common.kernels import qds_attention
+from common.kernels.layouts import close_scope, global_tokens_of, open_scope, shared
 
 
 class QDSLongformerSelfAttention(nn.Module):
@@ -114,7 +120,7 @@ class QDSLongformerSelfAttention(nn.Module):
         if is_index_global_attn is None:
             is_index_global_attn = attention_mask > 0
         if is_global_attn is None:
-            is_global_attn = bool(is_index_global_attn.any())
+            is_global_attn = global_tokens_of(is_index_global_attn, is_index_masked).total > 0
 
         q, k, v = (self._heads(proj(hidden_states)) for proj in (self.query, self.key, self.value))  # (B, H, N, D)
         if is_global_attn:
@@ -122,15 +128,18 @@ class QDSLongformerSelfAttention(nn.Module):
             # The global rows attend to every key with the *_global projections (Longformer Sec. 3.2), so
             # their keys and values are needed at every position but their queries only at the global rows:
             # the kernels read no other row, which stays zero (a projection of every position costs as much
-            # as the sparse attention itself).
+            # as the sparse attention itself). The rows are indexed by the positions found once per encoder call.
             # The buffer takes the projection's dtype, which autocast may have lowered (bf16-mixed).
-            projected = self.query_global(hidden_states[is_global])  # (T, E), T the batch's global tokens
-            queries = projected.new_zeros(batch, n, self.embed_dim).index_put((is_global,), projected)  # (B, N, E)
+            tokens = global_tokens_of(is_global, is_index_masked)
+            rows = (tokens.batch, tokens.position)  # (T,) each, T the batch's global tokens
+            projected = self.query_global(hidden_states[rows])  # (T, E)
+            queries = projected.new_zeros(batch, n, self.embed_dim).index_put(rows, projected)  # (B, N, E)
             global_qkv = (self._heads(queries), self._heads(self.key_global(hidden_states)),
                           self._heads(self.value_global(hidden_states)))  # (B, H, N, D) each
         else:
-            # transformers' is_global_attn=False path: pure sliding window, global projections unused
-            is_global, global_qkv = torch.zeros_like(is_index_masked), None
+            # transformers' is_global_attn=False path: pure sliding window, global projections unused. The
+            # all-False mask is one tensor per encoder call, so that the kernels' layout is shared by its layers.
+            is_global, global_qkv = shared(torch.zeros_like, is_index_masked), None
         window = 2 * self.one_sided_attn_window_size
         out = qds_attention(q, k, v, is_global, is_index_masked, window, global_qkv, impl=self.impl)  # (B, H, N, D)
         # Dropout on the attention output: the kernels expose no probabilities (see the module docstring).
@@ -148,7 +157,9 @@ class QDSLongformerSelfAttention(nn.Module):
 def use_qds_attention(model: nn.Module, impl: str = "auto") -> nn.Module:
     """Replace every ``layer.attention.self`` of the Longformer(s) in `model` in place; returns `model`.
 
-    Each new module takes the old one's weights (state_dict), device, dtype and train/eval mode.
+    Each new module takes the old one's weights (state_dict), device, dtype and train/eval mode. Each
+    ``LongformerEncoder`` gets forward hooks that share the kernels' layout among its layers in each call
+    (`common.kernels.layouts`).
     Raises ValueError if `model` holds no transformers ``LongformerSelfAttention``.
     """
     attentions = [
@@ -160,6 +171,11 @@ def use_qds_attention(model: nn.Module, impl: str = "auto") -> nn.Module:
         # The kernels take any length: the padding to a multiple of the window would be computed and dropped.
         longformer._pad_to_window_size = _no_window_padding
     modeling_longformer.create_bidirectional_mask = _padding_mask_row
+    for encoder in (m for m in model.modules() if isinstance(m, LongformerEncoder)):
+        # One attention layout per encoder call, shared by its layers (common.kernels.layouts); the scope
+        # closes when the forward raises too.
+        encoder.register_forward_pre_hook(open_scope)
+        encoder.register_forward_hook(close_scope, always_call=True)
     for attention in attentions:
         old = attention.self
         new = QDSLongformerSelfAttention(old.config, old.layer_id, impl=impl)

@@ -19,17 +19,22 @@ dense tensor operations that autograd differentiates:
   global projections, a (g, n) block, and replace their rows.
 
 Every tensor is linear in n: (n, 2 w/2 + c + g) scores and probabilities.
+What depends on the global tokens, the padding and the window only (the slots,
+the band tiles' mask, and g, read back to the host) is built once per encoder
+call and shared by its layers (`_Layout`, `common.kernels.layouts`).
 Semantics are `common.kernels.reference`'s; the tests check equality.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from common.kernels.layouts import global_tokens_of, shared
 from common.kernels.reference import check_inputs
 
 
@@ -38,55 +43,77 @@ def portable_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_p
     """Shapes: q, k, v (B, H, N, D); is_global, key_padding_mask (B, N) bool -> (B, H, N, D)."""
     check_inputs(q, k, v, is_global, key_padding_mask, global_qkv)
     batch, heads, n, dim = q.shape
-    valid = torch.ones_like(is_global) if key_padding_mask is None else ~key_padding_mask
-    is_global = is_global & valid
+    layout = shared(_Layout.build, is_global, key_padding_mask, window)  # once per encoder call
     scale = 1.0 / math.sqrt(dim)
 
-    # Each example's global tokens in position order, gathered into g slots (padded to the batch's largest g).
-    counts = is_global.sum(1)  # (B,)
-    g = int(counts.max()) if is_global.numel() else 0
-    order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :g]  # (B, g)
-    slot_valid = torch.arange(g, device=q.device)[None] < counts[:, None]  # (B, g)
-
-    out = _ordinary_rows(q * scale, k, v, is_global, valid, order, slot_valid, window // 2)
-    if g:
+    out = _ordinary_rows(q * scale, k, v, layout)
+    if layout.order.shape[1]:
         q_g, k_g, v_g = (q, k, v) if global_qkv is None else global_qkv
-        out_g = _global_rows(q_g * scale, k_g, v_g, valid, order)  # (B, H, g, D)
+        out_g = _global_rows(q_g * scale, k_g, v_g, layout.valid, layout.order)  # (B, H, g, D)
+        out_g = torch.gather(out_g, 2, layout.slot_of_position[:, None, :, None].expand(batch, heads, n, dim))
+        out = torch.where(layout.is_global[:, None, :, None], out_g, out)
+    return out.masked_fill(~layout.valid[:, None, :, None], 0.0)  # padded rows output zeros
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the kernel derives from the global tokens, the padding and the window, for every head and layer."""
+
+    valid: Tensor  # (B, N) bool: not padding
+    is_global: Tensor  # (B, N) bool: global and valid
+    order: Tensor  # (B, g) long: each example's global positions in order, g the batch's largest count
+    slot_valid: Tensor  # (B, g) bool: the slot holds a global token
+    slot_of_position: Tensor  # (B, N) long: the slot of each global token (0 elsewhere)
+    keep: Tensor  # (B * blocks, c, span) bool: the band tile entries a row keeps (`_ordinary_rows`)
+    chunk: int  # c, rows per block
+    front: int  # zero blocks before the sequence
+    blocks: int  # blocks per example, with the spare ones
+    half: int  # one-sided window
+
+    @staticmethod
+    def build(is_global: Tensor, key_padding_mask: Tensor | None, window: int) -> _Layout:
+        tokens = global_tokens_of(is_global, key_padding_mask)
+        valid, is_global = tokens.valid, tokens.glob
+        batch, n = is_global.shape
+        # Each example's global tokens in position order, gathered into g slots (padded to the batch's largest g).
+        g = tokens.widest
+        order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :g]  # (B, g)
+        slot_valid = torch.arange(g, device=is_global.device)[None] < tokens.counts[:, None]  # (B, g)
         slot_of_position = (torch.cumsum(is_global, 1) - 1).clamp(min=0)  # (B, N)
-        out_g = torch.gather(out_g, 2, slot_of_position[:, None, :, None].expand(batch, heads, n, dim))
-        out = torch.where(is_global[:, None, :, None], out_g, out)
-    return out.masked_fill(~valid[:, None, :, None], 0.0)  # padded rows output zeros
+
+        half = window // 2
+        # Rows per block: 32 keeps the tile's wasted corners (c of its c + 2 half columns) small while each
+        # matmul stays large enough to run at full speed (measured on CPU at w = 128: 32 beat 16, 64 and 128).
+        chunk = max(min(32, half), 1)
+        front = -(-half // chunk)  # zero blocks before the sequence, so the first tile starts in the buffer
+        blocks = -(-n // chunk) + front + 1  # plus spare blocks that keep every tile in the buffer
+        span = chunk + 2 * half  # keys seen by one block of rows
+        # Eq. 7 inside a tile: row r sees tile column t iff r <= t <= r + 2 half, when that key is
+        # in the sequence, not padding and not global (global keys come in below, once).
+        r = torch.arange(chunk, device=is_global.device)[:, None]
+        t = torch.arange(span, device=is_global.device)[None, :]
+        band = (t >= r) & (t <= r + 2 * half)  # (c, span)
+        local_key = _key_tiles((valid & ~is_global)[..., None], blocks, chunk, half, front)[..., 0]  # (B blocks, span)
+        # Rows that are padding or past the end keep every column: finite values, discarded below,
+        # so their gradient is exactly zero instead of NaN.
+        real_row = F.pad(valid, (0, blocks * chunk - n)).view(batch * blocks, chunk)
+        keep = (band & local_key[:, None, :]) | ~real_row[..., None]  # (B * blocks, c, span)
+        return _Layout(valid, is_global, order, slot_valid, slot_of_position, keep, chunk, front, blocks, half)
 
 
-def _ordinary_rows(
-    q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, valid: Tensor, order: Tensor, slot_valid: Tensor, half: int
-) -> Tensor:
+def _ordinary_rows(q: Tensor, k: Tensor, v: Tensor, layout: _Layout) -> Tensor:
     """Every row's attention over its Eq. 7 band and the gathered global keys (q pre-scaled), (B, H, N, D)."""
     batch, heads, n, dim = q.shape
-    # Rows per block: 32 keeps the tile's wasted corners (c of its c + 2 half columns) small while each
-    # matmul stays large enough to run at full speed (measured on CPU at w = 128: 32 beat 16, 64 and 128).
-    chunk = max(min(32, half), 1)
-    front = -(-half // chunk)  # zero blocks before the sequence, so the first tile starts in the buffer
-    blocks = -(-n // chunk) + front + 1  # plus spare blocks that keep every tile in the buffer
-    span = chunk + 2 * half  # keys seen by one block of rows
+    chunk, blocks, half = layout.chunk, layout.blocks, layout.half
+    span = chunk + 2 * half
     tiles = batch * heads * blocks
 
     q_blocks = F.pad(q, (0, 0, 0, blocks * chunk - n)).view(tiles, chunk, dim)  # (T, c, D)
-    k_tiles, v_tiles = (_key_tiles(x, blocks, chunk, half, front) for x in (k, v))  # (T, span, D)
+    k_tiles, v_tiles = (_key_tiles(x, blocks, chunk, half, layout.front) for x in (k, v))  # (T, span, D)
     scores = torch.bmm(q_blocks, k_tiles.transpose(1, 2)).view(batch, heads, blocks, chunk, span)
+    scores = scores.masked_fill(~layout.keep.view(batch, 1, blocks, chunk, span), float("-inf"))
 
-    # Eq. 7 inside a tile: row r sees tile column t iff r <= t <= r + 2 half, when that key is
-    # in the sequence, not padding and not global (global keys come in below, once).
-    r = torch.arange(chunk, device=q.device)[:, None]
-    t = torch.arange(span, device=q.device)[None, :]
-    band = (t >= r) & (t <= r + 2 * half)  # (c, span)
-    local_key = _key_tiles((valid & ~is_global)[..., None], blocks, chunk, half, front)[..., 0]  # (B * blocks, span)
-    # Rows that are padding or past the end keep every column: finite values, discarded below,
-    # so their gradient is exactly zero instead of NaN.
-    real_row = F.pad(valid, (0, blocks * chunk - n)).view(batch * blocks, chunk)
-    keep = (band & local_key[:, None, :]) | ~real_row[..., None]  # (B * blocks, c, span)
-    scores = scores.masked_fill(~keep.view(batch, 1, blocks, chunk, span), float("-inf"))
-
+    order = layout.order
     g = order.shape[1]
     if not g:
         probs = torch.softmax(scores, dim=-1).view(tiles, chunk, span)
@@ -95,7 +122,7 @@ def _ordinary_rows(
     index = order[:, None, :, None].expand(batch, heads, g, dim)
     k_global, v_global = torch.gather(k, 2, index), torch.gather(v, 2, index)  # (B, H, g, D)
     global_scores = q_blocks.view(batch, heads, blocks * chunk, dim) @ k_global.transpose(-1, -2)  # (B, H, L, g)
-    global_scores = global_scores.masked_fill(~slot_valid[:, None, None, :], float("-inf"))
+    global_scores = global_scores.masked_fill(~layout.slot_valid[:, None, None, :], float("-inf"))
     scores = torch.cat([scores, global_scores.view(batch, heads, blocks, chunk, g)], dim=-1)
     probs = torch.softmax(scores, dim=-1).view(tiles, chunk, span + g)  # one softmax over band ++ globals
     out = torch.bmm(probs[..., :span], v_tiles).view(batch, heads, blocks * chunk, dim)

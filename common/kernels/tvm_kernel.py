@@ -38,6 +38,9 @@ For the same reason TVM's pool gets PyTorch's thread count unless ``TVM_NUM_THRE
 or ``OMP_NUM_THREADS`` is set (TVM would take half the logical CPUs), and its idle
 workers sleep (``TVM_THREAD_POOL_SPIN_COUNT=0`` unless set).
 
+The masks and global slots (`_GlobalLayout`) are built once per encoder call and shared by its layers
+(`common.kernels.layouts`).
+
 Kernels are compiled once per shape family (h, head_dim, dtype, target); batch*heads,
 sequence length, heads and the global count are symbolic (``te.var``). The compiled
 library is exported as a shared object under ``cache_root() / "tvm"`` (keyed by this
@@ -67,6 +70,7 @@ from torch import Tensor
 
 from common.io import cache_root
 from common.kernels import KernelUnavailableError
+from common.kernels.layouts import global_tokens_of, shared
 from common.kernels.reference import check_inputs
 
 #: Band spans and global slots are padded to multiples of 16 fp32 lanes: one AVX-512 register, two AVX2 ones.
@@ -139,7 +143,7 @@ def _tvm_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddi
     kernels = load_kernels(window, head_dim, dtype, q.device)
     if n == 0 or batch * heads == 0:
         return q.new_zeros(q.shape)
-    layout = _GlobalLayout.build(is_global, key_padding_mask, kernels.geometry, dtype)
+    layout = shared(_GlobalLayout.build, is_global, key_padding_mask, kernels.geometry, dtype)  # once per encoder call
     q_, k_, v_ = (x.to(dtype).contiguous() for x in (q, k, v))
     if global_qkv is not None:
         global_qkv = tuple(x.to(dtype).contiguous() for x in global_qkv)
@@ -883,7 +887,8 @@ class _Kernels:
 
 @dataclass(frozen=True)
 class _GlobalLayout:
-    """Masks and global-token slots of a batch, shared by every head.
+    """Masks and global-token slots of a batch, shared by every head (and, through `common.kernels.layouts`, by
+    every layer of an encoder call).
 
     Each example's valid global tokens fill its first slots of ``index`` (B, Gp), Gp the
     largest count rounded up to the vector width (at least one vector, so the kernels keep
@@ -894,32 +899,38 @@ class _GlobalLayout:
     row_ok: Tensor  # (B, nt * R): ordinary valid rows (global, padded and tile-padding rows are not)
     global_ok: Tensor  # (B, Gp): the slot holds a valid global token
     index: Tensor  # (B, Gp) long: positions of the slots
-    valid: Tensor  # (B, N) bool: unpadded tokens, the keys of the global rows
     rows_batch: Tensor  # (T,): batch of each valid global token, T in all
     rows_position: Tensor  # (T,): its position
+    rows_slot: Tensor  # (T,): its slot
+    rows_mask: Tensor | None  # (B, 1, G, N) bool: the keys of the global rows' SDPA, None where all are valid
     count: int  # T
-    widest: int  # the largest count of an example
+    widest: int  # G, the largest count of an example
 
     @staticmethod
     def build(is_global: Tensor, key_padding_mask: Tensor | None, geometry: _Geometry, dtype) -> _GlobalLayout:
         batch, n = is_global.shape
         device = is_global.device
-        valid = torch.ones_like(is_global) if key_padding_mask is None else ~key_padding_mask.to(device)
-        glob = is_global & valid
+        tokens = global_tokens_of(is_global, key_padding_mask)
+        valid, glob, counts = tokens.valid, tokens.glob, tokens.counts
         ordinary = (valid & ~is_global).to(dtype)
         key_ok = is_global.new_zeros(batch, geometry.frame(n), dtype=dtype)
         key_ok[:, geometry.half:geometry.half + n] = ordinary
         row_ok = F.pad(ordinary, (0, geometry.tiles(n) * _TILE - n))
-        counts = glob.sum(1)
-        slots = max(_LANES, -(-int(counts.max()) // _LANES) * _LANES)
+        slots = max(_LANES, -(-tokens.widest // _LANES) * _LANES)
         # A stable sort puts each example's global positions first, in order.
         order = torch.sort((~glob).to(torch.int8), dim=1, stable=True).indices[:, :slots]
         global_ok = torch.arange(slots, device=device)[None] < counts[:, None]
         index = torch.where(global_ok, F.pad(order, (0, slots - order.shape[1])), 0)
-        rows_batch, slot = global_ok.nonzero(as_tuple=True)
-        rows_position = index[rows_batch, slot]
-        return _GlobalLayout(key_ok, row_ok, global_ok.to(dtype), index, valid, rows_batch, rows_position,
-                             int(counts.sum()), int(counts.max()))
+        # Each token's rank among its example's global tokens: its place in (example, position) order less the
+        # tokens of the examples before.
+        rows_slot = torch.arange(tokens.total, device=device) - (torch.cumsum(counts, 0) - counts)[tokens.batch]
+        slot_ok = global_ok[:, :tokens.widest]  # (B, G)
+        rows_mask = None  # SDPA's fastest path, when every slot and key is valid
+        if tokens.padded or tokens.fewest < tokens.widest:
+            # Empty slots may see key 0 too: no row is left without keys (NaN), and their outputs are dropped.
+            rows_mask = (valid[:, None, :] | (~slot_ok[:, :, None] & (torch.arange(n, device=device) == 0)))[:, None]
+        return _GlobalLayout(key_ok, row_ok, global_ok.to(dtype), index, tokens.batch, tokens.position, rows_slot,
+                             rows_mask, tokens.total, tokens.widest)
 
 
 class _BandAttention(torch.autograd.Function):
@@ -974,10 +985,5 @@ def _global_rows(q, k, v, global_qkv, layout: _GlobalLayout) -> Tensor:
     batch, heads, n, head_dim = q.shape
     index = layout.index[:, :layout.widest]  # (B, G): the padding slots of the kernels are not needed here
     queries = q.gather(2, index[:, None, :, None].expand(batch, heads, -1, head_dim))  # (B, H, G, D)
-    slot_ok = layout.global_ok[:, :layout.widest] > 0
-    mask = None  # SDPA's fastest path, when every slot and key is valid
-    if not (bool(layout.valid.all()) and bool(slot_ok.all())):
-        # Empty slots may see key 0 too: no row is left without keys (NaN), and their outputs are dropped.
-        mask = (layout.valid[:, None, :] | (~slot_ok[:, :, None] & (torch.arange(n, device=q.device) == 0)))[:, None]
-    out = F.scaled_dot_product_attention(queries, k, v, attn_mask=mask)  # (B, H, G, D)
-    return out.transpose(1, 2)[slot_ok]
+    out = F.scaled_dot_product_attention(queries, k, v, attn_mask=layout.rows_mask)  # (B, H, G, D)
+    return out.transpose(1, 2)[layout.rows_batch, layout.rows_slot]

@@ -132,3 +132,33 @@ def test_rows_encoded_by_length_equal_the_padded_batch(pattern, impl, monkeypatc
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)
         upstream = torch.randn_like(want)
         assert_same_gradients(got, want, list(ranker.encoder.parameters()), upstream, rtol=1e-9, atol=1e-12)
+
+
+def test_each_encoder_call_builds_its_attention_layout_once(monkeypatch):
+    """`Ranker.pooled` calls the encoder once per length batch, each call with its own (B, N): the global tokens and
+    the kernel's layout are built once per call and shared by its two layers (`common.kernels.layouts`)."""
+    import common.kernels.layouts as layouts
+    import common.kernels.portable as portable
+    import qds.model
+
+    monkeypatch.setattr(qds.model, "ENCODER_CALL", 0)  # a call per distinct length: six
+    builds = {"global tokens": [], "portable": []}
+
+    def counting(function, name):
+        def counted(is_global, *args):
+            builds[name].append(tuple(is_global.shape))
+            return function(is_global, *args)
+
+        return counted
+
+    monkeypatch.setattr(layouts, "_global_tokens", counting(layouts._global_tokens, "global tokens"))
+    monkeypatch.setattr(portable._Layout, "build", staticmethod(counting(portable._Layout.build, "portable")))
+    torch.manual_seed(0)
+    ranker = Ranker(build_encoder("qds", None, dropout=0.0, impl="portable", **SIZES), RankingHead(16, 0.0), "qds")
+    calls = []
+    ranker.encoder.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(tuple(kwargs["input_ids"].shape)), with_kwargs=True)
+    with torch.no_grad():
+        ranker.eval().pooled(_batch_of_lengths("qds"))
+    assert len(calls) == 6 and len(set(calls)) == 6
+    assert builds == {"global tokens": calls, "portable": calls}

@@ -1,10 +1,13 @@
-"""Random inputs for the kernel parity tests: every implementation is compared with the dense reference."""
+"""Random inputs for the kernel parity tests (every implementation is compared with the dense reference), and
+FlexAttention's fused kernel emulated densely."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
+from torch.nn.attention.flex_attention import create_mask
 
 from common.kernels.patterns import PATTERNS, global_tokens, synthetic_layout
 
@@ -61,3 +64,22 @@ def output_and_grads(attention, inputs: dict) -> list[torch.Tensor]:
     weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1))
     grads = torch.autograd.grad((out * weight).sum(), leaves, allow_unused=True)
     return [out.detach(), *(torch.zeros_like(x) if g is None else g for g, x in zip(grads, leaves))]
+
+
+def block_sparse_dense_flex(q, k, v, block_mask):
+    """What FlexAttention's fused kernel computes, densely and differentiably on any device: only the tiles that
+    the block mask lists, every entry of its full tiles, mask_mod's entries of its partial ones; rows without a
+    key output 0. (Torch's eager flex_attention evaluates mask_mod everywhere and ignores the tiles.)"""
+    batch, _, n, dim = q.shape
+    size = block_mask.BLOCK_SIZE[0]
+
+    def tiles(count, indices):  # (B, 1, Q), (B, 1, Q, K) -> (B, 1, N, N) bool: the listed tiles, entry by entry
+        listed = torch.arange(indices.shape[-1], device=q.device) < count[..., None]  # the first `count` entries
+        dense = torch.zeros(indices.shape, dtype=torch.bool, device=q.device).scatter(-1, indices.long(), listed)
+        return dense.repeat_interleave(size, -2).repeat_interleave(size, -1)[..., :n, :n]
+
+    partial = tiles(block_mask.kv_num_blocks, block_mask.kv_indices)
+    full = tiles(block_mask.full_kv_num_blocks, block_mask.full_kv_indices)
+    allowed = full | (partial & create_mask(block_mask.mask_mod, batch, 1, n, n, device=q.device))  # (B, 1, N, N)
+    scores = (q @ k.transpose(-1, -2) / math.sqrt(dim)).masked_fill(~allowed, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v

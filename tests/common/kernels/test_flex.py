@@ -6,14 +6,17 @@ CPU inputs that require gradients, eager and torch.compile'd alike (inductor's C
 kernel is forward only; `test_torch_flex_attention_has_no_cpu_backward` pins it, and
 fails once a torch version adds one). The gradient tests of the FlexAttention call
 itself therefore run on CUDA only and skip on CPU with that reason; everything
-around it is differentiated on CPU too (`test_gradients_through_the_gathering_with_a_dense_kernel`).
+around it is differentiated on CPU too, with the fused kernel emulated densely
+(`test_output_and_gradients_with_the_block_sparse_kernel_emulated`). Torch's eager
+forward ignores the block mask's tiles (it evaluates mask_mod everywhere), so the
+tiles are checked by that emulation and against torch's create_block_mask.
 """
 
-import math
+from functools import partial
 
 import pytest
 import torch
-from torch.nn.attention.flex_attention import create_mask
+from torch.nn.attention.flex_attention import create_block_mask
 
 import common.kernels.flex as flex_module
 
@@ -21,6 +24,7 @@ from common.kernels import KernelUnavailableError, qds_attention
 from common.kernels.flex import block_density, flex_attention_qds
 from common.kernels.patterns import PATTERNS, global_tokens, synthetic_layout
 from common.kernels.reference import reference_attention
+from tests.common.kernels.cases import block_sparse_dense_flex
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 ATOL = 1e-5
@@ -131,22 +135,84 @@ def _assert_same_gradients(out, tensors, is_global, padding, window):
 
 
 @pytest.mark.parametrize("name", CASES)
-def test_gradients_through_the_gathering_with_a_dense_kernel(name, monkeypatch):
-    """Everything but FlexAttention's own kernel, differentiated on any device: the permutation, the
-    block mask's mask_mod, the dense global rows and the scatter back, with flex replaced by a dense
-    softmax over the same mask_mod (rows without keys -> 0, as flex)."""
-
-    def dense_flex(q, k, v, block_mask):  # (B, H, N, D) in the gathered order
-        batch, _, n, dim = q.shape
-        allowed = create_mask(block_mask.mask_mod, batch, 1, n, n, device=q.device)  # (B, 1, N, N)
-        scores = (q @ k.transpose(-1, -2) / math.sqrt(dim)).masked_fill(~allowed, float("-inf"))
-        return torch.softmax(scores, dim=-1).nan_to_num(0.0) @ v
-
-    monkeypatch.setattr(flex_module, "_flex", dense_flex)
+def test_output_and_gradients_with_the_block_sparse_kernel_emulated(name):
+    """Everything but FlexAttention's own kernel, on any device, forward and backward: the permutation, the
+    block mask (its tiles: a tile left out or wrongly full changes the output), the dense global rows and the
+    gathering back, with flex's fused kernel emulated densely (`block_sparse_dense_flex`)."""
     is_global, padding, window = _case(name)
     tensors = _inputs(is_global, with_global_qkv=True, requires_grad=True)
-    out = _call(flex_attention_qds, tensors, is_global, padding, window)
+    out = _call(partial(flex_attention_qds, kernel=block_sparse_dense_flex), tensors, is_global, padding, window)
+    torch.testing.assert_close(out, _call(reference_attention, tensors, is_global, padding, window), atol=ATOL,
+                               rtol=0)
     _assert_same_gradients(out, tensors, is_global, padding, window)
+
+
+def _random_layout(generator):
+    """(is_global, key_padding_mask, window, block_size) of a random batch: global tokens scattered and in runs,
+    or none, padding at the end, inside, or everywhere, windows from 0 to wider than the sequence."""
+    def draw(high):
+        return int(torch.randint(0, high, (1,), generator=generator))
+
+    batch, n, block_size, window = 1 + draw(4), 1 + draw(400), (16, 32, 64, 128)[draw(4)], draw(300)
+    is_global = torch.rand(batch, n, generator=generator) < float(torch.rand(1, generator=generator)) ** 2
+    start = draw(n)
+    is_global[:, start:start + draw(200)] = True
+    if draw(4) == 0:
+        is_global[:] = False
+    padding = torch.zeros(batch, n, dtype=torch.bool)
+    for row in range(batch):
+        kind, start = draw(4), draw(n)
+        if kind == 1:
+            padding[row, start:] = True
+        elif kind == 2:
+            padding[row, start:start + draw(150)] = True
+        elif kind == 3 and draw(4) == 0:
+            padding[row] = True
+    return is_global, padding if draw(4) else None, window, block_size
+
+
+def test_block_mask_equals_create_block_masks_on_random_layouts():
+    """The block mask built from its block-level structure lists the very tiles, partial and full, in the very
+    order that torch's create_block_mask finds by evaluating mask_mod on every (query, key) pair."""
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        is_global, padding, window, block_size = _random_layout(generator)
+        mask = flex_module._Layout.build(is_global, padding, window, block_size).block_mask
+        rows, _, length, _ = mask.shape
+        expected = create_block_mask(mask.mask_mod, rows, None, length, length, device="cpu", BLOCK_SIZE=block_size)
+        for field in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+            assert torch.equal(getattr(mask, field), getattr(expected, field)), (field, tuple(is_global.shape),
+                                                                                 window, block_size)
+
+
+def test_the_layout_has_no_quadratic_temporary():
+    """create_block_mask evaluates mask_mod on a (B, N, N) grid; the layout's largest tensor at B = 8, N = 2048
+    (QDS, 104 global tokens) is the global rows' (B, 1, G, N) key mask, 20 times smaller."""
+    is_global = global_tokens("qds", synthetic_layout(2048)).expand(8, -1).clone()
+    largest = _largest_tensor(lambda: flex_module._Layout.build(is_global, None, 128))
+    assert largest == 8 * 104 * 2048
+    grid = _largest_tensor(lambda: create_block_mask(lambda b, h, q, kv: is_global[b, q] | is_global[b, kv], 8, None,
+                                                     2048, 2048, device="cpu"))
+    assert grid == 8 * 2048 * 2048
+
+
+def _largest_tensor(run) -> int:
+    """The most elements of a tensor that an aten operation of `run()` returns."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        elements = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for tensor in (out if isinstance(out, (tuple, list)) else [out]):
+                if isinstance(tensor, torch.Tensor):
+                    Largest.elements = max(Largest.elements, tensor.numel())
+            return out
+
+    with Largest():
+        run()
+    return Largest.elements
 
 
 @pytest.mark.skipif(DEVICE != "cpu", reason="the CPU limitation only")
@@ -164,7 +230,7 @@ def test_cpu_backward_is_reported_unavailable():
 def test_torch_flex_attention_has_no_cpu_backward(compiled):
     """The reason the gradient tests skip on CPU, asked of torch itself: its flex_attention, eager or compiled by
     inductor for CPU, refuses CPU inputs that require gradients."""
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import flex_attention
 
     q, k, v = (torch.randn(1, 1, 128, DIM, requires_grad=True) for _ in range(3))
     block_mask = create_block_mask(lambda b, h, q_idx, kv_idx: q_idx >= kv_idx, 1, None, 128, 128, device="cpu")

@@ -1,0 +1,153 @@
+"""The FlexAttention checks that need a GPU, as plain functions for a GPU check script to call.
+
+FlexAttention's fused kernel, its backward and its compilations exist on CUDA only (`common.kernels.flex`),
+so what this repository's CPU tests cannot see is checked on a GPU by calling these:
+
+- `flex_errors`: ``impl="flex"`` against the dense reference, output and gradients, on a device and dtype;
+- `auto_choice`: the implementation ``impl="auto"`` runs on a device, after its compile probe;
+- `count_compilations`: the graphs dynamo compiles for FlexAttention over a list of (B, N) shapes, and whether
+  every call ran one of them (never the eager, dense fallback).
+
+Each also runs on CPU, where FlexAttention has a forward only (gradients are left out there), and is tested there
+(`tests/common/kernels/test_checks.py`). Inputs are QDS layouts (`common.kernels.patterns`, pattern ``qds``: [CLS],
+a query, an [SOS] every 25 tokens), each example with its own query length and sentence spacing and the second
+one padded, so that examples differ in global count and padding as real batches do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+from torch import Tensor
+
+import common.kernels
+from common.kernels import flex
+from common.kernels.flex import FlexKernel, flex_attention_qds
+from common.kernels.patterns import global_tokens, synthetic_layout
+from common.kernels.reference import reference_attention
+
+GRADIENTS = ("dq", "dk", "dv", "dq_global", "dk_global", "dv_global")
+
+
+def qds_inputs(batch: int, n: int, heads: int, head_dim: int, device: torch.device | str = "cpu",
+               dtype: torch.dtype = torch.float32, seed: int = 0) -> dict:
+    """`qds_attention`'s keyword arguments for a batch of QDS layouts (module docstring), window 128, with
+    separate global projections; tensors (B, H, N, D) of N(0, 1/4) values in `dtype` on `device`."""
+    generator = torch.Generator().manual_seed(seed)
+    is_global = torch.stack([global_tokens("qds", synthetic_layout(n, query_len=4 + 7 * b % 20,
+                                                                   sentence_every=20 + 9 * b % 30))
+                             for b in range(batch)])  # fmt: skip
+    padding = torch.zeros(batch, n, dtype=torch.bool)
+    if batch > 1:
+        padding[1, n - n // 3:] = True
+    tensors = [(torch.randn(batch, heads, n, head_dim, generator=generator) / 2).to(device, dtype) for _ in range(6)]
+    q, k, v, *global_qkv = tensors
+    return dict(q=q, k=k, v=v, is_global=(is_global & ~padding).to(device), key_padding_mask=padding.to(device),
+                window=128, global_qkv=tuple(global_qkv))
+
+
+def flex_errors(device: torch.device | str, dtype: torch.dtype = torch.float32, batch: int = 3, n: int = 700,
+                heads: int = 4, head_dim: int = 64, kernel: FlexKernel | None = None) -> dict[str, float]:
+    """``impl="flex"`` (with `kernel`, `flex.KERNEL` unless given) against `reference_attention`: the largest absolute
+    difference of the output and of each input's gradient (`GRADIENTS`, of the output's sum weighted by a fixed
+    random tensor), each divided by the largest absolute value of the reference's.
+
+    The reference runs in float32 on the same inputs (those in `dtype` cast up): the errors are the kernel's,
+    in its dtype. The gradients are left out on CPU, where FlexAttention has no backward.
+    """
+    device = torch.device(device)
+    inputs = qds_inputs(batch, n, heads, head_dim, device, dtype)
+    gradients = device.type != "cpu"
+    got = _output_and_gradients(flex_attention_qds, inputs, gradients, kernel=kernel)
+    want = _output_and_gradients(reference_attention, _mapped(inputs, Tensor.float), gradients)
+    return {name: _relative(a, b) for name, a, b in zip(("out", *GRADIENTS), got, want)}
+
+
+def _output_and_gradients(attention: Callable, inputs: dict, gradients: bool, **options) -> list[Tensor]:
+    """The output of ``attention(**inputs)`` and, with `gradients`, those of its weighted sum w.r.t. the six
+    input tensors, as float32."""
+    inputs = _mapped(inputs, lambda x: x.detach().requires_grad_(gradients))
+    with torch.set_grad_enabled(gradients):
+        out = attention(**inputs, **options)
+    results = [out.detach().float()]
+    if gradients:
+        weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(1)).to(out.device)
+        leaves = [inputs["q"], inputs["k"], inputs["v"], *inputs["global_qkv"]]
+        results += [g.float() for g in torch.autograd.grad((out.float() * weight).sum(), leaves)]
+    return results
+
+
+def _mapped(inputs: dict, function: Callable[[Tensor], Tensor]) -> dict:
+    """`inputs` with `function` applied to q, k, v and the global projections."""
+    return dict(inputs, q=function(inputs["q"]), k=function(inputs["k"]), v=function(inputs["v"]),
+                global_qkv=tuple(map(function, inputs["global_qkv"])))
+
+
+def auto_choice(device: torch.device | str, heads: int = 12, head_dim: int = 64, dtype: torch.dtype = torch.float32,
+                window: int = 128) -> tuple[str, str | None]:
+    """The implementation ``impl="auto"`` runs on `device` for (B, `heads`, N, `head_dim`) inputs in `dtype`, and
+    why it is not ``flex`` where ``flex`` was the choice but its compile probe failed (`FlexKernel.unusable`; the
+    probe runs here if it has not, with `flex.KERNEL`, as ``auto`` does)."""
+    device = torch.device(device)
+    chosen = common.kernels.auto_implementation(device, head_dim)
+    if chosen != "flex":
+        return chosen, None
+    reason = flex.KERNEL.unusable(torch.empty(1, heads, 1, head_dim, device=device, dtype=dtype), window)
+    return ("portable", reason) if reason else ("flex", None)
+
+
+class CountingBackend:
+    """A dynamo backend that counts the graphs it compiles (`graphs`) and the calls of those graphs (`calls`),
+    compiling each with the dynamo backend `backend`."""
+
+    def __init__(self, backend: str | Callable = "inductor"):
+        self.backend, self.graphs, self.calls = backend, 0, 0
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        from torch._dynamo.backends.registry import lookup_backend
+
+        self.graphs += 1
+        compiled = lookup_backend(self.backend)(graph, example_inputs) if isinstance(self.backend, str) else \
+            self.backend(graph, example_inputs)
+
+        def run(*args):
+            self.calls += 1
+            return compiled(*args)
+
+        return run
+
+
+def count_compilations(shapes: Iterable[tuple[int, int]], device: torch.device | str = "cpu",
+                       dtype: torch.dtype = torch.float32, heads: int = 4, head_dim: int = 64,
+                       backend: str | Callable = "inductor", gradients: bool = False) -> dict:
+    """Run ``impl="flex"`` on a fresh `FlexKernel` compiled with `backend` on `device`, once for each (B, N) of
+    `shapes` (QDS layouts, `qds_inputs`), forward without gradients, or forward and backward with `gradients`
+    (not on CPU: FlexAttention has no backward there).
+
+    Returns ``graphs`` (compiled by dynamo), ``graph_calls`` (calls of those graphs), ``flex_calls`` (calls of the
+    kernel: every one should have run a compiled graph, so ``graph_calls == flex_calls``; fewer would mean dynamo
+    ran FlexAttention eagerly, densely), and ``max_error``: the largest output difference from the float32
+    reference relative to its largest value (`flex_errors`' measure).
+    """
+    device = torch.device(device)
+    counter = CountingBackend(backend)
+    kernel = FlexKernel(counter, compiled_on=(device.type,))
+    calls, worst = 0, 0.0
+
+    def counted(*args, **kwargs) -> Tensor:
+        nonlocal calls
+        calls += 1
+        return kernel(*args, **kwargs)
+
+    for seed, (batch, n) in enumerate(shapes):
+        inputs = qds_inputs(batch, n, heads, head_dim, device, dtype, seed)
+        out = _output_and_gradients(flex_attention_qds, inputs, gradients, kernel=counted)[0]
+        with torch.no_grad():
+            worst = max(worst, _relative(out, reference_attention(**_mapped(inputs, Tensor.float))))
+    return dict(graphs=counter.graphs, graph_calls=counter.calls, flex_calls=calls, max_error=worst)
+
+
+def _relative(got: Tensor, want: Tensor) -> float:
+    """max |got - want| / max |want|."""
+    return float((got - want).abs().max() / want.abs().max().clamp(min=torch.finfo(want.dtype).tiny))
