@@ -6,10 +6,10 @@ Apart from `common.data.source` because it dispatches to every kind of source, e
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from common.data.source import FileSource, RankingSource
+from common.io import file_digest
 
 #: A task as a config value: ``"builtin:<split>"``, ``"irds:<ir_datasets id>"``, a mapping of
 #: `FileSource` fields (`FILE_TASK_KEYS`), or of `common.data.rank_llm.RankLLMSource` fields (`RANK_LLM_KEYS`).
@@ -97,11 +97,14 @@ def source_from_spec(spec: SourceSpec) -> RankingSource:
 
 
 def source_fingerprint(spec: SourceSpec, source: RankingSource) -> dict:
-    """What identifies a task's data in a cache key: the spec, and each of its files' path, size and time."""
+    """What identifies a task's data in a cache key (a learnt tokenizer's, the Conformer-Kernel's vocabulary): its
+    form (a task of files' spec without its paths) and each of its files' content (`common.io.file_digest`), so
+    that a copy of the files elsewhere (staged to a node's disk per job) finds the cache built from them, as the
+    document store does (`common.data.docstore`)."""
     files = {}
     for name in (*FILE_TASK_KEYS, *RANK_LLM_KEYS):
         path = getattr(source, name, None) if name.endswith("_path") else None
         if path is not None and Path(path).is_file():
-            stat = os.stat(path)
-            files[name] = [str(Path(path).resolve()), stat.st_size, stat.st_mtime_ns]
-    return {"spec": spec, "files": files}
+            files[name] = file_digest(path)
+    form = {k: v for k, v in spec.items() if not k.endswith("_path")} if isinstance(spec, dict) else spec
+    return {"spec": form, "files": files}

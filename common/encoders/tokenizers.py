@@ -12,8 +12,8 @@ loads it from there afterwards, so both kinds go through ``from_pretrained``.
 ``train`` does the same on a task's own collection and queries (a from-scratch model on the user's
 data: the built-in BPE, learnt on generated text, cuts real English into fragments, "flea" into
 ``Ġf le a``). The task is the training task (`qds.data.QDSDataModule`'s ``tokenizer_task``, which
-checkpoints keep); the cache folder is named by the task's spec and its files' paths, sizes and
-modification times (`common.data.specs.source_fingerprint`), so a changed file trains a new one.
+checkpoints keep); the cache folder is named by the task's form and its files' contents
+(`common.data.specs.source_fingerprint`), so a changed file trains a new one and a copy elsewhere finds it.
 
 `LazyTokenizer` is the base of the batch encoders (`common.encoders.bert_inputs.BertInputs`, `qds.data.Encoder`):
 a tokenizer by name, loaded in the process that uses it.

@@ -53,6 +53,28 @@ def test_train_learns_the_training_task_text(tmp_path, monkeypatch):
     assert other != path and load_tokenizer(str(other)).tokenize(" cat") == ["Ġcat"]
 
 
+def test_a_copy_of_the_tasks_files_elsewhere_finds_its_tokenizer(tmp_path, monkeypatch):
+    """Keyed by the files' contents, not their paths and times: a task staged to another folder per job (a node's
+    local disk) is not learnt again; a changed file is."""
+    import os
+    import shutil
+
+    from common.encoders.tokenizers import task_tokenizer_path
+
+    monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "cache"))
+    task = _task(tmp_path / "fleas", "the flea lives a year on its host; a flea lays eggs")
+    path = task_tokenizer_path(task)
+    built = (path / "tokenizer.json").stat().st_mtime_ns
+    shutil.copytree(tmp_path / "fleas", tmp_path / "staged")
+    for name in os.listdir(tmp_path / "staged"):
+        os.utime(tmp_path / "staged" / name, ns=(1, 1))  # another time too
+    staged = {k: v.replace(str(tmp_path / "fleas"), str(tmp_path / "staged")) for k, v in task.items()}
+    assert staged != task
+    assert task_tokenizer_path(staged) == path and (path / "tokenizer.json").stat().st_mtime_ns == built
+    changed = _task(tmp_path / "fleas2", "the flea lives a year on its host; a flea lays eggs!")
+    assert task_tokenizer_path(changed) != path
+
+
 def test_train_needs_a_task():
     import pytest
 
