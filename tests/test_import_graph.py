@@ -17,7 +17,7 @@ FLOORS = [
     {"common.data"},
     {"common.training", "common.stores", "common.report", "common.report_tables", "common.scale"},
     {"common.encoders"},
-    {"common.commands", "common.evaluate"},
+    {"common.commands", "common.evaluate", "common.gpu_check"},
     set(PACKAGES),
 ]
 
