@@ -77,11 +77,13 @@ def nonzeros(is_global: Tensor, window: int, key_padding_mask: Tensor | None = N
     plus every valid global key; a global row keeps every valid key; a padded row keeps nothing.
     """
     is_global = is_global.reshape(-1)
-    n = is_global.numel()
-    valid = torch.ones(n, dtype=torch.bool) if key_padding_mask is None else ~key_padding_mask.reshape(-1)
+    n, device = is_global.numel(), is_global.device
+    valid = (torch.ones(n, dtype=torch.bool, device=device) if key_padding_mask is None
+             else ~key_padding_mask.reshape(-1).to(device))  # fmt: skip
     is_global = is_global & valid
-    local_key = torch.cat([torch.zeros(1, dtype=torch.long), torch.cumsum((valid & ~is_global).long(), 0)])
-    position = torch.arange(n)
+    local_key = torch.cat([torch.zeros(1, dtype=torch.long, device=device),
+                           torch.cumsum((valid & ~is_global).long(), 0)])  # fmt: skip
+    position = torch.arange(n, device=device)
     low, high = (position - window // 2).clamp(min=0), (position + window // 2).clamp(max=n - 1) + 1
     band = local_key[high] - local_key[low]  # valid non-global keys in each row's band
     ordinary = valid & ~is_global

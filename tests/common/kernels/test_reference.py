@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from common.kernels.patterns import PATTERNS, density, global_tokens, synthetic_layout
+from common.kernels.patterns import PATTERNS, density, global_tokens, nonzeros, synthetic_layout
 from common.kernels.reference import allowed_keys, reference_attention
 
 
@@ -74,6 +74,16 @@ def test_density_counts_the_adjacency():
         is_global = global_tokens(pattern, synthetic_layout(700))
         nonzero = int(allowed_keys(is_global[None], None, 64).sum())
         assert density(is_global, 64) == nonzero / 700**2
+
+
+def test_density_counts_on_the_masks_device():
+    """Its index and band tensors are made where the masks are (the meta device standing in for a GPU)."""
+    from tests.devices import on_meta
+
+    is_global, padding = global_tokens("qds", synthetic_layout(700)), torch.zeros(700, dtype=torch.bool)
+    with on_meta():
+        nonzeros(is_global.to("meta"), 64, padding.to("meta"))
+        nonzeros(is_global.to("meta"), 64)
 
 
 @pytest.mark.parametrize("impl", ["reference", "portable", "tvm", "flex"])
