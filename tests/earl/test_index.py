@@ -240,9 +240,9 @@ def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, caps
             "from common.stores import writer\n"
             "from earl import index\n"
             "step = writer.DocumentIndexer.predict_step\n"
-            "def dying(self, shard, batch_idx=0):\n"
-            "    if shard == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
-            "    return step(self, shard, batch_idx)\n"
+            "def dying(self, batch, batch_idx=0):\n"
+            "    if batch[0] == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return step(self, batch, batch_idx)\n"
             f"writer.DocumentIndexer.predict_step = dying\nindex.main({args!r})\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
