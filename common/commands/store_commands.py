@@ -18,9 +18,9 @@ options, their docstring (the ``--help``) and what their paper defines; their op
   files read before anything is written), checks that every candidate has rows in the store, scores the pairs one
   query at a time (`common.stores.scoring.score_pairs`) under ``--precision``'s autocast (no ``Trainer`` scores
   them: `common.commands.task_options.autocast`; the scores stay float32, `common.encoders.precision`), writes
-  run.trec, task.json and metrics.json (`common.commands.outputs.write_results`, metrics.json last) and prints the metrics beside BM25's and the
-  paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and writes how far the two are
-  apart to exactness.json (`common.stores.scoring.compare_scores`).
+  run.trec, task.json and metrics.json (`common.commands.outputs.write_results`, metrics.json last) and prints the
+  metrics beside BM25's and the paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and
+  writes how far the two are apart to exactness.json (`common.stores.scoring.compare_scores`).
 
 Several processes: an index command's shards are split among them (Lightning ``predict``; ``--devices N``,
 ``torchrun`` or ``srun``), global rank zero writing the manifest (`common.stores.writer.build_store`). An evaluate

@@ -3,7 +3,10 @@ shard, so that Lightning's distributed sampler splits the shards among devices a
 that writes each shard as soon as it is computed.
 
 Writing from the writer callback, and never returning the predictions, keeps memory flat however large the
-collection: a shard's arrays live from its prediction step to its write.
+collection: a shard's arrays live from its prediction step to its write. Each process writes only the shards it
+was given (predict's sampler repeats none); once every process is done, global rank zero checks that all the
+shards are there and writes the manifest. A killed build resumes with a writer made with ``resume=True``: only
+the shards missing or found broken are computed again.
 
 Feeding the device (`DocumentIndexer`, `EncodedShards`): a shard's documents are read and tokenised by the loader's
 ``collate_fn``, so in its worker processes where there are any (``num_workers``), while the model encodes the shard
@@ -12,10 +15,7 @@ without blocking. The rows come back the same way (`HostCopies`): each batch's r
 memory without waiting for them, and the host waits once per shard, before the shard is cut into its documents'
 matrices; so the host queues the next batch while the device computes this one. The alternative, the shard's rows
 kept on the device and copied once, would hold a whole shard's padded rows (EARL's S2: 2·K·h floats a token) in
-device memory; the pinned copies hold them in host memory, where the shard's arrays must be anyway to be written. Each process writes only the shards it
-was given (predict's sampler repeats none); once every process is done, global rank zero checks that all the
-shards are there and writes the manifest. A killed build resumes with a writer made with ``resume=True``: only
-the shards missing or found broken are computed again.
+device memory; the pinned copies hold them in host memory, where the shard's arrays must be anyway to be written.
 
 `build_representations` builds a model's store: a `Representation` says what the model stores of a document (EARL's
 D or D', MVA's [D_K | D_V] or DE's vector) and under which identity (the checkpoint file's sha256 and a strategy).
@@ -208,7 +208,8 @@ class Representation:
 def build_representations(representation: Representation, encoder, documents, doc_ids: Sequence[str],
                           folder: str | os.PathLike, *, checkpoint_sha256: str, dtype: str = "float32",
                           shard_size: int = 1000, batch_size: int = 128, resume: bool = False, verify: bool = False,
-                          trainer_options: dict | None = None, num_workers: int = 0) -> RepresentationStore | None:  # fmt: skip
+                          trainer_options: dict | None = None,
+                          num_workers: int = 0) -> RepresentationStore | None:  # fmt: skip
     """Build (or, with `resume`, finish) the store of `documents` (`doc_ids`, in that order) in `folder`, each one's
     rows `representation`'s, documents encoded by `encoder` in batches of `batch_size` by `num_workers` loader
     workers (`EncodedShards`, `DocumentIndexer`); returns it on global rank zero, None on the other ranks

@@ -386,3 +386,17 @@ def test_loader_workers_build_the_same_store(built, tmp_path):
     assert sorted(p.name for p in (tmp_path / "workers").iterdir()) == sorted(p.name for p in reference.iterdir())
     for name in [*shards, "manifest.json"]:
         assert (tmp_path / "workers" / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: pinned batches and host copies run on one")
+def test_on_a_gpu_a_store_built_from_pinned_batches_is_the_cpu_ones(built, tmp_path):
+    """``--accelerator gpu`` with two loader workers (batches pinned, copied to the device without blocking, rows
+    copied back once a shard) and strict fp32 matmuls: every row within 1e-4 of the CPU store's."""
+    fp32 = built["stores"]["subset_fp32"]
+    gpu = index.main(["--checkpoint", str(built["checkpoint"]), "--strategy", "s1", "--collection",
+                      str(built["subset"]), "--output", str(tmp_path / "gpu"), "--shard_size", "8", "--batch_size",
+                      "3", "--num_workers", "2", "--matmul_precision", "highest", "--accelerator", "gpu",
+                      "--devices", "1"])  # fmt: skip
+    assert gpu.manifest["rows"] == fp32.manifest["rows"]
+    for doc_id in fp32.doc_ids:
+        assert abs(gpu.get(doc_id) - fp32.get(doc_id)).max() < 1e-4, doc_id

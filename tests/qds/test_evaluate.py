@@ -193,3 +193,17 @@ def test_bf16_mixed_scores_near_fp32_and_is_the_default_of_a_run_that_trained_so
                    "--output_dir", str(tmp_path / "default")])  # fmt: skip
     assert "precision bf16-mixed (as the checkpoint's run trained)" in capsys.readouterr().out
     assert (tmp_path / "default" / "run.trec").read_bytes() == (tmp_path / "bf16-mixed" / "run.trec").read_bytes()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: 16-mixed runs on one")
+def test_16_mixed_on_a_gpu_scores_near_fp32(checkpoint, tmp_path):
+    """``--precision 16-mixed`` on a GPU (its loader's batches pinned) against ``32-true`` on the CPU: every score
+    within `BF16_SCORE_TOLERANCE` (float16 keeps 11 significant bits, more than bfloat16's 8)."""
+    common = ["--candidates", "builtin:test", "--depth", "3", "--devices", "1", "--num_workers", "2"]
+    evaluate.main(["--checkpoint", str(checkpoint), *common, "--accelerator", "cpu", "--precision", "32-true",
+                   "--output_dir", str(tmp_path / "cpu")])  # fmt: skip
+    evaluate.main(["--checkpoint", str(checkpoint), *common, "--accelerator", "gpu", "--precision", "16-mixed",
+                   "--output_dir", str(tmp_path / "gpu")])  # fmt: skip
+    cpu, gpu = _scores(tmp_path / "cpu"), _scores(tmp_path / "gpu")
+    assert cpu.keys() == gpu.keys()
+    assert max(abs(gpu[pair] - cpu[pair]) for pair in cpu) < BF16_SCORE_TOLERANCE
