@@ -22,6 +22,11 @@ trec-dl-2020-doc`` (for files holding it), else an ``irds:`` task that is
 gets a line saying there is nothing to compare with, and ``builtin:`` tasks Table 1 labelled as
 another dataset's (`conformer_kernel.train.paper_tables`).
 
+Speed: ``--precision`` (default: the precision the checkpoint's run trained with, where its run folder says so, else
+32-true; the scores stay float32), float32 matmuls at ``--matmul_precision high`` (TF32 on GPUs) as in training
+(`common.commands.task_options.resolve_precision`), and ``--num_workers`` loader processes that read and featurise
+the candidates, and the index's documents, while the model scores (pinned memory on a GPU).
+
 Several processes (``--devices N``, ``torchrun``, ``srun``): the candidates are scored, and the index's shards
 computed, by all of them; global rank zero alone checks and creates the output folder, merges the index, retrieves
 and writes the files (`common.commands.task_options.fresh_output_dir`), the same bytes as one process writes.
@@ -37,8 +42,9 @@ from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (add_process_arguments, add_task_arguments, fresh_output_dir, resolve_depth,
-                                          task_spec_from_args, trainer_options)
+from common.commands.task_options import (add_precision_arguments, add_process_arguments, add_task_arguments,
+                                          add_workers_argument, fresh_output_dir, resolve_depth, resolve_precision,
+                                          runs_on_cuda, task_spec_from_args, trainer_options)
 from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
@@ -71,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--batch_size", type=positive_int, default=64, help="pairs per re-ranking batch (default 64)")
     parser.add_argument("--relevance_level", type=int, default=1, help="lowest relevant label (default 1)")
     add_process_arguments(parser)
+    add_precision_arguments(parser)
+    add_workers_argument(parser, "read and featurise the documents")
     return parser
 
 
@@ -101,11 +109,14 @@ def main(argv=None) -> dict | None:
         ImpactIndex, MissingTermsError, evaluated_topics, full_ranking, load_for_inference,
     )
 
-    data_settings = read_trained(args.checkpoint).get("datamodule_hyper_parameters", {})
+    state = read_trained(args.checkpoint)
+    data_settings = state.get("datamodule_hyper_parameters", {})
     depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
+    precision = resolve_precision(args, args.checkpoint, state, runs_on_cuda(args.accelerator))
     # Featurised as the checkpoint was trained (use_featurizer: its vocabulary, text limits and ORCAS field).
     data = ConformerKernelDataModule(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
-                               eval_batch_size=args.batch_size, relevance_level=args.relevance_level)
+                                     eval_batch_size=args.batch_size, num_workers=args.num_workers,
+                                     relevance_level=args.relevance_level)  # fmt: skip
     with input_errors(*INPUT_ERRORS):  # the task's files and the ORCAS field's, before anything is built or written
         data.check_tasks()
         model, featurizer = load_for_inference(args.checkpoint, args.orcas, data_settings)
@@ -118,6 +129,7 @@ def main(argv=None) -> dict | None:
     if launched_as_global_zero():
         if "rerank" in args.modes:
             print(f"re-ranking the top {depth} candidates per query ({depth_source})")
+        print(precision)
         out.mkdir(parents=True, exist_ok=True)
     runs = {}
     if "rerank" in args.modes:
@@ -126,7 +138,8 @@ def main(argv=None) -> dict | None:
         trainer.test(model, datamodule=data)
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
     if "fullrank" in args.modes:  # its index built by every process, its retrieval on global rank zero (else None)
-        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", trainer_options(args), index)
+        runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", trainer_options(args), index,
+                                        num_workers=args.num_workers)
     if not launched_as_global_zero():  # rank zero holds every score and writes the files
         return None
     name = model.hparams.model

@@ -15,7 +15,10 @@ Computation: Lightning ``predict`` over shards of ``shard_size`` documents (a sh
 prediction step; with several devices the shards are split among them). Global rank zero alone
 checks the folder and writes its plan, before the shards are computed; each shard's scores, a dense
 (documents, terms) float32 array, are written atomically to ``shards/`` as soon as they exist, so an
-interrupted run resumes where it stopped (``resume``).
+interrupted run resumes where it stopped (``resume``). A shard's documents are read, analysed and made into
+`Features` batches by the loader's ``collate_fn`` (`DocumentShards`), in its ``num_workers`` worker processes where
+there are any, pinned where the accelerator is CUDA (`common.stores.writer.loader_options`); each batch's scores are
+copied back without waiting for them, the host waiting once a shard (`common.stores.writer.HostCopies`).
 
 Layout: the CSR matrix's three arrays as raw ``.npy`` files, ``data.npy`` (nnz,) float32, ``indices.npy``
 (nnz,) and ``indptr.npy`` (terms + 1,), their integer type the one ``scipy.sparse.hstack`` gives the
@@ -64,8 +67,10 @@ from tqdm.auto import tqdm
 
 from common.data.formats import Run, Topics
 from common.io import atomic_write, renamed_on_success
+from common.stores.writer import HostCopies, loader_options
 from conformer_kernel.features import Featurizer
 from conformer_kernel.index_folder import ARRAY_FILES, PLAN, output_problem
+from conformer_kernel.model import Features
 from conformer_kernel.orcas import orcas_from_spec
 from conformer_kernel.ranker import ConformerKernelRanker
 
@@ -242,45 +247,60 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
 
 
 class DocumentShards(Dataset):
-    """Item i: (i, the analysed term lists of shard i's documents); only the shards still to compute."""
+    """Item i: shard ``todo[i]`` (only the shards still to compute); a step's batch is ``(shard, documents,
+    batches)``: the shard, its number of documents and their `Features` against the index's `terms` (one
+    pseudo-query) in batches of `batch_size` in order of length (a batch is padded to its longest document), each
+    ``(positions, fields)``: the (B,) positions of its documents in the shard and the `Features`' tensors in field
+    order (a tuple of tensors, which a loader pins; `Features` itself it would not). Made by `collate`, the loader's
+    ``collate_fn``: in its worker processes where it has any."""
 
-    def __init__(self, doc_ids: list[str], documents, featurizer: Featurizer, shard_size: int, todo: list[int]):
-        self.doc_ids, self.documents, self.featurizer = doc_ids, documents, featurizer
-        self.shard_size, self.todo = shard_size, todo
+    def __init__(self, doc_ids: list[str], documents, featurizer: Featurizer, terms: list[str], shard_size: int,
+                 batch_size: int, todo: list[int]):  # fmt: skip
+        self.doc_ids, self.documents, self.featurizer, self.terms = doc_ids, documents, featurizer, terms
+        self.shard_size, self.batch_size, self.todo = shard_size, batch_size, todo
 
     def __len__(self) -> int:
         return len(self.todo)
 
-    def __getitem__(self, index: int) -> tuple[int, list[list[str]]]:
-        shard = self.todo[index]
-        ids = self.doc_ids[shard * self.shard_size : (shard + 1) * self.shard_size]
-        return shard, [self.featurizer.document_terms(doc) for doc in self.documents.get_many(ids)]
+    def __getitem__(self, index: int) -> int:
+        return self.todo[index]
 
-    @staticmethod
-    def collate(items):
-        (item,) = items  # one shard per prediction step
-        return item
+    def collate(self, items: list[int]) -> tuple[int, int, list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]]:
+        (shard,) = items  # one shard per prediction step
+        ids = self.doc_ids[shard * self.shard_size : (shard + 1) * self.shard_size]
+        docs = [self.featurizer.document_terms(doc) for doc in self.documents.get_many(ids)]
+        order = sorted(range(len(docs)), key=lambda i: len(docs[i]))
+        batches = []
+        for start in range(0, len(docs), self.batch_size):
+            part = order[start : start + self.batch_size]
+            f = self.featurizer.batch([self.terms], [[docs[i] for i in part]])  # one pseudo-query
+            batches.append((torch.tensor(part), tuple(getattr(f, name) for name in FEATURE_FIELDS)))
+        return shard, len(docs), batches
+
+
+#: The fields of `Features`, in order: a `DocumentShards` batch carries them as a tuple.
+FEATURE_FIELDS = tuple(Features.__dataclass_fields__)
 
 
 class TermDocumentScorer(L.LightningModule):
-    """Wraps a trained `ConformerKernelRanker`: predict_step turns a shard's documents into (docs, terms) s_td."""
+    """Wraps a trained `ConformerKernelRanker`: predict_step turns a shard's `DocumentShards` batches into its
+    (docs, terms) s_td."""
 
-    def __init__(self, model: ConformerKernelRanker, featurizer: Featurizer, terms: list[str], batch_size: int,
-                 term_chunk: int):
+    def __init__(self, model: ConformerKernelRanker, terms: list[str], term_chunk: int):
         super().__init__()
-        self.model, self.featurizer, self.terms = model, featurizer, terms
-        self.batch_size, self.term_chunk = batch_size, term_chunk
+        self.model, self.terms, self.term_chunk = model, terms, term_chunk
 
     def predict_step(self, batch, batch_idx: int) -> tuple[int, np.ndarray]:
-        shard, docs = batch
-        # Batches of the shard's documents in order of length: a batch is padded to its longest document.
-        order = sorted(range(len(docs)), key=lambda i: len(docs[i]))
-        scores = np.empty((len(docs), len(self.terms)), dtype=np.float32)
-        for start in range(0, len(docs), self.batch_size):
-            part = order[start : start + self.batch_size]
-            f = self.featurizer.batch([self.terms], [[docs[i] for i in part]]).to(self.device)  # one pseudo-query
+        shard, documents, batches = batch
+        copies, pending = HostCopies(self.device), []
+        for part, fields in batches:
+            f = Features(*(x.to(self.device, non_blocking=True) for x in fields))
             s_td = self.model.model.index_scores(f, self.term_chunk)[:, : len(self.terms)]  # not the padding to 20
-            scores[part] = s_td.float().cpu().numpy()
+            pending.append((part, copies.copy(s_td)))
+        copies.wait()  # once a shard: every batch's scores are on the host
+        scores = np.empty((documents, len(self.terms)), dtype=np.float32)
+        for part, s_td in pending:
+            scores[part.numpy()] = s_td.float().numpy()
         return shard, scores  # (docs, terms)
 
 
@@ -305,8 +325,9 @@ def shard_path(folder: Path, shard: int) -> Path:
 
 def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: list[str], terms: list[str],
                 folder: str | os.PathLike, *, shard_size: int = 256, batch_size: int = 8, term_chunk: int = 64,
-                resume: bool = False, trainer_options: dict | None = None) -> ImpactIndex | None:
-    """Compute (or finish computing, with `resume`) the index of `documents` for `terms` into `folder`.
+                resume: bool = False, trainer_options: dict | None = None, num_workers: int = 0) -> ImpactIndex | None:
+    """Compute (or finish computing, with `resume`) the index of `documents` for `terms` into `folder`, the
+    documents featurised by `num_workers` loader workers (`DocumentShards`).
 
     Returns the index on global rank zero (None on the other ranks).
     """
@@ -332,10 +353,10 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
             with atomic_write(plan) as f:
                 json.dump(meta, f, indent=2, sort_keys=True)
     if todo:
-        dataset = DocumentShards(doc_ids, documents, featurizer, shard_size, todo)
-        loader = torch.utils.data.DataLoader(dataset, batch_size=1, collate_fn=DocumentShards.collate)
-        scorer = TermDocumentScorer(model, featurizer, terms, batch_size, term_chunk)
-        trainer.predict(scorer, loader, return_predictions=False)
+        dataset = DocumentShards(doc_ids, documents, featurizer, terms, shard_size, batch_size, todo)
+        loader = torch.utils.data.DataLoader(dataset, batch_size=1, collate_fn=dataset.collate,
+                                             **loader_options(trainer, num_workers))  # fmt: skip
+        trainer.predict(TermDocumentScorer(model, terms, term_chunk), loader, return_predictions=False)
     trainer.strategy.barrier()
     if not trainer.is_global_zero:
         return None
@@ -434,12 +455,12 @@ def evaluated_topics(data) -> Topics:
 
 def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, folder: str | os.PathLike,
                  trainer_options: dict | None = None, index: ImpactIndex | None = None, *,
-                 resume: bool = False) -> Run | None:
+                 resume: bool = False, num_workers: int = 0) -> Run | None:
     """The top 100 of every evaluated test query of `data` (a `ConformerKernelDataModule`) by full retrieval: from `index`,
     or from one built into `folder` for those queries' terms over the test collection.
 
     `resume`: `folder` may hold what a killed run left there: its finished index is read, an unfinished one
-    finished, and one killed before its plan was written started again.
+    finished, and one killed before its plan was written started again. `num_workers`: the index's loader workers.
 
     Where `trainer_options` name several processes, each computes its part of the index's shards and global rank
     zero returns the run; the others return None."""
@@ -454,7 +475,7 @@ def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, fol
         doc_ids, terms = list(documents), index_terms([topics], featurizer)
         rank_zero_info(f"fullrank: indexing {len(terms)} query terms x {len(doc_ids)} documents into {folder}")
         index = build_index(model, featurizer, documents, doc_ids, terms, folder, trainer_options=trainer_options,
-                            resume=resume)
+                            resume=resume, num_workers=num_workers)
         if index is None:  # not global rank zero, which merged the shards
             return None
     return index.retrieve(topics, featurizer)

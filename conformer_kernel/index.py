@@ -21,6 +21,11 @@ the command prints the index's estimated size and its build's peak, the shards b
 (`conformer_kernel.impact_index.estimate_index`: NDRM1's and NDRM3's postings are dense, NDRM2's counted in a
 sample of 1,000 documents), beside the space free where ``--output`` goes.
 
+Speed: ``--precision`` (default: the precision the checkpoint's run trained with, where its run folder says so, else
+32-true; the scores stay float32), float32 matmuls at ``--matmul_precision high`` (TF32 on GPUs) as in training
+(`common.commands.task_options.resolve_precision`), and ``--num_workers`` loader processes that read and featurise
+the documents while the model scores them (`conformer_kernel.impact_index.DocumentShards`).
+
 Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
 written (`common.refusals`): the options, the tasks' names and the output folder at once, before torch and
 Lightning are imported; an ``irds:`` task's files that are neither present nor downloadable, one line each
@@ -36,7 +41,8 @@ from pathlib import Path
 
 from common.data.irds_files import refuse_missing_files
 from common.data.specs import TaskSpecError, check_spec, source_from_spec
-from common.commands.task_options import add_process_arguments, read_checkpoint, trainer_options
+from common.commands.task_options import (add_precision_arguments, add_process_arguments, add_workers_argument,
+                                          read_checkpoint, resolve_precision, runs_on_cuda, trainer_options)
 from common.commands.run_folder import launched_as_global_zero
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index_folder import INDEX_FILES, OLD_MATRIX_FILE, output_problem
@@ -64,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--term_chunk", type=positive_int, default=64,
                         help="terms per kernel-pooling pass (default 64)")
     add_process_arguments(parser, "Lightning devices; shards are split among them")
+    add_precision_arguments(parser)
+    add_workers_argument(parser, "read and featurise the documents")
     return parser
 
 
@@ -155,7 +163,9 @@ def main(argv=None):
     from conformer_kernel.impact_index import (UnfinishedIndexError, build_index, estimate_index, index_terms,
                                                load_for_inference)
 
-    data_settings = read_trained(args.checkpoint).get("datamodule_hyper_parameters", {})
+    state = read_trained(args.checkpoint)
+    data_settings = state.get("datamodule_hyper_parameters", {})
+    precision = resolve_precision(args, args.checkpoint, state, runs_on_cuda(args.accelerator))
     with input_errors(*INPUT_ERRORS):  # the tasks' files and the ORCAS field's, read before the model is built
         topic_sets = [source_from_spec(spec).topics() for spec in args.topics]
         documents = source_from_spec(args.collection).documents()
@@ -165,13 +175,13 @@ def main(argv=None):
     room = None
     if launched_as_global_zero():  # whose folder it is (check_args): a refusal there ends the launch
         room = check_room(args, estimate_index(model, featurizer, documents, doc_ids, terms, args.shard_size))
-    print(f"indexing {len(terms)} terms x {len(doc_ids)} documents into {args.output}")
+    print(f"indexing {len(terms)} terms x {len(doc_ids)} documents into {args.output}; {precision}")
     if room:
         print(room)
     try:
         index = build_index(model, featurizer, documents, doc_ids, terms, args.output, shard_size=args.shard_size,
                             batch_size=args.batch_size, term_chunk=args.term_chunk, resume=args.resume,
-                            trainer_options=trainer_options(args))
+                            trainer_options=trainer_options(args), num_workers=args.num_workers)
     except UnfinishedIndexError as error:  # known once the terms are: after the model is built
         usage_error(f"--output: {error}")
     if index is not None:

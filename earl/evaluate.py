@@ -30,6 +30,11 @@ printed beside BM25's and, where the task is one of Table 2's MS MARCO datasets 
 the paper's. Scoring runs in one process on ``--device`` (one query at a time, the paper's online setting):
 launched as several (``torchrun``, ``srun``), global rank zero does all of it and the others return at once.
 
+Precision: ``--precision`` (default: the one the checkpoint's run trained with, where its run folder says so, else
+32-true) is the autocast the scoring runs under, the scores staying float32; float32 matmuls run at
+``--matmul_precision`` (``high``, TF32 on GPUs, as in training; ``highest`` for a GPU comparison with end-to-end
+scores to float rounding; `common.commands.task_options`).
+
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
 (`common.refusals`): the options, the task's names and the store's folder at once, before torch and Lightning are
 imported; an ``irds:`` task's files that are neither present nor downloadable, one line each

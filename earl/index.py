@@ -26,6 +26,10 @@ costs). The shards are computed by Lightning ``predict``, split among ``--device
 written as soon as each is done, so a killed build loses the shards in flight only: ``--resume`` finishes it
 (with the same checkpoint, strategy, dtype, collection and shard size, else it is refused).
 
+Speed: ``--precision`` (default: the one the checkpoint's run trained with, where its run folder says so, else
+32-true), float32 matmuls at ``--matmul_precision high`` (TF32 on GPUs) as in training, and ``--num_workers`` loader
+processes that read and tokenise the documents while the model encodes them (`common.stores.writer`).
+
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
 (`common.refusals`): the options, the collection's name and the output folder at once, before torch and Lightning
 are imported; an ``irds:`` collection's files that are neither present nor downloadable, one line each

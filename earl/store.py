@@ -25,8 +25,9 @@ random documents that ``python -m earl.benchmark`` times.
   noise of each store's own width; the store's identity says which (``checkpoint``: the weights' description,
   ``documents``).
 
-Matrix products run in full fp32 (torch's default ``highest`` matmul precision, not TF32), so that a GPU run's
-stored and end-to-end scores agree as closely as a CPU run's.
+Matrix products run at the float32 matmul precision the command sets (``--matmul_precision``: ``high``, TF32 on
+GPUs, as training; ``highest``, full fp32, so that a GPU run's stored and end-to-end scores agree as closely as a
+CPU run's, as ``earl.evaluate --compare_end_to_end`` measures them).
 
 This module imports torch and Lightning; the command lines (`earl.index`, `earl.evaluate`) answer ``--help`` and
 bad options without them.

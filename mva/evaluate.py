@@ -26,6 +26,11 @@ Depth: ``--depth``, else the checkpoint's data setting ``depth``, else 1,000 (th
 Outputs (a new ``--output_dir``, default ``outputs/mva-evaluate-<time>``): ``run.trec``, ``task.json``,
 ``costs.json`` and ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``), metrics.json last.
 
+Precision: ``--precision`` (default: the one the checkpoint's run trained with, where its run folder says so, else
+32-true) is the autocast the scoring runs under, the scores staying float32; float32 matmuls run at
+``--matmul_precision`` (``high``, TF32 on GPUs, as in training; ``highest`` for a GPU comparison with end-to-end
+scores to float rounding; `common.commands.task_options`).
+
 Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
 (`common.refusals`): the options, the task's names and the store's folder before torch is imported; an ``irds:``
 task's files that are neither present nor downloadable, one line each (`common.data.irds_files`); a checkpoint that

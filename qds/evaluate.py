@@ -22,6 +22,11 @@ datasets: ``--dataset`` (for files holding one), else the dataset of an ``irds:`
 ``trec-dl-2019-doc``). Any other task gets a line saying there is nothing to compare with, and
 ``builtin:`` tasks the reported numbers labelled as another dataset's (`qds.train.paper_tables`).
 
+Speed: ``--precision`` (default: the precision the checkpoint's run trained with, where its run folder says so, else
+32-true; the scores stay float32), float32 matmuls at ``--matmul_precision high`` (TF32 on GPUs) as in training
+(`common.commands.task_options.resolve_precision`), and ``--num_workers`` loader processes that read and tokenise the
+candidates while the model scores (pinned memory on a GPU; `common.training.tasks.LoaderConfig`).
+
 Several processes (``--devices N``, ``torchrun``, ``srun``): the candidates are scored by all of them and gathered;
 global rank zero alone checks and creates the output folder and writes the files
 (`common.commands.task_options.fresh_output_dir`), the same bytes as one process writes.
@@ -37,8 +42,9 @@ from __future__ import annotations
 
 import argparse
 
-from common.commands.task_options import (add_process_arguments, add_task_arguments, fresh_output_dir, read_checkpoint,
-                                          resolve_depth, task_spec_from_args, trainer_options)
+from common.commands.task_options import (add_precision_arguments, add_process_arguments, add_task_arguments,
+                                          add_workers_argument, fresh_output_dir, read_checkpoint, resolve_depth,
+                                          resolve_precision, runs_on_cuda, task_spec_from_args, trainer_options)
 from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int
@@ -70,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     official.add_argument("--tokenizer", default="roberta-base", help="its tokenizer (name or path)")
     official.add_argument("--window", type=_window, default=128, help="its attention window w, even (default 128)")
     add_process_arguments(parser)
+    add_precision_arguments(parser)
+    add_workers_argument(parser, "read and tokenise the candidates")
     return parser
 
 
@@ -162,13 +170,14 @@ def main(argv=None) -> dict | None:
     if args.relevance_level is not None:
         settings["relevance_level"] = args.relevance_level
     depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
+    precision = resolve_precision(args, args.checkpoint, state, runs_on_cuda(args.accelerator))
     data = QDSDataModule(train=None, dev=None, test=task, pattern=pattern, depth=depth,
-                         eval_batch_size=args.batch_size, **settings)
+                         eval_batch_size=args.batch_size, num_workers=args.num_workers, **settings)
     with input_errors(*INPUT_ERRORS):
         data.check_tasks()  # the task's files read before anything is built, printed or written
     model, _ = load_model(args, state)
     if launched_as_global_zero():
-        print(f"re-ranking the top {depth} candidates per query ({depth_source})")
+        print(f"re-ranking the top {depth} candidates per query ({depth_source}); {precision}")
         out.mkdir(parents=True, exist_ok=True)
     trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out, enable_model_summary=False)
     trainer.test(model, datamodule=data)

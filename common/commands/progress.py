@@ -6,7 +6,8 @@ commands run one long epoch bounded by ``trainer.max_steps``: in a terminal it r
 run's total:
 
 - `StepProgressBar`, for a terminal: Lightning's tqdm bar whose training bar is ``train``, steps out of
-  ``max_steps``, with the loss and the latest monitored dev measure; its validation and test bars are Lightning's.
+  ``max_steps``, with the loss and the latest monitored dev measure, drawn every `every` seconds (one by default)
+  and at the last step; its validation and test bars are Lightning's.
 - `ProgressLog`, for anything else: one line every `every` seconds, at each validation's end and when training
   ends, e.g. ``step 120/600 · loss 0.512 · dev/mrr@10 0.431 · 1m23s elapsed · ~5m10s left``; and a line when
   the test starts and ends.
@@ -14,6 +15,12 @@ run's total:
 
 Both are Lightning ``ProgressBar`` callbacks, so that Lightning adds no bar of its own beside them; and Lightning
 refuses one with ``Trainer(enable_progress_bar=False)``: a caller then adds none (see `progress_callback`).
+
+Neither reads the logged loss more often than it shows it. The loss is a tensor on the device, and reading it as a
+Python number waits for every kernel queued before it: read at each step, as Lightning's own bar does, it keeps
+the host from queuing the next step while the device computes this one. So the bar reads it only when it draws
+(`every` seconds: on a GPU a step takes milliseconds, and a bar redrawn faster than a second is not read by
+anyone), and the log only when a line is due.
 
 The total is ``trainer.estimated_stepping_batches``: ``max_steps`` when training is bounded by steps, else what
 ``max_epochs`` makes of the training batches; a run bounded by neither shows its step and no total or estimate.
@@ -63,11 +70,16 @@ def latest(trainer, loss: str, monitor: str) -> dict[str, float]:
 
 class StepProgressBar(TQDMProgressBar):
     """Lightning's tqdm bar, its training bar counting global steps out of the run's total (`total_steps`) across
-    epochs, from the step a resumed run starts at; its postfix is the loss and the monitored dev measure."""
+    epochs, from the step a resumed run starts at; its postfix is the loss and the monitored dev measure.
 
-    def __init__(self, monitor: str, *, loss: str = LOSS):
+    The training bar is drawn, and the loss read, every `every` seconds of `clock` and at the last step (module
+    docstring); Lightning's ``refresh_rate`` (steps) still applies on top, 0 turning the bar off."""
+
+    def __init__(self, monitor: str, *, loss: str = LOSS, every: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
         super().__init__()
-        self.monitor, self.loss = monitor, loss
+        self.monitor, self.loss, self.every, self.clock = monitor, loss, every, clock
+        self._drawn = -math.inf
 
     @property
     def train_description(self) -> str:
@@ -85,10 +97,13 @@ class StepProgressBar(TQDMProgressBar):
         """Nothing: Lightning's bar starts over at each epoch; this one spans the run."""
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        bar = self.train_progress_bar
-        if self._should_update(trainer.global_step, bar.total):
-            bar.n = trainer.global_step
-            bar.set_postfix(self.get_metrics(trainer, pl_module))  # refreshes the bar
+        bar, step = self.train_progress_bar, trainer.global_step
+        if not self._should_update(step, bar.total):
+            return
+        bar.n = step  # shown at the next draw
+        if step == bar.total or self.clock() - self._drawn >= self.every:
+            self._drawn = self.clock()
+            bar.set_postfix(self.get_metrics(trainer, pl_module))  # reads the loss; refreshes the bar
 
     def get_metrics(self, trainer, pl_module) -> dict[str, float]:
         return latest(trainer, self.loss, self.monitor)

@@ -10,15 +10,17 @@ options, their docstring (the ``--help``) and what their paper defines; their op
   training), ``representation(ranker, encoder, **options)`` (what a store holds, a
   `common.stores.writer.Representation`) and ``storage_report(store)``. Before building, global rank zero prints
   the store's estimated size and the space free where ``--output`` goes, and refuses in one line where that cannot
-  hold it (`check_room`, `common.stores.size`).
+  hold it (`check_room`, `common.stores.size`). It computes in ``--precision`` (`common.commands.task_options`),
+  its documents read and tokenised by ``--num_workers`` loader workers (`common.stores.writer.EncodedShards`).
 - `StoreEvaluation`: an evaluate command, subclassed by each package (`earl.evaluate.EARLEvaluation`,
   `mva.evaluate.MVAEvaluation`). It reads the checkpoint (torch alone, so that a foreign one is refused before
   Lightning loads) and the store, opens the task (`common.training.tasks` through the package's data module, its
   files read before anything is written), checks that every candidate has rows in the store, scores the pairs one
-  query at a time (`common.stores.scoring.score_pairs`), writes run.trec, task.json and metrics.json
-  (`common.commands.outputs.write_results`, metrics.json last) and prints the metrics beside BM25's and the
-  paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and writes how far the two are
-  apart to exactness.json (`common.stores.scoring.compare_scores`).
+  query at a time (`common.stores.scoring.score_pairs`) under ``--precision``'s autocast (no ``Trainer`` scores
+  them: `common.commands.task_options.autocast`; the scores stay float32, `common.encoders.precision`), writes
+  run.trec, task.json and metrics.json (`common.commands.outputs.write_results`, metrics.json last) and prints the
+  metrics beside BM25's and the paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and
+  writes how far the two are apart to exactness.json (`common.stores.scoring.compare_scores`).
 
 Several processes: an index command's shards are split among them (Lightning ``predict``; ``--devices N``,
 ``torchrun`` or ``srun``), global rank zero writing the manifest (`common.stores.writer.build_store`). An evaluate
@@ -35,7 +37,8 @@ from collections.abc import Callable
 
 from common.commands.store_options import (DTYPES, check_candidates, open_store, read_collection,
                                            resolve_device)
-from common.commands.task_options import fresh_output_dir, resolve_depth, task_spec_from_args, trainer_options
+from common.commands.task_options import (autocast, fresh_output_dir, resolve_depth, resolve_precision, runs_on_cuda,
+                                          task_spec_from_args, trainer_options)
 from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import input_errors, usage_error
@@ -58,6 +61,7 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
     from common.stores.representations import StoreMismatchError, checkpoint_hash
     from common.stores.writer import build_representations
 
+    precision = resolve_precision(args, args.checkpoint, state, runs_on_cuda(args.accelerator))
     encoder = store.data_encoder(state.get("datamodule_hyper_parameters", {}))
     documents, doc_ids = read_collection(args)
     checkpoint_sha256 = checkpoint_hash(args.checkpoint)
@@ -69,12 +73,13 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
           f"{len(doc_ids):,} documents of {args.collection} in {args.output}")
     if room:
         print(room)
+    print(precision)
     try:
         built = build_representations(
             representation, encoder, documents, doc_ids, args.output,
             checkpoint_sha256=checkpoint_sha256, dtype=DTYPES[args.dtype], shard_size=args.shard_size,
             batch_size=args.batch_size, resume=args.resume, verify=args.verify,
-            trainer_options=trainer_options(args),
+            trainer_options=trainer_options(args), num_workers=args.num_workers,
         )  # fmt: skip
     except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
         usage_error(f"--output: {error}")
@@ -172,8 +177,9 @@ class StoreEvaluation:
         from common.report import paper_dataset
         from common.stores.scoring import exactness_line, score_pairs
 
-        data, pairs, depth_source = self.open_task(state, store)
         self.device = resolve_device(args.device)
+        precision = resolve_precision(args, args.checkpoint, state, self.device.type == "cuda")
+        data, pairs, depth_source = self.open_task(state, store)
         self.ranker = ranker = self.load_ranker(state).to(self.device)
         source = data.source("test")
         self.documents, self.topics = source.documents(), source.topics()
@@ -183,15 +189,16 @@ class StoreEvaluation:
             usage_error(f"--store: {error}")
         self.queries = len({qid for qid, _ in pairs})
         print(f"re-ranking the top {self.depth} candidates per query ({depth_source}): {len(pairs):,} pairs of "
-              f"{self.queries:,} queries, {self.describe()}")
+              f"{self.queries:,} queries, {self.describe()}; {precision}")
         out.mkdir(parents=True, exist_ok=True)
         candidates, self.qrels, self.level = data.candidates("test"), data.qrels("test"), data.relevance_level
-        scores = score_pairs(scorer, pairs, self.topics)
-        self.print_seconds(scorer)
-        self.run = run = reranked_run(pairs, scores, candidates)
-        self.others = {}
-        report = self.compare_end_to_end(store, pairs, scores, candidates) if args.compare_end_to_end else None
-        written = self.further_runs()
+        with autocast(args.precision, self.device.type):  # as Lightning's precision plugin scores a test step
+            scores = score_pairs(scorer, pairs, self.topics)
+            self.print_seconds(scorer)
+            self.run = run = reranked_run(pairs, scores, candidates)
+            self.others = {}
+            report = self.compare_end_to_end(store, pairs, scores, candidates) if args.compare_end_to_end else None
+            written = self.further_runs()
         dataset = args.dataset or paper_dataset(self.package, task)
         metrics = write_results(out, ranker.name, run, self.qrels, candidates, self.level, measures=ranker.measures,
                                 task=task, dataset=dataset, others=self.others)  # fmt: skip

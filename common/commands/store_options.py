@@ -4,10 +4,11 @@
 - A command's parser (`command_parser`: its module docstring as description and epilog) and its ``--checkpoint``,
   read by `read_trained_checkpoint` (a checkpoint of the package's training command, of an architecture the
   command can use).
-- An index command's options after its ``--checkpoint``: `add_index_arguments`, `check_index_args` (before
-  anything is imported), `read_collection`.
+- An index command's options after its ``--checkpoint``: `add_index_arguments` (with the precision and loader
+  workers of `common.commands.task_options`), `check_index_args` (before anything is imported), `read_collection`.
 - An evaluate command's options: `add_evaluate_arguments` (the checkpoint, the task, the store) and
-  `add_rerank_arguments` (the output folder, depth, queries, batch size, paper's dataset, relevance level, device).
+  `add_rerank_arguments` (the output folder, depth, queries, batch size, paper's dataset, relevance level, device,
+  precision).
 
 - ``--collection``: the documents to store, a task's name (``builtin:<split>``, ``irds:<id>``) or a collection
   file (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok): `check_collection` before anything is imported,
@@ -26,7 +27,8 @@ import argparse
 import re
 from pathlib import Path
 
-from common.commands.task_options import add_process_arguments, add_task_arguments, read_checkpoint
+from common.commands.task_options import (add_precision_arguments, add_process_arguments, add_task_arguments,
+                                          add_workers_argument, read_checkpoint)
 from common.commands.run_folder import launched_as_global_zero
 from common.data.specs import TaskSpecError, check_spec
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
@@ -69,8 +71,9 @@ def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[st
 
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--dtype``, ``--collection``, ``--output``, ``--resume``, ``--verify``, ``--shard_size``, ``--batch_size`` and
-    Lightning's ``--accelerator``, ``--devices``, ``--num_nodes``."""
+    """``--dtype``, ``--collection``, ``--output``, ``--resume``, ``--verify``, ``--shard_size``, ``--batch_size``,
+    Lightning's ``--accelerator``, ``--devices``, ``--num_nodes``, ``--precision``, ``--matmul_precision`` and
+    ``--num_workers`` (`common.commands.task_options`)."""
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
     parser.add_argument("--collection", required=True,
                         help="the documents: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
@@ -87,6 +90,8 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch_size", type=positive_int, default=128,
                         help="documents per forward pass of the document encoder (default 128)")
     add_process_arguments(parser, "Lightning devices; the shards are split among them")
+    add_precision_arguments(parser)
+    add_workers_argument(parser, "read and tokenise the documents")
 
 
 def check_index_args(args: argparse.Namespace) -> None:
@@ -135,7 +140,8 @@ def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: s
                          compared_with: str) -> None:  # fmt: skip
     """``--output_dir`` (default ``outputs/<package>-evaluate-<time>``), ``--depth``, ``--test_queries``,
     ``--batch_size`` (candidates per `batch`), ``--dataset`` (one of the paper's `datasets`, to compare with its
-    `compared_with`), ``--relevance_level`` and ``--device``."""
+    `compared_with`), ``--relevance_level``, ``--device``, ``--precision`` and ``--matmul_precision``
+    (`common.commands.task_options`)."""
     parser.add_argument("--output_dir", help=f"default: a new outputs/{package}-evaluate-<time>")
     parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 1000)")
@@ -149,6 +155,7 @@ def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: s
                         help="lowest relevant label for MAP/MRR (default: the checkpoint's data setting, else 1)")
     parser.add_argument("--device", type=device_name, default="auto",
                         help="where to score: auto (cuda if there is one), cpu, cuda or cuda:N (default auto)")
+    add_precision_arguments(parser)
 
 
 # --- --collection -------------------------------------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""What an evaluate command line names, checked before anything is built: its task, checkpoint, devices and output
-folder.
+"""What an evaluate or index command line names, checked before anything is built: its task, checkpoint, devices,
+precision, loader workers and output folder.
 
 An evaluate command adds ``--<option> TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
 its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), and reads the task back as a
@@ -9,6 +9,20 @@ folder (new or empty), and `read_checkpoint` reads its checkpoint, refusing a fi
 an unknown split or id, a used folder, a foreign checkpoint end the command in one line naming the option
 (`common.refusals`).
 
+Precision (`add_precision_arguments`, `resolve_precision`): ``--precision`` is Lightning's, one of `PRECISIONS`,
+those under which the rankers keep their scores in float32 (`common.encoders.precision`: autocast's mixed
+precisions; a ``-true`` half precision would put the score layers themselves in half precision). Without it a
+command takes the precision the checkpoint's run trained with (`trained_precision`: the ``trainer.precision`` of the
+run folder's ``config.yaml`` beside ``checkpoints/``, else ``16-mixed`` where the checkpoint holds its gradient
+scaler), so that an evaluation scores as the run's own dev and test evaluations did; else, and where the run's
+precision needs a GPU that this run lacks (``16-mixed`` on a CPU), ``32-true``. ``--matmul_precision`` is torch's
+float32 matrix product precision, ``high`` (TF32 on GPUs that have it) as every training command sets it
+(`common.commands.train`), or ``highest`` for strict float32 (what comparing a store's scores with end-to-end ones to
+float rounding wants on a GPU).
+
+Loader workers (``--num_workers``, `add_workers_argument`): the processes that read and tokenise the documents while
+the model computes, as ``--data.num_workers`` in training.
+
 Several processes: under Lightning's own launcher (``--devices N``), ``torchrun`` or ``srun`` every process runs the
 command line, and only global rank zero checks, creates and writes the output folder
 (`common.commands.run_folder.launched_as_global_zero`, told from the launcher's environment before any process group
@@ -16,20 +30,31 @@ exists): the other processes never look at it, so that a folder this launch has 
 processes.
 
 Importing it imports only the standard library and `common.data.source`, so that ``--help`` and these errors
-answer at once: torch comes with `read_checkpoint`, once the arguments are checked.
+answer at once: torch comes with `read_checkpoint` and `resolve_precision`, once the arguments are checked.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import pickle
 import re
 import time
 from pathlib import Path
 
 from common.data.specs import SourceSpec, TaskSpecError, check_spec
-from common.commands.run_folder import launched_as_global_zero
-from common.refusals import output_folder_problem, positive_int, usage_error
+from common.commands.run_folder import CONFIG, launched_as_global_zero
+from common.refusals import nonnegative_int, output_folder_problem, positive_int, usage_error
+
+#: ``--precision``'s choices: Lightning's precisions that keep the scores in float32 (module docstring).
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+#: The older names Lightning still reads in a run's config, as its connector maps them.
+PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+#: ``--matmul_precision``'s choices: torch's float32 matrix product precision.
+MATMUL_PRECISIONS = ("high", "highest")
+#: What a Lightning checkpoint holds where its run trained with a gradient scaler (``16-mixed``): the precision
+#: plugin's state under its class name.
+SCALER_STATE = "MixedPrecision"
 
 #: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
 TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
@@ -110,8 +135,95 @@ def add_process_arguments(parser: argparse.ArgumentParser, devices_help: str = "
 
 
 def trainer_options(args: argparse.Namespace) -> dict:
-    """The ``lightning.Trainer`` options of `add_process_arguments`' options."""
-    return {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes}
+    """The ``lightning.Trainer`` options of `add_process_arguments`' options, and of ``--precision`` once resolved
+    (`resolve_precision`)."""
+    options = {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes}
+    if getattr(args, "precision", None) is not None:
+        options["precision"] = args.precision
+    return options
+
+
+def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--precision`` and ``--matmul_precision`` (module docstring; read back by `resolve_precision`)."""
+    parser.add_argument("--precision", choices=PRECISIONS, default=None,
+                        help="Lightning precision; scores stay float32 (default: the one the checkpoint's run trained "
+                             "with, from its config.yaml, else 32-true)")  # fmt: skip
+    parser.add_argument("--matmul_precision", choices=MATMUL_PRECISIONS, default="high",
+                        help="torch's float32 matmul precision: high (TF32 on GPUs, as training) or highest "
+                             "(default high)")  # fmt: skip
+
+
+def add_workers_argument(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--num_workers``: loader processes that do `what` (``read and tokenise the documents``) beside the model."""
+    parser.add_argument("--num_workers", type=nonnegative_int, default=0,
+                        help=f"loader worker processes that {what} (default 0: the main process)")
+
+
+def trained_precision(checkpoint: str | Path, state: dict) -> str | None:
+    """The Lightning precision checkpoint `checkpoint` (its contents: `state`) was trained with, where it is told:
+    the ``trainer.precision`` of the run's ``config.yaml`` where the checkpoint lies in its run's ``checkpoints/``
+    (`common.commands.cli.RankerCLI`'s layout), else ``16-mixed`` where the checkpoint holds a gradient scaler's
+    state (Lightning saves none for the other precisions); else None. Older names are read as Lightning reads
+    them (`PRECISION_ALIASES`)."""
+    import yaml
+
+    folder = Path(checkpoint).resolve().parent
+    config = folder.parent / CONFIG
+    if folder.name == "checkpoints" and config.is_file():
+        try:
+            settings = yaml.safe_load(config.read_text())
+        except yaml.YAMLError:
+            settings = None
+        trainer = settings.get("trainer") if isinstance(settings, dict) else None
+        if isinstance(trainer, dict) and trainer.get("precision") is not None:
+            value = str(trainer["precision"])
+            return PRECISION_ALIASES.get(value, value)
+    return "16-mixed" if SCALER_STATE in state else None
+
+
+def runs_on_cuda(accelerator: str) -> bool:
+    """Whether a command whose Lightning accelerator (or ``--device``) is `accelerator` computes on a CUDA GPU."""
+    import torch
+
+    if accelerator == "auto":
+        return torch.cuda.is_available()
+    return accelerator in ("gpu", "cuda") or accelerator.startswith("cuda:")
+
+
+def resolve_precision(args: argparse.Namespace, checkpoint: str | Path, state: dict, cuda: bool) -> str:
+    """``args.precision`` set to the precision the command runs in (module docstring; `cuda`: whether it runs on a
+    CUDA GPU, `runs_on_cuda`) and torch's float32 matmul precision set to ``args.matmul_precision``; returns the
+    line saying both and why. ``--precision 16-mixed`` without a CUDA GPU ends the command in one line. Imports
+    torch."""
+    import torch
+
+    if args.precision is not None:
+        if args.precision == "16-mixed" and not cuda:
+            usage_error("--precision: 16-mixed needs a CUDA GPU (float16 autocast runs on none here); bf16-mixed "
+                        "runs on CPUs")
+        why = "--precision"
+    else:
+        trained = trained_precision(checkpoint, state)
+        if trained is None:
+            args.precision, why = "32-true", "the checkpoint does not say what its run trained with"
+        elif trained not in PRECISIONS:
+            args.precision, why = "32-true", f"its run trained in {trained}, not one of {', '.join(PRECISIONS)}"
+        elif trained == "16-mixed" and not cuda:
+            args.precision, why = "32-true", "its run trained in 16-mixed, which needs a CUDA GPU"
+        else:
+            args.precision, why = trained, "as the checkpoint's run trained"
+    torch.set_float32_matmul_precision(args.matmul_precision)
+    return f"precision {args.precision} ({why}); float32 matmuls: {args.matmul_precision}"
+
+
+def autocast(precision: str, device_type: str):
+    """The autocast context of Lightning's `precision` on `device_type` (``cuda``, ``cpu``), as Lightning's
+    ``MixedPrecision`` plugin enters it; none for ``32-true``. For what scores outside a ``Trainer``."""
+    import torch
+
+    if precision == "32-true":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type, dtype=torch.bfloat16 if precision == "bf16-mixed" else torch.float16)
 
 
 def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:

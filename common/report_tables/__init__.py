@@ -42,11 +42,12 @@ END = "<!-- /table -->"
 
 
 def _registry() -> dict[str, Table]:
-    from common.report_tables import (conformer_kernel_tables, earl_tables, kernels_tables, mva_tables, qds_tables,
-                                      scale_tables)  # fmt: skip
+    from common.report_tables import (conformer_kernel_tables, earl_tables, kernels_tables, loaders_tables, mva_tables,
+                                      qds_tables, scale_tables)  # fmt: skip
 
     tables: dict[str, Table] = {}
-    for module in (mva_tables, earl_tables, qds_tables, conformer_kernel_tables, kernels_tables, scale_tables):
+    for module in (mva_tables, earl_tables, qds_tables, conformer_kernel_tables, kernels_tables, scale_tables,
+                   loaders_tables):
         for table in module.TABLES:
             if table.id in tables:
                 raise ValueError(f"table {table.id} registered twice")

@@ -313,6 +313,13 @@ class LoaderConfig(_Options):
         seed: the training order's seed.
         processes, accumulate: the processes and the batches accumulated per optimizer step that share
             `batch_size` (`common.training.global_batch.split_global_batch` sets them; no option).
+
+    Every loader pins its batches where the trainer it feeds computes on a CUDA GPU (`pin_memory`): Lightning then
+    copies them to the device without blocking. Every loader keeps its workers between epochs
+    (``persistent_workers``, where it has any): a training run validates many times, and its dev loader would
+    otherwise start and load its workers again each time. A training loader's workers draw each epoch's items
+    from the ``(epoch, index)`` keys its sampler yields (`SamplerGroups`), not from an epoch their copy of the
+    dataset holds.
     """
 
     batch_size: int
@@ -327,23 +334,35 @@ class LoaderConfig(_Options):
         """Training items per batch of a process: `batch_size` / (`processes` x `accumulate`)."""
         return self.batch_size // (self.processes * self.accumulate)
 
-    def train(self, dataset: Dataset, rank: int = 0):
+    @staticmethod
+    def pin_memory(trainer: L.Trainer | None) -> bool:
+        """Whether the batches of a loader feeding `trainer` (None: none yet) are pinned: where its accelerator is
+        CUDA."""
+        from lightning.pytorch.accelerators import CUDAAccelerator
+
+        return trainer is not None and isinstance(trainer.accelerator, CUDAAccelerator)
+
+    def train(self, dataset: Dataset, rank: int = 0, trainer: L.Trainer | None = None):
         """Process `rank`'s training loader of `dataset`: its share of each global batch in an order drawn from
-        `seed` (`common.training.global_batch.GlobalBatchSampler`), `process_batch_size` items a batch."""
+        `seed` (`common.training.global_batch.GlobalBatchSampler`), `process_batch_size` items a batch, for
+        `trainer`."""
         sampler = GlobalBatchSampler(dataset, self.batch_size, self.processes, rank, self.seed)
-        # Its workers' base seed from a generator of its own: the global one is dropout's.
-        return self._loader(dataset, self.process_batch_size, sampler=sampler,
-                            generator=torch.Generator().manual_seed(self.seed))
+        # Its workers' base seed from a generator of its own (the global one is dropout's); its workers are kept
+        # between epochs: the epoch travels with each key the sampler yields.
+        return self._loader(dataset, self.process_batch_size, trainer, sampler=sampler,
+                            generator=torch.Generator().manual_seed(self.seed),
+                            persistent_workers=self.num_workers > 0)  # fmt: skip
 
-    def evaluation(self, dataset: Dataset):
-        """`dataset`'s evaluation loader: in order, `eval_batch_size` items a batch."""
-        return self._loader(dataset, self.eval_batch_size)
+    def evaluation(self, dataset: Dataset, trainer: L.Trainer | None = None):
+        """`dataset`'s evaluation loader for `trainer`: in order, `eval_batch_size` items a batch, its workers kept
+        between epochs."""
+        return self._loader(dataset, self.eval_batch_size, trainer, persistent_workers=self.num_workers > 0)
 
-    def _loader(self, dataset, batch_size: int, **options):
+    def _loader(self, dataset, batch_size: int, trainer: L.Trainer | None, **options):
         from torchdata.stateful_dataloader import StatefulDataLoader
 
         return StatefulDataLoader(dataset, batch_size=batch_size, collate_fn=dataset.collate,
-                                  num_workers=self.num_workers, **options)
+                                  num_workers=self.num_workers, pin_memory=self.pin_memory(trainer), **options)
 
 
 # --------------------------------------------------------------------------- the data module
@@ -456,13 +475,13 @@ class RerankingDataModule(L.LightningDataModule):
         if (trainer.world_size, trainer.accumulate_grad_batches) != (self.loaders.processes, self.loaders.accumulate):
             raise RuntimeError("the global batch is not split among the trainer's processes: call "
                                "common.training.global_batch.split_global_batch(data, trainer) before fitting")
-        return self.loaders.train(self.dataset("train"), trainer.global_rank)
+        return self.loaders.train(self.dataset("train"), trainer.global_rank, trainer)
 
     def val_dataloader(self):
-        return self.loaders.evaluation(self.dataset("dev")) if self.has_split("dev") else []
+        return self.loaders.evaluation(self.dataset("dev"), self.trainer) if self.has_split("dev") else []
 
     def test_dataloader(self):
-        return self.loaders.evaluation(self.dataset("test"))
+        return self.loaders.evaluation(self.dataset("test"), self.trainer)
 
     def test_pairs(self) -> list[tuple[str, str]]:
         """The test (qid, docid) pairs in the order the test loader visits them (``index`` refers to it)."""

@@ -1,5 +1,6 @@
-"""``python -m qds.benchmark``, ``conformer_kernel.benchmark``, ``common.kernels.benchmark``, ``earl.benchmark``
-and ``mva.benchmark`` refuse bad options in one line, before anything is measured or written.
+"""``python -m qds.benchmark``, ``conformer_kernel.benchmark``, ``common.kernels.benchmark``, ``earl.benchmark``,
+``mva.benchmark`` and ``common.commands.loader_benchmark`` refuse bad options in one line, before anything is measured
+or written.
 
 Each case writes into ``out`` (in the empty working folder `refused` checks), never into the repository's
 ``results/``, should a refusal ever fail to happen; the cases about the output folder itself point into `inputs`.
@@ -135,15 +136,31 @@ MVA = [
                                                         "distinct documents; got 19"),
 ]  # fmt: skip
 
+LOADERS = [
+    (["--loaders", "qds.index"], "argument --loaders: invalid choice: 'qds.index' (choose from 'qds.train', "
+                                 "'conformer_kernel.train', 'earl.train', 'mva.train', 'conformer_kernel.index', "
+                                 "'earl.index', 'mva.index')"),
+    (["--loaders", "earl.train", "earl.train"], "argument --loaders: earl.train is given twice"),
+    (["--workers", "-1"], "argument --workers: must be a non-negative integer, got -1"),
+    (["--batches", "0"], "argument --batches: must be a positive integer, got 0"),
+    (["--shard_size", "none"], "argument --shard_size: must be a positive integer, got none"),
+    (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
+    (["--device", "cpu"], "unrecognized arguments: --device cpu"),
+]  # fmt: skip
+
 #: Each command and the name of a file it would write on CPU into its ``--output_dir`` (one name for them all).
 COMMANDS = {"qds.benchmark": "efficiency_cpu.csv", "conformer_kernel.benchmark": "memory.csv",
-            "common.kernels.benchmark": "bench_cpu.csv", "earl.benchmark": "speed.csv", "mva.benchmark": "speed.csv"}
+            "common.kernels.benchmark": "bench_cpu.csv", "earl.benchmark": "speed.csv", "mva.benchmark": "speed.csv",
+            "common.commands.loader_benchmark": "loaders.csv"}
+#: The commands that run on the CPU only, without ``--device``.
+CPU_ONLY = ("earl.benchmark", "common.commands.loader_benchmark")
 
 
 def cases():
     """Every command's cases, a CUDA-only one kept with its mark."""
     for module, corpus in {"qds.benchmark": QDS, "conformer_kernel.benchmark": CK, "common.kernels.benchmark": KERNELS,
-                           "earl.benchmark": EARL, "mva.benchmark": MVA}.items():
+                           "earl.benchmark": EARL, "mva.benchmark": MVA,
+                           "common.commands.loader_benchmark": LOADERS}.items():
         for case in corpus:
             values, marks = (case.values, case.marks) if hasattr(case, "marks") else (case, ())
             yield pytest.param(module, *values, marks=marks, id=f"{module}:{' '.join(values[0])}")
@@ -170,7 +187,7 @@ def test_existing_results_are_refused_without_overwrite(tmp_path, module):
     inputs.mkdir()
     name = COMMANDS[module]
     (inputs / name).write_text("earlier results\n")
-    device = [] if module == "earl.benchmark" else ["--device", "cpu"]  # EARL's benchmark runs on the CPU only
+    device = [] if module in CPU_ONLY else ["--device", "cpu"]
     refused(module, [*device, "--output_dir", str(inputs)], tmp_path,
             f"refusing to overwrite {inputs / name} (pass --overwrite)", inputs=inputs)
 
@@ -182,7 +199,8 @@ def test_help_names_the_command(module):
     assert done.stdout.startswith(f"usage: python -m {module} ")
 
 
-@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark", "earl.benchmark", "mva.benchmark"])
+@pytest.mark.parametrize("module", ["qds.benchmark", "conformer_kernel.benchmark", "earl.benchmark", "mva.benchmark",
+                                    "common.commands.loader_benchmark"])
 @pytest.mark.parametrize("args", [["--help"], ["--repeats", "0"]])
 def test_help_and_argument_errors_do_not_wait_for_torch(module, args):
     """(common.kernels.benchmark cannot: its package, common.kernels, imports torch.)"""

@@ -44,6 +44,12 @@ CHECKPOINTS = {
 TASK = ["--topics", "{in}/topics.tsv", "--qrels", "{in}/qrels.txt", "--run", "{in}/run.trec",
         "--collection", "{in}/docs.tsv"]  # fmt: skip
 QDS = ["--checkpoint", "{in}/qds.ckpt", "--candidates", "builtin:test"]
+#: What every evaluate and index command answers to a precision that is not one of its choices, or bad workers.
+PRECISION = "argument --precision: invalid choice: 'bf16' (choose from '32-true', 'bf16-mixed', '16-mixed')"
+MATMUL_PRECISION = "argument --matmul_precision: invalid choice: 'medium' (choose from 'high', 'highest')"
+NUM_WORKERS = "argument --num_workers: must be a non-negative integer, got -1"
+#: 16-mixed, on a run told to compute on the CPU: refused once torch is imported, before anything is built.
+NO_CUDA = "--precision: 16-mixed needs a CUDA GPU (float16 autocast runs on none here); bf16-mixed runs on CPUs"
 QDS_CASES = [
     (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
     (["--checkpoint", "{in}/notackpt.txt"],
@@ -65,6 +71,11 @@ QDS_CASES = [
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
     (["--output_dir", "{in}/notackpt.txt"], "--output_dir: {in}/notackpt.txt is a file, not a folder"),
     (["--depth"], "argument --depth: expected one argument"),
+    (["--precision", "bf16"], PRECISION),
+    (["--precision", "32"], "argument --precision: invalid choice: '32' (choose from '32-true', 'bf16-mixed', "
+                            "'16-mixed')"),
+    (["--matmul_precision", "medium"], MATMUL_PRECISION),
+    (["--num_workers", "-1"], NUM_WORKERS),
 ]  # fmt: skip
 QDS_TASK_CASES = [
     ([], "give --candidates TASK, or --topics, --qrels, --run and --collection"),
@@ -96,6 +107,8 @@ CK_CASES = [
     (["--devices", "0"], "argument --devices: must be auto, a number of devices"),
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
     (["--task", "", "--topics", "{in}/topics.tsv"], "give --task TASK, or --topics, --qrels, --run and --collection"),
+    (["--precision", "bf16"], PRECISION),
+    (["--num_workers", "-1"], NUM_WORKERS),
 ]  # fmt: skip
 INDEX = ["--checkpoint", "{in}/ck.ckpt", "--collection", "builtin:test", "--topics", "builtin:test", "--output", "idx"]
 INDEX_CASES = [
@@ -111,6 +124,9 @@ INDEX_CASES = [
     (["--term_chunk", "-1"], "argument --term_chunk: must be a positive integer, got -1"),
     (["--orcas", "orcas.tsv"], "argument --orcas: must be irds:<ir_datasets id>"),
     (["--devices", "gpu"], "argument --devices: must be auto, a number of devices"),
+    (["--precision", "bf16"], PRECISION),
+    (["--matmul_precision", "medium"], MATMUL_PRECISION),
+    (["--num_workers", "-1"], NUM_WORKERS),
 ]  # fmt: skip
 #: Refused once the checkpoint is read (torch imported) or the task opened (Lightning too): seconds each.
 READ_CASES = [
@@ -131,6 +147,9 @@ READ_CASES = [
      "{in}/bad_run.trec:2: rank 'first' is not an integer"),
     ("conformer_kernel.index", [*INDEX, "--checkpoint", "{in}/dict.ckpt"],
      "--checkpoint: {in}/dict.ckpt is not a conformer_kernel.train checkpoint"),
+    ("qds.evaluate", [*QDS, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
+    ("conformer_kernel.evaluate", [*CK, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
+    ("conformer_kernel.index", [*INDEX, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
 ]  # fmt: skip
 #: Each command, and the paper its help names at the top.
 NDRM = "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence"
@@ -245,6 +264,8 @@ EARL_INDEX_CASES = [
     (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
     (["--num_nodes", "none"], "argument --num_nodes: must be a positive integer, got none"),
     (["--devices", "gpu"], "argument --devices: must be auto, a number of devices"),
+    (["--precision", "bf16"], PRECISION),
+    (["--num_workers", "-1"], NUM_WORKERS),
 ]  # fmt: skip
 EARL_EVALUATE = ["--checkpoint", "{in}/earl.ckpt", "--task", "builtin:test"]
 EARL_EVALUATE_CASES = [
@@ -263,6 +284,8 @@ EARL_EVALUATE_CASES = [
                                   "'msmarco-passage-dev', 'trec-dl-2019-passage')"),
     (["--device", "tpu"], "argument --device: must be auto, cpu, cuda or cuda:N, got tpu"),
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
+    (["--precision", "bf16"], PRECISION),
+    (["--matmul_precision", "medium"], MATMUL_PRECISION),
 ]  # fmt: skip
 #: Refused once the checkpoint is read or the store opened (torch imported, not Lightning): seconds each.
 EARL_READ_CASES = [
@@ -274,6 +297,8 @@ EARL_READ_CASES = [
      "--checkpoint: {in}/earl_bert_siamese.ckpt is an earl.train checkpoint of bert_siamese, not of EARL"),
     ("earl.evaluate", [*EARL_EVALUATE, "--store", "{in}/other_store"],
      "--store: {in}/other_store was built from checkpoint 000000000000…; this needs checkpoint "),
+    ("earl.index", [*EARL_INDEX, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
+    ("earl.evaluate", [*EARL_EVALUATE, "--precision", "16-mixed", "--device", "cpu"], NO_CUDA),
 ]  # fmt: skip
 EARL_PAPER = "EARL: Speedup Transformer-based Rankers with Pre-computed Representation"
 
@@ -369,6 +394,8 @@ MVA_EVALUATE_CASES = [
                                             "from 'msmarco-passage-dev')"),
     (["--device", "tpu"], "argument --device: must be auto, cpu, cuda or cuda:N, got tpu"),
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
+    (["--precision", "bf16"], PRECISION),
+    (["--matmul_precision", "medium"], MATMUL_PRECISION),
 ]  # fmt: skip
 #: Refused once the checkpoint is read or the store opened (torch imported, not Lightning): seconds each.
 MVA_READ_CASES = [

@@ -252,7 +252,7 @@ def test_a_killed_store_resumed_on_two_processes_is_the_one_built_by_one(root, c
     how = STORES[package][1]
     out = root / f"{package}-store-resumed"
     kill_at_third_shard(f"{package}.index", store_args(package, collection, out, "single"),
-                        "common.stores.writer.DocumentIndexer", "batch", root)  # fmt: skip
+                        "common.stores.writer.DocumentIndexer", "batch[0]", root)  # fmt: skip
     assert sorted(files(out)) == ["plan.json", "shard-00000.bin", "shard-00000.index.json", "shard-00001.bin",
                                   "shard-00001.index.json"]  # fmt: skip
     launch(f"{package}.index", [*store_args(package, collection, out, how), "--resume"], how, root)

@@ -8,6 +8,8 @@ score as end-to-end EARL does, and cost what they should.
   difference is printed);
 - S2's bytes per document are exactly 2·K times S1's (the manifests);
 - a build killed by SIGKILL mid-way and finished with ``--resume`` is the uninterrupted store, byte for byte;
+- ``--precision bf16-mixed`` scores near the fp32 run and keeps fp32 scores, and builds a store near the fp32 one;
+  ``--num_workers 2`` builds the same bytes;
 - refusals, one line with exit status 2 and nothing written: a store of another checkpoint, ``--strategy s3``, a
   used ``--output``, a BERT ranker's checkpoint to index, a candidate missing from the store.
 
@@ -240,9 +242,9 @@ def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, caps
             "from common.stores import writer\n"
             "from earl import index\n"
             "step = writer.DocumentIndexer.predict_step\n"
-            "def dying(self, shard, batch_idx=0):\n"
-            "    if shard == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
-            "    return step(self, shard, batch_idx)\n"
+            "def dying(self, batch, batch_idx=0):\n"
+            "    if batch[0] == 2: os.kill(os.getpid(), signal.SIGKILL)\n"
+            "    return step(self, batch, batch_idx)\n"
             f"writer.DocumentIndexer.predict_step = dying\nindex.main({args!r})\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
@@ -332,3 +334,69 @@ def test_dataset_choices_are_table_2s_ms_marco_datasets():
     datasets = set(load_reported("earl", table=2)["dataset"]) - {"clueweb09b"}  # not in ir_datasets' free part
     assert set(evaluate.DATASETS) == datasets
     assert f"--dataset {{{','.join(evaluate.DATASETS)}}}" in evaluate.build_parser().format_usage()
+
+
+# --- precision and loader workers ------------------------------------------------------------------------------
+
+#: How far bf16-mixed may move a score from fp32's: bfloat16 keeps 8 significant bits (a relative rounding of 2^-9
+#: a product) through T_qry, T_doc and two judge blocks. The scores here lie between about 0.8 and 1.3, and move by
+#: 0.006 at most on a Zen 4: five times that.
+BF16_SCORE_TOLERANCE = 0.03
+
+
+def test_a_bf16_mixed_evaluation_scores_near_fp32_and_keeps_fp32_scores(built, end_to_end, capsys):
+    """``--precision bf16-mixed`` end to end, against the fp32 run (`end_to_end`): every pair's score within
+    `BF16_SCORE_TOLERANCE`, yet not the same (bf16 ran), and the scores are not rounded to bfloat16 (the score
+    layer stays fp32, `common.encoders.precision`)."""
+    folder = built["root"] / "end_to_end_bf16"
+    run_evaluate(built["checkpoint"], folder, "--precision", "bf16-mixed")
+    assert "precision bf16-mixed (--precision); float32 matmuls: high" in capsys.readouterr().out
+    pairs = built["pairs"]
+    mine, reference = reranked_scores(folder, pairs), reranked_scores(end_to_end[0], pairs)
+    difference = max(abs(mine[p] - reference[p]) for p in pairs)
+    assert 0 < difference < BF16_SCORE_TOLERANCE
+    on_the_bf16_grid = [s for s in mine.values() if float(torch.tensor(s).bfloat16()) == s]
+    assert len(on_the_bf16_grid) < len(pairs) / 2
+    with capsys.disabled():
+        print(f"\nbf16-mixed vs fp32 end to end: largest |score difference| {difference:.3g} "
+              f"(scores from {min(reference.values()):.3g} to {max(reference.values()):.3g})")
+
+
+def test_a_store_built_in_bf16_mixed_holds_rows_near_fp32s(built, tmp_path):
+    """``earl.index --precision bf16-mixed`` of the subset against the fp32 store of it: every row within 5% of the
+    largest magnitude in the fp32 store (bfloat16's rounding through one T_doc layer: 1% at most on a Zen 4), yet
+    not the same."""
+    fp32 = built["stores"]["subset_fp32"]
+    bf16 = build(built["checkpoint"], "s1", tmp_path / "bf16", str(built["subset"]), "--shard_size", "8",
+                 "--batch_size", "3", "--precision", "bf16-mixed")  # fmt: skip
+    assert bf16.dtype == "float32" and bf16.manifest["rows"] == fp32.manifest["rows"]
+    scale = max(float(abs(fp32.get(doc_id)).max()) for doc_id in fp32.doc_ids)
+    difference = max(float(abs(bf16.get(doc_id) - fp32.get(doc_id)).max()) for doc_id in fp32.doc_ids)
+    assert 0 < difference < 0.05 * scale
+
+
+def test_loader_workers_build_the_same_store(built, tmp_path):
+    """``--num_workers 2``: the documents read and tokenised in two worker processes; the shards are the same bytes
+    as the store built in the main process (`built`'s)."""
+    build(built["checkpoint"], "s1", tmp_path / "workers", str(built["subset"]), "--shard_size", "8",
+          "--batch_size", "3", "--num_workers", "2")  # fmt: skip
+    reference = built["stores"]["subset_fp32"].folder
+    shards = sorted(p.name for p in reference.iterdir() if p.name.startswith("shard-"))
+    assert len(shards) > 4
+    assert sorted(p.name for p in (tmp_path / "workers").iterdir()) == sorted(p.name for p in reference.iterdir())
+    for name in [*shards, "manifest.json"]:
+        assert (tmp_path / "workers" / name).read_bytes() == (reference / name).read_bytes(), name
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: pinned batches and host copies run on one")
+def test_on_a_gpu_a_store_built_from_pinned_batches_is_the_cpu_ones(built, tmp_path):
+    """``--accelerator gpu`` with two loader workers (batches pinned, copied to the device without blocking, rows
+    copied back once a shard) and strict fp32 matmuls: every row within 1e-4 of the CPU store's."""
+    fp32 = built["stores"]["subset_fp32"]
+    gpu = index.main(["--checkpoint", str(built["checkpoint"]), "--strategy", "s1", "--collection",
+                      str(built["subset"]), "--output", str(tmp_path / "gpu"), "--shard_size", "8", "--batch_size",
+                      "3", "--num_workers", "2", "--matmul_precision", "highest", "--accelerator", "gpu",
+                      "--devices", "1"])  # fmt: skip
+    assert gpu.manifest["rows"] == fp32.manifest["rows"]
+    for doc_id in fp32.doc_ids:
+        assert abs(gpu.get(doc_id) - fp32.get(doc_id)).max() < 1e-4, doc_id

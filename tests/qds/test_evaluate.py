@@ -152,3 +152,58 @@ def test_the_command_prints_no_lightning_tips_nor_their_deprecation_warnings(che
     assert done.returncode == 0 and "written: " in done.stdout, done.stderr
     for noise in ("Tip:", "set_vital", "LeafSpec"):
         assert noise not in done.stdout + done.stderr
+
+
+# --------------------------------------------------------------------------- precision
+#: How far bf16-mixed may move a score of the tiny checkpoint from fp32's: bfloat16 keeps 8 significant bits, and
+#: the scores move by 0.0004 at most on a Zen 4; ten times that.
+BF16_SCORE_TOLERANCE = 0.005
+
+
+def _scores(folder) -> dict[tuple[str, str], float]:
+    from common.data.formats import read_run
+
+    return {(qid, doc_id): score for qid, scores in read_run(folder / "run.trec").items()
+            for doc_id, score in scores.items()}
+
+
+def test_bf16_mixed_scores_near_fp32_and_is_the_default_of_a_run_that_trained_so(checkpoint, tmp_path, capsys):
+    """``--precision bf16-mixed`` against ``32-true`` (the independent reference): every re-ranked score within
+    `BF16_SCORE_TOLERANCE`, not all the same; and the same checkpoint in a run folder whose config.yaml trained in
+    bf16-mixed evaluates in it without the flag, to the same run file."""
+    import shutil
+
+    import yaml
+
+    common = ["--candidates", "builtin:test", "--depth", "3", "--devices", "1", "--accelerator", "cpu"]
+    for precision in ("32-true", "bf16-mixed"):
+        evaluate.main(["--checkpoint", str(checkpoint), *common, "--precision", precision,
+                       "--output_dir", str(tmp_path / precision)])  # fmt: skip
+    assert "precision bf16-mixed (--precision); float32 matmuls: high" in capsys.readouterr().out
+    fp32, bf16 = _scores(tmp_path / "32-true"), _scores(tmp_path / "bf16-mixed")
+    assert fp32.keys() == bf16.keys()
+    differences = [abs(bf16[pair] - fp32[pair]) for pair in fp32]
+    assert 0 < max(differences) < BF16_SCORE_TOLERANCE
+
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    shutil.copy(checkpoint, run / "checkpoints" / "best-step=1.ckpt")
+    (run / "config.yaml").write_text(yaml.safe_dump({"trainer": {"precision": "bf16-mixed"}}))
+    evaluate.main(["--checkpoint", str(run / "checkpoints" / "best-step=1.ckpt"), *common,
+                   "--output_dir", str(tmp_path / "default")])  # fmt: skip
+    assert "precision bf16-mixed (as the checkpoint's run trained)" in capsys.readouterr().out
+    assert (tmp_path / "default" / "run.trec").read_bytes() == (tmp_path / "bf16-mixed" / "run.trec").read_bytes()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU: 16-mixed runs on one")
+def test_16_mixed_on_a_gpu_scores_near_fp32(checkpoint, tmp_path):
+    """``--precision 16-mixed`` on a GPU (its loader's batches pinned) against ``32-true`` on the CPU: every score
+    within `BF16_SCORE_TOLERANCE` (float16 keeps 11 significant bits, more than bfloat16's 8)."""
+    common = ["--candidates", "builtin:test", "--depth", "3", "--devices", "1", "--num_workers", "2"]
+    evaluate.main(["--checkpoint", str(checkpoint), *common, "--accelerator", "cpu", "--precision", "32-true",
+                   "--output_dir", str(tmp_path / "cpu")])  # fmt: skip
+    evaluate.main(["--checkpoint", str(checkpoint), *common, "--accelerator", "gpu", "--precision", "16-mixed",
+                   "--output_dir", str(tmp_path / "gpu")])  # fmt: skip
+    cpu, gpu = _scores(tmp_path / "cpu"), _scores(tmp_path / "gpu")
+    assert cpu.keys() == gpu.keys()
+    assert max(abs(gpu[pair] - cpu[pair]) for pair in cpu) < BF16_SCORE_TOLERANCE

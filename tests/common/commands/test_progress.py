@@ -4,6 +4,7 @@ The log's clock is two seconds per training step, so its elapsed and remaining t
 machine: the lines can be compared whole.
 """
 
+import io
 import math
 
 import lightning as L
@@ -185,3 +186,74 @@ def test_progress_callback_logs_where_output_is_captured(capsys):
 @pytest.mark.parametrize("seconds, shown", [(0.4, "0s"), (45, "45s"), (83, "1m23s"), (7500, "2h05m")])
 def test_duration(seconds, shown):
     assert duration(seconds) == shown
+
+
+# --------------------------------------------------------------------------- reading the loss without a sync a step
+class CountedLoss:
+    """A logged loss that counts how often it is read as a Python number (each read of a CUDA tensor waits for the
+    device)."""
+
+    def __init__(self, value: float):
+        self.value, self.reads = value, 0
+
+    def __float__(self) -> float:
+        self.reads += 1
+        return self.value
+
+    def item(self) -> float:
+        return float(self)
+
+
+class FakeTrainer:
+    """What the progress callbacks ask of a trainer while it trains: the step, and the logged metrics."""
+
+    def __init__(self, loss: CountedLoss, total: int):
+        self.global_step, self.callback_metrics, self.estimated_stepping_batches = 0, {"train/loss": loss}, total
+
+
+class Ticks:
+    """A clock the test sets."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+STEPS, SECONDS_PER_STEP = 1000, 0.01  # ten seconds of training, a step every 10 ms
+
+
+def test_the_terminal_bar_reads_the_loss_once_a_draw_not_once_a_step(monkeypatch):
+    loss, clock = CountedLoss(0.5), Ticks()
+    trainer = FakeTrainer(loss, STEPS)
+    bar = StepProgressBar(MONITOR, every=1.0, clock=clock)
+    bar.train_progress_bar = Tqdm(total=STEPS, file=io.StringIO(), mininterval=0)
+    draws = []
+    monkeypatch.setattr(bar.train_progress_bar, "set_postfix", lambda postfix, **_: draws.append(postfix))
+
+    for step in range(1, STEPS + 1):
+        clock.now, trainer.global_step = step * SECONDS_PER_STEP, step
+        bar.on_train_batch_end(trainer, None, None, None, step - 1)
+
+    # drawn at the first step, then every second (every 100 steps) and at the last: 11 draws, one read each
+    assert len(draws) == 11 and loss.reads == 11
+    assert draws[-1] == {"loss": 0.5} and bar.train_progress_bar.n == STEPS
+
+
+def test_the_log_reads_the_loss_once_a_line(capsys):
+    loss, clock = CountedLoss(0.5), Ticks()
+    trainer = FakeTrainer(loss, STEPS)
+    log = ProgressLog(MONITOR, every=30.0, clock=clock)
+    log.on_train_start(trainer, None)
+
+    for step in range(1, STEPS + 1):
+        clock.now, trainer.global_step = step * SECONDS_PER_STEP, step
+        log.on_train_batch_end(trainer, None, None, None, step - 1)
+
+    lines = log_lines(capsys)
+    assert lines[0] == "training from step 0 to 1000" and len(lines) == 1  # 10 s of training: no line due in 30 s
+    assert loss.reads == 0
+    clock.now = 40.0
+    log.on_train_batch_end(trainer, None, None, None, STEPS)
+    assert log_lines(capsys) == ["step 1000/1000 · loss 0.5 · 40s elapsed · ~0s left"] and loss.reads == 1

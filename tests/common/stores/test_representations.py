@@ -295,7 +295,7 @@ def test_a_build_killed_by_sigkill_resumes_to_the_uninterrupted_store(tmp_path):
 def test_shard_dataset_gives_one_pending_shard_per_step():
     dataset = ShardDataset([1, 4, 5])
     assert len(dataset) == 3 and [dataset[i] for i in range(3)] == [1, 4, 5]
-    loader = torch.utils.data.DataLoader(dataset, batch_size=1, collate_fn=ShardDataset.collate)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=1, collate_fn=dataset.collate)
     assert list(loader) == [1, 4, 5]
 
 
