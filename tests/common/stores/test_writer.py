@@ -1,6 +1,6 @@
 """`common.stores.writer`'s feeding of the device: a shard's documents read and tokenised by the loader's collate_fn
 (so in its worker processes), in batches of similar length; its loader's options; the rows copied back to the host
-once a shard (on CUDA without waiting; checked where a GPU is lent, as the CPU path everywhere)."""
+once a shard (on CUDA without waiting; checked where a GPU is present, the CPU path everywhere)."""
 
 import os
 from types import SimpleNamespace
