@@ -79,7 +79,8 @@ def test_prepare_builds_each_cache_once_and_then_finds_it_built(task, tmp_path, 
     built = {use.path for use in first if use.built}
     kinds = sorted({path.relative_to(cache).parts[0] for path in built})
     assert kinds == ["digests", "docstore", "tokenizers", "training"]
-    assert len([path for path in built if path.parent.name == "digests"]) == 3  # qrels, run and collection hashed
+    # topics (the tokenizer's key), qrels, run and collection hashed
+    assert len([path for path in built if path.parent.name == "digests"]) == 4
     for path in built:
         assert path.exists() and "  built " in next(line for line in said.splitlines() if line.endswith(str(path)))
     assert said.splitlines()[-1] == f"{len(built)} built, 0 found built"
