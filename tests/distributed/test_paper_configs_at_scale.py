@@ -1,6 +1,7 @@
-"""The papers' configs on 1, 2, 8 and 24 processes, simulated in one: each resolves through its real command line and
-either takes a training step with the paper's global batch, this process loading its share (one of 2, 8 or 24), or
-is refused in one line naming what to change (`common.training.global_batch.batch_problem`).
+"""The papers' configs on 1, 2, 8 and 24 processes, simulated in one: every one resolves through its real command line
+and its global batch either divides among them or is refused naming what to change
+(`common.training.global_batch.batch_problem`); one of each package (each NDRM) takes a training step with the
+paper's global batch, this process loading its share (one of 2, 8 or 24), or is refused in one line.
 
 The world is simulated by `Trainer.world_size` and `Trainer.global_rank` (what the batch split, the training loader's
 sampler and the resume check read); the step runs on this process's share of the global batch. The models are the
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+import yaml
 
 from common.training.global_batch import batch_problem
 
@@ -84,3 +86,27 @@ def test_a_paper_config_takes_a_step_with_its_global_batch_or_says_what_to_chang
     loader = cli.trainer.train_dataloader
     assert loader.batch_size == share and loader.sampler.num_replicas == world
 
+
+
+#: Every paper config: the four packages' but the built-in defaults and the TREC DL passage runs on ../shared/data.
+PAPER_CONFIGS = sorted(str(p.relative_to(REPO)) for p in REPO.glob("*/configs/*.yaml")
+                       if not p.name.startswith(("builtin", "trec-dl-passages")))  # fmt: skip
+
+
+@pytest.mark.parametrize("config", PAPER_CONFIGS)
+def test_every_paper_config_resolves_and_divides_its_batch_or_says_what_to_change(config, capsys):
+    """The QDS-Transformer rows (one group a step, one GPU) share their batch with no second process; every other
+    paper config (batches of 8 to 256) divides among 1, 2 and 8 and is refused at 24."""
+    from importlib import import_module
+
+    with pytest.raises(SystemExit) as exit:
+        import_module(f"{config.split('/')[0]}.train").main(["--config", str(REPO / config), "--print_config"])
+    assert exit.value.code in (0, None)
+    resolved = yaml.safe_load(capsys.readouterr().out)
+    batch, accumulate = resolved["data"]["batch_size"], resolved["trainer"]["accumulate_grad_batches"] or 1
+    shared = [world for world in WORLDS if batch_problem(batch, world, accumulate) is None]
+    one_gpu = config.startswith("qds/configs/trec-dl-2019") and "multi-gpu" not in config
+    assert shared == ([1] if one_gpu else [1, 2, 8])
+    assert resolved["trainer"]["devices"] == (1 if one_gpu else "auto")
+    assert all("give --data.batch_size" in batch_problem(batch, world, accumulate)
+               for world in WORLDS if world not in shared)  # fmt: skip
