@@ -114,7 +114,9 @@ class RerankingEvaluation:
         have (`common.training.global_batch.resumable_here`). Lightning calls it in every process (it writes the
         checkpoint in global rank zero)."""
         checkpoint["rng_states"] = rng_states()
-        checkpoint["global_batch"] = {"processes": world_size(), "accumulate": self.trainer.accumulate_grad_batches}
+        trainer = self._trainer  # None where the module is saved outside a trainer
+        accumulate = {"accumulate": trainer.accumulate_grad_batches} if trainer is not None else {}
+        checkpoint["global_batch"] = {"processes": world_size(), **accumulate}
         if world_size() > 1:
             checkpoint["rng_states_by_rank"] = [None] * world_size()
             torch.distributed.all_gather_object(checkpoint["rng_states_by_rank"], checkpoint["rng_states"])
