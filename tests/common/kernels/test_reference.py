@@ -81,9 +81,9 @@ def test_density_counts_on_the_masks_device():
     from tests.devices import on_meta
 
     is_global, padding = global_tokens("qds", synthetic_layout(700)), torch.zeros(700, dtype=torch.bool)
-    with on_meta():
-        nonzeros(is_global.to("meta"), 64, padding.to("meta"))
-        nonzeros(is_global.to("meta"), 64)
+    with on_meta():  # an op meeting a CPU tensor raises tests.devices.MixedDevices
+        counts = [nonzeros(is_global.to("meta"), 64, padding.to("meta")), nonzeros(is_global.to("meta"), 64)]
+    assert all(isinstance(count, int) for count in counts)
 
 
 @pytest.mark.parametrize("impl", ["reference", "portable", "tvm", "flex"])
