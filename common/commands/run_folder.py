@@ -75,7 +75,7 @@ def requeued(given: list[str]) -> list[str]:
     """The command line `given`, with ``--ckpt_path last`` added where SLURM runs it again in a folder that holds its
     run's ``config.yaml`` and ``last.ckpt`` or ``metrics.json`` (module docstring); else `given` itself."""
     out = flag(given, "output_dir")
-    if not _requeued() or flag(given, "ckpt_path") is not None or out is None:
+    if not slurm_restarts() or flag(given, "ckpt_path") is not None or out is None:
         return given
     folder = Path(out)
     if not (folder / CONFIG).is_file():
@@ -89,7 +89,7 @@ def restarts_in_place(folder: Path) -> bool:
     """Whether a new run may start in `folder`, which is not empty: SLURM runs its job again and the run there wrote
     no ``last.ckpt`` before the job was stopped (only its ``config.yaml``, logs and maybe a best checkpoint, all
     written again the same)."""
-    return _requeued() and (folder / CONFIG).is_file() and not (folder / "checkpoints" / LAST).is_file()
+    return slurm_restarts() > 0 and (folder / CONFIG).is_file() and not (folder / "checkpoints" / LAST).is_file()
 
 
 def slurm_restarts() -> int:
@@ -97,9 +97,6 @@ def slurm_restarts() -> int:
     count = os.environ.get(RESTARTS, "").strip()
     return int(count) if count.isdigit() else 0
 
-
-def _requeued() -> bool:
-    return slurm_restarts() > 0
 
 
 #: What the launchers set in the environment of the processes they start (torchrun, Lightning's own launcher, srun,
