@@ -69,7 +69,7 @@ def atomic_write(
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     with renamed_on_success(Path(tmp), path):
         # mkstemp makes the file private (0600); an output gets the mode any new file gets (0644 under umask 022).
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~umask())
         with os.fdopen(fd, mode, encoding=None if binary else encoding, newline=None if binary else "\n") as f:
             yield f
 
@@ -89,7 +89,7 @@ def renamed_on_success(tmp: Path, path: Path) -> Iterator[Path]:
         raise
 
 
-def _umask() -> int:
+def umask() -> int:
     """The process's file-creation mask (reading it means setting it: it is set back at once)."""
     mask = os.umask(0o022)
     os.umask(mask)

@@ -12,12 +12,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("qds", "conformer_kernel", "earl", "mva")
 FLOORS = [
-    {"common", "common.io", "common.refusals"},
+    {"common", "common.io", "common.refusals", "common.portable"},
     {"common.metrics", "common.kernels", "common.benchmarking"},
     {"common.data"},
     {"common.training", "common.stores", "common.report", "common.report_tables", "common.scale"},
     {"common.encoders"},
-    {"common.commands", "common.evaluate", "common.gpu_check"},
+    {"common.commands", "common.evaluate", "common.gpu_check", "common.api", "common.export", "common.pyterrier"},
     set(PACKAGES),
 ]
 

@@ -1,0 +1,307 @@
+"""Trained rankers in Python: `load` a checkpoint or an exported folder of any package, then score, re-rank, export.
+
+    from common.api import load
+
+    ranker = load("outputs/qds-train-.../checkpoints/best.ckpt")          # or an exported folder
+    ranker.score("what do fleas eat", ["Fleas feed on blood ...", "A flea market ..."])   # array([...], float32)
+    ranker.rerank(frame)          # columns qid, query, docno, text [, title] in; score and rank added
+    ranker.export("my-ranker")    # config.json, model.safetensors, tokenizer files, README.md
+
+- The scores are those the package's ``evaluate`` command computes for the same pairs (its inputs, its model, the
+  same precision; `tests/<package>/test_portable.py` checks it to 1e-6): pairs are encoded by the package's own
+  input code (``<package>.portable``) and scored in batches of `batch_size`, longest documents first (less padding),
+  on `device` in `precision` (``32-true``, ``bf16-mixed`` or ``16-mixed``: autocast, scores in float32).
+- `Ranker.rerank` follows PyTerrier's convention: one row per (query, document), ``score`` and ``rank`` added, each
+  query's rows sorted by score, rank 0 first. Ties are ordered as trec_eval orders them (scores equal in float32:
+  document id descending, `common.metrics.ordering`), so the ranks are those of the ``run.trec`` of the same
+  scores. `common.pyterrier.PyTerrierRanker` is the same as a PyTerrier transformer.
+- EARL and MVA also score from a store of precomputed representations (``load(path, store=DIR)``, ``python -m
+  earl.index``, ``python -m mva.index``): the documents are then named by id (``docno``), and their text is not read.
+- A checkpoint carries what scoring needs (`common.portable`): a tokenizer learnt on the training files travels in
+  it. `Ranker.export` writes the shareable folder, which `load` reads in a process that imports neither Lightning nor
+  the training code; a folder of another package than ``package=`` asks for, or of another format, is refused in one
+  line (`common.portable.PortableError`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
+from pathlib import Path
+
+import numpy as np
+
+from common.data.formats import Document
+from common.portable import (CARD, KEY, Portable, PortableError, check_package, from_entry, materialized,
+                             read_folder, write_folder)
+
+#: The packages whose rankers `load` reads, each with a ``<package>.portable`` module.
+PACKAGES = ("qds", "conformer_kernel", "earl", "mva")
+#: The precisions a ranker scores in: float32, or autocast to bfloat16 or float16 with float32 scores.
+PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
+#: The columns `Ranker.rerank` reads (``title`` too, where present; ``text`` not, where scoring from a store).
+COLUMNS = ("qid", "query", "docno", "text")
+
+
+def load(path: str | Path, *, device: str = "cpu", precision: str = "32-true", batch_size: int = 32,
+         store: str | Path | None = None, package: str | None = None) -> Ranker:  # fmt: skip
+    """The ranker of `path`, a checkpoint of a ``train`` command (``checkpoints/best-*.ckpt``) or a folder
+    `Ranker.export` wrote, on `device` in `precision`; `store`: an EARL or MVA store to score from; `package`: refuse
+    a ranker of any other package. Raises `common.portable.PortableError` (one line) for what it cannot load."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    path = Path(path)
+    if path.is_dir():
+        portable, weights, run_dir = read_folder(path), None, None
+    elif path.is_file():
+        portable, weights = _read_checkpoint(path)
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else None
+    else:
+        raise PortableError(f"{path}: no such checkpoint or folder")
+    if package is not None:
+        check_package(portable, package, str(path))
+    if portable.package not in PACKAGES:
+        raise PortableError(f"{path} holds a ranker of {portable.package!r}, which is none of {', '.join(PACKAGES)}")
+    module = importlib.import_module(f"{portable.package}.portable")
+    scoring = module.build(portable.config, materialized(portable.files))
+    if weights is None:
+        from safetensors.torch import load_model
+
+        load_model(scoring.model, str(path / "model.safetensors"), strict=True, device="cpu")
+    else:
+        scoring.model.load_state_dict(weights, strict=True)
+    ranker = Ranker(portable, scoring, device=device, precision=precision, batch_size=batch_size, run_dir=run_dir)
+    if store is not None:
+        ranker.use_store(store)
+    return ranker
+
+
+def _read_checkpoint(path: Path):
+    """`Portable` and the model's weights of a Lightning checkpoint file of any package."""
+    import pickle
+
+    import torch
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError) as error:
+        raise PortableError(f"{path} is not a checkpoint torch can read ({type(error).__name__})") from None
+    if not isinstance(state, dict) or "state_dict" not in state:
+        raise PortableError(f"{path} is not a checkpoint of a train command (no state_dict)")
+    if KEY in state:
+        portable = from_entry(state[KEY], str(path))
+    else:  # written before checkpoints carried their scoring files: rebuilt from this machine's caches
+        portable = _entry_of_hyperparameters(state, path)
+    weights = {}
+    for name, tensor in state["state_dict"].items():
+        for prefix in ("model.", "ranker."):  # the model's attribute; ``ranker`` in older EARL and MVA checkpoints
+            if name.startswith(prefix):
+                weights[name[len(prefix):]] = tensor
+    return portable, weights
+
+
+def _entry_of_hyperparameters(state: dict, path: Path) -> Portable:
+    """The `Portable` of a checkpoint without `KEY`: each package's ``portable_entry`` tried on it, the first that
+    recognises its hyper-parameters."""
+    for package in PACKAGES:
+        module = importlib.import_module(f"{package}.portable")
+        if module.recognises(state):
+            return from_entry(module.checkpoint_entry(state), str(path))
+    raise PortableError(f"{path} is a checkpoint of none of {', '.join(PACKAGES)}")
+
+
+class Ranker:
+    """A trained ranker of any package, scoring (query, document) pairs (module docstring). Made by `load`."""
+
+    def __init__(self, portable: Portable, scoring, *, device: str, precision: str, batch_size: int,
+                 run_dir: Path | None):  # fmt: skip
+        import torch
+
+        self.portable, self.scoring = portable, scoring
+        self.precision, self.batch_size, self.run_dir = precision, batch_size, run_dir
+        self.device = torch.device(device)
+        self.model = scoring.model.to(self.device).eval()
+        self._store = None
+
+    @property
+    def package(self) -> str:
+        return self.portable.package
+
+    @property
+    def config(self) -> dict:
+        return self.portable.config
+
+    def __repr__(self) -> str:
+        return f"Ranker({self.package}, device={self.device}, precision={self.precision})"
+
+    def to(self, device: str) -> Ranker:
+        """This ranker on `device` (its model moved); returned."""
+        import torch
+
+        self.device = torch.device(device)
+        self.model.to(self.device)
+        return self
+
+    def use_store(self, store: str | Path) -> Ranker:
+        """Score from the store `store` (EARL, MVA): documents by id, their text unread; returned."""
+        if self.scoring.open_store is None:
+            raise PortableError(f"a {self.package} ranker scores no store: give the documents' text")
+        self._store = self.scoring.open_store(self.model, Path(store))
+        return self
+
+    # -- scoring -------------------------------------------------------------------------------------------------
+
+    def score(self, query: str, documents: Sequence[str | Document | Mapping]) -> np.ndarray:
+        """The (n,) float32 scores of `query` against each of `documents`: texts, `Document` s, or mappings with
+        ``text`` (and ``title``, ``docno``); document ids where scoring from a store."""
+        return self.score_pairs([query] * len(documents), documents)
+
+    def score_pairs(self, queries: Sequence[str], documents: Sequence[str | Document | Mapping]) -> np.ndarray:
+        """The (n,) float32 scores of the pairs (``queries[i]``, ``documents[i]``)."""
+        if len(queries) != len(documents):
+            raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
+        if self._store is not None:
+            ids = [d if isinstance(d, str) else _document(d).doc_id for d in documents]
+            return self._batched(list(queries), ids, lambda q, d: self._store(q, d), key=lambda i: 0)
+        docs = [_document(d) for d in documents]
+        return self._batched(list(queries), docs, self._score_batch,
+                             key=lambda i: -(len(docs[i].title) + len(docs[i].text)))  # fmt: skip
+
+    def _score_batch(self, queries: list[str], documents: list[Document]):
+        batch = _to_device(self.scoring.encode(queries, documents), self.device)
+        return self.model(batch) if self.scoring.score is None else self.scoring.score(self.model, batch)
+
+    def _batched(self, queries: list, documents: list, score, key) -> np.ndarray:
+        """`score` (queries, documents) -> (B,) over batches of `batch_size`, in the order `key` gives the pairs
+        (longest documents first); the scores in the pairs' own order."""
+        import torch
+
+        order = sorted(range(len(queries)), key=key)
+        scores = np.empty(len(queries), dtype=np.float32)
+        with torch.inference_mode(), self._autocast():
+            for start in range(0, len(order), self.batch_size):
+                rows = order[start : start + self.batch_size]
+                out = score([queries[i] for i in rows], [documents[i] for i in rows])
+                scores[rows] = out.float().cpu().numpy()
+        return scores
+
+    def _autocast(self):
+        import torch
+
+        if self.precision == "32-true":
+            return nullcontext()
+        dtype = torch.bfloat16 if self.precision == "bf16-mixed" else torch.float16
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def rerank(self, frame):
+        """`frame` (a pandas DataFrame: ``qid``, ``query``, ``docno``, ``text`` [, ``title``]) with ``score`` and
+        ``rank`` added, each query's rows sorted by score (rank 0 first; PyTerrier's convention)."""
+        import pandas as pd
+
+        need = [c for c in COLUMNS if c != "text" or self._store is None]
+        missing = [c for c in need if c not in frame.columns]
+        if missing:
+            raise KeyError(f"rerank needs the columns {', '.join(need)}; missing: {', '.join(missing)}")
+        out = frame.drop(columns=["score", "rank"], errors="ignore").reset_index(drop=True)
+        if self._store is not None:
+            documents = out["docno"].astype(str).tolist()
+        else:
+            titles = out["title"].astype(str) if "title" in out.columns else pd.Series("", index=out.index)
+            documents = [Document(str(d), str(t), str(h)) for d, t, h in zip(out["docno"], out["text"], titles)]
+        out["score"] = self.score_pairs(out["query"].astype(str).tolist(), documents).astype(np.float64)
+        return ranked_frame(out)
+
+    # -- sharing -------------------------------------------------------------------------------------------------
+
+    def export(self, folder: str | Path, *, run_dir: str | Path | None = None) -> Path:
+        """Write this ranker into the new folder `folder` (`common.portable.write_folder`) with a model card naming
+        its paper, config, training data and the metrics of `run_dir` (default: the run folder of the checkpoint it
+        was loaded from); returns `folder`."""
+        from safetensors.torch import save_model
+
+        module = importlib.import_module(f"{self.package}.portable")
+        run = Path(run_dir) if run_dir is not None else self.run_dir
+        card = model_card(self.portable, module.PAPER, run, Path(folder).name)
+        model = self.model
+
+        def save(path: Path) -> None:
+            device = next(model.parameters()).device
+            save_model(model.to("cpu"), str(path))
+            model.to(device)
+
+        write_folder(Path(folder), self.portable, save, card)
+        return Path(folder)
+
+
+def ranked_frame(frame):
+    """`frame` with ``rank`` added per ``qid`` from ``score`` (0 first) and sorted so: trec_eval's order, the scores
+    rounded to float32 and ties broken by ``docno`` descending (`common.metrics.ordering`)."""
+    frame = frame.assign(_single=frame["score"].astype(np.float32), _docno=frame["docno"].astype(str))
+    frame = frame.sort_values(["qid", "_single", "_docno"], ascending=[True, False, False], kind="stable")
+    frame["rank"] = frame.groupby("qid", sort=False).cumcount()
+    return frame.drop(columns=["_single", "_docno"]).reset_index(drop=True)
+
+
+def _document(value) -> Document:
+    if isinstance(value, Document):
+        return value
+    if isinstance(value, str):
+        return Document("", value)
+    if isinstance(value, Mapping):
+        return Document(str(value.get("docno", value.get("doc_id", ""))), str(value["text"]),
+                        str(value.get("title", "")))  # fmt: skip
+    raise TypeError(f"a document is a text, a Document or a mapping with 'text', not {type(value).__name__}")
+
+
+def _to_device(batch, device):
+    if hasattr(batch, "to"):
+        return batch.to(device)
+    if isinstance(batch, Mapping):
+        return {k: _to_device(v, device) for k, v in batch.items()}
+    if isinstance(batch, (list, tuple)):
+        return type(batch)(_to_device(v, device) for v in batch)
+    return batch
+
+
+def model_card(portable: Portable, paper: str, run_dir: Path | None, name: str) -> str:
+    """The ``README.md`` of an exported folder: the paper, the config, the training data, the run's metrics (its
+    ``metrics.json``) and the command that trained it (its ``provenance.json``), where the run folder is known."""
+    lines = [f"# {name}", "", f"A {portable.package} ranker of [efficient-rankers](CITATION.cff) "
+             f"{portable.version}, reproducing {paper}.", ""]  # fmt: skip
+    lines += ["## Use", "", "    from common.api import load", "", f"    ranker = load({name!r})",
+              "    ranker.score(\"a query\", [\"a document\", \"another one\"])", "    ranker.rerank(frame)  "
+              "# columns qid, query, docno, text", ""]  # fmt: skip
+    tasks = {k: portable.training.get(k) for k in ("train", "dev", "test") if k in portable.training}
+    if tasks:
+        lines += ["## Training data", ""] + [f"- {k}: `{json.dumps(v)}`" for k, v in tasks.items()] + [""]
+    provenance = _json(run_dir / "provenance.json") if run_dir else None
+    if provenance and provenance.get("command"):
+        commit = f" at commit `{provenance['commit']}`" if provenance.get("commit") else ""
+        lines += ["## Command", "", f"    {provenance['command']}", "", f"(efficient-rankers "
+                  f"{provenance.get('version', portable.version)}{commit})", ""]  # fmt: skip
+    metrics = _json(run_dir / "metrics.json") if run_dir else None
+    if metrics:
+        lines += ["## Metrics", "", f"From the run's `metrics.json` (`{run_dir.name}`):", ""]
+        measures = sorted({m for row in metrics.values() if isinstance(row, dict) for m in row})
+        lines += ["| run | " + " | ".join(measures) + " |", "|---" * (len(measures) + 1) + "|"]
+        for system, row in metrics.items():
+            if isinstance(row, dict):
+                cells = [f"{row[m]:.4f}" if isinstance(row.get(m), (int, float)) else "" for m in measures]
+                lines.append(f"| {system} | " + " | ".join(cells) + " |")
+        lines.append("")
+    lines += ["## Config", "", "```json", json.dumps(portable.config, indent=2, sort_keys=True), "```", ""]
+    return "\n".join(lines)
+
+
+def _json(path: Path):
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+__all__ = ["load", "Ranker", "PortableError", "ranked_frame", "CARD"]
