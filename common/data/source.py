@@ -8,7 +8,7 @@ evaluation code accept either. A source reads each part on first use and keeps i
 
 A source of training queries also gives its qrels and candidates as a `common.data.training_table.TrainingTable`
 (``training_table()``), streamed from its files once into the project's cache and mapped by every process, so that
-a run file of MS MARCO's 478M training candidates is never held as dicts (which the samplers no longer read).
+a run file of MS MARCO's 478M training candidates is never held as dicts (the samplers read the table's columns).
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def _speed(folder: str, size: str, paper: bool):
 
 
 def _bar(files: Files) -> str:
-    """Issue 30's bar at d = 512 (S1 >= 30x, S2 >= 120x), one row a thread count and store: the ranker's and EARL's
+    """The speed bar at d = 512 (S1 >= 30x, S2 >= 120x), one row a thread count and store: the ranker's and EARL's
     times per query (``bar/threads<t>/speed.csv``) and the speed-ups: on the cold query's compute alone, on a query
     held in memory (its rows in the page cache, timed whole: the bar's measure) and on a query read from the disk."""
     cells = []

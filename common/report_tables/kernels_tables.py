@@ -41,7 +41,7 @@ def _forward_backward(files: Files) -> str:
     return markdown(["n", "sdpa_dense", "tvm", "tvm vs sdpa_dense"], "lllr", cells)
 
 
-#: Issue 15's targets: text, n, pass, against, the speed-up asked for.
+#: The tvm kernel's speed targets: text, n, pass, against, the speed-up asked for.
 TARGETS = [("forward ≥ 3x dense SDPA at 2048", 2048, "fwd", "sdpa_dense", 3),
            ("forward ≥ 6x dense SDPA at 4096", 4096, "fwd", "sdpa_dense", 6),
            ("forward ≥ 2x HF Longformer at 2048", 2048, "fwd", "hf_longformer", 2),

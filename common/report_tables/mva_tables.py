@@ -127,7 +127,7 @@ def _cls_starts(files: Files) -> str:
 
 def _mva1_settings(files: Files) -> str:
     rows = [("the config (tied_init, lr 2e-5)", "mva1", "mva"),
-            ("independent projections, lr 1e-4 (the first try, EARL's real-data rate)", "mva1-independent-lr1e-4",
+            ("independent projections, lr 1e-4 (EARL's real-data rate)", "mva1-independent-lr1e-4",
              "mva"),
             ("independent projections, lr 2e-5", "mva1-independent", "mva"),
             ("tied_init, lr 1e-4", "mva1-lr1e-4", "mva"),

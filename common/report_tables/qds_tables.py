@@ -36,7 +36,7 @@ def _trec_dl(files: Files) -> str:
 def _layouts(files: Files) -> str:
     rows = [("`official`, `candidates` (the default)", "default", "qds", "`python -m qds.train`"),
             ("`sos`, `candidates`", "layout-sos", "qds", "`python -m qds.train --data.layout sos`"),
-            ("`sos`, `qrels` (the earlier default, before the official layout)", "layout-sos-qrels", "qds",
+            ("`sos`, `qrels` (the TREC DL passage configs' setting)", "layout-sos-qrels", "qds",
              "`python -m qds.train --data.layout sos --data.positives qrels`"),
             ("BM25", "default", "bm25", "")]
     cells = [[label, *(metric(value(files.measures(run, key), m)) for _, m in MEASURES), command]

@@ -17,7 +17,7 @@ def _training(files: Files) -> str:
                       f"{number(r['bytes_per_candidate']):.2f}", fixed(0)(number(r["peak_mb"])),
                       f"{number(r['private_mb']):.1f}", "not measured" if dicts is None else fixed(0)(dicts)])
     header = ["candidates", "build (s)", "bytes / candidate on disk", "builder's peak (MiB)",
-              "private MiB / process: table", "dicts (before)"]
+              "private MiB / process: table", "dicts"]
     return markdown(header, "rrrrrr", cells)
 
 

@@ -1,12 +1,10 @@
 """The embedded default, ``python -m conformer_kernel.train`` with no arguments, beats BM25 on the built-in test queries.
 
-This runs the real command (4 min 37 s on 2 idle AVX2 EPYC cores of the slowest kind seen, Zen 1; results/
-conformer_kernel/README.md, "Issue 15"): NDRM3 trained on the built-in collection, then evaluated on all 100 test
-queries by re-ranking BM25's top 100 and by full retrieval from the impact index. Measured with seed 0: NDCG@10
-0.427 / AP 0.329 / RR 0.493 (re-rank) and 0.425 / 0.321 / 0.493 (full rank) against BM25's 0.234 / 0.210 / 0.272.
-The margins over BM25 are 0.19 NDCG@10 and 0.22 RR (0.22 and 0.33 when issue 15 was filed, which asked to keep
-them); those asserted leave room for other CPUs' floating-point differences (with the dropout stream before this
-one, NDCG@10 0.424 and 0.430 on two CPUs).
+This runs the real command (4 min 37 s on 2 idle AVX2 EPYC cores, Zen 1; results/conformer_kernel/README.md, "Where
+the default's time goes"): NDRM3 trained on the built-in collection, then evaluated on all 100 test queries by
+re-ranking BM25's top 100 and by full retrieval from the impact index. Measured with seed 0: NDCG@10 0.427 / AP 0.329
+/ RR 0.493 (re-rank) and 0.425 / 0.321 / 0.493 (full rank) against BM25's 0.234 / 0.210 / 0.272. The margins over
+BM25 are 0.19 NDCG@10 and 0.22 RR; those asserted leave room for other CPUs' floating-point differences.
 """
 
 import pytest
