@@ -262,7 +262,7 @@ def test_index_scores_equal_term_scores(kind, encoder, doc_padding):
         torch.testing.assert_close(model.index_scores(fi), index, rtol=0, atol=1e-6)
 
 
-# --- the batch's work without its padding (issue 15) ----------------------------------------------------------------
+# --- the batch's work without its padding --------------------------------------------------------------------------
 
 
 def _documents_of_lengths(lengths: list[int], vocab: int = 30) -> tuple[torch.Tensor, torch.Tensor]:

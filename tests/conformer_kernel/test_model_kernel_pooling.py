@@ -149,7 +149,7 @@ def test_window_count():
     assert window_count(300, 300, 100) == 1
 
 
-# --- the faster window sums against the straightforward computation (issue 15) ------------------------------------
+# --- the faster window sums against the straightforward computation ----------------------------------------------
 
 
 def _straightforward_window_sums(pool: WindowedKernelPooling, sim: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -1,6 +1,6 @@
 """A `qds.train` run killed (SIGKILL) at any moment and resumed with ``--ckpt_path last`` ends as the uninterrupted run.
 
-The run of issue 11 (60 steps, dev evaluation every 20, ``last.ckpt`` every 10) with a tiny model, once
+A run of 60 steps (dev evaluation every 20, ``last.ckpt`` every 10) with a tiny model, once
 uninterrupted and once killed seven times, each resumed run killed again later (`tests/tools/kill_run.py`):
 
 ==========================  ======================================================  ====================

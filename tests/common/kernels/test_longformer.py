@@ -177,7 +177,7 @@ def test_dropout_only_in_training():
 
 
 def test_no_work_on_window_padding_or_on_global_queries_of_ordinary_rows():
-    """Issue 15's wasted work: transformers pads 300 tokens to 384 (a multiple of the window) and its module
+    """Work wasted without it: transformers pads 300 tokens to 384 (a multiple of the window) and its module
     is given all 384; here every layer sees the 300 tokens. The global query projection runs on the global
     rows only (T of them), the global keys and values on every position; the output is still transformers'."""
     hf, qds = _models("reference")
@@ -200,7 +200,7 @@ def test_no_work_on_window_padding_or_on_global_queries_of_ordinary_rows():
 
 
 def test_padding_mask_row_is_the_row_transformers_keeps():
-    """Issue 15's wasted work: ``LongformerModel.forward`` materialises create_bidirectional_mask's (B, 1, N, N)
+    """Work wasted without it: ``LongformerModel.forward`` materialises create_bidirectional_mask's (B, 1, N, N)
     eager mask and keeps its first row; `_padding_mask_row` builds that row alone, value for value (0 for tokens,
     the dtype's minimum for padding), and `use_qds_attention` rebinds the name in transformers' Longformer module."""
     from transformers.masking_utils import create_bidirectional_mask
