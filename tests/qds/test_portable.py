@@ -291,3 +291,21 @@ def test_bare_texts_are_scored_each_on_its_own(checkpoint):
     alone = [load(checkpoint).score("what do fleas eat", [text])[0] for text in texts]
     np.testing.assert_allclose(together, alone, rtol=1e-6, atol=1e-6)
     assert abs(together[0] - together[1]) > 1e-6
+
+
+# --------------------------------------------------------------------------- which checkpoints are QDS's
+def test_only_qds_checkpoints_are_recognised(checkpoint):
+    """The other packages' rankers' hyper-parameters (their defaults) are not QDS's, even beside QDS's weights."""
+    import inspect
+
+    from conformer_kernel.ranker import ConformerKernelRanker
+    from earl.ranker import EARLRanker
+    from mva.ranker import MVARanker
+    from qds import portable
+
+    state = torch.load(checkpoint, weights_only=True)
+    assert portable.recognises(state)
+    for ranker in (ConformerKernelRanker, EARLRanker, MVARanker):
+        defaults = {name: p.default for name, p in inspect.signature(ranker).parameters.items()}
+        assert not portable.recognises({**state, "hyper_parameters": defaults}), ranker.__name__
+    assert not portable.recognises({**state, "state_dict": {"model.encoder.weight": torch.zeros(1)}})
