@@ -7,7 +7,9 @@ Jiang, Xiong, Lee, Wang; Findings of EMNLP 2020 (../shared/papers/qds-transforme
 - `qds.model`: the nn.Modules (Longformer on `common.kernels`, the official head) and the RoBERTa FirstP/MaxP
   baselines (Table 2);
 - `qds.ranker`: the LightningModule `QDSRanker` (BCE, Adam, re-ranking evaluation);
-- `qds.data`: the LightningDataModule (pointwise training groups, top-100 re-ranking);
+- `qds.batches`: (query, document) pairs -> model batches; `qds.data`: the LightningDataModule (pointwise training
+  groups, top-100 re-ranking);
+- `qds.portable`: what a checkpoint carries to score without Lightning (`common.api.load`);
 - `qds.checkpoint`: loading the official release; `qds.pretrained`: a BERT encoder as a Longformer;
   `common.encoders.tokenizers`: RoBERTa's or a built-in BPE;
 - ``python -m qds.train``, ``python -m qds.evaluate``, ``python -m qds.benchmark`` (Table 5).

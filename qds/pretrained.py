@@ -78,25 +78,10 @@ def longformer_from_bert(name_or_path: str, *, attention_window: int, max_length
 
 def convert_bert(bert, *, attention_window: int, max_length: int, dropout: float, copy_pooler: bool = True):
     """The conversion of `longformer_from_bert` from a loaded ``BertModel`` (left unchanged)."""
-    from transformers import LongformerConfig, LongformerModel
+    from transformers import LongformerModel
 
-    source = bert.config
-    if getattr(source, "position_embedding_type", "absolute") != "absolute":
-        raise ValueError(f"only absolute position embeddings convert to Longformer's, got "
-                         f"{source.position_embedding_type!r}")
-    if attention_window <= 0 or attention_window % 2:
-        raise ValueError(f"attention_window has to be positive and even, got {attention_window}")
-    if max_length <= 0:
-        raise ValueError(f"max_length has to be positive, got {max_length}")
-    pad = source.pad_token_id if source.pad_token_id is not None else 0
-    config = LongformerConfig(
-        vocab_size=source.vocab_size, hidden_size=source.hidden_size, num_hidden_layers=source.num_hidden_layers,
-        num_attention_heads=source.num_attention_heads, intermediate_size=source.intermediate_size,
-        hidden_act=source.hidden_act, layer_norm_eps=source.layer_norm_eps, type_vocab_size=source.type_vocab_size,
-        initializer_range=source.initializer_range, pad_token_id=pad,
-        max_position_embeddings=max_length + pad + 1, attention_window=[attention_window] * source.num_hidden_layers,
-        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
-    )  # fmt: skip
+    config = longformer_config(bert.config, attention_window=attention_window, max_length=max_length, dropout=dropout)
+    pad = config.pad_token_id
     model = LongformerModel(config, add_pooling_layer=True)
 
     bert_state = {name: tensor.detach().float() for name, tensor in bert.state_dict().items()}
@@ -111,6 +96,30 @@ def convert_bert(bert, *, attention_window: int, max_length: int, dropout: float
             state[name] = bert_state[name.replace("_global.", ".")]
     model.load_state_dict(state, strict=True)  # every parameter written; shapes checked
     return model.eval()
+
+
+def longformer_config(source, *, attention_window: int, max_length: int, dropout: float):
+    """The ``LongformerConfig`` of the conversion of a BERT of config `source` (module docstring, "Config"): what
+    `convert_bert` builds, and what rebuilds its architecture without the BERT's weights
+    (`qds.model.encoder_config`)."""
+    from transformers import LongformerConfig
+
+    if getattr(source, "position_embedding_type", "absolute") != "absolute":
+        raise ValueError(f"only absolute position embeddings convert to Longformer's, got "
+                         f"{source.position_embedding_type!r}")
+    if attention_window <= 0 or attention_window % 2:
+        raise ValueError(f"attention_window has to be positive and even, got {attention_window}")
+    if max_length <= 0:
+        raise ValueError(f"max_length has to be positive, got {max_length}")
+    pad = source.pad_token_id if source.pad_token_id is not None else 0
+    return LongformerConfig(
+        vocab_size=source.vocab_size, hidden_size=source.hidden_size, num_hidden_layers=source.num_hidden_layers,
+        num_attention_heads=source.num_attention_heads, intermediate_size=source.intermediate_size,
+        hidden_act=source.hidden_act, layer_norm_eps=source.layer_norm_eps, type_vocab_size=source.type_vocab_size,
+        initializer_range=source.initializer_range, pad_token_id=pad,
+        max_position_embeddings=max_length + pad + 1, attention_window=[attention_window] * source.num_hidden_layers,
+        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
+    )  # fmt: skip
 
 
 def longformer_positions(bert_positions: torch.Tensor, *, max_length: int, pad_token_id: int) -> torch.Tensor:

@@ -8,6 +8,7 @@ Ranking with Query-Directed Sparse Transformer", Findings of EMNLP 2020) or a Ta
   Adam (lr 1e-5, betas (0.9, 0.999), no weight decay; lines 50-51), dropout 0.1.
 - Evaluation (`common.training.reranking.RerankingEvaluation`): dev and test re-ranking measured with Table 2's
   measures; dev MRR@10 selects the checkpoint.
+- Checkpoints also carry what scoring needs outside Lightning (`qds.portable`), which `common.api.load` reads.
 
 Difference from the official code: the official code steps once per document (batch size 1: the negative, then the
 positive); a step here averages the loss over a group's 1 + `negatives` documents, so that a step sees a whole group.
@@ -23,9 +24,11 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from common.encoders.tokenizers import vocabulary
+from common.portable import KEY
 from common.training.reranking import RerankingEvaluation
 from qds.inputs import ALL_PATTERNS
 from qds.model import Impl, Pattern, build_ranker, count_parameters
+from qds.portable import checkpoint_entry
 
 #: Measures of Table 2 (TREC DL: nDCG@10 and MAP on test, MRR@10 on dev).
 MEASURES = ("ndcg_cut_10", "map", "mrr@10")
@@ -111,6 +114,14 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         loss = bce_loss(self(batch), batch["labels"], self.pos_weight)
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
         return loss
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Also what scoring needs (`qds.portable.checkpoint_entry`: the config and the tokenizer's files), so that
+        `common.api.load` scores the checkpoint anywhere; where the data module's hyper-parameters are there (saved
+        by a trainer; for a ranker saved outside one, `common.api.load` builds it from its hyper-parameters)."""
+        super().on_save_checkpoint(checkpoint)
+        if "datamodule_hyper_parameters" in checkpoint:
+            checkpoint[KEY] = checkpoint_entry(checkpoint)
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr, betas=tuple(self.hparams.betas),

@@ -179,7 +179,7 @@ def test_the_encoder_keeps_an_empty_title_only_in_the_official_layout():
     """Official split_collection_into_sentences.py line 33: ``[title] + sent_tokenize(body)``, an empty title
     included; `encode("")` is ``<s></s>``, so the document opens with the marker, ``<s>`` and ``</s>``."""
     from common.data.formats import Document
-    from qds.data import Encoder
+    from qds.batches import Encoder
 
     document = Document("d1", "Fleas bite. Dogs scratch.", "")
     official = Encoder("qds", "builtin")(["flea"], [document])["input_ids"][0].tolist()

@@ -49,3 +49,23 @@ def test_evaluate_re_ranks_with_the_best_checkpoint(trained, tmp_path):
         top = sorted(scores, key=scores.get, reverse=True)[:10]
         assert [evaluated[qid][d] for d in top] == pytest.approx([scores[d] for d in top], abs=1e-5)
     assert set(metrics) == {"qds", "bm25"}
+
+
+def test_every_checkpoint_carries_what_scoring_needs_and_loads_to_the_runs_scores(trained):
+    """Lightning saves the data module's hyper-parameters before `QDSRanker.on_save_checkpoint`, which adds the
+    `common.portable` entry; `common.api.load` scores the trained run's re-ranked pairs as the run did."""
+    import torch
+
+    from common.api import load
+    from common.data.builtin import builtin_source
+    from common.portable import KEY
+
+    out, _ = trained
+    checkpoints = sorted((out / "checkpoints").glob("*.ckpt"))
+    assert checkpoints and all(torch.load(c, weights_only=True)[KEY]["package"] == "qds" for c in checkpoints)
+    source, run = builtin_source("test"), read_run(out / "run.trec")
+    topics, documents = source.topics(), source.documents()
+    pairs = [(q, d) for q, scores in sorted(run.items()) for d in sorted(scores, key=scores.get, reverse=True)[:10]]
+    ranker = load(next((out / "checkpoints").glob("best-step=*.ckpt")))
+    got = ranker.score_pairs([topics[q] for q, _ in pairs], [documents[d] for _, d in pairs])
+    assert got.tolist() == pytest.approx([run[q][d] for q, d in pairs], abs=1e-5)

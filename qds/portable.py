@@ -1,0 +1,90 @@
+"""QDS-Transformer outside Lightning: what a `qds.train` checkpoint carries to score (`common.portable`), and the
+model and inputs rebuilt from it, which `common.api.load` reads (a checkpoint or an exported folder).
+
+- `checkpoint_entry`: the scoring config of a checkpoint's hyper-parameters and the tokenizer's files. The config
+  holds the model's architecture (the pattern, the window, the kernel implementation ``impl`` the model was trained
+  with, the dropout, and the sizes: a from-scratch encoder's, or a pretrained encoder's Hugging Face config whole,
+  `qds.model.encoder_config`, so that rebuilding it reads neither the hub nor its weights) and the inputs' settings
+  (``max_length``, ``max_sentences``, ``max_passages``, ``layout``).
+- `build`: `qds.model.Ranker` (a `qds.ranker.QDSRanker`'s ``model``) with random weights, and `qds.batches.Encoder`
+  with the tokenizer of the folder: the inputs ``qds.evaluate`` builds, which scores with the model's forward.
+
+The inputs' settings are the data module's hyper-parameters, which ``qds.evaluate`` reads too. A checkpoint saved
+outside a trainer has none: the tokenizer is then the model's (``tokenizer``, ``tokenizer_task``: the one its
+vocabulary came from), the longest input the model's ``max_length``, the others the data module's defaults. A
+checkpoint without ``layout`` was trained before the official layout existed, on ``sos`` (as ``qds.evaluate``
+reads it). Only `qds.train` checkpoints are read; the official QDS release holds no hyper-parameters (``qds.evaluate``
+reads it with its ``--encoder`` and ``--tokenizer``).
+
+Imports neither Lightning nor the training code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.encoders.tokenizers import load_tokenizer, resolved_tokenizer_task, vocabulary
+from common.portable import Scoring, portable_entry, tokenizer_files
+from qds.batches import MAX_PASSAGES, MAX_SENTENCES, Encoder
+from qds.inputs import ALL_PATTERNS
+from qds.model import build_ranker, encoder_config
+
+PACKAGE = "qds"
+PAPER = ('Jiang, Xiong, Lee, Wang: "Long Document Ranking with Query-Directed Sparse Transformer", '
+         "Findings of EMNLP 2020")  # fmt: skip
+#: The encoder's sizes (a from-scratch one's `qds.ranker.QDSRanker` hyper-parameters) and their Hugging Face names.
+SIZES = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
+         "intermediate_size": "intermediate_size"}
+#: The input layout of a checkpoint that names none (`qds.evaluate.checkpoint_settings`).
+OLDEST_LAYOUT = "sos"
+
+
+def recognises(checkpoint: dict) -> bool:
+    """Whether `checkpoint` (a Lightning checkpoint's contents) is a `qds.train` checkpoint: a model with one of
+    QDS's patterns and the official head's weights."""
+    hyper_parameters = checkpoint.get("hyper_parameters")
+    state = checkpoint.get("state_dict")
+    heads = ("model.head.out.weight", "ranker.head.out.weight")  # ``ranker.*``: the older attribute's name
+    return (isinstance(hyper_parameters, dict) and hyper_parameters.get("pattern") in ALL_PATTERNS
+            and isinstance(state, dict) and any(name in state for name in heads))  # fmt: skip
+
+
+def checkpoint_entry(checkpoint: dict) -> dict:
+    """The `common.portable` entry of `checkpoint` (module docstring), its tokenizer read from this machine's cache
+    or the hub's (the training files for a ``train`` one) as the ranker read it."""
+    model = checkpoint["hyper_parameters"]
+    data = checkpoint.get("datamodule_hyper_parameters") or {}
+    pattern = model["pattern"]
+    config = {"pattern": pattern, "encoder": model["encoder"], "window": model["window"], "max_length":
+              model["max_length"], "dropout": model["dropout"], "impl": model.get("impl", "auto")}  # fmt: skip
+    if model["encoder"] is None:  # the vocabulary of the tokenizer the model was built for, as QDSRanker reads it
+        vocab_size, pad_token_id = vocabulary(model["tokenizer"], model.get("tokenizer_task"))
+        config.update({name: model[name] for name in SIZES}, encoder_config=None, vocab_size=vocab_size,
+                      pad_token_id=pad_token_id)  # fmt: skip
+    else:
+        hf = encoder_config(pattern, model["encoder"], window=model["window"], max_length=model["max_length"],
+                            dropout=model["dropout"])  # fmt: skip
+        config.update({name: hf[key] for name, key in SIZES.items()}, encoder_config=hf, vocab_size=hf["vocab_size"],
+                      pad_token_id=hf["pad_token_id"])  # fmt: skip
+    tokenizer = data.get("tokenizer", model["tokenizer"])
+    task = resolved_tokenizer_task(tokenizer, data.get("tokenizer_task", model.get("tokenizer_task")), None)
+    config["inputs"] = {"max_length": data.get("max_length", model["max_length"]),
+                        "max_sentences": data.get("max_sentences", MAX_SENTENCES),
+                        "max_passages": data.get("max_passages", MAX_PASSAGES),
+                        "layout": data.get("layout", OLDEST_LAYOUT)}  # fmt: skip
+    files = tokenizer_files(load_tokenizer(tokenizer, task=task))
+    return portable_entry(PACKAGE, config, files, data)
+
+
+def build(config: dict, folder: Path) -> Scoring:
+    """The `qds.model.Ranker` of `config` (random weights) and its pairs' inputs, the tokenizer read from `folder`."""
+    model = build_ranker(
+        config["pattern"], config["encoder_config"], dropout=config["dropout"], vocab_size=config["vocab_size"],
+        pad_token_id=config["pad_token_id"], max_length=config["max_length"], window=config["window"],
+        num_layers=config["num_layers"], hidden_size=config["hidden_size"], num_heads=config["num_heads"],
+        intermediate_size=config["intermediate_size"], impl=config["impl"],
+    )  # fmt: skip
+    inputs = config["inputs"]
+    encode = Encoder(config["pattern"], str(folder), inputs["max_length"], inputs["max_sentences"],
+                     inputs["max_passages"], layout=inputs["layout"])  # fmt: skip
+    return Scoring(model, encode)
