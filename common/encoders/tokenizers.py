@@ -61,8 +61,8 @@ def resolved_tokenizer_task(tokenizer: str, tokenizer_task, train):
 class LazyTokenizer:
     """Base of a batch encoder that loader workers copy: the tokenizer `tokenizer` (a name or path for
     `load_tokenizer`, with `tokenizer_task` for ``train``) loaded on first use, and ``_cache``, the encoder's
-    tokenised documents by id. Pickled without either, so each worker process loads its own and starts an empty
-    cache."""
+    tokenised documents by their content (never by id alone). Pickled without either, so each worker process loads
+    its own and starts an empty cache."""
 
     def __init__(self, tokenizer: str, tokenizer_task=None):
         self.tokenizer_name, self.tokenizer_task = tokenizer, tokenizer_task
