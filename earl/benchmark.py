@@ -8,9 +8,10 @@ and scaled linearly to N (each is the same work); ``earl_s1``, T_qry once, then 
 D looked up in a store and copied into a preallocated tensor, their keys and values (`EARL.document_keys_values`, one
 product of every block's stacked key and value weights: the n^2 d term S2 saves) and `EARL.judge`; ``earl_s2``, the
 same from a store of D' (Eq. 25). EARL's compute is the code ``python -m earl.evaluate`` runs: `EarlScorer` calls
-`earl.store.QueryScorer`'s own ``encode_query``, ``stored_rows`` and ``score`` (T_qry; `EARL.document_keys_values`
-for S1; `EARL.judge`), timing each. Only the read is the benchmark's own: every candidate has exactly n rows, copied
-into a preallocated batch, where ``earl.evaluate`` pads documents of any length (`RepresentationStore.padded`).
+`earl.query_scorer.QueryScorer`'s own ``encode_query``, ``stored_rows`` and ``score`` (T_qry;
+`EARL.document_keys_values` for S1; `EARL.judge`), timing each. Only the read is the benchmark's own: every candidate
+has exactly n rows, copied into a preallocated batch, where ``earl.evaluate`` pads documents of any length
+(`RepresentationStore.padded`).
 
 Tokens: the BERT ranker reads at most 512 tokens, as BERT must (512 positions): its pair is the query's 16 tokens
 ([CLS], 14 words, [SEP]: `common.benchmarking.bert_query`), the document's n - 1 words and [SEP], the words cut to
@@ -162,18 +163,18 @@ def build_models(size: Size, seed: int):
 
 
 class EarlScorer:
-    """Scores one query against candidates from a store as ``earl.evaluate`` does, timed: `earl.store.QueryScorer`'s
-    own calls, T_qry once (``encode_query``), then per batch of `batch_size` candidates (each exactly `n` rows) their
-    keys and values (``stored_rows``: `EARL.document_keys_values` of S1's D; S2's rows as they are) and the judge
-    (``score``: `EARL.judge`). The same calls, not copies of them: what the benchmark times is what a user runs. The
-    read is the benchmark's own, the candidates' rows looked up at once and copied into a preallocated tensor (fp16
-    rows then converted to fp32). After a call ``parts.ms`` holds its milliseconds of query encoding, reads, keys and
-    values, and judge (`PARTS`)."""
+    """Scores one query against candidates from a store as ``earl.evaluate`` does, timed:
+    `earl.query_scorer.QueryScorer`'s own calls, T_qry once (``encode_query``), then per batch of `batch_size`
+    candidates (each exactly `n` rows) their keys and values (``stored_rows``: `EARL.document_keys_values` of S1's D;
+    S2's rows as they are) and the judge (``score``: `EARL.judge`). The same calls, not copies of them: what the
+    benchmark times is what a user runs. The read is the benchmark's own, the candidates' rows looked up at once and
+    copied into a preallocated tensor (fp16 rows then converted to fp32). After a call ``parts.ms`` holds its
+    milliseconds of query encoding, reads, keys and values, and judge (`PARTS`)."""
 
     def __init__(self, model, store, impl: str, n: int, batch_size: int):
         import torch
 
-        from earl.store import QueryScorer
+        from earl.query_scorer import QueryScorer
 
         if impl not in STRATEGY or STRATEGY[impl] != store.identity["strategy"]:
             raise ValueError(f"EarlScorer scores earl_s1 from an S1 store or earl_s2 from an S2 store, not {impl!r} "
@@ -361,8 +362,8 @@ def parse_args(argv: list[str] | None):
         "python -m earl.benchmark", "EARL Table 3: milliseconds to rank one query (16 tokens) against N candidates "
         "with the BERT ranker, EARL S1 (stores D) and EARL S2 (stores D'), by document length, with the speed-ups "
         "beside Table 1's analytic cost ratio and the counted FLOP ratio. EARL runs earl.evaluate's own calls "
-        "(earl.store.QueryScorer: T_qry once, EARL.document_keys_values for S1, the judge). The ranker reads at most "
-        "512 tokens: at d = 512 its document is cut to 495 words (16 query tokens + 495 + [SEP]), while EARL's "
+        "(earl.query_scorer.QueryScorer: T_qry once, EARL.document_keys_values for S1, the judge). The ranker reads "
+        "at most 512 tokens: at d = 512 its document is cut to 495 words (16 query tokens + 495 + [SEP]), while EARL's "
         "stored documents hold 512. Batches: both score a query's candidates in batches of --batch_size "
         f"({BATCH_SIZE}, earl.evaluate's default). EARL's candidates are drawn at random "
         "over a store of --store_documents documents, afresh for each query, and read cold (dropped from the page "

@@ -13,9 +13,8 @@ from __future__ import annotations
 from typing import Literal
 
 from common.encoders.bert_data import BertTriplesDataModule, with_defaults
+from earl import ARCHITECTURES
 
-#: The rankers of Table 2: EARL and its two baselines (what ``--model.architecture`` accepts).
-ARCHITECTURES = ("earl", "bert_ranker", "bert_siamese")
 Architecture = Literal[ARCHITECTURES]
 
 

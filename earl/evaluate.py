@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 class EARLEvaluation(StoreEvaluation):
     """EARL's evaluation: T_qry once per query, then the judge blocks over each candidate's keys and values, read
-    from an S1 or S2 store or computed by T_doc at query time (`earl.store.QueryScorer`); compared with Table 2."""
+    from an S1 or S2 store or computed by T_doc at query time (`earl.query_scorer.QueryScorer`); compared with
+    Table 2."""
 
     package, strategies, default_depth = "earl", STRATEGIES, DEFAULT_DEPTH
 
@@ -88,7 +89,8 @@ class EARLEvaluation(StoreEvaluation):
         return load_ranker(state)
 
     def make_scorer(self, store):
-        from earl.store import QueryScorer, data_encoder
+        from earl.query_scorer import QueryScorer
+        from earl.store import data_encoder
 
         return QueryScorer(self.ranker.model, data_encoder(self.data_settings), batch_size=self.args.batch_size,
                            device=self.device, store=store, documents=self.documents)  # fmt: skip

@@ -46,10 +46,7 @@ from pathlib import Path
 from common.commands.store_commands import build_index
 from common.commands.store_options import add_index_arguments, check_index_args, command_parser, read_trained_checkpoint
 from common.refusals import checkpoint_file
-from earl import STRATEGIES
-
-#: What the hyper-parameters of an `earl.train` checkpoint (an `earl.ranker.EARLRanker`, any architecture) hold.
-RANKER_KEYS = ("architecture", "num_blocks", "pool", "copy_cross")
+from earl import RANKER_KEYS, STRATEGIES
 
 
 def build_parser() -> argparse.ArgumentParser:

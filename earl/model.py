@@ -243,7 +243,7 @@ class EARL(nn.Module):
         their biases into one (2 K h,) bias, so D W^T + b is one pass over D, written once in its final layout, where
         `JudgeBlock.keys_values` per block (the readable reference, equal to it) takes 2 K products of width h and a
         concatenation that writes and reads D' again. At query time with S1 this n^2 d term is the largest online
-        cost (Table 1), and it is the path ``earl.evaluate`` (`earl.store.QueryScorer`), ``earl.index`` and
+        cost (Table 1), and it is the path ``earl.evaluate`` (`earl.query_scorer.QueryScorer`), ``earl.index`` and
         ``earl.benchmark`` all run. The stacking is redone each call from the parameters themselves (torch.cat, a
         copy of 2 K h^2 values, small beside the product): differentiable, each block's weights get their own
         gradients in training, and no cached copy can go stale when the weights change.
@@ -252,7 +252,7 @@ class EARL(nn.Module):
         gradient), the same values as without it. A fresh result of a batch is hundreds of MB (805 MB for 128
         candidates at d = 512, base), which the allocator maps anew and the kernel faults in page by page each
         call, a visible share of the product's time on one core (`results/earl/README.md`, "the bar");
-        `earl.store.QueryScorer` passes one buffer, reused batch after batch."""
+        `earl.query_scorer.QueryScorer` passes one buffer, reused batch after batch."""
         keys_values = [(block.cross.key, block.cross.value) for block in self.blocks]
         weight = torch.cat([layer.weight for pair in keys_values for layer in pair])  # (2 K h, h)
         bias = torch.cat([layer.bias for pair in keys_values for layer in pair])  # (2 K h,)

@@ -12,7 +12,8 @@
   1,000 on TREC DL) through `common.metrics.RankingMetrics`; dev MRR@10 selects the checkpoint (the paper does not
   say how it selects; MS MARCO's official measure).
 
-The encoder, the optimiser, the schedule and the evaluation are MVA's too: `common.encoders.bert_reranking`.
+The encoder, the optimiser, the schedule and the evaluation are MVA's too: `common.encoders.bert_reranking`. Every
+checkpoint a trainer saves carries what scoring it needs without Lightning (`earl.portable`, `common.api.load`).
 """
 
 from __future__ import annotations
@@ -22,10 +23,10 @@ import torch.nn.functional as F
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor
 
-from common.encoders.bert_rankers import BertRanker, BertSiamese
 from common.encoders.bert_reranking import BertRerankingModule, bert_encoder
+from earl import portable
 from earl.data import Architecture
-from earl.model import Loss, Pool, build_earl
+from earl.model import Loss, Pool
 
 #: Table 2's measures: NDCG@10, MAP (at 1,000), MRR (TREC DL) and MRR@10 (MS MARCO dev).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
@@ -76,6 +77,7 @@ class EARLRanker(BertRerankingModule):
     """
 
     measures = MEASURES
+    checkpoint_entry = staticmethod(portable.checkpoint_entry)
 
     def __init__(
         self,
@@ -104,13 +106,7 @@ class EARLRanker(BertRerankingModule):
         self.save_hyperparameters()
         bert = bert_encoder(encoder, tokenizer, tokenizer_task, num_layers=num_layers, hidden_size=hidden_size,
                             num_heads=num_heads, intermediate_size=intermediate_size, dropout=dropout)
-        if architecture == "earl":
-            model = build_earl(bert, num_blocks=num_blocks, query_layers=query_layers, tied=tied,
-                               copy_from_bert=encoder is not None, copy_cross=copy_cross, pool=pool, loss=loss)
-        elif architecture == "bert_ranker":
-            model = BertRanker(bert, logits=2 if loss == "cross_entropy" else 1)
-        else:
-            model = BertSiamese(bert)
+        model = portable.model_of(bert, self.hparams, copy_from_bert=encoder is not None)
         self.set_model(model, run_name(architecture, pool, tied), init_checkpoint)
 
     def training_loss(self, scores: Tensor, batch: dict) -> Tensor:

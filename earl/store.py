@@ -14,12 +14,12 @@ random documents that ``python -m earl.benchmark`` times.
 - Indexing (`representation`, built by `common.stores.writer.build_representations`): Lightning ``predict``, a step
   per shard; each document's rows are cut back to its real tokens, as many as `document_row_counts` tells from its
   token mask alone (the store's size estimated before it is built, `common.stores.size`).
-- Scoring (`QueryScorer`, a `common.stores.scoring.StoreScorer`): per query, T_qry once (Eqs. 14-16), then the
-  candidates in batches through the judge blocks (Eqs. 17-22) with their keys and values read from an S2 store,
-  computed from an S1 store's D (the n^2 d term of Table 1 that S2 saves), or, end to end, from T_doc at query
-  time. The three paths differ only in where the keys and values come from: fp32 stores score as end-to-end does,
-  to float rounding (the tests hold them within 1e-5); an fp16 store rounds the stored rows to half precision
-  (about 3 decimal digits), and `common.stores.scoring.compare_scores` measures what that costs.
+- Scoring (`earl.query_scorer.QueryScorer`, a `common.stores.scoring.StoreScorer`): per query, T_qry once (Eqs. 14-16),
+  then the candidates in batches through the judge blocks (Eqs. 17-22) with their keys and values read from an S2 store,
+  computed from an S1 store's D (the n^2 d term of Table 1 that S2 saves), or, end to end, from T_doc at query time. The
+  three paths differ only in where the keys and values come from: fp32 stores score as end-to-end does, to float
+  rounding (the tests hold them within 1e-5); an fp16 store rounds the stored rows to half precision (about 3 decimal
+  digits), and `common.stores.scoring.compare_scores` measures what that costs.
 - Stores of random documents (`random_stores`, what ``python -m earl.benchmark`` times): the same S1 and S2 rows
   for documents ``d0``, ``d1``... of random words (`document_words`) through a model of random weights, or seeded
   noise of each store's own width; the store's identity says which (``checkpoint``: the weights' description,
@@ -29,13 +29,12 @@ Matrix products run at the float32 matmul precision the command sets (``--matmul
 GPUs, as training; ``highest``, full fp32, so that a GPU run's stored and end-to-end scores agree as closely as a
 CPU run's, as ``earl.evaluate --compare_end_to_end`` measures them).
 
-This module imports torch and Lightning; the command lines (`earl.index`, `earl.evaluate`) answer ``--help`` and
-bad options without them.
+This module imports torch and Lightning (`earl.query_scorer` neither); the command lines (`earl.index`,
+`earl.evaluate`) answer ``--help`` and bad options without them.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,10 +44,10 @@ from torch import Tensor
 from common.benchmarking import bert_documents, noise_documents, random_words
 from common.encoders.bert_inputs import BertInputs
 from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
-from common.stores.scoring import StoreScorer, load_module
+from common.stores.scoring import load_module
 from common.stores.writer import Representation
-from earl import STRATEGIES
 from earl.model import EARL
+from earl.query_scorer import store_width
 from earl.ranker import EARLRanker
 
 # --- the checkpoint --------------------------------------------------------------------------------------------
@@ -64,13 +63,6 @@ def data_encoder(data_settings: dict) -> BertInputs:
     tokenised and cut exactly as in training."""
     return BertInputs(False, data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 16),
                       data_settings.get("passage_length", 128), data_settings.get("tokenizer_task"))  # fmt: skip
-
-
-def store_width(model: EARL, strategy: str) -> int:
-    """Columns of a row: h for S1 (D), 2·K·h for S2 (D', Eq. 25)."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
-    return model.hidden_size * (1 if strategy == "s1" else 2 * model.num_blocks)
 
 
 # --- indexing --------------------------------------------------------------------------------------------------
@@ -108,53 +100,6 @@ def storage_report(store: RepresentationStore) -> str:
     else:
         other = f"S1 would be 1/{factor} of that ({per_document / factor:,.0f} bytes/document: 2·K, K = {blocks})"
     return f"{built}; {other}"
-
-
-# --- scoring ---------------------------------------------------------------------------------------------------
-
-
-class QueryScorer(StoreScorer):
-    """Scores one query's candidates: T_qry once, then batches of `batch_size` candidates through the judge.
-
-    The candidates' keys and values come from `store` (S2: its rows; S1: `EARL.document_keys_values` of its D)
-    or, without a store, from T_doc over `documents` at query time (end to end). ``earl.benchmark`` times these very
-    calls (``encode_query``, ``stored_rows``, ``score``: `earl.benchmark.EarlScorer`) for Table 3.
-    """
-
-    def __init__(self, model: EARL, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
-                 store: RepresentationStore | None = None, documents=None):  # fmt: skip
-        self.model = model
-        self.strategy = store.identity["strategy"] if store is not None else None
-        width, width_name = (None, "width") if store is None else (store_width(model, self.strategy),
-                                                                   f"{self.strategy.upper()} width")  # fmt: skip
-        super().__init__(encoder, width=width, width_name=width_name, batch_size=batch_size, device=device,
-                         store=store, documents=documents)  # fmt: skip
-        self._keys_values = torch.empty(0, device=self.device)  # S1's output buffer, reused (`stored_rows`)
-
-    def encode_query(self, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """Q = T_qry(qry), (1, q, h), and its mask: once per query."""
-        return self.model.encode_queries(tokens, mask), mask.bool()
-
-    def document_rows(self, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """End to end: the (B, d, 2·K·h) keys and values of T_doc's D (Eq. 25) and their (B, d) mask."""
-        return self.model.document_keys_values(self.model.encode_documents(tokens, mask)), mask.bool()
-
-    def stored_rows(self, rows: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """S2's rows are the keys and values; S1's are D, whose keys and values are computed here, into one buffer
-        that every batch reuses (`EARL.document_keys_values`'s `out`; grown where a batch needs more)."""
-        if self.strategy != "s1":
-            return rows, mask
-        batch, length, _ = rows.shape
-        shape = (batch, length, 2 * self.model.num_blocks * self.model.hidden_size)
-        if self._keys_values.numel() < math.prod(shape) or self._keys_values.dtype != rows.dtype:
-            self._keys_values = torch.empty(math.prod(shape), dtype=rows.dtype, device=rows.device)
-        return self.model.document_keys_values(rows, out=self._keys_values[: math.prod(shape)].view(shape)), mask
-
-    def score(self, query: tuple[Tensor, Tensor], keys_values: Tensor, doc_mask: Tensor) -> Tensor:
-        """The judge's scores (Eqs. 17-22) of the query against each of the (B, d, 2·K·h) candidates."""
-        queries, query_mask = query
-        index = torch.zeros(len(keys_values), dtype=torch.long, device=self.device)
-        return self.model.judge(queries, query_mask, keys_values, doc_mask, index)
 
 
 # --- stores of random documents --------------------------------------------------------------------------------

@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Literal
 
 from common.encoders.bert_data import BertTriplesDataModule, with_defaults
+from mva import ARCHITECTURES
 
-#: MVA and its baselines of Tables 5 and 6: the dual encoder (DE) and cross-attention (CA).
-ARCHITECTURES = ("mva", "de", "ca")
 Architecture = Literal[ARCHITECTURES]
 
 

@@ -94,7 +94,7 @@ def costs_table(costs: dict, measures: dict, depth: int) -> str:
 
 
 class MVAEvaluation(StoreEvaluation):
-    """MVA's evaluation: a first pass of MVA or DE (`mva.store.QueryScorer`, from a store or end to end) or CA
+    """MVA's evaluation: a first pass of MVA or DE (`mva.query_scorer.QueryScorer`, from a store or end to end) or CA
     (`mva.store.CrossScorer`), CA re-scoring its top K (``--rescore``, Table 6), the joint compute and bytes per
     document of every run written to costs.json and printed as Table 6 prints them."""
 
@@ -127,12 +127,13 @@ class MVAEvaluation(StoreEvaluation):
         return load_ranker(state)
 
     def make_scorer(self, store):
-        from mva.store import CrossScorer, QueryScorer, data_encoder
+        from mva.query_scorer import QueryScorer
+        from mva.store import CrossScorer, data_encoder
 
         if self.ranker.hparams.architecture == "ca":
             return CrossScorer(self.ranker, data_encoder(self.data_settings, pairs=True), self.documents,
                                batch_size=self.args.batch_size, device=self.device)  # fmt: skip
-        return QueryScorer(self.ranker, data_encoder(self.data_settings), batch_size=self.args.batch_size,
+        return QueryScorer(self.ranker.model, data_encoder(self.data_settings), batch_size=self.args.batch_size,
                            device=self.device, store=store, documents=self.documents)  # fmt: skip
 
     def describe(self) -> str:

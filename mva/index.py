@@ -42,10 +42,7 @@ from pathlib import Path
 from common.commands.store_commands import build_index
 from common.commands.store_options import add_index_arguments, check_index_args, command_parser, read_trained_checkpoint
 from common.refusals import checkpoint_file
-from mva import STORED
-
-#: What the hyper-parameters of an `mva.train` checkpoint (an `mva.ranker.MVARanker`, any architecture) hold.
-RANKER_KEYS = ("architecture", "projection", "heads", "query_pooling", "doc_pooling")
+from mva import RANKER_KEYS, STORED
 
 
 def build_parser() -> argparse.ArgumentParser:

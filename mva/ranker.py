@@ -14,7 +14,8 @@
   `common.training.reranking.RerankingEvaluation`; dev MRR@10 selects the checkpoint (the paper holds out 10% of
   the training set for tuning; which step it keeps it does not say).
 
-The encoder, the optimiser, the schedule and the evaluation are EARL's too: `common.encoders.bert_reranking`.
+The encoder, the optimiser, the schedule and the evaluation are EARL's too: `common.encoders.bert_reranking`. Every
+checkpoint a trainer saves carries what scoring it needs without Lightning (`mva.portable`, `common.api.load`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ from __future__ import annotations
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor
 
-from common.encoders.bert_rankers import BertRanker, BertSiamese, SiamesePooling
+from common.encoders.bert_rankers import SiamesePooling
 from common.encoders.bert_reranking import BertRerankingModule, bert_encoder, checkpoint_weights
-from common.encoders.tokenizers import load_tokenizer
+from mva import portable
 from mva.data import Architecture
-from mva.model import MVA, ClsInit, Pooling
+from mva.model import ClsInit, Pooling
 
 #: Measures: MRR@10 (MS MARCO dev, every table), NDCG@10, MAP and MRR (TREC DL).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
@@ -84,6 +85,7 @@ class MVARanker(BertRerankingModule):
     """
 
     measures = MEASURES
+    checkpoint_entry = staticmethod(portable.checkpoint_entry)
 
     def __init__(
         self,
@@ -122,16 +124,8 @@ class MVARanker(BertRerankingModule):
             prefix = "model.bert."
             bert.load_state_dict({k.removeprefix(prefix): v for k, v in checkpoint_weights(init_encoder).items()
                                   if k.startswith(prefix)})  # fmt: skip
-        if architecture == "mva":
-            vocab = load_tokenizer(encoder) if encoder is not None else load_tokenizer(tokenizer, task=tokenizer_task)
-            model = MVA(bert, cls_token_id=vocab.cls_token_id, projection=projection, heads=heads,
-                        query_pooling=query_pooling, query_timesteps=query_timesteps, query_factor=query_factor,
-                        doc_pooling=doc_pooling, doc_timesteps=doc_timesteps, doc_factor=doc_factor,
-                        tied_init=tied_init, cls_init=cls_init)
-        elif architecture == "ca":
-            model = BertRanker(bert)
-        else:
-            model = BertSiamese(bert, pooling=de_pooling, cosine_scale=de_cosine_scale)
+        cls_token_id = portable.cls_token_id(self.hparams) if architecture == "mva" else None
+        model = portable.model_of(bert, self.hparams, cls_token_id=cls_token_id)
         self.set_model(model, run_name(architecture), init_checkpoint)
 
     def training_loss(self, scores: Tensor, batch: dict) -> Tensor:

@@ -13,14 +13,15 @@ mva.index`` stores and how ``python -m mva.evaluate`` scores from it, in one pla
 - Indexing (`representation`, built by `common.stores.writer.build_representations`): Lightning ``predict``, a step
   per shard. `document_row_counts` tells each document's rows from its token mask alone, the encoder not run (the
   store's size estimated before it is built, `common.stores.size`).
-- Scoring (`QueryScorer`, a `common.stores.scoring.StoreScorer`): per query, the query side once (pooling, Q_K
-  and Q_V; or DE's [CLS] vector), then the candidates in batches, their rows read from the store or, end to end,
-  computed by the encoder at query time. The two paths differ only in where the rows come from: an fp32 store
+- Scoring (`mva.query_scorer.QueryScorer`, a `common.stores.scoring.StoreScorer`): per query, the query side once
+  (pooling, Q_K and Q_V; or DE's [CLS] vector), then the candidates in batches, their rows read from the store or, end
+  to end, computed by the encoder at query time. The two paths differ only in where the rows come from: an fp32 store
   scores as end-to-end does, to float rounding (the tests hold them within 1e-5).
 - Multi-pass (`CrossScorer`, Table 6): CA re-scores the top K of a first pass, its pairs encoded as CA was
   trained.
 
-This module imports torch and Lightning; the command lines answer ``--help`` and bad options without them.
+This module imports torch and Lightning (`mva.query_scorer` neither); the command lines answer ``--help`` and bad
+options without them.
 """
 
 from __future__ import annotations
@@ -33,11 +34,11 @@ from torch import Tensor
 
 from common.encoders.bert_inputs import BertInputs
 from common.stores.representations import RepresentationStore
-from common.stores.scoring import StoreScorer, load_module
+from common.stores.scoring import load_module
 from common.stores.writer import Representation
-from mva import STORED
-from mva.costs import bert_macs, dual_encoder_macs, mva_macs
+from mva.costs import bert_macs
 from mva.model import temporal_pool, timestep_mask
+from mva.query_scorer import architecture, document_rows, store_width
 from mva.ranker import MVARanker
 
 
@@ -53,26 +54,13 @@ def data_encoder(data_settings: dict, pairs: bool = False) -> BertInputs:
                       data_settings.get("passage_length", 112), data_settings.get("tokenizer_task"))  # fmt: skip
 
 
-def architecture(ranker: MVARanker) -> str:
-    return ranker.hparams.architecture
-
-
-def store_width(ranker: MVARanker) -> int:
-    """Columns of a row: 2·H·p for MVA ([D_K | D_V]), h for DE."""
-    if architecture(ranker) == "mva":
-        return 2 * ranker.hparams.heads * ranker.hparams.projection
-    if architecture(ranker) == "de":
-        return ranker.model.bert.config.hidden_size
-    raise ValueError(f"{architecture(ranker)} has no document representation to store (only {', '.join(STORED)})")
-
-
-def document_row_counts(ranker: MVARanker, mask: Tensor) -> Tensor:
-    """(B, d) token mask -> (B,) rows `document_rows` keeps of each document, without the encoder: DE's one; MVA's
-    timesteps of its document pooling (`mva.model.timestep_mask`, then the first K, the K [CLS] timesteps, or the
-    temporal groups holding one)."""
-    if architecture(ranker) != "mva":
+def document_row_counts(model, mask: Tensor) -> Tensor:
+    """(B, d) token mask -> (B,) rows `mva.query_scorer.document_rows` keeps of each document of a ranker's `model`,
+    without the encoder: DE's one; MVA's timesteps of its document pooling (`mva.model.timestep_mask`, then the first
+    K, the K [CLS] timesteps, or the temporal groups holding one)."""
+    if architecture(model) != "mva":
         return mask.new_ones(len(mask), dtype=torch.long)
-    pooling = ranker.model.doc_pooling
+    pooling = model.doc_pooling
     if pooling.kind == "cls":
         return mask.new_full((len(mask),), pooling.timesteps, dtype=torch.long)
     keep = timestep_mask(mask)
@@ -81,14 +69,6 @@ def document_row_counts(ranker: MVARanker, mask: Tensor) -> Tensor:
     elif pooling.kind == "temporal":
         keep = temporal_pool(keep.unsqueeze(-1).float(), keep, pooling.factor)[1]
     return keep.sum(1)
-
-
-def document_rows(ranker: MVARanker, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """(B, d) token ids and mask -> the (B, t, width) rows a store holds and their (B, t) keep mask."""
-    if architecture(ranker) == "mva":
-        return ranker.model.document_keys_values(tokens, mask)
-    vectors = ranker.model.embed(tokens, mask)  # (B, h): DE's [CLS] (or mean) vector, as its score reads it
-    return vectors.unsqueeze(1), mask.new_ones(len(tokens), 1, dtype=torch.bool)
 
 
 # --- indexing -----------------------------------------------------------------------------------------------------
@@ -100,17 +80,18 @@ def representation(ranker: MVARanker, encoder: BertInputs) -> Representation:
     settings = ranker.hparams
     extra = {"model": ranker.name, "hidden_size": ranker.model.bert.config.hidden_size,
              "passage_length": encoder.passage_length, "tokenizer": encoder.tokenizer_name}  # fmt: skip
-    if architecture(ranker) == "mva":
+    if architecture(ranker.model) == "mva":
         extra |= {"projection": settings.projection, "heads": settings.heads, "doc_pooling": settings.doc_pooling,
                   "doc_timesteps": settings.doc_timesteps, "doc_factor": settings.doc_factor}  # fmt: skip
 
     def represent(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        return document_rows(ranker, tokens, mask)
+        return document_rows(ranker.model, tokens, mask)
 
     def rows(mask: Tensor) -> Tensor:
-        return document_row_counts(ranker, mask)
+        return document_row_counts(ranker.model, mask)
 
-    return Representation(ranker.model, represent, store_width(ranker), architecture(ranker), extra, rows=rows)
+    return Representation(ranker.model, represent, store_width(ranker.model), architecture(ranker.model), extra,
+                          rows=rows)
 
 
 def storage_report(store: RepresentationStore) -> str:
@@ -122,58 +103,6 @@ def storage_report(store: RepresentationStore) -> str:
             f"{store.manifest['bytes'] / 2**20:,.1f} MiB)")
 
 
-# --- scoring ------------------------------------------------------------------------------------------------------
-
-
-class QueryScorer(StoreScorer):
-    """Scores one query's candidates with MVA or DE: the query side once, then batches of `batch_size` candidates,
-    their rows read from `store` or, without one, computed from `documents` at query time (end to end).
-
-    ``macs`` accumulates the joint compute (`mva.costs`: the scoring head's multiply-accumulates, the query's
-    encoding left out) over ``queries`` queries and ``candidates`` candidates of ``doc_steps`` timesteps in all.
-    """
-
-    def __init__(self, ranker: MVARanker, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
-                 store: RepresentationStore | None = None, documents=None):  # fmt: skip
-        super().__init__(encoder, width=None if store is None else store_width(ranker), batch_size=batch_size,
-                         device=device, store=store, documents=documents)  # fmt: skip
-        self.ranker, self.mva = ranker, architecture(ranker) == "mva"
-        self.macs, self.queries, self.candidates, self.doc_steps = 0, 0, 0, 0
-
-    def __call__(self, query: str, doc_ids: Sequence[str]) -> Tensor:
-        scores = super().__call__(query, doc_ids)
-        self.queries, self.candidates = self.queries + 1, self.candidates + len(doc_ids)
-        return scores
-
-    def encode_query(self, tokens: Tensor, mask: Tensor):
-        """MVA: Q_K, Q_V and the real timesteps (its steps counted for the joint compute); DE: the (h,) vector."""
-        if self.mva:
-            queries = self.ranker.model.encode_queries(tokens, mask)
-            self.query_steps = int(queries[2].sum())
-            return queries
-        return self.ranker.model.embed(tokens, mask)[0]
-
-    def document_rows(self, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        return document_rows(self.ranker, tokens, mask)
-
-    def score(self, query, rows: Tensor, keep: Tensor) -> Tensor:
-        self.doc_steps += int(keep.sum())
-        if self.mva:
-            heads, projection = self.ranker.hparams.heads, self.ranker.hparams.projection
-            self.macs += sum(mva_macs(self.query_steps, d, projection, heads) for d in keep.sum(1).tolist())
-            index = torch.zeros(len(rows), dtype=torch.long, device=self.device)
-            return self.ranker.model.score(query, index, rows, keep)
-        self.macs += len(rows) * dual_encoder_macs(len(query))
-        return rows[:, 0] @ query
-
-    @property
-    def bytes_per_document(self) -> float:
-        """The store's bytes per document, or, end to end, what an fp32 store of the scored candidates would take."""
-        if self.store is not None:
-            return self.store.bytes_per_document
-        return 4 * store_width(self.ranker) * self.doc_steps / max(self.candidates, 1)
-
-
 class CrossScorer:
     """Scores query-candidate pairs with CA (`common.encoders.bert_rankers.BertRanker` over the concatenated pair),
     end to end in batches of `batch_size`; ``macs`` accumulates its joint compute (`mva.costs.bert_macs` of each
@@ -183,8 +112,8 @@ class CrossScorer:
 
     def __init__(self, ranker: MVARanker, encoder: BertInputs, documents, *, batch_size: int,
                  device: torch.device | str = "cpu"):  # fmt: skip
-        if architecture(ranker) != "ca":
-            raise ValueError(f"the re-scoring pass is CA's, not {architecture(ranker)}'s")
+        if architecture(ranker.model) != "ca":
+            raise ValueError(f"the re-scoring pass is CA's, not {architecture(ranker.model)}'s")
         self.ranker, self.encoder, self.documents = ranker, encoder, documents
         self.batch_size, self.device = batch_size, torch.device(device)
         self.seconds, self.macs = 0.0, 0

@@ -11,8 +11,10 @@
   seed then trained different weights from run to run.
 - Concatenated: ``[CLS] query [SEP] passage [SEP]`` with the same query and passage tokens (``pair_tokens``,
   ``pair_mask``, and ``pair_types``: 0 for the query's part, 1 for the passage's).
-- Passages are tokenised once and cached by document id (cleared past 200,000 entries); a worker process starts
-  with its own tokenizer and an empty cache (`common.encoders.tokenizers.LazyTokenizer`).
+- Passages are tokenised once and cached by their content, the (document id, title, text) triple (cleared past
+  200,000 entries): never by id alone, which two texts may share (two collections' ``D1``, the empty id
+  `common.api` gives a bare text). A worker process starts with its own tokenizer and an empty cache
+  (`common.encoders.tokenizers.LazyTokenizer`).
 
 The training batches (a positive and its negatives per group) and the evaluation batches of these inputs are made by
 `common.encoders.bert_data.BertTriplesDataModule`.
@@ -53,13 +55,14 @@ class BertInputs(LazyTokenizer):
         return [ids[: length - 2] for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]]
 
     def passage_words(self, documents: list[Document]) -> list[list[int]]:
-        missing = [d for d in documents if d.doc_id not in self._cache]
+        keys = [(d.doc_id, d.title, d.text) for d in documents]  # by content: one id may name two texts
+        missing = {key: d for key, d in zip(keys, documents) if key not in self._cache}
         if missing:
             if len(self._cache) >= 200_000:
                 self._cache.clear()
-            texts = [f"{d.title} {d.text}".strip() for d in missing]
-            self._cache.update(zip([d.doc_id for d in missing], self.words(texts, self.passage_length)))
-        return [self._cache[d.doc_id] for d in documents]
+            texts = [f"{d.title} {d.text}".strip() for d in missing.values()]
+            self._cache.update(zip(missing, self.words(texts, self.passage_length)))
+        return [self._cache[key] for key in keys]
 
     def queries(self, texts: list[str]) -> dict[str, Tensor]:
         """``query_tokens`` and ``query_mask`` (B, q) of query texts."""

@@ -14,9 +14,14 @@ paper's model over a BERT encoder, trained on groups of a positive and negatives
   step (`common.training.schedules.warmup_linear_decay`, BERT's fine-tuning schedule); new negatives each epoch.
 - Evaluation: dev and test re-ranking, `common.training.reranking.RerankingEvaluation`, which also reads the
   weights of checkpoints written while the model's attribute was ``ranker`` (`checkpoint_weights` too).
+- Checkpoints: each one a trainer saves carries the subclass's ``checkpoint_entry`` under `common.portable.KEY`
+  (`earl.portable`, `mva.portable`: the model's config, the inputs' settings, the tokenizer's files), what
+  `common.api.load` rebuilds the ranker from without Lightning.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from lightning import pytorch as L
@@ -26,6 +31,7 @@ from torch import Tensor, nn
 from common.encoders.dropout import use_fast_bert_dropout
 from common.encoders.pretrained import bert_config, load_bert
 from common.encoders.tokenizers import vocabulary
+from common.portable import KEY
 from common.training.reranking import RerankingEvaluation, decay_groups, renamed_state
 from common.training.schedules import warmup_linear_decay
 
@@ -34,7 +40,8 @@ def bert_encoder(encoder: str | None, tokenizer: str, tokenizer_task, *, num_lay
                  num_heads: int, intermediate_size: int, dropout: float):  # fmt: skip
     """A ``BertModel`` without pooler: pretrained `encoder` (name or path) with `dropout`, or, where None, one from
     scratch of the given sizes with `tokenizer`'s vocabulary and padding id (`tokenizer_task`: what a ``train``
-    tokenizer was learnt on)."""
+    tokenizer was learnt on). `common.encoders.bert_portable` stores its config and builds the same model from it,
+    without Lightning or the pretrained model's folder (`encoder_config`, `bert_of_config`)."""
     if encoder is not None:
         return load_bert(encoder, dropout)
     from transformers import BertModel
@@ -59,11 +66,13 @@ def count_parameters(module: nn.Module) -> int:
 class BertRerankingModule(RerankingEvaluation, L.LightningModule):
     """A re-ranking LightningModule around ``self.model`` (module docstring). A subclass's ``__init__`` saves its
     hyper-parameters (``lr``, ``warmup_steps``, ``weight_decay`` among them), builds the model and calls
-    `set_model`; the subclass sets `measures` and defines ``training_loss(scores, batch)``, the loss of a training
-    batch's (B,) scores."""
+    `set_model`; the subclass sets `measures` and `checkpoint_entry` and defines ``training_loss(scores, batch)``,
+    the loss of a training batch's (B,) scores."""
 
     model: nn.Module
     name: str
+    #: The package's ``portable.checkpoint_entry``: checkpoint contents -> their `common.portable` entry.
+    checkpoint_entry: Callable[[dict], dict]
 
     def set_model(self, model: nn.Module, name: str, init_checkpoint: str | None = None) -> None:
         """Hold `model` (the run's `name`), started from `init_checkpoint`'s weights where given; made before the
@@ -78,6 +87,14 @@ class BertRerankingModule(RerankingEvaluation, L.LightningModule):
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.model(batch)  # (B,)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """`RerankingEvaluation`'s, then the ranker's `common.portable` entry, where a trainer saves it (Lightning
+        has put the data module's hyper-parameters in `checkpoint`; a ranker saved outside one has none, and
+        `common.api.load` makes its entry from its hyper-parameters)."""
+        super().on_save_checkpoint(checkpoint)
+        if "datamodule_hyper_parameters" in checkpoint:
+            checkpoint[KEY] = self.checkpoint_entry(checkpoint)
 
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss = self.training_loss(self(batch), batch)

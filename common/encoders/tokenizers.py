@@ -15,7 +15,7 @@ data: the built-in BPE, learnt on generated text, cuts real English into fragmen
 checkpoints keep); the cache folder is named by the task's form and its files' contents
 (`common.data.specs.source_fingerprint`), so a changed file trains a new one and a copy elsewhere finds it.
 
-`LazyTokenizer` is the base of the batch encoders (`common.encoders.bert_inputs.BertInputs`, `qds.batches.Encoder`):
+`LazyTokenizer` is the base of the batch encoders (`common.encoders.bert_inputs.BertInputs`, `qds.data.Encoder`):
 a tokenizer by name, loaded in the process that uses it.
 """
 
@@ -61,7 +61,8 @@ def resolved_tokenizer_task(tokenizer: str, tokenizer_task, train):
 class LazyTokenizer:
     """Base of a batch encoder that loader workers copy: the tokenizer `tokenizer` (a name or path for
     `load_tokenizer`, with `tokenizer_task` for ``train``) loaded on first use, and ``_cache``, the encoder's
-    tokenised documents. Pickled without either, so each worker process loads its own and starts an empty cache."""
+    tokenised documents by their content (never by id alone). Pickled without either, so each worker process loads
+    its own and starts an empty cache."""
 
     def __init__(self, tokenizer: str, tokenizer_task=None):
         self.tokenizer_name, self.tokenizer_task = tokenizer, tokenizer_task

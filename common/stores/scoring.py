@@ -3,11 +3,11 @@ does online, and measuring how far a store's scores are from end-to-end ones (EA
 ``mva.evaluate``).
 
 A scorer is any ``scorer(query text, doc ids) -> (len(doc ids),) float64 scores`` that encodes the query once.
-`StoreScorer` is the one that reads a representation store (`common.stores.representations`): the query encoded
-once, then its candidates in batches, their rows read from the store or, end to end, computed from the documents at
-query time by the same code, so that the two can be compared; a paper's subclass says how a query is encoded, what
-a document's rows are and how they are scored (`earl.store.QueryScorer`, `mva.store.QueryScorer`). Scores travel
-as `common.data.rerank`'s (index, score) rows.
+`StoreScorer` is the one that reads a representation store (`common.stores.representations`): the query encoded once,
+then its candidates in batches, their rows read from the store or, end to end, computed from the documents at query time
+by the same code, so that the two can be compared; a paper's subclass says how a query is encoded, what a document's
+rows are and how they are scored (`earl.query_scorer.QueryScorer`, `mva.query_scorer.QueryScorer`). Scores travel as
+`common.data.rerank`'s (index, score) rows.
 """
 
 from __future__ import annotations

@@ -178,11 +178,11 @@ def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl):
 @slow
 @pytest.mark.parametrize("impl", ["earl_s1", "earl_s2"])
 def test_the_timed_path_is_earl_evaluates(tiny, impl, monkeypatch):
-    """`EarlScorer` runs `earl.store.QueryScorer`'s own calls, the ones ``earl.evaluate`` makes (T_qry once, then
+    """`EarlScorer` runs `earl.query_scorer.QueryScorer`'s own calls, the ones ``earl.evaluate`` makes (T_qry once, then
     per batch ``stored_rows``, `EARL.document_keys_values` for S1 alone, and ``score``), and scores what
     QueryScorer's own loop scores from the same store (its padded read)."""
     from earl.model import EARL
-    from earl.store import QueryScorer
+    from earl.query_scorer import QueryScorer
 
     model, _, stores, n, count = tiny
     calls = []

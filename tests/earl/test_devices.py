@@ -1,7 +1,7 @@
 """EARL (ClsPool and AvePool, tied and untied), the BERT ranker and BERT-Siamese, each with the hinge loss and the
 cross-entropy, on the meta device standing in for a GPU (`tests.devices.on_meta`): a training step's forward, loss
-and backward; `earl.store.QueryScorer` on the device, from S1 and S2 stores and end to end; the benchmark's stores
-of encoded random documents built by a model there; every op meeting tensors on one device."""
+and backward; `earl.query_scorer.QueryScorer` on the device, from S1 and S2 stores and end to end; the benchmark's
+stores of encoded random documents built by a model there; every op meeting tensors on one device."""
 
 import pytest
 import torch
@@ -9,7 +9,8 @@ import torch
 from common.data.builtin import builtin_source
 from common.stores.representations import StoreWriter
 from earl.ranker import EARLRanker
-from earl.store import QueryScorer, data_encoder, random_stores, store_width
+from earl.query_scorer import QueryScorer, store_width
+from earl.store import data_encoder, random_stores
 from tests.devices import META, assert_every_gradient_on_meta, assert_on_meta, on_meta, to_meta
 from tests.token_rows import tokens
 

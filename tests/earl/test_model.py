@@ -206,7 +206,7 @@ def test_fused_document_keys_values_equal_the_per_block_reference_forward_and_ba
 
 
 def test_document_keys_values_written_into_a_buffer_equal_the_per_block_reference(earl_model):
-    """`EARL.document_keys_values`'s `out` (the buffer `earl.store.QueryScorer` reuses for S1): written in place,
+    """`EARL.document_keys_values`'s `out` (the buffer `earl.query_scorer.QueryScorer` reuses for S1): written in place,
     the per-block reference's values (Eq. 25), and a reused buffer keeps nothing of the batch before it."""
     torch.manual_seed(8)
     first, second = torch.randn(3, 5, 16, dtype=torch.float64), torch.randn(2, 7, 16, dtype=torch.float64)

@@ -7,8 +7,8 @@
 - T_qry and T_doc (Eqs. 6-16) against the ``BertModel`` they are initialised from (Sec. 3.4), its own hidden states;
 - EARL end to end (Eqs. 6-8, 17-22) against the paper written out with plain tensor operations (`tests.earl.by_hand`),
   through `EARL.forward` and through the S1 and S2 store paths (`earl.store.representation`'s rows, scored by
-  `earl.store.QueryScorer` as ``earl.evaluate`` scores them); and each of `earl.model`'s stated departures from the
-  printed equations (Eq. 1's scale, Eq. 4's ReLU, Eq. 19's LayerNorm) shown to change the score, so that a model
+  `earl.query_scorer.QueryScorer` as ``earl.evaluate`` scores them); and each of `earl.model`'s stated departures from
+  the printed equations (Eq. 1's scale, Eq. 4's ReLU, Eq. 19's LayerNorm) shown to change the score, so that a model
   computing the printed equation instead would fail here.
 
 Everything in float64, evaluation mode (no dropout).
@@ -26,7 +26,8 @@ import earl.model
 from common.data.specs import source_from_spec
 from common.encoders.pretrained import bert_config
 from earl.model import build_earl
-from earl.store import QueryScorer, data_encoder, document_row_counts, representation
+from earl.query_scorer import QueryScorer
+from earl.store import data_encoder, document_row_counts, representation
 from tests.earl import by_hand
 from tests.earl.paper import quoted
 from tests.token_rows import PAD, VOCAB_SIZE, tokens

@@ -52,3 +52,10 @@ def test_init_checkpoint_starts_from_a_trained_models_weights_only(trained):
     state = model.state_dict()
     assert state.keys() == checkpoint["state_dict"].keys()
     assert all(torch.equal(state[k], v) for k, v in checkpoint["state_dict"].items())
+
+
+def test_the_tested_checkpoint_loads_with_common_api_and_scores_its_run(trained):
+    from earl.data import EARLDataModule
+    from tests.bert_portable_checks import assert_tested_checkpoint_scores_its_run
+
+    assert_tested_checkpoint_scores_its_run(trained[0], EARLDataModule, "earl")

@@ -1,6 +1,6 @@
 """MVA (each pooling on each side, one head and several), the dual encoder (DE) and cross-attention (CA) on the meta
 device standing in for a GPU (`tests.devices.on_meta`): a training step's forward, softmax loss and backward; a
-store's rows per document; and `mva.store.QueryScorer` (MVA, DE: from a store and end to end) and
+store's rows per document; and `mva.query_scorer.QueryScorer` (MVA, DE: from a store and end to end) and
 `mva.store.CrossScorer` (CA) on the device; every op meeting tensors on one device."""
 
 import pytest
@@ -9,7 +9,8 @@ import torch
 from common.data.builtin import builtin_source
 from common.stores.representations import StoreWriter
 from mva.ranker import MVARanker
-from mva.store import CrossScorer, QueryScorer, data_encoder, document_row_counts, document_rows, store_width
+from mva.query_scorer import QueryScorer, document_rows, store_width
+from mva.store import CrossScorer, data_encoder, document_row_counts
 from tests.devices import META, assert_every_gradient_on_meta, assert_on_meta, on_meta, to_meta
 from tests.token_rows import tokens
 
@@ -63,7 +64,7 @@ def test_a_training_step_stays_on_the_device(options):
 def test_a_stores_rows_stay_on_the_device(options):
     """What ``mva.index`` stores of a batch of documents, and the rows it counts from the mask alone (MVA's
     timesteps: the real positions but [SEP], indexed on the device)."""
-    model = ranker(**options).to(META).eval()
+    model = ranker(**options).model.to(META).eval()
     doc_tokens, doc_mask = (x.to(META) for x in tokens([7, 4, 6], width=7, seed=2))
     with on_meta(), torch.no_grad():
         rows, keep = document_rows(model, doc_tokens, doc_mask)
@@ -89,7 +90,7 @@ def test_scoring_from_a_store_or_end_to_end_stays_on_the_device(tmp_path, collec
     """`QueryScorer` on the meta device: the query and the candidates' rows moved there, the head's query index;
     the scores come back to the host, one per candidate."""
     documents, query, doc_ids = collection
-    model = ranker(**options).eval()
+    model = ranker(**options).model.eval()
     store = None
     if stored:
         width = store_width(model)

@@ -32,7 +32,8 @@ from mva import evaluate, index
 from mva.costs import dual_encoder_macs, mva_macs, mva_storage
 from mva.data import MVADataModule
 from mva.ranker import MVARanker
-from mva.store import CrossScorer, QueryScorer, data_encoder, load_ranker
+from mva.query_scorer import QueryScorer
+from mva.store import CrossScorer, data_encoder, load_ranker
 from tests.mva import by_hand
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
@@ -107,12 +108,12 @@ def test_fp32_stores_score_as_end_to_end(built, name, tmp_path):
 
 @pytest.mark.parametrize("name", ["mva_cls", "mva_temporal", "de"])
 def test_store_scores_are_the_formula_written_out(built, name):
-    """Each query's candidates scored from the fp32 store (`mva.store.QueryScorer`, as ``mva.evaluate --store``)
+    """Each query's candidates scored from the fp32 store (`mva.query_scorer.QueryScorer`, as ``mva.evaluate --store``)
     against the score written out on each (query, document) pair, the checkpoint's weights in float64: MVA's Sec.
     2.1 over the side's pooling with the BertModel as the encoder (`tests.mva.by_hand.model_score`), DE's dot
     product of the two [CLS] outputs. Within fp32 rounding: 1e-5 of the largest score."""
     state = torch.load(built["checkpoints"][name], weights_only=True)
-    scorer = QueryScorer(load_ranker(state), data_encoder(DATA), batch_size=4, store=built["stores"][name])
+    scorer = QueryScorer(load_ranker(state).model, data_encoder(DATA), batch_size=4, store=built["stores"][name])
     model = load_ranker(state).model.double()
     encoder, topics = data_encoder(DATA), source_from_spec("builtin:test").topics()
     documents = source_from_spec("builtin:test").documents()

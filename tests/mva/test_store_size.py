@@ -1,7 +1,7 @@
 """``python -m mva.index`` states the store's size before building it (`common.stores.size`):
 
 - `mva.store.document_row_counts` (the `Representation`'s ``rows``) is the sum of the keep mask
-  `mva.store.document_rows` returns, for MVA under each document pooling (all tokens, First-K, K [CLS] timesteps,
+  `mva.query_scorer.document_rows` returns, for MVA under each document pooling (all tokens, First-K, K [CLS] timesteps,
   temporal) and for DE, on a batch of documents of many lengths, a few shorter than K;
 - the estimate printed before the build is within 10% of the bytes of the store built on `builtin:test` (3,000
   passages, a sample of 1,000 of them tokenised), for two poolings and DE (whose rows are a third of its store), in

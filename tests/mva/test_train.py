@@ -53,3 +53,10 @@ def test_init_encoder_takes_a_dual_encoders_encoder(trained):
                if k.startswith("model.bert.")}  # fmt: skip
     mine = model.model.bert.state_dict()
     assert mine.keys() == encoder.keys() and all(torch.equal(mine[k], v) for k, v in encoder.items())
+
+
+def test_the_tested_checkpoint_loads_with_common_api_and_scores_its_run(trained):
+    from mva.data import MVADataModule
+    from tests.bert_portable_checks import assert_tested_checkpoint_scores_its_run
+
+    assert_tested_checkpoint_scores_its_run(trained[0], MVADataModule, "mva")

@@ -1,0 +1,93 @@
+"""MVA's rankers loaded without Lightning (`common.api.load`, `common.portable`'s contract): MVA and its baselines,
+the dual encoder (DE) and cross-attention (CA), rebuilt from a checkpoint's entry or an exported folder, their pairs
+read as ``mva.evaluate`` reads them, and MVA and DE scored from an ``mva.index`` store.
+
+- The config: the model's settings (`MODEL_KEYS`: the architecture, each side's pooling, projection and heads,
+  DE's pooling and cosine scale; an older checkpoint's missing ones take `mva.model.MVA`'s defaults), the
+  tokenizer's [CLS] id (where ``cls`` pooling's first embedding starts: `mva.model.cls_starts`), the encoder's
+  Hugging Face config and the inputs' settings (`common.encoders.bert_portable`: queries of the data settings'
+  ``query_length``, passages of its ``passage_length``, default 32 and 112 as ``mva.evaluate``; CA reads them
+  concatenated). The files: the tokenizer's.
+- The model (`model_of`): what `mva.ranker.MVARanker` holds as ``self.model``, built by this very function there.
+- A store (``open_store``): an MVA or DE store of the same architecture, scored by `mva.query_scorer.QueryScorer` as
+  ``mva.evaluate --store`` scores it (the query side once per query, the head over the candidates' stored rows); CA
+  has none. Neither this module nor the store's scoring path imports Lightning.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from common.encoders.bert_portable import (bert_checkpoint_entry, bert_inputs, bert_of_config, inputs_config,
+                                           model_device, open_representations, pairs_from_store, portable_model)
+from common.encoders.bert_rankers import BertRanker, BertSiamese
+from common.encoders.tokenizers import load_tokenizer
+from common.portable import PortableError, Scoring
+from mva import ARCHITECTURES, RANKER_KEYS, STORED
+from mva.model import MVA
+from mva.query_scorer import QueryScorer, store_width
+
+PACKAGE = "mva"
+PAPER = "Multi-Vector Attention Models for Deep Re-ranking (Zhou and Devlin, EMNLP 2021)"
+#: `mva.model.MVA`'s settings among the hyper-parameters.
+MVA_KEYS = ("projection", "heads", "query_pooling", "query_timesteps", "query_factor", "doc_pooling", "doc_timesteps",
+            "doc_factor", "tied_init", "cls_init")  # fmt: skip
+#: The hyper-parameters that shape the model (the others train it).
+MODEL_KEYS = ("architecture", *MVA_KEYS, "de_pooling", "de_cosine_scale")
+#: The inputs' lengths ``mva.evaluate`` takes where the data settings give none (`mva.data`'s defaults).
+QUERY_LENGTH, PASSAGE_LENGTH = 32, 112
+
+
+def recognises(checkpoint: dict) -> bool:
+    """Whether `checkpoint` is an `mva.train` checkpoint: its hyper-parameters name one of `ARCHITECTURES` and hold
+    MVA's settings (`RANKER_KEYS`: projection, heads, poolings), which no other package's ranker has."""
+    hparams = checkpoint.get("hyper_parameters") or {}
+    return hparams.get("architecture") in ARCHITECTURES and all(key in hparams for key in RANKER_KEYS)
+
+
+def cls_token_id(hparams: dict) -> int:
+    """The [CLS] id of the ranker's vocabulary: its pretrained ``encoder``'s tokenizer, else its ``tokenizer``."""
+    if hparams.get("encoder") is not None:
+        return load_tokenizer(hparams["encoder"]).cls_token_id
+    return load_tokenizer(hparams["tokenizer"], task=hparams.get("tokenizer_task")).cls_token_id
+
+
+def model_of(bert, config: dict, *, cls_token_id: int | None):
+    """The model of `config` (`MODEL_KEYS`; `MVA_KEYS` absent take MVA's defaults) over the ``BertModel`` `bert`:
+    MVA (`cls_token_id`: the vocabulary's [CLS]), CA (`BertRanker`) or DE (`BertSiamese`)."""
+    if config["architecture"] == "mva":
+        return MVA(bert, cls_token_id=cls_token_id, **{k: config[k] for k in MVA_KEYS if k in config})
+    if config["architecture"] == "ca":
+        return BertRanker(bert)
+    return BertSiamese(bert, pooling=config["de_pooling"], cosine_scale=config["de_cosine_scale"])
+
+
+def checkpoint_entry(checkpoint: dict) -> dict:
+    """The `common.portable` entry of an `mva.train` checkpoint (module docstring)."""
+    hparams = checkpoint["hyper_parameters"]
+    inputs = inputs_config(checkpoint, pairs=hparams["architecture"] == "ca", query_length=QUERY_LENGTH,
+                           passage_length=PASSAGE_LENGTH)  # fmt: skip
+    model = {k: hparams[k] for k in MODEL_KEYS if k in hparams}
+    if hparams["architecture"] == "mva":
+        model["cls_token_id"] = cls_token_id(hparams)
+    return bert_checkpoint_entry(PACKAGE, checkpoint, model, inputs)
+
+
+def build(config: dict, folder: Path) -> Scoring:
+    """The model of `config` with random weights, its inputs (the tokenizer read from `folder`) and, for MVA and
+    DE, scoring from a store."""
+    bert = bert_of_config(config["encoder"])
+    model = portable_model(model_of(bert, config, cls_token_id=config.get("cls_token_id")))
+    inputs = config["inputs"]
+    encoder = bert_inputs(inputs, folder)
+    architecture = config["architecture"]
+
+    def open_store(model, store: Path):
+        if architecture not in STORED:
+            raise PortableError(f"{store}: {architecture} stores nothing; it reads the query and the document together")
+        opened = open_representations(store, widths={architecture: store_width(model)},
+                                      passage_length=inputs["passage_length"])  # fmt: skip
+        return pairs_from_store(lambda batch_size: QueryScorer(model, encoder, batch_size=batch_size,
+                                                               device=model_device(model), store=opened))
+
+    return Scoring(model, encoder, open_store=open_store)
