@@ -7,6 +7,8 @@ Conventions (README, "Conventions every package follows"):
 - ``--output_dir DIR`` (default: a new ``outputs/<run name>-<time>``, printed at the start)
   receives ``config.yaml`` (resolved, `RankerCLI.write_config`), ``checkpoints/`` and
   ``logs/metrics.csv``; a folder that is not empty is refused, so a run never writes over another.
+  ``--trainer.logger CLASS`` (``lightning.pytorch.loggers.TensorBoardLogger --trainer.logger.save_dir DIR``; or a
+  list) adds loggers, each writing under its own ``save_dir``, beside the run's own ``logs/metrics.csv``.
 - ``checkpoints/`` holds the best checkpoint on the monitored dev measure (``best-step=N.ckpt``,
   mode max; `RankerCLI.checkpoint`) and ``last.ckpt``, written every ``--save_every_n_steps``
   training steps (`common.training.resume.LastCheckpoint`). ``--ckpt_path last --output_dir DIR`` resumes
@@ -343,11 +345,20 @@ class RankerCLI(LightningCLI):
             resume_step = 0  # the log of the attempt SLURM stopped: written again from its first row
         kwargs.update(
             default_root_dir=str(self.output_dir),
-            logger=RunLogger(self.output_dir, resume_step),
+            logger=[RunLogger(self.output_dir, resume_step), *self._configured_loggers()],
             callbacks=[*configured, *self._progress(configured), self.checkpoint, last],
             plugins=[*(self.config_init.trainer.get("plugins") or []), AtomicCheckpointIO()],
         )
         return super().instantiate_trainer(**kwargs)
+
+    def _configured_loggers(self) -> list:
+        """The loggers ``--trainer.logger`` names (``lightning.pytorch.loggers.TensorBoardLogger`` ...), each writing
+        under its own ``save_dir``; none for ``true``, ``false`` or none given. They log beside the run's own
+        `RunLogger` (``logs/metrics.csv``), which is first (``trainer.logger``) and always there: resuming needs it."""
+        configured = self.config_init.trainer.get("logger")
+        if isinstance(configured, bool) or configured is None:
+            return []
+        return list(configured) if isinstance(configured, (list, tuple)) else [configured]
 
     def _progress(self, configured: list) -> list:
         """A step-counting bar in a terminal, progress lines otherwise (`common.commands.progress`); none where it is

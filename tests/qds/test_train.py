@@ -49,3 +49,28 @@ def test_evaluate_re_ranks_with_the_best_checkpoint(trained, tmp_path):
         top = sorted(scores, key=scores.get, reverse=True)[:10]
         assert [evaluated[qid][d] for d in top] == pytest.approx([scores[d] for d in top], abs=1e-5)
     assert set(metrics) == {"qds", "bm25"}
+
+
+def test_loggers_given_write_beside_the_runs_own_log(trained, tmp_path):
+    """``--trainer.logger`` CSVLogger and TensorBoardLogger each write under their save_dir what was logged, and the
+    run's own logs/metrics.csv is the one written without them, byte for byte."""
+    import csv
+
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    alone, _ = trained
+    out = tmp_path / "run"
+    train.main([*TINY, "--output_dir", str(out),
+                "--trainer.logger+", "lightning.pytorch.loggers.CSVLogger",
+                "--trainer.logger.save_dir", str(tmp_path / "csv"),
+                "--trainer.logger+", "lightning.pytorch.loggers.TensorBoardLogger",
+                "--trainer.logger.save_dir", str(tmp_path / "tb")])  # fmt: skip
+    assert (out / "logs" / "metrics.csv").read_bytes() == (alone / "logs" / "metrics.csv").read_bytes()
+    with open(alone / "logs" / "metrics.csv", newline="") as f:
+        dev = {int(r["step"]): float(r["dev/mrr@10"]) for r in csv.DictReader(f) if r["dev/mrr@10"]}
+    assert sorted(dev) == [2, 5]  # --trainer.val_check_interval 3 of 6 steps (steps counted from 0)
+    with open(tmp_path / "csv" / "lightning_logs" / "version_0" / "metrics.csv", newline="") as f:
+        assert {int(r["step"]): float(r["dev/mrr@10"]) for r in csv.DictReader(f) if r["dev/mrr@10"]} == dev
+    events = accumulator.EventAccumulator(str(tmp_path / "tb" / "lightning_logs" / "version_0"))
+    events.Reload()
+    logged = {e.step: e.value for e in events.Scalars("dev/mrr@10")}
+    assert logged == pytest.approx(dev, abs=1e-7)  # float32 in the event file
