@@ -105,7 +105,7 @@ class EARLEvaluation(StoreEvaluation):
 
 
 def main(argv=None) -> dict:
-    return EARLEvaluation(build_parser().parse_args(argv)).main()
+    return EARLEvaluation(build_parser().parse_args(argv), argv).main()
 
 
 if __name__ == "__main__":
