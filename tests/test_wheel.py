@@ -8,10 +8,12 @@ The run is `tests.qds.test_train`'s tiny one (seconds), not the default's few mi
 """
 
 import csv
+import json
 import os
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -56,7 +58,9 @@ def installed(tmp_path_factory) -> Path:
     (wheel,) = (root / "wheel").glob("efficient_rankers-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         missing = files_a_run_reads() - set(archive.namelist())
+        licenses = [name for name in archive.namelist() if ".dist-info/" in name and name.endswith("/LICENSE")]
     assert not missing, f"not in the wheel: {sorted(missing)}"
+    assert licenses, "no LICENSE in the wheel's metadata"
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
                            str(root / "site"), str(wheel)], capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -80,6 +84,10 @@ def test_qds_train_runs_to_its_comparison_with_the_paper(installed, tmp_path):
     done = _from(installed, ["-m", "qds.train", *TINY, "--output_dir", "run"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "run" / "metrics.json").is_file()
+    # Run from no checkout: the wheel's version, no commit (`common.commands.provenance`).
+    record = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert (record["version"], record["commit"], record["dirty"]) == (version, None, None)
     # The paper's Table 2 QDS-Transformer row, read from the repository's CSV, printed by the installed command.
     with open(REPO / "results" / "reported" / "qds.csv", newline="") as f:
         row = {r["metric"]: float(r["value"]) for r in csv.DictReader(f)
