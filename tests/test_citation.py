@@ -4,10 +4,11 @@
 import datetime
 import hashlib
 import re
-import tomllib
 from pathlib import Path
 
 import yaml
+
+from tests.project import project_field
 
 REPO = Path(__file__).resolve().parents[1]
 #: SHA-256 of https://www.apache.org/licenses/LICENSE-2.0.txt, the license's standard text.
@@ -23,12 +24,8 @@ REFERENCE_REQUIRED = {"authors", "title", "type"}
 DATE = re.compile(r"^[0-9]{4}-(0[1-9]|1[012])-(0[1-9]|[12][0-9]|3[01])$")
 
 
-def _project() -> dict:
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-
-
 def test_the_license_is_apache_2_0_word_for_word():
-    assert _project()["license"] == {"text": "Apache-2.0"}
+    assert project_field("license") == "Apache-2.0"
     assert hashlib.sha256((REPO / "LICENSE").read_bytes()).hexdigest() == APACHE_2_0_SHA256
 
 
@@ -36,7 +33,7 @@ def test_citation_cff_is_cff_1_2_and_cites_this_version():
     citation = yaml.safe_load((REPO / "CITATION.cff").read_text())
     assert citation["cff-version"] == "1.2.0"
     assert CFF_REQUIRED <= set(citation) <= CFF_KEYS
-    assert citation["version"] == _project()["version"] and citation["license"] == "Apache-2.0"
+    assert citation["version"] == project_field("version") and citation["license"] == project_field("license")
     released = citation["date-released"]  # YAML reads an unquoted YYYY-MM-DD as a date
     assert isinstance(released, datetime.date) and DATE.match(released.isoformat())
     assert citation["type"] in ("software", "dataset")

@@ -13,7 +13,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tomllib
 import zipfile
 from pathlib import Path
 
@@ -21,6 +20,7 @@ import pytest
 
 from common.commands.help import command_files
 from common.report import available_papers
+from tests.project import project_field
 from tests.qds.test_train import TINY
 
 pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
@@ -86,7 +86,7 @@ def test_qds_train_runs_to_its_comparison_with_the_paper(installed, tmp_path):
     assert (tmp_path / "run" / "metrics.json").is_file()
     # Run from no checkout: the wheel's version, no commit (`common.commands.provenance`).
     record = json.loads((tmp_path / "run" / "provenance.json").read_text())
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    version = project_field("version")
     assert (record["version"], record["commit"], record["dirty"]) == (version, None, None)
     # The paper's Table 2 QDS-Transformer row, read from the repository's CSV, printed by the installed command.
     with open(REPO / "results" / "reported" / "qds.csv", newline="") as f:

@@ -6,13 +6,13 @@
 import json
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from common.data.formats import read_run
 from qds import evaluate, train
+from tests.project import project_field
 from tests.train_runs import TINY_RUN, check_reranked_run, tiny_run
 
 pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
@@ -84,7 +84,7 @@ def test_the_run_records_its_command_version_and_commit(trained):
     out, _ = trained
     record = json.loads((out / "provenance.json").read_text())
     assert record["command"] == " ".join(["python", "-m", "qds.train", *TINY, "--output_dir", str(out)])
-    assert record["version"] == tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert record["version"] == project_field("version")
     git = ["git", "-C", str(REPO)]
     if shutil.which("git") is None or subprocess.run([*git, "rev-parse"], capture_output=True).returncode:
         assert (record["commit"], record["dirty"]) == (None, None)

@@ -4,12 +4,12 @@ the code runs from, none outside one; written once."""
 import json
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
 import pytest
 
 from common.commands import provenance
+from tests.project import project_field
 
 REPO = Path(__file__).resolve().parents[3]
 needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
@@ -35,7 +35,7 @@ def checkout(tmp_path, monkeypatch) -> Path:
 def test_the_command_line_is_shell_quoted_and_the_version_is_pyprojects(monkeypatch):
     monkeypatch.setattr(provenance, "checkout_state", lambda: (None, None))
     record = provenance.provenance("qds.train", ["--output_dir", "a run", "--model.window", "8", "--x=it's"])
-    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    version = project_field("version")
     assert record == {"command": "python -m qds.train --output_dir 'a run' --model.window 8 '--x=it'\"'\"'s'",
                       "version": version, "commit": None, "dirty": None}  # fmt: skip
 
