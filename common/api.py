@@ -281,6 +281,7 @@ def model_card(portable: Portable, paper: str, run_dir: Path | None, name: str) 
     provenance = _json(run_dir / "provenance.json") if run_dir else None
     if provenance and provenance.get("command"):
         commit = f" at commit `{provenance['commit']}`" if provenance.get("commit") else ""
+        commit += ", with uncommitted changes" if provenance.get("dirty") else ""
         lines += ["## Command", "", f"    {provenance['command']}", "", f"(efficient-rankers "
                   f"{provenance.get('version', portable.version)}{commit})", ""]  # fmt: skip
     metrics = _json(run_dir / "metrics.json") if run_dir else None

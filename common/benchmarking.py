@@ -7,6 +7,9 @@ keeps only what it times.
   argument types beside `common.refusals`' (`probability`, `fraction`, `even_int`, `int_above`).
   Errors are one line (`common.refusals`), and torch is imported only inside what needs it: a benchmark's ``--help``
   and its argument errors do not wait for it.
+- Where a run writes: by default a new ``outputs/<name>-benchmark-<time>`` (`default_output_dir`; ``outputs/`` is
+  git-ignored), never the committed ``results/<name>/``, which ``--output_dir results/<name> --overwrite`` replaces
+  (each results README's commands name it).
 - A run: `Session` refuses existing results without ``--overwrite``, sets torch's thread count for the run and
   restores it after (a benchmark's ``main`` called in-process leaves the caller's count as it was), prints the
   report on stdout (on stderr with ``--json``, whose rows alone go to stdout) and progress on stderr, and writes the
@@ -70,15 +73,26 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
         return action.help if action.default is None else super()._get_help_string(action)
 
 
-def benchmark_parser(prog: str, description: str, *, results: Path, writes: str, repeats: int | None,
+#: What the default ``--output_dir`` holds in place of the time the run starts (`parse` writes it in).
+_START_TIME = "<time>"
+
+
+def default_output_dir(results: str) -> str:
+    """A benchmark's default ``--output_dir`` before `parse` writes the start time in: under the git-ignored
+    ``outputs/``, so that a run neither overwrites nor adds to the committed ``results/<results>``."""
+    return f"outputs/{results}-benchmark-{_START_TIME}"
+
+
+def benchmark_parser(prog: str, description: str, *, results: str, writes: str, repeats: int | None,
                      repeats_help: str, threads: int | None = None, devices: bool = True, device: str | None = None,
                      seed: str | None = None, timeout: float | None = None, child: bool = False) -> ArgumentParser:
     """A parser with the options every benchmark takes, in a group of their own after the benchmark's options.
 
-    `results` is the default ``--output_dir``, `writes` names what goes there; ``--repeats`` defaults to `repeats`,
-    ``--threads`` to `threads` (None: torch's own count). With `devices`, ``--device`` (`device`; None: cuda where
-    available, `resolve_device`); with `seed` (its help), ``--seed``; with `timeout`, ``--timeout`` seconds per
-    measurement in a fresh process; with `child`, the hidden ``--_one SPEC`` of `measure_in_child`.
+    `results` names the benchmark's committed folder ``results/<results>`` and its default ``--output_dir``, a new
+    ``outputs/<results>-benchmark-<time>`` (`default_output_dir`); `writes` names what goes there; ``--repeats``
+    defaults to `repeats`, ``--threads`` to `threads` (None: torch's own count). With `devices`, ``--device`` (`device`;
+    None: cuda where available, `resolve_device`); with `seed` (its help), ``--seed``; with `timeout`, ``--timeout``
+    seconds per measurement in a fresh process; with `child`, the hidden ``--_one SPEC`` of `measure_in_child`.
     """
     parser = ArgumentParser(prog=prog, description=description, formatter_class=_Help)
     shared = parser.add_argument_group("options every benchmark takes")
@@ -94,7 +108,9 @@ def benchmark_parser(prog: str, description: str, *, results: Path, writes: str,
     if timeout:
         shared.add_argument("--timeout", type=positive_float, default=timeout,
                             help="seconds per measurement in a fresh process; one past it is a skipped row")
-    shared.add_argument("--output_dir", type=output_folder, default=results, help=f"where {writes} go")
+    shared.add_argument("--output_dir", type=output_folder, default=default_output_dir(results),
+                        help=f"where {writes} go (<time>: the run's start); --output_dir results/{results} "
+                             "--overwrite replaces the committed results")
     shared.add_argument("--overwrite", action="store_true", help="replace existing result files")
     shared.add_argument("--json", action="store_true",
                         help="print one JSON object per measurement per line on stdout (the rest on stderr)")
@@ -105,8 +121,11 @@ def benchmark_parser(prog: str, description: str, *, results: Path, writes: str,
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
     """`parser`'s arguments, a list option's (``--lengths 512 1024``...) refused where a value is given twice (it
-    would be measured twice)."""
+    would be measured twice); the default ``--output_dir`` with the start time written in."""
     args = parser.parse_args(argv)
+    default = parser.get_default("output_dir")
+    if default is not None and args.output_dir == Path(default):
+        args.output_dir = Path(default.replace(_START_TIME, time.strftime("%Y%m%d-%H%M%S")))
     for action in parser._actions:
         if action.nargs == "+":
             refuse_repeats(action.option_strings[0], getattr(args, action.dest))
@@ -589,11 +608,13 @@ def count_flops(step: Callable[[], object]) -> int:
 STORE_DOCUMENTS = 100_000
 
 
-def add_store_options(parser: argparse.ArgumentParser, stores: str, *, capped_by: str = "") -> None:
-    """``--store_documents`` and ``--store_dir`` of a benchmark whose candidates are read from `stores` (a phrase:
-    "each store"); `capped_by` names what may hold a store to fewer documents. Check with `check_store_options`."""
+def add_store_options(parser: argparse.ArgumentParser, stores: str, *, capped_by: str = "",
+                      documents: int = STORE_DOCUMENTS) -> None:
+    """``--store_documents`` (default `documents`) and ``--store_dir`` of a benchmark whose candidates are read from
+    `stores` (a phrase: "each store"); `capped_by` names what may hold a store to fewer documents. Check with
+    `check_store_options`."""
     add = parser.add_argument
-    add("--store_documents", type=positive_int, default=STORE_DOCUMENTS, help=f"documents in {stores}, over which "
+    add("--store_documents", type=positive_int, default=documents, help=f"documents in {stores}, over which "
         f"each query's candidates are drawn (at least --candidates{'; fewer where ' + capped_by if capped_by else ''})")
     add("--store_dir", type=output_folder, help="where the stores are built and kept, reused when their identity "
         "matches: every store stays (default: a temporary folder under $TMPDIR, each store removed once measured: "

@@ -2,6 +2,9 @@
 
 The numbers printed in the four papers' results tables live in tidy CSVs at
 ``results/reported/<paper>.csv`` in the repository root (see the README there).
+``common/reported`` is a symbolic link to that folder: a wheel ships its CSVs as the package data
+``common/reported/*.csv`` (one copy in the repository, read the same way from a checkout, an editable install or an
+installed wheel, with `importlib.resources`).
 Columns: ``paper, table, dataset, split, setting, method, metric, value, note``.
 ``value`` is kept in the paper's own scale (e.g. MVA prints MRR@10 as 35.8).
 
@@ -80,9 +83,9 @@ counts, FLOPs, ...) are compared as they are.
 
 Errors: bad input (metrics file missing/unreadable/not JSON/wrong shape,
 unknown paper, a selection with no reported rows) raises :class:`ReportError`;
-a missing ``results/reported`` folder raises :class:`FileNotFoundError` (pass
-``root=`` or set ``EFFICIENT_RANKERS_REPORTED`` when running outside a source
-checkout). The CLI turns both into one ``error: ...`` line on stderr, exit 2.
+a missing reported folder raises :class:`FileNotFoundError` (``root=`` or
+``EFFICIENT_RANKERS_REPORTED`` naming none; or a checkout without symbolic links, where
+``common/reported`` is a file naming the folder). The CLI turns both into one ``error: ...`` line on stderr, exit 2.
 
 Typical use at the end of a paper package's evaluation::
 
@@ -107,6 +110,7 @@ import os
 import re
 import sys
 from collections.abc import Iterable, Mapping
+from importlib.resources import files
 from pathlib import Path
 from typing import Any, Callable
 
@@ -204,20 +208,19 @@ def reported_dir(root: str | os.PathLike | None = None) -> Path:
     """The folder holding the reported CSVs.
 
     ``root`` wins, then the ``EFFICIENT_RANKERS_REPORTED`` environment variable,
-    then ``<repo root>/results/reported`` (found relative to this file, so it
-    works from a source checkout or an editable install).
+    then the package data ``common/reported`` (in a checkout the link to ``results/reported``,
+    resolved; in an installed wheel its copy).
     """
     if root is not None:
         path = Path(root)
     elif os.environ.get(ENV_VAR):
         path = Path(os.environ[ENV_VAR])
     else:
-        path = Path(__file__).resolve().parents[1] / "results" / "reported"
+        path = Path(str(files("common") / "reported")).resolve()
     if not path.is_dir():
         raise FileNotFoundError(
-            f"reported results not found at {path}: load_reported reads results/reported/*.csv "
-            f"from the repository root, which a non-editable install does not ship; run from a "
-            f"source checkout, pass root=..., or set {ENV_VAR}"
+            f"reported results not found at {path}: load_reported reads the papers' CSVs there "
+            f"(results/reported/*.csv of the repository); pass root=..., or set {ENV_VAR}"
         )
     return path
 

@@ -29,10 +29,10 @@ largest size is called flat, and so is every time per query or per draw and ever
 group costs does not grow with the collection but for the memory hierarchy): those are given at the largest size
 measured. Store sizes at the papers' widths follow from the measured bytes per row and id.
 
-Memory is in MiB (``/proc`` counts kB). Writes ``scale.csv``, ``scale.jsonl``, ``scale.png`` and
-``extrapolation.json`` into ``--output_dir`` (``results/scale``); inputs go to ``--work_dir`` (default: a temporary
-folder, removed after), which needs about 40 bytes per candidate line and 70 per stored row. ``--from_jsonl`` measures
-nothing and writes the files again from an earlier run's rows (a changed extrapolation or plot).
+Memory is in MiB (``/proc`` counts kB). Writes ``scale.csv``, ``scale.jsonl``, ``scale.png`` and ``extrapolation.json``
+into ``--output_dir`` (the committed run: ``results/scale``); inputs go to ``--work_dir`` (default: a temporary folder,
+removed after), which needs about 40 bytes per candidate line and 70 per stored row. ``--from_jsonl`` measures nothing
+and writes the files again from an earlier run's rows (a changed extrapolation or plot).
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ from common.benchmarking import (
 from common.refusals import existing_file, positive_int
 
 MODULE = "common.scale"
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "scale"
 #: msmarco-passage: passages; train/judged: candidates, judged queries; train: queries (topics)
 PASSAGES, CANDIDATES, TRAIN_QUERIES, TRAIN_TOPICS = 8_841_823, 478_002_393, 502_939, 808_731
 SHARD_SIZE = 1000
@@ -319,7 +318,7 @@ def extrapolate(rows: list[dict]) -> dict:
 
 
 def build_parser():
-    parser = benchmark_parser("python -m common.scale", __doc__.split("\n\n")[0], results=RESULTS,
+    parser = benchmark_parser("python -m common.scale", __doc__.split("\n\n")[0], results="scale",
                               writes="scale.csv, scale.jsonl, scale.png and extrapolation.json", repeats=None,
                               repeats_help="unused: each measure is one pass over many items", devices=False,
                               seed="seed of the synthetic inputs", timeout=3600.0, child=True)

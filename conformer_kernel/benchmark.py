@@ -33,7 +33,6 @@ from conformer_kernel import hidden_size
 
 ENCODERS = {"tk": "transformer", "ck": "conformer"}
 IMPLS = tuple(ENCODERS)
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "conformer_kernel"
 REPORT_N = 4000  # the length at which the closing note gives the TK/CK ratio (the paper's document limit)
 FIELDS = ["bench", "impl", "n", "pass", "ms", "peak_mb", "device", "queries", "docs", "estimate_mb", "state_mb",
           "hidden", "heads", "layers", "conv_window", "query_terms", "vocab_size", "threads", "mmap_threshold",
@@ -227,7 +226,7 @@ def parse_args(argv: list[str] | None):
     parser = benchmark_parser(
         "python -m conformer_kernel.benchmark", "Conformer-Kernel Figure 2 (RQ2): peak memory of one NDRM1 training "
         "step with Transformer layers (tk) vs Conformer layers (ck) as the document length n grows, with linear (ck) "
-        "and quadratic (tk) fits and the TK/CK ratio at each n and at n = 4000.", results=RESULTS,
+        "and quadratic (tk) fits and the TK/CK ratio at each n and at n = 4000.", results="conformer_kernel",
         writes="memory.csv/.jsonl/.png and memory_fits.json (memory_cuda.* on CUDA)", repeats=None,
         repeats_help="timed steps, the median is reported (default: 1 on CPU, 5 on CUDA)", threads=os.cpu_count(),
         seed="seeds the weights and the token ids", timeout=1800, child=True)

@@ -45,6 +45,7 @@ import argparse
 from common.commands.task_options import (add_precision_arguments, add_process_arguments, add_task_arguments,
                                           add_workers_argument, fresh_output_dir, resolve_depth, resolve_precision,
                                           runs_on_cuda, task_spec_from_args, trainer_options)
+from common.commands.provenance import write_provenance
 from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
@@ -131,6 +132,7 @@ def main(argv=None) -> dict | None:
             print(f"re-ranking the top {depth} candidates per query ({depth_source})")
         print(precision)
         out.mkdir(parents=True, exist_ok=True)
+        write_provenance(out, "conformer_kernel.evaluate", argv)
     runs = {}
     if "rerank" in args.modes:
         trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out,

@@ -40,10 +40,13 @@ before the timed queries, the store's files are written back and dropped from th
 the eviction worked, the id table's pages the warm-up searched; 1 on a file system kept in memory).
 
 Disk: one store at a time, each removed once measured unless ``--store_dir`` keeps them, and none larger than
-``--store_gb`` (28 GB by default): a store whose ``--store_documents`` would not fit holds as many as do (the row's
-``store_documents``). At the defaults (fp16) that is 100,000 documents for base S1 at d = 128 (19.7 GB), 71,207 and
-35,603 at d = 256 and 512, and 35,603, 17,801 and 8,900 for base S2 (3,072 columns: 3.1 MB a document at d = 512,
-315 GB for 100,000); small S1 holds 100,000 at every length, small S2 100,000, 53,405 and 26,702.
+``--store_gb`` (4 GB by default, `STORE_GB`): a store whose ``--store_documents`` would not fit holds as many as do
+(the row's ``store_documents``). At the defaults (fp16) that is 20,345, 10,172 and 5,086 documents for base S1 at
+d = 128, 256 and 512, and 5,086, 2,543 and 1,271 for base S2 (3,072 columns: 3.1 MB a document at d = 512, so 4 GB is
+about the least that holds the default 1,000 candidates). The committed results (``results/earl``) name
+``--store_gb 28``: 100,000 documents for base S1 at d = 128 (19.7 GB), 71,207 and 35,603 at d = 256 and 512, and
+35,603, 17,801 and 8,900 for base S2 (315 GB for 100,000 at d = 512); small S1 holds 100,000 at every length, small
+S2 100,000, 53,405 and 26,702.
 
 ``ms`` is the median query's wall clock (of ``--repeats``, after the warm-up); ``read_ms`` its store reads (the id
 lookup and the copy into the batch tensor, fp16 rows converted to fp32 included) and ``compute_ms`` the rest (T_qry,
@@ -79,7 +82,6 @@ from earl.costs import TABLE1, Size
 
 IMPLS = ("bert_ranker", "earl_s1", "earl_s2")
 STRATEGY = {"earl_s1": "s1", "earl_s2": "s2"}
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "earl"
 QUERY_LENGTH = 16  # Sec. 5.2: "we fixed query length at 16"
 BERT_POSITIONS = 512  # BERT's position table: the most tokens the ranker's pair (and T_doc's document) can hold
 RANKER_WORDS = BERT_POSITIONS - QUERY_LENGTH - 1  # 495: the document words a ranker's pair holds beside its [SEP]
@@ -90,7 +92,9 @@ SIZES = {"base": Size(layers=12, hidden=768, heads=12, intermediate=3072, blocks
          "small": Size(layers=4, hidden=256, heads=4, intermediate=1024, blocks=2, query_layers=2)}  # head width 64
 ITEM_BYTES = {"fp32": 4, "fp16": 2}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
-STORE_GB = 28.0
+#: The most disk one store takes by default, in GB: a default run writes a few GB at most, and base S2's largest
+#: rows (d = 512) still hold the default 1,000 candidates (1,271 documents).
+STORE_GB = 4.0
 TABLE = (("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f"), ("compute_ms", ".1f"),
          ("warm_ms", ".1f"), ("warm_read_ms", ".1f"), ("speedup", ".1f"), ("compute_speedup", ".1f"),
          ("warm_speedup", ".1f"), ("cpu_ms", ".1f"),
@@ -367,9 +371,9 @@ def parse_args(argv: list[str] | None):
         "stored documents hold 512. Batches: both score a query's candidates in batches of --batch_size "
         f"({BATCH_SIZE}, earl.evaluate's default). EARL's candidates are drawn at random "
         "over a store of --store_documents documents, afresh for each query, and read cold (dropped from the page "
-        "cache first): read_ms beside compute_ms. Disk: one store at a time, at most --store_gb (28 GB by default; "
-        "at the defaults base S1 at d = 128 holds 100,000 documents in 19.7 GB, the larger rows fewer), under "
-        "--store_dir or $TMPDIR.", results=RESULTS,
+        "cache first): read_ms beside compute_ms. Disk: one store at a time, at most --store_gb (4 GB by default; "
+        "at the defaults base S1 at d = 128 holds 20,345 documents, the larger rows fewer), under --store_dir or "
+        "$TMPDIR.", results="earl",
         writes="speed.csv, speed.jsonl and speed.png", repeats=3, repeats_help="timed queries (the median is reported)",
         devices=False, seed="seeds the weights, the token ids, the noise and the candidates' draws")
     add = parser.add_argument

@@ -107,7 +107,7 @@ class EARLEvaluation(StoreEvaluation):
 
 
 def main(argv=None) -> dict:
-    return EARLEvaluation(build_parser().parse_args(argv)).main()
+    return EARLEvaluation(build_parser().parse_args(argv), argv).main()
 
 
 if __name__ == "__main__":

@@ -12,18 +12,18 @@ calculator's MACs (`mva.costs`) and each method's bytes per document.
   stored representation (fetching its documents' token ids is not timed): ``read_ms`` is empty.
 
 DE's and MVA's rows come from a store (`common.stores.representations`, fp32 as the paper's bytes per document) of
-``--store_documents`` documents (100,000 by default) of seeded noise (`common.benchmarking.noise_documents`), each
-of the method's timesteps and width ([D_K | D_V], 2 H p, per timestep; DE's one h-vector), in shards of 1,000
-documents (the index commands' default). Each timed query's candidates are what a BM25 top N gives, N distinct
-documents drawn uniformly at random over the store, a new draw every repeat (`common.benchmarking.draw_candidates`,
-``default_rng((seed, repeat))``): they scatter over about min(N, shards) shards and no repeat reads rows an earlier
-one left in memory. A warm-up maps the shards that a draw of its own falls in, as a server that has run a while has
-them, and runs the head once on zero rows, reading no row; then, just before the timed queries, the store's files
-are written back and dropped from the page cache (``posix_fadvise(POSIX_FADV_DONTNEED)``), so on Linux the first
-touch of a row is a disk read (cold). ``store_cached`` is the share of the store's pages still cached when the
-timing starts (``mincore``: near 0 where the eviction worked, the id table's pages the warm-up searched). One store
-is on disk at a time (at most MVA¹'s: 71,680 bytes a document, 7.2 GB at 100,000), each removed once measured unless
-``--store_dir`` keeps them.
+``--store_documents`` documents (`STORE_DOCUMENTS`, 25,000 by default) of seeded noise
+(`common.benchmarking.noise_documents`), each of the method's timesteps and width ([D_K | D_V], 2 H p, per timestep;
+DE's one h-vector), in shards of 1,000 documents (the index commands' default). Each timed query's candidates are what a
+BM25 top N gives, N distinct documents drawn uniformly at random over the store, a new draw every repeat
+(`common.benchmarking.draw_candidates`, ``default_rng((seed, repeat))``): they scatter over about min(N, shards) shards
+and no repeat reads rows an earlier one left in memory. A warm-up maps the shards that a draw of its own falls in, as a
+server that has run a while has them, and runs the head once on zero rows, reading no row; then, just before the timed
+queries, the store's files are written back and dropped from the page cache (``posix_fadvise(POSIX_FADV_DONTNEED)``), so
+on Linux the first touch of a row is a disk read (cold). ``store_cached`` is the share of the store's pages still cached
+when the timing starts (``mincore``: near 0 where the eviction worked, the id table's pages the warm-up searched). One
+store is on disk at a time (at most MVA¹'s: 71,680 bytes a document, 1.8 GB at 25,000), each removed once measured
+unless ``--store_dir`` keeps them. The committed results (``results/mva``) name ``--store_documents 100000`` (7.2 GB).
 
 ``ms`` is the median query's wall clock (of ``--repeats``, ``--ca_repeats`` for CA, after the warm-up);
 ``read_ms`` its store reads (the id lookup and the copy of every candidate's rows into one batch tensor, then to the
@@ -55,10 +55,12 @@ from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs
 
 IMPLS = ("de", "mva1", "mva2", "mva3", "ca")
 LABELS = {"de": "DE", "mva1": "MVA1", "mva2": "MVA2", "mva3": "MVA3", "ca": "CA"}
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "mva"
 FLOAT_BYTES = 4  # fp32
 SIZES = {"base": BertSize(12, 768, 12, 3072), "small": BertSize(6, 384, 12, 1536)}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
+#: Documents in a store by default: at most 1.8 GB on disk (MVA1's rows), and 25 shards, over which a top 1,000
+#: still scatters (`common.benchmarking.draw_candidates`).
+STORE_DOCUMENTS = 25_000
 
 
 class Point(NamedTuple):
@@ -314,7 +316,7 @@ def parse_args(argv: list[str] | None):
         "MVA1-3 and CA, the joint compute (the query's encoding left out) beside reading DE's and MVA's candidates "
         "from a store of --store_documents documents (drawn at random afresh for each query, read cold: dropped from "
         "the page cache first), with mva.costs' MACs and bytes per document. Disk: one store at a time, at most "
-        "MVA1's (71,680 bytes a document: 7.2 GB at 100,000), under --store_dir or $TMPDIR.", results=RESULTS,
+        "MVA1's (71,680 bytes a document: 1.8 GB at the default 25,000), under --store_dir or $TMPDIR.", results="mva",
         writes="speed.csv, .jsonl and .png", repeats=20,
         repeats_help="timed queries for DE and MVA (the median is reported)", device="cpu",
         seed="seeds the weights, the rows, the token ids and the candidates' draws")
@@ -325,7 +327,7 @@ def parse_args(argv: list[str] | None):
     add("--ca_candidates", type=positive_int, default=16, help="candidates CA is timed on, scaled to --candidates")
     add("--batch_size", type=positive_int, default=16, help="CA pairs per forward pass")
     add("--ca_repeats", type=positive_int, default=3, help="timed queries for CA")
-    add_store_options(parser, "DE's and each MVA point's store")
+    add_store_options(parser, "DE's and each MVA point's store", documents=STORE_DOCUMENTS)
     args = parse(parser, argv)
     check_store_options(args)
     args.device = resolve_device(args.device)

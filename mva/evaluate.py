@@ -191,7 +191,7 @@ class MVAEvaluation(StoreEvaluation):
 
 
 def main(argv=None) -> dict:
-    return MVAEvaluation(build_parser().parse_args(argv)).main()
+    return MVAEvaluation(build_parser().parse_args(argv), argv).main()
 
 
 if __name__ == "__main__":

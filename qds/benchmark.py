@@ -37,7 +37,6 @@ FIELDS = ["bench", "system", "impl", "n", "pass", "ms", "peak_mb", "density", "r
           "device", *BertSize.OPTIONS, "window", "layout", "threads", "skipped"]
 TABLE = (("system", ""), ("impl", ""), ("n", "d"), ("pass", ""), ("ms", ".2f"), ("peak_mb", ".1f"),
          ("density", ".2%"), ("ratio_to_dense", ".3f"), ("skipped", ""))
-RESULTS = Path(__file__).resolve().parents[1] / "results" / "qds"
 
 
 def measure(system: str, impl: str, n: int, pass_: str, args: dict, device: str) -> dict:
@@ -88,7 +87,7 @@ def parse_args(argv: list[str] | None):
     parser = benchmark_parser(
         "python -m qds.benchmark", "QDS-Transformer Table 5: training and inference milliseconds per query-document "
         "pair and attention density of dense RoBERTa and the sparse patterns on each kernel, with each row's ratio to "
-        "dense RoBERTa in the same run.", results=RESULTS, writes="efficiency_<device>.csv, .jsonl and .png",
+        "dense RoBERTa in the same run.", results="qds", writes="efficiency_<device>.csv, .jsonl and .png",
         repeats=5, repeats_help="timed batches (the median is reported)", threads=os.cpu_count(), timeout=600,
         seed="seeds the weights and the token ids", child=True)
     add = parser.add_argument

@@ -5,8 +5,11 @@ Conventions (README, "Conventions every package follows"):
 - With no ``--config`` the package's embedded default config runs; ``--config FILE`` replaces it.
   Every option is a LightningCLI flag; the seed defaults to 0 (a seed fixes everything).
 - ``--output_dir DIR`` (default: a new ``outputs/<run name>-<time>``, printed at the start)
-  receives ``config.yaml`` (resolved, `RankerCLI.write_config`), ``checkpoints/`` and
+  receives ``config.yaml`` (resolved, `RankerCLI.write_config`), ``provenance.json`` (the command line, version and
+  commit: `common.commands.provenance`; a resumed run keeps its first), ``checkpoints/`` and
   ``logs/metrics.csv``; a folder that is not empty is refused, so a run never writes over another.
+  ``--trainer.logger CLASS`` (``lightning.pytorch.loggers.TensorBoardLogger --trainer.logger.save_dir DIR``; or a
+  list) adds loggers, each writing under its own ``save_dir``, beside the run's own ``logs/metrics.csv``.
 - ``checkpoints/`` holds the best checkpoint on the monitored dev measure (``best-step=N.ckpt``,
   mode max; `RankerCLI.checkpoint`) and ``last.ckpt``, written every ``--save_every_n_steps``
   training steps (`common.training.resume.LastCheckpoint`). ``--ckpt_path last --output_dir DIR`` resumes
@@ -57,6 +60,7 @@ from common.data.specs import TaskSpecError, check_spec
 from common.commands.help import replaces_default_config
 from common.io import atomic_write
 from common.commands.progress import progress_callback
+from common.commands.provenance import write_provenance
 from common.training.global_batch import resumable_here, split_global_batch
 from common.training.resume import (AtomicCheckpointIO, LastCheckpoint, RunLogger, checkpoint_contents,
                                     checkpoint_step, discard_unfinished_writes)
@@ -180,6 +184,7 @@ class RankerCLI(LightningCLI):
     ):
         self.run_name, self.monitor, self.check, self.arguments = run_name, monitor, check, arguments
         given = sys.argv[1:] if args is None else args
+        self.command, self.given = command, given
         explicit = replaces_default_config(given)
         self.resumed_dir = resumed_run(given) if isinstance(given, list) else None
         if self.resumed_dir is not None:  # the run's own settings, which flags given again must not change
@@ -343,11 +348,20 @@ class RankerCLI(LightningCLI):
             resume_step = 0  # the log of the attempt SLURM stopped: written again from its first row
         kwargs.update(
             default_root_dir=str(self.output_dir),
-            logger=RunLogger(self.output_dir, resume_step),
+            logger=[RunLogger(self.output_dir, resume_step), *self._configured_loggers()],
             callbacks=[*configured, *self._progress(configured), self.checkpoint, last],
             plugins=[*(self.config_init.trainer.get("plugins") or []), AtomicCheckpointIO()],
         )
         return super().instantiate_trainer(**kwargs)
+
+    def _configured_loggers(self) -> list:
+        """The loggers ``--trainer.logger`` names (``lightning.pytorch.loggers.TensorBoardLogger`` ...), each writing
+        under its own ``save_dir``; none for ``true``, ``false`` or none given. They log beside the run's own
+        `RunLogger` (``logs/metrics.csv``), which is first (``trainer.logger``) and always there: resuming needs it."""
+        configured = self.config_init.trainer.get("logger")
+        if isinstance(configured, bool) or configured is None:
+            return []
+        return list(configured) if isinstance(configured, (list, tuple)) else [configured]
 
     def _progress(self, configured: list) -> list:
         """A step-counting bar in a terminal, progress lines otherwise (`common.commands.progress`); none where it is
@@ -365,8 +379,15 @@ class RankerCLI(LightningCLI):
                 f.write(self.parser.dump(self.config, skip_unset=False))  # nulls too: it is resumed from
         return path
 
+    def write_provenance(self) -> None:
+        """Write ``output_dir/provenance.json`` (global rank zero, atomically, if absent: `common.commands.provenance`)
+        for the command line this run was given."""
+        if self.trainer.is_global_zero and self.command is not None and isinstance(self.given, list):
+            write_provenance(self.output_dir, self.command, self.given)
+
     def fit_and_test(self) -> bool:
-        """Every training command's sequence: `write_config`, fit (resuming from `resume_from`), then test.
+        """Every training command's sequence: `write_config` and `write_provenance`, fit (resuming from
+        `resume_from`), then test.
 
         The test runs where the data module has a test split (``datamodule.has_split("test")``,
         `common.training.tasks.RerankingDataModule`), on the checkpoint best on dev, else the last one, else the weights
@@ -376,6 +397,7 @@ class RankerCLI(LightningCLI):
         """
         trainer, model, data = self.trainer, self.model, self.datamodule
         self.write_config()
+        self.write_provenance()
         with warnings.catch_warnings():
             if self.resuming or self.restarting:  # Lightning warns of a checkpoint folder in use: a resumed run's is
                 warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")

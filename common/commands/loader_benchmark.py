@@ -74,7 +74,6 @@ FIELDS = ["bench", "impl", "n", "pass", "workers", "batch_size", "ms", "ms_min",
           "startup_s", "peak_mb", "batches", "examples", "cpus", "threads", "cpu", "load_1min", "skipped"]
 TABLE = (("impl", ""), ("workers", "d"), ("batch_size", "d"), ("ms", ".1f"), ("examples_per_s", ".1f"),
          ("startup_s", ".2f"), ("peak_mb", ".1f"), ("skipped", ""))
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "loaders"
 
 
 def data_module(loader: str, workers: int):
@@ -176,7 +175,7 @@ def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
 def parse_args(argv: list[str] | None):
     parser = benchmark_parser(
         "python -m common.commands.loader_benchmark", "Examples per second of each package's training and index "
-        "loaders on the CPU at 0, 2 and 4 loader workers.", results=RESULTS, writes="loaders.csv, .jsonl and .png",
+        "loaders on the CPU at 0, 2 and 4 loader workers.", results="loaders", writes="loaders.csv, .jsonl and .png",
         repeats=3, repeats_help="new loaders timed per setting (the median is reported)", devices=False)
     add = parser.add_argument
     add("--loaders", nargs="+", default=list(LOADERS), choices=LOADERS, metavar="LOADER",

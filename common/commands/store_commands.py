@@ -18,7 +18,8 @@ options, their docstring (the ``--help``) and what their paper defines; their op
   files read before anything is written), checks that every candidate has rows in the store, scores the pairs one
   query at a time (`common.stores.scoring.score_pairs`) under ``--precision``'s autocast (no ``Trainer`` scores
   them: `common.commands.task_options.autocast`; the scores stay float32, `common.encoders.precision`), writes
-  run.trec, task.json and metrics.json (`common.commands.outputs.write_results`, metrics.json last) and prints the
+  provenance.json (`common.commands.provenance`), run.trec, task.json and metrics.json
+  (`common.commands.outputs.write_results`, metrics.json last) and prints the
   metrics beside BM25's and the paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and
   writes how far the two are apart to exactness.json (`common.stores.scoring.compare_scores`).
 
@@ -35,6 +36,7 @@ import argparse
 import json
 from collections.abc import Callable
 
+from common.commands.provenance import write_provenance
 from common.commands.store_options import (DTYPES, check_candidates, open_store, read_collection,
                                            resolve_device)
 from common.commands.task_options import (autocast, fresh_output_dir, resolve_depth, resolve_precision, runs_on_cuda,
@@ -140,8 +142,9 @@ class StoreEvaluation:
     #: The comparison with the paper, ``paper_tables(metrics, task, dataset) -> str`` (a staticmethod).
     paper_tables: Callable[..., str]
 
-    def __init__(self, args: argparse.Namespace):
-        self.args = args
+    def __init__(self, args: argparse.Namespace, argv: list[str] | None = None):
+        """`args`: the parsed command line `argv` (None: ``sys.argv[1:]``), which ``provenance.json`` records."""
+        self.args, self.argv = args, argv
         self.index_command = f"{self.package}.index"
 
     def check_args(self) -> None:
@@ -191,6 +194,7 @@ class StoreEvaluation:
         print(f"re-ranking the top {self.depth} candidates per query ({depth_source}): {len(pairs):,} pairs of "
               f"{self.queries:,} queries, {self.describe()}; {precision}")
         out.mkdir(parents=True, exist_ok=True)
+        write_provenance(out, f"{self.package}.evaluate", self.argv)
         candidates, self.qrels, self.level = data.candidates("test"), data.qrels("test"), data.relevance_level
         with autocast(args.precision, self.device.type):  # as Lightning's precision plugin scores a test step
             scores = score_pairs(scorer, pairs, self.topics)

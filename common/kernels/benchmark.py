@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 IMPLS = ("reference", "portable", "tvm", "flex", "sdpa_masked", "sdpa_dense", "hf_longformer")
 PASSES = ("fwd", "fwdbwd")
-RESULTS = Path(__file__).resolve().parents[2] / "results" / "kernels"
 HEADS, HEAD_DIM, WINDOW, QUERY_LEN, SENTENCE_EVERY = 12, 64, 128, 20, 25
 #: Useful floating-point operations per (query, key) pair and head dimension: a multiply-add (2) in each of the
 #: forward's QKᵀ and PV, and in each of the backward's dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q. A
@@ -213,7 +212,7 @@ def parse_args(argv: list[str] | None):
         "python -m common.kernels.benchmark",
         "Time and peak memory of query-directed sparse attention implementations against dense attention: "
         f"(1, {HEADS}, n, {HEAD_DIM}) inputs, w = {WINDOW}, QDS pattern ({QUERY_LEN} query tokens, an [SOS] every "
-        f"{SENTENCE_EVERY} tokens).", results=RESULTS, writes="bench_<device>.csv, .jsonl and .png", repeats=5,
+        f"{SENTENCE_EVERY} tokens).", results="kernels", writes="bench_<device>.csv, .jsonl and .png", repeats=5,
         repeats_help="timed runs after a warm-up", timeout=600, child=True)
     parser.add_argument("--lengths", type=positive_int, nargs="+", default=[512, 1024, 2048, 4096, 8192], metavar="N",
                         help=f"sequence lengths (hf_longformer: multiples of {WINDOW})")

@@ -67,7 +67,7 @@ def test_a_session_restores_the_thread_count_and_writes_what_it_measured(tmp_pat
 
     import torch
 
-    parser = benchmarking.benchmark_parser("python -m x", "x", results=tmp_path, writes="x.csv", repeats=1,
+    parser = benchmarking.benchmark_parser("python -m x", "x", results="x", writes="x.csv", repeats=1,
                                            repeats_help="timed calls")
     args = benchmarking.parse(parser, ["--threads", "1", "--json"])
     before = torch.get_num_threads()
@@ -90,7 +90,7 @@ def test_a_session_restores_the_thread_count_and_writes_what_it_measured(tmp_pat
 
 
 def test_list_options_refuse_a_value_given_twice(capsys):
-    parser = benchmarking.benchmark_parser("python -m x", "x", results=Path("."), writes="x", repeats=1,
+    parser = benchmarking.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
                                            repeats_help="timed calls")
     parser.add_argument("--lengths", type=int, nargs="+")
     assert benchmarking.parse(parser, ["--lengths", "1", "2"]).lengths == [1, 2]
@@ -175,7 +175,7 @@ def test_a_training_step_updates_the_model_and_an_inference_step_does_not():
 
 def test_size_options_default_to_the_devices_size(capsys):
     sizes = {"cpu": benchmarking.BertSize(2, 64, 2, 128), "cuda": benchmarking.BertSize(12, 768, 12, 3072)}
-    parser = benchmarking.benchmark_parser("python -m x", "x", results=Path("."), writes="x", repeats=1,
+    parser = benchmarking.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
                                            repeats_help="timed calls")
     benchmarking.add_size_options(parser, sizes)
     assert "hidden size (default: 64 on CPU, 768 on CUDA)" in " ".join(parser.format_help().split())
@@ -223,10 +223,70 @@ def test_a_bar_chart_and_a_table_of_columns_are_written(tmp_path, capsys):
     benchmarking.bar_chart(rows, tmp_path / "bars.png", label=lambda r: r["impl"], text=lambda r: f"{r['ms']:.0f}",
                            passes=("train", "infer"), ylabel="ms", title="t")
     assert (tmp_path / "bars.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    parser = benchmarking.benchmark_parser("python -m x", "x", results=tmp_path, writes="x", repeats=1,
+    parser = benchmarking.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
                                            repeats_help="timed calls")
     args = benchmarking.parse(parser, [])
     with benchmarking.Session(args, {"csv": tmp_path / "x.csv"}) as session:
         assert session.emit(rows[0]) is rows[0]
         assert session.finish(rows[:2], table=(("impl", ""), ("ms", ".1f"))) == 0
     assert capsys.readouterr().out.splitlines()[:3] == ["impl   ms", "a     2.0", "a     1.0"]
+
+
+
+#: Every benchmark command and its committed results folder.
+BENCHMARKS = {"common.kernels.benchmark": "kernels", "common.scale": "scale",
+              "common.commands.loader_benchmark": "loaders", "qds.benchmark": "qds",
+              "conformer_kernel.benchmark": "conformer_kernel", "earl.benchmark": "earl",
+              "mva.benchmark": "mva"}  # fmt: skip
+
+
+def test_every_benchmark_is_listed():
+    repo = Path(__file__).resolve().parents[2]
+    calls = {".".join(p.relative_to(repo).with_suffix("").parts) for top in ("common", "qds", "conformer_kernel",
+                                                                              "earl", "mva")
+             for p in (repo / top).rglob("*.py") if "benchmark_parser(" in p.read_text()}  # fmt: skip
+    assert calls - {"common.benchmarking"} == set(BENCHMARKS)
+
+
+class _Parsed(Exception):
+    """A command's parsed arguments, stopping it before it measures anything."""
+
+
+@pytest.mark.parametrize("module, results", BENCHMARKS.items())
+def test_a_benchmark_writes_under_outputs_by_default_and_into_results_only_when_told(module, results, monkeypatch):
+    """A run with no --output_dir writes into a new outputs/<results>-benchmark-<time> (git-ignored), never into the
+    committed results/<results>/; --output_dir results/<results> is what replaces them."""
+    import re
+    from importlib import import_module
+
+    command = import_module(module)
+
+    def parse(parser, argv):
+        raise _Parsed(benchmarking.parse(parser, argv))
+
+    monkeypatch.setattr(command, "parse", parse)
+    parsed = []
+    for argv in ([], ["--output_dir", f"results/{results}", "--overwrite"]):
+        with pytest.raises(_Parsed) as stopped:
+            command.main(argv)
+        parsed.append(stopped.value.args[0].output_dir)
+    default, told = parsed
+    assert default.parts[0] == "outputs" and len(default.parts) == 2 and "results" not in default.parts
+    assert re.fullmatch(rf"{results}-benchmark-\d{{8}}-\d{{6}}", default.name)
+    assert told == Path("results") / results
+
+
+def test_no_default_store_takes_more_than_a_few_gb():
+    """EARL's and MVA's stores at their defaults: at most 4 GB and 1.8 GB on disk, EARL's largest rows (base S2 at
+    d = 512: 512 x 768 x 2K=4 columns of 2 bytes, 3,145,728 bytes) still holding the default 1,000 candidates."""
+    from earl import benchmark as earl
+    from mva import benchmark as mva
+
+    args = earl.parse_args([])
+    stores = [(size, strategy, n) for size in earl.SIZES.values() for strategy in ("s1", "s2") for n in args.lengths]
+    assert max(earl.store_documents(*store, args) * earl.store_bytes_per_document(*store, args.dtype)
+               for store in stores) <= 4e9  # fmt: skip
+    assert earl.store_documents(earl.SIZES["base"], "s2", 512, args) == 4_000_000_000 // 3_145_728 == 1271
+    assert args.candidates == 1000
+    # MVA1's rows: 70 document timesteps of [D_K | D_V] (2 x 128 fp32), 71,680 bytes a document.
+    assert mva.parse_args([]).store_documents * 70 * 256 * 4 <= 1.8e9

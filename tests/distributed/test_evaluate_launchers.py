@@ -71,10 +71,11 @@ def files(folder: Path) -> dict[str, Path]:
 
 def assert_same_files(one: Path, two: Path, names: tuple[str, ...] | None = None) -> None:
     """`one` and `two` hold the same files with the same bytes; `names`: those files (the others may differ), else
-    every one."""
+    every one but provenance.json, whose command line names the launch's own --devices and --output_dir."""
     ones, twos = files(one), files(two)
     if names is None:
         assert ones.keys() == twos.keys()
+        ones.pop("provenance.json", None)
     else:
         ones = {name: ones[name] for name in names}
     for name, path in ones.items():
@@ -104,8 +105,10 @@ def qds_single(root) -> Path:
 @pytest.mark.parametrize("how", ["torchrun", "srun"])
 def test_qds_evaluate_on_two_processes_writes_what_one_writes(root, qds_single, how):
     two = qds_evaluate(root, how)
-    assert sorted(files(two)) == ["metrics.json", "run.trec", "task.json"]
+    assert sorted(files(two)) == ["metrics.json", "provenance.json", "run.trec", "task.json"]
     assert_same_files(qds_single, two)
+    command = json.loads((two / "provenance.json").read_text())["command"]  # rank zero's, written once
+    assert command.startswith("python -m qds.evaluate --checkpoint ") and command.endswith(f"--output_dir {two}")
     assert len((two / "run.trec").read_text().splitlines()) == 100 * 100  # every candidate of the 100 queries
 
 

@@ -119,6 +119,16 @@ def end_to_end(built):
     return folder, metrics
 
 
+def test_the_evaluation_records_its_command_line(built, end_to_end):
+    """provenance.json (`common.commands.provenance`) names earl.evaluate and the arguments it was given."""
+    import json
+
+    folder, _ = end_to_end
+    record = json.loads((folder / "provenance.json").read_text())
+    assert record["command"] == (f"python -m earl.evaluate --checkpoint {built['checkpoint']} --task builtin:test "
+                                 f"--test_queries {QUERIES} --depth {DEPTH} --device cpu --output_dir {folder}")
+
+
 @pytest.mark.parametrize("strategy", ["s1", "s2"])
 def test_fp32_stores_score_as_end_to_end(built, end_to_end, strategy, capsys):
     folder, metrics = end_to_end
@@ -140,7 +150,8 @@ def test_fp32_stores_score_as_end_to_end(built, end_to_end, strategy, capsys):
     assert report["strategy"] == strategy and report["dtype"] == "float32" and report["pairs"] == 50
     assert report["max_abs_score_difference"] < 1e-5 and report["queries_reordered"] == 0
     assert report["ndcg_cut_10_change"] == pytest.approx(0, abs=1e-12)
-    assert sorted(p.name for p in stored.iterdir()) == ["exactness.json", "metrics.json", "run.trec", "task.json"]
+    assert sorted(p.name for p in stored.iterdir()) == ["exactness.json", "metrics.json", "provenance.json", "run.trec",
+                                                        "task.json"]  # fmt: skip
 
 
 def test_the_run_files_scores_are_earl_written_out(built, end_to_end):

@@ -20,6 +20,7 @@ The last resume ends the run; its ``run.trec``, ``metrics.json`` and ``logs/metr
 uninterrupted run's byte for byte. Every run is a subprocess, the same way.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -84,6 +85,14 @@ def test_each_kill_resumes_from_the_checkpoint_before_it(runs):
 def test_the_resumed_run_ends_as_the_uninterrupted_one_byte_for_byte(runs, output):
     whole, killed, _ = runs
     assert (killed / output).read_bytes() == (whole / output).read_bytes()
+
+
+def test_the_resumed_run_keeps_the_provenance_of_its_first_start(runs):
+    """provenance.json names the command line that started the run, not one that resumed it."""
+    whole, killed, _ = runs
+    for folder in (whole, killed):
+        record = json.loads((folder / "provenance.json").read_text())
+        assert record["command"] == " ".join(["python", "-m", "qds.train", *TINY, "--output_dir", folder.name])
 
 
 def test_one_last_checkpoint_and_the_same_best_one(runs):
