@@ -7,6 +7,7 @@ environment's), and run from an empty folder: no checkout, and no editable insta
 The run is `tests.qds.test_train`'s tiny one (seconds), not the default's few minutes.
 """
 
+import ast
 import csv
 import json
 import os
@@ -80,12 +81,21 @@ def test_the_commands_are_imported_from_the_wheel(installed, tmp_path):
     assert all(Path(f).is_relative_to(installed) for f in imported.stdout.split())
 
 
-def test_qds_train_runs_to_its_comparison_with_the_paper(installed, tmp_path):
-    done = _from(installed, ["-m", "qds.train", *TINY, "--output_dir", "run"], tmp_path)
+@pytest.fixture(scope="module")
+def trained(installed, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    """A folder holding the run ``my-run`` of the installed ``python -m qds.train`` (the README's name for it), and
+    the finished command."""
+    folder = tmp_path_factory.mktemp("user")
+    done = _from(installed, ["-m", "qds.train", *TINY, "--output_dir", "my-run"], folder)
     assert done.returncode == 0, done.stderr
-    assert (tmp_path / "run" / "metrics.json").is_file()
+    return folder, done
+
+
+def test_qds_train_runs_to_its_comparison_with_the_paper(trained):
+    tmp_path, done = trained
+    assert (tmp_path / "my-run" / "metrics.json").is_file()
     # Run from no checkout: the wheel's version, no commit (`common.commands.provenance`).
-    record = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    record = json.loads((tmp_path / "my-run" / "provenance.json").read_text())
     version = project_field("version")
     assert (record["version"], record["commit"], record["dirty"]) == (version, None, None)
     # The paper's Table 2 QDS-Transformer row, read from the repository's CSV, printed by the installed command.
@@ -97,3 +107,45 @@ def test_qds_train_runs_to_its_comparison_with_the_paper(installed, tmp_path):
                   if [cell.strip() for cell in line.split("|")[1:3]] == ["2", "QDS-Transformer"]]
     assert [float(cell) for cell in printed.strip("| ").split("|")[2:]] == [row["map"], row["mrr@10"],
                                                                             row["ndcg_cut_10"]]  # 0.278, 0.36, 0.667
+
+
+def readme_examples() -> tuple[str, str, str, str]:
+    """The three Python blocks of the README's "Use a trained ranker" (load, re-rank and export; load the export;
+    PyTerrier) and the first one's statement that makes ``frame``."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("## Use a trained ranker\n") : text.index("\n## ", text.index("## Use a trained ranker\n") + 1)]
+    blocks = [block.split("```", 1)[0] for block in section.split("```python\n")[1:]]
+    assert len(blocks) == 3, "the README's section shows three Python blocks"
+    tree = ast.parse(blocks[0])
+    (made,) = [node for node in tree.body if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "frame"]
+    return (*blocks, ast.get_source_segment(blocks[0], made))
+
+
+def test_the_readmes_example_loads_reranks_exports_and_loads_again_without_lightning(installed, trained):
+    """The README's example as a user runs it, from the installed wheel: the checkpoint of the run re-ranks a frame of
+    new queries and documents and is exported; a new process loads the export without importing Lightning and gets
+    the same scores; a PyTerrier pipeline over the export gives them too."""
+    folder, _ = trained
+    first, second, pyterrier, frame = readme_examples()
+    scores = "\nimport json, sys\njson.dump({'scores': ranked.score.tolist(), 'docnos': ranked.docno.tolist()}, sys.stderr)\n"
+    done = _from(installed, ["-c", first + "ranked = ranker.rerank(frame)" + scores], folder)
+    assert done.returncode == 0, done.stderr
+    expected = json.loads(done.stderr.strip().splitlines()[-1])
+    assert sorted(expected["docnos"]) == ["d1", "d2", "d3", "d4"] and len(set(expected["scores"])) == 4
+    assert {p.name for p in (folder / "my-ranker").iterdir()} >= {"config.json", "model.safetensors", "README.md"}
+
+    prelude = "import pandas as pd\n" + frame + "\n"
+    check = ("\nranked = load('my-ranker').rerank(frame)\nassert not {'lightning', 'lightning_fabric', 'torchmetrics'} & "
+             "set(sys.modules), 'Lightning imported'" + scores)
+    done = _from(installed, ["-c", prelude + second + "import sys" + check], folder)
+    assert done.returncode == 0, done.stderr
+    again = json.loads(done.stderr.strip().splitlines()[-1])
+    assert again["docnos"] == expected["docnos"]
+    assert again["scores"] == pytest.approx(expected["scores"], rel=1e-6, abs=1e-6)
+
+    pipeline = "\nranked = pipeline.transform(frame[['qid', 'query']].drop_duplicates())" + scores
+    done = _from(installed, ["-c", prelude + "from common.api import load\n" + pyterrier + pipeline], folder)
+    assert done.returncode == 0, done.stderr
+    piped = json.loads(done.stderr.strip().splitlines()[-1])
+    assert piped["docnos"] == expected["docnos"]
+    assert piped["scores"] == pytest.approx(expected["scores"], rel=1e-6, abs=1e-6)
