@@ -2,8 +2,9 @@
 
 Lightning's own bar (rich's where rich is installed, else tqdm's) counts the batches of an epoch, and the training
 commands run one long epoch bounded by ``trainer.max_steps``: in a terminal it reads ``Epoch 0/-2``, and in a file
-(a cluster job's output) nothing shows until training ends. Here, both count global (optimizer) steps out of the
-run's total:
+(a cluster job's output) nothing shows until training ends; an evaluate or index command's test or predict bar, in
+a file, is tqdm's redraws among the results on stdout. Here, both count global (optimizer) steps out of the run's
+total, and a log counts a test's or prediction's batches on stderr:
 
 - `StepProgressBar`, for a terminal: Lightning's tqdm bar whose training bar is ``train``, steps out of
   ``max_steps``, with the loss and the latest monitored dev measure, drawn every `every` seconds (one by default)
