@@ -36,6 +36,12 @@ measures (-m, repeatable):
     gdeval_ndcg@K   gdeval.pl -k K nDCG (gain 2^label - 1; 5 decimals)
     gdeval_err@K    gdeval.pl -k K ERR (Chapelle et al. 2009; 5 decimals)
     ncg@K           normalised cumulative gain (Conformer-Kernel, TREC DL 2020)
+  and ir_measures' names, computed as ir_measures 0.4.3 computes them: nDCG,
+  nDCG@K (ndcg, ndcg_cut_K), AP, AP@K (map, map_cut_K), RR (recip_rank),
+  RR@K (MS MARCO's MRR@K: tied scores by docid ascending), P@K, R@K,
+  Success@K, Bpref, each with an optional (rel=N), e.g. AP(rel=2),
+  RR(rel=2)@10. These take their relevance level from rel= (default 1), not
+  from -l, and average over every query of the qrels, as with -c.
   default: {" ".join(DEFAULT_MEASURES)}
 
 output:

@@ -340,8 +340,10 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
     # Every process lists the shards to compute before any of them is written: a shard is written only once all
     # processes have joined the prediction.
     todo = [s for s in range(shards) if not shard_path(folder, s).exists()]
+    options = dict(trainer_options or {})  # its callbacks (a command's progress) beside the shards' writer
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False,
-                        callbacks=[ShardWriter(folder)], default_root_dir=folder, **(trainer_options or {}))
+                        callbacks=[ShardWriter(folder), *options.pop("callbacks", [])], default_root_dir=folder,
+                        **options)  # fmt: skip
     if trainer.is_global_zero:  # the folder is rank zero's: the others would find the plan it has just written
         problem = output_problem(folder, resume)
         if problem:

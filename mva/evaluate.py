@@ -43,7 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from common.commands.store_commands import StoreEvaluation
+from common.commands.store_commands import StoreEvaluation, queries_progress
 from common.commands.store_options import add_evaluate_arguments, add_rerank_arguments, command_parser
 from common.refusals import checkpoint_file, positive_int, usage_error
 from mva import STORED
@@ -68,13 +68,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def multi_pass_run(first: dict, rescore, topics, k: int) -> dict:
+def multi_pass_run(first: dict, rescore, topics, k: int, progress=None) -> dict:
     """Table 6: `rescore` (a `mva.store.CrossScorer`) re-scores each query's top `k` of the `first` pass run; they
-    are ordered by it, and the others stay below in the first pass's order."""
+    are ordered by it, and the others stay below in the first pass's order. `progress` wraps the loop over the
+    queries (`common.commands.store_commands.queries_progress`)."""
     from common.data.formats import ranked, with_unscored_below
 
     run = {}
-    for qid, scores in first.items():
+    for qid, scores in (progress or iter)(first.items()):
         top = [doc_id for doc_id, _ in ranked(scores)[:k]]
         run[qid] = dict(zip(top, rescore(topics[qid], top).tolist()))
     return with_unscored_below(run, first)
@@ -167,8 +168,8 @@ class MVAEvaluation(StoreEvaluation):
             for k in sorted(args.rescore_top):
                 rescorer = CrossScorer(rescorer_ranker, data_encoder(rescore_settings, pairs=True), self.documents,
                                        batch_size=args.batch_size, device=self.device)  # fmt: skip
-                multi = multi_pass_run(self.run, rescorer, self.topics, k)
                 multi_name = f"{name}+ca@{k}"
+                multi = multi_pass_run(self.run, rescorer, self.topics, k, queries_progress(multi_name))
                 write_run(out / f"run.{multi_name}.trec", multi, tag=multi_name)
                 written.append(out / f"run.{multi_name}.trec")
                 self.others[multi_name] = evaluate_run(self.qrels, multi, self.ranker.measures,

@@ -80,7 +80,8 @@ the learning rate warmed up linearly over ``--warmup_steps`` and decayed linearl
 masks, a from-scratch model's initial weights, MVA's head and [CLS] embeddings, and dropout: the same seed writes
 the same weights on one machine. Before and after training the command measures the MLM and NSP losses of a fixed
 probe batch (``--batch_size`` passages drawn with the seed and masked once, left out of training where the
-collection has more) and prints them. Progress: a bar on a terminal, else a line on stderr every 30 s.
+collection has more) and prints them. Progress: a bar on a terminal, else a line on stderr every 30 s
+(`common.commands.loop_progress`).
 
 Output: a new ``--output`` folder (refused where it exists and is not empty), written under a temporary sibling
 name and renamed into place once complete: the model (``save_pretrained``: ``config.json`` and
@@ -110,13 +111,12 @@ import math
 import os
 import random
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from common.commands.durations import duration
+from common.commands.loop_progress import LoopProgress
 from common.commands.store_options import (
     check_collection,
     device_name,
@@ -149,8 +149,6 @@ SCRATCH_POSITIONS = 512
 RECORD = "pretrain.json"
 #: The whole MVA of ``--architecture mva``, as an ``mva.train`` checkpoint (``--model.init_checkpoint``) reads it.
 CHECKPOINT = "mva.ckpt"
-#: Seconds between two progress lines where the output is not a terminal (`common.commands.progress.ProgressLog`'s).
-PROGRESS_EVERY = 30.0
 #: The label of an NSP pair whose B is the passage's own second half (Hugging Face's convention: 1 is random).
 IS_NEXT, RANDOM_NEXT = 0, 1
 #: The pre-training heads of a BERT checkpoint (``cls.<name>.*``), as this command names them.
@@ -742,46 +740,8 @@ def probe_losses(model, batch: dict) -> dict[str, float]:
 # --- training -----------------------------------------------------------------------------------------------------
 
 
-class Progress:
-    """The loop's progress (`common.commands.progress`'s convention without Lightning): a tqdm bar of steps on a
-    terminal, else ``step 120/600 · loss 3.21 · 1m23s elapsed · ~5m10s left`` on stderr every `every` seconds and
-    at the end."""
-
-    def __init__(self, total: int, *, terminal: bool | None = None, every: float = PROGRESS_EVERY):
-        if terminal is None:
-            terminal = sys.stdout.isatty() and sys.stderr.isatty()
-        self.total, self.every = total, every
-        self.started = self.last = time.monotonic()
-        self.bar = None
-        if terminal:
-            from tqdm import tqdm
-
-            self.bar = tqdm(total=total, desc="pretrain", unit="step", dynamic_ncols=True)
-
-    def update(self, step: int, loss: float) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
-        elif time.monotonic() - self.last >= self.every:
-            self._say(step, loss)
-
-    def close(self, step: int, loss: float | None) -> None:
-        if self.bar is not None:
-            self.bar.close()
-        else:
-            self._say(step, loss, done=True)
-
-    def _say(self, step: int, loss: float | None, *, done: bool = False) -> None:
-        self.last = time.monotonic()
-        elapsed = self.last - self.started
-        parts = [f"step {step}/{self.total}"] + ([f"loss {loss:.4g}"] if loss is not None else [])
-        parts.append(f"{duration(elapsed)} elapsed")
-        parts.append("done" if done else f"~{duration(elapsed / max(step, 1) * (self.total - step))} left")
-        print(" · ".join(parts), file=sys.stderr, flush=True)
-
-
 def train(model, stream: Iterator[dict], *, steps: int, lr: float, warmup_steps: int, device,
-          progress: Progress | None = None) -> list[float]:  # fmt: skip
+          progress: LoopProgress | None = None) -> list[float]:  # fmt: skip
     """`steps` Adam steps on the batches of `stream` (MLM, plus NSP where the batches hold its labels), gradients
     clipped to norm 1; returns each step's loss."""
     import torch
@@ -805,9 +765,9 @@ def train(model, stream: Iterator[dict], *, steps: int, lr: float, warmup_steps:
         if not math.isfinite(losses[-1]):
             raise FloatingPointError(f"the loss is {losses[-1]} at step {step}: lower --lr")
         if progress is not None:
-            progress.update(step, losses[-1])
+            progress.update(step, loss=losses[-1])
     if progress is not None:
-        progress.close(steps, losses[-1] if losses else None)
+        progress.close(**({"loss": losses[-1]} if losses else {}))
     return losses
 
 
@@ -871,7 +831,7 @@ def main(argv=None) -> dict:
     stream = batches(examples, pool, args.batch_size, masking(args.seed), rng)
     with input_errors(*INPUT_ERRORS):
         losses = train(model, stream, steps=args.steps, lr=args.lr, warmup_steps=args.warmup_steps, device=device,
-                       progress=Progress(args.steps))  # fmt: skip
+                       progress=LoopProgress(args.steps, "step", desc="pretrain"))  # fmt: skip
     after = probe_losses(model, probe)
     seconds = time.monotonic() - started
 

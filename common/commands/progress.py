@@ -1,17 +1,22 @@
-"""How a training command shows its progress: a bar in a terminal, a line now and then in a log file.
+"""How a command shows the progress of its Lightning loops: a bar in a terminal, a line now and then in a log file.
 
 Lightning's own bar (rich's where rich is installed, else tqdm's) counts the batches of an epoch, and the training
 commands run one long epoch bounded by ``trainer.max_steps``: in a terminal it reads ``Epoch 0/-2``, and in a file
-(a cluster job's output) nothing shows until training ends. Here, both count global (optimizer) steps out of the
-run's total:
+(a cluster job's output) nothing shows until training ends; an evaluate or index command's test or predict bar, in
+a file, is tqdm's redraws among the results on stdout. Here, both count global (optimizer) steps out of the run's
+total, and a log counts a test's or prediction's batches on stderr:
 
 - `StepProgressBar`, for a terminal: Lightning's tqdm bar whose training bar is ``train``, steps out of
   ``max_steps``, with the loss and the latest monitored dev measure, drawn every `every` seconds (one by default)
   and at the last step; its validation and test bars are Lightning's.
-- `ProgressLog`, for anything else: one line every `every` seconds, at each validation's end and when training
-  ends, e.g. ``step 120/600 · loss 0.512 · dev/mrr@10 0.431 · 1m23s elapsed · ~5m10s left``; and a line when
-  the test starts and ends.
-- `progress_callback` picks one of them.
+- `ProgressLog`, for anything else: one line every `every` seconds (`common.commands.loop_progress.LOG_EVERY`,
+  30), at each validation's end and when training ends, e.g. ``step 120/600 · loss 0.512 · dev/mrr@10 0.431 ·
+  1m23s elapsed · ~5m10s left``; a test or predict loop (an evaluate or index command's) has a line when it starts
+  and ends and, between, ``test batch 12/40 · 1m23s elapsed · ~3m54s left`` every `every` seconds.
+- `progress_callback` picks one of them; the evaluate and index commands get theirs with their ``Trainer``'s
+  options (`common.commands.task_options.trainer_options`), without a monitored measure.
+
+The loops no ``Trainer`` runs show theirs the same way (`common.commands.loop_progress`).
 
 Both are Lightning ``ProgressBar`` callbacks, so that Lightning adds no bar of its own beside them; and Lightning
 refuses one with ``Trainer(enable_progress_bar=False)``: a caller then adds none (see `progress_callback`).
@@ -35,14 +40,17 @@ from collections.abc import Callable
 
 from lightning.pytorch.callbacks import ProgressBar, TQDMProgressBar
 
+from common.commands import loop_progress
 from common.commands.durations import duration
+from common.commands.loop_progress import count, status_line, terminal_output
 
 #: The key every package logs its training loss under.
 LOSS = "train/loss"
 
 
-def progress_callback(monitor: str, *, loss: str = LOSS, terminal: bool | None = None) -> ProgressBar:
-    """The training progress for where the output goes: `StepProgressBar` on a terminal, else `ProgressLog`.
+def progress_callback(monitor: str | None = None, *, loss: str = LOSS, terminal: bool | None = None) -> ProgressBar:
+    """The progress for where the output goes: `StepProgressBar` on a terminal, else `ProgressLog`; `monitor`: the
+    dev measure training shows (None: a command that does not train).
 
     `terminal` (None: ask the streams) is whether both stdout and stderr are terminals: the bar draws on stdout, as
     Lightning's do, and the log writes on stderr, so a bar is only chosen where neither ends in a file.
@@ -52,7 +60,7 @@ def progress_callback(monitor: str, *, loss: str = LOSS, terminal: bool | None =
     ``trainer.enable_progress_bar`` is not False and the configured callbacks hold no ``ProgressBar``.
     """
     if terminal is None:
-        terminal = sys.stdout.isatty() and sys.stderr.isatty()
+        terminal = terminal_output()
     return StepProgressBar(monitor, loss=loss) if terminal else ProgressLog(monitor, loss=loss)
 
 
@@ -62,7 +70,7 @@ def total_steps(trainer) -> int | None:
     return int(total) if math.isfinite(total) and total > 0 else None
 
 
-def latest(trainer, loss: str, monitor: str) -> dict[str, float]:
+def latest(trainer, loss: str, monitor: str | None) -> dict[str, float]:
     """The loss of the last training step as ``loss`` and the monitored measure of the last validation, where logged."""
     metrics = trainer.callback_metrics
     return {shown: float(metrics[key]) for shown, key in (("loss", loss), (monitor, monitor)) if key in metrics}
@@ -75,7 +83,7 @@ class StepProgressBar(TQDMProgressBar):
     The training bar is drawn, and the loss read, every `every` seconds of `clock` and at the last step (module
     docstring); Lightning's ``refresh_rate`` (steps) still applies on top, 0 turning the bar off."""
 
-    def __init__(self, monitor: str, *, loss: str = LOSS, every: float = 1.0,
+    def __init__(self, monitor: str | None = None, *, loss: str = LOSS, every: float = 1.0,
                  clock: Callable[[], float] = time.monotonic):  # fmt: skip
         super().__init__()
         self.monitor, self.loss, self.every, self.clock = monitor, loss, every, clock
@@ -109,11 +117,6 @@ class StepProgressBar(TQDMProgressBar):
         return latest(trainer, self.loss, self.monitor)
 
 
-def _count(n: int, total: int | float | None) -> str:
-    """``n/total``, or ``n`` where the total is unknown or infinite."""
-    return f"{n}/{int(total)}" if total is not None and math.isfinite(total) else str(n)
-
-
 class ProgressLog(ProgressBar):
     """Training progress as lines on stderr, for output that is not a terminal (see the module docstring).
 
@@ -123,21 +126,23 @@ class ProgressLog(ProgressBar):
     on stdout, but a bar is what this log replaces where there is no terminal.
 
     Args:
-        monitor: the logged dev measure to show (the one that selects the best checkpoint).
+        monitor: the logged dev measure to show (the one that selects the best checkpoint); None: none.
         loss: the logged training loss to show.
-        every: seconds between two lines while training, validating or testing.
+        every: seconds between two lines while training, validating, testing or predicting (None:
+            `common.commands.loop_progress.LOG_EVERY`).
         clock: seconds on a monotonic clock (injectable, so that tests need not wait).
 
     Training time is counted from the step the run starts at (a resumed run's own), and the time left is
-    estimated from this run's rate, validation included.
+    estimated from this run's rate, validation included; a test's or prediction's from its batches' rate.
     """
 
-    def __init__(self, monitor: str, *, loss: str = LOSS, every: float = 30.0,
+    def __init__(self, monitor: str | None = None, *, loss: str = LOSS, every: float | None = None,
                  clock: Callable[[], float] = time.monotonic):  # fmt: skip
         super().__init__()
-        self.monitor, self.loss, self.every, self.clock = monitor, loss, every, clock
+        self.monitor, self.loss, self.clock = monitor, loss, clock
+        self.every = loop_progress.LOG_EVERY if every is None else every
         self._enabled = True
-        self._last = self._started = self._test_started = 0.0
+        self._last = self._started = self._stage_started = 0.0
         self._first_step, self._total, self._batches = 0, None, 0
 
     def disable(self) -> None:
@@ -157,15 +162,8 @@ class ProgressLog(ProgressBar):
 
     def status(self, trainer, *, done: bool = False) -> str:
         """``step 120/600 · loss 0.512 · dev/mrr@10 0.431 · 1m23s elapsed · ~5m10s left`` (or ``· done``)."""
-        step, elapsed = trainer.global_step, self.clock() - self._started
-        parts = [f"step {_count(step, self._total)}"]
-        parts += [f"{name} {value:.4g}" for name, value in latest(trainer, self.loss, self.monitor).items()]
-        parts.append(f"{duration(elapsed)} elapsed")
-        if done:
-            parts.append("done")
-        elif self._total is not None and step > self._first_step:
-            parts.append(f"~{duration(elapsed / (step - self._first_step) * (self._total - step))} left")
-        return " · ".join(parts)
+        return status_line("step", trainer.global_step, self._total, self.clock() - self._started,
+                           first=self._first_step, done=done, shown=latest(trainer, self.loss, self.monitor))
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._started, self._first_step, self._total = self.clock(), trainer.global_step, total_steps(trainer)
@@ -184,7 +182,7 @@ class ProgressLog(ProgressBar):
     def on_validation_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
         self._batches += 1
         if not trainer.sanity_checking and self._due():
-            step, batch = _count(trainer.global_step, self._total), _count(self._batches, sum(trainer.num_val_batches))
+            step, batch = count(trainer.global_step, self._total), count(self._batches, sum(trainer.num_val_batches))
             self.say(f"step {step} · validation batch {batch}")
 
     def on_validation_end(self, trainer, pl_module) -> None:
@@ -192,15 +190,34 @@ class ProgressLog(ProgressBar):
             self.say(self.status(trainer))
 
     def on_test_start(self, trainer, pl_module) -> None:
-        self._test_started, self._batches = self.clock(), 0
-        batches = sum(trainer.num_test_batches)
-        self.say(f"test: {int(batches)} batches" if math.isfinite(batches) else "test starts")
+        self._stage_start("test", trainer.num_test_batches)
 
     def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._batches += 1
-        if self._due():
-            self.say(f"test batch {_count(self._batches, sum(trainer.num_test_batches))} · "
-                     f"{duration(self.clock() - self._test_started)} elapsed")  # fmt: skip
+        self._stage_batch("test", trainer.num_test_batches)
 
     def on_test_end(self, trainer, pl_module) -> None:
-        self.say(f"test done: {self._batches} batches in {duration(self.clock() - self._test_started)}")
+        self._stage_end("test")
+
+    def on_predict_start(self, trainer, pl_module) -> None:
+        self._stage_start("predict", trainer.num_predict_batches)
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
+        self._stage_batch("predict", trainer.num_predict_batches)
+
+    def on_predict_end(self, trainer, pl_module) -> None:
+        self._stage_end("predict")
+
+    def _stage_start(self, stage: str, batches: list) -> None:
+        """``test: 40 batches`` (``test starts`` where the loaders cannot tell)."""
+        self._stage_started, self._batches = self.clock(), 0
+        total = sum(batches)
+        self.say(f"{stage}: {int(total)} batches" if math.isfinite(total) else f"{stage} starts")
+
+    def _stage_batch(self, stage: str, batches: list) -> None:
+        """``test batch 12/40 · 1m23s elapsed · ~3m54s left``, where one is due."""
+        self._batches += 1
+        if self._due():
+            self.say(status_line(f"{stage} batch", self._batches, sum(batches), self.clock() - self._stage_started))
+
+    def _stage_end(self, stage: str) -> None:
+        self.say(f"{stage} done: {self._batches} batches in {duration(self.clock() - self._stage_started)}")

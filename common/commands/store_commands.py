@@ -17,10 +17,10 @@ options, their docstring (the ``--help``) and what their paper defines; their op
   Lightning loads) and the store, opens the task (`common.training.tasks` through the package's data module, its
   files read before anything is written), checks that every candidate has rows in the store, scores the pairs one
   query at a time (`common.stores.scoring.score_pairs`) under ``--precision``'s autocast (no ``Trainer`` scores
-  them: `common.commands.task_options.autocast`; the scores stay float32, `common.encoders.precision`), writes
-  provenance.json (`common.commands.provenance`), run.trec, task.json and metrics.json
-  (`common.commands.outputs.write_results`, metrics.json last) and prints the
-  metrics beside BM25's and the paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and
+  them: `common.commands.task_options.autocast`; the scores stay float32, `common.encoders.precision`), its
+  progress shown over the queries as a Lightning test's (`queries_progress`), writes provenance.json
+  (`common.commands.provenance`), run.trec, task.json and metrics.json (`common.commands.outputs.write_results`,
+  metrics.json last) and prints the metrics beside BM25's and the paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and
   writes how far the two are apart to exactness.json (`common.stores.scoring.compare_scores`).
 
 Several processes: an index command's shards are split among them (Lightning ``predict``; ``--devices N``,
@@ -33,6 +33,7 @@ zero does all of it and the others return at once, writing nothing
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 from collections.abc import Callable
 
@@ -107,6 +108,15 @@ def check_room(args: argparse.Namespace, representation, encoder, documents, doc
                     f"{format_bytes(estimate.bytes - written)}{more} and {folder} has {format_bytes(free)} free")
     left = f", {format_bytes(written)} of it written" if written else ""
     return f"estimated size: {estimate.describe()}{left}; free on {folder}: {format_bytes(free)}"
+
+
+def queries_progress(label: str):
+    """The progress of a loop over queries, as a Lightning test's (`common.commands.loop_progress.tracked`: a bar in a
+    terminal, a line every 30 s in a file, ``query 12/43 · 1m23s elapsed · ~3m54s left``); `label` describes the
+    bar."""
+    from common.commands.loop_progress import tracked
+
+    return functools.partial(tracked, what="query", desc=label)
 
 
 class StoreEvaluation:
@@ -197,7 +207,7 @@ class StoreEvaluation:
         write_provenance(out, f"{self.package}.evaluate", self.argv)
         candidates, self.qrels, self.level = data.candidates("test"), data.qrels("test"), data.relevance_level
         with autocast(args.precision, self.device.type):  # as Lightning's precision plugin scores a test step
-            scores = score_pairs(scorer, pairs, self.topics)
+            scores = score_pairs(scorer, pairs, self.topics, progress=queries_progress(scorer.label))
             self.print_seconds(scorer)
             self.run = run = reranked_run(pairs, scores, candidates)
             self.others = {}
@@ -253,7 +263,7 @@ class StoreEvaluation:
 
         name, measures, level = self.ranker.name, self.ranker.measures, self.level
         reference_scorer = self.make_scorer(None)
-        reference = score_pairs(reference_scorer, pairs, self.topics)
+        reference = score_pairs(reference_scorer, pairs, self.topics, progress=queries_progress(reference_scorer.label))
         self.print_seconds(reference_scorer, end_to_end=True)
         reference_run = reranked_run(pairs, reference, candidates)
         self.others[f"{name}_end_to_end"] = evaluate_run(self.qrels, reference_run, measures, relevance_level=level)

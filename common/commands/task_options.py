@@ -135,9 +135,13 @@ def add_process_arguments(parser: argparse.ArgumentParser, devices_help: str = "
 
 
 def trainer_options(args: argparse.Namespace) -> dict:
-    """The ``lightning.Trainer`` options of `add_process_arguments`' options, and of ``--precision`` once resolved
-    (`resolve_precision`)."""
-    options = {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes}
+    """The ``lightning.Trainer`` options of `add_process_arguments`' options, of ``--precision`` once resolved
+    (`resolve_precision`), and the command's progress as training shows it (`common.commands.progress`: a bar in a
+    terminal, a line every 30 s in a file), a callback of its own each call. Imports Lightning."""
+    from common.commands.progress import progress_callback
+
+    options = {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes,
+               "callbacks": [progress_callback()]}  # fmt: skip
     if getattr(args, "precision", None) is not None:
         options["precision"] = args.precision
     return options

@@ -19,7 +19,8 @@ complete=False, depth=None) -> dict[str, float]``
 ``qrels`` is ``{qid: {docid: label}}`` and ``run`` ``{qid: {docid: score}}``
 (`common.data.formats.read_qrels` / ``read_run``, the layout pytrec_eval
 uses). Measure names, ``relevance_level`` (``-l``), ``complete`` (``-c``) and
-``depth`` (``-M``) are trec_eval's; see `common.metrics.registry` and
+``depth`` (``-M``) are trec_eval's, and ir_measures' names (``nDCG@10``,
+``RR(rel=2)@10``) are taken too; see `common.metrics.registry` and
 `common.metrics.evaluation`. ``python -m common.evaluate`` is the command line.
 
 `per_query`, `paired_ttest` and `RankingMetrics` load pandas, scipy and

@@ -14,6 +14,9 @@ Options mirror trec_eval 9.0.8's:
 - ``depth`` (``-M``): evaluate only each query's top ``depth`` documents, in
   trec_eval's order (see `ordering`).
 
+ir_measures' names (`common.metrics.registry`) carry their own relevance level
+and always average over every qrels query, as ir_measures does.
+
 trec_eval's fatal "no queries with both results and relevance info" is a
 ValueError here; gdeval.pl instead reports 0 for such a run, and so do its
 measures here.
@@ -22,16 +25,18 @@ measures here.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from common.metrics.gain_backend import gain_per_query
+from common.metrics.msmarco_rr import msmarco_rr_per_query
 from common.metrics.pytrec_eval_backend import request_names, trec_eval_per_query
 from common.metrics.registry import (
     DEFAULT_MEASURES,
     TREC_EVAL_DIGITS,
     GainRequest,
     MeasureRequest,
+    MsMarcoRRRequest,
     TrecEvalRequest,
     parse_measures,
 )
@@ -88,14 +93,13 @@ def evaluate(
     run = {qid: docs for qid, docs in run.items() if docs}
     qrels = {qid: labels for qid, labels in qrels.items() if labels}
     trec_eval_requests = [r for r in requests if isinstance(r, TrecEvalRequest)]
-    if trec_eval_requests and not run.keys() & qrels.keys():
+    if any(not isinstance(r, GainRequest) for r in requests) and not run.keys() & qrels.keys():
         raise ValueError("no query has both results and relevance judgments")
     trec_eval_values = trec_eval_per_query(qrels, run, trec_eval_requests, relevance_level=relevance_level, depth=depth)
-    absent = sorted(qrels.keys() - run.keys()) if complete else []
 
     results: dict[str, MeasureResult] = {}
     for request in requests:
-        for name, result in _results(request, qrels, run, trec_eval_values, absent, relevance_level, complete, depth):
+        for name, result in _results(request, qrels, run, trec_eval_values, relevance_level, complete, depth):
             results.setdefault(name, result)
     return results
 
@@ -105,7 +109,6 @@ def _results(
     qrels: Qrels,
     run: Run,
     trec_eval_values: dict[str, dict[str, float]],
-    absent: Sequence[str],
     relevance_level: int,
     complete: bool,
     depth: int | None,
@@ -115,8 +118,16 @@ def _results(
         missing = dict.fromkeys(absent_topics, 0.0) if complete else {}
         yield request.name, _result(request.name, values, missing, Aggregation.MEAN, request.measure.digits)
         return
+    absent = sorted(qrels.keys() - run.keys())
+    if isinstance(request, MsMarcoRRRequest):
+        values = msmarco_rr_per_query(qrels, run, request, depth=depth)
+        missing = dict.fromkeys(absent, 0.0)
+        yield request.name, _result(request.name, values, missing, Aggregation.MEAN, TREC_EVAL_DIGITS)
+        return
     measure = request.measure
-    missing = {qid: measure.missing_value(qrels[qid], relevance_level) for qid in absent}
+    level = relevance_level if request.relevance_level is None else request.relevance_level
+    counted = absent if complete or request.complete else []
+    missing = {qid: measure.missing_value(qrels[qid], level) for qid in counted}
     for name in request_names(request):
         yield name, _result(name, trec_eval_values[name], missing, measure.aggregation, TREC_EVAL_DIGITS)
 

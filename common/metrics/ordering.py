@@ -11,6 +11,10 @@ precisely they read the score:
   so scores equal in single precision tie and fall back to the docid.
   pytrec_eval 0.5.11 does the same. `trec_eval_ranking` rounds to float32.
 - gdeval.pl compares Perl numbers (doubles): `exact_ranking`.
+
+MS MARCO's MRR code as ir_measures runs it (its ``msmarco`` provider, which
+computes ``RR@K``) sorts by the double score descending, then docid
+ascending: `msmarco_ranking`.
 """
 
 from __future__ import annotations
@@ -57,6 +61,11 @@ def trec_eval_ranking(scores: Mapping[str, float]) -> list[str]:
 def exact_ranking(scores: Mapping[str, float]) -> list[str]:
     """Docids by double-precision score descending, then docid descending (gdeval.pl's ``runOrder``)."""
     return [doc for doc, _ in sorted(scores.items(), key=lambda item: (item[1], item[0]), reverse=True)]
+
+
+def msmarco_ranking(scores: Mapping[str, float]) -> list[str]:
+    """Docids by double-precision score descending, then docid ascending (ir_measures' MS MARCO ``RR@K``)."""
+    return [doc for doc, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0]))]
 
 
 def cut_run(

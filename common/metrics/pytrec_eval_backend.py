@@ -59,19 +59,21 @@ def trec_eval_per_query(
 ) -> dict[str, dict[str, float]]:
     """``{printed name: {qid: value}}`` for every query in both the run and the qrels.
 
-    Requests sharing a depth are computed in one pytrec_eval pass; a family
+    A request's own relevance level (an ir_measures name's ``rel``) replaces `relevance_level`. Requests sharing
+    a depth and a relevance level are computed in one pytrec_eval pass; a family
     asked for both with and without parameters needs a second pass, because
     pytrec_eval (like trec_eval) keeps one parameter list per family.
     """
-    by_depth: dict[int | None, list[TrecEvalRequest]] = {}
+    groups: dict[tuple[int | None, int], list[TrecEvalRequest]] = {}
     for request in requests:
-        by_depth.setdefault(effective_depth(request, depth), []).append(request)
+        level = relevance_level if request.relevance_level is None else request.relevance_level
+        groups.setdefault((effective_depth(request, depth), level), []).append(request)
 
     values: dict[str, dict[str, float]] = {}
-    for group_depth, group in by_depth.items():
+    for (group_depth, level), group in groups.items():
         ranked = cut_run(run, group_depth, trec_eval_ranking)
         for specs, members in _passes(group):
-            evaluator = pytrec_eval.RelevanceEvaluator(qrels, specs, relevance_level=relevance_level)
+            evaluator = pytrec_eval.RelevanceEvaluator(qrels, specs, relevance_level=level)
             per_query = evaluator.evaluate(ranked)
             qids = sorted(per_query)  # trec_eval's query order: qid strings, byte-wise
             for request in members:

@@ -37,7 +37,7 @@ _STATES = ("qid_bytes", "qid_lengths", "docid_bytes", "docid_lengths", "scores")
 
 
 class RankingMetrics(Metric):
-    """Ranking measures (trec_eval / gdeval names, see `common.metrics`) over all updates.
+    """Ranking measures (trec_eval, gdeval or ir_measures names, see `common.metrics`) over all updates.
 
     ``update(qids, docids, scores)`` takes one score per (query, document);
     ``compute()`` returns ``{measure: 0-d float64 tensor}``, ready for

@@ -14,6 +14,29 @@ levels) and ``ndcg`` (a gain map), and the measures ``runid`` and
   -m recip_rank`` (MRR@10 for MS MARCO passage ranking);
 - ``gdeval_ndcg@K``, ``gdeval_err@K``: gdeval.pl 1.3's ``-k K`` columns;
 - ``ncg@K``: normalised cumulative gain (Conformer-Kernel, TREC DL 2020).
+
+ir_measures 0.4.3's spellings are accepted too, ``Name``, ``Name@K``,
+``Name(rel=N)`` or ``Name(rel=N)@K`` (`IR_MEASURES`): ``nDCG@10``, ``AP``,
+``AP(rel=2)``, ``RR(rel=2)@10``, ``R@1000``, ``P@10``, ``Success@10``,
+``Bpref``, and ir_measures' aliases ``NDCG``, ``MAP``, ``MRR``, ``Precision``,
+``Recall``, ``BPref``. Each is the measure ir_measures computes under that
+name (with pytrec_eval and its own MS MARCO code installed, as here), which is
+a trec_eval measure with two settings of its own rather than the evaluation's:
+
+- its relevance level is its ``rel`` (ir_measures' default 1), not ``-l``;
+- it averages over every query of the qrels, a query absent from the run
+  adding trec_eval's ``-c`` value (0): ir_measures fills in absent queries
+  with the measure's default, whatever ``-c`` says.
+
+``nDCG@K`` is ``ndcg_cut_K`` (gain = label), ``nDCG`` ``ndcg``, ``AP`` ``map``
+and ``AP@K`` ``map_cut_K``, ``P@K`` ``P_K``, ``R@K`` ``recall_K``,
+``Success@K`` ``success_K``, ``Bpref`` ``bpref``, and ``RR`` ``recip_rank``.
+``RR@K`` is the one that is not ``mrr@K``: ir_measures computes it with MS
+MARCO's MRR code, which ranks tied scores by docid ascending where trec_eval
+ranks them descending (`MsMarcoRRRequest`). Names are printed as given. A
+trec_eval name stays trec_eval's: a bare ``P`` is trec_eval's P family
+(ir_measures' P needs a cutoff), and ir_measures' ``Rprec`` is not taken, the
+name being trec_eval's ``Rprec`` (with ``-l`` and ``-c``).
 """
 
 from __future__ import annotations
@@ -63,6 +86,8 @@ class TrecEvalRequest:
     params: tuple[str, ...] = ()
     depth: int | None = None  # a depth of its own, as with mrr@K
     alias: str | None = None  # the name printed instead of trec_eval's
+    relevance_level: int | None = None  # a -l of its own (an ir_measures name's rel); None: the evaluation's
+    complete: bool = False  # average over every qrels query (ir_measures' mean), whatever -c says
 
     @property
     def spec(self) -> str:
@@ -82,7 +107,43 @@ class GainRequest:
         return f"{self.measure.prefix}@{self.k}"
 
 
-MeasureRequest = TrecEvalRequest | GainRequest
+@dataclass(frozen=True)
+class MsMarcoRRRequest:
+    """ir_measures' ``RR@K``: MS MARCO's MRR@K, the reciprocal rank of the first document labelled at least
+    `relevance_level` in a query's top `k`, documents ranked by score descending and then docid ascending
+    (`common.metrics.ordering.msmarco_ranking`), averaged over every qrels query."""
+
+    name: str
+    k: int
+    relevance_level: int
+
+
+MeasureRequest = TrecEvalRequest | GainRequest | MsMarcoRRRequest
+
+
+@dataclass(frozen=True)
+class IrMeasuresName:
+    """What an ir_measures measure name stands for: its trec_eval family, and whether it takes ``@K`` and ``rel``."""
+
+    family: str  # trec_eval's measure without a cutoff
+    cut_family: str | None  # trec_eval's measure with cutoff K; None: no @K
+    cutoff_required: bool = False
+    takes_rel: bool = True
+
+
+#: ir_measures 0.4.3's names (and aliases) taken here; see the module docstring.
+IR_MEASURES: dict[str, IrMeasuresName] = {
+    **dict.fromkeys(("nDCG", "NDCG"), IrMeasuresName("ndcg", "ndcg_cut", takes_rel=False)),
+    **dict.fromkeys(("AP", "MAP"), IrMeasuresName("map", "map_cut")),
+    **dict.fromkeys(("RR", "MRR"), IrMeasuresName("recip_rank", "recip_rank")),  # RR@K: MsMarcoRRRequest
+    **dict.fromkeys(("P", "Precision"), IrMeasuresName("P", "P", cutoff_required=True)),
+    **dict.fromkeys(("R", "Recall"), IrMeasuresName("recall", "recall", cutoff_required=True)),
+    "Success": IrMeasuresName("success", "success", cutoff_required=True),
+    **dict.fromkeys(("Bpref", "BPref"), IrMeasuresName("bpref", None)),
+}
+
+_IR_MEASURES_NAME = re.compile(r"^(?P<name>[A-Za-z]+)(\((?P<params>[^()]*)\))?(@(?P<k>[0-9]+))?$")
+_REL = re.compile(r"^\s*rel\s*=\s*(?P<rel>-?[0-9]+)\s*$")
 
 _AT_K = re.compile(r"^(?P<prefix>[A-Za-z_]+)@(?P<k>[0-9]+)$")
 _NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
@@ -101,6 +162,9 @@ def parse_measures(names: Iterable[str]) -> list[MeasureRequest]:
 def _parse_one(name: str) -> list[MeasureRequest]:
     if name in NICKNAMES:
         return [TrecEvalRequest(TREC_EVAL_MEASURES[family]) for family in NICKNAMES[name]]
+    ir_measures = _IR_MEASURES_NAME.match(name)
+    if ir_measures and ir_measures["name"] in IR_MEASURES and name not in TREC_EVAL_MEASURES:
+        return [_ir_measures_request(name, ir_measures)]
     at_k = _AT_K.match(name)
     if at_k:
         prefix, k = at_k["prefix"], int(at_k["k"])
@@ -140,5 +204,33 @@ def _split_trec_eval_name(name: str) -> tuple[str, tuple[str, ...]]:
     for family in sorted(TREC_EVAL_MEASURES, key=len, reverse=True):
         if name.startswith(family + "_") and _NUMBER.match(name[len(family) + 1 :]):
             return family, (name[len(family) + 1 :],)
-    known = ", ".join([*TREC_EVAL_MEASURES, *NICKNAMES, "mrr@K", *(f"{p}@K" for p in GAIN_MEASURES)])
-    raise ValueError(f"unknown measure {name!r}; known: {known}")
+    raise ValueError(f"unknown measure {name!r}; known: {_known()}")
+
+
+def _known() -> str:
+    ir_measures = [f"{n}@K" if m.cutoff_required else f"{n}[@K]" if m.cut_family else n for n, m in IR_MEASURES.items()]
+    return (", ".join([*TREC_EVAL_MEASURES, *NICKNAMES, "mrr@K", *(f"{p}@K" for p in GAIN_MEASURES)])
+            + "; ir_measures' " + ", ".join(ir_measures) + ", each also as Name(rel=N)")  # fmt: skip
+
+
+def _ir_measures_request(name: str, match: re.Match) -> MeasureRequest:
+    """The request an ir_measures name stands for (module docstring)."""
+    measure = IR_MEASURES[match["name"]]
+    k = None if match["k"] is None else int(match["k"])
+    if k is not None and (measure.cut_family is None or k < 1):
+        raise ValueError(f"measure {name!r}: " + ("the cutoff must be at least 1" if measure.cut_family
+                                                  else f"{match['name']} takes no @K"))  # fmt: skip
+    if k is None and measure.cutoff_required:
+        raise ValueError(f"measure {name!r}: {match['name']} needs a cutoff, e.g. {match['name']}@10")
+    level = 1
+    if match["params"] is not None:
+        rel = _REL.match(match["params"])
+        if not (rel and measure.takes_rel):
+            accepted = "rel=N" if measure.takes_rel else "none"
+            raise ValueError(f"measure {name!r}: parameters accepted here: {accepted}")
+        level = int(rel["rel"])
+    if k is not None and measure.family == "recip_rank":
+        return MsMarcoRRRequest(name, k, level)
+    family, params = (measure.family, ()) if k is None else (measure.cut_family, (str(k),))
+    return TrecEvalRequest(TREC_EVAL_MEASURES[family], params, alias=name,
+                           relevance_level=level if measure.takes_rel else None, complete=True)  # fmt: skip

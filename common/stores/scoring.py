@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 from torch import Tensor
@@ -90,14 +90,16 @@ class StoreScorer:
         return rows, mask
 
 
-def score_pairs(scorer: Scorer, pairs: Sequence[tuple[str, str]], topics) -> Tensor:
+def score_pairs(scorer: Scorer, pairs: Sequence[tuple[str, str]], topics,
+                progress: Callable[[Iterable], Iterable] | None = None) -> Tensor:  # fmt: skip
     """(index, score) rows (`common.data.rerank`) of every (qid, docid) pair, each query's candidates scored together
-    (its query encoded once)."""
+    (its query encoded once). `progress` wraps the loop over the queries (e.g.
+    `common.commands.loop_progress.tracked`)."""
     by_query: dict[str, list[int]] = {}
     for i, (qid, _) in enumerate(pairs):
         by_query.setdefault(qid, []).append(i)
     rows = []
-    for qid, positions in by_query.items():
+    for qid, positions in (progress or iter)(by_query.items()):
         scores = scorer(topics[qid], [pairs[i][1] for i in positions])
         rows.append(torch.stack([torch.tensor(positions, dtype=torch.float64), scores], 1))
     return torch.cat(rows) if rows else torch.zeros(0, 2, dtype=torch.float64)

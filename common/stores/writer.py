@@ -171,14 +171,16 @@ def build_store(module: L.LightningModule, writer: StoreWriter, trainer_options:
     would.
 
     `trainer_options` go to ``lightning.Trainer`` (``accelerator``, ``devices``, ``num_nodes``, ``strategy``,
-    ``precision``, ``enable_progress_bar``: Lightning's bar counts shards on rank zero); the loader has
+    ``precision``, ``enable_progress_bar``: Lightning's bar counts shards on rank zero; ``callbacks``, such as a
+    command's progress, beside the one that writes the shards); the loader has
     `num_workers` workers (`loader_options`). Every process calls this; global rank zero returns the finished store
     once all have written their shards, the others None.
     """
     pending = writer.pending()
+    options = dict(trainer_options or {})
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False,
-                        callbacks=[StoreShardWriter(writer)], default_root_dir=writer.folder,
-                        **(trainer_options or {}))
+                        callbacks=[StoreShardWriter(writer), *options.pop("callbacks", [])],
+                        default_root_dir=writer.folder, **options)  # fmt: skip
     rank_zero_info(f"{writer.folder}: {len(pending)} of {writer.num_shards} shards to compute")
     if pending:  # every process, each given its part of the shards by Lightning's sampler
         dataset = shards(pending)

@@ -136,12 +136,14 @@ def test_the_same_seed_writes_the_same_weights(pretrained, tmp_path):
 
 
 def test_progress_lines_where_there_is_no_terminal(capsys):
-    progress = pretrain.Progress(4, terminal=False, every=0.0)
-    progress.update(1, 2.5)
-    progress.close(4, 1.25)
+    progress = pretrain.LoopProgress(4, "step", desc="pretrain", terminal=False, every=0.0)
+    progress.update(1, loss=2.5)
+    progress.update(4, loss=1.25)
+    progress.close(loss=1.25)
     lines = capsys.readouterr().err.splitlines()
     assert lines[0].startswith("step 1/4 · loss 2.5 · ") and lines[0].endswith("left")
-    assert lines[1].startswith("step 4/4 · loss 1.25 · ") and lines[1].endswith("done")
+    assert lines[1].startswith("step 4/4 · loss 1.25 · ") and lines[1].endswith("~0s left")
+    assert lines[2].startswith("step 4/4 · loss 1.25 · ") and lines[2].endswith("done")
 
 
 # --- the output -------------------------------------------------------------------------------------------------------

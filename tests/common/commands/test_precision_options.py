@@ -66,7 +66,9 @@ def test_the_default_precision(tmp_path, trained, cuda, chosen, why):
     line = resolve_precision(args, run_folder(tmp_path, trained), {}, cuda)
     assert args.precision == chosen
     assert line == f"precision {chosen} ({why}); float32 matmuls: high"
-    assert trainer_options(args) == {"accelerator": "auto", "devices": "auto", "num_nodes": 1, "precision": chosen}
+    options = trainer_options(args)
+    options.pop("callbacks")  # the command's progress (tests/common/commands/test_progress.py)
+    assert options == {"accelerator": "auto", "devices": "auto", "num_nodes": 1, "precision": chosen}
 
 
 def test_a_given_precision_wins_over_the_runs(tmp_path):

@@ -257,3 +257,75 @@ def test_the_log_reads_the_loss_once_a_line(capsys):
     clock.now = 40.0
     log.on_train_batch_end(trainer, None, None, None, STEPS)
     assert log_lines(capsys) == ["step 1000/1000 · loss 0.5 · 40s elapsed · ~0s left"] and loss.reads == 1
+
+
+# --------------------------------------------------------------------------- an evaluate or index command's loops
+class Scorer(L.LightningModule):
+    """What an evaluate command tests and an index command predicts with: one linear layer over the rows; it
+    counts the batches it has computed, which `BatchClock` reads."""
+
+    def __init__(self):
+        super().__init__()
+        self.layer, self.batches = nn.Linear(4, 1), 0
+
+    def test_step(self, batch, batch_idx):
+        self.batches += 1
+
+    def predict_step(self, batch, batch_idx):
+        self.batches += 1
+        return self.layer(batch)
+
+
+class BatchClock:
+    """Two seconds per batch `model` has computed."""
+
+    def __init__(self, model: Scorer):
+        self.model = model
+
+    def __call__(self) -> float:
+        return 2.0 * self.model.batches
+
+
+def evaluation_trainer(callback, tmp_path) -> L.Trainer:
+    return L.Trainer(callbacks=[callback], logger=False, enable_model_summary=False, accelerator="cpu",
+                     default_root_dir=tmp_path)  # fmt: skip
+
+
+@pytest.mark.parametrize("stage", ["test", "predict"])
+def test_an_evaluation_logs_its_batches_done_and_left(tmp_path, capsys, stage):
+    # 4 batches of 4 rows, 2 s each; a line every 4 s, i.e. every 2 batches, counted from the first line.
+    model = Scorer()
+    log = ProgressLog(every=4.0, clock=BatchClock(model))
+    getattr(evaluation_trainer(log, tmp_path), stage)(model, DataLoader(ROWS, batch_size=4))
+
+    assert log_lines(capsys) == [
+        f"{stage}: 4 batches",
+        f"{stage} batch 2/4 · 4s elapsed · ~4s left",
+        f"{stage} batch 4/4 · 8s elapsed · ~0s left",
+        f"{stage} done: 4 batches in 8s",
+    ]
+
+
+@pytest.mark.parametrize("stage", ["test", "predict"])
+def test_an_evaluation_in_a_terminal_shows_lightnings_bar(tmp_path, capsys, stage):
+    bar = progress_callback(terminal=True)
+    model = Scorer()
+    getattr(evaluation_trainer(bar, tmp_path), stage)(model, DataLoader(ROWS, batch_size=4))
+
+    shown = getattr(bar, f"{stage}_progress_bar")
+    assert (shown.n, shown.total) == (4, 4) and model.batches == 4
+    assert "4/4" in capsys.readouterr().out  # drawn on stdout, as the training bar
+
+
+def test_evaluate_and_index_commands_get_the_progress_with_their_trainer_options(tmp_path, capsys):
+    from argparse import Namespace
+
+    from common.commands.task_options import trainer_options
+
+    options = trainer_options(Namespace(accelerator="cpu", devices="1", num_nodes=1))
+    (log,) = options["callbacks"]
+    assert isinstance(log, ProgressLog) and log.monitor is None and log.every == 30.0  # capsys: no terminal
+    assert trainer_options(Namespace(accelerator="cpu", devices="1", num_nodes=1))["callbacks"][0] is not log
+    # The Trainer takes it as its progress: Lightning adds no bar of its own.
+    trainer = L.Trainer(**options, logger=False, enable_model_summary=False, default_root_dir=tmp_path)
+    assert trainer.progress_bar_callback is log
