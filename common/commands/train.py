@@ -186,7 +186,7 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
     leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
-    from common.commands.outputs import RUN, metrics_table, mode_run, write_mode_results, write_results
+    from common.commands.outputs import NO_QRELS, RUN, metrics_table, mode_run, write_mode_results, write_results
     from common.data.rerank import reranked_run
     from common.report import paper_dataset
 
@@ -217,10 +217,14 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
                                      depth=command.test_modes.depth, **settings)  # fmt: skip
         files = [out / mode_run(mode) for mode in runs]
     print()
-    print(metrics_table(metrics, title, model.measures, command.labels))
-    print()
-    print(command.paper_tables(metrics, task, dataset, data))
-    files += [out / "metrics.json", out / "task.json", out / CONFIG]
+    if metrics is None:  # a test task without judgments
+        print(f"{title}\n\n{NO_QRELS}")
+    else:
+        print(metrics_table(metrics, title, model.measures, command.labels))
+        print()
+        print(command.paper_tables(metrics, task, dataset, data))
+        files.append(out / "metrics.json")
+    files += [out / "task.json", out / CONFIG]
     print(f"\nwritten: {', '.join(map(str, files))}, {cli.tested_checkpoint or 'the weights after the last step'}")
     return metrics
 
