@@ -204,7 +204,8 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
         title = f"Test queries of {source} ({len(data.eval_queries('test'))})"
     others = {}
     for baseline in cli.config.get("compare_with") or []:
-        others.update({k: v for k, v in train_baseline(command, out, baseline).items() if k != "bm25"})
+        measured = train_baseline(command, out, baseline) or {}  # None: a test task without qrels
+        others.update({k: v for k, v in measured.items() if k != "bm25"})
     task = data.specs["test"]
     dataset = paper_dataset(command.paper, task)
     settings = {"measures": model.measures, "task": task, "dataset": dataset, "others": others,
@@ -229,10 +230,10 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     return metrics
 
 
-def train_baseline(command: TrainCommand, output_dir: Path, architecture: str) -> dict:
+def train_baseline(command: TrainCommand, output_dir: Path, architecture: str) -> dict | None:
     """The test metrics of `command`'s model with ``--model.architecture`` `architecture`, trained with the settings
     of ``output_dir/config.yaml`` into ``output_dir/<architecture>/``: read when that run finished, resumed when it
-    started, else trained."""
+    started, else trained; None where the test task has no qrels."""
     folder = output_dir / architecture
     if (folder / FINISHED).is_file():
         return json.loads((folder / FINISHED).read_text())
