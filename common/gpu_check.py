@@ -200,9 +200,8 @@ def _train(package: str, precision: str) -> Check:
 
 def _evaluate_args(package: str, context: Context) -> list[str]:
     checkpoint = context.out / "runs" / f"{package}-bf16-mixed" / "checkpoints" / "last.ckpt"
-    task = {"qds": ["--candidates", "builtin:test"]}.get(package, ["--task", "builtin:test"])
-    device = (["--device", context.device] if package in ("earl", "mva")
-              else ["--accelerator", "gpu" if context.device == "cuda" else "cpu", "--devices", "1"])  # fmt: skip
+    task = ["--task", "builtin:test"]
+    device = ["--accelerator", "gpu" if context.device == "cuda" else "cpu", "--devices", "1"]
     modes = ["--modes", "rerank"] if package == "conformer_kernel" else []
     return ["-m", f"{package}.evaluate", "--checkpoint", str(checkpoint), *task, *modes, "--depth", "10",
             "--precision", "bf16-mixed", *device, "--output_dir", str(context.out / "runs" / f"{package}-evaluate")]

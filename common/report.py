@@ -54,7 +54,7 @@ metric_map=None, include_missing=False, relevance_level=None) -> DataFrame``
 
 Datasets. ``diff`` is a reproduction gap only when the metrics were measured on
 the reported rows' dataset. The CLI reads the ``task.json`` beside the metrics
-file and prints a ``note:`` line above the table (at the top of ``--out`` too)
+file and prints a ``note:`` line above the table (at the top of ``--output`` too)
 when its dataset is null or differs from a compared row's (rows with dataset
 ``n/a``, parameter counts and timings, belong to none), or, without a
 ``task.json`` and without ``--dataset``, that the metrics file does not say
@@ -68,7 +68,7 @@ level of each side beside the numbers: ``reported_level`` is the level the
 paper's number was measured at, where :data:`REPORTED_RELEVANCE_LEVELS` knows it
 (with the evidence), ``1`` on datasets whose labels are all 1
 (:data:`BINARY_DATASETS`), else ``not stated``; ``reproduced_level`` is the
-``relevance_level`` passed (the CLI's ``--relevance-level``, else the
+``relevance_level`` passed (the CLI's ``--relevance_level``, else the
 ``data.relevance_level`` of the ``config.yaml`` beside the metrics file, which
 every train command writes), else ``not given``. Graded measures show ``graded``
 on both sides, measures of no relevance (timings, sizes) ``-``. The CLI prints a
@@ -97,8 +97,8 @@ Typical use at the end of a paper package's evaluation::
 CLI::
 
     python -m common.report outputs/metrics.json --paper qds --table 2 \\
-        --dataset trec-dl-2019-doc --map qds=QDS-Transformer --out report.md \\
-        [--relevance-level 1]
+        --dataset trec-dl-2019-doc --map qds=QDS-Transformer --output report.md \\
+        [--relevance_level 1]
 """
 
 from __future__ import annotations
@@ -666,7 +666,7 @@ def _build_parser() -> argparse.ArgumentParser:
         ),
         epilog=(
             "example: python -m common.report outputs/metrics.json --paper qds --table 2 "
-            "--dataset trec-dl-2019-doc --map qds=QDS-Transformer --out outputs/report.md\n"
+            "--dataset trec-dl-2019-doc --map qds=QDS-Transformer --output outputs/report.md\n"
             "Runs without --map are matched to a paper method of the same name "
             "(case and punctuation ignored). A note above the table says when the task.json beside the metrics "
             "file names another dataset than a compared row's, or when there is no task.json (and no --dataset), "
@@ -684,32 +684,38 @@ def _build_parser() -> argparse.ArgumentParser:
                         help="restrict to a dataset id, e.g. trec-dl-2019-doc (repeatable)")
     parser.add_argument("--map", action="append", default=[], metavar="RUN=METHOD",
                         help="map a run name to the paper's method name (repeatable)")
-    parser.add_argument("--metric-map", action="append", default=[], metavar="MEASURE=METRIC",
+    parser.add_argument("--metric_map", action="append", default=[], metavar="MEASURE=METRIC",
                         help="map a reproduced measure name to a reported metric name (repeatable)")
-    parser.add_argument("--relevance-level", type=int, metavar="LEVEL",
+    parser.add_argument("--relevance_level", type=int, metavar="LEVEL",
                         help="the lowest label the reproduced MAP, MRR, ... counted relevant (trec_eval -l; default: "
                              "data.relevance_level of the config.yaml beside METRICS_JSON, else not given)")
-    parser.add_argument("--include-missing", action="store_true",
+    parser.add_argument("--include_missing", action="store_true",
                         help="also list reported rows of matched methods that the run lacks")
-    parser.add_argument("--out", metavar="FILE.md",
+    parser.add_argument("--output", metavar="FILE.md",
                         help="also write the markdown table here (atomically)")
-    parser.add_argument("--overwrite", action="store_true", help="allow --out to replace an existing file")
+    parser.add_argument("--overwrite", action="store_true", help="allow --output to replace an existing file")
+    # The former spellings, read as the options above and left out of the help.
+    parser.add_argument("--metric-map", dest="metric_map", action="append", help=argparse.SUPPRESS)
+    parser.add_argument("--relevance-level", dest="relevance_level", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--include-missing", dest="include_missing", action="store_true", default=argparse.SUPPRESS,
+                        help=argparse.SUPPRESS)
+    parser.add_argument("--out", dest="output", help=argparse.SUPPRESS)
     return parser
 
 
-def _check_out(out: str | None, overwrite: bool) -> None:
-    """Refuse an --out that cannot be written before comparing anything, rather than after printing the table."""
+def _check_output(out: str | None, overwrite: bool) -> None:
+    """Refuse an --output that cannot be written before comparing anything, rather than after printing the table."""
     if out is None:
         return
     problem = output_file_problem(Path(out), overwrite)
     if problem:
-        raise ReportError(f"--out: {problem}")
+        raise ReportError(f"--output: {problem}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        _check_out(args.out, args.overwrite)
+        _check_output(args.output, args.overwrite)
         metrics = load_metrics(args.metrics_json)
         method_map = _parse_map(args.map)
         metric_map = _parse_map(args.metric_map)
@@ -736,16 +742,16 @@ def main(argv: list[str] | None = None) -> int:
         notes = [line for line in (note, level_note(df)) if line]
         if notes:
             text = "\n".join(notes) + f"\n\n{text}"
-        if args.out:
+        if args.output:
             try:
-                with atomic_write(args.out, overwrite=args.overwrite) as f:
+                with atomic_write(args.output, overwrite=args.overwrite) as f:
                     f.write(text)
             except OSError as exc:
-                raise ReportError(f"{args.out}: cannot write ({exc.strerror or exc})") from None
+                raise ReportError(f"{args.output}: cannot write ({exc.strerror or exc})") from None
     except (ReportError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # Printed once --out is written, so that a failed write prints nothing but its error.
+    # Printed once --output is written, so that a failed write prints nothing but its error.
     sys.stdout.write(text)
     return 0
 

@@ -10,7 +10,8 @@ candidates (top ``--depth``); ``--modes fullrank`` retrieves each query's top 10
 index of the task's documents (`conformer_kernel.index`), built into ``OUTPUT_DIR/index`` or
 read from ``--index`` when given. Writes ``run.<mode>.trec``, ``metrics.json`` (Table 1's
 NDCG@10, NCG@100, AP, RR; BM25 under ``bm25``) and ``task.json`` (the task and the paper's
-dataset it is) and prints the metrics.
+dataset it is) and prints the metrics. Without ``--qrels`` (files or a rank_llm file) the runs and ``task.json``
+are written, and no metrics nor comparison (`common.commands.outputs.NO_QRELS`).
 
 Depth: without ``--depth``, re-ranking takes the checkpoint's data setting ``depth`` (what
 `conformer_kernel.train` re-ranked when it reported its test metrics), else 100 (Table 1's
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m conformer_kernel.evaluate", description=__doc__.split("\n\n")[0],
                             epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help="a conformer_kernel.train checkpoint")
-    add_task_arguments(parser, "task", "builtin:<split> or irds:<ir_datasets id>")
+    add_task_arguments(parser, "builtin:<split> or irds:<ir_datasets id>")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: both")
     parser.add_argument("--index", type=existing_index,
                         help="an existing conformer_kernel.index folder for fullrank (default: build one)")
@@ -84,12 +85,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict | None:
-    """Evaluate as the command line says; returns the metrics on global rank zero, None on the other processes."""
+    """Evaluate as the command line says; returns the metrics on global rank zero (None without qrels), None on the
+    other processes."""
     args = build_parser().parse_args(argv)
     if args.index and "fullrank" not in args.modes:
         usage_error("--index: only fullrank reads an index; add it to --modes, or leave --index out")
     out = fresh_output_dir(args.output_dir, "ck-evaluate")
-    task = task_spec_from_args(args, "task")
+    task = task_spec_from_args(args)
     orcas = [args.orcas] if args.orcas else []  # the checkpoint's own field is checked once it is read
     refuse_missing_files([task, *orcas], ["--task", *["--orcas"] * len(orcas)], [None, *[ORCAS_PARTS] * len(orcas)],
                          quiet=not launched_as_global_zero())
@@ -102,7 +104,7 @@ def main(argv=None) -> dict | None:
     import lightning as L
 
     from common.commands.cli import INPUT_ERRORS
-    from common.commands.outputs import metrics_table, mode_run, write_mode_results
+    from common.commands.outputs import NO_QRELS, metrics_table, mode_run, write_mode_results
     from common.data.rerank import reranked_run
     from common.report import paper_dataset
     from conformer_kernel.data import ConformerKernelDataModule
@@ -148,12 +150,15 @@ def main(argv=None) -> dict | None:
     dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_mode_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level,
                                  measures=model.measures, task=task, dataset=dataset, depth=DEPTH)  # fmt: skip
-    print(metrics_table(metrics, f"{data.source('test').name}: {len(data.eval_queries('test'))} queries",
-                        model.measures, MEASURE_LABELS))  # fmt: skip
+    title = f"{data.source('test').name}: {len(data.eval_queries('test'))} queries"
+    written = ", ".join(str(out / mode_run(m)) for m in runs)
+    if metrics is None:
+        print(f"{title}\n\n{NO_QRELS}\n\nwritten: {written}, {out / 'task.json'}")
+        return None
+    print(metrics_table(metrics, title, model.measures, MEASURE_LABELS))
     print()
     print(paper_tables(metrics, task, dataset, data))
-    print(f"\nwritten: {', '.join(str(out / mode_run(m)) for m in runs)}, {out / 'metrics.json'}, "
-          f"{out / 'task.json'}")
+    print(f"\nwritten: {written}, {out / 'metrics.json'}, {out / 'task.json'}")
     return metrics
 
 

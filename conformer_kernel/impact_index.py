@@ -100,7 +100,7 @@ class ImpactIndex:
             shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
             some = f"{len(missing)} query term is" if len(missing) == 1 else f"{len(missing)} query terms are"
             raise MissingTermsError(f"{some} not in the index ({shown}); build it with the "
-                                    "topics that contain them (conformer_kernel.index --topics)")
+                                    "topics that contain them (conformer_kernel.index --query_tasks)")
 
     def score_all(self, query_terms: Sequence[str]) -> np.ndarray:
         """s_qd = Σ_{t∈q} s_td for every document (a repeated query term counts each time), float64."""

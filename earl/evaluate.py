@@ -25,10 +25,12 @@ sample of the queries (seed 0, as data.test_queries).
 
 Outputs (a new ``--output_dir``, default ``outputs/earl-evaluate-<time>``): ``run.trec``, ``task.json`` and
 ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``; with ``--compare_end_to_end`` the end-to-end
-run under ``<name>_end_to_end``), written by `common.commands.outputs.write_results`, metrics.json last. The metrics are
+run under ``<name>_end_to_end``), written by `common.commands.outputs.write_results`, metrics.json last; without
+``--qrels`` (files or a rank_llm file) ``run.trec`` and ``task.json``, and no metrics. The metrics are
 printed beside BM25's and, where the task is one of Table 2's MS MARCO datasets (``--dataset`` for files), beside
-the paper's. Scoring runs in one process on ``--device`` (one query at a time, the paper's online setting):
-launched as several (``torchrun``, ``srun``), global rank zero does all of it and the others return at once.
+the paper's. Scoring runs in one process on the one device ``--accelerator`` and ``--devices`` name (one query at a
+time, the paper's online setting): launched as several (``torchrun``, ``srun``), global rank zero does all of it and
+the others return at once.
 
 Precision: ``--precision`` (default: the one the checkpoint's run trained with, where its run folder says so, else
 32-true) is the autocast the scoring runs under, the scores staying float32; float32 matmuls run at

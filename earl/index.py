@@ -1,4 +1,4 @@
-"""``python -m earl.index --checkpoint CKPT --strategy s1|s2 --collection TASK --output DIR``: precompute the
+"""``python -m earl.index --checkpoint CKPT --strategy s1|s2 --collection TASK --output_dir DIR``: precompute the
 document representations of a trained EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with
 Pre-computed Representation", 2020), so that ``python -m earl.evaluate --store DIR`` ranks without T_doc.
 
@@ -10,14 +10,14 @@ tokens, [CLS] and [SEP] included and padding left out, the passage cut and token
 checkpoint's tokenizer and passage length). The command prints the bytes per document of the store it built and
 what the other strategy would cost (S2 = 2·K x S1). Before building it prints the store's estimated size (the
 collection's size times the mean rows of a sample of 1,000 of its documents, tokenised but not encoded, plus the
-store's other files; `common.stores.size`) beside the space free where ``--output`` goes.
+store's other files; `common.stores.size`) beside the space free where ``--output_dir`` goes.
 
 ``CKPT`` is an `earl.train` checkpoint of EARL (the BERT ranker and BERT-Siamese have nothing to precompute).
 ``--collection`` names the documents: ``builtin:<split>``, ``irds:<ir_datasets id>`` (``msmarco-passage`` for
 the paper's 8.8M passages) or a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok); every
 document is stored, in the collection's order.
 
-Output: a representation store (`common.stores.representations`) in a new ``--output`` folder: ``plan.json``, shards
+Output: a representation store (`common.stores.representations`) in a new ``--output_dir`` folder: ``plan.json``, shards
 of ``--shard_size`` documents (``shard-*.bin`` rows and ``shard-*.index.json``), ``manifest.json`` written last.
 Its identity is the checkpoint file's sha256 and the strategy, and ``earl.evaluate`` refuses a store of another
 checkpoint; ``extra`` records the judge blocks, hidden size, heads, passage length and tokenizer. ``--dtype

@@ -24,7 +24,8 @@ Depth: ``--depth``, else the checkpoint's data setting ``depth``, else 1,000 (th
 ``--test_queries`` evaluates a seeded sample of the queries (seed 0, as data.test_queries).
 
 Outputs (a new ``--output_dir``, default ``outputs/mva-evaluate-<time>``): ``run.trec``, ``task.json``,
-``costs.json`` and ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``), metrics.json last.
+``costs.json`` and ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``), metrics.json last; without
+``--qrels`` (files or a rank_llm file) the runs, ``costs.json`` and ``task.json``, and no metrics.
 
 Precision: ``--precision`` (default: the one the checkpoint's run trained with, where its run folder says so, else
 32-true) is the autocast the scoring runs under, the scores staying float32; float32 matmuls run at
@@ -172,8 +173,9 @@ class MVAEvaluation(StoreEvaluation):
                 multi = multi_pass_run(self.run, rescorer, self.topics, k, queries_progress(multi_name))
                 write_run(out / f"run.{multi_name}.trec", multi, tag=multi_name)
                 written.append(out / f"run.{multi_name}.trec")
-                self.others[multi_name] = evaluate_run(self.qrels, multi, self.ranker.measures,
-                                                       relevance_level=self.level)  # fmt: skip
+                if self.qrels:  # a task without judgments: the run alone
+                    self.others[multi_name] = evaluate_run(self.qrels, multi, self.ranker.measures,
+                                                           relevance_level=self.level)  # fmt: skip
                 ca_alone = k >= self.depth
                 first_cost = 0.0 if ca_alone else costs[name]["joint_mmacs"]
                 ca_cost = rescorer.macs / max(queries, 1) / 1e6 if k > 1 else 0.0  # K = 1 changes nothing (mva.costs)

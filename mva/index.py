@@ -1,4 +1,4 @@
-"""``python -m mva.index --checkpoint CKPT --collection TASK --output DIR``: precompute the document representations
+"""``python -m mva.index --checkpoint CKPT --collection TASK --output_dir DIR``: precompute the document representations
 of a trained MVA or dual encoder (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", 2021), so
 that ``python -m mva.evaluate --store DIR`` re-ranks without encoding a document at query time.
 
@@ -9,14 +9,14 @@ document's rows are the timesteps its pooling keeps (`mva.store`), the passage c
 training (the checkpoint's tokenizer and passage length). The command prints the bytes per document it stored;
 before building, the store's estimated size (the collection's size times the mean timesteps kept of a sample of
 1,000 of its documents, tokenised but not encoded, plus the store's other files; `common.stores.size`) beside the
-space free where ``--output`` goes.
+space free where ``--output_dir`` goes.
 
 ``CKPT`` is an `mva.train` checkpoint of MVA or DE (CA reads query and document together: nothing to store).
 ``--collection`` names the documents: ``builtin:<split>``, ``irds:<ir_datasets id>`` (``msmarco-passage`` for
 the paper's 8.8M passages) or a collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok); every
 document is stored, in the collection's order.
 
-Output: a representation store (`common.stores.representations`) in a new ``--output`` folder: ``plan.json``, shards
+Output: a representation store (`common.stores.representations`) in a new ``--output_dir`` folder: ``plan.json``, shards
 of ``--shard_size`` documents, ``manifest.json`` written last. Its identity is the checkpoint file's sha256 and
 the architecture; ``mva.evaluate`` refuses a store of another checkpoint. ``--dtype fp16`` halves the bytes. The
 shards are computed by Lightning ``predict``, split among ``--devices`` and ``--num_nodes``, each written as soon

@@ -1,4 +1,4 @@
-"""``python -m mva.pretrain --collection TASK --output DIR [--architecture ca|de|mva]``: masked-language-model
+"""``python -m mva.pretrain --collection TASK --output_dir DIR [--architecture ca|de|mva]``: masked-language-model
 (MLM) and next-sentence-prediction (NSP) pre-training on a collection's passages, the starting point of MVA's and
 its baselines' fine-tuning (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", 2021).
 
@@ -83,7 +83,7 @@ probe batch (``--batch_size`` passages drawn with the seed and masked once, left
 collection has more) and prints them. Progress: a bar on a terminal, else a line on stderr every 30 s
 (`common.commands.loop_progress`).
 
-Output: a new ``--output`` folder (refused where it exists and is not empty), written under a temporary sibling
+Output: a new ``--output_dir`` folder (refused where it exists and is not empty), written under a temporary sibling
 name and renamed into place once complete: the model (``save_pretrained``: ``config.json`` and
 ``model.safetensors``, ``bert.*`` weights that ``BertModel.from_pretrained`` loads; ``ca``: ``BertForPreTraining``
 or ``BertForMaskedLM``, ``de`` and ``mva``: ``BertForMaskedLM``, the encoder and its MLM head), its tokenizer
@@ -117,13 +117,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from common.commands.loop_progress import LoopProgress
-from common.commands.store_options import (
-    check_collection,
-    device_name,
-    is_collection_task,
-    open_collection,
-    resolve_device,
-)
+from common.commands.store_options import check_collection, is_collection_task, open_collection
+from common.commands.task_options import add_process_arguments, check_one_device, one_device
 from common.data.formats import DataFormatError
 from common.data.specs import TaskSpecError
 from common.refusals import (
@@ -177,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the passages: builtin:<split>, irds:<ir_datasets id> (C4: irds:c4/en-noclean-tr), a "
                              "collection FILE (docid<TAB>[title<TAB>]text TSV or JSONL) or a rank_llm candidate file "
                              "(.json)")
-    parser.add_argument("--output", required=True,
+    parser.add_argument("--output_dir", required=True,
                         help="a new folder for the model, its tokenizer, pretrain.json (and mva.ckpt)")
     parser.add_argument("--architecture", choices=ARCHITECTURES, default="ca",
                         help="ca: BERT over the concatenated pair (the paper's CA); de: the dual encoder, the two "
@@ -207,8 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="share of the tokens masked (BERT: 0.15; default 0.15)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the order, the NSP pairs, the masks, a "
                                                             "from-scratch model's weights and dropout (default 0)")
-    parser.add_argument("--device", type=device_name, default="auto",
-                        help="where to train: auto (cuda if there is one), cpu, cuda or cuda:N (default auto)")
+    add_process_arguments(parser, "one device, where to train: auto (a GPU if there is one), 1, or a GPU's index "
+                                  "such as 0,")
     scratch = parser.add_argument_group("a BERT from scratch (without --encoder or --init)")
     scratch.add_argument("--tokenizer", default=None,
                          help="builtin (the BPE of the built-in collection), train (a BPE learnt on --collection's "
@@ -239,13 +234,14 @@ def build_parser() -> argparse.ArgumentParser:
 def check_args(args: argparse.Namespace) -> None:
     """What the option types do not check, before torch is imported or anything read; fills in the from-scratch
     defaults and ``args.model``, the DE's or MVA's settings (None for ``ca``)."""
+    check_one_device(args, "mva.pretrain", "its own training loop, without Lightning")
     check_collection(args.collection)
-    output = Path(args.output)
+    output = Path(args.output_dir)
     problem = output_folder_problem(output)
     if problem:
-        usage_error(f"--output: {problem}")
+        usage_error(f"--output_dir: {problem}")
     if output.is_dir() and any(output.iterdir()):
-        usage_error(f"--output: {output} is not empty: choose a new one")
+        usage_error(f"--output_dir: {output} is not empty: choose a new one")
     apart = args.architecture != "ca"
     if apart and args.nsp == "off":
         usage_error(f"--nsp: off is --architecture ca's: the {args.architecture.upper()} pre-training scores NSP "
@@ -807,7 +803,7 @@ def main(argv=None) -> dict:
         doc_ids = list(documents)
     if not doc_ids:
         usage_error(f"--collection: {args.collection} holds no documents")
-    device = resolve_device(args.device)
+    device = one_device(args)
 
     rng = random.Random(args.seed)
     order = list(doc_ids)
@@ -862,13 +858,13 @@ def main(argv=None) -> dict:
             torch.save({"state_dict": state}, folder / CHECKPOINT)  # mva.train's checkpoint_weights reads it
         (folder / RECORD).write_text(json.dumps(record, indent=2) + "\n")
 
-    write_atomically(Path(args.output), write)
+    write_atomically(Path(args.output_dir), write)
 
     def shown(losses: dict) -> str:
         return ", ".join(f"{name.upper()} {value:.4f}" for name, value in losses.items())
 
     print(f"probe batch loss ({len(probe_ids)} passages): before {shown(before)}; after {shown(after)}")
-    print(f"written: {args.output} ({seconds:.1f}s); fine-tune with {fine_tuning(args)}")
+    print(f"written: {args.output_dir} ({seconds:.1f}s); fine-tune with {fine_tuning(args)}")
     return record
 
 
@@ -876,12 +872,12 @@ def fine_tuning(args: argparse.Namespace) -> str:
     """The ``mva.train`` command line that starts from the output, with the DE's or MVA's settings (module
     docstring)."""
     parts = ["python -m mva.train", *([f"--config {args.config}"] if args.config else []),
-             f"--model.encoder {args.output}", f"--data.tokenizer {args.output}"]  # fmt: skip
+             f"--model.encoder {args.output_dir}", f"--data.tokenizer {args.output_dir}"]  # fmt: skip
     if args.architecture == "ca":
         return " ".join(parts)
     parts.append(f"--model.architecture {args.architecture}")
     if args.architecture == "mva":
-        parts.append(f"--model.init_checkpoint {Path(args.output) / CHECKPOINT}")
+        parts.append(f"--model.init_checkpoint {Path(args.output_dir) / CHECKPOINT}")
     values = {key: args.model[key] for key in args.model_flags}  # the rest as the same --config gives it
     parts += [f"--model.{key} {'null' if value is None else str(value).lower()}" for key, value in values.items()]
     return " ".join(parts)

@@ -1,4 +1,4 @@
-"""``python -m qds.evaluate --checkpoint CKPT --candidates TASK``: re-rank a candidate run with a trained
+"""``python -m qds.evaluate --checkpoint CKPT --task TASK``: re-rank a candidate run with a trained
 QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document Ranking with Query-Directed Sparse Transformer",
 Findings of EMNLP 2020) and compare with the paper.
 
@@ -10,7 +10,9 @@ trained with. ``TASK`` names topics, qrels,
 candidates and documents: ``irds:msmarco-document/trec-dl-2019/judged``, ``builtin:test``, or
 ``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.trec``,
 ``metrics.json`` (NDCG@10, MAP, MRR@10 with TREC DL conventions; BM25 under ``bm25``) and ``task.json`` (the task
-and the paper's dataset it is) into ``--output_dir`` and prints the metrics.
+and the paper's dataset it is) into ``--output_dir`` and prints the metrics. Without ``--qrels`` (files or a
+rank_llm file) the candidates are re-ranked all the same: ``run.trec`` and ``task.json`` are written, and no
+metrics nor comparison (`common.commands.outputs.NO_QRELS`).
 
 Depth: ``--depth`` candidates per query are re-ranked; without it, the checkpoint's data setting
 ``depth`` (what `qds.train` re-ranked when it reported its test metrics), else 100 (the official
@@ -60,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
                         help="a qds.train checkpoint or the official release")
-    add_task_arguments(parser, "candidates", "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
+    add_task_arguments(parser, "task to re-rank: builtin:<split> or irds:<ir_datasets id>", aliases=("candidates",))
     parser.add_argument("--output_dir", help="default: a new outputs/qds-evaluate-<time>")
     parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")
@@ -145,11 +147,12 @@ def load_model(args, state: dict | None = None):
 
 
 def main(argv=None) -> dict | None:
-    """Evaluate as the command line says; returns the metrics on global rank zero, None on the other processes."""
+    """Evaluate as the command line says; returns the metrics on global rank zero (None without qrels), None on the
+    other processes."""
     args = build_parser().parse_args(argv)
     out = fresh_output_dir(args.output_dir, "qds-evaluate")
-    task = task_spec_from_args(args, "candidates")
-    refuse_missing_files([task], ["--candidates"], quiet=not launched_as_global_zero())
+    task = task_spec_from_args(args)
+    refuse_missing_files([task], ["--task"], quiet=not launched_as_global_zero())
     from common.commands.quiet import quiet_lightning
     from common.training.processes import leave_process_group_at_exit
 
@@ -159,7 +162,7 @@ def main(argv=None) -> dict | None:
     import lightning as L
 
     from common.commands.cli import INPUT_ERRORS
-    from common.commands.outputs import RUN, metrics_table, write_results
+    from common.commands.outputs import NO_QRELS, RUN, metrics_table, write_results
     from common.data.rerank import reranked_run
     from common.report import paper_dataset
     from qds.data import QDSDataModule
@@ -189,8 +192,11 @@ def main(argv=None) -> dict | None:
     dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_results(out, pattern, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
                             measures=model.measures, task=task, dataset=dataset)  # fmt: skip
-    print(metrics_table(metrics, f"{data.source('test').name}: {len(run)} queries, top {depth} re-ranked",
-                        model.measures))  # fmt: skip
+    title = f"{data.source('test').name}: {len(run)} queries, top {depth} re-ranked"
+    if metrics is None:
+        print(f"{title}\n\n{NO_QRELS}\n\nwritten: {out / RUN}, {out / 'task.json'}")
+        return None
+    print(metrics_table(metrics, title, model.measures))
     print()
     print(paper_tables(metrics, task, dataset, data))
     print(f"\nwritten: {out / RUN}, {out / 'metrics.json'}, {out / 'task.json'}")

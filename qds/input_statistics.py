@@ -4,7 +4,7 @@ estimates rest on, computed from the data and written to one JSON file (results/
 - ``queries``: words per query (whitespace-separated) of each ``--topics`` file. The benchmark's query of 8 tokens
   (``qds.benchmark --query_tokens``) is MS MARCO's mean query of about 6 words at about 1.3 RoBERTa BPE tokens a word,
   an assumption (no RoBERTa tokenizer is available offline).
-- ``sentences``: words per sentence of the ``--top`` first passages of each query of a rank_llm ``--candidates``
+- ``sentences``: words per sentence of the ``--top`` first passages of each query of a rank_llm ``--rank_llm``
   file, split as QDS's inputs are (`qds.sentences.split_sentences`, blingfire); the benchmark's 25-token sentence.
 - ``density``: the nonzero fraction of each pattern's attention matrix (Table 5's "sparsity") on the benchmark's
   input of ``--n`` tokens in each layout (`qds.inputs.exact_density`: window ``--window`` and the global tokens).
@@ -16,6 +16,7 @@ A new file each time (``--overwrite`` replaces one); bad input ends in one line 
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 from statistics import fmean
@@ -88,8 +89,9 @@ def parse_args(argv: list[str] | None):
         help="TREC topics files (qid<TAB>text) whose words per query are counted (default: MS MARCO document dev, "
              "TREC DL 2019 documents and TREC DL 2020, under ../shared/data, relative to the checkout's root as the "
              "configs' paths are)")
-    add("--candidates", type=existing_file, default=CANDIDATES, metavar="FILE",
+    add("--rank_llm", type=existing_file, default=CANDIDATES, metavar="FILE",
         help="a rank_llm candidate file whose passages are split into sentences (default: BM25's TREC DL 2019)")
+    add("--candidates", dest="rank_llm", type=existing_file, help=argparse.SUPPRESS)  # its former name
     add("--top", type=positive_int, default=20, help="passages per query split into sentences")
     add("--n", type=positive_int, default=2048, help="the benchmark input's length in tokens")
     add("--window", type=positive_int, default=128, help="local attention window w")
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with input_errors(DataFormatError):
         statistics = {"queries": {str(path): query_words(path) for path in args.topics},
-                      "sentences": {"candidates": str(args.candidates), **sentence_words(args.candidates, args.top)}}
+                      "sentences": {"candidates": str(args.rank_llm), **sentence_words(args.rank_llm, args.top)}}
     statistics["density"] = {"n": args.n, "window": args.window, "query_tokens": args.query_tokens,
                              "sentence_tokens": args.sentence_tokens,
                              **densities(args.n, args.window, args.query_tokens, args.sentence_tokens)}

@@ -22,13 +22,13 @@ FIXTURES = Path(__file__).parent / "fixtures" / "checkpoints"
 
 #: fixture -> (evaluate command's module, its arguments after --checkpoint, the runs it writes)
 CASES = {
-    "qds": ("qds.evaluate", ["--candidates", "builtin:test", "--depth", "10", "--devices", "1"], ["run.trec"]),
+    "qds": ("qds.evaluate", ["--task", "builtin:test", "--depth", "10", "--devices", "1"], ["run.trec"]),
     "conformer_kernel": ("conformer_kernel.evaluate",
                          ["--task", "builtin:test", "--modes", "rerank", "fullrank", "--depth", "10",
                           "--test_queries", "10", "--devices", "1"], ["run.rerank.trec", "run.fullrank.trec"]),
-    "earl": ("earl.evaluate", ["--task", "builtin:test", "--depth", "10", "--test_queries", "10", "--device", "cpu"],
+    "earl": ("earl.evaluate", ["--task", "builtin:test", "--depth", "10", "--test_queries", "10", "--accelerator", "cpu"],
              ["run.trec"]),
-    **{name: ("mva.evaluate", ["--task", "builtin:test", "--depth", "10", "--test_queries", "10", "--device", "cpu"],
+    **{name: ("mva.evaluate", ["--task", "builtin:test", "--depth", "10", "--test_queries", "10", "--accelerator", "cpu"],
               ["run.trec"]) for name in ("mva", "mva-de", "mva-ca")},
 }  # fmt: skip
 #: Every case re-ranks (or full-ranks) this many documents per query.

@@ -9,7 +9,7 @@ options, their docstring (the ``--help``) and what their paper defines; their op
   (`earl.store`, `mva.store`) gives ``load_ranker(state)``, ``data_encoder(data settings)`` (passages encoded as in
   training), ``representation(ranker, encoder, **options)`` (what a store holds, a
   `common.stores.writer.Representation`) and ``storage_report(store)``. Before building, global rank zero prints
-  the store's estimated size and the space free where ``--output`` goes, and refuses in one line where that cannot
+  the store's estimated size and the space free where ``--output_dir`` goes, and refuses in one line where that cannot
   hold it (`check_room`, `common.stores.size`). It computes in ``--precision`` (`common.commands.task_options`),
   its documents read and tokenised by ``--num_workers`` loader workers (`common.stores.writer.EncodedShards`).
 - `StoreEvaluation`: an evaluate command, subclassed by each package (`earl.evaluate.EARLEvaluation`,
@@ -20,13 +20,16 @@ options, their docstring (the ``--help``) and what their paper defines; their op
   them: `common.commands.task_options.autocast`; the scores stay float32, `common.encoders.precision`), its
   progress shown over the queries as a Lightning test's (`queries_progress`), writes provenance.json
   (`common.commands.provenance`), run.trec, task.json and metrics.json (`common.commands.outputs.write_results`,
-  metrics.json last) and prints the metrics beside BM25's and the paper's. With ``--compare_end_to_end`` it also scores the same pairs end to end and
+  metrics.json last) and prints the metrics beside BM25's and the paper's; a task without judgments (no
+  ``--qrels``), run.trec and task.json alone, with no metrics. With ``--compare_end_to_end`` it also scores the same
+  pairs end to end and
   writes how far the two are apart to exactness.json (`common.stores.scoring.compare_scores`).
 
 Several processes: an index command's shards are split among them (Lightning ``predict``; ``--devices N``,
 ``torchrun`` or ``srun``), global rank zero writing the manifest (`common.stores.writer.build_store`). An evaluate
-command scores in one process, query after query (the paper's online setting): launched as several, global rank
-zero does all of it and the others return at once, writing nothing
+command scores in one process, query after query (the paper's online setting), on the one device its
+``--accelerator`` and ``--devices`` name (`common.commands.task_options.check_one_device`): launched as several,
+global rank zero does all of it and the others return at once, writing nothing
 (`common.commands.task_options.launched_as_global_zero`).
 """
 
@@ -38,10 +41,9 @@ import json
 from collections.abc import Callable
 
 from common.commands.provenance import write_provenance
-from common.commands.store_options import (DTYPES, check_candidates, open_store, read_collection,
-                                           resolve_device)
-from common.commands.task_options import (autocast, fresh_output_dir, resolve_depth, resolve_precision, runs_on_cuda,
-                                          task_spec_from_args, trainer_options)
+from common.commands.store_options import DTYPES, check_candidates, open_store, read_collection
+from common.commands.task_options import (autocast, check_one_device, fresh_output_dir, one_device, resolve_depth,
+                                          resolve_precision, runs_on_cuda, task_spec_from_args, trainer_options)
 from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import input_errors, usage_error
@@ -73,38 +75,38 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
     # global rank zero's: the others would print it again (and a refusal ends the launch)
     room = check_room(args, representation, encoder, documents, doc_ids) if launched_as_global_zero() else None
     print(f"{'resuming' if args.resume else 'building'} {what} of {ranker.name} ({args.dtype}) over "
-          f"{len(doc_ids):,} documents of {args.collection} in {args.output}")
+          f"{len(doc_ids):,} documents of {args.collection} in {args.output_dir}")
     if room:
         print(room)
     print(precision)
     try:
         built = build_representations(
-            representation, encoder, documents, doc_ids, args.output,
+            representation, encoder, documents, doc_ids, args.output_dir,
             checkpoint_sha256=checkpoint_sha256, dtype=DTYPES[args.dtype], shard_size=args.shard_size,
             batch_size=args.batch_size, resume=args.resume, verify=args.verify,
             trainer_options=trainer_options(args), num_workers=args.num_workers,
         )  # fmt: skip
     except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
-        usage_error(f"--output: {error}")
+        usage_error(f"--output_dir: {error}")
     if built is not None:
         print(store.storage_report(built))
-        print(f"written: {args.output}")
+        print(f"written: {args.output_dir}")
     return built
 
 
 def check_room(args: argparse.Namespace, representation, encoder, documents, doc_ids: list[str]) -> str:
-    """The store's estimated size (`common.stores.size.estimate_store`) and the space free where ``--output`` is, as
+    """The store's estimated size (`common.stores.size.estimate_store`) and the space free where ``--output_dir`` is, as
     a line to print; where that space cannot hold what is left to write (with ``--resume``, the estimate less what
-    the folder already holds), one line naming ``--output``, before anything is written."""
+    the folder already holds), one line naming ``--output_dir``, before anything is written."""
     from common.stores.size import estimate_store, format_bytes, free_space, written_bytes
 
     estimate = estimate_store(representation, encoder, documents, doc_ids, dtype=DTYPES[args.dtype],
                               shard_size=args.shard_size, batch_size=args.batch_size)  # fmt: skip
-    written = written_bytes(args.output) if args.resume else 0
-    folder, free = free_space(args.output)
+    written = written_bytes(args.output_dir) if args.resume else 0
+    folder, free = free_space(args.output_dir)
     more = (f" more ({format_bytes(estimate.bytes)} in all, {format_bytes(written)} written)" if written else "")
     if free < estimate.bytes - written:
-        usage_error(f"--output: no room for the store in {args.output}: it needs an estimated "
+        usage_error(f"--output_dir: no room for the store in {args.output_dir}: it needs an estimated "
                     f"{format_bytes(estimate.bytes - written)}{more} and {folder} has {format_bytes(free)} free")
     left = f", {format_bytes(written)} of it written" if written else ""
     return f"estimated size: {estimate.describe()}{left}; free on {folder}: {format_bytes(free)}"
@@ -158,7 +160,9 @@ class StoreEvaluation:
         self.index_command = f"{self.package}.index"
 
     def check_args(self) -> None:
-        """What the option types do not check, before anything is imported."""
+        """What the option types do not check, before anything is imported: one device to score on, and
+        ``--compare_end_to_end`` only with a store."""
+        check_one_device(self.args, f"{self.package}.evaluate", "one query at a time, the paper's online setting")
         if self.args.compare_end_to_end and self.args.store is None:
             usage_error("--compare_end_to_end: compares a store's scores with end-to-end ones; give --store")
 
@@ -174,7 +178,7 @@ class StoreEvaluation:
         if not launched_as_global_zero():  # one process scores (module docstring): rank zero's
             return None
         self.out = out = fresh_output_dir(args.output_dir, f"{self.package}-evaluate")
-        self.task = task = task_spec_from_args(args, "task")
+        self.task = task = task_spec_from_args(args)
         refuse_missing_files([task], ["--task"])
         from common.commands.quiet import quiet_lightning
         from common.training.processes import leave_process_group_at_exit
@@ -185,12 +189,12 @@ class StoreEvaluation:
         # torch alone: a foreign checkpoint, or a store of another checkpoint, is refused before Lightning loads
         state, store = self.read_inputs()
 
-        from common.commands.outputs import metrics_table, write_results
+        from common.commands.outputs import NO_QRELS, metrics_table, write_results
         from common.data.rerank import reranked_run
         from common.report import paper_dataset
         from common.stores.scoring import exactness_line, score_pairs
 
-        self.device = resolve_device(args.device)
+        self.device = one_device(args)
         precision = resolve_precision(args, args.checkpoint, state, self.device.type == "cuda")
         data, pairs, depth_source = self.open_task(state, store)
         self.ranker = ranker = self.load_ranker(state).to(self.device)
@@ -216,16 +220,19 @@ class StoreEvaluation:
         dataset = args.dataset or paper_dataset(self.package, task)
         metrics = write_results(out, ranker.name, run, self.qrels, candidates, self.level, measures=ranker.measures,
                                 task=task, dataset=dataset, others=self.others)  # fmt: skip
+        title = f"{source.name}: {len(run)} queries, top {self.depth} re-ranked, {scorer.label}"
         print()
-        print(metrics_table(metrics, f"{source.name}: {len(run)} queries, top {self.depth} re-ranked, {scorer.label}",
-                            ranker.measures))  # fmt: skip
-        for table in [*self.tables(metrics), self.paper_tables(metrics, task, dataset)]:
-            print()
-            print(table)
+        if metrics is None:
+            print(f"{title}\n\n{NO_QRELS}")
+        else:
+            print(metrics_table(metrics, title, ranker.measures))
+            for table in [*self.tables(metrics), self.paper_tables(metrics, task, dataset)]:
+                print()
+                print(table)
         if report is not None:
             print()
             print(exactness_line(scorer.label, report))
-        files = [out / "run.trec", *written, out / "metrics.json", out / "task.json"]
+        files = [out / "run.trec", *written, *([] if metrics is None else [out / "metrics.json"]), out / "task.json"]
         if report is not None:
             files.append(out / "exactness.json")
         print(f"\nwritten: {', '.join(map(str, files))}")
@@ -265,10 +272,13 @@ class StoreEvaluation:
         reference_scorer = self.make_scorer(None)
         reference = score_pairs(reference_scorer, pairs, self.topics, progress=queries_progress(reference_scorer.label))
         self.print_seconds(reference_scorer, end_to_end=True)
-        reference_run = reranked_run(pairs, reference, candidates)
-        self.others[f"{name}_end_to_end"] = evaluate_run(self.qrels, reference_run, measures, relevance_level=level)
-        metrics = evaluate_run(self.qrels, self.run, measures, relevance_level=level)
-        report = compare_scores(scores, reference, pairs, metrics, self.others[f"{name}_end_to_end"])
+        metrics = reference_metrics = None  # a task without judgments: the scores compared, no metrics
+        if self.qrels:
+            reference_run = reranked_run(pairs, reference, candidates)
+            reference_metrics = evaluate_run(self.qrels, reference_run, measures, relevance_level=level)
+            self.others[f"{name}_end_to_end"] = reference_metrics
+            metrics = evaluate_run(self.qrels, self.run, measures, relevance_level=level)
+        report = compare_scores(scores, reference, pairs, metrics, reference_metrics)
         report = {"store": str(self.args.store), **self.exactness_identity(store), "dtype": store.dtype,
                   "bytes_per_document": store.bytes_per_document, "store_seconds": self.scorer.seconds,
                   "end_to_end_seconds": reference_scorer.seconds, **report}  # fmt: skip

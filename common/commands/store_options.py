@@ -7,15 +7,14 @@
 - An index command's options after its ``--checkpoint``: `add_index_arguments` (with the precision and loader
   workers of `common.commands.task_options`), `check_index_args` (before anything is imported), `read_collection`.
 - An evaluate command's options: `add_evaluate_arguments` (the checkpoint, the task, the store) and
-  `add_rerank_arguments` (the output folder, depth, queries, batch size, paper's dataset, relevance level, device,
-  precision).
+  `add_rerank_arguments` (the output folder, depth, queries, batch size, paper's dataset, relevance level, the one
+  device it scores on, precision).
 
 - ``--collection``: the documents to store, a task's name (``builtin:<split>``, ``irds:<id>``) or a collection
   file (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok): `check_collection` before anything is imported,
   `open_collection` to read it.
 - ``--store``: `existing_store` (an argparse type: a finished store's folder), `open_store` (built from this very
   checkpoint file, else one line naming both), `check_candidates` (every candidate to re-rank has rows).
-- ``--device``: `device_name` (an argparse type) and `resolve_device`.
 
 Every refusal is one line naming the option, exit status 2 (`common.refusals`). Nothing here imports torch at
 module level.
@@ -24,7 +23,6 @@ module level.
 from __future__ import annotations
 
 import argparse
-import re
 from pathlib import Path
 
 from common.commands.task_options import (add_precision_arguments, add_process_arguments, add_task_arguments,
@@ -71,7 +69,7 @@ def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[st
 
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--dtype``, ``--collection``, ``--output``, ``--resume``, ``--verify``, ``--shard_size``, ``--batch_size``,
+    """``--dtype``, ``--collection``, ``--output_dir``, ``--resume``, ``--verify``, ``--shard_size``, ``--batch_size``,
     Lightning's ``--accelerator``, ``--devices``, ``--num_nodes``, ``--precision``, ``--matmul_precision`` and
     ``--num_workers`` (`common.commands.task_options`)."""
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
@@ -79,9 +77,9 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the documents: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
                              "(docid<TAB>[title<TAB>]text TSV or JSONL) or a rank_llm candidate file (.json: "
                              "the text of its hits)")  # fmt: skip
-    parser.add_argument("--output", required=True,
+    parser.add_argument("--output_dir", required=True,
                         help="a new folder for the store (or an unfinished one with --resume)")
-    parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output")
+    parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output_dir")
     parser.add_argument("--verify", action="store_true",
                         help="with --resume: also re-read every shard already written against its checksum (by "
                              "default their sizes are checked; python -m common.stores.verify checks a store)")
@@ -105,10 +103,10 @@ def check_index_args(args: argparse.Namespace) -> None:
                     "common.stores.verify checks a finished store)")
     check_collection(args.collection)
     refuse_missing_files([args.collection], ["--collection"], [("docs",)], quiet=not launched_as_global_zero())
-    problem = store_output_problem(Path(args.output), args.resume)
+    problem = store_output_problem(Path(args.output_dir), args.resume)
     if problem:
         hint = " (pass --resume to finish it)" if "unfinished" in problem else ""
-        usage_error(f"--output: {problem}{hint}")
+        usage_error(f"--output_dir: {problem}{hint}")
 
 
 def read_collection(args: argparse.Namespace):
@@ -130,7 +128,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser, index_command: str, 
     """``--checkpoint``, the task (`common.commands.task_options.add_task_arguments`), ``--store`` (a finished
     store that `index_command` builds) and ``--compare_end_to_end``."""
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help=checkpoint_help)
-    add_task_arguments(parser, "task", "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
+    add_task_arguments(parser, "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
     parser.add_argument("--store", type=existing_store(index_command), default=None, help=store_help)
     parser.add_argument("--compare_end_to_end", action="store_true",
                         help="with --store: also score the same pairs end to end and report the differences")
@@ -140,7 +138,8 @@ def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: s
                          compared_with: str) -> None:  # fmt: skip
     """``--output_dir`` (default ``outputs/<package>-evaluate-<time>``), ``--depth``, ``--test_queries``,
     ``--batch_size`` (candidates per `batch`), ``--dataset`` (one of the paper's `datasets`, to compare with its
-    `compared_with`), ``--relevance_level``, ``--device``, ``--precision`` and ``--matmul_precision``
+    `compared_with`), ``--relevance_level``, ``--accelerator``, ``--devices`` and ``--num_nodes`` (one device:
+    `common.commands.task_options.check_one_device`), ``--precision`` and ``--matmul_precision``
     (`common.commands.task_options`)."""
     parser.add_argument("--output_dir", help=f"default: a new outputs/{package}-evaluate-<time>")
     parser.add_argument("--depth", type=positive_int, default=None,
@@ -153,8 +152,8 @@ def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: s
                              "task's own; files and builtin: none)")  # fmt: skip
     parser.add_argument("--relevance_level", type=int, default=None,
                         help="lowest relevant label for MAP/MRR (default: the checkpoint's data setting, else 1)")
-    parser.add_argument("--device", type=device_name, default="auto",
-                        help="where to score: auto (cuda if there is one), cpu, cuda or cuda:N (default auto)")
+    add_process_arguments(parser, "one device, where to score: auto (a GPU if there is one), 1, or a GPU's index "
+                                  "such as 0,")
     add_precision_arguments(parser)
 
 
@@ -251,25 +250,3 @@ def check_candidates(store, pairs: list[tuple[str, str]], index_command: str) ->
         usage_error(f"--store: {store.folder} has no representation of document {doc_id!r}, a candidate of query "
                     f"{qid!r}{others}: it was built from another collection; build one with {index_command} "
                     "--collection holding this task's documents")
-
-
-# --- --device -----------------------------------------------------------------------------------------------------
-
-
-def device_name(text: str) -> str:
-    """An argparse type: ``auto``, ``cpu``, ``cuda`` or ``cuda:N``."""
-    if text in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:\d+", text):
-        return text
-    raise argparse.ArgumentTypeError(f"must be auto, cpu, cuda or cuda:N, got {text}")
-
-
-def resolve_device(name: str):
-    """The torch device of ``--device``; one that this machine lacks ends the command in one line."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and (not torch.cuda.is_available()
-                                    or (":" in name and int(name.split(":")[1]) >= torch.cuda.device_count())):
-        usage_error(f"--device: {name} is not available on this machine")
-    return torch.device(name)

@@ -1,10 +1,13 @@
 """What an evaluate or index command line names, checked before anything is built: its task, checkpoint, devices,
 precision, loader workers and output folder.
 
-An evaluate command adds ``--<option> TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
-its own, ``--topics/--qrels/--run/--collection`` (`add_task_arguments`), and reads the task back as a
+An evaluate command adds ``--task TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
+its own, ``--topics/--qrels/--run/--collection`` or ``--rank_llm/--qrels`` (`add_task_arguments`; ``--qrels``
+optional: a task without it is re-ranked and not measured), and reads the task back as a
 `common.data.specs.SourceSpec`, checked (`task_spec_from_args`). `lightning_devices` is the type of its
-``--devices`` (`add_process_arguments`, with ``--accelerator`` and ``--num_nodes``), `fresh_output_dir` its output
+``--devices`` (`add_process_arguments`, with ``--accelerator`` and ``--num_nodes``; every evaluate and index command
+takes these three, and one that computes in one process, EARL's and MVA's evaluate and ``mva.pretrain``, takes one
+device of them, `check_one_device` and `one_device`), `fresh_output_dir` its output
 folder (new or empty), and `read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file,
 an unknown split or id, a used folder, a foreign checkpoint end the command in one line naming the option
 (`common.refusals`).
@@ -50,6 +53,8 @@ from common.refusals import nonnegative_int, output_folder_problem, positive_int
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 #: The older names Lightning still reads in a run's config, as its connector maps them.
 PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
+#: ``--accelerator``s of a command that computes in one process (`check_one_device`).
+ONE_DEVICE_ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
 #: ``--matmul_precision``'s choices: torch's float32 matrix product precision.
 MATMUL_PRECISIONS = ("high", "highest")
 #: What a Lightning checkpoint holds where its run trained with a gradient scaler (``16-mixed``): the precision
@@ -60,45 +65,47 @@ SCALER_STATE = "MixedPrecision"
 TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
 
 
-def add_task_arguments(parser: argparse.ArgumentParser, option: str = "task",
-                       help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:
-    """Add ``--<option> TASK`` (`help_text`) and, in a group "or a task from files", ``--topics --qrels --run
-    --collection`` (read back by `task_spec_from_args`)."""
-    parser.add_argument(f"--{option}", help=help_text)
+def add_task_arguments(parser: argparse.ArgumentParser, help_text: str = "builtin:<split> or irds:<ir_datasets id>",
+                       aliases: tuple[str, ...] = ()) -> None:  # fmt: skip
+    """Add ``--task TASK`` (`help_text`; also read under the deprecated `aliases`, ``--candidates``, left out of the
+    help) and, in a group "or a task from files", ``--topics --qrels --run --collection`` and ``--rank_llm`` (read
+    back by `task_spec_from_args`)."""
+    parser.add_argument("--task", help=help_text)
+    if aliases:
+        parser.add_argument(*(f"--{alias}" for alias in aliases), dest="task", help=argparse.SUPPRESS)
     files = parser.add_argument_group("or a task from files")
-    for name, what in (("topics", "qid<TAB>text"), ("qrels", "qid iter docid label"),
+    for name, what in (("topics", "qid<TAB>text"),
+                       ("qrels", "qid iter docid label; without it the run is written and no metrics computed"),
                        ("run", "the candidates to re-rank: qid Q0 docid rank score tag"),
                        ("collection", "docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok")):  # fmt: skip
         files.add_argument(f"--{name}", metavar="FILE", help=what)
     files.add_argument("--rank_llm", metavar="FILE",
                        help="a rank_llm candidate file (queries, first-stage hits and their text, e.g. ../shared/data/"
-                            "trec_dl/candidates_with_text/rank_llm.BM25.retrieve_results_dl19.json) with --qrels, "
-                            "in place of --topics, --run and --collection")
+                            "trec_dl/candidates_with_text/rank_llm.BM25.retrieve_results_dl19.json), with --qrels "
+                            "to measure it, in place of --topics, --run and --collection")
 
 
-def task_spec_from_args(args: argparse.Namespace, option: str = "task") -> SourceSpec:
-    """The task of an evaluate command line (`add_task_arguments`): ``args.<option>`` where given, else the
-    `FileSource` mapping of ``--topics/--qrels/--run/--collection``, or the `RankLLMSource` mapping of
-    ``--rank_llm/--qrels``.
+def task_spec_from_args(args: argparse.Namespace) -> SourceSpec:
+    """The task of an evaluate command line (`add_task_arguments`): ``args.task`` where given, else the `FileSource`
+    mapping of ``--topics/--qrels/--run/--collection``, or the `RankLLMSource` mapping of ``--rank_llm/--qrels``.
 
-    An evaluate command needs all four files: the topics, the qrels it measures with, the candidates it re-ranks
-    (and whose queries it evaluates) and their text; a rank_llm file holds all but the qrels. One not given, a
-    file that does not exist, an unknown split or ir_datasets id end the command in one line naming the option
-    (`common.refusals.usage_error`).
+    A task from files needs the topics, the candidates it re-ranks (and whose queries it evaluates) and their text;
+    a rank_llm file holds all three. The qrels are optional: without them the task has no judgments
+    (`common.data.source`), and the command writes the re-ranked run without metrics
+    (`common.commands.outputs.write_results`). A file not given, a file that does not exist, an unknown split or
+    ir_datasets id end the command in one line naming the option (`common.refusals.usage_error`).
     """
-    named = getattr(args, option)
-    if named:
-        spec, where = named, f"--{option}"
+    if args.task:
+        spec, where = args.task, "--task"
     elif args.rank_llm:
-        if not args.qrels:
-            usage_error("--rank_llm: give the qrels it is measured with as --qrels (a rank_llm file holds none)")
         spec, where = {"rank_llm_path": args.rank_llm, "qrels_path": args.qrels}, "task"
     else:
-        if not all(getattr(args, name) for name in TASK_FILES):
-            files = [f"--{name}" for name in TASK_FILES]
-            usage_error(f"give --{option} TASK, or {', '.join(files[:-1])} and {files[-1]}, "
-                        "or --rank_llm and --qrels")
+        needed = [name for name in TASK_FILES if name != "qrels"]
+        if not all(getattr(args, name) for name in needed):
+            usage_error("give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics), "
+                        "or --rank_llm (and --qrels)")
         spec, where = {field: getattr(args, name) for name, field in TASK_FILES.items()}, "task"
+    spec = {key: value for key, value in spec.items() if value is not None} if isinstance(spec, dict) else spec
     try:
         check_spec(spec, where)
     except TaskSpecError as error:
@@ -132,6 +139,39 @@ def add_process_arguments(parser: argparse.ArgumentParser, devices_help: str = "
     parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
     parser.add_argument("--devices", type=lightning_devices, default="auto", help=f"{devices_help} (default auto)")
     parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
+
+
+def check_one_device(args: argparse.Namespace, command: str, why: str) -> None:
+    """`add_process_arguments`' options where `command` (``earl.evaluate``) computes in one process (`why`: how,
+    e.g. ``one query at a time, the paper's online setting``): ``--accelerator`` auto, cpu, gpu or cuda,
+    ``--devices`` one device (auto, 1, or an index such as ``0,``) and ``--num_nodes 1``; else one line naming the
+    option. Checked before torch is imported; `one_device` resolves them."""
+    one = f"{command} computes in one process ({why})"
+    if args.accelerator not in ONE_DEVICE_ACCELERATORS:
+        usage_error(f"--accelerator: {command} computes on {', '.join(ONE_DEVICE_ACCELERATORS)}; got "
+                    f"{args.accelerator}")
+    if args.num_nodes != 1:
+        usage_error(f"--num_nodes: {one}; give 1")
+    if args.devices not in ("auto", "1") and not re.fullmatch(r"\d+,", args.devices):
+        usage_error(f"--devices: {one}: give one device (auto, 1, or an index such as 0,); got {args.devices}")
+    if args.accelerator == "cpu" and args.devices.endswith(","):
+        usage_error(f"--devices: an index names a GPU; --accelerator cpu takes auto or 1, got {args.devices}")
+
+
+def one_device(args: argparse.Namespace):
+    """The torch device that `check_one_device`'s options name: the CPU, or the CUDA GPU of ``--devices``' index
+    (the first for auto and 1; ``--accelerator auto``: a GPU where there is one). A GPU this machine lacks ends the
+    command in one line. Imports torch."""
+    import torch
+
+    index = int(args.devices.rstrip(",")) if args.devices.endswith(",") else 0
+    if args.accelerator == "cpu" or (args.accelerator == "auto" and not torch.cuda.is_available()
+                                     and not args.devices.endswith(",")):  # fmt: skip
+        return torch.device("cpu")
+    if index >= torch.cuda.device_count():
+        option = "--devices" if args.devices.endswith(",") else "--accelerator"
+        usage_error(f"{option}: cuda:{index} is not available on this machine")
+    return torch.device(f"cuda:{index}")
 
 
 def trainer_options(args: argparse.Namespace) -> dict:

@@ -186,7 +186,7 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
     leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
 
-    from common.commands.outputs import RUN, metrics_table, mode_run, write_mode_results, write_results
+    from common.commands.outputs import NO_QRELS, RUN, metrics_table, mode_run, write_mode_results, write_results
     from common.data.rerank import reranked_run
     from common.report import paper_dataset
 
@@ -204,7 +204,8 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
         title = f"Test queries of {source} ({len(data.eval_queries('test'))})"
     others = {}
     for baseline in cli.config.get("compare_with") or []:
-        others.update({k: v for k, v in train_baseline(command, out, baseline).items() if k != "bm25"})
+        measured = train_baseline(command, out, baseline) or {}  # None: a test task without qrels
+        others.update({k: v for k, v in measured.items() if k != "bm25"})
     task = data.specs["test"]
     dataset = paper_dataset(command.paper, task)
     settings = {"measures": model.measures, "task": task, "dataset": dataset, "others": others,
@@ -217,18 +218,22 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
                                      depth=command.test_modes.depth, **settings)  # fmt: skip
         files = [out / mode_run(mode) for mode in runs]
     print()
-    print(metrics_table(metrics, title, model.measures, command.labels))
-    print()
-    print(command.paper_tables(metrics, task, dataset, data))
-    files += [out / "metrics.json", out / "task.json", out / CONFIG]
+    if metrics is None:  # a test task without judgments
+        print(f"{title}\n\n{NO_QRELS}")
+    else:
+        print(metrics_table(metrics, title, model.measures, command.labels))
+        print()
+        print(command.paper_tables(metrics, task, dataset, data))
+        files.append(out / "metrics.json")
+    files += [out / "task.json", out / CONFIG]
     print(f"\nwritten: {', '.join(map(str, files))}, {cli.tested_checkpoint or 'the weights after the last step'}")
     return metrics
 
 
-def train_baseline(command: TrainCommand, output_dir: Path, architecture: str) -> dict:
+def train_baseline(command: TrainCommand, output_dir: Path, architecture: str) -> dict | None:
     """The test metrics of `command`'s model with ``--model.architecture`` `architecture`, trained with the settings
     of ``output_dir/config.yaml`` into ``output_dir/<architecture>/``: read when that run finished, resumed when it
-    started, else trained."""
+    started, else trained; None where the test task has no qrels."""
     folder = output_dir / architecture
     if (folder / FINISHED).is_file():
         return json.loads((folder / FINISHED).read_text())

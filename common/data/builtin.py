@@ -64,6 +64,7 @@ query has a relevant document among its candidates.
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -543,14 +544,14 @@ def _describe_split(root: Path, split: str) -> str:
 
 
 def _check_root(root: Path, overwrite: bool) -> None:
-    """Refuse a --root that cannot take a build, before building (seconds of work) rather than after."""
+    """Refuse an --output_dir that cannot take a build, before building (seconds of work) rather than after."""
     if (root / "manifest.json").is_file() and not overwrite:
         return  # a complete build, reused
     problem = output_folder_problem(root)
     if problem:
-        usage_error(f"argument --root: {problem}")
+        usage_error(f"argument --output_dir: {problem}")
     if root.exists() and not overwrite:
-        usage_error(f"argument --root: {root} holds no complete built-in collection (no manifest.json); "
+        usage_error(f"argument --output_dir: {root} holds no complete built-in collection (no manifest.json); "
                     "remove it, or pass --overwrite to build into it")
 
 
@@ -560,11 +561,13 @@ def main(argv: list[str] | None = None) -> int:
         description="Build the built-in synthetic ranking collection (or reuse a complete build) and print "
         "its statistics and BM25's effectiveness on each split.",
     )
-    parser.add_argument("--root", type=Path, help=f"output folder (default: the cache, {default_root(0)} for seed 0)")
+    parser.add_argument("--output_dir", type=Path,
+                        help=f"output folder (default: the cache, {default_root(0)} for seed 0)")
+    parser.add_argument("--root", dest="output_dir", type=Path, help=argparse.SUPPRESS)  # its former name
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="generator seed (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if the folder holds a complete build")
     args = parser.parse_args(argv)
-    root = args.root or default_root(args.seed)
+    root = args.output_dir or default_root(args.seed)
     _check_root(root, args.overwrite)
     start = time.perf_counter()
     with input_errors(DataFormatError, OSError):

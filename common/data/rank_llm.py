@@ -17,7 +17,8 @@ One file gives three of a task's four parts:
   a candidate file is a few thousand passages. The same docid may be a hit of several queries;
   its text must then be the same.
 
-The qrels come from their own TREC file (``qrels_path``), as rank_llm's files hold none. Task spec
+The qrels come from their own TREC file (``qrels_path``), as rank_llm's files hold none; without one the task's
+qrels are empty (`common.data.source`: re-ranked, not measured). Task spec
 (`common.data.specs.source_from_spec`): ``{"rank_llm_path": ..., "qrels_path": ..., "name": ...}``.
 
 Malformed input raises `common.data.formats.DataFormatError` naming the file and the entry
@@ -101,9 +102,7 @@ class RankLLMSource:
 
     @read_once
     def qrels(self) -> Qrels:
-        if self.qrels_path is None:
-            raise ValueError(f"source {self.name!r} has no qrels file")
-        return read_qrels(self.qrels_path)
+        return {} if self.qrels_path is None else read_qrels(self.qrels_path)  # no file: nothing judged
 
     def candidates(self) -> Run:
         return self._read.candidates

@@ -1,7 +1,11 @@
 """One interface for a ranking task, whether it comes from files or from ir_datasets.
 
 A `RankingSource` gives the four things a re-ranker needs: topics, qrels,
-candidates (a first-stage run) and document text by id. `FileSource` reads
+candidates (a first-stage run) and document text by id. A task without judgments (a query set re-ranked with
+nothing to measure it against: a task of files or a rank_llm file given no qrels file) has empty qrels, ``{}``,
+rather than none: everything that reads qrels reads an empty mapping alike, and what measures asks whether it is
+empty (`common.training.tasks` then evaluates every query with candidates and a topic;
+`common.commands.outputs.write_results` writes the run without metrics). `FileSource` reads
 them from TREC files (`common.data.formats`); `common.data.irds.IrDatasetsSource`
 reads them from an ir_datasets id. Training samplers, data modules and
 evaluation code accept either. A source reads each part on first use and keeps it (`read_once`).
@@ -73,7 +77,8 @@ def read_once(read: Callable[..., Part]) -> Callable[..., Part]:
 
 @dataclass
 class FileSource:
-    """A ranking task stored as TREC files; any part may be absent (None) except the topics."""
+    """A ranking task stored as TREC files; any part may be absent (None) except the topics. Without a qrels file
+    its qrels are empty (module docstring); training, which samples from them, still needs the file."""
 
     topics_path: str | os.PathLike
     qrels_path: str | os.PathLike | None = None
@@ -97,7 +102,7 @@ class FileSource:
 
     @read_once
     def qrels(self) -> Qrels:
-        return read_qrels(self._require(self.qrels_path, "qrels"))
+        return {} if self.qrels_path is None else read_qrels(self.qrels_path)
 
     @read_once
     def candidates(self) -> Run:

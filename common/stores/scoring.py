@@ -105,11 +105,11 @@ def score_pairs(scorer: Scorer, pairs: Sequence[tuple[str, str]], topics,
     return torch.cat(rows) if rows else torch.zeros(0, 2, dtype=torch.float64)
 
 
-def compare_scores(scores: Tensor, reference: Tensor, pairs: Sequence[tuple[str, str]], metrics: dict,
-                   reference_metrics: dict) -> dict:  # fmt: skip
+def compare_scores(scores: Tensor, reference: Tensor, pairs: Sequence[tuple[str, str]], metrics: dict | None,
+                   reference_metrics: dict | None) -> dict:  # fmt: skip
     """How far `scores` (from a store) are from `reference` (end to end) on the same `pairs`: the largest and the
     mean absolute score difference, the queries whose re-ranked order differs, and the NDCG@10 change
-    (`metrics` and `reference_metrics`: each run's measures)."""
+    (`metrics` and `reference_metrics`: each run's measures; None for a task without judgments: no change)."""
     a = scores[scores[:, 0].argsort()]
     b = reference[reference[:, 0].argsort()]
     if not torch.equal(a[:, 0], b[:, 0]):
@@ -122,12 +122,15 @@ def compare_scores(scores: Tensor, reference: Tensor, pairs: Sequence[tuple[str,
         orders[qid][0].append((x, doc_id))
         orders[qid][1].append((y, doc_id))
     reordered = sorted(qid for qid, (mine, theirs) in orders.items() if _order(mine) != _order(theirs))
+    report = {"pairs": len(a), "queries": len(orders),
+              "max_abs_score_difference": float(difference.max()) if len(a) else 0.0,
+              "mean_abs_score_difference": float(difference.mean()) if len(a) else 0.0,
+              "queries_reordered": len(reordered), "reordered_queries": reordered[:20]}
+    if metrics is None or reference_metrics is None:
+        return report
     ndcg, reference_ndcg = metrics["ndcg_cut_10"], reference_metrics["ndcg_cut_10"]
-    return {"pairs": len(a), "queries": len(orders),
-            "max_abs_score_difference": float(difference.max()) if len(a) else 0.0,
-            "mean_abs_score_difference": float(difference.mean()) if len(a) else 0.0,
-            "queries_reordered": len(reordered), "reordered_queries": reordered[:20],
-            "ndcg_cut_10": ndcg, "end_to_end_ndcg_cut_10": reference_ndcg, "ndcg_cut_10_change": ndcg - reference_ndcg}
+    return {**report, "ndcg_cut_10": ndcg, "end_to_end_ndcg_cut_10": reference_ndcg,
+            "ndcg_cut_10_change": ndcg - reference_ndcg}
 
 
 def _order(scored: list[tuple[float, str]]) -> list[str]:
@@ -140,7 +143,8 @@ def exactness_line(label: str, report: dict) -> str:
     """`compare_scores`' report in one line."""
     reordered = report["queries_reordered"]
     order = "the same order for every query" if not reordered else f"{reordered} queries in another order"
+    ndcg = (f"; NDCG@10 {report['ndcg_cut_10']:.4f} vs {report['end_to_end_ndcg_cut_10']:.4f} (change "
+            f"{report['ndcg_cut_10_change']:+.4g})" if "ndcg_cut_10" in report else "")
     return (f"{label} vs end to end, {report['pairs']:,} pairs of {report['queries']:,} queries: largest |score "
             f"difference| {report['max_abs_score_difference']:.3g} (mean {report['mean_abs_score_difference']:.3g}); "
-            f"{order}; NDCG@10 {report['ndcg_cut_10']:.4f} vs {report['end_to_end_ndcg_cut_10']:.4f} (change "
-            f"{report['ndcg_cut_10_change']:+.4g})")
+            f"{order}{ndcg}")

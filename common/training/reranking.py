@@ -7,6 +7,7 @@ with the class's `measures` through `common.metrics.RankingMetrics` (on the full
 run.trec and metrics.json are), logs them as ``dev/<measure>`` and ``test/<measure>``, keeps the test scores as
 (index, score) rows of every rank (``test_scores``, for the run file), and saves the random generators' states in
 checkpoints (every process's, on several), so that a resumed run repeats an uninterrupted one (dropout included).
+A test task without judgments (empty qrels, `common.data.source`) is scored and its scores kept, with no metrics.
 
 Checkpoints written under older names load: the attribute that holds the paper's ``nn.Module`` was ``ranker``
 before it was ``model`` (state-dict keys ``ranker.*`` are read as ``model.*`` wherever weights are loaded:
@@ -63,8 +64,8 @@ class RerankingEvaluation:
 
     def setup(self, stage: str) -> None:
         data = self.trainer.datamodule
-        for split in ("dev", "test"):
-            if split not in self.metrics and data.has_split(split):
+        for split in ("dev", "test"):  # a test task without judgments is scored, not measured: no metrics
+            if split not in self.metrics and data.has_split(split) and data.qrels(split):
                 self.metrics[split] = RankingMetrics(data.qrels(split), self.measures,
                                                      relevance_level=data.relevance_level,
                                                      candidates=data.candidates(split))  # fmt: skip
@@ -80,11 +81,13 @@ class RerankingEvaluation:
 
     def test_step(self, batch: dict, batch_idx: int) -> None:
         scores = self.evaluation_scores(batch)  # (B,)
-        self.metrics["test"].update(batch["qids"], batch["doc_ids"], scores)
+        if "test" in self.metrics:
+            self.metrics["test"].update(batch["qids"], batch["doc_ids"], scores)
         self._scores.append(torch.stack([batch["index"].double(), scores.detach().double()], 1))  # (B, 2)
 
     def on_test_epoch_end(self) -> None:
-        self._log_metrics("test")
+        if "test" in self.metrics:
+            self._log_metrics("test")
         self.test_scores = gather_scores(self, self._scores)  # (index, score) rows of every rank
 
     def _log_metrics(self, split: str) -> None:

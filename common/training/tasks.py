@@ -27,7 +27,9 @@ and which (query, document) pairs are re-ranked. The parts hand each other what 
           def pair_encoder(self):
               return self.encoder
 
-Evaluated queries. Those of a split with candidates, qrels and a topic, sorted; a sample (``dev_queries``,
+Evaluated queries. Those of a split with candidates, qrels and a topic, sorted (a task without judgments, whose
+qrels are empty, `common.data.source`: those with candidates and a topic, every query its run re-ranks, with
+nothing to measure; a dev task must have judgments, as validation measures it); a sample (``dev_queries``,
 ``test_queries``) is drawn with ``numpy.random.default_rng(seed).choice(..., replace=False)`` and sorted again, so
 the same seed evaluates the same queries in every package. Each is re-ranked to its ``depth`` (dev: ``dev_depth``
 where set) top candidates (`common.data.rerank.rerank_pairs`).
@@ -72,7 +74,7 @@ from common.data.formats import Qrels, Run, Topics
 from common.data.rerank import Encode, RerankPairs, rerank_pairs
 from common.data.samplers import training_table
 from common.data.source import RankingSource
-from common.data.specs import SourceSpec, source_from_spec
+from common.data.specs import SourceSpec, TaskSpecError, source_from_spec
 from common.data.training_table import TrainingTable
 from common.training.global_batch import GlobalBatchSampler
 
@@ -162,10 +164,14 @@ class Tasks:
         return self._sources[split]
 
     def check(self) -> None:
-        """Open every configured split's task, counting its documents without text (MissingDocumentsError)."""
+        """Open every configured split's task, counting its documents without text (MissingDocumentsError); a dev
+        task without judgments, which validation would have nothing to measure with, is a `TaskSpecError`."""
         for split in SPLITS:
             if self.has_split(split):
-                self.source(split)
+                source = self.source(split)
+                if split == "dev" and not source.qrels():
+                    raise TaskSpecError(f"data.dev ({source.name}): no qrels: validation measures the dev task "
+                                        "against its judgments; give its qrels_path")
                 if split != "train":
                     self.eval_pairs(split)
 
@@ -180,9 +186,11 @@ class Tasks:
         return (self.config.dev_depth if split == "dev" else None) or self.config.depth
 
     def eval_queries(self, split: str) -> list[str]:
-        """The evaluated queries of `split`: those with candidates, qrels and a topic, sorted, cut to a seeded sample."""
+        """The evaluated queries of `split`: those with candidates, qrels (where the task judges any) and a topic,
+        sorted, cut to a seeded sample."""
         source = self.source(split)
-        qids = sorted(set(source.candidates()) & set(source.qrels()) & set(source.topics()))
+        qids = set(source.candidates()) & set(source.topics())
+        qids = sorted(qids & set(source.qrels()) if source.qrels() else qids)
         limit = self.config.dev_queries if split == "dev" else self.config.test_queries
         if limit is not None and limit < len(qids):
             rng = np.random.default_rng(self.config.seed)

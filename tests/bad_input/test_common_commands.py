@@ -83,19 +83,19 @@ EVALUATE_CASES = [
     (["{in}/qrels.txt", "{in}/bad_run.trec"], "{in}/bad_run.trec:1: score 'high' is not a number"),
     (["-M", "0", "{in}/qrels.txt", "{in}/run.trec"], "argument -M/--depth: must be a positive integer, got 0"),
     (["-m", "nope", "{in}/qrels.txt", "{in}/run.trec"], "argument -m/--measure: unknown measure 'nope'"),
-    (["-l", "two", "{in}/qrels.txt", "{in}/run.trec"], "argument -l/--level: invalid int value: 'two'"),
+    (["-l", "two", "{in}/qrels.txt", "{in}/run.trec"], "argument -l/--relevance_level: invalid int value: 'two'"),
     (["{in}/qrels.txt"], "give both QRELS and RUN, or neither"),
 ]  # fmt: skip
 
 BUILTIN_CASES = [
     (["--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
     (["--seed", "one"], "argument --seed: must be a non-negative integer, got one"),
-    (["--root", "{in}/docs.tsv"], "argument --root: {in}/docs.tsv is a file, not a folder"),
-    (["--root", "{in}/docs.tsv/builtin", "--overwrite"], "argument --root: {in}/docs.tsv is a file, not a folder"),
-    (["--root", "{in}/not_a_build"], "argument --root: {in}/not_a_build holds no complete built-in collection "
+    (["--output_dir", "{in}/docs.tsv"], "argument --output_dir: {in}/docs.tsv is a file, not a folder"),
+    (["--output_dir", "{in}/docs.tsv/builtin", "--overwrite"], "argument --output_dir: {in}/docs.tsv is a file, not a folder"),
+    (["--output_dir", "{in}/not_a_build"], "argument --output_dir: {in}/not_a_build holds no complete built-in collection "
                                      "(no manifest.json); remove it, or pass --overwrite"),
-    (["--root", "{in}/no_collection"], "{in}/no_collection/collection.jsonl: no such file"),
-    (["--root", "{in}/bad_collection"], "{in}/bad_collection/collection.jsonl:1: invalid JSON"),
+    (["--output_dir", "{in}/no_collection"], "{in}/no_collection/collection.jsonl: no such file"),
+    (["--output_dir", "{in}/bad_collection"], "{in}/bad_collection/collection.jsonl:1: invalid JSON"),
 ]  # fmt: skip
 
 REPORT = ["--paper", "qds", "--table", "2", "--map", "qds=QDS-Transformer"]
@@ -111,11 +111,11 @@ REPORT_CASES = [
     (["{in}/metrics.json", "--paper", "bert"], "unknown paper 'bert'; known papers: conformer_kernel, earl, mva, qds"),
     (["{in}/metrics.json", "--paper", "qds", "--table", "9"], "no reported rows for paper qds table 9; tables: 2, "),
     (["{in}/metrics.json", "--paper", "qds", "--map", "qds"], "--map 'qds': expected RUN=METHOD"),
-    (["{in}/metrics.json", *REPORT, "--out", "{in}/report.md"],
-     "--out: {in}/report.md already exists; pass --overwrite to replace it"),
-    (["{in}/metrics.json", *REPORT, "--out", "{in}", "--overwrite"], "--out: {in} is a folder, not a file"),
-    (["{in}/metrics.json", *REPORT, "--out", "{in}/docs.tsv/report.md"],
-     "--out: {in}/docs.tsv is a file, not a folder"),
+    (["{in}/metrics.json", *REPORT, "--output", "{in}/report.md"],
+     "--output: {in}/report.md already exists; pass --overwrite to replace it"),
+    (["{in}/metrics.json", *REPORT, "--output", "{in}", "--overwrite"], "--output: {in} is a folder, not a file"),
+    (["{in}/metrics.json", *REPORT, "--output", "{in}/docs.tsv/report.md"],
+     "--output: {in}/docs.tsv is a file, not a folder"),
     (["{in}/with_task/metrics.json", *REPORT],
      '{in}/with_task/task.json: expected {"test": TASK, "dataset": DATASET or null}'),
 ]  # fmt: skip

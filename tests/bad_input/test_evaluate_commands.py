@@ -43,7 +43,7 @@ CHECKPOINTS = {
 
 TASK = ["--topics", "{in}/topics.tsv", "--qrels", "{in}/qrels.txt", "--run", "{in}/run.trec",
         "--collection", "{in}/docs.tsv"]  # fmt: skip
-QDS = ["--checkpoint", "{in}/qds.ckpt", "--candidates", "builtin:test"]
+QDS = ["--checkpoint", "{in}/qds.ckpt", "--task", "builtin:test"]
 #: What every evaluate and index command answers to a precision that is not one of its choices, or bad workers.
 PRECISION = "argument --precision: invalid choice: 'bf16' (choose from '32-true', 'bf16-mixed', '16-mixed')"
 MATMUL_PRECISION = "argument --matmul_precision: invalid choice: 'medium' (choose from 'high', 'highest')"
@@ -54,9 +54,10 @@ QDS_CASES = [
     (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
     (["--checkpoint", "{in}/notackpt.txt"],
      "argument --checkpoint: {in}/notackpt.txt is not a checkpoint (not a file torch.save wrote)"),
-    (["--candidates", "builtin:nope"], "--candidates: unknown built-in split 'nope' in 'builtin:nope'; expected one of "
+    (["--task", "builtin:nope"], "--task: unknown built-in split 'nope' in 'builtin:nope'; expected one of "
                                        "builtin:train, builtin:dev, builtin:test"),
-    (["--candidates", "irds:no/such-id"], "--candidates: unknown ir_datasets id 'no/such-id'"),
+    (["--task", "irds:no/such-id"], "--task: unknown ir_datasets id 'no/such-id'"),
+    (["--candidates", "irds:no/such-id"], "--task: unknown ir_datasets id 'no/such-id'"),  # --task's former name
     (["--depth", "0"], "argument --depth: must be a positive integer, got 0"),
     (["--batch_size", "0"], "argument --batch_size: must be a positive integer, got 0"),
     (["--window", "0"], "argument --window: must be a positive integer, got 0"),
@@ -78,9 +79,9 @@ QDS_CASES = [
     (["--num_workers", "-1"], NUM_WORKERS),
 ]  # fmt: skip
 QDS_TASK_CASES = [
-    ([], "give --candidates TASK, or --topics, --qrels, --run and --collection"),
+    ([], "give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics)"),
     (["--topics", "{in}/topics.tsv", "--run", "{in}/run.trec"],
-     "give --candidates TASK, or --topics, --qrels, --run and --collection"),
+     "give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics)"),
     ([*TASK, "--topics", "{in}/missing.tsv"], "--topics: no such file: {in}/missing.tsv"),
 ]
 CK = ["--checkpoint", "{in}/ck.ckpt", "--task", "builtin:test"]
@@ -106,20 +107,20 @@ CK_CASES = [
                                         "'trec-dl-2020-doc')"),
     (["--devices", "0"], "argument --devices: must be auto, a number of devices"),
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
-    (["--task", "", "--topics", "{in}/topics.tsv"], "give --task TASK, or --topics, --qrels, --run and --collection"),
+    (["--task", "", "--topics", "{in}/topics.tsv"], "give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics)"),
     (["--precision", "bf16"], PRECISION),
     (["--num_workers", "-1"], NUM_WORKERS),
 ]  # fmt: skip
-INDEX = ["--checkpoint", "{in}/ck.ckpt", "--collection", "builtin:test", "--topics", "builtin:test", "--output", "idx"]
+INDEX = ["--checkpoint", "{in}/ck.ckpt", "--collection", "builtin:test", "--query_tasks", "builtin:test", "--output_dir", "idx"]
 INDEX_CASES = [
     (["--checkpoint", "{in}/notackpt.txt"], "argument --checkpoint: {in}/notackpt.txt is not a checkpoint"),
     (["--topics"], "argument --topics: expected at least one argument"),
     (["--collection", "files.tsv"], "--collection: cannot read the task 'files.tsv'"),
-    (["--topics", "builtin:test", "irds:no/such-id"], "--topics: unknown ir_datasets id 'no/such-id'"),
-    (["--output", "{in}/used"], "--output: {in}/used is not empty; choose a new folder"),
-    (["--output", "{in}/unfinished"],
-     "--output: {in}/unfinished holds an unfinished index: pass --resume to finish it, or a new folder"),
-    (["--output", "{in}/notackpt.txt"], "--output: {in}/notackpt.txt is a file, not a folder"),
+    (["--query_tasks", "builtin:test", "irds:no/such-id"], "--query_tasks: unknown ir_datasets id 'no/such-id'"),
+    (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty; choose a new folder"),
+    (["--output_dir", "{in}/unfinished"],
+     "--output_dir: {in}/unfinished holds an unfinished index: pass --resume to finish it, or a new folder"),
+    (["--output_dir", "{in}/notackpt.txt"], "--output_dir: {in}/notackpt.txt is a file, not a folder"),
     (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
     (["--term_chunk", "-1"], "argument --term_chunk: must be a positive integer, got -1"),
     (["--orcas", "orcas.tsv"], "argument --orcas: must be irds:<ir_datasets id>"),
@@ -196,8 +197,8 @@ def test_conformer_kernel_index_refuses(tmp_path, inputs, args, expect):
 
 def test_conformer_kernel_index_needs_something_to_index(tmp_path, inputs):
     refused("conformer_kernel.index", ["--checkpoint", str(inputs / "ck.ckpt"), "--collection", "builtin:test",
-                                       "--output", "idx"], tmp_path,
-            "nothing to index: give --topics TASK [TASK ...] and/or --vocabulary", inputs=inputs)  # fmt: skip
+                                       "--output_dir", "idx"], tmp_path,
+            "nothing to index: give --query_tasks TASK [TASK ...] and/or --vocabulary", inputs=inputs)  # fmt: skip
 
 
 @pytest.mark.parametrize("module, args, expect", READ_CASES)
@@ -242,7 +243,7 @@ EARL_FILES = {
     # a store of another checkpoint: refused on its identity, before its shards are read
     "other_store/manifest.json": '{"format": 2, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "s1"}}\n',
 }
-EARL_INDEX = ["--checkpoint", "{in}/earl.ckpt", "--strategy", "s1", "--collection", "builtin:test", "--output", "store"]
+EARL_INDEX = ["--checkpoint", "{in}/earl.ckpt", "--strategy", "s1", "--collection", "builtin:test", "--output_dir", "store"]
 EARL_INDEX_CASES = [
     (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
     (["--checkpoint", "{in}/notackpt.txt"], "argument --checkpoint: {in}/notackpt.txt is not a checkpoint"),
@@ -253,12 +254,12 @@ EARL_INDEX_CASES = [
     (["--collection", "{in}/missing.tsv"], "--collection: {in}/missing.tsv is neither builtin:<split>, "
                                            "irds:<ir_datasets id> nor a collection file: no such file"),
     (["--collection", "{in}/used"], "--collection: {in}/used is a folder, not a collection file"),
-    (["--output", "{in}/used"], "--output: {in}/used is not empty; choose a new folder"),
-    (["--output", "{in}/notackpt.txt"], "--output: {in}/notackpt.txt is a file, not a folder"),
-    (["--output", "{in}/unfinished_store"], "--output: {in}/unfinished_store holds an unfinished store; resume it, "
+    (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty; choose a new folder"),
+    (["--output_dir", "{in}/notackpt.txt"], "--output_dir: {in}/notackpt.txt is a file, not a folder"),
+    (["--output_dir", "{in}/unfinished_store"], "--output_dir: {in}/unfinished_store holds an unfinished store; resume it, "
                                             "or choose a new folder (pass --resume to finish it)"),
-    (["--output", "{in}/finished_store", "--resume"],
-     "--output: {in}/finished_store already holds a finished store; open it, or choose a new folder"),
+    (["--output_dir", "{in}/finished_store", "--resume"],
+     "--output_dir: {in}/finished_store already holds a finished store; open it, or choose a new folder"),
     (["--verify"], "--verify: checks the shards that --resume keeps; give --resume (python -m common.stores.verify "
                    "checks a finished store)"),
     (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
@@ -270,7 +271,7 @@ EARL_INDEX_CASES = [
 EARL_EVALUATE = ["--checkpoint", "{in}/earl.ckpt", "--task", "builtin:test"]
 EARL_EVALUATE_CASES = [
     (["--task", "builtin:nope"], "--task: unknown built-in split 'nope'"),
-    (["--task", "", "--topics", "{in}/topics.tsv"], "give --task TASK, or --topics, --qrels, --run and --collection"),
+    (["--task", "", "--topics", "{in}/topics.tsv"], "give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics)"),
     (["--store", "{in}/missing"], "argument --store: no such folder: {in}/missing"),
     (["--store", "{in}/not_an_index"],
      "argument --store: {in}/not_an_index holds no finished earl.index store (no manifest.json)"),
@@ -282,7 +283,10 @@ EARL_EVALUATE_CASES = [
     (["--batch_size", "none"], "argument --batch_size: must be a positive integer, got none"),
     (["--dataset", "clueweb09b"], "argument --dataset: invalid choice: 'clueweb09b' (choose from "
                                   "'msmarco-passage-dev', 'trec-dl-2019-passage')"),
-    (["--device", "tpu"], "argument --device: must be auto, cpu, cuda or cuda:N, got tpu"),
+    (["--accelerator", "tpu"], "--accelerator: earl.evaluate computes on auto, cpu, gpu, cuda; got tpu"),
+    (["--devices", "2"], "--devices: earl.evaluate computes in one process (one query at a time, the paper's online setting): give one device (auto, 1, or an index such as 0,); got 2"),
+    (["--accelerator", "cpu", "--devices", "0,"],
+     "--devices: an index names a GPU; --accelerator cpu takes auto or 1, got 0,"),
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
     (["--precision", "bf16"], PRECISION),
     (["--matmul_precision", "medium"], MATMUL_PRECISION),
@@ -298,7 +302,7 @@ EARL_READ_CASES = [
     ("earl.evaluate", [*EARL_EVALUATE, "--store", "{in}/other_store"],
      "--store: {in}/other_store was built from checkpoint 000000000000…; this needs checkpoint "),
     ("earl.index", [*EARL_INDEX, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
-    ("earl.evaluate", [*EARL_EVALUATE, "--precision", "16-mixed", "--device", "cpu"], NO_CUDA),
+    ("earl.evaluate", [*EARL_EVALUATE, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
 ]  # fmt: skip
 EARL_PAPER = "EARL: Speedup Transformer-based Rankers with Pre-computed Representation"
 
@@ -318,7 +322,7 @@ def test_earl_index_refuses(tmp_path, earl_inputs, args, expect):
 
 def test_earl_index_needs_a_strategy(tmp_path, earl_inputs):
     refused("earl.index", ["--checkpoint", str(earl_inputs / "earl.ckpt"), "--collection", "builtin:test",
-                           "--output", "store"], tmp_path,
+                           "--output_dir", "store"], tmp_path,
             "the following arguments are required: --strategy", inputs=earl_inputs)  # fmt: skip
 
 
@@ -366,15 +370,15 @@ MVA_FILES = {
     "unfinished_store/plan.json": "{}\n",
     "other_store/manifest.json": '{"format": 2, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "mva"}}\n',
 }
-MVA_INDEX = ["--checkpoint", "{in}/mva.ckpt", "--collection", "builtin:test", "--output", "store"]
+MVA_INDEX = ["--checkpoint", "{in}/mva.ckpt", "--collection", "builtin:test", "--output_dir", "store"]
 MVA_INDEX_CASES = [
     (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
     (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16')"),
     (["--collection", "builtin:nope"], "--collection: unknown built-in split 'nope' in 'builtin:nope'"),
     (["--collection", "{in}/missing.tsv"], "--collection: {in}/missing.tsv is neither builtin:<split>, "
                                            "irds:<ir_datasets id> nor a collection file: no such file"),
-    (["--output", "{in}/used"], "--output: {in}/used is not empty; choose a new folder"),
-    (["--output", "{in}/unfinished_store"], "--output: {in}/unfinished_store holds an unfinished store; resume it, "
+    (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty; choose a new folder"),
+    (["--output_dir", "{in}/unfinished_store"], "--output_dir: {in}/unfinished_store holds an unfinished store; resume it, "
                                             "or choose a new folder (pass --resume to finish it)"),
     (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
 ]  # fmt: skip
@@ -392,7 +396,9 @@ MVA_EVALUATE_CASES = [
     (["--rescore", "{in}/mva_ca.ckpt", "--rescore_top", "10", "10"], "--rescore_top: each K once, got 10 10"),
     (["--dataset", "trec-dl-2019-passage"], "argument --dataset: invalid choice: 'trec-dl-2019-passage' (choose "
                                             "from 'msmarco-passage-dev')"),
-    (["--device", "tpu"], "argument --device: must be auto, cpu, cuda or cuda:N, got tpu"),
+    (["--accelerator", "tpu"], "--accelerator: mva.evaluate computes on auto, cpu, gpu, cuda; got tpu"),
+    (["--num_nodes", "2"], "--num_nodes: mva.evaluate computes in one process (one query at a time, the paper's "
+                           "online setting); give 1"),
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
     (["--precision", "bf16"], PRECISION),
     (["--matmul_precision", "medium"], MATMUL_PRECISION),

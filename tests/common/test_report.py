@@ -182,7 +182,7 @@ ARGS = ["--paper", "qds", "--table", "2", "--dataset", "trec-dl-2019-doc", "--ma
 
 def test_cli_prints_and_writes_atomically(metrics_file, tmp_path, capsys):
     out = tmp_path / "report.md"
-    assert main([str(metrics_file), *ARGS, "--out", str(out)]) == 0
+    assert main([str(metrics_file), *ARGS, "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     assert "QDS-Transformer" in printed and "-0.057" in printed
     assert out.read_text() == printed
@@ -192,11 +192,11 @@ def test_cli_prints_and_writes_atomically(metrics_file, tmp_path, capsys):
 def test_cli_refuses_to_overwrite(metrics_file, tmp_path, capsys):
     out = tmp_path / "report.md"
     out.write_text("keep me")
-    assert main([str(metrics_file), *ARGS, "--out", str(out)]) == 2
+    assert main([str(metrics_file), *ARGS, "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err == f"error: --out: {out} already exists; pass --overwrite to replace it"
+    assert len(err.splitlines()) == 1 and err == f"error: --output: {out} already exists; pass --overwrite to replace it"
     assert out.read_text() == "keep me"
-    assert main([str(metrics_file), *ARGS, "--out", str(out), "--overwrite"]) == 0
+    assert main([str(metrics_file), *ARGS, "--output", str(out), "--overwrite"]) == 0
     assert "QDS-Transformer" in out.read_text()
 
 
@@ -208,13 +208,13 @@ def test_cli_failed_write_leaves_target_untouched(metrics_file, tmp_path, monkey
         raise OSError("disk full")
 
     monkeypatch.setattr(os, "fsync", boom)
-    assert main([str(metrics_file), *ARGS, "--out", str(out), "--overwrite"]) == 2
+    assert main([str(metrics_file), *ARGS, "--output", str(out), "--overwrite"]) == 2
     captured = capsys.readouterr()
-    assert "disk full" in captured.err and captured.out == ""  # the table is printed only once --out is written
+    assert "disk full" in captured.err and captured.out == ""  # the table is printed only once --output is written
     assert out.read_text() == "old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "report.md"]
     new = tmp_path / "new.md"
-    assert main([str(metrics_file), *ARGS, "--out", str(new)]) == 2
+    assert main([str(metrics_file), *ARGS, "--output", str(new)]) == 2
     assert not new.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["metrics.json", "report.md"]
 
@@ -253,7 +253,7 @@ def _exit_status(argv: list[str]) -> int:
 
 def test_cli_out_creates_missing_folder(metrics_file, tmp_path, capsys):
     out = tmp_path / "new" / "r.md"
-    assert main([str(metrics_file), *ARGS, "--out", str(out)]) == 0
+    assert main([str(metrics_file), *ARGS, "--output", str(out)]) == 0
     assert out.read_text(encoding="utf-8") == capsys.readouterr().out
 
 
@@ -288,7 +288,7 @@ def _metrics_with_task(folder: Path, metrics: dict, task=None, dataset=None) -> 
 def test_cli_notes_that_a_builtin_run_is_on_another_dataset(tmp_path, capsys):
     path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25, "builtin:test")
     out = tmp_path / "report.md"
-    assert main([str(path), "--paper", "qds", "--table", "2", "--out", str(out)]) == 0
+    assert main([str(path), "--paper", "qds", "--table", "2", "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     lines = printed.splitlines()
     assert lines[0] == ("note: these metrics were measured on builtin:test; the reported rows are on trec-dl-2019-doc, "
@@ -386,7 +386,7 @@ def test_cli_prints_the_levels_and_a_note_where_they_differ(tmp_path, capsys):
     assert header[-2:] == ["reported_level", "reproduced_level"]
     rows = {cells[6]: cells[-2:] for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[4:])}
     assert rows == {"recip_rank": ["1", "2"], "ndcg_cut_10": ["graded", "graded"], "map": ["1", "2"]}
-    assert main([str(path), *EARL_ARGS, "--relevance-level", "1"]) == 0  # the flag wins: the paper's level
+    assert main([str(path), *EARL_ARGS, "--relevance_level", "1"]) == 0  # the flag wins: the paper's level
     printed = capsys.readouterr().out
     assert printed.startswith("| paper") and "note" not in printed
     (tmp_path / "run" / "config.yaml").unlink()

@@ -8,13 +8,14 @@ import lightning as L
 import pytest
 import torch
 
-from common.commands.outputs import write_mode_results
+from common.commands.outputs import NO_QRELS, write_mode_results
 from common.data.builtin import builtin_source
 from common.report import load_reported, paper_dataset
 from conformer_kernel import evaluate, hidden_size
 from conformer_kernel.data import ConformerKernelDataModule
 from conformer_kernel.train import DATASET, DEPTH, PAPER, paper_tables
 from conformer_kernel.ranker import MEASURES, ConformerKernelRanker
+from tests.unjudged import assert_reranked_without_metrics, unjudged_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
@@ -120,3 +121,15 @@ def test_evaluate_files_compares_nothing_unless_told_the_dataset(checkpoint, tmp
     evaluate.main([*common, "--dataset", "trec-dl-2020-doc", "--output_dir", str(told)])
     assert "Reproduced vs reported (Table 1, TREC DL 2020 documents)" in capsys.readouterr().out
     assert json.loads((told / "task.json").read_text())["dataset"] == DATASET
+
+
+def test_reranking_without_qrels_writes_the_run_of_every_query_and_no_metrics(checkpoint, tmp_path, capsys):
+    """--modes rerank, --topics --run --collection and no --qrels: every query re-ranked (one that no qrels judge
+    among them), every candidate in run.rerank.trec, task.json, no metrics.json nor comparison."""
+    flags, candidates = unjudged_task(tmp_path)
+    out = tmp_path / "out"
+    assert evaluate.main(["--checkpoint", str(checkpoint), *flags, "--modes", "rerank", "--depth", "3",
+                          "--output_dir", str(out), "--devices", "1"]) is None  # fmt: skip
+    printed = capsys.readouterr().out
+    assert NO_QRELS in printed and "Nothing in the paper" not in printed
+    assert_reranked_without_metrics(out, candidates, "run.rerank.trec")

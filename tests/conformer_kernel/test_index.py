@@ -454,7 +454,7 @@ def test_search_by_hand_ties_and_missing_terms():
     assert all(isinstance(v, float) for v in index.search(["a"]).values())
     with pytest.raises(MissingTermsError, match=r"^2 query terms are not in the index \(x, z\)"):
         index.score_all(["a", "z", "x", "z"])
-    with pytest.raises(MissingTermsError, match="--topics"):
+    with pytest.raises(MissingTermsError, match="--query_tasks"):
         index.search(["q"])
     with pytest.raises(ValueError, match="does not match"):
         ImpactIndex(["a"], ["d0", "d1"], sp.csr_matrix((2, 2), dtype=np.float32))
@@ -541,8 +541,8 @@ def test_command_line(built, corpus, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(index_module, "source_from_spec", lambda spec: sources[spec])
     monkeypatch.setattr(index_module, "check_spec", lambda spec, option: None)  # mine:... names no real task
     output = tmp_path / "cli-index"
-    result = main(["--checkpoint", str(checkpoint), "--collection", "mine:collection", "--topics", "mine:topics",
-                   "--output", str(output), "--shard_size", "16", "--batch_size", "5", "--term_chunk", "8",
+    result = main(["--checkpoint", str(checkpoint), "--collection", "mine:collection", "--query_tasks", "mine:topics",
+                   "--output_dir", str(output), "--shard_size", "16", "--batch_size", "5", "--term_chunk", "8",
                    "--accelerator", "cpu", "--devices", "1"])
     out = capsys.readouterr().out
     assert f"indexing {len(terms)} terms x {N_DOCS} documents" in out and f"written: {output}" in out
@@ -556,17 +556,17 @@ def test_command_line(built, corpus, tmp_path, monkeypatch, capsys):
 
     # --vocabulary adds every model term ('http' and the words no query has)
     vocab_output = tmp_path / "vocab-index"
-    main(["--checkpoint", str(checkpoint), "--collection", "mine:collection", "--vocabulary", "--output",
+    main(["--checkpoint", str(checkpoint), "--collection", "mine:collection", "--vocabulary", "--output_dir",
           str(vocab_output), "--shard_size", "40", "--accelerator", "cpu", "--devices", "1"])
     assert ImpactIndex.load(vocab_output).terms == sorted(resources.terms[3:])
 
     # an existing output is refused in one line, before the checkpoint is read
     capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
-        main(["--checkpoint", str(checkpoint), "--collection", "mine:collection", "--topics", "mine:topics",
-              "--output", str(output), "--accelerator", "cpu", "--devices", "1"])
+        main(["--checkpoint", str(checkpoint), "--collection", "mine:collection", "--query_tasks", "mine:topics",
+              "--output_dir", str(output), "--accelerator", "cpu", "--devices", "1"])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err == f"error: --output: {output} already holds an index; choose a new folder\n"
+    assert capsys.readouterr().err == f"error: --output_dir: {output} already holds an index; choose a new folder\n"
 
 
 def test_command_line_help_and_nothing_to_index(capsys, tmp_path):
@@ -578,12 +578,12 @@ def test_command_line_help_and_nothing_to_index(capsys, tmp_path):
     checkpoint = tmp_path / "any.ckpt"
     torch.save({}, checkpoint)
     with pytest.raises(SystemExit) as exit_info:  # checked before the checkpoint is read
-        main(["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output", str(tmp_path / "out")])
+        main(["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output_dir", str(tmp_path / "out")])
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err == "error: nothing to index: give --topics TASK [TASK ...] and/or --vocabulary\n"
+    assert capsys.readouterr().err == "error: nothing to index: give --query_tasks TASK [TASK ...] and/or --vocabulary\n"
     assert not (tmp_path / "out").exists()
-    with pytest.raises(SystemExit) as exit_info:  # --checkpoint, --collection and --output are required
-        main(["--topics", "builtin:test"])
+    with pytest.raises(SystemExit) as exit_info:  # --checkpoint, --collection and --output_dir are required
+        main(["--query_tasks", "builtin:test"])
     assert exit_info.value.code == 2
     assert "required" in capsys.readouterr().err
 

@@ -5,7 +5,7 @@
   is within 10% of the finished index's bytes, and the estimated peak within 10% of what the folder holds just
   before its shards are removed; NDRM1's and NDRM3's postings are dense, NDRM2's (counted in a sample of 1,000
   documents) within 10% of its nonzeros;
-- where ``--output``'s filesystem has less free space than the peak, one line naming ``--output``, exit status 2,
+- where ``--output_dir``'s filesystem has less free space than the peak, one line naming ``--output_dir``, exit status 2,
   nothing written.
 
 The models are tiny (tests/conformer_kernel/test_index.py's sizes) with random weights over the vocabulary and IDFs
@@ -54,7 +54,7 @@ def estimates(monkeypatch):
 
 
 def args(checkpoint, output, *extra: str) -> list[str]:
-    return ["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--topics", "builtin:test", "--output",
+    return ["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--query_tasks", "builtin:test", "--output_dir",
             str(output), "--shard_size", "500", "--batch_size", "32", "--accelerator", "cpu", "--devices", "1",
             *extra]  # fmt: skip
 
@@ -101,7 +101,7 @@ def test_no_room_for_the_peak_is_refused_in_one_line_before_anything_is_written(
     assert exit_info.value.code == 2
     (estimate,) = estimates
     said = capsys.readouterr()
-    assert said.err == (f"error: --output: no room for the index in {output}: its build needs an estimated "
+    assert said.err == (f"error: --output_dir: no room for the index in {output}: its build needs an estimated "
                         f"{format_bytes(estimate.peak_bytes)} at its peak (the index and its shards) and {tmp_path} "
                         "has 1.00 MiB free\n")
     assert "estimated index size" not in said.out and not output.exists()

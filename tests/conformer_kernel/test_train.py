@@ -87,7 +87,7 @@ def test_train_evaluate_and_index_agree(tmp_path, capsys):
                        str(out / "index"), "--output_dir", str(tmp_path / "all")])  # every test query
     assert exit.value.code == 2 and not (tmp_path / "all").exists()
     assert re.fullmatch(r"error: \d+ query terms? (is|are) not in the index \(.+\); build it with the topics that "
-                        r"contain them \(conformer_kernel.index --topics\)", capsys.readouterr().err.splitlines()[-1])
+                        r"contain them \(conformer_kernel.index --query_tasks\)", capsys.readouterr().err.splitlines()[-1])
 
 
 def test_output_folder_is_never_reused(tmp_path, capsys):

@@ -92,7 +92,7 @@ def root(tmp_path_factory) -> Path:
 
 def qds_evaluate(root: Path, how: str) -> Path:
     out = root / f"qds-{how}"
-    launch("qds.evaluate", ["--checkpoint", str(CHECKPOINTS / "qds.ckpt"), "--candidates", "builtin:test", *DEPTH,
+    launch("qds.evaluate", ["--checkpoint", str(CHECKPOINTS / "qds.ckpt"), "--task", "builtin:test", *DEPTH,
                             *devices(how), "--output_dir", str(out)], how, root)  # fmt: skip
     return out
 
@@ -117,7 +117,7 @@ def test_a_two_process_launch_still_refuses_a_folder_holding_another_run(root):
     out.mkdir()
     (out / "run.trec").write_text("someone else's\n")
     done = subprocess.run([sys.executable, "-m", "qds.evaluate", "--checkpoint", str(CHECKPOINTS / "qds.ckpt"),
-                           "--candidates", "builtin:test", "--devices", "2", "--output_dir", str(out)],
+                           "--task", "builtin:test", "--devices", "2", "--output_dir", str(out)],
                           cwd=root, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
     assert done.returncode == 2
@@ -145,9 +145,9 @@ def test_conformer_kernel_evaluate_on_two_processes_writes_what_one_writes(root,
 
 
 def conformer_kernel_index_args(out: Path, how: str) -> list[str]:
-    return ["--checkpoint", str(CHECKPOINTS / "conformer_kernel.ckpt"), "--collection", "builtin:test", "--topics",
+    return ["--checkpoint", str(CHECKPOINTS / "conformer_kernel.ckpt"), "--collection", "builtin:test", "--query_tasks",
             "builtin:test", "--shard_size", "500", "--accelerator", "cpu", *devices(how),
-            "--output", str(out)]  # fmt: skip
+            "--output_dir", str(out)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -226,7 +226,7 @@ STORES = {"earl": ("lightning", "torchrun", ["--strategy", "s2"]), "mva": ("torc
 def store_args(package: str, collection: Path, out: Path, how: str) -> list[str]:
     return ["--checkpoint", str(CHECKPOINTS / f"{package}.ckpt"), *STORES[package][2], "--collection",
             str(collection), "--shard_size", "8", "--batch_size", "3", "--accelerator", "cpu", *devices(how),
-            "--output", str(out)]  # fmt: skip
+            "--output_dir", str(out)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -269,7 +269,7 @@ def test_store_evaluation_launched_as_two_processes_writes_what_one_writes(root,
     for run, launcher in (("single", "single"), (how, "torchrun")):  # no --devices: torchrun starts the two
         outs[run] = root / f"{package}-evaluate-{run}"
         launch(f"{package}.evaluate", ["--checkpoint", str(CHECKPOINTS / f"{package}.ckpt"), "--task", "builtin:test",
-                                       *QUERIES, *DEPTH, "--device", "cpu", "--store", str(stores[package, run]),
+                                       *QUERIES, *DEPTH, "--accelerator", "cpu", "--store", str(stores[package, run]),
                                        "--output_dir", str(outs[run])], launcher, root)  # fmt: skip
     # mva's costs.json holds the seconds it took
     assert_same_files(outs["single"], outs[how], ("run.trec", "metrics.json", "task.json"))

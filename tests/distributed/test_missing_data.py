@@ -93,9 +93,9 @@ def test_a_paper_config_without_its_data_names_every_missing_file(tmp_path, refu
 
 def test_evaluate_without_its_data_names_every_missing_file(tmp_path, refusing_proxy):
     out = tmp_path / "eval"
-    done = command(["-m", "qds.evaluate", "--checkpoint", str(QDS_CHECKPOINT), "--candidates",
+    done = command(["-m", "qds.evaluate", "--checkpoint", str(QDS_CHECKPOINT), "--task",
                     f"irds:{PAPER_TASKS['--data.test']}", "--output_dir", str(out)], tmp_path / "irds", refusing_proxy)
-    expected = {path: (url, {"--candidates"}) for path, (url, _) in
+    expected = {path: (url, {"--task"}) for path, (url, _) in
                 expected_missing(tmp_path / "irds", ["--data.test"]).items()}  # fmt: skip
     check_refusal(done, expected)
     assert not out.exists()

@@ -11,7 +11,7 @@ score as end-to-end EARL does, and cost what they should.
 - ``--precision bf16-mixed`` scores near the fp32 run and keeps fp32 scores, and builds a store near the fp32 one;
   ``--num_workers 2`` builds the same bytes;
 - refusals, one line with exit status 2 and nothing written: a store of another checkpoint, ``--strategy s3``, a
-  used ``--output``, a BERT ranker's checkpoint to index, a candidate missing from the store.
+  used ``--output_dir``, a BERT ranker's checkpoint to index, a candidate missing from the store.
 
 The model is a tiny EARL (T_doc and T_qry of one layer, h = 8, K = 2 judge blocks) with random weights, scaled up so
 that the candidates' scores spread; the collection is `builtin:test` (3,000 passages), evaluated on 5 queries at
@@ -29,7 +29,9 @@ import lightning as L
 import pytest
 import torch
 from tests.bad_input.refusal import refused_in_process
+from tests.unjudged import assert_reranked_without_metrics, unjudged_task
 
+from common.commands.outputs import NO_QRELS
 from common.data.docstore import DocumentStore
 from common.data.formats import read_run, write_collection
 from common.data.specs import source_from_spec
@@ -65,12 +67,12 @@ def save_checkpoint(path: Path, architecture: str = "earl", seed: int = 0) -> Pa
 
 def build(checkpoint: Path, strategy: str, output: Path, collection: str, *extra: str):
     return index.main(["--checkpoint", str(checkpoint), "--strategy", strategy, "--collection", collection,
-                       "--output", str(output), *extra, *CPU])  # fmt: skip
+                       "--output_dir", str(output), *extra, *CPU])  # fmt: skip
 
 
 def run_evaluate(checkpoint: Path, output: Path, *extra: str) -> dict:
     return evaluate.main(["--checkpoint", str(checkpoint), "--task", "builtin:test", "--test_queries", str(QUERIES),
-                          "--depth", str(DEPTH), "--device", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
+                          "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -248,7 +250,7 @@ def test_a_documents_rows_are_d_and_d_prime_over_its_real_tokens(built):
 def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, capsys):
     folder = tmp_path / "killed"
     args = ["--checkpoint", str(built["checkpoint"]), "--strategy", "s1", "--collection", str(built["subset"]),
-            "--output", str(folder), "--shard_size", "8", "--batch_size", "3", *CPU]  # fmt: skip
+            "--output_dir", str(folder), "--shard_size", "8", "--batch_size", "3", *CPU]  # fmt: skip
     code = ("import os, signal, torch; torch.set_num_threads(1)\n"
             "from common.stores import writer\n"
             "from earl import index\n"
@@ -267,13 +269,13 @@ def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, caps
     with pytest.raises(SystemExit) as exit_info:  # without --resume, refused
         index.main(args)
     assert exit_info.value.code == 2
-    assert capsys.readouterr().err == (f"error: --output: {folder} holds an unfinished store; resume it, or choose a "
+    assert capsys.readouterr().err == (f"error: --output_dir: {folder} holds an unfinished store; resume it, or choose a "
                                        "new folder (pass --resume to finish it)\n")
     with pytest.raises(SystemExit) as exit_info:  # resumed with another dtype: refused before anything is computed
         index.main([*args, "--resume", "--dtype", "fp16"])
     assert exit_info.value.code == 2
     assert capsys.readouterr().err.splitlines()[-1] == (
-        f"error: --output: {folder} holds an unfinished store planned with dtype float32; this build has dtype "
+        f"error: --output_dir: {folder} holds an unfinished store planned with dtype float32; this build has dtype "
         "float16 (resume with the same settings, or choose a new folder)")
 
     resumed = index.main([*args, "--resume"])
@@ -299,6 +301,23 @@ def test_a_store_of_another_checkpoint_is_refused_in_process(built, tmp_path, ca
     assert not output.exists()
 
 
+def test_without_qrels_every_query_is_reranked_from_the_store_and_nothing_measured(built, tmp_path, capsys):
+    """--topics --run --collection and no --qrels, from an S1 store with --compare_end_to_end: every query re-ranked
+    (one that no qrels judge among them), every candidate in run.trec, the scores compared (exactness.json without
+    NDCG), task.json, no metrics.json."""
+    flags, candidates = unjudged_task(tmp_path)
+    out = tmp_path / "out"
+    assert evaluate.main(["--checkpoint", str(built["checkpoint"]), *flags, "--depth", "3", "--store",
+                          str(built["root"] / "s1"), "--compare_end_to_end", "--accelerator", "cpu",
+                          "--output_dir", str(out)]) is None  # fmt: skip
+    printed = capsys.readouterr().out
+    assert NO_QRELS in printed and "S1 store (float32) vs end to end, 9 pairs of 3 queries" in printed
+    assert "NDCG@10" not in printed and "Nothing in the paper" not in printed
+    assert_reranked_without_metrics(out, candidates)
+    report = json.loads((out / "exactness.json").read_text())
+    assert report["pairs"] == 9 and report["max_abs_score_difference"] < 1e-5 and "ndcg_cut_10" not in report
+
+
 def test_a_candidate_missing_from_the_store_is_refused_in_process(built, tmp_path, capsys):
     output = tmp_path / "out"
     refused_in_process(evaluate.main, ["--checkpoint", str(built["checkpoint"]), "--task", "builtin:test", "--test_queries",
@@ -310,16 +329,16 @@ def test_a_candidate_missing_from_the_store_is_refused_in_process(built, tmp_pat
 
 def test_index_refusals(built, tmp_path, capsys):
     checkpoint, output = str(built["checkpoint"]), tmp_path / "store"
-    base = ["--checkpoint", checkpoint, "--collection", "builtin:test", "--output", str(output)]
+    base = ["--checkpoint", checkpoint, "--collection", "builtin:test", "--output_dir", str(output)]
     refused_in_process(index.main, [*base, "--strategy", "s3"], capsys,
             "argument --strategy: invalid choice: 's3' (choose from 's1', 's2')")
     output.mkdir()
     (output / "notes.txt").write_text("mine\n")
-    refused_in_process(index.main, [*base, "--strategy", "s1"], capsys, f"--output: {output} is not empty; choose a new folder")
+    refused_in_process(index.main, [*base, "--strategy", "s1"], capsys, f"--output_dir: {output} is not empty; choose a new folder")
     assert os.listdir(output) == ["notes.txt"]
     ranker = save_checkpoint(tmp_path / "bert_ranker.ckpt", architecture="bert_ranker")
     fresh = tmp_path / "fresh"
-    refused_in_process(index.main, ["--checkpoint", str(ranker), "--strategy", "s1", "--collection", "builtin:test", "--output",
+    refused_in_process(index.main, ["--checkpoint", str(ranker), "--strategy", "s1", "--collection", "builtin:test", "--output_dir",
                          str(fresh)], capsys,
             f"--checkpoint: {ranker} is an earl.train checkpoint of bert_ranker, not of EARL")  # fmt: skip
     assert not fresh.exists()
@@ -334,8 +353,8 @@ def test_evaluate_refusals_before_anything_is_read(built, tmp_path, capsys):
             "--compare_end_to_end: compares a store's scores with end-to-end ones; give --store")
     refused_in_process(evaluate.main, [*base, "--store", str(tmp_path)], capsys,
             f"argument --store: {tmp_path} holds no finished earl.index store (no manifest.json)")
-    refused_in_process(evaluate.main, [*base, "--device", "tpu"], capsys,
-            "argument --device: must be auto, cpu, cuda or cuda:N, got tpu")
+    refused_in_process(evaluate.main, [*base, "--accelerator", "tpu"], capsys,
+            "--accelerator: earl.evaluate computes on auto, cpu, gpu, cuda; got tpu")
     assert not (tmp_path / "o").exists()
 
 
@@ -405,7 +424,7 @@ def test_on_a_gpu_a_store_built_from_pinned_batches_is_the_cpu_ones(built, tmp_p
     copied back once a shard) and strict fp32 matmuls: every row within 1e-4 of the CPU store's."""
     fp32 = built["stores"]["subset_fp32"]
     gpu = index.main(["--checkpoint", str(built["checkpoint"]), "--strategy", "s1", "--collection",
-                      str(built["subset"]), "--output", str(tmp_path / "gpu"), "--shard_size", "8", "--batch_size",
+                      str(built["subset"]), "--output_dir", str(tmp_path / "gpu"), "--shard_size", "8", "--batch_size",
                       "3", "--num_workers", "2", "--matmul_precision", "highest", "--accelerator", "gpu",
                       "--devices", "1"])  # fmt: skip
     assert gpu.manifest["rows"] == fp32.manifest["rows"]

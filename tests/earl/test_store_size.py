@@ -4,8 +4,8 @@
   returns, for S1 and S2, on a batch of documents of several lengths;
 - the estimate printed before the build is within 10% of the bytes of the store built on `builtin:test` (3,000
   passages, a sample of 1,000 of them tokenised), S1 and S2, fp32 and fp16;
-- where the filesystem of ``--output`` has less free space (``shutil.disk_usage``) than the estimate, the command
-  refuses in one line naming ``--output``, the estimate and the free space, exit status 2, and writes nothing; with
+- where the filesystem of ``--output_dir`` has less free space (``shutil.disk_usage``) than the estimate, the command
+  refuses in one line naming ``--output_dir``, the estimate and the free space, exit status 2, and writes nothing; with
   ``--resume``, less what the folder holds already.
 
 The model is the tiny EARL of tests/earl/test_index.py (h = 8, K = 2, passages of 96 tokens, some of them shorter).
@@ -35,7 +35,7 @@ def checkpoint(tmp_path_factory, one_thread):
 
 
 def args(checkpoint, strategy: str, output, *extra: str) -> list[str]:
-    return ["--checkpoint", str(checkpoint), "--strategy", strategy, "--collection", "builtin:test", "--output",
+    return ["--checkpoint", str(checkpoint), "--strategy", strategy, "--collection", "builtin:test", "--output_dir",
             str(output), "--batch_size", "500", *extra, *CPU]  # fmt: skip
 
 
@@ -95,7 +95,7 @@ def test_no_room_is_refused_in_one_line_before_anything_is_written(checkpoint, t
     assert exit_info.value.code == 2
     (estimate,) = estimates
     said = capsys.readouterr()
-    assert said.err == (f"error: --output: no room for the store in {output}: it needs an estimated "
+    assert said.err == (f"error: --output_dir: no room for the store in {output}: it needs an estimated "
                         f"{format_bytes(estimate.bytes)} and {tmp_path} has 1,000 bytes free\n")
     assert "estimated size" not in said.out and not (tmp_path / "new").exists()
 
@@ -110,7 +110,7 @@ def test_resume_needs_room_for_what_is_left(checkpoint, tmp_path, estimates, mon
     assert exit_info.value.code == 2
     (estimate,) = estimates
     assert capsys.readouterr().err == (
-        f"error: --output: no room for the store in {output}: it needs an estimated "
+        f"error: --output_dir: no room for the store in {output}: it needs an estimated "
         f"{format_bytes(estimate.bytes - 5003)} more ({format_bytes(estimate.bytes)} in all, 4.89 KiB written) and "
         f"{output} has 1.95 KiB free\n")
     assert sorted(p.name for p in output.iterdir()) == ["plan.json"]

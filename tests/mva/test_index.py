@@ -25,6 +25,8 @@ import pytest
 import torch
 
 from tests.bad_input.refusal import refused_in_process
+from tests.unjudged import assert_reranked_without_metrics, unjudged_task
+from common.commands.outputs import NO_QRELS
 from common.data.formats import Document, ranked, read_run, write_collection, write_qrels, write_run, write_topics
 from common.data.specs import source_from_spec
 from common.stores.representations import RepresentationStore, checkpoint_hash
@@ -64,13 +66,13 @@ def save_checkpoint(path: Path, architecture: str = "mva", seed: int = 0, **sett
 
 
 def build(checkpoint: Path, output: Path, *extra: str) -> RepresentationStore:
-    return index.main(["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output", str(output),
+    return index.main(["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output_dir", str(output),
                        "--shard_size", "1000", "--batch_size", "256", *extra, *CPU])  # fmt: skip
 
 
 def run_evaluate(checkpoint: Path, output: Path, *extra: str) -> dict:
     return evaluate.main(["--checkpoint", str(checkpoint), "--task", "builtin:test", "--test_queries", str(QUERIES),
-                          "--depth", str(DEPTH), "--device", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
+                          "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -243,9 +245,9 @@ def test_a_rank_llm_file_is_indexed_and_evaluated_as_the_files_it_stands_for(bui
     hit = dict.fromkeys(doc_id for qid in qids for doc_id in top[qid])
     write_collection(files["collection"], [Document(doc_id, documents[doc_id].text) for doc_id in hit])
     checkpoint = built["checkpoints"]["mva_cls"]
-    index.main(["--checkpoint", str(checkpoint), "--collection", str(rank_llm), "--output", str(tmp_path / "store"),
+    index.main(["--checkpoint", str(checkpoint), "--collection", str(rank_llm), "--output_dir", str(tmp_path / "store"),
                 *CPU])  # fmt: skip
-    common = ["--checkpoint", str(checkpoint), "--depth", str(DEPTH), "--device", "cpu"]
+    common = ["--checkpoint", str(checkpoint), "--depth", str(DEPTH), "--accelerator", "cpu"]
     from_rank_llm = evaluate.main([*common, "--rank_llm", str(rank_llm), "--qrels", str(files["qrels"]),
                                    "--store", str(tmp_path / "store"), "--output_dir", str(tmp_path / "a")])
     from_files = evaluate.main([*common, *(f for name, path in files.items() for f in (f"--{name}", str(path))),
@@ -253,6 +255,26 @@ def test_a_rank_llm_file_is_indexed_and_evaluated_as_the_files_it_stands_for(bui
     assert from_rank_llm == from_files and set(from_files) == {"mva", "bm25"}
     assert rankings(tmp_path / "a" / "run.trec") == rankings(tmp_path / "b" / "run.trec")
     assert sorted(rankings(tmp_path / "a" / "run.trec")) == qids
+    # without --qrels: the same run, and nothing measured
+    assert evaluate.main([*common, "--rank_llm", str(rank_llm), "--store", str(tmp_path / "store"),
+                          "--output_dir", str(tmp_path / "c")]) is None  # fmt: skip
+    assert rankings(tmp_path / "c" / "run.trec") == rankings(tmp_path / "a" / "run.trec")
+    assert not (tmp_path / "c" / "metrics.json").exists()
+
+
+def test_without_qrels_every_query_is_reranked_and_rescored_and_nothing_measured(built, tmp_path, capsys):
+    """--topics --run --collection and no --qrels, with CA re-scoring the top 2: every query re-ranked (one that no
+    qrels judge among them), every candidate in run.trec and run.mva+ca@2.trec, costs.json and task.json, no
+    metrics.json."""
+    flags, candidates = unjudged_task(tmp_path)
+    out = tmp_path / "out"
+    assert evaluate.main(["--checkpoint", str(built["checkpoints"]["mva_cls"]), *flags, "--depth", "3",
+                          "--rescore", str(built["checkpoints"]["ca"]), "--rescore_top", "2", "--accelerator", "cpu",
+                          "--output_dir", str(out)]) is None  # fmt: skip
+    assert NO_QRELS in capsys.readouterr().out
+    assert_reranked_without_metrics(out, candidates)
+    assert_reranked_without_metrics(out, candidates, "run.mva+ca@2.trec")
+    assert set(json.loads((out / "costs.json").read_text())) == {"mva", "mva+ca@2"}
 
 
 # --- refusals -----------------------------------------------------------------------------------------------------
@@ -260,7 +282,7 @@ def test_a_rank_llm_file_is_indexed_and_evaluated_as_the_files_it_stands_for(bui
 
 def test_index_refusals(built, tmp_path, capsys):
     ca, fresh = built["checkpoints"]["ca"], tmp_path / "store"
-    refused_in_process(index.main, ["--checkpoint", str(ca), "--collection", "builtin:test", "--output", str(fresh)],
+    refused_in_process(index.main, ["--checkpoint", str(ca), "--collection", "builtin:test", "--output_dir", str(fresh)],
                        capsys, f"--checkpoint: {ca} is an mva.train checkpoint of ca, not of mva or de: CA reads the "
                                "query and the document together")  # fmt: skip
     assert not fresh.exists()

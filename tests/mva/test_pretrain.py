@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 #: A tiny BERT from scratch, short examples, small batches.
 TINY = ["--collection", "builtin:train", "--num_layers", "1", "--hidden_size", "32", "--num_heads", "2",
         "--intermediate_size", "64", "--max_length", "32", "--batch_size", "8", "--steps", "20", "--lr", "2e-3",
-        "--device", "cpu"]  # fmt: skip
+        "--accelerator", "cpu"]  # fmt: skip
 #: mva.train on the built-in collection, two steps, no baselines (test_mva_train's TINY without the model sizes,
 #: which a pretrained --model.encoder has of its own).
 TRAIN = ["--model.projection", "8", "--data.passage_length", "32", "--data.depth", "10", "--data.dev_queries", "3",
@@ -39,7 +39,7 @@ def builtin_tokenizer():
 def pretrained(tmp_path_factory):
     """One run from scratch (seed 0): its output folder and record."""
     out = tmp_path_factory.mktemp("pretrain") / "out"
-    return out, pretrain.main([*TINY, "--output", str(out)])
+    return out, pretrain.main([*TINY, "--output_dir", str(out)])
 
 
 def weights(folder) -> dict[str, torch.Tensor]:
@@ -128,8 +128,8 @@ def test_the_command_reports_the_probe_loss_falling(pretrained):
 
 def test_the_same_seed_writes_the_same_weights(pretrained, tmp_path):
     out, _ = pretrained
-    pretrain.main([*TINY, "--output", str(tmp_path / "again")])
-    pretrain.main([*TINY, "--output", str(tmp_path / "other"), "--seed", "1"])
+    pretrain.main([*TINY, "--output_dir", str(tmp_path / "again")])
+    pretrain.main([*TINY, "--output_dir", str(tmp_path / "other"), "--seed", "1"])
     mine, again, other = weights(out), weights(tmp_path / "again"), weights(tmp_path / "other")
     assert mine.keys() == again.keys() and all(torch.equal(mine[k], again[k]) for k in mine)
     assert not all(torch.equal(mine[k], other[k]) for k in mine)
@@ -223,9 +223,9 @@ def test_an_encoder_folder_is_continued(tmp_path, builtin_tokenizer, layout, nsp
     torch.manual_seed(3)
     (BertForPreTraining if layout == "BertForPreTraining" else BertModel)(config).save_pretrained(folder)
     out = tmp_path / "out"
-    record = pretrain.main(["--collection", "builtin:train", "--encoder", str(folder), "--output", str(out),
+    record = pretrain.main(["--collection", "builtin:train", "--encoder", str(folder), "--output_dir", str(out),
                             "--nsp", nsp, "--steps", "2", "--batch_size", "4", "--max_length", "32", "--lr", "0",
-                            "--device", "cpu"])  # fmt: skip
+                            "--accelerator", "cpu"])  # fmt: skip
     assert record["nsp"] == (expect == "BertForPreTraining") and record["encoder"] == str(folder)
     assert json.loads((out / "config.json").read_text())["architectures"] == [expect]
     before, after = weights(folder), weights(out)
@@ -247,8 +247,8 @@ def test_an_encoder_folder_is_continued(tmp_path, builtin_tokenizer, layout, nsp
 CASES = [
     (["--collection", "{in}/nosuch.tsv"], "--collection: {in}/nosuch.tsv is neither builtin:<split>"),
     (["--collection", "{in}"], "--collection: {in} is a folder, not a collection file"),
-    (["--output", "{in}/used"], "--output: {in}/used is not empty: choose a new one"),
-    (["--output", "{in}/docs.tsv"], "--output: {in}/docs.tsv is a file, not a folder"),
+    (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
+    (["--output_dir", "{in}/docs.tsv"], "--output_dir: {in}/docs.tsv is a file, not a folder"),
     (["--steps", "0"], "argument --steps: must be a positive integer, got 0"),
     (["--mlm_probability", "0"], "argument --mlm_probability: must be a number > 0 and <= 1, got 0"),
     (["--max_length", "4"], "--max_length: must leave room for [CLS], two halves and two [SEP] (at least 5), got 4"),
@@ -259,7 +259,9 @@ CASES = [
     (["--encoder", "{in}/hf", "--num_layers", "2"], "--num_layers: sizes a BERT from scratch"),
     (["--tokenizer", "train", "--collection", "{in}/docs.tsv"], "--tokenizer: train learns a BPE on a task's"),
     (["--tokenizer", "{in}/nosuch"], "--tokenizer: no such folder: {in}/nosuch"),
-    (["--device", "tpu"], "argument --device: must be auto, cpu, cuda or cuda:N, got tpu"),
+    (["--accelerator", "tpu"], "--accelerator: mva.pretrain computes on auto, cpu, gpu, cuda; got tpu"),
+    (["--devices", "0,1"], "--devices: mva.pretrain computes in one process (its own training loop, without "
+                           "Lightning): give one device (auto, 1, or an index such as 0,); got 0,1"),
     (["--architecture", "mva", "--init", "{in}/used"], "--init: {in}/used holds no readable pretrain.json: not an "
                                                        "mva.pretrain output"),
     (["--architecture", "mva", "--model.doc_pooling", "cls"], "--model.doc_timesteps: cls pooling keeps K timesteps"),
@@ -275,14 +277,14 @@ def inputs(tmp_path):
 @pytest.mark.parametrize("args, expect", CASES)
 def test_bad_input_is_refused_in_one_line(tmp_path, inputs, args, expect):
     given = dict(zip(args[::2], args[1::2]))
-    base = {"--collection": "builtin:train", "--output": "out"}
+    base = {"--collection": "builtin:train", "--output_dir": "out"}
     line = [*itertools.chain.from_iterable((base | given).items())]
     refused("mva.pretrain", line, tmp_path, expect, inputs=inputs, timeout=60)
 
 
 def test_an_encoder_that_does_not_load_is_refused_once_read(tmp_path, inputs):
     """A folder with a config.json but no weights: refused once transformers has read it, nothing written."""
-    refused("mva.pretrain", ["--collection", "{in}/docs.tsv", "--encoder", "{in}/hf", "--output", "out"], tmp_path,
+    refused("mva.pretrain", ["--collection", "{in}/docs.tsv", "--encoder", "{in}/hf", "--output_dir", "out"], tmp_path,
             "--encoder: {in}/hf does not load as a Hugging Face BERT and tokenizer: ", inputs=inputs)  # fmt: skip
 
 

@@ -34,7 +34,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 #: A tiny BERT from scratch (as tests/mva/test_pretrain.py's), short inputs, small batches.
 SIZES = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64}
 TINY = ["--collection", "builtin:train", *itertools.chain.from_iterable((f"--{k}", str(v)) for k, v in SIZES.items()),
-        "--max_length", "32", "--batch_size", "8", "--lr", "2e-3", "--device", "cpu"]  # fmt: skip
+        "--max_length", "32", "--batch_size", "8", "--lr", "2e-3", "--accelerator", "cpu"]  # fmt: skip
 #: MVA's settings of the chain's tests: K [CLS] embeddings on both sides (the shifted MLM positions).
 MVA_FLAGS = {"projection": 8, "query_pooling": "cls", "query_timesteps": 3, "doc_pooling": "cls", "doc_timesteps": 4}
 CONFIGS = Path(train.__file__).parent / "configs"
@@ -208,10 +208,10 @@ def chain(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pretrain, "scored_model", lambda *a, **k: built.append(real(*a, **k)) or built[-1])
         folder = tmp_path_factory.mktemp("chain")
-        de = pretrain.main([*TINY, "--architecture", "de", "--steps", "20", "--output", str(folder / "de")])
+        de = pretrain.main([*TINY, "--architecture", "de", "--steps", "20", "--output_dir", str(folder / "de")])
         flags = itertools.chain.from_iterable((f"--model.{k}", str(v)) for k, v in MVA_FLAGS.items())
         mva = pretrain.main([*TINY[:2], *TINY[-8:], "--architecture", "mva", "--init", str(folder / "de"), *flags,
-                             "--steps", "5", "--output", str(folder / "mva")])  # fmt: skip
+                             "--steps", "5", "--output_dir", str(folder / "mva")])  # fmt: skip
     return {"de": (folder / "de", de, built[0]), "mva": (folder / "mva", mva, built[1])}
 
 
@@ -295,7 +295,7 @@ def test_first_k_and_all_tokens_have_the_same_weights_so_the_record_tells_them_a
 
 
 def test_the_command_names_the_fine_tuning_that_starts_from_it(tmp_path, capsys):
-    args = pretrain.build_parser().parse_args(["--collection", "builtin:train", "--output", str(tmp_path / "o"),
+    args = pretrain.build_parser().parse_args(["--collection", "builtin:train", "--output_dir", str(tmp_path / "o"),
                                                "--architecture", "mva", "--model.doc_pooling", "cls",
                                                "--model.doc_timesteps", "24", "--model.tied_init", "true"])  # fmt: skip
     pretrain.check_args(args)
@@ -322,7 +322,7 @@ def test_the_settings_and_their_defaults_are_the_fine_tunings():
 
 
 def parsed_args(*line: str):
-    args = pretrain.build_parser().parse_args(["--collection", "builtin:train", "--output", "unused", *line])
+    args = pretrain.build_parser().parse_args(["--collection", "builtin:train", "--output_dir", "unused", *line])
     pretrain.check_args(args)
     return args
 
@@ -404,7 +404,7 @@ def fakes(tmp_path_factory):
 def test_bad_input_is_refused_in_one_line(line, expect, fakes, tmp_path, capsys):
     line, expect = [arg.format(**fakes) for arg in line], expect.format(**fakes)
     out = tmp_path / "out"
-    refused_in_process(pretrain.main, ["--collection", "builtin:train", "--output", str(out), *line], capsys, expect)
+    refused_in_process(pretrain.main, ["--collection", "builtin:train", "--output_dir", str(out), *line], capsys, expect)
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 

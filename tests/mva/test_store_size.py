@@ -6,7 +6,7 @@
 - the estimate printed before the build is within 10% of the bytes of the store built on `builtin:test` (3,000
   passages, a sample of 1,000 of them tokenised), for two poolings and DE (whose rows are a third of its store), in
   fp32 and fp16;
-- where ``--output``'s filesystem has less free space than the estimate, one line naming ``--output``, exit status
+- where ``--output_dir``'s filesystem has less free space than the estimate, one line naming ``--output_dir``, exit status
   2, nothing written.
 
 The models are the tiny ones of tests/mva/test_index.py (h = 16, 2 heads of 8, passages of 40 tokens).
@@ -48,7 +48,7 @@ def estimates(monkeypatch):
 
 
 def args(checkpoint, output, *extra: str) -> list[str]:
-    return ["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output", str(output), "--batch_size",
+    return ["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output_dir", str(output), "--batch_size",
             "500", *extra, *CPU]  # fmt: skip
 
 
@@ -98,6 +98,6 @@ def test_no_room_is_refused_in_one_line_before_anything_is_written(checkpoints, 
     assert exit_info.value.code == 2
     (estimate,) = estimates
     said = capsys.readouterr()
-    assert said.err == (f"error: --output: no room for the store in {output}: it needs an estimated "
+    assert said.err == (f"error: --output_dir: no room for the store in {output}: it needs an estimated "
                         f"{format_bytes(estimate.bytes)} and {tmp_path} has 1.00 MiB free\n")
     assert "estimated size" not in said.out and not output.exists()

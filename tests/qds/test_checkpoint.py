@@ -141,7 +141,7 @@ def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
     metrics = evaluate.main([
         "--checkpoint", str(tmp_path / "model.QDST.best.pt"), "--encoder", str(tmp_path / "longformer"),
         "--tokenizer", str(builtin_tokenizer_path()), "--window", "8", "--impl", "portable",
-        "--candidates", "builtin:test", "--depth", "3", "--output_dir", str(tmp_path / "eval"),
+        "--task", "builtin:test", "--depth", "3", "--output_dir", str(tmp_path / "eval"),
     ])  # fmt: skip
     assert set(metrics) == {"qds", "bm25"} and 0 <= metrics["qds"]["ndcg_cut_10"] <= 1
     # the loaded weights are the official ones, not the folder's

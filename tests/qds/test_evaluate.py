@@ -10,13 +10,14 @@ import lightning as L
 import pytest
 import torch
 
-from common.commands.outputs import write_results
+from common.commands.outputs import NO_QRELS, write_results
 from common.data.builtin import builtin_source
 from common.report import load_reported
 from qds import evaluate
 from qds.model import Impl
 from qds.ranker import QDSRanker
 from qds.train import DATASETS, paper_tables
+from tests.unjudged import assert_reranked_without_metrics, unjudged_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
@@ -33,7 +34,7 @@ def test_depth_comes_from_the_flag_then_the_checkpoint_then_100(tmp_path):
     assert evaluate.resolve_depth(None, {"tokenizer": "roberta-base"})[0] == 100
     checkpoint = tmp_path / "c.ckpt"
     torch.save({}, checkpoint)  # the parser checks that the file is one torch.save wrote
-    args = evaluate.build_parser().parse_args(["--checkpoint", str(checkpoint), "--candidates", "builtin:test"])
+    args = evaluate.build_parser().parse_args(["--checkpoint", str(checkpoint), "--task", "builtin:test"])
     assert args.depth is None
 
 
@@ -111,7 +112,7 @@ def checkpoint(tmp_path_factory):
 
 def test_evaluate_builtin_uses_the_checkpoints_depth_and_compares_nothing(checkpoint, tmp_path, capsys):
     out = tmp_path / "eval"
-    evaluate.main(["--checkpoint", str(checkpoint), "--candidates", "builtin:test", "--output_dir", str(out),
+    evaluate.main(["--checkpoint", str(checkpoint), "--task", "builtin:test", "--output_dir", str(out),
                    "--devices", "1"])
     printed = capsys.readouterr().out
     assert "re-ranking the top 2 candidates per query (the checkpoint's data.depth, as in training)" in printed
@@ -144,9 +145,21 @@ def test_evaluate_files_compares_nothing_unless_told_the_dataset(checkpoint, tmp
     assert json.loads((told / "task.json").read_text())["dataset"] == "trec-dl-2019-doc"
 
 
+def test_evaluate_without_qrels_writes_the_run_of_every_query_and_no_metrics(checkpoint, tmp_path, capsys):
+    """--topics --run --collection and no --qrels: every query re-ranked (one that no qrels judge among them), every
+    candidate in run.trec, task.json, no metrics.json nor comparison."""
+    flags, candidates = unjudged_task(tmp_path)
+    out = tmp_path / "out"
+    assert evaluate.main(["--checkpoint", str(checkpoint), *flags, "--depth", "3", "--output_dir", str(out),
+                          "--devices", "1"]) is None  # fmt: skip
+    printed = capsys.readouterr().out
+    assert NO_QRELS in printed and "Nothing in the paper" not in printed
+    assert_reranked_without_metrics(out, candidates)
+
+
 def test_the_command_prints_no_lightning_tips_nor_their_deprecation_warnings(checkpoint, tmp_path):
     """`common.commands.quiet.quiet_lightning`: the run's output is about the run."""
-    done = subprocess.run([sys.executable, "-m", "qds.evaluate", "--checkpoint", str(checkpoint), "--candidates",
+    done = subprocess.run([sys.executable, "-m", "qds.evaluate", "--checkpoint", str(checkpoint), "--task",
                            "builtin:test", "--output_dir", str(tmp_path / "out"), "--devices", "1"],
                           capture_output=True, text=True, timeout=600)  # fmt: skip
     assert done.returncode == 0 and "written: " in done.stdout, done.stderr
@@ -175,7 +188,7 @@ def test_bf16_mixed_scores_near_fp32_and_is_the_default_of_a_run_that_trained_so
 
     import yaml
 
-    common = ["--candidates", "builtin:test", "--depth", "3", "--devices", "1", "--accelerator", "cpu"]
+    common = ["--task", "builtin:test", "--depth", "3", "--devices", "1", "--accelerator", "cpu"]
     for precision in ("32-true", "bf16-mixed"):
         evaluate.main(["--checkpoint", str(checkpoint), *common, "--precision", precision,
                        "--output_dir", str(tmp_path / precision)])  # fmt: skip
@@ -199,7 +212,7 @@ def test_bf16_mixed_scores_near_fp32_and_is_the_default_of_a_run_that_trained_so
 def test_16_mixed_on_a_gpu_scores_near_fp32(checkpoint, tmp_path):
     """``--precision 16-mixed`` on a GPU (its loader's batches pinned) against ``32-true`` on the CPU: every score
     within `BF16_SCORE_TOLERANCE` (float16 keeps 11 significant bits, more than bfloat16's 8)."""
-    common = ["--candidates", "builtin:test", "--depth", "3", "--devices", "1", "--num_workers", "2"]
+    common = ["--task", "builtin:test", "--depth", "3", "--devices", "1", "--num_workers", "2"]
     evaluate.main(["--checkpoint", str(checkpoint), *common, "--accelerator", "cpu", "--precision", "32-true",
                    "--output_dir", str(tmp_path / "cpu")])  # fmt: skip
     evaluate.main(["--checkpoint", str(checkpoint), *common, "--accelerator", "gpu", "--precision", "16-mixed",

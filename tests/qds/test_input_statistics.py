@@ -25,7 +25,7 @@ def inputs(tmp_path):
 
 def statistics(inputs, tmp_path, *extra: str) -> dict:
     out = tmp_path / "out" / "statistics.json"
-    assert input_statistics.main(["--topics", str(inputs / "topics.tsv"), "--candidates", str(inputs / "hits.json"),
+    assert input_statistics.main(["--topics", str(inputs / "topics.tsv"), "--rank_llm", str(inputs / "hits.json"),
                                   "--top", "1", "--depth", "1", "--output", str(out), *extra]) == 0  # fmt: skip
     return json.loads(out.read_text())
 
@@ -74,7 +74,7 @@ def test_builtin_pairs_count_the_official_layout_by_hand(inputs, tmp_path):
 
 
 def test_refusals_write_nothing(inputs, tmp_path, capsys):
-    base = ["--topics", str(inputs / "topics.tsv"), "--candidates", str(inputs / "hits.json")]
+    base = ["--topics", str(inputs / "topics.tsv"), "--rank_llm", str(inputs / "hits.json")]
     existing = tmp_path / "existing.json"
     existing.write_text("{}")
     refused_in_process(input_statistics.main, [*base, "--output", str(existing)], capsys,
@@ -95,7 +95,7 @@ def test_the_real_files_hold_the_counts_sources_md_gives(shared_data, tmp_path):
     out = tmp_path / "statistics.json"
     topics = [trec_dl / "topics" / name for name in ("topics.msmarco-doc.dev.txt", "topics.dl19-doc.txt",
                                                       "topics.dl20.txt")]  # fmt: skip
-    input_statistics.main(["--topics", *map(str, topics), "--candidates",
+    input_statistics.main(["--topics", *map(str, topics), "--rank_llm",
                            str(trec_dl / "candidates_with_text" / "rank_llm.BM25.retrieve_results_dl19.json"),
                            "--depth", "1", "--output", str(out)])  # fmt: skip
     stats = json.loads(out.read_text())

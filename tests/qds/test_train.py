@@ -49,7 +49,7 @@ def test_a_used_output_folder_is_refused(trained, capsys):
 def test_evaluate_re_ranks_with_the_best_checkpoint(trained, tmp_path):
     out, _ = trained
     best = next((out / "checkpoints").glob("best-step=*.ckpt"))
-    metrics = evaluate.main(["--checkpoint", str(best), "--candidates", "builtin:test", "--depth", "10",
+    metrics = evaluate.main(["--checkpoint", str(best), "--task", "builtin:test", "--depth", "10",
                              "--output_dir", str(tmp_path / "eval")])
     trained_run, evaluated = read_run(out / "run.trec"), read_run(tmp_path / "eval" / "run.trec")
     assert len(evaluated) == 100

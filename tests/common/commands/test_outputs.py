@@ -47,6 +47,23 @@ def test_several_runs_are_cut_to_the_depth_and_so_is_bm25(tmp_path):
     assert not (tmp_path / "run.trec").exists()
 
 
+def test_without_qrels_the_runs_and_task_json_are_written_and_no_metrics(tmp_path):
+    """A task without judgments: every query of the run written, task.json beside it, no metrics.json."""
+    run = {"q1": {"d1": 3.0, "d2": 2.0, "d3": 1.0}, "q2": {"d4": 1.0}}
+    task = {"topics_path": "t.tsv", "candidates_path": "r.trec", "collection_path": "c.jsonl"}
+    assert write_results(tmp_path / "one", "mine", run, {}, CANDIDATES, 1, measures=MEASURES, task=task,
+                         dataset=None) is None  # fmt: skip
+    assert read_run(tmp_path / "one" / "run.trec") == run
+    assert json.loads((tmp_path / "one" / "task.json").read_text()) == {"test": task, "dataset": None}
+    assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["run.trec", "task.json"]
+    runs = {"rerank": run, "fullrank": {"q1": {"d2": 3.0, "d3": 2.0, "d1": 1.0}}}
+    assert write_mode_results(tmp_path / "modes", "ndrm3", runs, {}, CANDIDATES, 1, measures=MEASURES, task=task,
+                              dataset=None, depth=2) is None  # fmt: skip
+    assert read_run(tmp_path / "modes" / "run.rerank.trec") == {"q1": {"d1": 3.0, "d2": 2.0}, "q2": {"d4": 1.0}}
+    assert sorted(p.name for p in (tmp_path / "modes").iterdir()) == ["run.fullrank.trec", "run.rerank.trec",
+                                                                      "task.json"]
+
+
 def cells(line: str) -> list[str]:
     return [cell.strip() for cell in line.strip("|").split("|")]
 

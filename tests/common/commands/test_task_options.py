@@ -10,7 +10,8 @@ import pytest
 from common.data.formats import Document, write_collection, write_qrels, write_run, write_topics
 from common.data.specs import source_from_spec
 from common.commands.run_folder import LAUNCHER_VARIABLES, launched_as_global_zero
-from common.commands.task_options import add_task_arguments, fresh_output_dir, lightning_devices, task_spec_from_args
+from common.commands.task_options import (add_process_arguments, add_task_arguments, check_one_device,
+                                          fresh_output_dir, lightning_devices, one_device, task_spec_from_args)
 
 
 @pytest.fixture
@@ -24,9 +25,9 @@ def files(tmp_path) -> dict[str, str]:
     return dict(zip(("topics", "qrels", "run", "collection"), map(str, paths.values())))
 
 
-def _parse(option: str, argv: list[str]) -> argparse.Namespace:
+def _parse(argv: list[str], aliases: tuple[str, ...] = ()) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_task_arguments(parser, option, "the task")
+    add_task_arguments(parser, "the task", aliases)
     return parser.parse_args(argv)
 
 
@@ -45,23 +46,41 @@ def _refused(capsys, call) -> str:
 
 
 def test_a_named_task_is_taken_as_it_is():
-    assert task_spec_from_args(_parse("candidates", ["--candidates", "builtin:test"]), "candidates") == "builtin:test"
-    args = _parse("task", ["--task", "irds:msmarco-document/trec-dl-2020/judged", "--topics", "ignored"])
-    assert task_spec_from_args(args, "task") == "irds:msmarco-document/trec-dl-2020/judged"
+    assert task_spec_from_args(_parse(["--task", "builtin:test"])) == "builtin:test"
+    args = _parse(["--task", "irds:msmarco-document/trec-dl-2020/judged", "--topics", "ignored"])
+    assert task_spec_from_args(args) == "irds:msmarco-document/trec-dl-2020/judged"
+
+
+def test_a_former_name_of_task_is_read_as_it_and_left_out_of_the_help():
+    """qds.evaluate's ``--candidates``: the same task, not in the help."""
+    assert task_spec_from_args(_parse(["--candidates", "builtin:dev"], ("candidates",))) == "builtin:dev"
+    parser = argparse.ArgumentParser()
+    add_task_arguments(parser, "the task", ("candidates",))
+    assert "--candidates" not in parser.format_help() and "--task TASK" in parser.format_help()
 
 
 def test_a_task_from_files_is_a_file_source_mapping(files):
-    task = task_spec_from_args(_parse("candidates", _flags(files)), "candidates")
+    task = task_spec_from_args(_parse(_flags(files)))
     assert task == {"topics_path": files["topics"], "qrels_path": files["qrels"], "candidates_path": files["run"],
                     "collection_path": files["collection"]}
     assert source_from_spec(task).qrels() == {"q1": {"d1": 1}}  # a spec `common.data.source` opens
 
 
-def test_a_task_from_files_needs_all_four(files, capsys):
-    some = {name: files[name] for name in ("topics", "run")}
-    line = _refused(capsys, lambda: task_spec_from_args(_parse("candidates", _flags(some)), "candidates"))
-    assert line == ("error: give --candidates TASK, or --topics, --qrels, --run and --collection, "
-                    "or --rank_llm and --qrels")
+def test_a_task_from_files_needs_topics_run_and_collection(files, capsys):
+    some = {name: files[name] for name in ("topics", "qrels", "run")}
+    line = _refused(capsys, lambda: task_spec_from_args(_parse(_flags(some))))
+    assert line == ("error: give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics), "
+                    "or --rank_llm (and --qrels)")
+
+
+def test_a_task_from_files_without_qrels_judges_nothing(files):
+    """No --qrels: a `FileSource` mapping without qrels_path, whose qrels are empty and whose queries are all kept."""
+    unjudged = {name: path for name, path in files.items() if name != "qrels"}
+    task = task_spec_from_args(_parse(_flags(unjudged)))
+    assert task == {"topics_path": files["topics"], "candidates_path": files["run"],
+                    "collection_path": files["collection"]}
+    source = source_from_spec(task)
+    assert source.qrels() == {} and source.candidates() == {"q1": {"d1": 2.0, "d2": 1.0}}
 
 
 def test_a_task_from_a_rank_llm_file_is_a_rank_llm_source_mapping(files, tmp_path, capsys):
@@ -70,24 +89,24 @@ def test_a_task_from_a_rank_llm_file_is_a_rank_llm_source_mapping(files, tmp_pat
     path.write_text('[{"query": "a query", "hits": [{"qid": "q1", "docid": "d1", "rank": 1, "score": 2.0, '
                     '"content": "some text"}, {"qid": "q1", "docid": "d2", "rank": 2, "score": 1.0, '
                     '"content": "other text"}]}]')
-    task = task_spec_from_args(_parse("task", ["--rank_llm", str(path), "--qrels", files["qrels"]]), "task")
+    task = task_spec_from_args(_parse(["--rank_llm", str(path), "--qrels", files["qrels"]]))
     assert task == {"rank_llm_path": str(path), "qrels_path": files["qrels"]}
     source = source_from_spec(task)
     assert source.topics() == {"q1": "a query"} and source.qrels() == {"q1": {"d1": 1}}
-    line = _refused(capsys, lambda: task_spec_from_args(_parse("task", ["--rank_llm", str(path)]), "task"))
-    assert line == "error: --rank_llm: give the qrels it is measured with as --qrels (a rank_llm file holds none)"
+    unjudged = task_spec_from_args(_parse(["--rank_llm", str(path)]))  # no --qrels: re-ranked, not measured
+    assert unjudged == {"rank_llm_path": str(path)} and source_from_spec(unjudged).qrels() == {}
     absent = str(tmp_path / "absent.json")
-    args = _parse("task", ["--rank_llm", absent, "--qrels", files["qrels"]])
-    assert _refused(capsys, lambda: task_spec_from_args(args, "task")) == f"error: --rank_llm: no such file: {absent}"
+    args = _parse(["--rank_llm", absent, "--qrels", files["qrels"]])
+    assert _refused(capsys, lambda: task_spec_from_args(args)) == f"error: --rank_llm: no such file: {absent}"
 
 
 def test_a_missing_file_or_an_unknown_task_is_named_by_its_option(files, tmp_path, capsys):
     absent = str(tmp_path / "absent.tsv")
-    args = _parse("task", _flags({**files, "qrels": absent}))
-    assert _refused(capsys, lambda: task_spec_from_args(args, "task")) == f"error: --qrels: no such file: {absent}"
-    line = _refused(capsys, lambda: task_spec_from_args(_parse("task", ["--task", "builtin:nope"]), "task"))
+    args = _parse(_flags({**files, "qrels": absent}))
+    assert _refused(capsys, lambda: task_spec_from_args(args)) == f"error: --qrels: no such file: {absent}"
+    line = _refused(capsys, lambda: task_spec_from_args(_parse(["--task", "builtin:nope"])))
     assert line.startswith("error: --task: unknown built-in split 'nope'")
-    line = _refused(capsys, lambda: task_spec_from_args(_parse("task", ["--task", "irds:no/such-id"]), "task"))
+    line = _refused(capsys, lambda: task_spec_from_args(_parse(["--task", "irds:no/such-id"])))
     assert line.startswith("error: --task: unknown ir_datasets id 'no/such-id'")
 
 
@@ -97,6 +116,43 @@ def test_devices_are_lightnings():
     for bad in ("0", "-2", "many", "1.5", "", ",", "0,a"):
         with pytest.raises(argparse.ArgumentTypeError, match="must be auto, a number of devices"):
             lightning_devices(bad)
+
+
+def _one_device_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_process_arguments(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_a_one_process_command_takes_one_device_of_lightnings_options(monkeypatch, capsys):
+    """`check_one_device` and `one_device` (EARL's and MVA's evaluate, mva.pretrain): the CPU, the first GPU or the
+    GPU of an index; several devices, nodes, another accelerator or a GPU this machine lacks refused in one line."""
+    import torch
+
+    def device(*argv: str):
+        args = _one_device_args(*argv)
+        check_one_device(args, "x.evaluate", "one query at a time")
+        return one_device(args)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    assert device() == device("--accelerator", "cpu", "--devices", "1") == torch.device("cpu")
+    assert _refused(capsys, lambda: device("--accelerator", "gpu")) == (
+        "error: --accelerator: cuda:0 is not available on this machine")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert device() == device("--accelerator", "cuda", "--devices", "1") == torch.device("cuda:0")
+    assert device("--devices", "1,") == torch.device("cuda:1") and device("--accelerator", "cpu") == torch.device("cpu")
+    assert _refused(capsys, lambda: device("--devices", "2,")) == (
+        "error: --devices: cuda:2 is not available on this machine")
+    one = "x.evaluate computes in one process (one query at a time)"
+    assert _refused(capsys, lambda: device("--devices", "2")) == (
+        f"error: --devices: {one}: give one device (auto, 1, or an index such as 0,); got 2")
+    assert _refused(capsys, lambda: device("--num_nodes", "2")) == f"error: --num_nodes: {one}; give 1"
+    assert _refused(capsys, lambda: device("--accelerator", "tpu")) == (
+        "error: --accelerator: x.evaluate computes on auto, cpu, gpu, cuda; got tpu")
+    assert _refused(capsys, lambda: device("--accelerator", "cpu", "--devices", "0,")) == (
+        "error: --devices: an index names a GPU; --accelerator cpu takes auto or 1, got 0,")
 
 
 def test_an_evaluate_output_folder_is_new_or_empty_and_not_created(tmp_path, monkeypatch, capsys):

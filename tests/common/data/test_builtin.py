@@ -113,7 +113,7 @@ def test_build_refuses_to_overwrite(built):
 
 
 def test_cli_reports_statistics(built, capsys):
-    assert main(["--root", str(built)]) == 0
+    assert main(["--output_dir", str(built)]) == 0
     out = capsys.readouterr().out
     assert "3000 documents" in out
     assert out.count("BM25 nDCG@10") == 3 and "test: 100 queries" in out

@@ -190,10 +190,13 @@ def test_file_source(tmp_path, collection):
     assert source.documents()["d8"] == DOCS[8]
 
 
-def test_file_source_without_qrels_says_so(tmp_path):
+def test_file_source_without_qrels_judges_nothing(tmp_path):
+    """No qrels file: empty qrels (a task re-ranked, not measured); training, which needs them, still says so."""
     write_topics(tmp_path / "topics.tsv", {"1": "q"})
+    source = FileSource(tmp_path / "topics.tsv", name="test")
+    assert source.qrels() == {}
     with pytest.raises(ValueError, match="source 'test' has no qrels file"):
-        FileSource(tmp_path / "topics.tsv", name="test").qrels()
+        source.training_table()
 
 
 def test_real_trec_dl_files(shared_data, tmp_path):

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from common.data.formats import Document, write_qrels, write_run, write_topics
+from common.data.specs import TaskSpecError
 from common.data.samplers import TrainingGroup
 from common.data.training_table import TrainingTable
 from common.training.tasks import (
@@ -62,6 +63,20 @@ def test_splits_sources_qrels_and_candidates(spec):
 def test_eval_queries_have_candidates_qrels_and_a_topic(spec):
     assert Data(dev=spec, test=spec).eval_queries("dev") == WITH_ALL
     assert Data(dev=spec, test=spec, dev_queries=20, test_queries=50).eval_queries("test") == WITH_ALL  # no cut
+
+
+def test_a_test_task_without_qrels_evaluates_every_query_with_candidates_and_a_topic(spec):
+    """No judgments: q21 (no qrels) is re-ranked too; q20 (no candidates) and q22 (no topic) are still not."""
+    unjudged = {key: path for key, path in spec.items() if key != "qrels_path"}
+    data = Data(test=unjudged)
+    assert data.qrels("test") == {}
+    assert data.eval_queries("test") == [*WITH_ALL, "q21"]
+
+
+def test_a_dev_task_without_qrels_is_refused_as_validation_measures_it(spec):
+    unjudged = {key: path for key, path in spec.items() if key != "qrels_path"}
+    with pytest.raises(TaskSpecError, match=r"^data.dev \(topics\): no qrels: validation measures the dev task"):
+        Data(dev=unjudged).check_tasks()
 
 
 def test_eval_queries_are_cut_to_a_seeded_sample_as_before(spec):
