@@ -79,16 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
         "-q", "--per_query", dest="per_query", action="store_true",
         help="print each query's values before the 'all' summary (trec_eval -q)",
     )  # fmt: skip
-    parser.add_argument("--per-query", dest="per_query", action="store_true", default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)  # its former name
     parser.add_argument(
         "-l", "--relevance_level", dest="relevance_level", type=int, default=1, metavar="LEVEL",
         help="lowest label that counts as relevant for binary measures such as map, recip_rank, "
         "recall, P (trec_eval -l; default 1; TREC DL passage MAP/RR/recall use 2). "
         "nDCG measures use the labels themselves; gdeval and NCG measures ignore it",
     )  # fmt: skip
-    parser.add_argument("--level", dest="relevance_level", type=int, default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)  # its former name
     parser.add_argument(
         "-c", "--complete", action="store_true",
         help="average over all queries of the qrels, a query missing from the run scoring 0 "

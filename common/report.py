@@ -694,12 +694,6 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--output", metavar="FILE.md",
                         help="also write the markdown table here (atomically)")
     parser.add_argument("--overwrite", action="store_true", help="allow --output to replace an existing file")
-    # The former spellings, read as the options above and left out of the help.
-    parser.add_argument("--metric-map", dest="metric_map", action="append", help=argparse.SUPPRESS)
-    parser.add_argument("--relevance-level", dest="relevance_level", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--include-missing", dest="include_missing", action="store_true", default=argparse.SUPPRESS,
-                        help=argparse.SUPPRESS)
-    parser.add_argument("--out", dest="output", help=argparse.SUPPRESS)
     return parser
 
 

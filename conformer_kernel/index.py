@@ -59,7 +59,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--query_tasks", nargs="+", default=[], metavar="TASK",
                         help="tasks whose queries' terms are indexed (builtin:test, "
                              "irds:msmarco-document/trec-dl-2020)")
-    parser.add_argument("--topics", dest="query_tasks", nargs="+", help=argparse.SUPPRESS)  # its former name
     parser.add_argument("--vocabulary", action="store_true", help="also index every term of the model's vocabulary")
     parser.add_argument("--output_dir", required=True,
                         help="a new folder for the index (or an unfinished one with --resume)")

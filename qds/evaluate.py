@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
                             formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
                         help="a qds.train checkpoint or the official release")
-    add_task_arguments(parser, "task to re-rank: builtin:<split> or irds:<ir_datasets id>", aliases=("candidates",))
+    add_task_arguments(parser, "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
     parser.add_argument("--output_dir", help="default: a new outputs/qds-evaluate-<time>")
     parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")

@@ -16,7 +16,6 @@ A new file each time (``--overwrite`` replaces one); bad input ends in one line 
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 from statistics import fmean
@@ -91,7 +90,6 @@ def parse_args(argv: list[str] | None):
              "configs' paths are)")
     add("--rank_llm", type=existing_file, default=CANDIDATES, metavar="FILE",
         help="a rank_llm candidate file whose passages are split into sentences (default: BM25's TREC DL 2019)")
-    add("--candidates", dest="rank_llm", type=existing_file, help=argparse.SUPPRESS)  # its former name
     add("--top", type=positive_int, default=20, help="passages per query split into sentences")
     add("--n", type=positive_int, default=2048, help="the benchmark input's length in tokens")
     add("--window", type=positive_int, default=128, help="local attention window w")

@@ -6,7 +6,6 @@ runs are in the slow tier (``tests/bad_input``, ``tests/<pkg>/test_train.py``...
 import re
 import subprocess
 import sys
-import zipfile
 
 import pytest
 
@@ -31,36 +30,6 @@ def test_help_names_the_command(command, tmp_path):
     assert answer.stdout.startswith(f"usage: python -m {command} ")
     assert not re.findall(r"(?<![\w-])--[a-z0-9_.]+-[a-z0-9_.-]*", answer.stdout)  # one spelling: underscores
     assert list(tmp_path.iterdir()) == []
-
-
-def test_former_spellings_are_read_as_the_options_they_became(tmp_path):
-    """The renamed options' former spellings, read alike and left out of the help (README, "Options every command
-    shares")."""
-    from common import evaluate, report
-    from conformer_kernel import index
-
-    metrics = tmp_path / "metrics.json"
-    metrics.write_text("{}")
-    parser = report._build_parser()
-    old = parser.parse_args([str(metrics), "--paper", "qds", "--metric-map", "a=b", "--relevance-level", "2",
-                             "--include-missing", "--out", "r.md"])  # fmt: skip
-    new = parser.parse_args([str(metrics), "--paper", "qds", "--metric_map", "a=b", "--relevance_level", "2",
-                             "--include_missing", "--output", "r.md"])  # fmt: skip
-    assert vars(old) == vars(new) and new.metric_map == ["a=b"] and new.output == "r.md"
-    assert not parser.parse_args([str(metrics), "--paper", "qds"]).include_missing
-    parser = evaluate.build_parser()
-    assert vars(parser.parse_args(["--per-query", "--level", "2"])) == vars(
-        parser.parse_args(["--per_query", "--relevance_level", "2"]))
-    assert (parser.parse_args([]).per_query, parser.parse_args([]).relevance_level) == (False, 1)
-    checkpoint = tmp_path / "x.ckpt"
-    zipfile.ZipFile(checkpoint, "w").close()  # what --checkpoint's type takes for a file torch.save wrote
-    parser = index.build_parser()
-    base = ["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output_dir", "x"]
-    assert parser.parse_args([*base, "--topics", "builtin:test"]).query_tasks == ["builtin:test"]
-    assert parser.parse_args(base).query_tasks == []
-    for help_text in (report._build_parser().format_help(), evaluate.build_parser().format_help(),
-                      index.build_parser().format_help()):
-        assert not re.search(r"--(metric-map|relevance-level|include-missing|out |per-query|level |topics)", help_text)
 
 
 @pytest.mark.parametrize("command", COMMANDS)

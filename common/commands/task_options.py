@@ -65,14 +65,11 @@ SCALER_STATE = "MixedPrecision"
 TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
 
 
-def add_task_arguments(parser: argparse.ArgumentParser, help_text: str = "builtin:<split> or irds:<ir_datasets id>",
-                       aliases: tuple[str, ...] = ()) -> None:  # fmt: skip
-    """Add ``--task TASK`` (`help_text`; also read under the deprecated `aliases`, ``--candidates``, left out of the
-    help) and, in a group "or a task from files", ``--topics --qrels --run --collection`` and ``--rank_llm`` (read
+def add_task_arguments(parser: argparse.ArgumentParser,
+                       help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:  # fmt: skip
+    """Add ``--task TASK`` (`help_text`) and, in a group "or a task from files", ``--topics --qrels --run --collection`` and ``--rank_llm`` (read
     back by `task_spec_from_args`)."""
     parser.add_argument("--task", help=help_text)
-    if aliases:
-        parser.add_argument(*(f"--{alias}" for alias in aliases), dest="task", help=argparse.SUPPRESS)
     files = parser.add_argument_group("or a task from files")
     for name, what in (("topics", "qid<TAB>text"),
                        ("qrels", "qid iter docid label; without it the run is written and no metrics computed"),

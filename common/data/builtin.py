@@ -64,7 +64,6 @@ query has a relevant document among its candidates.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
@@ -563,7 +562,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--output_dir", type=Path,
                         help=f"output folder (default: the cache, {default_root(0)} for seed 0)")
-    parser.add_argument("--root", dest="output_dir", type=Path, help=argparse.SUPPRESS)  # its former name
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="generator seed (default: %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="rebuild even if the folder holds a complete build")
     args = parser.parse_args(argv)

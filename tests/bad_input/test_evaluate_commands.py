@@ -57,7 +57,6 @@ QDS_CASES = [
     (["--task", "builtin:nope"], "--task: unknown built-in split 'nope' in 'builtin:nope'; expected one of "
                                        "builtin:train, builtin:dev, builtin:test"),
     (["--task", "irds:no/such-id"], "--task: unknown ir_datasets id 'no/such-id'"),
-    (["--candidates", "irds:no/such-id"], "--task: unknown ir_datasets id 'no/such-id'"),  # --task's former name
     (["--depth", "0"], "argument --depth: must be a positive integer, got 0"),
     (["--batch_size", "0"], "argument --batch_size: must be a positive integer, got 0"),
     (["--window", "0"], "argument --window: must be a positive integer, got 0"),

@@ -25,9 +25,9 @@ def files(tmp_path) -> dict[str, str]:
     return dict(zip(("topics", "qrels", "run", "collection"), map(str, paths.values())))
 
 
-def _parse(argv: list[str], aliases: tuple[str, ...] = ()) -> argparse.Namespace:
+def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser()
-    add_task_arguments(parser, "the task", aliases)
+    add_task_arguments(parser, "the task")
     return parser.parse_args(argv)
 
 
@@ -49,14 +49,6 @@ def test_a_named_task_is_taken_as_it_is():
     assert task_spec_from_args(_parse(["--task", "builtin:test"])) == "builtin:test"
     args = _parse(["--task", "irds:msmarco-document/trec-dl-2020/judged", "--topics", "ignored"])
     assert task_spec_from_args(args) == "irds:msmarco-document/trec-dl-2020/judged"
-
-
-def test_a_former_name_of_task_is_read_as_it_and_left_out_of_the_help():
-    """qds.evaluate's ``--candidates``: the same task, not in the help."""
-    assert task_spec_from_args(_parse(["--candidates", "builtin:dev"], ("candidates",))) == "builtin:dev"
-    parser = argparse.ArgumentParser()
-    add_task_arguments(parser, "the task", ("candidates",))
-    assert "--candidates" not in parser.format_help() and "--task TASK" in parser.format_help()
 
 
 def test_a_task_from_files_is_a_file_source_mapping(files):
