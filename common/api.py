@@ -41,7 +41,8 @@ from common.portable import (CARD, KEY, Portable, PortableError, check_package, 
 PACKAGES = ("qds", "conformer_kernel", "earl", "mva")
 #: The precisions a ranker scores in: float32, or autocast to bfloat16 or float16 with float32 scores.
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
-#: The columns `Ranker.rerank` reads (``title`` too, where present; ``text`` not, where scoring from a store).
+#: The columns `Ranker.rerank` reads (``title`` and ``url`` too, where present; ``text`` not, where scoring from a
+#: store).
 COLUMNS = ("qid", "query", "docno", "text")
 
 
@@ -157,7 +158,7 @@ class Ranker:
 
     def score(self, query: str, documents: Sequence[str | Document | Mapping]) -> np.ndarray:
         """The (n,) float32 scores of `query` against each of `documents`: texts, `Document` s, or mappings with
-        ``text`` (and ``title``, ``docno``); document ids where scoring from a store."""
+        ``text`` (and ``title``, ``docno``, ``url``); document ids where scoring from a store."""
         return self.score_pairs([query] * len(documents), documents)
 
     def score_pairs(self, queries: Sequence[str], documents: Sequence[str | Document | Mapping]) -> np.ndarray:
@@ -198,8 +199,8 @@ class Ranker:
         return torch.autocast(self.device.type, dtype=dtype)
 
     def rerank(self, frame):
-        """`frame` (a pandas DataFrame: ``qid``, ``query``, ``docno``, ``text`` [, ``title``]) with ``score`` and
-        ``rank`` added, each query's rows sorted by score (rank 0 first; PyTerrier's convention)."""
+        """`frame` (a pandas DataFrame: ``qid``, ``query``, ``docno``, ``text`` [, ``title``, ``url``]) with ``score``
+        and ``rank`` added, each query's rows sorted by score (rank 0 first; PyTerrier's convention)."""
         import pandas as pd
 
         need = [c for c in COLUMNS if c != "text" or self._store is None]
@@ -210,8 +211,10 @@ class Ranker:
         if self._store is not None:
             documents = out["docno"].astype(str).tolist()
         else:
-            titles = out["title"].astype(str) if "title" in out.columns else pd.Series("", index=out.index)
-            documents = [Document(str(d), str(t), str(h)) for d, t, h in zip(out["docno"], out["text"], titles)]
+            titles, urls = (out[c].astype(str) if c in out.columns else pd.Series("", index=out.index)
+                            for c in ("title", "url"))  # fmt: skip
+            documents = [Document(str(d), str(t), str(h), str(u))
+                         for d, t, h, u in zip(out["docno"], out["text"], titles, urls)]  # fmt: skip
         out["score"] = self.score_pairs(out["query"].astype(str).tolist(), documents).astype(np.float64)
         return ranked_frame(out)
 
@@ -253,7 +256,7 @@ def _document(value) -> Document:
         return Document("", value)
     if isinstance(value, Mapping):
         return Document(str(value.get("docno", value.get("doc_id", ""))), str(value["text"]),
-                        str(value.get("title", "")))  # fmt: skip
+                        str(value.get("title", "")), str(value.get("url", "")))  # fmt: skip
     raise TypeError(f"a document is a text, a Document or a mapping with 'text', not {type(value).__name__}")
 
 

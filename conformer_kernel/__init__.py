@@ -9,6 +9,7 @@ Independence", TREC 2020 Deep Learning track (../shared/papers/conformer-kernel.
 - `conformer_kernel.data`: the LightningDataModule; `conformer_kernel.text`, `vocab`, `features`, `orcas`: the
   official featurisation, vocabulary, IDFs, word2vec embeddings and the ORCAS field;
 - `conformer_kernel.impact_index`: s_td precomputed per (term, document), and full retrieval from it;
+- `conformer_kernel.portable`: a trained NDRM re-ranking through `common.api.load`, without Lightning;
 - ``python -m conformer_kernel.train``, ``python -m conformer_kernel.evaluate``, ``python -m conformer_kernel.index``,
   ``python -m conformer_kernel.benchmark`` (Figure 2).
 

@@ -26,7 +26,7 @@ from common.data.samplers import from_source
 from common.data.source import RankingSource
 from common.data.specs import SourceSpec, source_fingerprint, source_from_spec
 from common.training.tasks import MISSING_DOCUMENTS, LoaderConfig, RerankingDataModule, SamplerGroups, TaskConfig
-from conformer_kernel.features import Featurizer
+from conformer_kernel.features import Featurizer, encode_pairs
 from conformer_kernel.orcas import ORCAS_PARTS, orcas_from_spec
 from conformer_kernel.vocab import EmbeddingOptions, Resources
 
@@ -46,12 +46,6 @@ class TrainGroups(SamplerGroups):
         queries = [f.query_terms(self.topics[g.qid]) for g in groups]
         docs = [[f.document_terms(d) for d in self.documents.get_many(list(g.doc_ids))] for g in groups]
         return {"features": f.batch(queries, docs), "labels": torch.tensor([g.labels for g in groups])}
-
-
-def encode_pairs(featurizer: Featurizer, queries: list[str], documents: list[Document]) -> dict:
-    """`common.data.rerank.RerankPairs`' encoder: one (query, document) pair per row, as {"features": `Features`}."""
-    f = featurizer
-    return {"features": f.batch([f.query_terms(q) for q in queries], [[f.document_terms(d)] for d in documents])}
 
 
 class ConformerKernelDataModule(RerankingDataModule):

@@ -6,12 +6,20 @@
 - Documents: `conformer_kernel.text.document_terms` (``<S>`` ORCAS URL title body ``</S>``); the
   model reads the first `max_doc_terms` (4000) ids, padded to the batch's longest; NDRM2 reads
   each query term's frequency in, and the length of, the whole untruncated term list.
+- ORCAS field: a document's clicked queries in the featuriser's ORCAS data (`conformer_kernel.orcas`, by document
+  id), or the document's own (`OrcasDocument`, as `conformer_kernel.portable` takes it from a caller).
+- Cache: a document's terms are kept by its content (`content_key`: id, fields and, for an `OrcasDocument`, ORCAS
+  text), never by its id alone: two documents of one id (a bare text's id is ``""``) each get their own terms. The
+  key is a 16-byte digest rather than the fields themselves, so that the cache does not also keep every document's
+  text alive (a 50,000-document cache of MS MARCO documents would hold hundreds of MB of it).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -21,14 +29,33 @@ from conformer_kernel.text import analyze, document_terms
 from conformer_kernel.vocab import UNK, Resources
 
 
+@dataclass(frozen=True)
+class OrcasDocument(Document):
+    """A document with its ORCAS field: the text of its clicked queries, joined by spaces (`conformer_kernel.orcas`),
+    ``""`` for one nobody clicked."""
+
+    orcas: str = ""
+
+
+def content_key(doc: Document) -> bytes:
+    """A digest of `doc`'s kind and every field (id, title, text, url, ORCAS text): equal only for equal documents."""
+    digest = hashlib.blake2b(type(doc).__name__.encode(), digest_size=16)
+    for value in vars(doc).values():  # the dataclass's fields, in order
+        data = value.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))  # length-prefixed: no two splits of the fields hash alike
+        digest.update(data)
+    return digest.digest()
+
+
 class Featurizer:
     """Analyses queries and documents and builds padded `Features` batches.
 
     Args:
         resources: vocabulary ids and IDFs.
         max_query_terms, max_doc_terms, max_orcas_terms: the paper's 20 and 4,000, the official 2,000.
-        orcas: doc_id -> clicked-queries text (`conformer_kernel.orcas`), or None without ORCAS.
-        cache_size: analysed documents kept per process (training draws the same ones again).
+        orcas: doc_id -> clicked-queries text (`conformer_kernel.orcas`; ``{}`` where only `OrcasDocument` s
+            bring it), or None for a model without the ORCAS field.
+        cache_size: analysed documents kept per process (training draws the same ones again), by `content_key`.
     """
 
     def __init__(self, resources: Resources, max_query_terms: int = 20, max_doc_terms: int = 4000,
@@ -37,19 +64,28 @@ class Featurizer:
         self.max_query_terms, self.max_doc_terms, self.max_orcas_terms = max_query_terms, max_doc_terms, max_orcas_terms
         self.orcas = orcas
         self.cache_size = cache_size
-        self._cache: dict[str, list[str]] = {}
+        self._cache: dict[bytes, list[str]] = {}
 
     def query_terms(self, text: str) -> list[str]:
         return analyze(text)[: self.max_query_terms]
 
     def document_terms(self, doc: Document) -> list[str]:
-        terms = self._cache.get(doc.doc_id)
+        key = content_key(doc)
+        terms = self._cache.get(key)
         if terms is None:
-            orcas = self.orcas.get(doc.doc_id, "") if self.orcas is not None else ""
-            terms = document_terms(doc, orcas, self.max_orcas_terms)
+            terms = document_terms(doc, self.orcas_text(doc), self.max_orcas_terms)
             if len(self._cache) < self.cache_size:
-                self._cache[doc.doc_id] = terms
+                self._cache[key] = terms
         return terms
+
+    def orcas_text(self, doc: Document) -> str:
+        """`doc`'s ORCAS field: none without ORCAS (`orcas` None), else an `OrcasDocument`'s own, else that of
+        `orcas` for its id (``""``: nobody clicked it)."""
+        if self.orcas is None:
+            return ""
+        if isinstance(doc, OrcasDocument):
+            return doc.orcas
+        return self.orcas.get(doc.doc_id, "")
 
     def batch(self, queries: Sequence[Sequence[str]], documents: Sequence[Sequence[Sequence[str]]]) -> Features:
         """Q term lists and, for each, D document term lists -> `Features` (Q, D, ...).
@@ -83,3 +119,9 @@ class Featurizer:
             torch.tensor(tf).view(Q, D, Tq),
             torch.tensor(doc_length).view(Q, D),
         )
+
+
+def encode_pairs(featurizer: Featurizer, queries: list[str], documents: list[Document]) -> dict:
+    """`common.data.rerank.RerankPairs`' encoder: one (query, document) pair per row, as {"features": `Features`}."""
+    f = featurizer
+    return {"features": f.batch([f.query_terms(q) for q in queries], [[f.document_terms(d)] for d in documents])}

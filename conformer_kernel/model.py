@@ -91,6 +91,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
@@ -521,6 +522,11 @@ class NDRM1(nn.Module):
         return F.pad(scores * f.query_mask[:, :used], (0, f.query_ids.shape[-1] - used))
 
 
+def pair_scores(model: nn.Module, f: Features) -> Tensor:
+    """(Q,) scores of batch `f` of one document per query row (D = 1): column 0 of `model`'s (Q, D) scores."""
+    return model(f)[:, 0]
+
+
 def used_slots(query_mask: Tensor) -> int:
     """The query slots up to the last real term of any query, (Q, Tq) -> int: the later slots are padding in every
     query, and a padded slot's term score is 0 (the official code scores it, then multiplies it by the mask)."""
@@ -605,3 +611,17 @@ def build_ranker(kind: ModelName, vocab_size: int, encoder: EncoderName = "confo
     if kind == "ndrm3":
         return NDRM3(vocab_size, **options)
     raise ValueError(f"unknown model {kind!r}: expected ndrm1, ndrm2 or ndrm3")
+
+
+#: The settings that shape the model: `conformer_kernel.ranker.ConformerKernelRanker`'s hyper-parameters but ``lr``.
+SETTINGS = ("model", "vocab_size", "encoder", "conv_window", "hidden_size", "num_heads", "num_layers", "dropout",
+            "kernels", "sigma", "pool_window", "pool_stride", "max_doc_terms", "identity_init", "doc_padding")
+#: Settings renamed since checkpoints were first written, old name -> new (the other packages' names).
+RENAMED_SETTINGS = {"hidden": "hidden_size", "heads": "num_heads", "layers": "num_layers"}
+
+
+def ranker_from_settings(settings: Mapping) -> nn.Module:
+    """The model of `settings` (`SETTINGS`; one absent takes `build_ranker`'s default, the ranker's): what a
+    `ConformerKernelRanker` of these hyper-parameters holds, with fresh weights."""
+    return build_ranker(settings["model"], settings["vocab_size"],
+                        **{name: settings[name] for name in SETTINGS[2:] if name in settings})  # fmt: skip

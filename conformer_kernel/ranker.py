@@ -5,7 +5,8 @@ Term Independence", TREC 2020 Deep Learning track), with its loss.
 - Model (`conformer_kernel.model`): NDRM1, NDRM2 or NDRM3 with a Conformer (CK) or Transformer (TK) document
   encoder. The embedding layer starts from the data module's word2vec IN ‖ OUT vectors (`conformer_kernel.vocab`;
   hidden size `conformer_kernel.hidden_size` of the word2vec dimension); the vocabulary and IDFs travel inside
-  every checkpoint, so a checkpoint alone re-ranks and indexes.
+  every checkpoint, so a checkpoint alone re-ranks and indexes, and `common.api.load` scores with it
+  (`conformer_kernel.portable`).
 - Training (Sec. 4, "Model training"; official ``learner.py``, ``loss.py``): RankNet over each query's group of
   documents (`ranknet_loss`), Adam with lr 1e-4 (the official default; the paper gives none).
 - Evaluation (`common.training.reranking.RerankingEvaluation`): dev and test re-ranking measured with Table 1's
@@ -25,8 +26,11 @@ from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from common.portable import KEY
 from common.training.reranking import RerankingEvaluation
-from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, build_ranker
+from conformer_kernel.model import (RENAMED_SETTINGS, DocPadding, EncoderName, Features, ModelName, pair_scores,
+                                    ranker_from_settings)
+from conformer_kernel.portable import checkpoint_entry
 from conformer_kernel.vocab import Resources
 
 #: Table 1's measures; runs are 100 deep, so AP and RR are at rank 100.
@@ -71,7 +75,7 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
 
     measures = MEASURES
     # Checkpoints written before the hyper-parameters took the names the other packages use.
-    renamed_hparams = {"hidden": "hidden_size", "heads": "num_heads", "layers": "num_layers"}
+    renamed_hparams = RENAMED_SETTINGS
 
     def __init__(
         self,
@@ -94,12 +98,7 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     ):
         super().__init__()
         self.save_hyperparameters()
-        options = {} if model == "ndrm2" else dict(
-            hidden_size=hidden_size, num_heads=num_heads, num_layers=num_layers, dropout=dropout, kernels=kernels,
-            sigma=sigma, pool_window=pool_window, pool_stride=pool_stride, max_doc_terms=max_doc_terms,
-            identity_init=identity_init, doc_padding=doc_padding,
-        )  # fmt: skip
-        self.model = build_ranker(model, vocab_size, encoder, conv_window, **options)
+        self.model = ranker_from_settings(self.hparams)
         rank_zero_info(f"{model} ({encoder}): {sum(p.numel() for p in self.model.parameters()) / 1e6:.2f}M parameters")
         self.resources: Resources | None = None
         self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
@@ -108,7 +107,7 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
         return self.model(features)  # (Q, D)
 
     def evaluation_scores(self, batch: dict) -> Tensor:
-        return self(batch["features"])[:, 0]  # (B,): evaluation batches hold one document per query row
+        return pair_scores(self.model, batch["features"])  # (B,): evaluation batches hold one document per query row
 
     # --- vocabulary and embeddings ---------------------------------------------------------
 
@@ -143,8 +142,12 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
         super().setup(stage)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        checkpoint["resources"] = self.resources.state()
+        """The vocabulary and IDFs, and where a trainer saves it (with the data module's settings) what
+        `common.api.load` reads (`conformer_kernel.portable.checkpoint_entry`)."""
         super().on_save_checkpoint(checkpoint)
+        checkpoint["resources"] = self.resources.state()
+        if "datamodule_hyper_parameters" in checkpoint:
+            checkpoint[KEY] = checkpoint_entry(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)

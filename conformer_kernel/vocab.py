@@ -131,9 +131,8 @@ class Resources:
         folder.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
         try:
-            (tmp / "terms.txt").write_text("".join(f"{t}\n" for t in self.terms), encoding="utf-8")
-            (tmp / "idf.tsv").write_text("".join(f"{t}\t{v!r}\n" for t, v in sorted(self.idf.items())),
-                                         encoding="utf-8")
+            for name, data in self.text_files().items():
+                (tmp / name).write_bytes(data)
             if self.embeddings is not None:
                 np.save(tmp / "embeddings.npy", self.embeddings)
             (tmp / "meta.json").write_text(json.dumps(meta or {}, indent=2, sort_keys=True) + "\n")
@@ -142,6 +141,12 @@ class Resources:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
+
+    def text_files(self) -> dict[str, bytes]:
+        """``terms.txt`` (one term per line, by id) and ``idf.tsv`` (term, tab, the IDF's ``repr``: read back
+        exactly), name -> bytes: what `save` writes beside the embeddings and `load` reads."""
+        return {"terms.txt": "".join(f"{t}\n" for t in self.terms).encode(),
+                "idf.tsv": "".join(f"{t}\t{v!r}\n" for t, v in sorted(self.idf.items())).encode()}  # fmt: skip
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> Resources:

@@ -1,10 +1,10 @@
-"""Featurizer.batch on a tiny hand-made vocabulary."""
+"""Featurizer.batch on a tiny hand-made vocabulary; document terms cached by content, with their ORCAS field."""
 
 import pytest
 import torch
 
 from common.data.formats import Document
-from conformer_kernel.features import Featurizer
+from conformer_kernel.features import Featurizer, OrcasDocument
 from conformer_kernel.vocab import Resources
 
 
@@ -69,3 +69,26 @@ def test_query_and_document_terms():
     doc = Document("D1", text="Dog food", title="Cats")
     assert featurizer.document_terms(doc) == ["<S>", "cat", "cat", "dog", "food", "</S>"]
     assert featurizer.document_terms(Document("D2", "bird")) == ["<S>", "bird", "</S>"]
+
+
+def test_documents_of_one_id_are_cached_by_their_content():
+    featurizer = Featurizer(_resources())
+    assert featurizer.document_terms(Document("d1", "cats and dog")) == ["<S>", "cat", "dog", "</S>"]
+    assert featurizer.document_terms(Document("d1", "birds")) == ["<S>", "bird", "</S>"]
+    assert featurizer.document_terms(Document("d1", "birds", url="http://cat")) == ["<S>", "http", "cat", "bird",
+                                                                                    "</S>"]  # fmt: skip
+    assert featurizer.document_terms(Document("", "dog")) == ["<S>", "dog", "</S>"]
+    assert featurizer.document_terms(Document("", "cats")) == ["<S>", "cat", "</S>"]
+
+
+def test_the_orcas_field_comes_from_the_data_or_the_document():
+    data = Featurizer(_resources(), orcas={"d1": "dog bird"})
+    assert data.document_terms(Document("d1", "cat")) == ["<S>", "dog", "bird", "cat", "</S>"]
+    assert data.document_terms(Document("d2", "cat")) == ["<S>", "cat", "</S>"]  # nobody clicked it
+    assert data.document_terms(OrcasDocument("d1", "cat", orcas="bird")) == ["<S>", "bird", "cat", "</S>"]
+    given = Featurizer(_resources(), orcas={})
+    assert given.document_terms(OrcasDocument("d1", "cat", orcas="dog")) == ["<S>", "dog", "cat", "</S>"]
+    assert given.document_terms(OrcasDocument("d1", "cat", orcas="")) == ["<S>", "cat", "</S>"]
+    assert given.document_terms(Document("d1", "cat")) == ["<S>", "cat", "</S>"]
+    without = Featurizer(_resources())
+    assert without.document_terms(OrcasDocument("d1", "cat", orcas="dog")) == ["<S>", "cat", "</S>"]

@@ -8,9 +8,13 @@ import json
 import re
 
 import lightning as L
+import numpy as np
 import pytest
+import torch
 
+from common.api import load
 from common.data.formats import read_run
+from common.portable import KEY
 from conformer_kernel import evaluate, hidden_size, train
 from conformer_kernel.data import ConformerKernelDataModule
 from conformer_kernel.impact_index import ImpactIndex
@@ -80,6 +84,14 @@ def test_train_evaluate_and_index_agree(tmp_path, capsys):
         for qid, scores in trained.items():
             assert evaluated[qid] == pytest.approx(scores, abs=1e-5)
     assert model.hparams.model == "ndrm3"
+
+    # The trainer's checkpoint carries what common.api.load reads, which scores as evaluate re-ranked.
+    assert KEY in torch.load(best, weights_only=True)
+    ranker, documents = load(best), data.source("test").documents()
+    for qid, scores in read_run(tmp_path / "eval" / "run.rerank.trec").items():
+        top = sorted(scores, key=lambda d: -scores[d])[:10]  # the 10 documents the model scored
+        np.testing.assert_allclose(ranker.score(topics[qid], documents.get_many(top)), [scores[d] for d in top],
+                                   rtol=1e-6, atol=1e-6)  # fmt: skip
 
     # An index built for other queries (the 25 evaluated above) is refused in one line, before anything is written.
     with pytest.raises(SystemExit) as exit:
