@@ -53,12 +53,12 @@ def test_earl_index_counts_its_shards_and_earl_evaluate_its_queries(every_batch,
     collection = tmp_path / "collection.tsv"
     collection.write_text("".join(f"D{i}\tpassage number {i} about topic {i % 3}\n" for i in range(10)))
     index.main(["--checkpoint", str(FIXTURES / "earl.ckpt"), "--strategy", "s1", "--collection", str(collection),
-                "--output", str(tmp_path / "store"), "--shard_size", "4", "--accelerator", "cpu", "--devices", "1"])
+                "--output_dir", str(tmp_path / "store"), "--shard_size", "4", "--accelerator", "cpu", "--devices", "1"])
     lines = capsys.readouterr().err.splitlines()
     assert "predict: 3 batches" in lines and counted(lines, "predict batch") == [(1, 3), (2, 3), (3, 3)]
 
     evaluate.main(["--checkpoint", str(FIXTURES / "earl.ckpt"), "--task", "builtin:test", "--depth", "5",
-                   "--test_queries", "3", "--device", "cpu", "--output_dir", str(tmp_path / "eval")])
+                   "--test_queries", "3", "--accelerator", "cpu", "--output_dir", str(tmp_path / "eval")])
     lines = capsys.readouterr().err.splitlines()
     assert counted(lines, "query") == [(1, 3), (2, 3), (3, 3)]
     assert re.fullmatch(r"query 3/3 · \d+s elapsed · done", lines[-1]), lines

@@ -77,7 +77,7 @@ def evaluated(checkpoints, tmp_path_factory) -> dict:
     for name, path in checkpoints.items():
         if MODELS[name]["architecture"] == "earl":
             evaluate.main(["--checkpoint", str(path), "--task", "builtin:test", "--test_queries", str(QUERIES),
-                           "--depth", str(DEPTH), "--device", "cpu", "--output_dir", str(root / name)])  # fmt: skip
+                           "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(root / name)])  # fmt: skip
             run = run_scores(root / name)  # the re-ranked pairs, then the other candidates below them
             scores[name] = {pair: run[pair] for pair in evaluated_pairs()}
         else:
@@ -141,10 +141,10 @@ def stores(checkpoints, evaluated, tmp_path_factory):
     built = {}
     for strategy in ("s1", "s2"):
         index.main(["--checkpoint", str(checkpoints["earl_cls"]), "--strategy", strategy, "--collection", str(subset),
-                    "--output", str(root / strategy), "--shard_size", "4", "--batch_size", "3", "--accelerator",
+                    "--output_dir", str(root / strategy), "--shard_size", "4", "--batch_size", "3", "--accelerator",
                     "cpu", "--devices", "1"])  # fmt: skip
         evaluate.main(["--checkpoint", str(checkpoints["earl_cls"]), "--task", "builtin:test", "--test_queries",
-                       str(QUERIES), "--depth", str(DEPTH), "--device", "cpu", "--store", str(root / strategy),
+                       str(QUERIES), "--depth", str(DEPTH), "--accelerator", "cpu", "--store", str(root / strategy),
                        "--output_dir", str(root / f"evaluated_{strategy}")])  # fmt: skip
         run = run_scores(root / f"evaluated_{strategy}")
         built[strategy] = (root / strategy, {pair: run[pair] for pair in pairs})

@@ -79,7 +79,7 @@ def evaluated_pairs() -> list[tuple[str, str]]:
 def run_evaluate(checkpoint: Path, output: Path, *extra: str) -> dict[tuple[str, str], float]:
     """``mva.evaluate``'s scores of the re-ranked pairs (its run.trec holds the other candidates below them)."""
     evaluate.main(["--checkpoint", str(checkpoint), "--task", "builtin:test", "--test_queries", str(QUERIES),
-                   "--depth", str(DEPTH), "--device", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
+                   "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
     run = run_scores(output)
     return {pair: run[pair] for pair in evaluated_pairs()}
 
@@ -127,7 +127,7 @@ def stores(checkpoints, tmp_path_factory):
     write_collection(subset, pair_texts("builtin:test", sorted(evaluated_pairs()))[1])
     built = {}
     for name in ("mva_cls", "de"):
-        index.main(["--checkpoint", str(checkpoints[name]), "--collection", str(subset), "--output", str(root / name),
+        index.main(["--checkpoint", str(checkpoints[name]), "--collection", str(subset), "--output_dir", str(root / name),
                     "--shard_size", "4", "--batch_size", "3", "--accelerator", "cpu", "--devices", "1"])  # fmt: skip
         built[name] = (root / name, run_evaluate(checkpoints[name], root / f"evaluated_{name}", "--store",
                                                  str(root / name)))  # fmt: skip

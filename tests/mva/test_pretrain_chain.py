@@ -443,7 +443,7 @@ def test_each_config_names_the_papers_pre_training_and_its_fine_tuning_from_it(n
     (mva_steps,) = paper.quoted(r"pre-train on the same MLM and NSP tasks for ([\d,]+) iterations")
     assert (args.batch_size, args.lr) == (int(batch_size.replace(",", "")), float(lr))
     assert args.architecture == model["architecture"] and args.collection == "irds:c4/en-noclean-tr"
-    assert args.output == str(tmp_path / output)
+    assert args.output_dir == str(tmp_path / output)
     if args.architecture == "mva":
         assert args.steps == int(mva_steps.replace(",", "")) and args.init == str(fakes["de"])
         assert args.config == f"mva/configs/{name}"

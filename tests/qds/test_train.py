@@ -58,7 +58,7 @@ def test_evaluate_re_ranks_with_the_best_checkpoint(trained, tmp_path):
         assert [evaluated[qid][d] for d in top] == pytest.approx([scores[d] for d in top], abs=1e-5)
     assert set(metrics) == {"qds", "bm25"}
     evaluated = json.loads((tmp_path / "eval" / "provenance.json").read_text())
-    assert evaluated["command"] == (f"python -m qds.evaluate --checkpoint {best} --candidates builtin:test --depth 10 "
+    assert evaluated["command"] == (f"python -m qds.evaluate --checkpoint {best} --task builtin:test --depth 10 "
                                     f"--output_dir {tmp_path / 'eval'}")  # fmt: skip
     assert evaluated["commit"] == json.loads((out / "provenance.json").read_text())["commit"]
 
