@@ -273,8 +273,8 @@ def _to_device(batch, device):
 def model_card(portable: Portable, paper: str, run_dir: Path | None, name: str) -> str:
     """The ``README.md`` of an exported folder: the paper, the config, the training data, the run's metrics (its
     ``metrics.json``) and the command that trained it (its ``provenance.json``), where the run folder is known."""
-    lines = [f"# {name}", "", f"A {portable.package} ranker of [efficient-rankers](CITATION.cff) "
-             f"{portable.version}, reproducing {paper}.", ""]  # fmt: skip
+    lines = [f"# {name}", "", f"A {portable.package} ranker trained with efficient-rankers {portable.version}, which "
+             f"reproduces {paper}.", ""]  # fmt: skip
     lines += ["## Use", "", "    from common.api import load", "", f"    ranker = load({name!r})",
               "    ranker.score(\"a query\", [\"a document\", \"another one\"])", "    ranker.rerank(frame)  "
               "# columns qid, query, docno, text", ""]  # fmt: skip

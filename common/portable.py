@@ -170,7 +170,9 @@ def write_folder(folder: Path, portable: Portable, save_weights, card: str) -> N
             (tmp / name).write_bytes(data)
         save_weights(tmp / WEIGHTS)
         (tmp / CARD).write_text(card)
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private; an output gets the usual mode
+        for path in tmp.iterdir():  # an output gets the mode any new file gets (safetensors writes private files)
+            os.chmod(path, 0o666 & ~umask())
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private
         os.rename(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -1,6 +1,7 @@
 """`common.portable`: the checkpoint entry and the exported folder, written once and refused in one line."""
 
 import json
+import os
 
 import pytest
 
@@ -13,7 +14,11 @@ def _portable(files=None):
 
 
 def _write(folder, portable):
-    write_folder(folder, portable, lambda path: path.write_bytes(b"weights"), "# card\n")
+    def weights(path):  # private, as safetensors writes its file
+        path.write_bytes(b"weights")
+        os.chmod(path, 0o600)
+
+    write_folder(folder, portable, weights, "# card\n")
 
 
 def test_a_folder_round_trips_its_config_and_files(tmp_path):
@@ -23,6 +28,10 @@ def test_a_folder_round_trips_its_config_and_files(tmp_path):
     again = read_folder(tmp_path / "out")
     assert (again.package, again.config, again.files) == ("qds", {"layers": 2}, {"vocab.txt": b"a\nb\n"})
     assert json.loads((tmp_path / "out" / CONFIG).read_text())["format"] == FORMAT
+    mask = os.umask(0o022)
+    os.umask(mask)
+    assert {oct(p.stat().st_mode & 0o777) for p in (tmp_path / "out").iterdir()} == {oct(0o666 & ~mask)}
+    assert oct((tmp_path / "out").stat().st_mode & 0o777) == oct(0o777 & ~mask)
 
 
 def test_an_existing_folder_is_refused_and_a_failed_write_leaves_nothing(tmp_path):
