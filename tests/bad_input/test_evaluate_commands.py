@@ -113,7 +113,7 @@ CK_CASES = [
 INDEX = ["--checkpoint", "{in}/ck.ckpt", "--collection", "builtin:test", "--query_tasks", "builtin:test", "--output_dir", "idx"]
 INDEX_CASES = [
     (["--checkpoint", "{in}/notackpt.txt"], "argument --checkpoint: {in}/notackpt.txt is not a checkpoint"),
-    (["--topics"], "argument --topics: expected at least one argument"),
+    (["--query_tasks"], "argument --query_tasks: expected at least one argument"),
     (["--collection", "files.tsv"], "--collection: cannot read the task 'files.tsv'"),
     (["--query_tasks", "builtin:test", "irds:no/such-id"], "--query_tasks: unknown ir_datasets id 'no/such-id'"),
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty; choose a new folder"),

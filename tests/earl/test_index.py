@@ -128,7 +128,7 @@ def test_the_evaluation_records_its_command_line(built, end_to_end):
     folder, _ = end_to_end
     record = json.loads((folder / "provenance.json").read_text())
     assert record["command"] == (f"python -m earl.evaluate --checkpoint {built['checkpoint']} --task builtin:test "
-                                 f"--test_queries {QUERIES} --depth {DEPTH} --device cpu --output_dir {folder}")
+                                 f"--test_queries {QUERIES} --depth {DEPTH} --accelerator cpu --output_dir {folder}")
 
 
 @pytest.mark.parametrize("strategy", ["s1", "s2"])
