@@ -113,6 +113,18 @@ def test_load_scores_what_evaluate_writes(pattern, task, tmp_path):
                                [expected[i] for i in first], rtol=1e-6, atol=1e-6)  # fmt: skip
 
 
+def test_mixed_precision_scores_in_float32_from_bfloat16_layers(checkpoint, task):
+    """``precision="bf16-mixed"``: the layers under autocast (so the scores move by bf16's rounding, about 2^-8 of
+    a representation, and no more), the scores float32; an unknown precision is refused by name."""
+    queries, documents, _ = pairs_of(task)
+    exact = load(checkpoint).score_pairs(queries, documents)
+    mixed = load(checkpoint, precision="bf16-mixed").score_pairs(queries, documents)
+    assert mixed.dtype == np.float32
+    assert 0 < np.abs(mixed - exact).max() < 0.05
+    with pytest.raises(ValueError, match="precision 'fp8': expected one of 32-true, bf16-mixed, 16-mixed"):
+        load(checkpoint, precision="fp8")
+
+
 def test_the_checkpoint_carries_the_inputs_settings_and_the_tokenizer(checkpoint):
     entry = torch.load(checkpoint, weights_only=True)[KEY]
     assert entry["package"] == "qds"
