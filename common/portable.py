@@ -1,10 +1,12 @@
 """What a trained ranker needs to score, carried by its checkpoint and written as a folder anyone can share.
 
-A checkpoint of any ``train`` command holds, beside Lightning's state, one entry under `KEY` (`portable_entry`): the
+A checkpoint of a ``train`` command holds, beside Lightning's state, one entry under `KEY` (`portable_entry`): the
 package that trained it, this format's number, the repository's version, the package's scoring config (a JSON-able
 mapping: the model's architecture and its inputs' settings) and the files scoring reads (a learnt tokenizer, the
 Conformer-Kernel's vocabulary) as bytes. So a checkpoint scores on a machine that never saw its training files: a
-tokenizer learnt on them (``--data.tokenizer train``) is read from the checkpoint, not rebuilt under the cache.
+tokenizer learnt on them (``--data.tokenizer train``) is read from the checkpoint, not rebuilt under the cache. (A
+Conformer-Kernel checkpoint holds its vocabulary once, under its own ``resources``, from which `common.api.load`
+makes the entry when it loads.)
 
 An exported folder (`write_folder`, Hugging Face's layout) holds the same: ``config.json`` (`FolderConfig`'s fields),
 ``model.safetensors`` (the model's weights, no optimizer or pickle), the files scoring reads, and a ``README.md``

@@ -8,7 +8,9 @@ checkpoint's entry or an exported folder, its inputs made as `conformer_kernel.e
   ``max_orcas_terms``; 20, 4,000 and 2,000 where a checkpoint has none, as evaluate's
   `conformer_kernel.impact_index.load_for_inference`) and ``orcas``, whether the model reads the ORCAS field.
 - Files: the vocabulary ``terms.txt`` and the IDFs ``idf.tsv`` (`conformer_kernel.vocab.Resources.text_files`, from
-  the checkpoint's ``resources``). The word2vec embeddings are the model's weights (its ``embed``); the text
+  the checkpoint's ``resources``). A `conformer_kernel.train` checkpoint holds no `common.portable.KEY` entry:
+  `common.api.load` makes it from the checkpoint's hyper-parameters and ``resources`` (`checkpoint_entry`, found by
+  `recognises`), so that the vocabulary, millions of terms on MS MARCO, is stored once per checkpoint. The word2vec embeddings are the model's weights (its ``embed``); the text
   processing (SMART stop words, Krovetz stems) is `conformer_kernel.text`'s code, which has no settings.
 - Inputs and score: `conformer_kernel.features.encode_pairs` (one pair per row, `conformer_kernel.features.Featurizer`)
   and the score of `conformer_kernel.ranker.ConformerKernelRanker.evaluation_scores`, column 0 of the model's (Q, D)

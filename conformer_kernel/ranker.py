@@ -26,11 +26,9 @@ from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
-from common.portable import KEY
 from common.training.reranking import RerankingEvaluation
 from conformer_kernel.model import (RENAMED_SETTINGS, DocPadding, EncoderName, Features, ModelName, pair_scores,
                                     ranker_from_settings)
-from conformer_kernel.portable import checkpoint_entry
 from conformer_kernel.vocab import Resources
 
 #: Table 1's measures; runs are 100 deep, so AP and RR are at rank 100.
@@ -142,12 +140,11 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
         super().setup(stage)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """The vocabulary and IDFs, and where a trainer saves it (with the data module's settings) what
-        `common.api.load` reads (`conformer_kernel.portable.checkpoint_entry`)."""
+        """The vocabulary and IDFs: with the hyper-parameters, all `common.api.load` reads
+        (`conformer_kernel.portable.checkpoint_entry` makes its entry from them when it loads, so the vocabulary,
+        millions of terms on MS MARCO, is stored once)."""
         super().on_save_checkpoint(checkpoint)
         checkpoint["resources"] = self.resources.state()
-        if "datamodule_hyper_parameters" in checkpoint:
-            checkpoint[KEY] = checkpoint_entry(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)

@@ -179,7 +179,7 @@ def test_a_checkpoint_saved_outside_a_trainer_scores_with_evaluates_defaults(tra
 def test_a_checkpoint_from_before_doc_padding_scores_as_lightning_loads_it(trained, tmp_path):
     """A checkpoint without ``doc_padding`` was trained with zeroed padding (the ranker loads it so)."""
     state = torch.load(trained[0], weights_only=True)
-    del state["hyper_parameters"]["doc_padding"], state[KEY]
+    del state["hyper_parameters"]["doc_padding"]
     torch.save(state, tmp_path / "old.ckpt")
     lightning = ConformerKernelRanker.load_from_checkpoint(tmp_path / "old.ckpt", map_location="cpu").eval()
     queries, documents = candidate_pairs()
@@ -259,7 +259,7 @@ def test_a_checkpoint_scores_without_its_training_files_and_cache(trained, tmp_p
 
 
 def test_the_entry_carries_the_vocabulary_and_the_featuriser_settings(trained):
-    entry = torch.load(trained[0], weights_only=True)[KEY]
+    entry = portable.checkpoint_entry(torch.load(trained[0], weights_only=True))
     resources = trained[1].resources
     assert entry["files"]["terms.txt"].decode().splitlines() == resources.terms
     idf = dict(line.split("\t") for line in entry["files"]["idf.tsv"].decode().splitlines())

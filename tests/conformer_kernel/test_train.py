@@ -85,8 +85,9 @@ def test_train_evaluate_and_index_agree(tmp_path, capsys):
             assert evaluated[qid] == pytest.approx(scores, abs=1e-5)
     assert model.hparams.model == "ndrm3"
 
-    # The trainer's checkpoint carries what common.api.load reads, which scores as evaluate re-ranked.
-    assert KEY in torch.load(best, weights_only=True)
+    # The trainer's checkpoint carries what common.api.load reads (its vocabulary once, beside the hyper-parameters),
+    # which scores as evaluate re-ranked.
+    assert "resources" in torch.load(best, weights_only=True) and KEY not in torch.load(best, weights_only=True)
     ranker, documents = load(best), data.source("test").documents()
     for qid, scores in read_run(tmp_path / "eval" / "run.rerank.trec").items():
         top = sorted(scores, key=lambda d: -scores[d])[:10]  # the 10 documents the model scored
