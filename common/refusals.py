@@ -35,6 +35,18 @@ def usage_error(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
+
+class SettingError(ValueError):
+    """A setting no type can refuse (an odd window, heads not dividing the hidden size), raised where it is used.
+
+    ``option`` is the command-line name (``model.window``); a command answers ``error: --model.window: <message>``
+    with exit status 2, and the Python API sees a ``ValueError``.
+    """
+
+    def __init__(self, option: str, message: str):
+        super().__init__(f"{option}: {message}")
+        self.option, self.message = option, message
+
 class ArgumentParser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line, ``error: argument --k: ...``, with exit status 2."""
 
