@@ -3,7 +3,7 @@ independence (Mitra et al.: "Improving Transformer-Kernel Ranking Model Using Co
 Independence", TREC 2020 Deep Learning track), then re-rank and fully retrieve the test queries.
 
 With no ``--config`` the embedded default (`conformer_kernel/configs/builtin.yaml`) trains NDRM3
-on the built-in collection in a few CPU minutes. ``--config conformer_kernel/configs/<row>.yaml``
+on the built-in collection in a few CPU minutes. ``--config conformer_kernel/configs/trec-dl-2020/<row>.yaml``
 runs one of Table 1's settings on TREC DL 2020 (MS MARCO documents through ir_datasets; ``-orcas``
 adds the ORCAS field; ``-rerank`` / ``-fullrank`` pick the evaluated setting). Every option is a
 LightningCLI flag (``--model.model ndrm1``, ``--trainer.devices 4``; ``--help``).

@@ -4,11 +4,11 @@ candidates, write the run and metrics, and print them next to BM25's.
 
 With no ``--config`` the embedded default (`earl/configs/builtin.yaml`) runs: a small EARL (ClsPool, tied) trained
 from scratch on the built-in collection, then a BERT ranker of the same size trained the same way
-(``--compare_with bert_ranker``), in a few CPU minutes. ``--config earl/configs/<row>.yaml`` runs one of the paper's
-rows (MS MARCO passages through ir_datasets, from ``bert-base-uncased``; Tables 2, 4 and 5, and the ClueWeb09-B
-transfer); ``earl/configs/trec-dl-passages-minilm.yaml`` trains on TREC DL 2020 passages from the offline MiniLM
-and tests on DL 2019 (results/earl/README.md). Every option is a LightningCLI flag (``--model.pool mean``,
-``--model.tied true``, ``--model.num_blocks 3``, ``--trainer.devices 8``; ``--help``).
+(``--compare_with bert_ranker``), in a few CPU minutes. ``--config earl/configs/msmarco/<row>.yaml`` runs one of
+the paper's rows (MS MARCO passages through ir_datasets, from ``bert-base-uncased``; Tables 2, 4 and 5, and the
+ClueWeb09-B transfer); ``earl/configs/trec-dl-passages-minilm.yaml`` trains on TREC DL 2020 passages from the
+offline MiniLM and tests on DL 2019 (results/earl/README.md). Every option is a LightningCLI flag
+(``--model.pool mean``, ``--model.tied true``, ``--model.num_blocks 3``, ``--trainer.devices 8``; ``--help``).
 
 Outputs (``--output_dir``, default a new ``outputs/earl-<variant>-<time>``; `common.commands.cli.RankerCLI`):
 ``config.yaml`` (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv``,

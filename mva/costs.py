@@ -30,7 +30,7 @@ computation", and a fixed q = 8 bounds a query's joint compute whatever its leng
 (an all-tokens query of 32 costs four times as much); "without having to extensively pad the query with [CLS]
 tokens" sets 8 against ColBERT's 32 [MASK]s. Table 3 (8 CLS below all tokens, 34.9 against 35.8, with full
 documents) is the price, and MVA²'s 34.7 is consistent with paying it. Sec. 4's heading, "no pooling for query
-sequences", is the ablation's finding for MVA¹'s setting. `mva/configs/msmarco-mva-cls{24,16}-*-qcls8.yaml` and
+sequences", is the ablation's finding for MVA¹'s setting. `mva/configs/msmarco/mva-cls{24,16}-*-qcls8.yaml` and
 the TREC DL MVA² and MVA³ runs (`results/mva/README.md`) read 8 query [CLS].
 - DE (`dual_encoder_macs`): one dot product of h = 768: 0.768 -> 0.8; storage h.
 - ColBERT (`maxsim_macs`, Khattab and Zaharia 2020): q = 32 query vectors (padded with [MASK]) against d = 70

@@ -367,7 +367,8 @@ def model_settings(args: argparse.Namespace) -> dict | None:
 
 
 def config_model(path: str) -> dict:
-    """The ``model:`` section of the fine-tuning config `path`, refused where it is not one."""
+    """The ``model:`` section of the fine-tuning config `path` (a row: its base's, updated by its ``model.*`` keys),
+    refused where it is not one."""
     import yaml
 
     try:
@@ -376,6 +377,9 @@ def config_model(path: str) -> dict:
         usage_error(f"--config: {path} cannot be read: {error.strerror or error}")
     except yaml.YAMLError as error:
         usage_error(f"--config: {path} is not YAML: {str(error).splitlines()[0]}")
+    if isinstance(config, dict) and isinstance(config.get("config"), str):
+        model = {key.removeprefix("model."): value for key, value in config.items() if key.startswith("model.")}
+        return {**config_model(str(Path(path).parent / config["config"])), **model}
     model = config.get("model") if isinstance(config, dict) else None
     if not isinstance(model, dict):
         usage_error(f"--config: {path} has no model: section (a fine-tuning config of mva.train)")

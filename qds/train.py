@@ -3,7 +3,7 @@ Query-Directed Sparse Transformer", Findings of EMNLP 2020) or a Table 2/4 varia
 MRR@10, re-rank the test candidates, write the run and metrics, and print them next to BM25's.
 
 With no ``--config`` the embedded default (`qds/configs/builtin.yaml`) runs: a small QDS trained
-from scratch on the built-in collection in a few CPU minutes. ``--config qds/configs/<row>.yaml``
+from scratch on the built-in collection in a few CPU minutes. ``--config qds/configs/trec-dl-2019/<row>.yaml``
 runs one of the paper's rows (TREC DL 2019, MS MARCO documents through ir_datasets). Every
 option is a LightningCLI flag (``--model.window 64``, ``--trainer.devices 8``; ``--help``).
 

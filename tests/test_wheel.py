@@ -40,7 +40,7 @@ def files_a_run_reads() -> set[str]:
     names = {f"common/reported/{paper}.csv" for paper in available_papers()}
     for package in PACKAGES:
         names |= {str(path.relative_to(REPO)) for path in command_files(f"{package}.train")}
-        names |= {str(path.relative_to(REPO)) for path in (REPO / package / "configs").glob("*.yaml")}
+        names |= {str(path.relative_to(REPO)) for path in (REPO / package / "configs").rglob("*.yaml")}
     from conformer_kernel import text
 
     names.add(str(Path(text.__file__).with_name("stopwords.txt").relative_to(REPO)))

@@ -65,7 +65,7 @@ def resolved(capsys, *args) -> dict:
 
 
 def config_name(model: str, orcas: bool, mode: str) -> str:
-    return f"trec-dl-2020-{model}{'-orcas' if orcas else ''}-{mode}.yaml"
+    return f"trec-dl-2020/{model}{'-orcas' if orcas else ''}-{mode}.yaml"
 
 
 @pytest.mark.parametrize("model, orcas, mode", ROWS)
@@ -83,7 +83,7 @@ def test_each_setting_parses_into_the_paper_setting(capsys, model, orcas, mode):
 
 
 def test_every_setting_has_a_config():
-    assert sorted(p.name for p in CONFIGS.glob("trec-dl-2020*.yaml")) == sorted(config_name(*row) for row in ROWS)
+    assert sorted(f"trec-dl-2020/{p.name}" for p in CONFIGS.glob("trec-dl-2020/*.yaml")) == sorted(config_name(*row) for row in ROWS)
 
 
 def test_no_arguments_means_the_builtin_default(capsys):

@@ -116,7 +116,7 @@ def test_ck_evaluate_asks_of_orcas_only_its_queries_and_clicks(tmp_path, refusin
 
 def test_a_ck_orcas_config_names_the_orcas_files_with_the_tasks(tmp_path, refusing_proxy):
     home, out = tmp_path / "irds", tmp_path / "run"
-    config = "conformer_kernel/configs/trec-dl-2020-ndrm1-orcas-rerank.yaml"
+    config = "conformer_kernel/configs/trec-dl-2020/ndrm1-orcas-rerank.yaml"
     done = command(["-m", "conformer_kernel.train", "--config", config, "--output_dir", str(out)], home, refusing_proxy)
     entries = download_list()
     splits = {"--data.train": "train", "--data.dev": "trec-dl-2019", "--data.test": "trec-dl-2020"}
@@ -133,7 +133,7 @@ def test_a_passage_config_names_extracted_files_and_local_copies(tmp_path, refus
     # runs are downloaded with no cache path, so a copy goes to downloads/<md5>; TREC DL 2019's small queries file is
     # kept only extracted.
     home, out = tmp_path / "irds", tmp_path / "run"
-    done = command(["-m", "earl.train", "--config", "earl/configs/msmarco-earl-cls.yaml", "--output_dir", str(out)],
+    done = command(["-m", "earl.train", "--config", "earl/configs/msmarco/earl-cls.yaml", "--output_dir", str(out)],
                    home, refusing_proxy)
     web = "https://msmarco.z22.web.core.windows.net/msmarcoranking"
     passage, copies = home / "msmarco-passage", home / "downloads"

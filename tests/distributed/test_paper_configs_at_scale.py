@@ -32,16 +32,16 @@ CONFIGS = {
         "--model.encoder", "null", "--data.tokenizer", "builtin", "--model.num_layers", "1", "--model.hidden_size",
         "32", "--model.num_heads", "1", "--model.intermediate_size", "64", "--model.window", "8", "--model.impl",
         "portable", "--data.max_length", "128", "--data.layout", "sos", "--data.positives", "qrels"], 1),
-    "qds/configs/trec-dl-2019-multi-gpu.yaml": ("qds.train", [
+    "qds/configs/trec-dl-2019/multi-gpu.yaml": ("qds.train", [
         "--model.encoder", "null", "--data.tokenizer", "builtin", "--model.num_layers", "1", "--model.hidden_size",
         "32", "--model.num_heads", "1", "--model.intermediate_size", "64", "--model.window", "8", "--model.impl",
         "portable", "--data.max_length", "128", "--data.layout", "sos", "--data.positives", "qrels"], 8),
-    **{f"conformer_kernel/configs/trec-dl-2020-{model}-rerank.yaml": ("conformer_kernel.train", [
+    **{f"conformer_kernel/configs/trec-dl-2020/{model}-rerank.yaml": ("conformer_kernel.train", [
         "--data.embedding_dim", "16", "--model.num_heads", "4", "--model.num_layers", "1", "--data.min_count", "2",
         "--data.max_doc_terms", "200", "--model.pool_window", "30", "--model.pool_stride", "10"], 32)
        for model in ("ndrm1", "ndrm2", "ndrm3")},
-    "earl/configs/msmarco-earl-cls.yaml": ("earl.train", [*BERT, "--model.num_blocks", "1"], 128),
-    "mva/configs/msmarco-mva-all-p128.yaml": ("mva.train", [*BERT, "--model.projection", "8"], 256),
+    "earl/configs/msmarco/earl-cls.yaml": ("earl.train", [*BERT, "--model.num_blocks", "1"], 128),
+    "mva/configs/msmarco/mva-all-p128.yaml": ("mva.train", [*BERT, "--model.projection", "8"], 256),
 }  # fmt: skip
 WORLDS = (1, 2, 8, 24)
 REPO = Path(__file__).parents[2]
@@ -89,7 +89,7 @@ def test_a_paper_config_takes_a_step_with_its_global_batch_or_says_what_to_chang
 
 
 #: Every paper config: the four packages' but the built-in defaults and the TREC DL passage runs on ../shared/data.
-PAPER_CONFIGS = sorted(str(p.relative_to(REPO)) for p in REPO.glob("*/configs/*.yaml")
+PAPER_CONFIGS = sorted(str(p.relative_to(REPO)) for p in REPO.glob("*/configs/**/*.yaml")
                        if not p.name.startswith(("builtin", "trec-dl-passages")))  # fmt: skip
 
 

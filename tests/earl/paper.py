@@ -1,18 +1,15 @@
 """What EARL's tests hold the code and the configs against, read at test time rather than retyped: the paper's text
 (``../shared/papers/earl.txt`` beside the checkout: Gao, Dai, Callan 2020), the rows it prints with their
-descriptors (``results/reported/earl.csv``, read with `csv`), and the configs (``earl/configs``, read with `yaml`)
-with their headers, which quote the paper and name the source (MORES, or our choice) of what it does not say.
+descriptors (``results/reported/earl.csv``, read with `csv`), and which of them each config (``earl/configs``)
+reproduces.
 """
 
 from __future__ import annotations
 
-import copy
 import csv
 import re
 from functools import cache
 from pathlib import Path
-
-import yaml
 
 from tests import papers
 
@@ -140,62 +137,46 @@ def model_of_row(row: dict) -> dict:
 # --- the configs --------------------------------------------------------------------------------------------------
 
 
-@cache
-def _config(name: str) -> dict:
-    return yaml.safe_load((CONFIGS / name).read_text(encoding="utf-8"))
+def _table2(method: str) -> list[tuple]:
+    """Table 2's row of `method`, as (table, method, None)."""
+    return [("2", method, None)]
 
 
-def config(name: str) -> dict:
-    """``earl/configs/NAME`` as YAML (a fresh copy)."""
-    return copy.deepcopy(_config(name))
-
-
-def header(name: str) -> str:
-    """The config's header comment, its lines joined by single spaces."""
-    lines = (CONFIGS / name).read_text(encoding="utf-8").split("\nseed_everything:")[0].splitlines()
-    return " ".join(" ".join(line.removeprefix("#").split()) for line in lines if line.startswith("#"))
+#: Each paper config (under ``earl/configs``) -> its reported rows, as (table, method, the note's ``printed as`` name
+#: or None): Table 2's rows of a msmarco/ config are its MS MARCO columns, of a clueweb09b/ config its ClueWeb09-B ones.
+CONFIG_ROWS = {
+    "msmarco/earl-cls.yaml": [*_table2("EARL ClsPool"), ("4", "EARL ClsPool", "2 blocks"),
+                              ("5", "EARL ClsPool", "w/ copy")],
+    "msmarco/earl-cls-tied.yaml": [*_table2("EARL ClsPool Tied"), ("4", "EARL ClsPool Tied", "2 blocks"),
+                                   ("5", "EARL ClsPool Tied", "w/ copy")],
+    "msmarco/earl-mean.yaml": _table2("EARL AvePool"),
+    "msmarco/earl-mean-tied.yaml": _table2("EARL AvePool Tied"),
+    "msmarco/bert-ranker.yaml": _table2("BERT ranker"),
+    "msmarco/bert-siamese.yaml": _table2("BERT-Siamese ranker"),
+    **{f"msmarco/earl-cls{tied}-k{k}.yaml": [("4", f"EARL ClsPool{tied.replace('-tied', ' Tied')}",
+                                              f"{k} block{'s' if k > 1 else ''}")]
+       for tied in ("", "-tied") for k in (1, 2, 3, 4)},
+    "msmarco/earl-cls-nocopy.yaml": [("5", "EARL ClsPool", "w/o copy")],
+    "msmarco/earl-cls-tied-nocopy.yaml": [("5", "EARL ClsPool Tied", "w/o copy")],
+    **{f"clueweb09b/{row}.yaml": _table2(method) for row, method in (
+        ("earl-cls", "EARL ClsPool"), ("earl-cls-tied", "EARL ClsPool Tied"), ("earl-mean", "EARL AvePool"),
+        ("earl-mean-tied", "EARL AvePool Tied"), ("bert-ranker", "BERT ranker"))},
+}  # fmt: skip
 
 
 def paper_configs() -> list[str]:
-    """The configs of the paper's rows (MS MARCO and ClueWeb09-B)."""
-    return sorted(path.name for path in CONFIGS.glob("*.yaml") if path.name.startswith(("msmarco-", "clueweb09b-")))
-
-
-def rows_of(name: str) -> list[dict]:
-    """The reported rows config `name`'s first header line names: ``# Table 2, row "METHOD"`` (its MS MARCO columns,
-    or its ClueWeb09-B ones where the line says ClueWeb09-B), or ``# Table 4, "METHOD, 1 block"`` / ``# Table 5,
-    "METHOD, w/o copy"`` (the rows whose note says ``printed as '1 block'``, ``'w/o copy'``)."""
-    first = (CONFIGS / name).read_text(encoding="utf-8").splitlines()[0]
-    found = re.match(r'# Table (\d), (?:row )?"([^",]+)(?:, ([^"]+))?"(.*)', first)
-    assert found, (name, first)
-    table, method, printed, rest = found.groups()
-    rows = [row for row in reported() if row["table"] == table and row["method"] == method]
-    if printed is not None:
-        rows = [row for row in rows if f"printed as '{printed}'" in row["note"]]
-    else:
-        clueweb = "ClueWeb09-B" in rest
-        rows = [row for row in rows if (row["dataset"] == "clueweb09b") == clueweb]
-    assert rows, (name, first)
-    return rows
+    """The configs of the paper's rows (MS MARCO and ClueWeb09-B), relative to ``earl/configs``."""
+    return sorted(CONFIG_ROWS)
 
 
 def named_rows(name: str) -> list[dict]:
-    """Every reported row config `name`'s header names before its "Paper setting": its own rows (`rows_of`) and
-    those of the same run in other tables (``Also Table 4's "METHOD, 2 blocks" ... and Table 5's "METHOD, w/
-    copy"``)."""
-    intro = header(name).split("Paper setting")[0]
-    rows = list(rows_of(name))
-    for table, method, printed in re.findall(r"Table (\d)'s \"([^\",]+), ([^\"]+)\"", intro):
+    """The reported rows of config `name` (`CONFIG_ROWS`)."""
+    clueweb = name.startswith("clueweb09b/")
+    rows = []
+    for table, method, printed in CONFIG_ROWS[name]:
         found = [row for row in reported() if row["table"] == table and row["method"] == method
-                 and f"printed as '{printed}'" in row["note"]]  # fmt: skip
+                 and (f"printed as '{printed}'" in row["note"] if printed is not None
+                      else (row["dataset"] == "clueweb09b") == clueweb)]  # fmt: skip
         assert found, (name, table, method, printed)
         rows += found
     return rows
-
-
-def chosen(name: str, pattern: str) -> str:
-    """The one group of `pattern` in config `name`'s header (its lines joined): a value the header sources (MORES,
-    or our choice where the paper and MORES are silent)."""
-    found = re.search(pattern, header(name))
-    assert found, (name, pattern)
-    return found.group(1)

@@ -1,6 +1,7 @@
 """What MVA's tests hold the code against, read at test time rather than retyped: the paper's text
 (``../shared/papers/mva.txt`` beside the checkout: Zhou and Devlin 2021), the numbers and row descriptors it prints
-(``results/reported/mva.csv``, read with `csv`), and the configs as YAML files (``mva/configs``, read with `yaml`).
+(``results/reported/mva.csv``, read with `csv`), which of them each config reproduces, and what the configs
+(``mva/configs``) resolve to.
 """
 
 from __future__ import annotations
@@ -9,8 +10,6 @@ import csv
 import re
 from functools import cache
 from pathlib import Path
-
-import yaml
 
 from tests import papers
 
@@ -90,33 +89,65 @@ def printed(table: str, method: str, metric: str) -> float:
 # --- the configs ----------------------------------------------------------------------------------------------------
 
 
+#: (table, row as printed: its cells joined by " | ") -> (config, the paper's MS MARCO Dev MRR@10).
+ROWS = {
+    ("1", "All Tokens | ~70"): ("msmarco/mva-all-p768.yaml", 35.8),
+    ("1", "First-K | 56"): ("msmarco/mva-firstk56-p768.yaml", 35.4),
+    ("1", "First-K | 28"): ("msmarco/mva-firstk28-p768.yaml", 34.5),
+    ("1", "First-K | 14"): ("msmarco/mva-firstk14-p768.yaml", 31.9),
+    ("1", "Multiple CLS | 56"): ("msmarco/mva-cls56-p768.yaml", 35.2),
+    ("1", "Multiple CLS | 28"): ("msmarco/mva-cls28-p768.yaml", 34.9),
+    ("1", "Multiple CLS | 14"): ("msmarco/mva-cls14-p768.yaml", 33.2),
+    ("1", "Temporal Pooling | 56"): ("msmarco/mva-temporal56-p768.yaml", 35.4),
+    ("1", "Temporal Pooling | 28"): ("msmarco/mva-temporal28-p768.yaml", 34.1),
+    ("1", "Temporal Pooling | 14"): ("msmarco/mva-temporal14-p768.yaml", 32.8),
+    ("2", "768"): ("msmarco/mva-all-p768.yaml", 35.8),
+    ("2", "128"): ("msmarco/mva-all-p128.yaml", 36.0),
+    ("2", "64"): ("msmarco/mva-all-p64.yaml", 35.4),
+    ("2", "32"): ("msmarco/mva-all-p32.yaml", 35.0),
+    ("2", "16"): ("msmarco/mva-all-p16.yaml", 34.7),
+    ("3", "All Tokens (Avg. ~6)"): ("msmarco/mva-all-p768.yaml", 35.8),
+    ("3", "1 CLS"): ("msmarco/mva-all-p768-qcls1.yaml", 32.6),
+    ("3", "2 CLS"): ("msmarco/mva-all-p768-qcls2.yaml", 33.5),
+    ("3", "8 CLS"): ("msmarco/mva-all-p768-qcls8.yaml", 34.9),
+    ("3", "33 CLS"): ("msmarco/mva-all-p768-qcls33.yaml", 35.9),
+    ("4", "All Tokens (Avg. ~70) | 1 | 64"): ("msmarco/mva-all-p64.yaml", 35.4),
+    ("4", "56 | 1 | 64"): ("msmarco/mva-cls56-p64.yaml", 34.6),
+    ("4", "28 | 2 | 64"): ("msmarco/mva-cls28-p64-h2.yaml", 33.5),
+    ("4", "28 | 1 | 128"): ("msmarco/mva-cls28-p128.yaml", 34.4),
+    ("4", "14 | 4 | 64"): ("msmarco/mva-cls14-p64-h4.yaml", 31.7),
+    ("4", "14 | 1 | 256"): ("msmarco/mva-cls14-p256.yaml", 33.5),
+    ("5", "CA (Ours)"): ("msmarco/ca.yaml", 38.0),
+    ("5", "DE (Ours)"): ("msmarco/de.yaml", 29.6),
+    ("5", "MVA¹"): ("msmarco/mva-all-p128.yaml", 36.0),
+    ("5", "MVA²"): ("msmarco/mva-cls24-p64-qcls8.yaml", 34.7),
+    ("5", "MVA³"): ("msmarco/mva-cls16-p32-qcls8.yaml", 32.7),
+}
+
+
 @cache
 def _config(name: str) -> dict:
-    return yaml.safe_load((CONFIGS / name).read_text())
+    from mva import train
+    from tests.printed_config import printed_config
+
+    return printed_config(train.main, "mva.train", "--config", str(CONFIGS / name))
 
 
 def config(name: str) -> dict:
-    """``mva/configs/NAME`` as YAML (a fresh copy)."""
+    """What ``mva/configs/NAME`` resolves to (``--print_config``; a fresh copy)."""
     import copy
 
     return copy.deepcopy(_config(name))
 
 
-def header(name: str) -> str:
-    """The config's header comment, its lines joined."""
-    lines = (CONFIGS / name).read_text().splitlines()
-    return " ".join(line.removeprefix("# ") for line in lines if line.startswith("#"))
-
-
 def msmarco_configs() -> list[str]:
-    return sorted(path.name for path in CONFIGS.glob("msmarco-*.yaml"))
+    """The MS MARCO row configs, relative to ``mva/configs``."""
+    return sorted(f"msmarco/{path.name}" for path in CONFIGS.glob("msmarco/*.yaml"))
 
 
 def config_of_row(table: str, row: str) -> str:
-    """The one MS MARCO config whose header names ``Table T, row "ROW"``."""
-    named = [name for name in msmarco_configs() if f'Table {table}, row "{row}"' in header(name)]
-    assert len(named) == 1, (table, row, named)
-    return named[0]
+    """The MS MARCO config of ``Table T, row "ROW"`` (`ROWS`)."""
+    return ROWS[(table, row)][0]
 
 
 def printed_average(table: str, key: str) -> int:

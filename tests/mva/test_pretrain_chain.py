@@ -8,7 +8,6 @@ import inspect
 import itertools
 import json
 import random
-import re
 import shlex
 from pathlib import Path
 from typing import get_args
@@ -328,8 +327,10 @@ def parsed_args(*line: str):
 
 
 def test_a_fine_tuning_config_gives_the_settings_and_flags_override_them():
-    name = CONFIGS / "msmarco-mva-cls24-p64-qcls8.yaml"
-    model = yaml.safe_load(name.read_text())["model"]
+    """A row's settings are its base's model section updated by the row's ``model.*`` keys, as mva.train resolves
+    them."""
+    name = CONFIGS / "msmarco/mva-cls24-p64-qcls8.yaml"
+    model = paper.config("msmarco/mva-cls24-p64-qcls8.yaml")["model"]
     args = parsed_args("--architecture", "mva", "--config", str(name))
     assert args.model == {key: model.get(key, default) for key, default in settings("mva").items()}
     assert (args.model["doc_timesteps"], args.model["projection"], args.model["query_timesteps"]) == (24, 64, 8)
@@ -408,31 +409,36 @@ def test_bad_input_is_refused_in_one_line(line, expect, fakes, tmp_path, capsys)
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-# --- the paper's chain, as the configs' headers write it --------------------------------------------------------------
+# --- the paper's chain (results/mva/README.md) ------------------------------------------------------------------------
 
 
-def header_commands(path: Path) -> dict[str, list[str]]:
-    """The chain's ``python -m mva.pretrain`` and ``python -m mva.train`` command lines in `path`'s header comment
-    (indented by 5 after the ``#``; a line ending in a backslash goes on), by command, each as its arguments."""
-    header = "\n".join(line.removeprefix("#") for line in path.read_text().splitlines() if line.startswith("#"))
-    commands = {}
-    for command, text in re.findall(r"^ {5}python -m (mva\.pretrain|mva\.train) ((?:.*\\\n)*.*)", header, re.M):
-        assert command not in commands, (path.name, command)
-        commands[command] = shlex.split(text.replace("\\\n", " "))
-    return commands
+def c4_chain(name: str, architecture: str) -> dict[str, list[str]]:
+    """The paper's C4 chain for config `name`, by command, as results/mva/README.md writes it: the DE (or CA)
+    pre-trained from scratch with BERT-base's sizes, MVA from the DE's output, then the fine-tuning from it."""
+    output, config = f"{architecture.upper()}_C4", f"mva/configs/{name}"
+    c4 = ["--collection", "irds:c4/en-noclean-tr", "--batch_size", "8192", "--lr", "3e-4", "--max_length", "128",
+          "--output_dir", output]  # fmt: skip
+    if architecture == "mva":
+        return {"mva.pretrain": ["--architecture", "mva", "--init", "DE_C4", "--config", config, *c4, "--steps",
+                                 "20000", "--warmup_steps", "2000"],
+                "mva.train": ["--config", config, "--model.encoder", output, "--data.tokenizer", output,
+                              "--model.init_checkpoint", f"{output}/mva.ckpt"]}  # fmt: skip
+    return {"mva.pretrain": ["--architecture", architecture, "--tokenizer", "bert-base-uncased", "--num_layers", "12",
+                             "--hidden_size", "768", "--num_heads", "12", "--intermediate_size", "3072", *c4,
+                             "--steps", "100000", "--warmup_steps", "10000"],
+            "mva.train": ["--config", config, "--model.encoder", output, "--data.tokenizer", output]}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", paper.msmarco_configs())
 def test_each_config_names_the_papers_pre_training_and_its_fine_tuning_from_it(name, fakes, tmp_path,
                                                                                monkeypatch):
     """Sec. 3: CA and DE pre-trained on C4 for 100,000 steps of 8,192 with Adam at 3e-4, BERT-base's sizes (the DE
-    "pre-trained directly", from scratch); MVA from the DE's output for 20,000 steps, with this config's settings.
-    Each command parses as the command reads it, and the fine-tuning starts from its output."""
+    "pre-trained directly", from scratch); MVA from the DE's output for 20,000 steps, with this config's settings
+    (its resolved model section). Each command parses as the command reads it, and the fine-tuning starts from its
+    output."""
     monkeypatch.chdir(paper.REPO)  # the commands are run from the repository root
-    path = CONFIGS / name
-    model = yaml.safe_load(path.read_text())["model"]
-    commands = header_commands(path)
-    assert set(commands) == {"mva.pretrain", "mva.train"}, name
+    model = paper.config(name)["model"]
+    commands = c4_chain(name, model["architecture"])
     output = {"de": "DE_C4", "ca": "CA_C4", "mva": "MVA_C4"}[model["architecture"]]
     line = [{"DE_C4": str(fakes["de"]), output: str(tmp_path / output)}.get(arg, arg)
             for arg in commands["mva.pretrain"]]  # fmt: skip
@@ -452,7 +458,6 @@ def test_each_config_names_the_papers_pre_training_and_its_fine_tuning_from_it(n
         assert args.steps == int(c4_steps.replace(",", "")) and args.init is None and args.encoder is None
         assert (args.num_layers, args.hidden_size, args.tokenizer) == (12, paper.hidden_size(), "bert-base-uncased")
     fine_tuning = printed_config(train.main, "mva.train", *commands["mva.train"])
-    assert commands["mva.train"][:2] == ["--config", f"mva/configs/{name}"]
     assert fine_tuning["model"]["encoder"] == output and fine_tuning["data"]["tokenizer"] == output
     checkpoint = f"{output}/{pretrain.CHECKPOINT}" if args.architecture == "mva" else None
     assert fine_tuning["model"]["init_checkpoint"] == checkpoint

@@ -9,9 +9,9 @@ from qds import train
 
 CONFIGS = Path(train.__file__).parent / "configs"
 ROWS = {
-    "trec-dl-2019.yaml": "qds", "trec-dl-2019-qds-s.yaml": "qds_s", "trec-dl-2019-qds-q.yaml": "qds_q",
-    "trec-dl-2019-sparse.yaml": "sparse", "trec-dl-2019-longformer-qa.yaml": "longformer_qa",
-    "trec-dl-2019-firstp.yaml": "firstp", "trec-dl-2019-maxp.yaml": "maxp",
+    "trec-dl-2019.yaml": "qds", "trec-dl-2019/qds-s.yaml": "qds_s", "trec-dl-2019/qds-q.yaml": "qds_q",
+    "trec-dl-2019/sparse.yaml": "sparse", "trec-dl-2019/longformer-qa.yaml": "longformer_qa",
+    "trec-dl-2019/firstp.yaml": "firstp", "trec-dl-2019/maxp.yaml": "maxp",
 }  # fmt: skip
 
 
@@ -72,11 +72,12 @@ def test_each_row_parses_into_the_paper_setting(capsys, name, pattern):
 
 
 def test_every_row_has_a_config():
-    assert sorted(p.name for p in CONFIGS.glob("trec-dl-2019*.yaml")) == sorted([*ROWS, MULTI_GPU])
+    written = ["trec-dl-2019.yaml", *(f"trec-dl-2019/{p.name}" for p in CONFIGS.glob("trec-dl-2019/*.yaml"))]
+    assert sorted(written) == sorted([*ROWS, MULTI_GPU])
 
 
 #: The several-GPU variant of the QDS row: not a row of the paper.
-MULTI_GPU = "trec-dl-2019-multi-gpu.yaml"
+MULTI_GPU = "trec-dl-2019/multi-gpu.yaml"
 
 
 @pytest.mark.parametrize("name", list(ROWS))
