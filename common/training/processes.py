@@ -1,13 +1,6 @@
-"""The processes that train together (DDP's process group): `world_size` for code that must see the whole global
-batch, and `leave_process_group_at_exit` for every command that may run in several processes.
-
-Why a command must leave the group itself: Lightning creates it (``_init_dist_connection``) but destroys it at exit
-only for NCCL. A gloo group left standing has C++ worker threads that still hold tensors when the interpreter
-tears down; destroying them then aborts the process (``terminate called without an active exception``, SIGABRT)
-after its work is done, so ``torchrun`` reports a failed launch. It happens now and then, more often in the rank
-that finishes first (every rank but zero, which goes on to write the outputs). Destroying the group from an
-``atexit`` handler, while the interpreter is whole, is the remedy PyTorch's own discussion names
-(pytorch/pytorch#190489, #179291).
+"""The processes that train together: `world_size`, and `leave_process_group_at_exit`, which destroys a gloo group from
+an ``atexit`` handler: Lightning destroys only NCCL groups, and a gloo group torn down with the interpreter aborts the
+finished process (SIGABRT; pytorch/pytorch#190489, #179291).
 """
 
 from __future__ import annotations
@@ -24,8 +17,7 @@ def world_size() -> int:
 
 
 def leave_process_group_at_exit() -> None:
-    """Destroy the default process group, where one exists then, when this process exits (see the module
-    docstring). Calling it again registers nothing more."""
+    """Destroy the default process group, where one exists then, when this process exits (see the module docstring)."""
     atexit.unregister(_leave_process_group)
     atexit.register(_leave_process_group)
 
