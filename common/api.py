@@ -120,7 +120,6 @@ class Ranker:
         return f"Ranker({self.package}, device={self.device}, precision={self.precision})"
 
     def to(self, device: str) -> Ranker:
-        """This ranker on `device` (its model moved); returned."""
         import torch
 
         self.device = torch.device(device)
@@ -135,7 +134,6 @@ class Ranker:
         return self
 
     def score(self, query: str, documents: Sequence[str | Document | Mapping]) -> np.ndarray:
-        """The (n,) float32 scores of `query` against each of `documents`."""
         return self.score_pairs([query] * len(documents), documents)
 
     def score_pairs(self, queries: Sequence[str], documents: Sequence[str | Document | Mapping]) -> np.ndarray:
@@ -211,7 +209,6 @@ class Ranker:
 
 
 def ranked_frame(frame):
-    """`frame` with ``rank`` added per ``qid`` from ``score`` (0 first) and sorted so."""
     frame = frame.assign(_single=frame["score"].astype(np.float32), _docno=frame["docno"].astype(str))
     frame = frame.sort_values(["qid", "_single", "_docno"], ascending=[True, False, False], kind="stable")
     frame["rank"] = frame.groupby("qid", sort=False).cumcount()

@@ -92,7 +92,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def format_results(results: Mapping[str, MeasureResult], per_query: bool) -> str:
-    """trec_eval's output lines: per query (optional), then the ``all`` summaries."""
     lines = []
     if per_query:
         printed = [result for result in results.values() if result.printed_per_query]

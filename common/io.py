@@ -69,7 +69,6 @@ def umask() -> int:
 
 
 def check_encoding(name: str) -> str:
-    """Return the canonical codec name, or raise ValueError naming the unknown encoding."""
     try:
         return codecs.lookup(name).name
     except LookupError:
@@ -104,7 +103,6 @@ def read_lines(path: str | os.PathLike, fallback: str = DEFAULT_FALLBACK_ENCODIN
 
 
 def cache_root() -> Path:
-    """The project's cache folder (``$EFFICIENT_RANKERS_CACHE`` or ``~/.cache/efficient-rankers``)."""
     root = os.environ.get("EFFICIENT_RANKERS_CACHE")
     return Path(root) if root else Path.home() / ".cache" / "efficient-rankers"
 

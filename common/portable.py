@@ -33,7 +33,6 @@ class PortableError(ValueError):
 
 
 def package_version() -> str:
-    """The installed version of this repository (``pyproject.toml``'s), or ``unknown`` where it is not installed."""
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -80,7 +79,6 @@ def check_package(portable: Portable, package: str, where: str) -> None:
 
 
 def tokenizer_files(tokenizer) -> dict[str, bytes]:
-    """A Hugging Face tokenizer's files (``save_pretrained``), name -> bytes."""
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save_pretrained(tmp)
         return {name: (Path(tmp) / name).read_bytes() for name in sorted(os.listdir(tmp))}

@@ -22,7 +22,6 @@ def terminal_output() -> bool:
 
 
 def count(n: int, total: int | float | None) -> str:
-    """``n/total``, or ``n`` where the total is unknown or infinite."""
     return f"{n}/{int(total)}" if total is not None and math.isfinite(total) else str(n)
 
 

@@ -22,12 +22,10 @@ MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "map": "MAP", "recip_rank": "MRR", "
 
 
 def mode_run(mode: str) -> str:
-    """The file of test mode `mode`'s run where a command tests several ways (``run.rerank.trec``)."""
     return f"run.{mode}.trec"
 
 
 def top(run: Run, depth: int) -> Run:
-    """Each query's top `depth` documents of `run`, in trec_eval's order."""
     return {qid: dict(ranked(scores)[:depth]) for qid, scores in run.items()}
 
 
@@ -69,7 +67,6 @@ def _write(output_dir: Path, runs: dict[str, tuple[str, Run]], qrels: Qrels, can
 
 
 def metrics_table(metrics: dict, title: str, measures: tuple[str, ...], labels: dict | None = None) -> str:
-    """The runs side by side (rows: runs, columns: `measures`, named by `labels`, default `MEASURE_LABELS`)."""
     labels = labels or MEASURE_LABELS
     frame = pd.DataFrame([{"run": run, **{labels[m]: values[m] for m in measures}} for run, values in metrics.items()])
     return f"{title}\n\n{to_markdown(frame)}"

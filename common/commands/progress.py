@@ -28,7 +28,6 @@ def progress_callback(monitor: str | None = None, *, loss: str = LOSS, terminal:
 
 
 def total_steps(trainer) -> int | None:
-    """The global step training ends at, where it is known (see the module docstring)."""
     total = trainer.estimated_stepping_batches
     return int(total) if math.isfinite(total) and total > 0 else None
 

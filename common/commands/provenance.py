@@ -38,7 +38,6 @@ def checkout_state() -> tuple[str | None, bool | None]:
 
 
 def provenance(module: str, args: list[str]) -> dict:
-    """The provenance of ``python -m <module> <args>`` run from this code (module docstring)."""
     commit, dirty = checkout_state()
     return {"command": shlex.join(["python", "-m", module, *args]), "version": package_version(), "commit": commit,
             "dirty": dirty}

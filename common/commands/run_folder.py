@@ -77,7 +77,6 @@ def restarts_in_place(folder: Path) -> bool:
 
 
 def slurm_restarts() -> int:
-    """How many times SLURM has run this job again (0: never, or not a SLURM job)."""
     count = os.environ.get(RESTARTS, "").strip()
     return int(count) if count.isdigit() else 0
 

@@ -62,7 +62,6 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
 
 
 def check_room(args: argparse.Namespace, representation, encoder, documents, doc_ids: list[str]) -> str:
-    """The store's estimated size and the space free where ``--output_dir`` is, as a line to print."""
     from common.stores.size import estimate_store, format_bytes, free_space, written_bytes
 
     estimate = estimate_store(representation, encoder, documents, doc_ids, dtype=DTYPES[args.dtype],
@@ -226,5 +225,4 @@ class StoreEvaluation:
         return []
 
     def tables(self, metrics: dict) -> list[str]:
-        """What else to print between the metrics and the comparison with the paper (nothing here)."""
         return []

@@ -41,7 +41,6 @@ def _stemmer(name: str | None) -> Callable[[str], str] | None:
 
 
 def document_text(doc: Document) -> str:
-    """The indexed field: title and text concatenated (Anserini's `contents`)."""
     return f"{doc.title} {doc.text}" if doc.title else doc.text
 
 
@@ -120,12 +119,10 @@ class BM25Index:
         return len(self.doc_ids)
 
     def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every document for `query` (0 where no query term matches)."""
         query_ids = next(self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False))
         return self._model.get_scores_from_ids(query_ids)
 
     def search(self, query: str, k: int = 100) -> dict[str, float]:
-        """The top-`k` matching documents as ``{doc_id: score}``, ties broken by document id descending."""
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
         scores = self.scores(query)

@@ -65,7 +65,6 @@ class DocumentStore(Lookup):
     def build(
         cls, collection: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool = False, progress: bool = True
     ) -> DocumentStore:
-        """Stream `collection` into a new store at `path`; a repeated document id is an error."""
         path = Path(path)
         if path.exists() and not overwrite:
             raise FileExistsError(f"{path} already exists; refusing to overwrite it")

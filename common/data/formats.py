@@ -64,7 +64,6 @@ def _read(path, fallback: str) -> Iterator[tuple[int, str]]:
 
 
 def iter_topics(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str, str]]:
-    """Stream ``(line, qid, text)`` from a ``qid<TAB>text`` file."""
     for number, line in _content_lines(path, fallback):
         qid, tab, text = line.partition("\t")
         if not tab or not qid.strip() or not text.strip():
@@ -83,7 +82,6 @@ def read_topics(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Topics:
 
 
 def iter_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str, str, int]]:
-    """Stream ``(line, qid, docid, rel)`` from a ``qid iter docid rel`` file."""
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) != 4:
@@ -108,7 +106,6 @@ def read_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Qrels:
 
 
 def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, RunEntry]]:
-    """Stream ``(line, RunEntry)`` from a ``qid Q0 docid rank score tag`` file."""
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) < 6:

@@ -279,7 +279,6 @@ class IrDatasetsDocuments(Lookup):
         return isinstance(doc_id, str) and doc_id in self._fetch([doc_id])
 
     def documents(self) -> Iterator[Document]:
-        """Every document in collection order (for indexing, e.g. BM25)."""
         if self._dataset is None:
             self._dataset = load_dataset(self.dataset_id)
         with _reading(self.dataset_id, "documents"):
@@ -368,7 +367,6 @@ class IrDatasetsSource:
         return f"IrDatasetsSource({self.dataset_id!r}, query_field={self.query_field!r})"
 
     def provides(self) -> set[str]:
-        """Which of topics, qrels, candidates and documents the dataset has (no download)."""
         has = {"topics": "queries", "qrels": "qrels", "candidates": "scoreddocs", "documents": "docs"}
         return {part for part, entity in has.items() if self._has(entity)}
 

@@ -27,7 +27,6 @@ class RankLLMTask:
 
 
 def read_rank_llm(path: str | os.PathLike) -> RankLLMTask:
-    """Read a rank_llm candidate file (see the module docstring)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     try:

@@ -39,7 +39,6 @@ class TrainingGroup:
     pairs: tuple[tuple[int, int], ...] = ()
 
     def triples(self) -> list[tuple[str, str, str]]:
-        """The pairs as (qid, preferred doc, other doc)."""
         return [(self.qid, self.doc_ids[i], self.doc_ids[j]) for i, j in self.pairs]
 
 

@@ -77,7 +77,6 @@ class FileSource:
         self.name = self.name or Path(self.topics_path).stem
 
     def provides(self) -> set[str]:
-        """Which of topics, qrels, candidates and documents the task has a file for."""
         paths = {"topics": self.topics_path, "qrels": self.qrels_path, "candidates": self.candidates_path,
                  "documents": self.collection_path}
         return {part for part, path in paths.items() if path is not None}

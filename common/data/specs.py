@@ -33,7 +33,6 @@ class TaskSpecError(ValueError):
 
 
 def check_spec(spec: SourceSpec, option: str = "task") -> None:
-    """Raise `TaskSpecError` where `spec` is malformed or names a file that does not exist."""
     if isinstance(spec, dict):
         keys = RANK_LLM_KEYS if "rank_llm_path" in spec else FILE_TASK_KEYS
         unknown = sorted(set(spec) - set(keys))

@@ -3,8 +3,8 @@ passage's 478M candidates as dicts would take about 39 GB in every process.
 
 Sorted ids (``queries.npy``, ``docs.npy``: a row is a code), ``candidate_offsets``/``candidate_docs`` in trec_eval's
 order (scores dropped), ``qrel_offsets``/``qrel_docs``/``qrel_labels``, and ``table.json`` last. `TableBuilder`
-streams a task into it once (`common.io.built_once`); `TrainingTable.open` maps it read-only, shared through the page
-cache; `TrainingTable.from_dicts` tables dicts in memory.
+streams a task into one, saved once in the cache (`TrainingTable.saved`); `TrainingTable.open` maps it read-only,
+shared through the page cache; `TrainingTable.from_dicts` tables dicts in memory.
 """
 
 from __future__ import annotations
@@ -70,7 +70,6 @@ class TrainingTable:
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> TrainingTable:
-        """The table saved in `folder`, its arrays mapped read-only."""
         folder = Path(folder)
         meta = json.loads((folder / META).read_text(encoding="utf-8"))
         return cls({name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS},
@@ -99,7 +98,6 @@ class TrainingTable:
         return [doc_id.decode("utf-8") for doc_id in self.docs[np.asarray(codes, dtype=np.int64)].tolist()]
 
     def judged_queries(self) -> np.ndarray:
-        """The codes of the queries with at least one judgment, in id order."""
         return np.flatnonzero(np.diff(self.qrel_offsets) > 0)
 
     def candidates(self, query: int, depth: int | None = None) -> np.ndarray:

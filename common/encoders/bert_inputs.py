@@ -14,7 +14,6 @@ from common.encoders.tokenizers import LazyTokenizer
 
 
 def pad(rows: list[list[int]], pad_id: int) -> tuple[Tensor, Tensor]:
-    """Token id lists as a right-padded (B, n) tensor and its (B, n) 0/1 mask."""
     width = max(len(r) for r in rows)
     tokens = torch.full((len(rows), width), pad_id, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)

@@ -72,7 +72,6 @@ def inputs_config(checkpoint: dict, *, pairs: bool, query_length: int, passage_l
 
 
 def bert_checkpoint_entry(package: str, checkpoint: dict, model_config: dict, inputs: dict) -> dict:
-    """`common.portable.portable_entry` of a BERT-family ranker's checkpoint."""
     name, task = tokenizer_of(checkpoint)
     config = {**model_config, "encoder": encoder_config(checkpoint["hyper_parameters"]), "inputs": inputs}
     files = tokenizer_files(load_tokenizer(name, task=task))
@@ -80,7 +79,6 @@ def bert_checkpoint_entry(package: str, checkpoint: dict, model_config: dict, in
 
 
 def bert_inputs(inputs: dict, folder: Path) -> BertInputs:
-    """The `BertInputs` of `inputs_config`'s dict, its tokenizer read from `folder` (the entry's files)."""
     return BertInputs(inputs["pairs"], str(folder), inputs["query_length"], inputs["passage_length"])
 
 

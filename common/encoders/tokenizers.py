@@ -59,7 +59,6 @@ class LazyTokenizer:
 
 
 def vocabulary(tokenizer: str, task) -> tuple[int, int]:
-    """Vocabulary size and padding id of a from-scratch model's tokenizer."""
     vocab = load_tokenizer(tokenizer, task=task)
     return len(vocab), vocab.pad_token_id
 

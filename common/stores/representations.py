@@ -58,7 +58,6 @@ class MissingRepresentationError(KeyError):
 
 
 def shard_files(shard: int) -> tuple[str, str]:
-    """The names of shard `shard`'s rows and index."""
     return f"shard-{shard:05d}.bin", f"shard-{shard:05d}.index.json"
 
 
@@ -100,7 +99,6 @@ class StoreWriter:
             self._done = {i for i in range(self.num_shards) if self._shard_is_whole(i, checksum=verify)}
 
     def shard_doc_ids(self, shard: int) -> list[str]:
-        """The doc ids of shard `shard`, in the order its arrays are written."""
         if not 0 <= shard < self.num_shards:
             raise IndexError(f"{self.folder} has shards 0 to {self.num_shards - 1}, not {shard}")
         return self.doc_ids[shard * self.shard_size : (shard + 1) * self.shard_size]
@@ -253,7 +251,6 @@ class RepresentationStore:
 
     @property
     def dtype(self) -> str:
-        """``float32`` or ``float16``, how the rows are stored."""
         return self.manifest["dtype"]
 
     @property

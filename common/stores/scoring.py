@@ -40,7 +40,6 @@ class StoreScorer:
 
     @property
     def label(self) -> str:
-        """How the candidates are scored: ``end to end``, ``S1 store (float16)``..."""
         if self.store is None:
             return "end to end"
         return f"{self.store.identity['strategy'].upper()} store ({self.store.dtype})"

@@ -49,7 +49,6 @@ def format_bytes(size: float) -> str:
 
 
 def free_space(path: str | os.PathLike) -> tuple[Path, int]:
-    """The nearest existing folder of `path` (itself where it exists) and the bytes free on its filesystem."""
     folder = Path(os.path.abspath(path))
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -59,7 +58,6 @@ def free_space(path: str | os.PathLike) -> tuple[Path, int]:
 
 
 def written_bytes(folder: str | os.PathLike) -> int:
-    """The bytes of the files under `folder` (0 where it does not exist): what an unfinished build has written."""
     folder = Path(folder)
     if not folder.is_dir():
         return 0

@@ -41,7 +41,6 @@ class ShardDataset(Dataset):
 
 
 class EncodedShards(ShardDataset):
-    """A step's batch is ``(shard, batches)``."""
 
     def __init__(self, pending: list[int], doc_ids: Callable[[int], list[str]], documents, encoder, batch_size: int):
         super().__init__(pending)

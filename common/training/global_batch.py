@@ -68,7 +68,6 @@ def _processes(count: int) -> str:
 
 
 def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
-    """Epoch `epoch`'s order of `size` indices."""
     generator = torch.Generator().manual_seed(seed)
     for _ in range(epoch):
         torch.randperm(size, generator=generator)

@@ -1,6 +1,6 @@
-"""The processes that train together: `world_size`, and `leave_process_group_at_exit`, which destroys a gloo group from
-an ``atexit`` handler: Lightning destroys only NCCL groups, and a gloo group torn down with the interpreter aborts the
-finished process (SIGABRT; pytorch/pytorch#190489, #179291).
+"""The processes that train together: `world_size`, and `leave_process_group_at_exit`, which destroys the default
+group from an ``atexit`` handler: Lightning destroys only NCCL groups, and a gloo group torn down with the interpreter
+aborts the finished process (SIGABRT; pytorch/pytorch#190489, #179291).
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import torch
 
 
 def world_size() -> int:
-    """The number of processes of the default process group; 1 where there is none (one process)."""
     distributed = torch.distributed.is_available() and torch.distributed.is_initialized()
     return torch.distributed.get_world_size() if distributed else 1
 

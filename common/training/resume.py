@@ -82,7 +82,7 @@ class _HistoryWriter(ExperimentWriter):
             self.metrics_keys = _keep_rows_before(Path(self.metrics_file_path), resume_step)
 
     def _check_log_dir_exists(self) -> None:
-        pass
+        """Lightning's warns and deletes the log of the run being resumed; here it stays."""
 
 
 def _keep_rows_before(path: Path, step: int) -> list[str]:
@@ -114,7 +114,6 @@ class RunLogger(CSVLogger):
 
 
 def checkpoint_contents(path: str | os.PathLike) -> dict:
-    """A Lightning checkpoint's contents, its tensors memory-mapped, not read."""
     return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
 
 

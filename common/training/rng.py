@@ -12,7 +12,6 @@ import torch
 
 
 def rng_states() -> dict:
-    """The states of Python's, NumPy's, torch's and (where available) CUDA's global generators."""
     kind, keys, position, has_gauss, gauss = np.random.get_state()
     numpy_state = (kind, torch.from_numpy(keys.astype(np.int64)), position, has_gauss, gauss)
     states = {"torch": torch.get_rng_state(), "numpy": numpy_state, "python": random.getstate()}
