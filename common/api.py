@@ -1,26 +1,12 @@
 """Trained rankers in Python: `load` a checkpoint or an exported folder of any package, then score, re-rank, export.
 
-    from common.api import load
-
-    ranker = load("outputs/qds-train-.../checkpoints/best.ckpt")          # or an exported folder
+    ranker = load("outputs/qds-train-.../checkpoints/best.ckpt")   # or an exported folder
     ranker.score("what do fleas eat", ["Fleas feed on blood ...", "A flea market ..."])   # array([...], float32)
     ranker.rerank(frame)          # columns qid, query, docno, text [, title] in; score and rank added
-    ranker.export("my-ranker")    # config.json, model.safetensors, tokenizer files, README.md
 
-- The scores are those the package's ``evaluate`` command computes for the same pairs (its inputs, its model, the
-  same precision; `tests/<package>/test_portable.py` checks it to 1e-6): pairs are encoded by the package's own
-  input code (``<package>.portable``) and scored in batches of `batch_size`, longest documents first (less padding),
-  on `device` in `precision` (``32-true``, ``bf16-mixed`` or ``16-mixed``: autocast, scores in float32).
-- `Ranker.rerank` follows PyTerrier's convention: one row per (query, document), ``score`` and ``rank`` added, each
-  query's rows sorted by score, rank 0 first. Ties are ordered as trec_eval orders them (scores equal in float32:
-  document id descending, `common.metrics.ordering`), so the ranks are those of the ``run.trec`` of the same
-  scores. `common.pyterrier.PyTerrierRanker` is the same as a PyTerrier transformer.
-- EARL and MVA also score from a store of precomputed representations (``load(path, store=DIR)``, ``python -m
-  earl.index``, ``python -m mva.index``): the documents are then named by id (``docno``), and their text is not read.
-- A checkpoint carries what scoring needs (`common.portable`): a tokenizer learnt on the training files travels in
-  it. `Ranker.export` writes the shareable folder, which `load` reads in a process that imports neither Lightning nor
-  the training code; a folder of another package than ``package=`` asks for, or of another format, is refused in one
-  line (`common.portable.PortableError`).
+Scores are those of the package's ``evaluate`` for the same pairs (its ``<package>.portable`` inputs, `precision`
+under autocast, float32 scores); ranks follow PyTerrier (0 first) with trec_eval's ties. EARL and MVA also score from
+a store (``load(path, store=DIR)``). An exported folder (`Ranker.export`) loads without Lightning.
 """
 
 from __future__ import annotations
@@ -37,20 +23,16 @@ from common.data.formats import Document
 from common.portable import (CARD, KEY, Portable, PortableError, check_package, from_entry, materialized,
                              read_folder, write_folder)
 
-#: The packages whose rankers `load` reads, each with a ``<package>.portable`` module.
 PACKAGES = ("qds", "conformer_kernel", "earl", "mva")
 #: The precisions a ranker scores in: float32, or autocast to bfloat16 or float16 with float32 scores.
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
-#: The columns `Ranker.rerank` reads (``title`` and ``url`` too, where present; ``text`` not, where scoring from a
-#: store).
+#: The columns `Ranker.rerank` reads (``title`` and ``url`` too where present; no ``text`` from a store).
 COLUMNS = ("qid", "query", "docno", "text")
 
 
 def load(path: str | Path, *, device: str = "cpu", precision: str = "32-true", batch_size: int = 32,
-         store: str | Path | None = None, package: str | None = None) -> Ranker:  # fmt: skip
-    """The ranker of `path`, a checkpoint of a ``train`` command (``checkpoints/best-*.ckpt``) or a folder
-    `Ranker.export` wrote, on `device` in `precision`; `store`: an EARL or MVA store to score from; `package`: refuse
-    a ranker of any other package. Raises `common.portable.PortableError` (one line) for what it cannot load."""
+         store: str | Path | None = None, package: str | None = None) -> Ranker:
+    """The ranker of `path`, a ``train`` checkpoint or an exported folder, on `device` in `precision`."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision {precision!r}: expected one of {', '.join(PRECISIONS)}")
     if batch_size < 1:
@@ -95,19 +77,17 @@ def _read_checkpoint(path: Path):
         raise PortableError(f"{path} is not a checkpoint of a train command (no state_dict)")
     if KEY in state:
         portable = from_entry(state[KEY], str(path))
-    else:  # written before checkpoints carried their scoring files: rebuilt from this machine's caches
+    else:
         portable = _entry_of_hyperparameters(state, path)
     weights = {}
     for name, tensor in state["state_dict"].items():
-        for prefix in ("model.", "ranker."):  # the model's attribute; ``ranker`` in older EARL and MVA checkpoints
+        for prefix in ("model.", "ranker."):
             if name.startswith(prefix):
                 weights[name[len(prefix):]] = tensor
     return portable, weights
 
 
 def _entry_of_hyperparameters(state: dict, path: Path) -> Portable:
-    """The `Portable` of a checkpoint without `KEY`: each package's ``portable_entry`` tried on it, the first that
-    recognises its hyper-parameters."""
     for package in PACKAGES:
         module = importlib.import_module(f"{package}.portable")
         if module.recognises(state):
@@ -119,7 +99,7 @@ class Ranker:
     """A trained ranker of any package, scoring (query, document) pairs (module docstring). Made by `load`."""
 
     def __init__(self, portable: Portable, scoring, *, device: str, precision: str, batch_size: int,
-                 run_dir: Path | None):  # fmt: skip
+                 run_dir: Path | None):
         import torch
 
         self.portable, self.scoring = portable, scoring
@@ -140,7 +120,6 @@ class Ranker:
         return f"Ranker({self.package}, device={self.device}, precision={self.precision})"
 
     def to(self, device: str) -> Ranker:
-        """This ranker on `device` (its model moved); returned."""
         import torch
 
         self.device = torch.device(device)
@@ -154,11 +133,7 @@ class Ranker:
         self._store = self.scoring.open_store(self.model, Path(store))
         return self
 
-    # -- scoring -------------------------------------------------------------------------------------------------
-
     def score(self, query: str, documents: Sequence[str | Document | Mapping]) -> np.ndarray:
-        """The (n,) float32 scores of `query` against each of `documents`: texts, `Document` s, or mappings with
-        ``text`` (and ``title``, ``docno``, ``url``); document ids where scoring from a store."""
         return self.score_pairs([query] * len(documents), documents)
 
     def score_pairs(self, queries: Sequence[str], documents: Sequence[str | Document | Mapping]) -> np.ndarray:
@@ -170,15 +145,13 @@ class Ranker:
             return self._batched(list(queries), ids, lambda q, d: self._store(q, d), key=lambda i: 0)
         docs = [_document(d) for d in documents]
         return self._batched(list(queries), docs, self._score_batch,
-                             key=lambda i: -(len(docs[i].title) + len(docs[i].text)))  # fmt: skip
+                             key=lambda i: -(len(docs[i].title) + len(docs[i].text)))
 
     def _score_batch(self, queries: list[str], documents: list[Document]):
         batch = _to_device(self.scoring.encode(queries, documents), self.device)
         return self.model(batch) if self.scoring.score is None else self.scoring.score(self.model, batch)
 
     def _batched(self, queries: list, documents: list, score, key) -> np.ndarray:
-        """`score` (queries, documents) -> (B,) over batches of `batch_size`, in the order `key` gives the pairs
-        (longest documents first); the scores in the pairs' own order."""
         import torch
 
         order = sorted(range(len(queries)), key=key)
@@ -199,8 +172,7 @@ class Ranker:
         return torch.autocast(self.device.type, dtype=dtype)
 
     def rerank(self, frame):
-        """`frame` (a pandas DataFrame: ``qid``, ``query``, ``docno``, ``text`` [, ``title``, ``url``]) with ``score``
-        and ``rank`` added, each query's rows sorted by score (rank 0 first; PyTerrier's convention)."""
+        """`frame` (``qid``, ``query``, ``docno``, ``text`` [, ``title``, ``url``]) with ``score`` and ``rank``."""
         import pandas as pd
 
         need = [c for c in COLUMNS if c != "text" or self._store is None]
@@ -212,18 +184,14 @@ class Ranker:
             documents = out["docno"].astype(str).tolist()
         else:
             titles, urls = (out[c].astype(str) if c in out.columns else pd.Series("", index=out.index)
-                            for c in ("title", "url"))  # fmt: skip
+                            for c in ("title", "url"))
             documents = [Document(str(d), str(t), str(h), str(u))
-                         for d, t, h, u in zip(out["docno"], out["text"], titles, urls)]  # fmt: skip
+                         for d, t, h, u in zip(out["docno"], out["text"], titles, urls)]
         out["score"] = self.score_pairs(out["query"].astype(str).tolist(), documents).astype(np.float64)
         return ranked_frame(out)
 
-    # -- sharing -------------------------------------------------------------------------------------------------
-
     def export(self, folder: str | Path, *, run_dir: str | Path | None = None) -> Path:
-        """Write this ranker into the new folder `folder` (`common.portable.write_folder`) with a model card naming
-        its paper, config, training data and the metrics of `run_dir` (default: the run folder of the checkpoint it
-        was loaded from); returns `folder`."""
+        """Write this ranker into the new folder `folder`, with a model card from `run_dir`."""
         from safetensors.torch import save_model
 
         module = importlib.import_module(f"{self.package}.portable")
@@ -241,8 +209,6 @@ class Ranker:
 
 
 def ranked_frame(frame):
-    """`frame` with ``rank`` added per ``qid`` from ``score`` (0 first) and sorted so: trec_eval's order, the scores
-    rounded to float32 and ties broken by ``docno`` descending (`common.metrics.ordering`)."""
     frame = frame.assign(_single=frame["score"].astype(np.float32), _docno=frame["docno"].astype(str))
     frame = frame.sort_values(["qid", "_single", "_docno"], ascending=[True, False, False], kind="stable")
     frame["rank"] = frame.groupby("qid", sort=False).cumcount()
@@ -256,7 +222,7 @@ def _document(value) -> Document:
         return Document("", value)
     if isinstance(value, Mapping):
         return Document(str(value.get("docno", value.get("doc_id", ""))), str(value["text"]),
-                        str(value.get("title", "")), str(value.get("url", "")))  # fmt: skip
+                        str(value.get("title", "")), str(value.get("url", "")))
     raise TypeError(f"a document is a text, a Document or a mapping with 'text', not {type(value).__name__}")
 
 
@@ -271,13 +237,11 @@ def _to_device(batch, device):
 
 
 def model_card(portable: Portable, paper: str, run_dir: Path | None, name: str) -> str:
-    """The ``README.md`` of an exported folder: the paper, the config, the training data, the run's metrics (its
-    ``metrics.json``) and the command that trained it (its ``provenance.json``), where the run folder is known."""
     lines = [f"# {name}", "", f"A {portable.package} ranker trained with efficient-rankers {portable.version}, which "
-             f"reproduces {paper}.", ""]  # fmt: skip
+             f"reproduces {paper}.", ""]
     lines += ["## Use", "", "    from common.api import load", "", f"    ranker = load({name!r})",
               "    ranker.score(\"a query\", [\"a document\", \"another one\"])", "    ranker.rerank(frame)  "
-              "# columns qid, query, docno, text", ""]  # fmt: skip
+              "# columns qid, query, docno, text", ""]
     tasks = {k: portable.training.get(k) for k in ("train", "dev", "test") if k in portable.training}
     if tasks:
         lines += ["## Training data", ""] + [f"- {k}: `{json.dumps(v)}`" for k, v in tasks.items()] + [""]
@@ -286,7 +250,7 @@ def model_card(portable: Portable, paper: str, run_dir: Path | None, name: str) 
         commit = f" at commit `{provenance['commit']}`" if provenance.get("commit") else ""
         commit += ", with uncommitted changes" if provenance.get("dirty") else ""
         lines += ["## Command", "", f"    {provenance['command']}", "", f"(efficient-rankers "
-                  f"{provenance.get('version', portable.version)}{commit})", ""]  # fmt: skip
+                  f"{provenance.get('version', portable.version)}{commit})", ""]
     metrics = _json(run_dir / "metrics.json") if run_dir else None
     if metrics:
         lines += ["## Metrics", "", f"From the run's `metrics.json` (`{run_dir.name}`):", ""]
@@ -307,5 +271,3 @@ def _json(path: Path):
     except (OSError, ValueError):
         return None
 
-
-__all__ = ["load", "Ranker", "PortableError", "ranked_frame", "CARD"]

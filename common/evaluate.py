@@ -1,12 +1,6 @@
-"""``python -m common.evaluate QRELS RUN``: trec_eval-style evaluation of a TREC run.
-
-Prints ``measure<TAB>qid<TAB>value`` lines like trec_eval 9.0.8 (measure
-names padded to 22 characters, then a tab): with ``-q`` first each query's
-values, queries in trec_eval's order (qid strings sorted), then the ``all``
-summary of every measure. Values have trec_eval's 4 decimals; counts
-(``num_*``) are integers; gdeval measures have gdeval.pl's 5 decimals and its
-topic ids. Exit status 0, or 2 with a one-line message on a usage error or a
-malformed input file (naming the file and line).
+"""``python -m common.evaluate QRELS RUN``: trec_eval-style evaluation of a TREC run, as trec_eval 9.0.8 prints it
+(``measure<TAB>qid<TAB>value``, names padded to 22 characters; ``-q`` per query first, then ``all``; 4 decimals, integer
+counts, gdeval measures with 5 decimals). Bad input: one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -69,36 +63,35 @@ def build_parser() -> argparse.ArgumentParser:
         "qrels", nargs="?",
         help="relevance judgments: qid iter docid label (labels may be graded or negative). "
         "With neither QRELS nor RUN, the built-in collection's test qrels and BM25 run are evaluated",
-    )  # fmt: skip
+    )
     parser.add_argument("run", nargs="?", help="ranking to evaluate: qid Q0 docid rank score tag")
     parser.add_argument(
         "-m", "--measure", dest="measures", action="append", metavar="MEASURE",
         help="measure to compute; repeat for several (see below)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "-q", "--per_query", dest="per_query", action="store_true",
         help="print each query's values before the 'all' summary (trec_eval -q)",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "-l", "--relevance_level", dest="relevance_level", type=int, default=1, metavar="LEVEL",
         help="lowest label that counts as relevant for binary measures such as map, recip_rank, "
         "recall, P (trec_eval -l; default 1; TREC DL passage MAP/RR/recall use 2). "
         "nDCG measures use the labels themselves; gdeval and NCG measures ignore it",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "-c", "--complete", action="store_true",
         help="average over all queries of the qrels, a query missing from the run scoring 0 "
         "(trec_eval -c; gdeval/NCG: the queries with a label > 0). Default: the queries in both files",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "-M", "--depth", type=positive_int, metavar="DEPTH",
         help="evaluate only the top DEPTH documents of each query (trec_eval -M)",
-    )  # fmt: skip
+    )
     return parser
 
 
 def format_results(results: Mapping[str, MeasureResult], per_query: bool) -> str:
-    """trec_eval's output lines: per query (optional), then the ``all`` summaries."""
     lines = []
     if per_query:
         printed = [result for result in results.values() if result.printed_per_query]
@@ -121,8 +114,6 @@ def _builtin_test_files() -> tuple[str, str]:
 
 
 def _check_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """QRELS and RUN, where given, are files. Checked here, not by the parser, whose names other tools resolve
-    against their own folders."""
     for name in ("qrels", "run"):
         try:
             if getattr(args, name) is not None:
@@ -151,7 +142,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             qrels, run, measures, relevance_level=args.relevance_level, complete=args.complete, depth=args.depth
         )
     except ValueError as error:
-        # What evaluation finds wrong is in the two files together (no query in both, a topic id gdeval cannot read).
         usage_error(f"run {args.run}, qrels {args.qrels}: {error}")
     sys.stdout.write(format_results(results, args.per_query))
     return 0

@@ -1,11 +1,6 @@
-"""``python -m common.export --checkpoint CKPT --output_dir DIR``: a trained ranker of any package as a folder to share.
-
-Writes, into the new folder ``DIR`` at once (`common.portable.write_folder`), Hugging Face's layout: ``config.json``
-(the package, the format, the version and the scoring config), ``model.safetensors`` (the model's weights alone: no
-optimizer state, no pickle), the tokenizer's or vocabulary's files, and a ``README.md`` model card (the paper, the
-config, the training data, the metrics of the run's ``metrics.json`` and the command of its ``provenance.json``; the
-run folder is the one holding ``CKPT``'s ``checkpoints/``, or ``--run_dir``). `common.api.load` reads it back, without
-Lightning. An existing ``DIR`` is refused, as is a file that is no ranker's checkpoint, in one line with exit status 2.
+"""``python -m common.export --checkpoint CKPT --output_dir DIR``: a trained ranker of any package as a folder to share
+(`common.portable.write_folder`: ``config.json``, ``model.safetensors``, tokenizer files, a ``README.md`` model card
+from the run folder's ``metrics.json`` and ``provenance.json``), read back by `common.api.load` without Lightning.
 """
 
 from __future__ import annotations
@@ -18,7 +13,7 @@ from common.refusals import ArgumentParser, checkpoint_file, input_errors, outpu
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m common.export", description=__doc__.split("\n\n")[0],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
                         help="a checkpoint of any train command (checkpoints/best-*.ckpt or last.ckpt)")
     parser.add_argument("--output_dir", required=True, type=output_folder, help="the new folder to write")

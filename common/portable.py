@@ -1,20 +1,7 @@
-"""What a trained ranker needs to score, carried by its checkpoint and written as a folder anyone can share.
-
-A checkpoint of a ``train`` command holds, beside Lightning's state, one entry under `KEY` (`portable_entry`): the
-package that trained it, this format's number, the repository's version, the package's scoring config (a JSON-able
-mapping: the model's architecture and its inputs' settings) and the files scoring reads (a learnt tokenizer, the
-Conformer-Kernel's vocabulary) as bytes. So a checkpoint scores on a machine that never saw its training files: a
-tokenizer learnt on them (``--data.tokenizer train``) is read from the checkpoint, not rebuilt under the cache. (A
-Conformer-Kernel checkpoint holds its vocabulary once, under its own ``resources``, from which `common.api.load`
-makes the entry when it loads.)
-
-An exported folder (`write_folder`, Hugging Face's layout) holds the same: ``config.json`` (`FolderConfig`'s fields),
-``model.safetensors`` (the model's weights, no optimizer or pickle), the files scoring reads, and a ``README.md``
-model card. `read_folder` refuses, in one line (`PortableError`), a folder of another format or one that is not an
-export at all; `check_package` one of another package than the caller expects.
-
-Neither this module nor `common.api` imports Lightning: an exported ranker loads where only torch, transformers and
-safetensors are installed.
+"""What a trained ranker needs to score, carried by its checkpoint (`portable_entry` under `KEY`: package, format,
+version, scoring config and files such as a learnt tokenizer) and written as a folder to share (`write_folder`:
+``config.json``, ``model.safetensors``, those files, a ``README.md``). `read_folder` refuses another format in one line
+(`PortableError`). Neither this module nor `common.api` imports Lightning.
 """
 
 from __future__ import annotations
@@ -36,7 +23,6 @@ from common.io import umask
 KEY = "portable"
 #: The format of `portable_entry` and of an exported folder; a reader refuses another.
 FORMAT = 1
-#: The exported folder's files.
 CONFIG, WEIGHTS, CARD = "config.json", "model.safetensors", "README.md"
 #: The distribution's name, whose version every entry records.
 DISTRIBUTION = "efficient-rankers"
@@ -47,7 +33,6 @@ class PortableError(ValueError):
 
 
 def package_version() -> str:
-    """The installed version of this repository (``pyproject.toml``'s), or ``unknown`` where it is not installed."""
     try:
         return metadata.version(DISTRIBUTION)
     except metadata.PackageNotFoundError:
@@ -56,9 +41,7 @@ def package_version() -> str:
 
 @dataclass(frozen=True)
 class Portable:
-    """What scoring needs: `package` (``qds``, ``conformer_kernel``, ``earl``, ``mva``), its scoring `config`, the
-    `files` it reads (name -> bytes), the `version` that wrote them and, from a checkpoint, its `training` settings
-    (the data module's hyper-parameters: tasks and inputs, for a model card)."""
+    """What scoring needs: `package`, scoring `config`, `files` (name -> bytes), `version`, `training` settings."""
 
     package: str
     config: dict
@@ -67,14 +50,13 @@ class Portable:
     training: dict
 
     def entry(self) -> dict:
-        """The checkpoint entry of these (`KEY`)."""
         return {"package": self.package, "format": FORMAT, "version": self.version, "config": self.config,
-                "files": dict(self.files), "training": self.training}  # fmt: skip
+                "files": dict(self.files), "training": self.training}
 
 
 def portable_entry(package: str, config: dict, files: dict[str, bytes], training: dict | None = None) -> dict:
     """The checkpoint entry of a ranker of `package`: its JSON-able scoring `config` (checked here) and `files`."""
-    json.dumps(config)  # a config that JSON cannot hold would only fail at export
+    json.dumps(config)
     return Portable(package, config, files, package_version(), _plain(training or {})).entry()
 
 
@@ -97,15 +79,13 @@ def check_package(portable: Portable, package: str, where: str) -> None:
 
 
 def tokenizer_files(tokenizer) -> dict[str, bytes]:
-    """A Hugging Face tokenizer's files (``save_pretrained``), name -> bytes."""
     with tempfile.TemporaryDirectory() as tmp:
         tokenizer.save_pretrained(tmp)
         return {name: (Path(tmp) / name).read_bytes() for name in sorted(os.listdir(tmp))}
 
 
 def materialized(files: dict[str, bytes]) -> Path:
-    """A folder holding `files`, under the cache and named by their contents: built once, read by
-    ``from_pretrained`` and by loader workers after the checkpoint is closed."""
+    """A folder holding `files`, under the cache and named by their contents."""
     from common.io import built_once, cache_root
 
     digest = hashlib.sha256()
@@ -118,21 +98,12 @@ def materialized(files: dict[str, bytes]) -> Path:
             (tmp / name).write_bytes(data)
 
     return built_once(cache_root() / "portable" / digest.hexdigest()[:24], write,
-                      ready=lambda folder: all((folder / name).is_file() for name in files))  # fmt: skip
+                      ready=lambda folder: all((folder / name).is_file() for name in files))
 
 
 @dataclass(frozen=True)
 class Scoring:
-    """What a package's ``build(config, folder)`` returns (``<package>.portable``): the model and its inputs.
-
-    - `model`: the paper's ``nn.Module`` with the trained weights' names (a ranker's ``self.model``), loaded by the
-      caller (`common.api.load`) and put in eval mode there;
-    - `encode`: ``(query texts, documents) -> batch``, the pairs' model inputs exactly as the package's evaluate
-      command makes them (`common.data.formats.Document` s; nothing cached by document id alone);
-    - `score`: ``(model, batch) -> (B,) scores`` (default: ``model(batch)``);
-    - `open_store`: for rankers that score from precomputed representations (EARL, MVA), ``(model, store folder) ->
-      scores(queries, doc_ids) -> (B,)``, the pairs scored from the store's rows; None for the others.
-    """
+    """What a package's ``build(config, folder)`` returns (``<package>.portable``)."""
 
     model: Any
     encode: Callable[[list[str], list], dict]
@@ -142,7 +113,6 @@ class Scoring:
 
 @dataclass(frozen=True)
 class FolderConfig:
-    """``config.json`` of an exported folder."""
 
     package: str
     format: int
@@ -153,9 +123,7 @@ class FolderConfig:
 
 
 def write_folder(folder: Path, portable: Portable, save_weights, card: str) -> None:
-    """Write `portable` into the new folder `folder` at once (a temporary folder beside it, then renamed):
-    ``config.json``, ``model.safetensors`` (``save_weights(path)``), the files and the model `card`. An existing
-    `folder` is refused (FileExistsError), never overwritten."""
+    """Write `portable` into the new folder `folder` at once (a temporary folder beside it, then renamed)."""
     folder = Path(folder)
     if folder.exists():
         raise FileExistsError(f"{folder} already exists; export into a new folder")
@@ -166,15 +134,15 @@ def write_folder(folder: Path, portable: Portable, save_weights, card: str) -> N
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
         config = FolderConfig(portable.package, FORMAT, portable.version, portable.config, sorted(portable.files),
-                              portable.training)  # fmt: skip
+                              portable.training)
         (tmp / CONFIG).write_text(json.dumps(config.__dict__, indent=2, sort_keys=True) + "\n")
         for name, data in portable.files.items():
             (tmp / name).write_bytes(data)
         save_weights(tmp / WEIGHTS)
         (tmp / CARD).write_text(card)
-        for path in tmp.iterdir():  # an output gets the mode any new file gets (safetensors writes private files)
+        for path in tmp.iterdir():
             os.chmod(path, 0o666 & ~umask())
-        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp makes it private
+        os.chmod(tmp, 0o777 & ~umask())
         os.rename(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -200,5 +168,4 @@ def read_folder(folder: Path) -> Portable:
 
 
 def _plain(value):
-    """`value` as JSON holds it (a jsonargparse Namespace or Path as a dict or string)."""
     return json.loads(json.dumps(value, default=lambda x: vars(x) if hasattr(x, "__dict__") else str(x)))

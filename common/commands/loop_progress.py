@@ -1,17 +1,6 @@
-"""How a command shows the progress of a loop of its own, without Lightning: a tqdm bar in a terminal, else a line
-on stderr every `LOG_EVERY` seconds and at the end, e.g. ``query 120/600 · 1m23s elapsed · ~5m10s left``.
-
-The convention of `common.commands.progress` (which shows Lightning's loops so) for the loops no ``Trainer`` runs:
-EARL's and MVA's evaluate commands scoring query after query (`common.commands.store_commands`, ``mva.evaluate``'s
-re-scoring passes) and ``mva.pretrain``'s steps. It imports neither torch nor Lightning, so that a command that
-runs without them shows it too.
-
-- `LoopProgress`: ``update(n, **shown)`` after the n-th of `total` items, ``close(**shown)`` at the end; the shown
-  values (``loss=0.512``) are printed with 4 significant digits.
-- `tracked`: an iterable's items, one at a time, with a `LoopProgress` of them.
-- `status_line`: the line itself, which `common.commands.progress.ProgressLog` prints for Lightning's loops too.
-
-`LOG_EVERY` is read when a progress starts: a test sets it (monkeypatch) to see lines at once.
+"""How a command shows the progress of a loop no ``Trainer`` runs: a tqdm bar in a terminal, else a line on stderr every
+`LOG_EVERY` seconds and at the end (``query 120/600 · 1m23s elapsed · ~5m10s left``), without torch or Lightning.
+`LoopProgress`, `tracked` (an iterable with one) and `status_line`, which `common.commands.progress` prints too.
 """
 
 from __future__ import annotations
@@ -33,14 +22,12 @@ def terminal_output() -> bool:
 
 
 def count(n: int, total: int | float | None) -> str:
-    """``n/total``, or ``n`` where the total is unknown or infinite."""
     return f"{n}/{int(total)}" if total is not None and math.isfinite(total) else str(n)
 
 
 def status_line(what: str, n: int, total: int | float | None, elapsed: float, *, first: int = 0, done: bool = False,
-                shown: dict[str, float] | None = None) -> str:  # fmt: skip
-    """``what n/total · name value ... · elapsed · ~left`` (or ``· done``); the time left is estimated from the rate
-    of the items after `first` (a resumed run's own), where the total is known."""
+                shown: dict[str, float] | None = None) -> str:
+    """``what n/total · name value ..."""
     parts = [f"{what} {count(n, total)}"] if what else []
     parts += [f"{name} {value:.4g}" for name, value in (shown or {}).items()]
     parts.append(f"{duration(elapsed)} elapsed")
@@ -52,17 +39,11 @@ def status_line(what: str, n: int, total: int | float | None, elapsed: float, *,
 
 
 class LoopProgress:
-    """The progress of a loop over `total` items, each called `what` (``query``, ``step``), on a terminal a tqdm bar
-    described as `desc`, else lines on stderr (module docstring).
-
-    Args:
-        terminal: whether to draw a bar (None: `terminal_output`).
-        every: seconds between two lines (None: `LOG_EVERY`).
-        clock: seconds on a monotonic clock (injectable, so that tests need not wait).
-    """
+    """The progress of a loop over `total` items, each called `what`: a tqdm bar where `terminal` (None:
+    `terminal_output`), else a line on stderr every `every` seconds (None: `LOG_EVERY`) of `clock`."""
 
     def __init__(self, total: int | None, what: str, *, desc: str, terminal: bool | None = None,
-                 every: float | None = None, clock: Callable[[], float] = time.monotonic):  # fmt: skip
+                 every: float | None = None, clock: Callable[[], float] = time.monotonic):
         self.total, self.what, self.clock = total, what, clock
         self.every = LOG_EVERY if every is None else every
         self.started = self.last = clock()
@@ -96,8 +77,7 @@ class LoopProgress:
 
 
 def tracked(items: Iterable, what: str, *, desc: str, **options) -> Iterator:
-    """`items` one at a time, each counted done when the loop asks for the next (`LoopProgress`; its total is
-    ``len(items)`` where `items` is sized)."""
+    """`items` one at a time, with a `LoopProgress` of them."""
     progress = LoopProgress(len(items) if isinstance(items, Sized) else None, what, desc=desc, **options)
     for n, item in enumerate(items, start=1):
         yield item

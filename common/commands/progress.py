@@ -1,34 +1,7 @@
-"""How a command shows the progress of its Lightning loops: a bar in a terminal, a line now and then in a log file.
-
-Lightning's own bar (rich's where rich is installed, else tqdm's) counts the batches of an epoch, and the training
-commands run one long epoch bounded by ``trainer.max_steps``: in a terminal it reads ``Epoch 0/-2``, and in a file
-(a cluster job's output) nothing shows until training ends; an evaluate or index command's test or predict bar, in
-a file, is tqdm's redraws among the results on stdout. Here, both count global (optimizer) steps out of the run's
-total, and a log counts a test's or prediction's batches on stderr:
-
-- `StepProgressBar`, for a terminal: Lightning's tqdm bar whose training bar is ``train``, steps out of
-  ``max_steps``, with the loss and the latest monitored dev measure, drawn every `every` seconds (one by default)
-  and at the last step; its validation and test bars are Lightning's.
-- `ProgressLog`, for anything else: one line every `every` seconds (`common.commands.loop_progress.LOG_EVERY`,
-  30), at each validation's end and when training ends, e.g. ``step 120/600 · loss 0.512 · dev/mrr@10 0.431 ·
-  1m23s elapsed · ~5m10s left``; a test or predict loop (an evaluate or index command's) has a line when it starts
-  and ends and, between, ``test batch 12/40 · 1m23s elapsed · ~3m54s left`` every `every` seconds.
-- `progress_callback` picks one of them; the evaluate and index commands get theirs with their ``Trainer``'s
-  options (`common.commands.task_options.trainer_options`), without a monitored measure.
-
-The loops no ``Trainer`` runs show theirs the same way (`common.commands.loop_progress`).
-
-Both are Lightning ``ProgressBar`` callbacks, so that Lightning adds no bar of its own beside them; and Lightning
-refuses one with ``Trainer(enable_progress_bar=False)``: a caller then adds none (see `progress_callback`).
-
-Neither reads the logged loss more often than it shows it. The loss is a tensor on the device, and reading it as a
-Python number waits for every kernel queued before it: read at each step, as Lightning's own bar does, it keeps
-the host from queuing the next step while the device computes this one. So the bar reads it only when it draws
-(`every` seconds: on a GPU a step takes milliseconds, and a bar redrawn faster than a second is not read by
-anyone), and the log only when a line is due.
-
-The total is ``trainer.estimated_stepping_batches``: ``max_steps`` when training is bounded by steps, else what
-``max_epochs`` makes of the training batches; a run bounded by neither shows its step and no total or estimate.
+"""How a command shows the progress of its Lightning loops in global steps out of ``max_steps`` (Lightning's bar reads
+``Epoch 0/-2`` for the one long epoch): `StepProgressBar` in a terminal (with the loss and the monitored dev measure),
+`ProgressLog` elsewhere, a line every `every` seconds (``step 120/600 · loss 0.512 · dev/mrr@10 0.431 · 1m23s elapsed
+· ~5m10s left``; tests and predictions by batches); `progress_callback` picks one.
 """
 
 from __future__ import annotations
@@ -49,23 +22,12 @@ LOSS = "train/loss"
 
 
 def progress_callback(monitor: str | None = None, *, loss: str = LOSS, terminal: bool | None = None) -> ProgressBar:
-    """The progress for where the output goes: `StepProgressBar` on a terminal, else `ProgressLog`; `monitor`: the
-    dev measure training shows (None: a command that does not train).
-
-    `terminal` (None: ask the streams) is whether both stdout and stderr are terminals: the bar draws on stdout, as
-    Lightning's do, and the log writes on stderr, so a bar is only chosen where neither ends in a file.
-
-    Lightning raises ``MisconfigurationException`` for a progress bar in the callbacks when the trainer is built
-    with ``enable_progress_bar=False``, and for two of them: the caller adds this one only where
-    ``trainer.enable_progress_bar`` is not False and the configured callbacks hold no ``ProgressBar``.
-    """
     if terminal is None:
         terminal = terminal_output()
     return StepProgressBar(monitor, loss=loss) if terminal else ProgressLog(monitor, loss=loss)
 
 
 def total_steps(trainer) -> int | None:
-    """The global step training ends at, where it is known (see the module docstring)."""
     total = trainer.estimated_stepping_batches
     return int(total) if math.isfinite(total) and total > 0 else None
 
@@ -77,14 +39,10 @@ def latest(trainer, loss: str, monitor: str | None) -> dict[str, float]:
 
 
 class StepProgressBar(TQDMProgressBar):
-    """Lightning's tqdm bar, its training bar counting global steps out of the run's total (`total_steps`) across
-    epochs, from the step a resumed run starts at; its postfix is the loss and the monitored dev measure.
-
-    The training bar is drawn, and the loss read, every `every` seconds of `clock` and at the last step (module
-    docstring); Lightning's ``refresh_rate`` (steps) still applies on top, 0 turning the bar off."""
+    """Lightning's tqdm bar, its training bar counting global steps out of the run's total."""
 
     def __init__(self, monitor: str | None = None, *, loss: str = LOSS, every: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic):
         super().__init__()
         self.monitor, self.loss, self.every, self.clock = monitor, loss, every, clock
         self._drawn = -math.inf
@@ -97,7 +55,6 @@ class StepProgressBar(TQDMProgressBar):
         super().on_train_start(trainer, pl_module)
         bar = self.train_progress_bar
         bar.reset(total=total_steps(trainer))
-        # tqdm's rate and estimate count from `initial`: a resumed run's own steps.
         bar.initial = bar.n = trainer.global_step
         bar.set_description(self.train_description)
 
@@ -108,36 +65,24 @@ class StepProgressBar(TQDMProgressBar):
         bar, step = self.train_progress_bar, trainer.global_step
         if not self._should_update(step, bar.total):
             return
-        bar.n = step  # shown at the next draw
+        bar.n = step
         if step == bar.total or self.clock() - self._drawn >= self.every:
             self._drawn = self.clock()
-            bar.set_postfix(self.get_metrics(trainer, pl_module))  # reads the loss; refreshes the bar
+            bar.set_postfix(self.get_metrics(trainer, pl_module))
 
     def get_metrics(self, trainer, pl_module) -> dict[str, float]:
         return latest(trainer, self.loss, self.monitor)
 
 
 class ProgressLog(ProgressBar):
-    """Training progress as lines on stderr, for output that is not a terminal (see the module docstring).
+    """Progress as lines on stderr (flushed, in order with Lightning's messages) where output is not a terminal.
 
-    Stderr, as Lightning's own messages (``Restoring states from the checkpoint...``, this repository's ``output
-    folder: ...``), which the lines then keep their order with, each written at once (flushed: a file on a cluster
-    shows it as it comes); stdout is left to the commands' results (the metric tables). Lightning draws its bars
-    on stdout, but a bar is what this log replaces where there is no terminal.
-
-    Args:
-        monitor: the logged dev measure to show (the one that selects the best checkpoint); None: none.
-        loss: the logged training loss to show.
-        every: seconds between two lines while training, validating, testing or predicting (None:
-            `common.commands.loop_progress.LOG_EVERY`).
-        clock: seconds on a monotonic clock (injectable, so that tests need not wait).
-
-    Training time is counted from the step the run starts at (a resumed run's own), and the time left is
-    estimated from this run's rate, validation included; a test's or prediction's from its batches' rate.
+    `monitor`: the logged dev measure to show (None: none); `every`: seconds between lines (None: `LOG_EVERY`);
+    `clock`: a monotonic clock (injectable for tests). Time left is estimated from this run's own rate.
     """
 
     def __init__(self, monitor: str | None = None, *, loss: str = LOSS, every: float | None = None,
-                 clock: Callable[[], float] = time.monotonic):  # fmt: skip
+                 clock: Callable[[], float] = time.monotonic):
         super().__init__()
         self.monitor, self.loss, self.clock = monitor, loss, clock
         self.every = loop_progress.LOG_EVERY if every is None else every

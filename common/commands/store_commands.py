@@ -1,36 +1,7 @@
-"""The two commands of a package whose documents can be stored ahead of time, written once: ``python -m
-<package>.index`` builds a representation store (`common.stores.representations`) of a collection with a trained
-model, ``python -m <package>.evaluate`` re-ranks a task's candidates from such a store or end to end (EARL's
-``earl.index``/``earl.evaluate``, MVA's ``mva.index``/``mva.evaluate``). Each package's command modules keep their
-options, their docstring (the ``--help``) and what their paper defines; their options are
-`common.commands.store_options`.
-
-- `build_index`: an index command once its options are checked and its checkpoint read. The package's store module
-  (`earl.store`, `mva.store`) gives ``load_ranker(state)``, ``data_encoder(data settings)`` (passages encoded as in
-  training), ``representation(ranker, encoder, **options)`` (what a store holds, a
-  `common.stores.writer.Representation`) and ``storage_report(store)``. Before building, global rank zero prints
-  the store's estimated size and the space free where ``--output_dir`` goes, and refuses in one line where that cannot
-  hold it (`check_room`, `common.stores.size`). It computes in ``--precision`` (`common.commands.task_options`),
-  its documents read and tokenised by ``--num_workers`` loader workers (`common.stores.writer.EncodedShards`).
-- `StoreEvaluation`: an evaluate command, subclassed by each package (`earl.evaluate.EARLEvaluation`,
-  `mva.evaluate.MVAEvaluation`). It reads the checkpoint (torch alone, so that a foreign one is refused before
-  Lightning loads) and the store, opens the task (`common.training.tasks` through the package's data module, its
-  files read before anything is written), checks that every candidate has rows in the store, scores the pairs one
-  query at a time (`common.stores.scoring.score_pairs`) under ``--precision``'s autocast (no ``Trainer`` scores
-  them: `common.commands.task_options.autocast`; the scores stay float32, `common.encoders.precision`), its
-  progress shown over the queries as a Lightning test's (`queries_progress`), writes provenance.json
-  (`common.commands.provenance`), run.trec, task.json and metrics.json (`common.commands.outputs.write_results`,
-  metrics.json last) and prints the metrics beside BM25's and the paper's; a task without judgments (no
-  ``--qrels``), run.trec and task.json alone, with no metrics. With ``--compare_end_to_end`` it also scores the same
-  pairs end to end and
-  writes how far the two are apart to exactness.json (`common.stores.scoring.compare_scores`).
-
-Several processes: an index command's shards are split among them (Lightning ``predict``; ``--devices N``,
-``torchrun`` or ``srun``), global rank zero writing the manifest (`common.stores.writer.build_store`). An evaluate
-command scores in one process, query after query (the paper's online setting), on the one device its
-``--accelerator`` and ``--devices`` name (`common.commands.task_options.check_one_device`): launched as several,
-global rank zero does all of it and the others return at once, writing nothing
-(`common.commands.task_options.launched_as_global_zero`).
+"""The two commands of a package whose documents are stored ahead of time: ``<package>.index`` builds a representation
+store with a trained model (`build_index`, after `check_room`), ``<package>.evaluate`` re-ranks a task from it
+(`StoreEvaluation`: one query at a time in global rank zero, the paper's online setting, under ``--precision``'s
+autocast; ``--compare_end_to_end`` adds exactness.json).
 """
 
 from __future__ import annotations
@@ -53,15 +24,12 @@ DATA_SETTINGS = ("tokenizer", "tokenizer_task", "query_length", "passage_length"
 
 
 def build_index(args: argparse.Namespace, state: dict, store, what: str, **options):
-    """Build the store of an index command whose options (`common.commands.store_options.add_index_arguments`) are
-    `args` and whose checkpoint holds `state`, with the package's `store` module (module docstring) and its
-    ``representation``'s `options`; `what` names the store in the first line printed (``the S1 store``). Returns
-    the store (a `common.stores.representations.RepresentationStore`) on global rank zero, else None."""
+    """Build the store of an index command from its `args`, checkpoint `state` and package `store` module."""
     from common.commands.quiet import quiet_lightning
     from common.training.processes import leave_process_group_at_exit
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
+    quiet_lightning()
+    leave_process_group_at_exit()
 
     from common.stores.representations import StoreMismatchError, checkpoint_hash
     from common.stores.writer import build_representations
@@ -72,7 +40,6 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
     checkpoint_sha256 = checkpoint_hash(args.checkpoint)
     ranker = store.load_ranker(state)
     representation = store.representation(ranker, encoder, **options)
-    # global rank zero's: the others would print it again (and a refusal ends the launch)
     room = check_room(args, representation, encoder, documents, doc_ids) if launched_as_global_zero() else None
     print(f"{'resuming' if args.resume else 'building'} {what} of {ranker.name} ({args.dtype}) over "
           f"{len(doc_ids):,} documents of {args.collection} in {args.output_dir}")
@@ -85,8 +52,8 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
             checkpoint_sha256=checkpoint_sha256, dtype=DTYPES[args.dtype], shard_size=args.shard_size,
             batch_size=args.batch_size, resume=args.resume, verify=args.verify,
             trainer_options=trainer_options(args), num_workers=args.num_workers,
-        )  # fmt: skip
-    except StoreMismatchError as error:  # --resume of a store planned otherwise: found before anything is computed
+        )
+    except StoreMismatchError as error:
         usage_error(f"--output_dir: {error}")
     if built is not None:
         print(store.storage_report(built))
@@ -95,13 +62,10 @@ def build_index(args: argparse.Namespace, state: dict, store, what: str, **optio
 
 
 def check_room(args: argparse.Namespace, representation, encoder, documents, doc_ids: list[str]) -> str:
-    """The store's estimated size (`common.stores.size.estimate_store`) and the space free where ``--output_dir`` is, as
-    a line to print; where that space cannot hold what is left to write (with ``--resume``, the estimate less what
-    the folder already holds), one line naming ``--output_dir``, before anything is written."""
     from common.stores.size import estimate_store, format_bytes, free_space, written_bytes
 
     estimate = estimate_store(representation, encoder, documents, doc_ids, dtype=DTYPES[args.dtype],
-                              shard_size=args.shard_size, batch_size=args.batch_size)  # fmt: skip
+                              shard_size=args.shard_size, batch_size=args.batch_size)
     written = written_bytes(args.output_dir) if args.resume else 0
     folder, free = free_space(args.output_dir)
     more = (f" more ({format_bytes(estimate.bytes)} in all, {format_bytes(written)} written)" if written else "")
@@ -113,39 +77,15 @@ def check_room(args: argparse.Namespace, representation, encoder, documents, doc
 
 
 def queries_progress(label: str):
-    """The progress of a loop over queries, as a Lightning test's (`common.commands.loop_progress.tracked`: a bar in a
-    terminal, a line every 30 s in a file, ``query 12/43 · 1m23s elapsed · ~3m54s left``); `label` describes the
-    bar."""
     from common.commands.loop_progress import tracked
 
     return functools.partial(tracked, what="query", desc=label)
 
 
 class StoreEvaluation:
-    """An evaluate command over parsed `args` (`common.commands.store_options.add_evaluate_arguments` and
-    `add_rerank_arguments`); `main` runs it and returns the metrics (module docstring; None on a process other than
-    global rank zero).
+    """An evaluate command over parsed `args`."""
 
-    A package's subclass sets `package`, `strategies`, `default_depth` and `paper_tables`, and defines the hooks
-    `main` calls, in this order:
-
-    - ``read_inputs()``: the first pass's checkpoint contents and the store (`open_store`), or None; torch alone;
-    - ``data_module(**settings)``: the package's data module of the test task;
-    - ``load_ranker(state)``: the LightningModule of the checkpoint contents, in eval mode;
-    - ``make_scorer(store)``: the first pass's scorer, reading `store`, or end to end where None (a ValueError: a
-      store that does not fit the model);
-    - ``describe()``: the end of the first line printed; ``print_seconds(scorer, end_to_end=False)``;
-    - ``exactness_identity(store)``: the fields of exactness.json that name the model;
-    - `further_runs`: runs of the paper's own beyond the first pass (the files written); `tables`: what else to
-      print beside the metrics; `check_args` may be extended.
-
-    `main` keeps what it has made on the instance for the hooks (``out``, ``task``, ``depth``, ``data_settings``,
-    ``device``, ``ranker``, ``documents``, ``topics``, ``queries``, ``scorer``, ``run``, ``qrels``, ``level``,
-    ``others``).
-    """
-
-    #: The package: its ``<package>.index`` builds the stores, ``outputs/<package>-evaluate-<time>`` is the default
-    #: output folder, and `common.report` knows its paper by that name.
+    #: The package, naming its index command, default output folder and paper.
     package: str
     #: What a first pass's store may hold (the ``strategy`` of its identity).
     strategies: tuple[str, ...]
@@ -155,13 +95,11 @@ class StoreEvaluation:
     paper_tables: Callable[..., str]
 
     def __init__(self, args: argparse.Namespace, argv: list[str] | None = None):
-        """`args`: the parsed command line `argv` (None: ``sys.argv[1:]``), which ``provenance.json`` records."""
         self.args, self.argv = args, argv
         self.index_command = f"{self.package}.index"
 
     def check_args(self) -> None:
-        """What the option types do not check, before anything is imported: one device to score on, and
-        ``--compare_end_to_end`` only with a store."""
+        """What the option types do not check, before anything is imported."""
         check_one_device(self.args, f"{self.package}.evaluate", "one query at a time, the paper's online setting")
         if self.args.compare_end_to_end and self.args.store is None:
             usage_error("--compare_end_to_end: compares a store's scores with end-to-end ones; give --store")
@@ -175,7 +113,7 @@ class StoreEvaluation:
     def main(self) -> dict | None:
         args = self.args
         self.check_args()
-        if not launched_as_global_zero():  # one process scores (module docstring): rank zero's
+        if not launched_as_global_zero():
             return None
         self.out = out = fresh_output_dir(args.output_dir, f"{self.package}-evaluate")
         self.task = task = task_spec_from_args(args)
@@ -183,10 +121,9 @@ class StoreEvaluation:
         from common.commands.quiet import quiet_lightning
         from common.training.processes import leave_process_group_at_exit
 
-        quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-        leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
+        quiet_lightning()
+        leave_process_group_at_exit()
 
-        # torch alone: a foreign checkpoint, or a store of another checkpoint, is refused before Lightning loads
         state, store = self.read_inputs()
 
         from common.commands.outputs import NO_QRELS, metrics_table, write_results
@@ -202,7 +139,7 @@ class StoreEvaluation:
         self.documents, self.topics = source.documents(), source.topics()
         try:
             self.scorer = scorer = self.make_scorer(store)
-        except ValueError as error:  # a store of this checkpoint cannot have another width, unless tampered with
+        except ValueError as error:
             usage_error(f"--store: {error}")
         self.queries = len({qid for qid, _ in pairs})
         print(f"re-ranking the top {self.depth} candidates per query ({depth_source}): {len(pairs):,} pairs of "
@@ -210,7 +147,7 @@ class StoreEvaluation:
         out.mkdir(parents=True, exist_ok=True)
         write_provenance(out, f"{self.package}.evaluate", self.argv)
         candidates, self.qrels, self.level = data.candidates("test"), data.qrels("test"), data.relevance_level
-        with autocast(args.precision, self.device.type):  # as Lightning's precision plugin scores a test step
+        with autocast(args.precision, self.device.type):
             scores = score_pairs(scorer, pairs, self.topics, progress=queries_progress(scorer.label))
             self.print_seconds(scorer)
             self.run = run = reranked_run(pairs, scores, candidates)
@@ -219,7 +156,7 @@ class StoreEvaluation:
             written = self.further_runs()
         dataset = args.dataset or paper_dataset(self.package, task)
         metrics = write_results(out, ranker.name, run, self.qrels, candidates, self.level, measures=ranker.measures,
-                                task=task, dataset=dataset, others=self.others)  # fmt: skip
+                                task=task, dataset=dataset, others=self.others)
         title = f"{source.name}: {len(run)} queries, top {self.depth} re-ranked, {scorer.label}"
         print()
         if metrics is None:
@@ -239,9 +176,7 @@ class StoreEvaluation:
         return metrics
 
     def open_task(self, state: dict, store) -> tuple:
-        """The data module of ``--task`` with the checkpoint's data settings (its files read now: a malformed one
-        ends the command in one line), its (qid, docid) pairs to re-rank, each of which must have rows in `store`,
-        and where the depth comes from."""
+        """The data module of ``--task``, its (qid, docid) pairs, each with rows in `store`, and the depth's origin."""
         from common.commands.cli import INPUT_ERRORS
 
         args = self.args
@@ -252,17 +187,15 @@ class StoreEvaluation:
         self.depth, depth_source = resolve_depth(args.depth, self.data_settings, self.default_depth)
         architecture = state["hyper_parameters"]["architecture"]
         data = self.data_module(train=None, dev=None, test=self.task, architecture=architecture, depth=self.depth,
-                                test_queries=args.test_queries, **settings)  # fmt: skip
+                                test_queries=args.test_queries, **settings)
         with input_errors(*INPUT_ERRORS):
-            data.check_tasks()  # the task's files read before anything is built, printed or written
+            data.check_tasks()
         pairs = data.eval_pairs("test")
         if store is not None:
             check_candidates(store, pairs, self.index_command)
         return data, pairs, depth_source
 
     def compare_end_to_end(self, store, pairs: list, scores, candidates: dict) -> dict:
-        """Score `pairs` end to end too: that run's metrics join the others (``<name>_end_to_end``), and how far
-        the store's `scores` are from its goes to exactness.json (returned)."""
         from common.data.rerank import reranked_run
         from common.io import atomic_write
         from common.metrics import evaluate_run
@@ -272,7 +205,7 @@ class StoreEvaluation:
         reference_scorer = self.make_scorer(None)
         reference = score_pairs(reference_scorer, pairs, self.topics, progress=queries_progress(reference_scorer.label))
         self.print_seconds(reference_scorer, end_to_end=True)
-        metrics = reference_metrics = None  # a task without judgments: the scores compared, no metrics
+        metrics = reference_metrics = None
         if self.qrels:
             reference_run = reranked_run(pairs, reference, candidates)
             reference_metrics = evaluate_run(self.qrels, reference_run, measures, relevance_level=level)
@@ -281,17 +214,15 @@ class StoreEvaluation:
         report = compare_scores(scores, reference, pairs, metrics, reference_metrics)
         report = {"store": str(self.args.store), **self.exactness_identity(store), "dtype": store.dtype,
                   "bytes_per_document": store.bytes_per_document, "store_seconds": self.scorer.seconds,
-                  "end_to_end_seconds": reference_scorer.seconds, **report}  # fmt: skip
+                  "end_to_end_seconds": reference_scorer.seconds, **report}
         with atomic_write(self.out / "exactness.json") as f:
             json.dump(report, f, indent=2)
             f.write("\n")
         return report
 
     def further_runs(self) -> list:
-        """Runs beyond the first pass and what else the paper's command writes, before metrics.json: the files
-        written (none here)."""
+        """Runs beyond the first pass and what else the paper's command writes, before metrics.json."""
         return []
 
     def tables(self, metrics: dict) -> list[str]:
-        """What else to print between the metrics and the comparison with the paper (nothing here)."""
         return []

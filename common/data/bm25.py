@@ -1,33 +1,7 @@
-"""First-stage BM25 retrieval over any collection, with `bm25s`.
-
-The papers re-rank BM25 top-100 candidates (QDS-Transformer, Jiang et al. 2020,
-Sec. 5: "rerank top-100 BM25 retrieved documents"; Conformer-Kernel, Mitra et
-al. 2021, rerank setting of TREC DL). Where a dataset ships no candidates, this
-module produces them the way Anserini/Pyserini do for TREC DL:
-
-- Lucene's BM25: idf = log(1 + (N - df + 0.5) / (df + 0.5)) and
-  tf part = tf / (tf + k1 * (1 - b + b * |d| / avgdl)) (bm25s ``method="lucene"``),
-  with Pyserini's TREC DL defaults k1 = 0.9, b = 0.4;
-- Lucene's 33 English stopwords (bm25s ``"english"`` is that list) and the Porter
-  stemmer (PyStemmer's ``"porter"`` algorithm, as Anserini's default analyzer);
-- title and text concatenated into one field.
-
-Differences from Anserini that remain: tokens are ``\\b\\w\\w+\\b`` matches (so
-one-character tokens are dropped), and scores are float32.
-
-Only documents that match at least one query term are returned (as Lucene does),
-so a query can get fewer than `k`. Ties are broken as trec_eval orders them:
-score descending, then document id descending (`common.metrics.ordering.ranked`), so
-the top-k, including which tied documents make the cut, is deterministic.
-
-Memory: documents are tokenised one at a time (bm25s' streaming tokenizer) into
-a flat int32 array (4 bytes per token) instead of lists of Python ints
-(~36 bytes per token); only document ids and the vocabulary are kept besides.
-bm25s then needs ~20 bytes per (document, distinct term) posting while it builds
-its sparse score matrix (8 bytes per posting afterwards), e.g. ~6 GB at peak for
-MS MARCO passages (~300M postings); the command adds 8 bytes per document (its
-line in the file, to name both lines of a repeated id). For MS MARCO documents
-(~2 billion postings) use the official or Pyserini candidates instead.
+"""First-stage BM25 retrieval with `bm25s`, as Anserini/Pyserini do for TREC DL (the papers re-rank BM25 top-100
+candidates): Lucene's BM25 with k1 = 0.9, b = 0.4, Lucene's 33 English stopwords, the Porter stemmer, title and text
+in one field. Differences from Anserini: tokens are ``\\b\\w\\w+\\b`` matches and scores float32. Only documents
+matching a query term are returned; ties as trec_eval orders them; tokens held in one flat int32 array.
 """
 
 from __future__ import annotations
@@ -60,14 +34,13 @@ def _stemmer(name: str | None) -> Callable[[str], str] | None:
     if name is None or name == "none":
         return None
     try:
-        import Stemmer  # PyStemmer
+        import Stemmer
     except ImportError:
         raise ImportError(f"stemmer {name!r} needs PyStemmer (pip install PyStemmer), or pass stemmer=None") from None
     return Stemmer.Stemmer(name).stemWord
 
 
 def document_text(doc: Document) -> str:
-    """The indexed field: title and text concatenated (Anserini's `contents`)."""
     return f"{doc.title} {doc.text}" if doc.title else doc.text
 
 
@@ -122,11 +95,6 @@ class BM25Index:
         stopwords: str | list[str] | None = "english",
         progress: bool = False,
     ) -> BM25Index:
-        """Tokenise `documents` one at a time and build the index.
-
-        Raises `DuplicateDocumentError` for a repeated document id, `UnindexableError` when there is no document
-        or no document has an indexable term (bm25s would fail on the first query instead).
-        """
         tokenizer = Tokenizer(lower=True, stopwords=stopwords or [], stemmer=_stemmer(stemmer))
         doc_ids: list[str] = []
         token_ids = _FlatTokenIds()
@@ -137,7 +105,6 @@ class BM25Index:
                 raise DuplicateDocumentError(doc.doc_id, position, doc_ids.index(doc.doc_id))
             seen.add(doc.doc_id)
             doc_ids.append(doc.doc_id)
-            # allow_empty=False: an empty document has length 0 instead of one "" token.
             token_ids.append(next(tokenizer.streaming_tokenize([document_text(doc)], allow_empty=False)))
         if not doc_ids:
             raise UnindexableError("no document to index (the collection is empty)")
@@ -152,18 +119,15 @@ class BM25Index:
         return len(self.doc_ids)
 
     def scores(self, query: str) -> np.ndarray:
-        """BM25 score of every document for `query` (0 where no query term matches)."""
         query_ids = next(self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False))
         return self._model.get_scores_from_ids(query_ids)
 
     def search(self, query: str, k: int = 100) -> dict[str, float]:
-        """The top-`k` matching documents as ``{doc_id: score}``, ties broken by document id descending."""
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
         scores = self.scores(query)
         matching = np.flatnonzero(scores > 0)
         if len(matching) > k:
-            # Keep every document tied with the k-th score, so the id tie-break below decides who makes the cut.
             kth = np.partition(scores[matching], len(matching) - k)[len(matching) - k]
             matching = matching[scores[matching] >= kth]
         hits = {self.doc_ids[i]: float(scores[i]) for i in matching}
@@ -214,7 +178,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _collection_file(text: str) -> Path:
-    """An existing file whose name tells TSV from JSONL."""
     path = existing_file(text)
     try:
         collection_format(path)
@@ -224,8 +187,7 @@ def _collection_file(text: str) -> Path:
 
 
 def _stemmer_name(text: str) -> str:
-    """'none' or a PyStemmer algorithm."""
-    import Stemmer  # PyStemmer
+    import Stemmer
 
     names = ["none", *sorted(Stemmer.algorithms())]
     if text not in names:
@@ -234,7 +196,6 @@ def _stemmer_name(text: str) -> str:
 
 
 def _tag(text: str) -> str:
-    # The tag is the last of the run's whitespace-separated columns.
     if not text or any(c.isspace() for c in text):
         raise argparse.ArgumentTypeError(f"must be one word without spaces or tabs, got {text!r}")
     return text
@@ -249,7 +210,7 @@ def _read_topics(path: Path) -> Topics:
 
 def _index(args: argparse.Namespace, progress: bool) -> BM25Index:
     """Index --collection; what makes it unindexable is a `DataFormatError` naming the file (and the lines)."""
-    lines = array("q")  # each document's line in the file, to name a repeated id's two lines
+    lines = array("q")
 
     def documents() -> Iterator[Document]:
         for number, doc in iter_numbered_collection(args.collection):
@@ -267,10 +228,9 @@ def _index(args: argparse.Namespace, progress: bool) -> BM25Index:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    problem = output_file_problem(args.output, args.overwrite)  # before the (possibly long) indexing, not after it
+    problem = output_file_problem(args.output, args.overwrite)
     if problem:
         usage_error(f"argument --output: {problem}")
-    # Bars only on a terminal: elsewhere they would be noise in a log, and an error must be the only line.
     progress = sys.stderr.isatty()
     with input_errors(DataFormatError, OSError):
         topics = _read_topics(args.topics)

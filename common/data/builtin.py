@@ -1,65 +1,11 @@
-"""The built-in collection: a synthetic long-document ranking task generated from a seed.
+"""The built-in collection: a synthetic long-document ranking task generated from a seed, so every package runs end to
+end with no download, on a task where exact-term BM25 is fooled and a learned ranker is not.
 
-It lets every paper package run end to end (train, re-rank, evaluate) with no
-download, on a task where exact-term BM25 is fooled and a learned ranker is
-not: relevance is stated in ONE sentence of a long document, mostly in other
-words than the query's (QDS-Transformer, Jiang et al. 2020, wants attention to
-"center on the sole sentence" that answers a query).
-
-Generative story
-----------------
-- A made-up world. *Subjects* are people-like names, a given name and a family
-  name (``velira tosuno``); 40 x 40 of them, so every name word is shared by 40
-  subjects (namesakes). *Relations* are 8 attributes, each with 3 surface forms
-  that are synonyms (``kalemo`` = ``brigo`` = ``tusa``). Every word is a
-  pronounceable made-up word ending in ``a``/``o`` (Porter leaves it alone, and
-  no relation form is a prefix of another word); answers are made-up words
-  ending in ``k``/``x``/``z``; everything else is English filler.
-- A *fact* sentence gives the value of a relation for a subject, asserted
-  (``records confirm that the brigo of velira tosuno is morvek.``) or hedged
-  (``it is rumoured that ... could be ...``). Values are consistent across
-  documents.
-- A query asks for one relation of one subject, with one surface form, e.g.
-  ``kalemo of velira tosuno`` or ``what is the kalemo of velira tosuno``. Each
-  subject is asked about once, so train and test share no subject; they share
-  the relation synonyms, which a ranker can learn from the training queries.
-- Grades follow from the facts a document states, over the whole collection
-  (no unknown relevant documents):
-  3 = asserts the asked relation of the subject; 2 = only a hedged statement;
-  1 = states another relation of the subject (on topic, no answer);
-  0 = none of these (judged for BM25's top 10, where the distractors land).
-- For each query, documents drawn uniformly (so relevant ones are no longer
-  than others) receive: 1-3 answer facts (the third hedged) that use another
-  surface form than the query's with probability `paraphrase` (0.8), 1-3
-  other-relation facts, each with 2-3 plain mentions of the subject (``little
-  else is known about velira tosuno.``); and 2-4 keyword-stuffed distractors:
-  3-7 sentences alternating mentions of the subject with the query's relation,
-  in the query's words, stated of a namesake (``velira drakelo has a kalemo of
-  ...``). No fact about the subject, so grade 0.
-- Every document also holds background facts about subjects nobody asks about
-  (one per ~150 words) and English filler sentences up to a log-uniform length
-  in [60, 1500] words; sentences are shuffled, so the answer can sit anywhere,
-  often past the first 512 tokens. Titles are short and half name a subject.
-
-Why BM25 fails: distractors hold every query word several times; an answer
-mostly words the relation differently and a relevant document names the
-subject only a few times. A ranker must know the synonyms and check that the
-full name and the relation meet in one sentence. Word embeddings trained on the
-collection can find the synonyms too: they share contexts and values (the
-Conformer-Kernel paper initialises its embeddings with word2vec).
-
-Statistics (seed 0, defaults; ``python -m common.data.builtin`` prints them):
-3,000 documents of 62-1,511 words (median 311, mean 454, 34% over 512);
-600/100/100 train/dev/test queries, none dropped; judgments per split
-(0/1/2/3): train 5188/1211/206/1001, dev 865/201/33/171, test 859/205/35/163.
-BM25's scores on it and a learned ranker's: results/builtin/README.md.
-
-Layout (`build_builtin`): ``collection.jsonl``, ``topics.{split}.tsv``,
-``qrels.{split}.txt``, ``bm25.{split}.trec`` (BM25 top-100 with the
-`common.data.bm25` defaults) and ``manifest.json``. Queries whose relevant
-documents all miss BM25's top 100 (re-ranking could not help them) are replaced
-by spare queries; the manifest counts them (``dropped_queries``), so every
-query has a relevant document among its candidates.
+Relevance sits in one sentence of a long document, mostly in other words than the query's (QDS-Transformer wants
+attention to "center on the sole sentence" that answers a query): made-up relations with synonym forms, graded 3
+(asserted), 2 (hedged), 1 (another relation of the subject), 0 (judged BM25 top 10), among keyword-stuffed
+distractors; docs/common.md gives the generative story. `build_builtin` writes ``collection.jsonl``,
+``topics.{split}.tsv``, ``qrels.{split}.txt``, ``bm25.{split}.trec`` and ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -114,9 +60,6 @@ class BuiltinConfig:
     pool_depth: int = 10
 
 
-# --- English filler ------------------------------------------------------------
-# Plain words that never end in "a"/"o", so they cannot collide with a made-up word.
-
 _NOUNS = (
     "harbour river council market village report letter garden bridge station engine winter summer "
     "valley forest season farmer teacher doctor painter museum street tower castle meeting "
@@ -147,7 +90,6 @@ _FILLER = (
 )
 _TITLES = ("{adj} {noun} {noun2}", "the {noun} of the {adj} {noun2}", "{noun2} notes", "the {adj} {noun}")
 
-# --- sentences about subjects (slots: subject name, relation form, value) -------------
 
 _ASSERTED = (
     "{s} has a {r} of {v}.",
@@ -170,12 +112,9 @@ _QUERIES = ("{r} of {s}", "what is the {r} of {s}", "{s} {r}", "which {r} does {
 _SUBJECT_TITLES = ("notes on {s}", "{s}", "{s} and the {noun}")
 
 
-# --- the made-up lexicon -----------------------------------------------------------
-
-
 @dataclass
 class _Lexicon:
-    relations: list[list[str]]  # relation -> its surface forms (synonyms)
+    relations: list[list[str]]
     given: list[str]
     family: list[str]
     subjects: list[tuple[int, int]]  # (given, family) pairs in random order: queried ones first
@@ -198,13 +137,11 @@ def _make_lexicon(rng: np.random.Generator, config: BuiltinConfig) -> _Lexicon:
     def fresh(make: Callable[[], str]) -> str:
         while True:
             word = make()
-            # A relation form is no prefix of another word, nor another word of it: stemmers and
-            # subword tokenisers then cannot conflate a relation with anything else.
             if word not in used and not any(word.startswith(w) or w.startswith(word) for w in relation_words):
                 used.add(word)
                 return word
 
-    def ending_in_a_or_o(count: int) -> Callable[[], str]:  # Porter-stable
+    def ending_in_a_or_o(count: int) -> Callable[[], str]:
         return lambda: syllables(count - 1) + str(rng.choice(onsets)) + str(rng.choice(["a", "o"]))
 
     for _ in range(config.relations * config.forms):
@@ -216,25 +153,21 @@ def _make_lexicon(rng: np.random.Generator, config: BuiltinConfig) -> _Lexicon:
         given=[fresh(ending_in_a_or_o(3)) for _ in range(config.given_names)],
         family=[fresh(ending_in_a_or_o(3)) for _ in range(config.family_names)],
         subjects=[subjects[i] for i in rng.permutation(len(subjects))],
-        # Answers end in k, x or z: they look unlike names and relations.
         values=[fresh(lambda: syllables(2) + str(rng.choice(["k", "x", "z"]))) for _ in range(300)],
     )
-
-
-# --- queries and documents -------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _Query:
     subject: int
     relation: int
-    form: int  # the relation's surface form used by the query
+    form: int
     text: str
 
 
 @dataclass
 class _Doc:
-    words: int  # target length
+    words: int
     sentences: list[str] = field(default_factory=list)
     facts: list[tuple[int, int, bool]] = field(default_factory=list)  # (subject, relation, hedged)
 
@@ -248,13 +181,12 @@ class _Generator:
             raise ValueError(f"{queries} queries need more than 3/4 of the {len(self.lexicon.subjects)} subjects; "
                              "raise given_names or family_names")
         self.queried = queries  # subjects [0, queries) are asked about, one query each; the rest are background
-        # Background subjects sharing a given or a family name with a subject: the stuffing of its distractors.
         self.namesakes: dict[tuple[int, int], list[int]] = {}
         for subject in range(queries, len(self.lexicon.subjects)):
             given, family = self.lexicon.subjects[subject]
             self.namesakes.setdefault((0, given), []).append(subject)
             self.namesakes.setdefault((1, family), []).append(subject)
-        self.values: dict[tuple[int, int], str] = {}  # the world's facts, consistent in every document
+        self.values: dict[tuple[int, int], str] = {}
 
     def pick(self, options):
         return options[int(self.rng.integers(len(options)))]
@@ -290,8 +222,6 @@ class _Generator:
             return form
         return self.pick([f for f in range(self.config.forms) if f != form])
 
-    # -- the generative story --
-
     def queries(self) -> list[_Query]:
         queries = []
         for subject in range(self.queried):
@@ -307,7 +237,6 @@ class _Generator:
 
         def hosts(bounds: tuple[int, int]) -> list[_Doc]:
             count = int(self.rng.integers(*bounds))
-            # Uniformly, whatever the length: relevant documents are as long as the others.
             return [docs[i] for i in self.rng.choice(len(docs), size=count, replace=False)]
 
         for q in queries:
@@ -328,10 +257,7 @@ class _Generator:
         return int(self.rng.integers(self.queried, len(self.lexicon.subjects)))
 
     def stuff(self, doc: _Doc, q: _Query) -> None:
-        """Keyword-stuff `doc` with `q`'s exact words without stating any fact about `q`'s subject.
-
-        Half the sentences mention the subject, half state `q`'s relation, in `q`'s words, of a namesake.
-        """
+        """Keyword-stuff `doc` with `q`'s exact words without stating any fact about `q`'s subject."""
         given, family = self.lexicon.subjects[q.subject]
         namesakes = self.namesakes.get((0, given), []) + self.namesakes.get((1, family), [])
         for i in range(int(np.clip(doc.words // 60, *self.config.stuffing))):
@@ -390,7 +316,6 @@ class _Built:
 def generate(seed: int = 0, config: BuiltinConfig = BuiltinConfig()) -> _Built:
     """Generate the collection, queries, qrels and BM25 candidates in memory (deterministic in `seed`)."""
     wanted = sum(count for _, count in config.queries)
-    # 5% spare queries replace those whose relevant documents BM25 misses entirely.
     gen = _Generator(seed, config, int(wanted * 1.05) + 10)
     queries = gen.queries()
     docs = gen.documents(queries)
@@ -439,9 +364,6 @@ def _judgments(positives: dict[str, int], candidates: dict[str, float], pool_dep
     return dict(sorted(judged.items()))
 
 
-# --- files ------------------------------------------------------------------------
-
-
 def _file_names() -> list[str]:
     names = ["collection.jsonl"]
     for split in SPLITS:
@@ -451,11 +373,7 @@ def _file_names() -> list[str]:
 
 def build_builtin(root: str | os.PathLike, seed: int = 0, *, overwrite: bool = False,
                   config: BuiltinConfig = BuiltinConfig()) -> Path:
-    """Generate the built-in collection for `seed` and write it under `root` (see the module docstring).
-
-    Every file is written atomically; ``manifest.json`` is written last, so its presence marks a complete
-    build. Raises FileExistsError, before writing anything, if a file exists and `overwrite` is False.
-    """
+    """Generate the built-in collection for `seed` and write it under `root` (see the module docstring)."""
     root = Path(root)
     if not overwrite and any((root / name).exists() for name in _file_names()):
         raise FileExistsError(f"{root} already holds a built-in collection; pass overwrite=True to replace it")
@@ -477,13 +395,9 @@ def default_root(seed: int = 0) -> Path:
 
 
 def ensure_builtin(root: str | os.PathLike | None = None, seed: int = 0) -> Path:
-    """The folder holding the built-in collection of `seed` (with its BM25 candidates), built on first use.
-
-    Built once however many processes (DDP ranks, parallel jobs) ask at once (`common.io.built_once`): the
-    others wait and read the finished folder, never a partial one.
-    """
+    """The folder holding the built-in collection of `seed` (with its BM25 candidates), built on first use."""
     root = Path(root) if root is not None else default_root(seed)
-    if root.exists() and not (root / "manifest.json").is_file():  # never a build under way: builds are renamed in
+    if root.exists() and not (root / "manifest.json").is_file():
         raise FileExistsError(f"{root} exists but holds no complete built-in collection (no manifest.json); remove it")
     return built_once(root, lambda tmp: build_builtin(tmp, seed),
                       ready=lambda folder: (folder / "manifest.json").is_file())
@@ -503,15 +417,8 @@ def builtin_source(split: str = "test", root: str | os.PathLike | None = None, s
     )
 
 
-# --- command line -------------------------------------------------------------------
-
-
 def describe(root: str | os.PathLike) -> str:
-    """Counts, document lengths, label counts and BM25 effectiveness of each split, as a small report.
-
-    Raises `DataFormatError` naming the file for a damaged build (an empty collection, a split BM25 cannot be
-    evaluated on).
-    """
+    """Counts, document lengths, label counts and BM25 effectiveness of each split, as a small report."""
     root = Path(root)
     lengths = np.array([len(f"{d.title} {d.text}".split()) for d in iter_collection(root / "collection.jsonl")])
     if not len(lengths):
@@ -533,7 +440,7 @@ def _describe_split(root: Path, split: str) -> str:
     try:
         measures = evaluate_run(qrels, run, ["ndcg_cut_10", "mrr@10", "recall_100"])
         strict = evaluate_run(qrels, run, ["recall_100"], relevance_level=2)
-    except ValueError as error:  # e.g. no query in both files
+    except ValueError as error:
         raise DataFormatError(run_path, None, f"{error} (qrels {qrels_path})") from None
     return (
         f"{split:>5}: {len(qrels)} queries, labels {dict(sorted(labels.items()))}; BM25 nDCG@10 "
@@ -543,9 +450,8 @@ def _describe_split(root: Path, split: str) -> str:
 
 
 def _check_root(root: Path, overwrite: bool) -> None:
-    """Refuse an --output_dir that cannot take a build, before building (seconds of work) rather than after."""
     if (root / "manifest.json").is_file() and not overwrite:
-        return  # a complete build, reused
+        return
     problem = output_folder_problem(root)
     if problem:
         usage_error(f"argument --output_dir: {problem}")

@@ -1,35 +1,7 @@
-"""Random-access document store: look up 100 candidates without loading 3 million documents.
-
-A collection file (TSV or JSONL, see `common.data.formats`) is streamed once into
-an SQLite table ``docs(doc_id, title, text, url)`` keyed by document id. The
-store is built atomically (a temporary database renamed into place) in a cache
-folder, keyed by the collection's content (the sha256 of its bytes, `common.io.file_digest`), and
-reused by every later run; processes that ask for it at once (DDP ranks) build it
-once (`common.io.built_once`).
-
-Keyed by content, not by path and time: a collection staged per job (copied to a node's local disk, a new path and
-a new time each job) finds the store built from the same bytes. The price is one pass over a file the first time
-it is seen at a path with a size and time (remembered after: an unchanged file is not hashed again), about 7 times
-faster than a build: 0.72 GB/s hashed against 0.11 GB/s stored, a 119 MB collection from the page cache on one AMD
-EPYC core (about 30 s against 3.5 min for MS MARCO's 22 GB of documents, more where the disk is slower).
-
-Reading. A store is never written after it is renamed into place (a rebuild is a new file renamed over it, which a
-connection already open does not see), so it is opened read-only with ``immutable=1``: SQLite then takes no lock
-and checks for no change per statement, which on NFS would be a round trip to the server per statement.
-`DocumentStore.get_many` fetches a batch of documents with one statement (one per `variable_limit` distinct ids),
-in the order asked.
-
-Each store is stamped with `SCHEMA_VERSION` (SQLite's ``user_version``). A
-cached store of an older schema (version 0: built before documents had a url,
-so without a ``url`` column) is rebuilt in place by `DocumentStore.for_collection`
-rather than read with its urls missing; opening one directly raises
-`StaleStoreError`.
-
-The cache folder is ``$EFFICIENT_RANKERS_CACHE/docstore`` if that variable is
-set, else ``~/.cache/efficient-rankers/docstore``.
-
-`Lookup` is what every document lookup (this store, `common.data.irds.IrDatasetsDocuments`,
-`common.data.source.InMemoryDocuments`) answers from its ``lookup[doc_id]``.
+"""Random-access document store: a collection streamed once into SQLite ``docs(doc_id, title, text, url)``, built
+atomically and once (`common.io.built_once`) in ``$EFFICIENT_RANKERS_CACHE/docstore``, keyed by the file's content.
+Opened read-only with ``immutable=1`` (no lock or change check per statement: cheap on NFS); a store of an older
+`SCHEMA_VERSION` is rebuilt by `DocumentStore.for_collection`. `Lookup` is every document lookup's interface.
 """
 
 from __future__ import annotations
@@ -44,11 +16,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from common.data.formats import DataFormatError, Document, iter_collection
-from common.io import built_once, cache_root, file_digest
+from common.io import built_once, cache_root, file_digest, renamed_on_success
 
 
-#: Layout of the ``docs`` table; bump it whenever the table changes, so that cached stores are rebuilt.
-#: 0 (SQLite's default user_version): doc_id, title, text. 1: doc_id, title, text, url.
+#: Layout of the ``docs`` table (0: doc_id, title, text; 1: with url); cached stores of another are rebuilt.
 SCHEMA_VERSION = 1
 
 
@@ -94,46 +65,33 @@ class DocumentStore(Lookup):
     def build(
         cls, collection: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool = False, progress: bool = True
     ) -> DocumentStore:
-        """Stream `collection` into a new store at `path`; a repeated document id is an error."""
         path = Path(path)
         if path.exists() and not overwrite:
             raise FileExistsError(f"{path} already exists; refusing to overwrite it")
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.close(fd)
-        try:
-            with contextlib.closing(sqlite3.connect(tmp)) as db:
-                db.execute("PRAGMA journal_mode = OFF")
-                db.execute("PRAGMA synchronous = OFF")
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-                db.execute("CREATE TABLE docs (doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, text TEXT NOT NULL, "
-                           "url TEXT NOT NULL)")
-                documents = tqdm(iter_collection(collection), desc=f"indexing {Path(collection).name}", unit=" docs",
-                                 disable=not progress)
-                for number, doc in enumerate(documents, start=1):
-                    try:
-                        db.execute("INSERT INTO docs VALUES (?, ?, ?, ?)", (doc.doc_id, doc.title, doc.text, doc.url))
-                    except sqlite3.IntegrityError:
-                        raise DataFormatError(collection, number, f"duplicate document id {doc.doc_id!r}") from None
-                db.commit()
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise
+        with renamed_on_success(Path(tmp), path), contextlib.closing(sqlite3.connect(tmp)) as db:
+            db.execute("PRAGMA journal_mode = OFF")
+            db.execute("PRAGMA synchronous = OFF")
+            db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            db.execute("CREATE TABLE docs (doc_id TEXT PRIMARY KEY, title TEXT NOT NULL, text TEXT NOT NULL, "
+                       "url TEXT NOT NULL)")
+            documents = tqdm(iter_collection(collection), desc=f"indexing {Path(collection).name}", unit=" docs",
+                             disable=not progress)
+            for number, doc in enumerate(documents, start=1):
+                try:
+                    db.execute("INSERT INTO docs VALUES (?, ?, ?, ?)", (doc.doc_id, doc.title, doc.text, doc.url))
+                except sqlite3.IntegrityError:
+                    raise DataFormatError(collection, number, f"duplicate document id {doc.doc_id!r}") from None
+            db.commit()
         return cls(path)
 
     @classmethod
     def for_collection(
         cls, collection: str | os.PathLike, cache_dir: str | os.PathLike | None = None, *, progress: bool = True
     ) -> DocumentStore:
-        """The cached store of `collection`, built on first use and reused for any file of the same content
-        (module docstring).
-
-        Built once however many processes (DDP ranks) ask at once (`common.io.built_once`): the others wait and
-        open the finished store. A cached store of another `SCHEMA_VERSION` (an older build without urls) is
-        rebuilt, atomically replacing it, instead of being reused.
-        """
+        """The cached store of `collection`, built on first use, reused for any file of the same content."""
         collection = Path(collection).resolve()
         if not collection.is_file():
             raise FileNotFoundError(f"{collection}: no such collection file")
@@ -145,7 +103,6 @@ class DocumentStore(Lookup):
 
     @property
     def _db(self) -> sqlite3.Connection:
-        # SQLite connections must not cross a fork (DataLoader workers): reopen per process.
         if self._connection is None or self._pid != os.getpid():
             connection = _read_only(self.path, check_same_thread=False)
             try:
@@ -164,8 +121,7 @@ class DocumentStore(Lookup):
         return Document(doc_id, text, title, url)
 
     def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
-        """Documents in the order asked (repeats allowed), fetched with one statement per `variable_limit` distinct
-        ids; a missing id raises KeyError naming it."""
+        """Documents in the order asked, one statement per `variable_limit` distinct ids."""
         asked = list(doc_ids)
         distinct = list(dict.fromkeys(asked))
         found: dict[str, Document] = {}
@@ -173,7 +129,7 @@ class DocumentStore(Lookup):
         for start in range(0, len(distinct), step):
             chunk = distinct[start : start + step]
             rows = self._db.execute(f"SELECT doc_id, title, text, url FROM docs WHERE doc_id IN "
-                                    f"({', '.join('?' * len(chunk))})", chunk)  # fmt: skip
+                                    f"({', '.join('?' * len(chunk))})", chunk)
             found.update((doc_id, Document(doc_id, text, title, url)) for doc_id, title, text, url in rows)
         missing = [doc_id for doc_id in distinct if doc_id not in found]
         if missing:
@@ -182,9 +138,7 @@ class DocumentStore(Lookup):
         return [found[doc_id] for doc_id in asked]
 
     def variable_limit(self) -> int:
-        """The most ids one statement of `get_many` binds: SQLite's limit on host parameters (32,766 since SQLite
-        3.32; `VARIABLE_LIMIT` where Python cannot ask)."""
-        getlimit = getattr(self._db, "getlimit", None)  # Python >= 3.11
+        getlimit = getattr(self._db, "getlimit", None)
         return getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) if getlimit is not None else VARIABLE_LIMIT
 
     def __contains__(self, doc_id: object) -> bool:
@@ -198,7 +152,6 @@ class DocumentStore(Lookup):
             yield doc_id
 
     def documents(self) -> Iterator[Document]:
-        """Every document in collection order."""
         for doc_id, title, text, url in self._db.execute("SELECT doc_id, title, text, url FROM docs ORDER BY rowid"):
             yield Document(doc_id, text, title, url)
 
@@ -216,7 +169,6 @@ def schema_version(path: str | os.PathLike) -> int:
 
 
 def _read_only(path: str | os.PathLike, **options) -> sqlite3.Connection:
-    """A connection to the store `path`, read-only and immutable (no locks: module docstring)."""
     return sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro&immutable=1", uri=True, **options)
 
 
@@ -225,7 +177,6 @@ def _stamped_version(db: sqlite3.Connection) -> int:
 
 
 def _check_schema(path: Path, db: sqlite3.Connection) -> None:
-    # Reading an old store would fail on the missing url column deep in a DataLoader worker; say why here.
     version = _stamped_version(db)
     if version != SCHEMA_VERSION:
         raise StaleStoreError(

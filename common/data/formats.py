@@ -1,26 +1,7 @@
-"""TREC file formats: topics, qrels, runs and document collections, read and written.
-
-Formats (whitespace-separated unless noted):
-
-- topics: ``qid<TAB>text``
-- qrels: ``qid iter docid rel`` with integer, possibly negative, graded ``rel``
-- runs: ``qid Q0 docid rank score tag``; as in trec_eval the rank column is read
-  but ignored (a ranking is ordered by score descending, ties by docid
-  descending), and anything after the tag is ignored (trec_eval's own test run
-  ``results.trunc`` has such trailing text)
-- collections: TSV ``docid<TAB>text``, ``docid<TAB>title<TAB>text`` or the MS MARCO
-  document layout ``docid<TAB>url<TAB>title<TAB>text`` (url kept in `Document.url`:
-  Conformer-Kernel reads "URL, title and body concatenated", Mitra et al. 2021); or
-  JSONL ``{"doc_id": ..., "url": ..., "title": ..., "text": ...}`` (``url`` and
-  ``title`` optional). Files ending in ``.gz`` are read through gzip. The TSV
-  writer writes three columns (no url); write JSONL to keep urls.
-
-Lines starting with ``#`` are comments in topics, qrels and runs (as trec_eval 10
-accepts); blank lines are skipped. Every reader streams, decodes each line as
-UTF-8 with a named fallback (`common.io.read_lines`), and raises
-`DataFormatError` naming the file and line for anything malformed, including a
-duplicate (qid, docid) in a qrels or run file. Every writer is atomic and
-refuses to overwrite unless asked.
+"""TREC file formats, read and written: topics ``qid<TAB>text``; qrels ``qid iter docid rel``; runs ``qid Q0 docid rank
+score tag`` (rank ignored, trailing text allowed, as trec_eval does); collections as TSV (``docid [url] [title] text``)
+or JSONL, ``.gz`` through gzip. ``#`` lines are comments; readers stream (`common.io.read_lines`) and raise
+`DataFormatError` naming file and line, a repeated (qid, docid) included; writers are atomic.
 """
 
 from __future__ import annotations
@@ -34,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.metrics.ordering import ranked, with_unscored_below  # a run's order, where the run readers expect it
+from common.metrics.ordering import ranked, with_unscored_below
 from common.io import DEFAULT_FALLBACK_ENCODING, atomic_write, read_lines
 
 Topics = dict[str, str]
@@ -70,9 +51,6 @@ class RunEntry:
     tag: str
 
 
-# --- reading -----------------------------------------------------------------
-
-
 def _content_lines(path, fallback: str) -> Iterator[tuple[int, str]]:
     for number, line in _read(path, fallback):
         if line.strip() and not line.startswith("#"):
@@ -86,7 +64,6 @@ def _read(path, fallback: str) -> Iterator[tuple[int, str]]:
 
 
 def iter_topics(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str, str]]:
-    """Stream ``(line, qid, text)`` from a ``qid<TAB>text`` file."""
     for number, line in _content_lines(path, fallback):
         qid, tab, text = line.partition("\t")
         if not tab or not qid.strip() or not text.strip():
@@ -105,7 +82,6 @@ def read_topics(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Topics:
 
 
 def iter_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str, str, int]]:
-    """Stream ``(line, qid, docid, rel)`` from a ``qid iter docid rel`` file."""
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) != 4:
@@ -130,7 +106,6 @@ def read_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Qrels:
 
 
 def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, RunEntry]]:
-    """Stream ``(line, RunEntry)`` from a ``qid Q0 docid rank score tag`` file."""
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) < 6:
@@ -219,9 +194,6 @@ def _parse_jsonl_document(path, number: int, line: str) -> Document:
     )
 
 
-# --- writing -----------------------------------------------------------------
-
-
 def write_topics(path, topics: Mapping[str, str], *, overwrite: bool = False) -> None:
     with atomic_write(path, overwrite=overwrite) as f:
         for qid, text in topics.items():
@@ -253,11 +225,7 @@ def write_run(
 
 
 def write_collection(path, documents: Iterable[Document], *, overwrite: bool = False) -> None:
-    """Write a JSONL or TSV (``docid<TAB>title<TAB>text``) collection, chosen by the file name.
-
-    JSONL has a ``"url"`` key only for documents with a url (files without urls stay as they were);
-    TSV has no url column, so urls are not written there.
-    """
+    """Write a JSONL or TSV (``docid<TAB>title<TAB>text``) collection, chosen by the file name."""
     as_jsonl = collection_format(path) == "jsonl"
     with atomic_write(path, overwrite=overwrite) as f:
         for doc in documents:
@@ -272,7 +240,6 @@ def write_collection(path, documents: Iterable[Document], *, overwrite: bool = F
 
 def _jsonl_record(doc: Document) -> dict[str, str]:
     """Keys in the MS MARCO column order (docid url title text); "url" only when there is one."""
-    # Leaving an empty url out keeps the files of url-less collections byte-identical to before.
     url = {"url": doc.url} if doc.url else {}
     return {"doc_id": doc.doc_id, **url, "title": doc.title, "text": doc.text}
 

@@ -1,60 +1,10 @@
-"""A ranking task from an ir_datasets id, through the same interface as the file loaders.
+"""A ranking task from an ir_datasets id (`IrDatasetsSource`), through the `common.data.source.RankingSource` interface.
 
-``IrDatasetsSource("msmarco-document/trec-dl-2019/judged")`` is a `RankingSource`
-(`common.data.source`): topics, qrels, candidates and document text by id, read
-through ir_datasets' own API. The mapping:
-
-- topics: ``{query_id: text}`` from ``queries_iter()``. The text is the query's
-  ``default_text()`` (ir_datasets >= 0.5: the ``text`` of plain queries, the
-  ``title`` of TREC topics), or the field named by ``query_field`` (e.g.
-  ``"description"`` for TREC topics). Ids are ``str``; text is stripped, as
-  `read_topics` does.
-- qrels: ``{query_id: {doc_id: relevance}}`` from ``qrels_iter()``, relevance an
-  ``int``, negative grades kept. A repeated (query, document) pair is a
-  `DataFormatError`, as in `read_qrels`; ir_datasets' own ``qrels_dict()``
-  would silently keep the last one.
-- candidates: ``{query_id: {doc_id: score}}`` from ``scoreddocs_iter()``; a
-  repeated pair or a NaN score is a `DataFormatError`, as in `read_run`. A
-  dataset without scoreddocs (cranfield, Robust04, ...) raises a ValueError
-  pointing at `common.data.bm25` for building a candidate run. Some
-  scoreddocs carry no scores at all (every MS MARCO passage top-1000 entry is
-  0.0, since ir_datasets keeps only the qid/pid columns); that is warned about,
-  because such candidates have no first-stage order.
-- documents: a `DocumentLookup` over ir_datasets' ``docs_store()``, mapping each
-  document namedtuple to ``Document(doc_id, text, title, url)``:
-    * ``title``: the ``title`` (or NYT's ``headline``) field when it is a string,
-      else ``""``;
-    * ``text``: the ``doc_text_field`` when one is given; else the first string
-      field among ``body`` (msmarco-document, TREC parsed docs, WaPo) and
-      ``text`` (msmarco-passage, TREC, BEIR); else ``default_text()`` computed
-      with the title and url blanked, so that a title kept in
-      ``Document.title`` is not repeated in the text (NFCorpus'
-      ``title + abstract`` gives the abstract; GOV's bytes ``body`` gives
-      ir_datasets' HTML-to-text); else the remaining string fields joined
-      (without the url);
-    * ``url``: the ``url`` field when it is a string (msmarco-document's
-      ``doc_id, url, title, body``; Conformer-Kernel reads "URL, title and
-      body", Mitra et al. 2021), else ``""``;
-    * every other field is dropped.
-  ``get_many`` returns documents in the order asked (ir_datasets returns an
-  unordered dict that silently skips missing ids) and raises KeyError for a
-  missing id.
-
-Errors: an unknown id raises `UnknownDatasetError` listing close matches from
-``ir_datasets.registry``. When ir_datasets cannot get a dataset's files (no
-network here; ir_datasets downloads on first use), the raw error from deep
-inside its download code becomes a `DatasetUnavailableError` naming the
-dataset, ``IR_DATASETS_HOME`` (default ``~/.ir_datasets``; ir_datasets reads it
-when it is imported) and, where it can be recovered, the file ir_datasets would
-save and the URLs it tried, so the file can be copied there by hand.
-
-Laziness: constructing a source only resolves the id in the registry (cheap, no
-download, and fails fast on a typo in a config). Each part is read on first use
-and cached; the document store is opened on the first lookup (or `IrDatasetsDocuments.prepare`)
-and built by ir_datasets on first use (a ``.pklz4`` folder beside the collection), once
-however many processes open it at once, under a lock beside it (`_built_store`). ir_datasets
-is imported only when a source is created, so ``import common.data`` does not
-pay for it.
+A repeated pair or a NaN score is a `DataFormatError` (ir_datasets' ``qrels_dict()`` keeps the last); scoreddocs
+that all score the same are warned about. Documents map to ``Document(doc_id, text, title, url)``, the text from
+``doc_text_field``, else ``body``/``text``, else ``default_text()`` with title and url blanked. An unknown id is an
+`UnknownDatasetError` with close matches; files ir_datasets cannot get, a `DatasetUnavailableError` naming them. The
+document store is built once under a lock beside it, however many processes open it (`_built_store`).
 """
 
 from __future__ import annotations
@@ -80,17 +30,13 @@ from common.io import build_lock, built_once, cache_root, record_cache
 if TYPE_CHECKING:
     from common.data.training_table import TrainingTable
 
-#: Fields taken as the document title, first string one wins.
 TITLE_FIELDS = ("title", "headline")
-#: Fields that hold the document body as-is, first string one wins (``body``: MS MARCO
-#: documents, parsed TREC docs, WaPo; ``text``: passages, TREC, BEIR). Bytes bodies (GOV) are skipped.
+#: Fields that hold the document body as-is, first string one wins (bytes bodies, GOV's, are skipped).
 BODY_FIELDS = ("body", "text")
-#: Fields taken as the document URL, first string one wins; never part of the text.
 URL_FIELDS = ("url",)
 #: Query fields tried when a query class has no ``default_text()`` (ir_datasets < 0.5).
 QUERY_FALLBACK_FIELDS = ("text", "query", "title")
 
-# ir_datasets' Download.path raises RuntimeError with this first argument when every mirror failed.
 _ALL_SOURCES_FAILED = "All download sources failed"
 
 
@@ -99,11 +45,7 @@ class UnknownDatasetError(ValueError):
 
     def __init__(self, dataset_id: str, matches: list[str]):
         self.dataset_id, self.matches = dataset_id, matches
-        hint = (
-            "did you mean one of: " + ", ".join(matches)
-            if matches
-            else "no registered id is close to it"
-        )
+        hint = "did you mean one of: " + ", ".join(matches) if matches else "no registered id is close to it"
         super().__init__(
             f"unknown ir_datasets id {dataset_id!r}; {hint}? (all ids: `python3 -m ir_datasets list`, "
             f"or https://ir-datasets.com)"
@@ -125,7 +67,7 @@ class DatasetUnavailableError(RuntimeError):
             said.append("to use the dataset offline, put a copy of each file where ir_datasets expects it: "
                         + "; ".join(expected) + ";")
         said.append(f"cause: {cause}")
-        super().__init__(" ".join(" ".join(text.split()) for text in said))  # one line: a command's refusal
+        super().__init__(" ".join(" ".join(text.split()) for text in said))
 
 
 def ir_datasets_home() -> Path:
@@ -137,7 +79,6 @@ def close_matches(dataset_id: str, known: Iterable[str], n: int = 8) -> list[str
     """Registered ids close to `dataset_id`: difflib's best, then ids containing it (``robust04``)."""
     known = list(known)
     matches = difflib.get_close_matches(dataset_id, known, n=n, cutoff=0.6)
-    # difflib misses short names inside long ids; a substring hit is a good guess then.
     needle = dataset_id.lower()
     matches += sorted((k for k in known if needle and needle in k.lower()), key=len)
     return list(dict.fromkeys(matches))[:n]
@@ -150,7 +91,6 @@ def load_dataset(dataset_id: str) -> Any:
     try:
         return ir_datasets.load(dataset_id)
     except KeyError:
-        # The registry raises a bare KeyError(id); list what the user probably meant instead.
         raise UnknownDatasetError(dataset_id, close_matches(dataset_id, ir_datasets.registry)) from None
 
 
@@ -160,10 +100,8 @@ def _reading(dataset_id: str, part: str) -> Iterator[None]:
     try:
         yield
     except (DatasetUnavailableError, DataFormatError, KeyError):
-        raise  # ours, already clear (KeyError: a missing document, handled by the caller)
+        raise
     except OSError as error:
-        # requests' errors, FileNotFoundError from LocalDownload, IOError from ExpectedFile and
-        # HashVerificationError are all OSErrors: each means the files could not be had.
         raise _unavailable(dataset_id, part, error) from error
     except RuntimeError as error:
         if error.args[:1] == (_ALL_SOURCES_FAILED,):
@@ -176,7 +114,7 @@ def _reading(dataset_id: str, part: str) -> Iterator[None]:
 
 
 def _add_note(error: BaseException, dataset_id: str, part: str) -> None:
-    if hasattr(error, "add_note"):  # Python >= 3.11
+    if hasattr(error, "add_note"):
         error.add_note(f"(while reading the {part} of ir_datasets dataset {dataset_id!r})")
 
 
@@ -188,8 +126,6 @@ def _describe(error: BaseException, limit: int = 1000) -> str:
     if isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,) and len(error.args) > 1:
         tried = "; ".join(f"{_where(mirror)}: {_describe(cause, 240)}" for mirror, cause in error.args[1])
         return f"{_ALL_SOURCES_FAILED}: {tried}"
-    # requests wraps urllib3's MaxRetryError, which wraps the real reason (e.g. a failed name
-    # lookup) at the end of a long message: report the innermost reason under the outer type.
     root = error
     for _ in range(8):
         inner = getattr(root, "reason", None)
@@ -211,13 +147,7 @@ def _where(mirror: Any) -> str:
 
 
 def _expected_files(error: BaseException) -> list[str]:
-    """The files ir_datasets was trying to get, read from the frames that raised `error`.
-
-    ir_datasets' exceptions do not carry the target path (a failed download
-    names only the URL), so the ``Download`` / ``LocalDownload`` /
-    ``ExpectedFile`` objects on the traceback are asked instead; best effort,
-    private attributes read with defaults.
-    """
+    """The files ir_datasets was trying to get, read from the frames that raised `error`."""
     found: list[str] = []
     errors = [error]
     if isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,) and len(error.args) > 1:
@@ -228,7 +158,7 @@ def _expected_files(error: BaseException) -> list[str]:
             owner = tb.tb_frame.f_locals.get("self")
             tb = tb.tb_next
             mirrors = getattr(owner, "mirrors", None)
-            if isinstance(mirrors, list):  # ir_datasets.util.Download
+            if isinstance(mirrors, list):
                 urls = [str(m.url) for m in mirrors if getattr(m, "url", None)]
                 local = [str(m._path) for m in mirrors if getattr(m, "_path", None) is not None]
                 target = getattr(owner, "_cache_path", None)
@@ -237,7 +167,7 @@ def _expected_files(error: BaseException) -> list[str]:
                     entry = local[0]
                 local = [path for path in local if path != entry]
                 if entry is None:
-                    continue  # a streamed download with no file to place
+                    continue
                 if urls:
                     entry += "  (from " + " or ".join(urls) + ")"
                 if local:
@@ -248,9 +178,6 @@ def _expected_files(error: BaseException) -> list[str]:
                 if path is not None and not any(str(path) in f for f in found):
                     found.append(str(path))
     return list(dict.fromkeys(found))
-
-
-# --- record mapping -------------------------------------------------------------
 
 
 def query_text(query: Any, field: str | None = None) -> str:
@@ -287,7 +214,6 @@ def to_document(doc: Any, text_field: str | None = None) -> Document:
 
 
 def _first_string(doc: Any, fields: tuple[str, ...]) -> str:
-    """The first of `fields` that `doc` has as a string (a bytes field is not text), else ``""``."""
     return next((v for f in fields if isinstance(v := getattr(doc, f, None), str)), "")
 
 
@@ -296,17 +222,12 @@ def _body(doc: Any) -> str:
         value = getattr(doc, field, None)
         if isinstance(value, str):
             return value
-    # No plain body: ask the dataset. default_text() usually prepends the title, which the
-    # Document keeps apart, so compute it with title and url blanked rather than cutting strings.
     blanks = {f: "" for f in (*TITLE_FIELDS, *URL_FIELDS) if isinstance(getattr(doc, f, None), str)}
     if hasattr(doc, "default_text"):
         stripped = doc._replace(**blanks) if blanks and hasattr(doc, "_replace") else doc
         return stripped.default_text().strip()
     skip = {"doc_id", *blanks}
     return " ".join(v for f, v in zip(doc._fields, doc) if f not in skip and isinstance(v, str) and v)
-
-
-# --- the source -----------------------------------------------------------------
 
 
 class IrDatasetsDocuments(Lookup):
@@ -326,8 +247,6 @@ class IrDatasetsDocuments(Lookup):
 
     def prepare(self) -> None:
         """Open the document store in this process, building it first where ir_datasets has not (`_built_store`)."""
-        # The store holds open file handles; sharing their offsets with a forked DataLoader
-        # worker would interleave reads, so each process opens its own.
         if self._store is None or self._pid != os.getpid():
             if self._dataset is None:
                 self._dataset = load_dataset(self.dataset_id)
@@ -336,7 +255,6 @@ class IrDatasetsDocuments(Lookup):
             self._pid = os.getpid()
 
     def _fetch(self, doc_ids: list[str]) -> dict[str, Any]:
-        # The first lookup builds the store (reading, maybe downloading, the whole collection).
         with _reading(self.dataset_id, "documents"):
             return self._docstore.get_many(doc_ids)
 
@@ -349,8 +267,6 @@ class IrDatasetsDocuments(Lookup):
     def get_many(self, doc_ids: Iterable[str]) -> list[Document]:
         """Documents in the order asked (repeats allowed); a missing id raises KeyError."""
         asked = list(doc_ids)
-        # ir_datasets answers {doc_id: doc} and drops ids it lacks, so check by the ids asked:
-        # its fixed-width key index may even match a longer id to a shorter stored one.
         found = self._fetch(list(dict.fromkeys(asked)))
         missing = [d for d in dict.fromkeys(asked) if d not in found]
         if missing:
@@ -363,7 +279,6 @@ class IrDatasetsDocuments(Lookup):
         return isinstance(doc_id, str) and doc_id in self._fetch([doc_id])
 
     def documents(self) -> Iterator[Document]:
-        """Every document in collection order (for indexing, e.g. BM25)."""
         if self._dataset is None:
             self._dataset = load_dataset(self.dataset_id)
         with _reading(self.dataset_id, "documents"):
@@ -378,7 +293,6 @@ class IrDatasetsDocuments(Lookup):
         return f"IrDatasetsDocuments({self.dataset_id!r})"
 
     def __getstate__(self) -> dict:
-        # ir_datasets objects hold lambdas and open files: ship the id and re-resolve it.
         return {"dataset_id": self.dataset_id, "text_field": self.text_field}
 
     def __setstate__(self, state: dict) -> None:
@@ -386,29 +300,16 @@ class IrDatasetsDocuments(Lookup):
 
 
 def _cache_key(dataset_id: str, version: object) -> str:
-    """A cache entry's name for `dataset_id`: readable, and unique through a hash of the id and `version`."""
     digest = hashlib.sha256(json.dumps([dataset_id, version]).encode()).hexdigest()[:16]
     return f"{dataset_id.replace('/', '--')}-{digest}"
 
 
 def _built_store(dataset: Any, dataset_id: str) -> Any:
-    """`dataset`'s document store, built (once, whichever processes open it at once) before it is returned.
-
-    ir_datasets builds a store (e.g. its ``.pklz4`` folder) on first use and checks whether it is built before
-    taking its own lock, so two processes starting at once would both append every document; and opening a store
-    reads the metadata file a build is writing (an assertion fails on a half-written one). So a store that has a
-    ``build`` method and a ``path`` in a folder this process can write is opened again, and built where it is not,
-    under a lock beside it (`common.io.build_lock`, ``<store>.lock``): on the file system of the store, under
-    ``IR_DATASETS_HOME`` or beside a local collection, so that the processes of every node sharing the store share
-    its lock, whatever their own caches (``EFFICIENT_RANKERS_CACHE``) are; and keyed by the store itself, which the
-    datasets of one collection share (``msmarco-document/train`` and ``msmarco-document/trec-dl-2019``). Once built,
-    opening it under the lock is brief. A store in a folder this process cannot write (built once for everyone on
-    a read-only file system) is opened without a lock.
-    """
-    store = _opened_store(dataset)  # its path names the lock
+    """`dataset`'s document store, built (once, whichever processes open it at once) before it is returned."""
+    store = _opened_store(dataset)
     path = getattr(store, "path", None)
     if not callable(getattr(store, "build", None)) or not isinstance(path, (str, os.PathLike)):
-        return store  # nothing this process could build
+        return store
     path = Path(path).absolute()
     parent = next((p for p in path.parents if p.exists()), None)
     if parent is None or not os.access(parent, os.W_OK):
@@ -416,7 +317,7 @@ def _built_store(dataset: Any, dataset_id: str) -> Any:
         return store
     start = time.monotonic()
     with build_lock(path):
-        store = dataset.docs_store()  # no build is writing it now
+        store = dataset.docs_store()
         built = getattr(store, "built", None)
         building = not (callable(built) and built())
         store.build()
@@ -429,9 +330,6 @@ OPEN_TRIES = 20
 
 
 def _opened_store(dataset: Any) -> Any:
-    """``dataset.docs_store()``, opened before its lock is known; ir_datasets' check of the store's fields against
-    its metadata file (an AssertionError) fails for the instant a build under way has created that file and not yet
-    written it, so it is tried again, and raised where the fields differ for good."""
     tries = 1
     while True:
         try:
@@ -444,12 +342,7 @@ def _opened_store(dataset: Any) -> Any:
 
 
 class IrDatasetsSource:
-    """A `RankingSource` read from an ir_datasets id; each part is read on first use and cached.
-
-    `query_field` picks a query field (e.g. ``"description"`` for TREC topics)
-    instead of ``default_text()``; `doc_text_field` likewise picks the document
-    field used as text. Construction only looks the id up in the registry.
-    """
+    """A `RankingSource` read from an ir_datasets id; each part is read on first use and cached."""
 
     #: Its collection holds every judged and retrieved document (`common.training.tasks` checks none).
     complete_collection = True
@@ -474,11 +367,8 @@ class IrDatasetsSource:
         return f"IrDatasetsSource({self.dataset_id!r}, query_field={self.query_field!r})"
 
     def provides(self) -> set[str]:
-        """Which of topics, qrels, candidates and documents the dataset has (no download)."""
         has = {"topics": "queries", "qrels": "qrels", "candidates": "scoreddocs", "documents": "docs"}
         return {part for part, entity in has.items() if self._has(entity)}
-
-    # --- loading ----------------------------------------------------------------
 
     @cached_property
     def _dataset(self) -> Any:
@@ -556,18 +446,14 @@ class IrDatasetsSource:
         return IrDatasetsDocuments(self.dataset_id, self._dataset, self.doc_text_field)
 
     def training_table(self) -> TrainingTable:
-        """The qrels and scoreddocs as a memory-mapped `common.data.training_table.TrainingTable`, streamed into
-        the project's cache once (``training/<key>``, keyed by the dataset id and the table's format; built by one
-        process under a lock, `common.io.built_once`) and opened read-only by every process after."""
+        """The qrels and scoreddocs as a `TrainingTable`, streamed once into the cache (``training/<key>``)."""
         from common.data.training_table import FORMAT, TrainingTable
 
         folder = cache_root() / "training" / _cache_key(self.dataset_id, FORMAT)
         return TrainingTable.saved(folder, self._training_table, {"ir_datasets": self.dataset_id})
 
     def collection_ids(self):
-        """The collection's document ids in its order (`IrDatasetsDocuments.__iter__`) as a memory-mapped numpy
-        array of UTF-8 bytes, listed once into the project's cache (``collections/<key>.npy``): what a sampler
-        draws random documents from, without a list of millions of strings in every process."""
+        """The collection's document ids in its order as a memory-mapped numpy array, cached once."""
         import numpy as np
 
         path = cache_root() / "collections" / f"{_cache_key(self.dataset_id, 'ids')}.npy"
@@ -597,10 +483,7 @@ class IrDatasetsSource:
             self._warn_unscored(builder.distinct_scores.pop())
         return builder.table()
 
-    # --- helpers ----------------------------------------------------------------
-
     def _has(self, entity: str) -> bool:
-        # has_docs() & co. predate Dataset.has(etype) (ir_datasets 0.5).
         return bool(getattr(self._dataset, f"has_{entity}")())
 
     def _require(self, entity: str, what: str) -> None:
@@ -616,7 +499,7 @@ class IrDatasetsSource:
         try:
             fields = getattr(self._dataset, f"{entity}_cls")()._fields
         except Exception:
-            return  # best effort: a class that cannot be had without data is checked on first read
+            return
         if field not in fields:
             raise ValueError(
                 f"{argument}={field!r} is not a field of the {entity} of ir_datasets dataset {self.dataset_id!r}; "
@@ -624,7 +507,6 @@ class IrDatasetsSource:
             )
 
     def __getstate__(self) -> dict:
-        # The resolved dataset holds lambdas and open files; workers re-resolve the id.
         state = dict(self.__dict__)
         state.pop("_dataset", None)
         return state

@@ -1,44 +1,7 @@
-"""Refuse a command whose ir_datasets tasks lack files, before anything is built: one line per missing file.
-
-ir_datasets downloads a dataset's files on first use. Without the network (or before the files were copied to the
-machine) a command would otherwise get far, on every rank of a distributed run, before failing deep inside
-ir_datasets on the first file it lacks. `refuse_missing_files` asks first: for each ``irds:<id>`` task a command names, it finds
-every file ir_datasets will read for what the repository reads of the task (`TASK_PARTS`: its documents, queries,
-qrels and scoreddocs, the candidates; a train task's samplers read these same four), and if any is neither present
-nor downloadable now it prints, all at once, one ``error:`` line per file (the file where ir_datasets keeps it,
-under ``IR_DATASETS_HOME``; its URL; the options and tasks that need it) and exits with status 2, as
-`common.refusals.usage_error` does, with nothing written. When every file is present it returns at once, opening
-none of them (a collection is gigabytes).
-
-Finding the files. ``ir_datasets.load(id)`` gives a dataset whose ``<part>_handler()`` reads one part (TsvQueries,
-TrecQrels, TrecDocs, FilteredQueries over another handler, ...). The handler is walked through its attributes, the
-way it will stream its data, down to ir_datasets' file objects:
-
-- ``Download`` (a ``DownloadConfig`` entry: a URL, an ir-datasets.com mirror, a ``cache_path`` under
-  ``IR_DATASETS_HOME``, maybe a local copy ``downloads/<md5>``): present when its cache path or a local copy exists;
-  else it must be downloaded from its URLs;
-- ``LocalDownload`` and ``ExpectedFile`` (licensed data a user places by hand, with ir_datasets' instructions):
-  present when the file exists;
-- ``Cache``, ``TarExtractAll``, ``ZipExtractCache``, ``ReTar`` (a file or folder ir_datasets derives once from
-  another): present when it exists, else what it derives from is needed;
-- ``RelativePath`` (a file inside an extracted folder): present when the file exists, else its folder is needed;
-- ``GzipExtract``, ``Bz2Extract``, ``Lz4Extract``, ``TarExtract``, ``ZipExtract`` (read through on every use): what
-  they read is needed; ``StringFile`` and ``PackageDataFile`` are in the package;
-- a ``Dataset`` inside a handler (a filtered subset reading its parent): the parent's handler of the same part;
-  any other ir_datasets object: its attributes.
-
-Documents are read through ir_datasets' document store: once it is built (a ``.pklz4`` folder beside the
-collection), ir_datasets reads documents from it and the collection's files are not needed.
-
-Downloadable. A file that ir_datasets downloads by itself (it has a URL) and is absent is downloadable when a
-connection to its host, or to the proxy that ``HTTPS_PROXY``/``HTTP_PROXY`` name, opens within `PROBE_TIMEOUT`
-seconds; the download itself is left to ir_datasets. Without the network it is missing, as is an absent file with
-no URL.
-
-Not seen: a file a handler opens only from a function or a lazily computed value (the query ids of a ``judged``
-subset come from its parent's qrels, which the repository reads as the subset's qrels anyway), and whether a
-present file is complete (ir_datasets checks its hash only when it downloads it). A file removed after the check
-still fails where ir_datasets reads it, as `common.data.irds.DatasetUnavailableError`.
+"""Refuse a command whose ``irds:`` tasks lack files, before anything is built: one ``error:`` line per missing file.
+`refuse_missing_files` walks the handlers of the parts read (`TASK_PARTS`) down to ir_datasets' file objects and names
+each file neither present nor downloadable now (its host or proxy answering within `PROBE_TIMEOUT`), then exits 2.
+A built document store stands for its collection's files; files opened only from a function are not seen.
 """
 
 from __future__ import annotations
@@ -53,10 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-#: What the repository reads of a task (`common.training.tasks`, the samplers, the evaluate commands), as
-#: ir_datasets' entity types; a part the dataset lacks is not asked for.
+#: What the repository reads of a task, as ir_datasets' entity types.
 TASK_PARTS = ("docs", "queries", "qrels", "scoreddocs")
-#: How a refusal names each part.
 PART_NAMES = {"docs": "documents", "queries": "queries", "qrels": "qrels", "scoreddocs": "candidates (scoreddocs)"}
 #: Seconds a connection to a download's host may take before the file counts as not downloadable now.
 PROBE_TIMEOUT = 5.0
@@ -68,22 +29,14 @@ class Needed:
 
     path: str | None  # None: a download ir_datasets streams on every use, kept nowhere
     urls: tuple[str, ...] = ()
-    instructions: str = ""  # ir_datasets' words for data it cannot download (licensed collections)
+    instructions: str = ""
     derived: bool = False  # ir_datasets makes `path` from the URLs' files (extracts it), rather than saving them as is
     inside: str | None = None  # the present folder or archive that should hold it
 
 
 def refuse_missing_files(specs: Iterable[Any], options: Iterable[str],
                          parts: Sequence[Iterable[str] | None] | None = None, *, quiet: bool = False) -> None:
-    """Exit with status 2, one ``error:`` line per missing file on stderr, where an ``irds:`` task of `specs` needs
-    a file that is neither present nor downloadable now; return at once otherwise.
-
-    `specs` are task specs (`common.data.specs.SourceSpec`; others than ``irds:<id>`` are not checked, nor an
-    unknown id, which `common.data.specs.check_spec` refuses), `options` the option naming each
-    (``--data.train``). `parts`, where given, says per spec which of `TASK_PARTS` the command reads of it (None: all);
-    e.g. ``[("queries", "qrels")]`` for a task read only for its queries and qrels. `quiet` exits without a word: for
-    the processes of a launch (torchrun, srun) other than its global rank zero, which says it once.
-    """
+    """Exit with status 2, one ``error:`` line per file an ``irds:`` task of `specs` needs and cannot get now."""
     lines = missing_files(specs, options, parts)
     if lines:
         if not quiet:
@@ -101,17 +54,17 @@ def missing_files(specs: Iterable[Any], options: Iterable[str],
     wanted = list(parts) if parts is not None else [None] * len(specs)
     tasks = [(str(spec)[len("irds:"):], option, TASK_PARTS if want is None else tuple(want))
              for spec, option, want in zip(specs, options, wanted)
-             if isinstance(spec, str) and spec.startswith("irds:") and spec != "irds:"]  # fmt: skip
+             if isinstance(spec, str) and spec.startswith("irds:") and spec != "irds:"]
     if not tasks:
-        return []  # ir_datasets is not even imported
+        return []
     from common.data.irds import load_dataset
 
-    users: dict[Needed, list[tuple[str, str, str]]] = {}  # a file -> (option, dataset id, part) needing it
+    users: dict[Needed, list[tuple[str, str, str]]] = {}
     for dataset_id, option, want in tasks:
         try:
             dataset = load_dataset(dataset_id)
         except ValueError:
-            continue  # an unknown id: check_spec's refusal
+            continue
         for part in want:
             if part not in TASK_PARTS:
                 raise ValueError(f"unknown part {part!r}; the parts are {', '.join(TASK_PARTS)}")
@@ -123,12 +76,11 @@ def missing_files(specs: Iterable[Any], options: Iterable[str],
     endpoints = {url: _endpoint(url) for needed in users for url in needed.urls}
     reachable = _reachable(set(endpoints.values()) - {None})
     return [_line(needed, who, [endpoints[url] or (None, 0) for url in needed.urls]) for needed, who in users.items()
-            if not any(reachable.get(endpoints[url]) for url in needed.urls)]  # fmt: skip
+            if not any(reachable.get(endpoints[url]) for url in needed.urls)]
 
 
 def needed_files(dataset: Any, part: str) -> list[Needed]:
-    """The files `dataset` (an ir_datasets dataset) lacks for reading its `part` (one of `TASK_PARTS`): present ones
-    left out, downloadable ones kept (whether they can be downloaded now is `missing_files`' question)."""
+    """The files `dataset` (an ir_datasets dataset) lacks for reading its `part` (one of `TASK_PARTS`)."""
     handler = getattr(dataset, f"{part}_handler")()
     if part == "docs" and _store_built(handler):
         return []
@@ -136,10 +88,9 @@ def needed_files(dataset: Any, part: str) -> list[Needed]:
 
 
 def _store_built(handler: Any) -> bool:
-    """Whether the documents' store is built, so that ir_datasets reads documents from it, not the collection."""
     try:
         return bool(handler.docs_store().built())
-    except Exception:  # no store, or one that cannot say: its collection's files are needed
+    except Exception:
         return False
 
 
@@ -154,7 +105,7 @@ class _Walk:
         from ir_datasets.datasets.base import Dataset, ExpectedFile
         from ir_datasets.util import (Bz2Extract, Cache, Download, GzipExtract, Lazy, LocalDownload, Lz4Extract,
                                       PackageDataFile, RelativePath, ReTar, StringFile, TarExtract, TarExtractAll,
-                                      ZipExtract, ZipExtractCache)  # fmt: skip
+                                      ZipExtract, ZipExtractCache)
 
         if isinstance(obj, (str, bytes, int, float, bool, Path, type)) or obj is None or id(obj) in self.seen:
             return []
@@ -176,7 +127,7 @@ class _Walk:
                 return []
             source = obj.dlc if isinstance(obj, ZipExtractCache) else obj._streamer
             return [needed if needed.path else replace(needed, path=str(made), derived=True)
-                    for needed in self.needs(source)]  # fmt: skip
+                    for needed in self.needs(source)]
         if isinstance(obj, RelativePath):
             folder = _place(obj._streamer)
             if folder is not None and os.path.exists(os.path.join(folder, obj._path)):
@@ -186,7 +137,7 @@ class _Walk:
                 return inner
             return [Needed(os.path.join(folder, obj._path), inside=str(folder))]
         if isinstance(obj, (GzipExtract, Bz2Extract, Lz4Extract, TarExtract)):
-            return self.needs(vars(obj)["_streamer"])  # not the attribute: they pass unknown ones to what they read
+            return self.needs(vars(obj)["_streamer"])
         if isinstance(obj, ZipExtract):
             return self.needs(obj.dlc)
         if isinstance(obj, (StringFile, PackageDataFile, Lazy)):
@@ -208,8 +159,7 @@ def _download(download: Any) -> list[Needed]:
     if any(os.path.exists(path) for path in (cache, *copies) if path):
         return []
     urls = tuple(url for mirror in download.mirrors if (url := getattr(mirror, "url", None) or
-                                                        getattr(mirror, "uri", None)))  # fmt: skip
-    # Without a URL, the copy is the only source, and its message says how to get it.
+                                                        getattr(mirror, "uri", None)))
     words = "" if urls else " ".join(m._message or "" for m in download.mirrors if isinstance(m, LocalDownload))
     place = cache or (copies[0] if copies else None)
     return [Needed(str(place) if place else None, urls, _one_line(words))]
@@ -219,7 +169,7 @@ def _place(obj: Any) -> str | None:
     """Where a file object keeps its file or folder once had (no side effect, unlike some of their ``path()``)."""
     from ir_datasets.datasets.base import ExpectedFile
     from ir_datasets.util import (Bz2Extract, Cache, Download, GzipExtract, LocalDownload, Lz4Extract, RelativePath,
-                                  ReTar, TarExtractAll, ZipExtract, ZipExtractCache)  # fmt: skip
+                                  ReTar, TarExtractAll, ZipExtract, ZipExtractCache)
 
     if isinstance(obj, Download):
         return obj._cache_path if obj._cache_path not in (None, os.devnull) else None
@@ -245,12 +195,9 @@ def _one_line(text: str) -> str:
     return " ".join(text.split())
 
 
-# --- downloadable now? ----------------------------------------------------------------
-
-
 def _endpoint(url: str) -> tuple[str, int] | None:
     """The host and port a download of `url` connects to first: its proxy's where one applies, else its own."""
-    import urllib.request  # http.client and email with it: only when a file is absent
+    import urllib.request
 
     parts = urlsplit(url)
     if not parts.hostname:
@@ -274,7 +221,6 @@ def _reachable(endpoints: set[tuple[str, int]]) -> dict[tuple[str, int], bool]:
         except OSError:
             answers[endpoint] = False
 
-    # Daemon threads: a name lookup that hangs past the timeout (it has none of its own) must not hold the exit.
     threads = [threading.Thread(target=probe, args=(endpoint,), daemon=True) for endpoint in endpoints]
     for thread in threads:
         thread.start()
@@ -283,12 +229,7 @@ def _reachable(endpoints: set[tuple[str, int]]) -> dict[tuple[str, int], bool]:
     return {endpoint: answers.get(endpoint, False) for endpoint in endpoints}
 
 
-# --- the refusal ----------------------------------------------------------------------
-
-
 def _line(needed: Needed, who: list[tuple[str, str, str]], endpoints: list[tuple[str | None, int]]) -> str:
-    """One refusal line: the options and tasks that need the file, the file, and how to get it (`endpoints`: those
-    its URLs' downloads would connect to, none of which answered)."""
     tasks = ", ".join(dict.fromkeys(f"{option} irds:{dataset_id}" for option, dataset_id, _ in who))
     *others, last = dict.fromkeys(PART_NAMES[p] for _, _, p in who)
     part = f"{', '.join(others)} and {last}" if others else last
@@ -298,7 +239,7 @@ def _line(needed: Needed, who: list[tuple[str, str, str]], endpoints: list[tuple
         origin = " or ".join(needed.urls)
         tried = ", ".join(dict.fromkeys(
             f"{host}:{port}" + ("" if host == urlsplit(url).hostname else " (the proxy)")
-            for url, (host, port) in zip(needed.urls, endpoints) if host)) or "a host"  # fmt: skip
+            for url, (host, port) in zip(needed.urls, endpoints) if host)) or "a host"
         if needed.derived:
             line += f"; ir_datasets makes it from {origin}"
         elif needed.path:

@@ -1,28 +1,8 @@
-"""`RankLLMSource`: a ranking task from a rank_llm candidate file (queries, first-stage hits and their text).
-
-rank_llm (castorini/rank_llm) ships first-stage runs with the text of every hit, one JSON file per
-query set, e.g. ``rank_llm.BM25.retrieve_results_dl19.json`` (BM25 top 100 of each judged TREC DL
-2019 passage query; `../shared/data/trec_dl/candidates_with_text/`)::
-
-    [{"query": "how long is life cycle of flea",
-      "hits": [{"qid": 264014, "docid": "5611210", "rank": 1, "score": 15.78, "content": "..."}, ...]},
-     ...]
-
-One file gives three of a task's four parts:
-
-- topics: each entry's ``query`` under the ``qid`` of its hits (an entry without hits has no qid
-  and is skipped, since nothing could be re-ranked for it);
-- candidates: the hits' scores, a run (trec_eval orders it by score, then docid);
-- documents: the hits' ``content`` (title empty, as MS MARCO passages have none), held in memory:
-  a candidate file is a few thousand passages. The same docid may be a hit of several queries;
-  its text must then be the same.
-
-The qrels come from their own TREC file (``qrels_path``), as rank_llm's files hold none; without one the task's
-qrels are empty (`common.data.source`: re-ranked, not measured). Task spec
-(`common.data.specs.source_from_spec`): ``{"rank_llm_path": ..., "qrels_path": ..., "name": ...}``.
-
-Malformed input raises `common.data.formats.DataFormatError` naming the file and the entry
-(JSON holds no line numbers per entry; a JSON syntax error names its line).
+"""`RankLLMSource`: a ranking task from a rank_llm candidate file (castorini/rank_llm, e.g.
+``rank_llm.BM25.retrieve_results_dl19.json``: ``[{"query": ..., "hits": [{"qid", "docid", "rank", "score",
+"content"}, ...]}, ...]``), giving topics, candidates and documents (held in memory, title empty; a docid repeated
+across queries must keep its text); an entry without hits is skipped. Qrels come from ``qrels_path``, else are empty.
+Malformed input raises `common.data.formats.DataFormatError` naming file and entry.
 """
 
 from __future__ import annotations
@@ -47,7 +27,6 @@ class RankLLMTask:
 
 
 def read_rank_llm(path: str | os.PathLike) -> RankLLMTask:
-    """Read a rank_llm candidate file (see the module docstring)."""
     if not Path(path).is_file():
         raise FileNotFoundError(f"{path}: no such file")
     try:
@@ -102,7 +81,7 @@ class RankLLMSource:
 
     @read_once
     def qrels(self) -> Qrels:
-        return {} if self.qrels_path is None else read_qrels(self.qrels_path)  # no file: nothing judged
+        return {} if self.qrels_path is None else read_qrels(self.qrels_path)
 
     def candidates(self) -> Run:
         return self._read.candidates

@@ -1,18 +1,6 @@
-"""One interface for a ranking task, whether it comes from files or from ir_datasets.
-
-A `RankingSource` gives the four things a re-ranker needs: topics, qrels,
-candidates (a first-stage run) and document text by id. A task without judgments (a query set re-ranked with
-nothing to measure it against: a task of files or a rank_llm file given no qrels file) has empty qrels, ``{}``,
-rather than none: everything that reads qrels reads an empty mapping alike, and what measures asks whether it is
-empty (`common.training.tasks` then evaluates every query with candidates and a topic;
-`common.commands.outputs.write_results` writes the run without metrics). `FileSource` reads
-them from TREC files (`common.data.formats`); `common.data.irds.IrDatasetsSource`
-reads them from an ir_datasets id. Training samplers, data modules and
-evaluation code accept either. A source reads each part on first use and keeps it (`read_once`).
-
-A source of training queries also gives its qrels and candidates as a `common.data.training_table.TrainingTable`
-(``training_table()``), streamed from its files once into the project's cache and mapped by every process, so that
-a run file of MS MARCO's 478M training candidates is never held as dicts (the samplers read the table's columns).
+"""One interface for a ranking task (`RankingSource`: topics, qrels, candidates and documents, each read once,
+`read_once`), from TREC files (`FileSource`) or ir_datasets (`common.data.irds.IrDatasetsSource`). A task without
+judgments has empty qrels; a training task also gives a memory-mapped `TrainingTable` (``training_table()``).
 """
 
 from __future__ import annotations
@@ -62,8 +50,7 @@ Part = TypeVar("Part")
 
 
 def read_once(read: Callable[..., Part]) -> Callable[..., Part]:
-    """A source's part (``topics()``, ``qrels()``, ...) read on the first call and kept in the instance's
-    ``_<name>`` (as `functools.cached_property` keeps a value, so pickling and ``__dict__`` see it alike)."""
+    """A source's part read on the first call and kept in the instance's ``_<name>``."""
     attribute = f"_{read.__name__}"
 
     @functools.wraps(read)
@@ -77,8 +64,7 @@ def read_once(read: Callable[..., Part]) -> Callable[..., Part]:
 
 @dataclass
 class FileSource:
-    """A ranking task stored as TREC files; any part may be absent (None) except the topics. Without a qrels file
-    its qrels are empty (module docstring); training, which samples from them, still needs the file."""
+    """A ranking task stored as TREC files; any part may be absent (None) except the topics."""
 
     topics_path: str | os.PathLike
     qrels_path: str | os.PathLike | None = None
@@ -91,7 +77,6 @@ class FileSource:
         self.name = self.name or Path(self.topics_path).stem
 
     def provides(self) -> set[str]:
-        """Which of topics, qrels, candidates and documents the task has a file for."""
         paths = {"topics": self.topics_path, "qrels": self.qrels_path, "candidates": self.candidates_path,
                  "documents": self.collection_path}
         return {part for part, path in paths.items() if path is not None}
@@ -113,12 +98,7 @@ class FileSource:
         return DocumentStore.for_collection(self._require(self.collection_path, "collection"), self.cache_dir)
 
     def training_table(self) -> TrainingTable:
-        """The qrels and candidates as a memory-mapped `TrainingTable`, streamed from the two files (no dict) into
-        the cache once (``training/<run file>-<key>`` under `cache_dir` or the project's cache, keyed by both files'
-        contents, `common.io.file_digest`, and the table's format; built by one process under a lock,
-        `common.io.built_once`) and opened read-only by every process after. A changed file makes a new table; a
-        copy of the same files elsewhere (staged per job) finds the table built, as the document store does
-        (`common.data.docstore`)."""
+        """The qrels and candidates as a `TrainingTable`, streamed once into the cache, keyed by the files' contents."""
         files = {what: self._file(path, what) for what, path in (("qrels", self.qrels_path),
                                                                  ("candidates", self.candidates_path))}
         digests = {what: file_digest(path) for what, path in files.items()}
@@ -136,7 +116,7 @@ class FileSource:
             iter_run(candidates), desc=f"tabling {candidates.name}", unit=" candidates"))
         try:
             return builder.table()
-        except RepeatedPairError as error:  # found once the pairs are sorted; a second pass finds its line
+        except RepeatedPairError as error:
             records = ((n, q, d) for n, q, d, _ in iter_qrels(qrels)) if error.path == str(qrels) else (
                 (n, entry.qid, entry.doc_id) for n, entry in iter_run(candidates))
             seen = (n for n, qid, doc_id in records if (qid, doc_id) == (error.query_id, error.doc_id))
@@ -156,11 +136,7 @@ class FileSource:
 
 
 class InMemoryDocuments(Lookup):
-    """A `DocumentLookup` over a dict ``doc_id -> Document``, iterable over its ids in insertion order.
-
-    For collections small enough to hold (a rank_llm candidate file); `origin` names where they came
-    from in the KeyError of a missing id.
-    """
+    """A `DocumentLookup` over a dict ``doc_id -> Document``, iterable over its ids in insertion order."""
 
     def __init__(self, documents: dict[str, Document], origin: str = "memory"):
         self._documents, self.origin = documents, origin
@@ -181,5 +157,4 @@ class InMemoryDocuments(Lookup):
         return len(self._documents)
 
     def documents(self) -> Iterator[Document]:
-        """Every document, in insertion order."""
         return iter(self._documents.values())

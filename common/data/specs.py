@@ -11,14 +11,12 @@ from pathlib import Path
 from common.data.source import FileSource, RankingSource
 from common.io import file_digest
 
-#: A task as a config value: ``"builtin:<split>"``, ``"irds:<ir_datasets id>"``, a mapping of
-#: `FileSource` fields (`FILE_TASK_KEYS`), or of `common.data.rank_llm.RankLLMSource` fields (`RANK_LLM_KEYS`).
+#: A task as a config value: ``"builtin:<split>"``, ``"irds:<id>"``, or a mapping of file or rank_llm fields.
 SourceSpec = str | dict
 
 #: The keys of a task from TREC files; topics_path is required.
 FILE_TASK_KEYS = ("topics_path", "qrels_path", "candidates_path", "collection_path", "name")
-#: The keys of a task from a rank_llm candidate file (topics, candidates and text in one JSON); rank_llm_path is
-#: required.
+#: The keys of a task from a rank_llm candidate file; rank_llm_path is required.
 RANK_LLM_KEYS = ("rank_llm_path", "qrels_path", "name")
 
 #: How a task is written, for ``--help`` texts and error messages.
@@ -35,12 +33,6 @@ class TaskSpecError(ValueError):
 
 
 def check_spec(spec: SourceSpec, option: str = "task") -> None:
-    """Raise `TaskSpecError` where `spec` is malformed or names a file that does not exist.
-
-    Checks the form only (and, for ``irds:``, the id in the registry; nothing is downloaded), so a
-    command can check its tasks before it builds anything. `option` names the spec in the message
-    (``data.train``).
-    """
     if isinstance(spec, dict):
         keys = RANK_LLM_KEYS if "rank_llm_path" in spec else FILE_TASK_KEYS
         unknown = sorted(set(spec) - set(keys))
@@ -97,10 +89,7 @@ def source_from_spec(spec: SourceSpec) -> RankingSource:
 
 
 def source_fingerprint(spec: SourceSpec, source: RankingSource) -> dict:
-    """What identifies a task's data in a cache key (a learnt tokenizer's, the Conformer-Kernel's vocabulary): its
-    form (a task of files' spec without its paths) and each of its files' content (`common.io.file_digest`), so
-    that a copy of the files elsewhere (staged to a node's disk per job) finds the cache built from them, as the
-    document store does (`common.data.docstore`)."""
+    """What identifies a task's data in a cache key (a learnt tokenizer's, the Conformer-Kernel's vocabulary)."""
     files = {}
     for name in (*FILE_TASK_KEYS, *RANK_LLM_KEYS):
         path = getattr(source, name, None) if name.endswith("_path") else None

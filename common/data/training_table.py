@@ -1,43 +1,10 @@
-"""A training task's qrels and candidates as memory-mapped columns: what the samplers (`common.data.samplers`) read.
+"""A training task's qrels and candidates as memory-mapped columns (a CSR layout), read by the samplers: MS MARCO
+passage's 478M candidates as dicts would take about 39 GB in every process.
 
-MS MARCO's passage training task (``msmarco-passage/train/judged``) has 478,002,393 candidates. Held as Python dicts
-of dicts (``{qid: {doc_id: score}}``) they take about 80 bytes each, about 39 GB in every process of a distributed
-run, and every process parses every line. A `TrainingTable` keeps them as numpy arrays instead, with per-query
-offsets (the layout of a CSR matrix):
-
-- ``queries.npy`` (Q,) and ``docs.npy`` (D,): the query ids and the document ids the task names, each sorted, as
-  fixed-width UTF-8 bytes (numpy's ``S`` type); a query or document is its row in these (a *code*), so that codes
-  sort as the ids do (UTF-8's byte order is the code points' order, Python's string order).
-- ``candidate_offsets.npy`` (Q + 1,) int64 and ``candidate_docs.npy`` (C,) int32: query q's candidates are
-  ``candidate_docs[candidate_offsets[q] : candidate_offsets[q + 1]]``, in trec_eval's order (score rounded to
-  float32, descending, then document id descending; `common.metrics.ordering.ranked`), so a depth is a slice. The
-  scores themselves are not kept: the samplers use only the order. 4 bytes a candidate.
-- ``qrel_offsets.npy`` (Q + 1,) int64, ``qrel_docs.npy`` (J,) int32 and ``qrel_labels.npy`` (J,) int32: query q's
-  judgments, by document code.
-- ``table.json``, written last: the format, what the table was made from (``source``) and the counts.
-
-`TrainingTable.open` maps the arrays read-only (``numpy.load(mmap_mode="r")``): every process and loader worker of
-a machine shares the page cache's one copy, and a process's private memory holds only what the samplers derive
-(their anchors: one row per (query, relevant document)).
-
-Building. A task from ir_datasets (`common.data.irds.IrDatasetsSource.training_table`) is streamed from its
-``scoreddocs_iter`` and ``qrels_iter`` into the table (`TableBuilder`, no dict of the candidates), once, in the
-data module's ``prepare_data`` (`common.training.tasks.RerankingDataModule`), into the project's cache
-(``$EFFICIENT_RANKERS_CACHE/training/<key>``, keyed by the dataset id and this format; `common.io.built_once`: one
-process builds under a lock and publishes the folder by a rename). A task of TREC files (the built-in collection
-is one; `common.data.source.FileSource.training_table`) is streamed likewise from its qrels and run files
-(``training/<run file>-<key>``, keyed by both files' contents, `common.io.file_digest`, and this format). Building
-holds the ids in a dict (8.8M passage ids) and the codes in arrays of 4 bytes a candidate until they are sorted: one
-process, once. A rank_llm task (its candidates and their text in one JSON file, held in memory anyway) is tabled in
-memory from its dicts (`TrainingTable.from_dicts`). The samplers read every table alike, so the same seed draws the
-same groups from any of them as from the dicts they were once drawn from.
-
-Documents without text. A task of files may name documents its collection lacks; `common.training.tasks` finds them
-from the table's columns (`relevant_documents`, `candidate_documents`: distinct codes, no dict of the candidates)
-and trains on the table `without` them (saved beside a cached table and mapped like it, `TrainingTable.saved`).
-
-A repeated (query, document) pair is a `RepeatedPairError` and a NaN score a `DataFormatError`, as the dict readers
-make them (a task of files names the repeat's line: `common.data.source.FileSource`).
+Sorted ids (``queries.npy``, ``docs.npy``: a row is a code), ``candidate_offsets``/``candidate_docs`` in trec_eval's
+order (scores dropped), ``qrel_offsets``/``qrel_docs``/``qrel_labels``, and ``table.json`` last. `TableBuilder`
+streams a task into one, saved once in the cache (`TrainingTable.saved`); `TrainingTable.open` maps it read-only,
+shared through the page cache; `TrainingTable.from_dicts` tables dicts in memory.
 """
 
 from __future__ import annotations
@@ -73,14 +40,12 @@ class TrainingTable:
     """A training task's qrels and candidates by query code (module docstring); arrays in memory or mapped."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray], meta: dict | None = None, folder: Path | None = None):
-        self.folder = folder  # where it is saved (None: in memory)
+        self.folder = folder
         self.queries, self.docs = arrays["queries"], arrays["docs"]  # (Q,), (D,) sorted S<w>
         self.candidate_offsets, self.candidate_docs = arrays["candidate_offsets"], arrays["candidate_docs"]
         self.qrel_offsets, self.qrel_docs = arrays["qrel_offsets"], arrays["qrel_docs"]
         self.qrel_labels = arrays["qrel_labels"]
         self.meta = meta or {}
-
-    # --- making one ---
 
     @classmethod
     def from_dicts(cls, qrels: Qrels, candidates: Run) -> TrainingTable:
@@ -105,7 +70,6 @@ class TrainingTable:
 
     @classmethod
     def open(cls, folder: str | os.PathLike) -> TrainingTable:
-        """The table saved in `folder`, its arrays mapped read-only."""
         folder = Path(folder)
         meta = json.loads((folder / META).read_text(encoding="utf-8"))
         return cls({name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS},
@@ -113,20 +77,16 @@ class TrainingTable:
 
     @classmethod
     def saved(cls, folder: str | os.PathLike, make: Callable[[], TrainingTable], source: dict) -> TrainingTable:
-        """The table saved in `folder`, made (``make()``) and saved there first where it is not (by one process
-        however many ask at once, `common.io.built_once`); opened mapped."""
+        """The table saved in `folder`, made and saved there first where it is not (`common.io.built_once`)."""
         built_once(Path(folder), lambda tmp: make().save(tmp, source), ready=cls.is_saved)
         return cls.open(folder)
 
     @staticmethod
     def is_saved(folder: Path) -> bool:
-        """Whether `folder` holds a finished table of this format."""
         try:
             return json.loads((folder / META).read_text(encoding="utf-8")).get("format") == FORMAT
         except (OSError, ValueError):
             return False
-
-    # --- reading ---
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -135,11 +95,9 @@ class TrainingTable:
         return self.queries[query].decode("utf-8")
 
     def doc_ids(self, codes: Iterable[int]) -> list[str]:
-        """The document ids of `codes`."""
         return [doc_id.decode("utf-8") for doc_id in self.docs[np.asarray(codes, dtype=np.int64)].tolist()]
 
     def judged_queries(self) -> np.ndarray:
-        """The codes of the queries with at least one judgment, in id order."""
         return np.flatnonzero(np.diff(self.qrel_offsets) > 0)
 
     def candidates(self, query: int, depth: int | None = None) -> np.ndarray:
@@ -164,14 +122,12 @@ class TrainingTable:
         return codes.astype(np.int64)
 
     def relevant_documents(self, queries: np.ndarray, level: int) -> np.ndarray:
-        """The distinct codes (ascending) of the documents judged at least `level` for the queries of `queries`
-        (a boolean mask over the queries)."""
+        """The distinct codes of the documents judged at least `level` for the masked `queries`."""
         rows = np.repeat(queries, np.diff(self.qrel_offsets))  # (J,): judgments are few (MS MARCO's 532,761)
         return np.unique(self.qrel_docs[rows & (np.asarray(self.qrel_labels) >= level)])
 
     def candidate_documents(self, queries: np.ndarray) -> np.ndarray:
-        """The distinct codes (ascending) of the candidates of the queries of `queries` (a boolean mask), read a
-        slice of at most `CHUNK` candidates at a time: one byte a document besides."""
+        """The distinct codes of the candidates of the masked `queries`, read `CHUNK` at a time."""
         seen = np.zeros(len(self.docs), dtype=bool)
         for start, end in _runs(queries):
             low, high = int(self.candidate_offsets[start]), int(self.candidate_offsets[end])
@@ -180,14 +136,13 @@ class TrainingTable:
         return np.flatnonzero(seen)
 
     def without(self, docs: np.ndarray) -> TrainingTable:
-        """This table, in memory, without the candidates and judgments of documents `docs` (codes); the codes and
-        ids stay as they are, so an id keeps its code and the samplers draw as from a table never given `docs`."""
+        """This table, in memory, without the candidates and judgments of documents `docs`; every id keeps its code."""
         drop = np.zeros(len(self.docs), dtype=bool)
         drop[docs] = True
         arrays = {"queries": self.queries, "docs": self.docs}
         for kind, columns in (("candidate", ("candidate_docs",)), ("qrel", ("qrel_docs", "qrel_labels"))):
             offsets, kept = np.asarray(getattr(self, f"{kind}_offsets")), ~drop[getattr(self, f"{kind}_docs")]
-            arrays[f"{kind}_offsets"] = offsets - np.searchsorted(np.flatnonzero(~kept), offsets)  # minus those cut
+            arrays[f"{kind}_offsets"] = offsets - np.searchsorted(np.flatnonzero(~kept), offsets)
             arrays.update({column: np.asarray(getattr(self, column))[kept] for column in columns})
         return TrainingTable(arrays, self.meta)
 
@@ -201,12 +156,7 @@ class TrainingTable:
 
 
 class TableBuilder:
-    """Collects a task's judgments and candidates, as streams of records, into a `TrainingTable`.
-
-    Ids become codes as they arrive (a dict per kind of id); codes, labels and float32 scores go to compact arrays
-    (4 bytes an entry); `table` renumbers the codes in id order and sorts. `what_qrels`/`what_candidates` name the
-    inputs in errors.
-    """
+    """Collects a task's judgments and candidates, as streams of records, into a `TrainingTable`."""
 
     def __init__(self, what_qrels: str, what_candidates: str):
         self.what_qrels, self.what_candidates = what_qrels, what_candidates
@@ -239,16 +189,15 @@ class TableBuilder:
     def table(self) -> TrainingTable:
         queries, query_order = _sorted_ids(self._queries)
         docs, doc_order = _sorted_ids(self._docs)
-        self._queries = self._docs = {}  # let the dicts go before sorting
+        self._queries = self._docs = {}
         q, d, labels = (np.frombuffer(a, dtype=np.int32) for a in self._qrels)
         q, d = query_order[q], doc_order[d]
-        order = np.lexsort((d, q))  # by query, then document
+        order = np.lexsort((d, q))
         q, d, labels = q[order], d[order], labels[order]
         _refuse_repeats(q, d, queries, docs, self.what_qrels, "judged twice")
         qrel_offsets = _offsets(q, len(queries))
 
-        cq, cd, scores = (np.frombuffer(a, dtype=t) for a, t in zip(self._candidates, (np.int32, np.int32,
-                                                                                        np.float32)))
+        cq, cd, scores = (np.frombuffer(a, dtype=t) for a, t in zip(self._candidates, (np.int32, np.int32, np.float32)))
         if np.isnan(scores).any():
             raise DataFormatError(self.what_candidates, None, "NaN score")
         cq, cd = query_order[cq], doc_order[cd]
@@ -270,7 +219,7 @@ class TableBuilder:
 
 def _sorted_ids(codes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """The ids of `codes` sorted (S<w>, (N,)) and, by arrival code, each one's row in them ((N,) int32)."""
-    encoded = [key.encode("utf-8") for key in codes]  # in arrival order
+    encoded = [key.encode("utf-8") for key in codes]
     if any(key.endswith(b"\0") for key in encoded):
         raise ValueError("ids must not end with a NUL character")
     ids = np.array(encoded, dtype=np.bytes_) if encoded else np.array([], dtype="S1")
@@ -281,7 +230,6 @@ def _sorted_ids(codes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _runs(mask: np.ndarray) -> Iterator[tuple[int, int]]:
-    """The (start, end) of each run of True in `mask`."""
     edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
     yield from zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist())
 

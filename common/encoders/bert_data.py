@@ -1,21 +1,9 @@
-"""The data module of the BERT-family re-rankers trained on (query, positive, negative) triples: EARL's and MVA's
-(`earl.data.EARLDataModule`, `mva.data.MVADataModule` subclass it with their names and defaults).
+"""The data module of the BERT-family re-rankers trained on (query, positive, negatives): EARL's and MVA's.
 
-- Tasks come from `common.data.specs.source_from_spec` (``builtin:<split>``, ``irds:<ir_datasets id>``:
-  ``msmarco-passage/train/triples-small``... for the papers, or TREC / rank_llm files); `common.training.tasks`
-  opens and checks them and chooses the evaluated queries.
-- Training: every relevant (query, document) pair with `negatives` non-relevant documents from the query's
-  top-`depth` candidates (`common.data.samplers.PointwiseSampler`: positive first), new negatives each epoch; each
-  group is one row of the model's loss (EARL's hinge pairs, MVA's softmax). ``StatefulDataLoader``, so a checkpoint
-  taken mid-epoch resumes at the next batch.
-- Evaluation: every query's top-`depth` candidates (`common.data.rerank.RerankPairs`, batched by document length).
-- Inputs (`common.encoders.bert_inputs.BertInputs`): queries of `query_length` and passages of `passage_length`
-  tokens, special tokens included; read apart (each distinct query once per batch) by every architecture but the
-  subclass's `cross_encoder`, which reads them concatenated.
-
-A subclass changes no behaviour, only defaults: its ``__init__`` is this class's with other defaults
-(`with_defaults`), so that its options stand in the same order, with the same types and help, in a Python call and
-in LightningCLI's ``--help`` alike, and its hyperparameters are this class's.
+Training groups from `common.data.samplers.PointwiseSampler` (positive first, new negatives each epoch, a
+``StatefulDataLoader`` resuming mid-epoch); evaluation on every query's top-`depth` candidates
+(`common.data.rerank.RerankPairs`); inputs from `common.encoders.bert_inputs.BertInputs`. A subclass changes only
+defaults (`with_defaults`), so its options, types and help are this class's.
 """
 
 from __future__ import annotations
@@ -34,12 +22,7 @@ from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig
 
 
 def with_defaults(init, annotations: dict | None = None, /, **defaults):
-    """`init`, a keyword-only ``__init__``, with other `defaults` (and parameter `annotations`): a subclass's
-    ``__init__`` that runs its parent's with other defaults.
-
-    A copy of the function, not a wrapper, so that `inspect.signature`, jsonargparse (the CLI's options, their order
-    and help) and Lightning's ``save_hyperparameters`` (which reads the running ``__init__``'s arguments) see the
-    parent's parameters with these defaults."""
+    """`init`, a keyword-only ``__init__``, with other `defaults` (and parameter `annotations`)."""
     unknown = (set(defaults) | set(annotations or {})) - set(inspect.signature(init).parameters)
     if unknown:
         raise TypeError(f"{init.__qualname__} has no parameter {', '.join(sorted(unknown))}")
@@ -104,13 +87,11 @@ class BertTriplesDataModule(RerankingDataModule):
         num_workers: NonNegativeInt = 0,
         seed: int = 0,
     ):
-        # Resolved before save_hyperparameters, as the CLI resolves the model's: Lightning requires the two
-        # hyperparameters to agree, and checkpoints keep the task.
         tokenizer_task = resolved_tokenizer_task(tokenizer, tokenizer_task, train)
         super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()
         self.encoder = BertInputs(architecture == self.cross_encoder, tokenizer, query_length, passage_length,
-                                  tokenizer_task)  # fmt: skip
+                                  tokenizer_task)
 
     def training_dataset(self, source) -> EncodedGroups:
         h = self.hparams

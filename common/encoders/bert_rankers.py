@@ -1,19 +1,7 @@
-"""The two BERT rankers every efficient architecture is measured against: the cross-encoder and the dual encoder.
-
-- `BertRanker` (Nogueira and Cho 2019; EARL's "BERT ranker", Eq. 5; MVA's "cross-attention", CA): ``[CLS] query
-  [SEP] document [SEP]`` (token types 0 then 1) -> BERT -> [CLS] -> dropout -> linear. With two logits (MORES's
-  2-class head) the score is their difference, the log-odds of relevance.
-- `BertSiamese` (Reimers and Gurevych 2019; EARL's "BERT-Siamese"; MVA's "dual encoder", DE): one BERT encodes
-  the query and the document apart, the score is the dot product of their [CLS] vectors, so document vectors
-  can be computed ahead of time. Options for a backbone trained as a bi-encoder (all-MiniLM-L6-v2: the mean of
-  every real position's output, compared by cosine): ``pooling="mean"``, and ``cosine_scale`` s, the score
-  s·cos(q, d) (Sentence-BERT's MultipleNegativesRankingLoss scales cosines by 20 before the softmax; unscaled,
-  cosines in [-1, 1] make a flat softmax). Each side is then its unit vector times √s, so that the dot product of
-  two embeddings, what a store of document vectors is scored with, is the score.
-
-Batches: ``pair_tokens``/``pair_mask``/``pair_types`` (B, n) for the cross-encoder; ``query_tokens``/
-``query_mask`` (Bq, q) of each distinct query, ``query_index`` (B,) its row per pair, and ``doc_tokens``/
-``doc_mask`` (B, d) for the dual encoder.
+"""The two BERT rankers every efficient architecture is measured against: `BertRanker` (Nogueira and Cho 2019; EARL's
+Eq. 5; MVA's CA), [CLS] of ``[CLS] q [SEP] d [SEP]`` -> dropout -> linear (two logits: their difference, MORES's
+head); `BertSiamese` (Reimers and Gurevych 2019; MVA's DE), the dot product of [CLS] or mean-pooled vectors, scaled
+cosines (``cosine_scale``) for a bi-encoder backbone (all-MiniLM-L6-v2).
 """
 
 from __future__ import annotations
@@ -41,7 +29,6 @@ class BertRanker(nn.Module):
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         hidden = self.bert(input_ids=batch["pair_tokens"], attention_mask=batch["pair_mask"],
                            token_type_ids=batch["pair_types"]).last_hidden_state  # (B, n, h)
-        # in the parameters' precision, under autocast too (`common.encoders.precision`)
         out = full_precision(self.score, self.dropout(hidden[:, 0]), dtype=self.score.weight.dtype)  # (B, logits)
         return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
 
@@ -51,8 +38,6 @@ SiamesePooling = Literal["cls", "mean"]
 
 
 class BertSiamese(nn.Module):
-    """One BERT encoding queries and documents apart; the score is <BERT(q)[CLS], BERT(d)[CLS]>, or with
-    `pooling` ``mean`` and `cosine_scale` s, s·cos(mean BERT(q), mean BERT(d)) (module docstring)."""
 
     def __init__(self, bert, pooling: SiamesePooling = "cls", cosine_scale: float | None = None):
         super().__init__()
@@ -77,6 +62,5 @@ class BertSiamese(nn.Module):
         queries = self.embed(batch["query_tokens"], batch["query_mask"])  # (Bq, h)
         queries = queries.index_select(0, batch["query_index"])  # (B, h); not queries[index]: see bert_inputs
         documents = self.embed(batch["doc_tokens"], batch["doc_mask"])  # (B, h)
-        # in the parameters' precision, under autocast too (`common.encoders.precision`)
-        dtype = next(self.bert.parameters(), queries).dtype  # the encoder's parameters' (an encoder may have none)
+        dtype = next(self.bert.parameters(), queries).dtype
         return full_precision(lambda q, d: (q * d).sum(-1), queries, documents, dtype=dtype)

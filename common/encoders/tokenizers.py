@@ -1,22 +1,7 @@
-"""Tokenizers: RoBERTa's by name or path, or a byte-level BPE trained on the built-in collection or a task's.
-
-The paper's models start from ``roberta-base`` / ``allenai/longformer-base-4096``
-and use RoBERTa's byte-level BPE (the official code calls
-``RobertaTokenizer.from_pretrained('roberta-base')``). The offline built-in
-default trains a model from scratch, so it trains its own byte-level BPE on the
-built-in collection (titles, texts and training queries) with
-RoBERTa's special-token layout (``<s>`` 0, ``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3,
-``<mask>`` 4), saves it as a Hugging Face tokenizer folder under the cache and
-loads it from there afterwards, so both kinds go through ``from_pretrained``.
-
-``train`` does the same on a task's own collection and queries (a from-scratch model on the user's
-data: the built-in BPE, learnt on generated text, cuts real English into fragments, "flea" into
-``Ġf le a``). The task is the training task (`qds.data.QDSDataModule`'s ``tokenizer_task``, which
-checkpoints keep); the cache folder is named by the task's form and its files' contents
-(`common.data.specs.source_fingerprint`), so a changed file trains a new one and a copy elsewhere finds it.
-
-`LazyTokenizer` is the base of the batch encoders (`common.encoders.bert_inputs.BertInputs`, `qds.data.Encoder`):
-a tokenizer by name, loaded in the process that uses it.
+"""Tokenizers: RoBERTa's by name or path (QDS's), or a byte-level BPE with RoBERTa's special tokens (``<s>`` 0,
+``<pad>`` 1, ``</s>`` 2, ``<unk>`` 3, ``<mask>`` 4) trained on the built-in collection or, with ``train``, on a task's
+collection and queries (cached by the task's form and files' contents), saved as a Hugging Face folder.
+`LazyTokenizer` is a tokenizer by name, loaded in the process that uses it.
 """
 
 from __future__ import annotations
@@ -31,14 +16,12 @@ from transformers import AutoTokenizer, PreTrainedTokenizerBase, PreTrainedToken
 BUILTIN = "builtin"
 #: Name that selects a BPE trained on a task's collection and queries (`task_tokenizer_path`).
 TRAIN = "train"
-SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")  # RoBERTa's ids 0..4
+SPECIAL_TOKENS = ("<s>", "<pad>", "</s>", "<unk>", "<mask>")
 #: Bump when the trained tokenizer changes (it names the cache folder).
 VERSION = 1
 
 
 def load_tokenizer(name_or_path: str, *, task=None, vocab_size: int = 8192, seed: int = 0) -> PreTrainedTokenizerBase:
-    """``AutoTokenizer.from_pretrained(name_or_path)``; for ``"builtin"`` the cached built-in BPE, for ``"train"`` the
-    cached BPE of `task` (a `common.data.specs.SourceSpec`)."""
     if name_or_path == BUILTIN:
         return AutoTokenizer.from_pretrained(builtin_tokenizer_path(vocab_size=vocab_size, seed=seed))
     if name_or_path == TRAIN:
@@ -51,18 +34,14 @@ def load_tokenizer(name_or_path: str, *, task=None, vocab_size: int = 8192, seed
 
 
 def resolved_tokenizer_task(tokenizer: str, tokenizer_task, train):
-    """The task a ``train`` tokenizer learns on (`tokenizer_task`, else the training task `train`; both
-    `common.data.specs.SourceSpec` s); None for other tokenizers. Data modules and CLIs resolve it alike."""
+    """The task a ``train`` tokenizer learns on: `tokenizer_task`, else the training task."""
     if tokenizer != TRAIN:
         return None
     return tokenizer_task if tokenizer_task is not None else train
 
 
 class LazyTokenizer:
-    """Base of a batch encoder that loader workers copy: the tokenizer `tokenizer` (a name or path for
-    `load_tokenizer`, with `tokenizer_task` for ``train``) loaded on first use, and ``_cache``, the encoder's
-    tokenised documents by their content (never by id alone). Pickled without either, so each worker process loads
-    its own and starts an empty cache."""
+    """Base of a batch encoder that loader workers copy."""
 
     def __init__(self, tokenizer: str, tokenizer_task=None):
         self.tokenizer_name, self.tokenizer_task = tokenizer, tokenizer_task
@@ -80,7 +59,6 @@ class LazyTokenizer:
 
 
 def vocabulary(tokenizer: str, task) -> tuple[int, int]:
-    """Vocabulary size and padding id of a from-scratch model's tokenizer."""
     vocab = load_tokenizer(tokenizer, task=task)
     return len(vocab), vocab.pad_token_id
 
@@ -107,11 +85,6 @@ def task_tokenizer_path(task, vocab_size: int = 8192) -> Path:
 
 
 def _cached_bpe(root: Path, texts, vocab_size: int) -> Path:
-    """`root`, holding a BPE trained on ``texts()`` unless it already does.
-
-    Trained once however many processes (DDP ranks) ask at once (`common.io.built_once`): the others wait and
-    load the finished folder.
-    """
     from common.io import built_once
 
     return built_once(root, lambda tmp: train_bpe(texts(), vocab_size).save_pretrained(tmp),

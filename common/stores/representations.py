@@ -1,46 +1,11 @@
 """Per-document matrices computed once, offline, and read back at query time: EARL's precomputed document
-representations (Gao, Dai, Callan 2020), and those of any package that ranks from stored token vectors (`mva`).
+representations (Gao, Dai, Callan 2020) and MVA's stored token vectors.
 
-EARL runs its document encoder once over the whole collection and keeps, for each document, a matrix as long
-as the document (tokens x width); at query time the judge reads the candidates' matrices instead of encoding
-them again. A collection holds millions of them and computing them takes GPU days, so the store is built in
-shards that each stand alone once written (a killed build loses the shards in flight, no more), read through
-memory maps (a query touches its candidates' rows, never the whole collection), and it records what built it:
-representations of another checkpoint or strategy have the right shapes and the wrong numbers, a mistake
-nothing downstream would notice, so opening a store checks them (`RepresentationStore.open`, ``expect``).
-
-A store is a folder:
-
-- ``plan.json``, written before the first shard: what is being built. The format version, ``width`` (columns
-  per row), ``dtype`` (``float32`` or ``float16``), ``shard_size`` (documents per shard), ``documents`` and
-  ``doc_ids_sha256`` (of the ordered doc ids), ``identity`` (what made the numbers, as the caller names it: at
-  least ``checkpoint``, a `checkpoint_hash`, and ``strategy``) and ``extra`` (free-form: judge blocks, heads).
-- ``shard-00000.bin``: the rows of shard i's documents, ``doc_ids[i * shard_size : (i + 1) * shard_size]``,
-  one document after another, raw little-endian ``dtype`` in C order, so that ``numpy.memmap`` reads it as
-  it is. A document may have no rows.
-- ``shard-00000.index.json``, written after its ``.bin``: the shard's doc ids, each one's first row and row
-  count, the shard's bytes and the sha256 of its ``.bin``. A shard is done when both files exist and agree.
-- ``ids.npy`` and ``locations.npy``, written when every shard is: the doc ids sorted (fixed-width UTF-8 bytes,
-  numpy's ``S`` type) and, row for row, each one's (position in the plan's order, first row in its shard, rows)
-  as int64. A reader maps both and finds a document by binary search (``numpy.searchsorted``): opening a store
-  reads no id and builds no dict, whatever the collection's size (8.8M MS MARCO passages: 8.8M Python strings
-  and a dict per process otherwise).
-- ``manifest.json``, written last: the plan, each shard (file, documents, rows, bytes, sha256) and the totals
-  (rows, bytes, mean bytes per document). A folder without it holds no finished store.
-
-Every file is written atomically (`common.io.atomic_write`), so an interrupted build leaves whole files and
-temporary ones, never half a file under a store's name. A build resumes (``resume=True``) only with its own
-plan, else `StoreMismatchError` names the first difference; it keeps the shards whose files exist and whose sizes
-agree with their index and redoes the others (with ``verify=True`` it also re-reads each against its checksum: at
-MS MARCO's size that is terabytes per process, so only on request). `verify_store` (``python -m
-common.stores.verify``) checks a finished store's every byte. `common.stores.writer` runs a build through
-Lightning ``predict``, its shards split among devices and nodes.
-
-Reading. Every shard is memory-mapped on first use and kept mapped for the life of the reader, so candidates
-scattered over thousands of shards cost what contiguous ones do once their shards are mapped (remapping one per
-read cost 10x the rows' copy). A numpy map holds a file descriptor, so opening a store with more shards than the
-process may hold files raises the soft ``RLIMIT_NOFILE`` toward the hard one (`_shards_kept_mapped`); where even
-the hard limit is too low, the least recently used maps are let go past what fits.
+A store is a folder: ``plan.json`` (width, dtype, shard size, documents, ``identity``), ``shard-NNNNN.bin`` (raw
+little-endian rows) with its ``.index.json``, ``ids.npy``/``locations.npy`` (sorted ids, binary-searched) and
+``manifest.json``, written last. Every file is written atomically; a build resumes only with its own plan
+(`StoreMismatchError`); opening checks the identity (``expect``). Shards stay memory-mapped, the soft
+``RLIMIT_NOFILE`` raised toward the hard one, least recently used maps let go past it.
 """
 
 from __future__ import annotations
@@ -56,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from common.io import atomic_write
+from common.io import atomic_write, file_sha256
 from common.refusals import output_folder_problem
 
 #: The layout this module writes and reads; a store of another version is refused, not misread.
@@ -73,6 +38,10 @@ SPARE_DESCRIPTORS = 512
 _TEMPORARY = re.compile(r"\.(plan\.json|manifest\.json|ids\.npy|locations\.npy|shard-\d+\.(bin|index\.json))\..+\.tmp")
 
 
+#: The sha256 (hex) of a checkpoint file: a store's ``identity["checkpoint"]``.
+checkpoint_hash = file_sha256
+
+
 class StoreMismatchError(ValueError):
     """A store (or an unfinished one to resume) built from something other than what the caller needs."""
 
@@ -84,23 +53,16 @@ class CorruptStoreError(ValueError):
 class MissingRepresentationError(KeyError):
     """A document id that a store holds no representation of."""
 
-    def __str__(self) -> str:  # KeyError's would be the repr of the message, quotes and all
+    def __str__(self) -> str:
         return str(self.args[0])
 
 
-def checkpoint_hash(path: str | os.PathLike) -> str:
-    """The sha256 (hex) of a file's bytes: a store's ``identity["checkpoint"]``."""
-    return _file_sha256(Path(path))
-
-
 def shard_files(shard: int) -> tuple[str, str]:
-    """The names of shard `shard`'s rows and index."""
     return f"shard-{shard:05d}.bin", f"shard-{shard:05d}.index.json"
 
 
 def store_output_problem(folder: str | os.PathLike, resume: bool = False) -> str | None:
-    """What keeps a store from being built into `folder`, or None, for a command line to check before it runs:
-    a new or empty folder takes one, and with `resume` one holding an unfinished store (its plan)."""
+    """What keeps a store from being built into `folder`, or None, for a command line to check before it runs."""
     folder = Path(folder)
     problem = output_folder_problem(folder)
     if problem:
@@ -115,16 +77,7 @@ def store_output_problem(folder: str | os.PathLike, resume: bool = False) -> str
 
 
 class StoreWriter:
-    """Builds a store into `folder` shard by shard, in any order, from any number of processes.
-
-    Shard i holds ``doc_ids[i * shard_size : (i + 1) * shard_size]`` (`shard_doc_ids`); `pending` lists the shards
-    still to write, `write_shard` writes one, `finish` writes the id table and the manifest once all are there.
-    With `resume` an unfinished store of the same plan is finished: its shards whose files agree in size with
-    their index are kept (with `verify`, only those whose rows also match their checksum), the others redone.
-
-    The plan is written with the first shard rather than here: every process of a distributed build makes its
-    own writer, some only once another is running, and all must find the folder as it was.
-    """
+    """Builds a store into `folder` shard by shard, in any order, from any number of processes."""
 
     def __init__(self, folder: str | os.PathLike, *, doc_ids: Sequence[str], width: int, dtype: str,
                  shard_size: int, identity: dict, extra: dict | None = None, resume: bool = False,
@@ -140,24 +93,21 @@ class StoreWriter:
         self.num_shards = -(-len(self.doc_ids) // shard_size)
         self._done: set[int] = set()
         self._planned = False
-        if (self.folder / PLAN).exists():  # resuming (store_output_problem let it through)
+        if (self.folder / PLAN).exists():
             _check_plan(self.folder, _read_json(self.folder / PLAN), self.plan)
             self._planned = True
             self._done = {i for i in range(self.num_shards) if self._shard_is_whole(i, checksum=verify)}
 
     def shard_doc_ids(self, shard: int) -> list[str]:
-        """The doc ids of shard `shard`, in the order its arrays are written."""
         if not 0 <= shard < self.num_shards:
             raise IndexError(f"{self.folder} has shards 0 to {self.num_shards - 1}, not {shard}")
         return self.doc_ids[shard * self.shard_size : (shard + 1) * self.shard_size]
 
     def pending(self) -> list[int]:
-        """The shards still to write, in order."""
         return [i for i in range(self.num_shards) if i not in self._done]
 
     def write_shard(self, shard: int, arrays: Sequence) -> None:
-        """Write shard `shard`: `arrays` holds a (rows, width) matrix (numpy array or tensor) for each of its
-        documents in `shard_doc_ids` order, cast to the store's dtype."""
+        """Write shard `shard` from one (rows, width) matrix per document, in `shard_doc_ids` order."""
         ids = self.shard_doc_ids(shard)
         if shard in self._done:
             raise ValueError(f"shard {shard} of {self.folder} is already written")
@@ -165,7 +115,7 @@ class StoreWriter:
             raise ValueError(f"shard {shard} has {len(ids)} documents; got {len(arrays)} arrays")
         matrices = []
         for doc_id, array in zip(ids, arrays):
-            if hasattr(array, "detach"):  # a torch tensor (bfloat16 has no numpy type: through float32)
+            if hasattr(array, "detach"):
                 array = array.detach().float().cpu().numpy()
             array = np.asarray(array)
             if array.ndim != 2 or array.shape[1] != self.width:
@@ -174,9 +124,9 @@ class StoreWriter:
             matrices.append(np.ascontiguousarray(array, dtype=self._dtype))
         self._write_plan()
         rows_file, index_file = (self.folder / name for name in shard_files(shard))
-        index_file.unlink(missing_ok=True)  # a redone shard: never an index describing rows it did not hash
+        index_file.unlink(missing_ok=True)
         digest = hashlib.sha256()
-        with atomic_write(rows_file, "wb", overwrite=True) as f:  # overwrites only a shard found broken
+        with atomic_write(rows_file, "wb", overwrite=True) as f:
             for matrix in matrices:
                 data = matrix.tobytes()
                 digest.update(data)
@@ -188,8 +138,7 @@ class StoreWriter:
         self._done.add(shard)
 
     def finish(self) -> RepresentationStore:
-        """Check that every shard is written (by this process or another), write the id table and the manifest;
-        returns the finished store. Temporary files that killed writes left are removed."""
+        """Check that every shard is written (by this process or another), write the id table and the manifest."""
         missing = [i for i in range(self.num_shards) if not self._shard_is_whole(i, checksum=False)]
         if missing:
             shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
@@ -219,7 +168,7 @@ class StoreWriter:
         order = np.argsort(encoded, kind="stable")  # (N,) positions in id order
         locations = np.stack([order, offsets[order], rows[order]], axis=1)  # (N, 3) int64
         for name, array in ((IDS, encoded[order]), (LOCATIONS, locations)):
-            with atomic_write(self.folder / name, "wb", overwrite=True) as f:  # a finish killed before the manifest
+            with atomic_write(self.folder / name, "wb", overwrite=True) as f:
                 np.save(f, array, allow_pickle=False)
 
     def _write_plan(self) -> None:
@@ -229,14 +178,12 @@ class StoreWriter:
         if not path.exists():
             try:
                 _write_json(path, self.plan)
-            except FileExistsError:  # another process of the build wrote it first
+            except FileExistsError:
                 pass
         _check_plan(self.folder, _read_json(path), self.plan)
         self._planned = True
 
     def _shard_is_whole(self, shard: int, checksum: bool) -> bool:
-        """Whether shard `shard`'s files exist and agree with each other and the plan (and, with `checksum`, its
-        rows with their sha256)."""
         rows_file, index_file = (self.folder / name for name in shard_files(shard))
         try:
             index = _read_json(index_file)
@@ -246,12 +193,11 @@ class StoreWriter:
         if (index.get("doc_ids") != self.shard_doc_ids(shard) or size != index.get("bytes")
                 or size != sum(index.get("rows", [])) * self.width * self._dtype.itemsize):
             return False
-        return not checksum or _file_sha256(rows_file) == index.get("sha256")
+        return not checksum or file_sha256(rows_file) == index.get("sha256")
 
 
 class RepresentationStore:
-    """A finished store, read-only: ``get(doc_id)`` is that document's (rows, width) matrix, a view of the memory
-    mapped shard (no copy); `padded` batches several for a model. Open one with `open`."""
+    """A finished store, read-only."""
 
     def __init__(self, folder: Path, manifest: dict, ids: np.ndarray, locations: np.ndarray):
         self.folder, self.manifest = folder, manifest
@@ -262,13 +208,7 @@ class RepresentationStore:
 
     @classmethod
     def open(cls, folder: str | os.PathLike, expect: dict | None = None, verify: bool = False) -> RepresentationStore:
-        """Open the finished store in `folder`: its manifest, the shards' sizes and the mapped id table.
-
-        `expect` maps identity keys to the values this use needs (``{"checkpoint": checkpoint_hash(path),
-        "strategy": "s1"}``): a store built from anything else raises `StoreMismatchError` naming each difference.
-        `verify` first re-reads every byte (`verify_store`; `CorruptStoreError` names what is damaged); without it
-        only the files' sizes are checked.
-        """
+        """Open the finished store in `folder`: its manifest, the shards' sizes and the mapped id table."""
         folder = Path(folder)
         if not (folder / MANIFEST).is_file():
             unfinished = " (an unfinished one: resume its build)" if (folder / PLAN).is_file() else ""
@@ -311,7 +251,6 @@ class RepresentationStore:
 
     @property
     def dtype(self) -> str:
-        """``float32`` or ``float16``, how the rows are stored."""
         return self.manifest["dtype"]
 
     @property
@@ -328,22 +267,20 @@ class RepresentationStore:
         return self.get_many([doc_id])[0]
 
     def get_many(self, doc_ids: Sequence[str]) -> list[np.ndarray]:
-        """The documents' matrices (`get`), looked up at once."""
         found = self._find(doc_ids)
         if (found < 0).any():
             doc_id = doc_ids[int(np.flatnonzero(found < 0)[0])]
             raise MissingRepresentationError(f"document {doc_id!r} is not in the store {self.folder} (built for "
                                              f"{len(self):,} documents)")
         shard_size = self.manifest["shard_size"]
-        order = np.argsort(found, kind="stable")  # the table and the shards in file order: fewer cache misses
+        order = np.argsort(found, kind="stable")
         matrices: list[np.ndarray] = [None] * len(found)  # type: ignore[list-item]
         for i, (position, start, rows) in zip(order.tolist(), self._locations[found[order]].tolist()):
             matrices[i] = self._shard(position // shard_size)[start : start + rows]
         return matrices
 
     def padded(self, doc_ids: Sequence[str], dtype=None):
-        """The documents' matrices as one zero-padded tensor (B, T, width), T the longest, and a bool mask (B, T),
-        True at real rows; `dtype` defaults to ``torch.float32``."""
+        """The documents' matrices zero-padded, (B, T, width), and a bool mask (B, T), True at real rows."""
         import torch
 
         matrices = self.get_many(doc_ids)
@@ -359,17 +296,15 @@ class RepresentationStore:
         """Each id's row of the id table, -1 where the store lacks it: a binary search of the sorted ids."""
         keys = [doc_id.encode("utf-8") for doc_id in doc_ids]
         width = self._ids.dtype.itemsize
-        # A key longer than the stored ids would be cut to their width by numpy, and could match another id.
         fits = np.array([len(key) <= width and not key.endswith(b"\0") for key in keys], dtype=bool)
         wanted = np.array([key if fit else b"" for key, fit in zip(keys, fits)], dtype=self._ids.dtype)
-        order = np.argsort(wanted)  # sorted keys: each search starts where the last ended
+        order = np.argsort(wanted)
         found = np.empty(len(keys), dtype=np.int64)
         found[order] = np.minimum(np.searchsorted(self._ids, wanted[order]), len(self._ids) - 1)
         return np.where(fits & (self._ids[found] == wanted), found, -1)
 
     def _shard(self, shard: int) -> np.ndarray:
-        """Shard `shard`'s rows, mapped on first use and kept (past `_kept` maps, the least recently used one is
-        let go; views handed out keep theirs alive)."""
+        """Shard `shard`'s rows, mapped on first use and kept (least recently used let go past `_kept`)."""
         rows = self._maps.get(shard)
         if rows is not None:
             self._maps.move_to_end(shard)
@@ -377,8 +312,8 @@ class RepresentationStore:
         entry = self.manifest["shards"][shard]
         if entry["rows"]:
             rows = np.memmap(self.folder / entry["file"], dtype=self._dtype, mode="r",
-                             shape=(entry["rows"], self.width)).view(np.ndarray)  # slices without memmap's hooks
-        else:  # an empty file cannot be mapped
+                             shape=(entry["rows"], self.width)).view(np.ndarray)
+        else:
             rows = np.empty((0, self.width), dtype=self._dtype)
             rows.flags.writeable = False
         while len(self._maps) >= self._kept:
@@ -388,9 +323,7 @@ class RepresentationStore:
 
 
 def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Iterable] | None = None) -> dict:
-    """Check every byte of the finished store in `folder` against its manifest: each shard's size and sha256, its
-    index, and the id table against the plan's doc ids (their sha256); returns the manifest. `CorruptStoreError`
-    names the first thing damaged. `progress` wraps the loop over the shards (e.g. ``tqdm``)."""
+    """Check every byte of the finished store in `folder` against its manifest."""
     folder = Path(folder)
     if not (folder / MANIFEST).is_file():
         raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST})")
@@ -405,7 +338,7 @@ def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Itera
         size = path.stat().st_size if path.is_file() else 0
         if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
             raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists")
-        if _file_sha256(path) != shard["sha256"]:
+        if file_sha256(path) != shard["sha256"]:
             raise CorruptStoreError(f"{path}: its checksum is not the manifest's (the file was changed or damaged)")
         index = _read_json(folder / shard["index"])
         if index["sha256"] != shard["sha256"] or sum(index["rows"]) != shard["rows"]:
@@ -440,12 +373,9 @@ def _id_table(folder: Path, documents: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _shards_kept_mapped(shards: int) -> int:
-    """How many of a store's `shards` a reader keeps mapped: all of them where the process may hold that many more
-    open files (each numpy map holds one), raising the soft ``RLIMIT_NOFILE`` toward the hard limit where needed;
-    else as many as fit beside `SPARE_DESCRIPTORS` (at least one)."""
     try:
         import resource
-    except ImportError:  # not a POSIX system: no limit to read
+    except ImportError:
         return shards
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     fd_folder = Path("/proc/self/fd")
@@ -463,16 +393,13 @@ def _shards_kept_mapped(shards: int) -> int:
     return max(1, min(shards, soft - open_now - SPARE_DESCRIPTORS))
 
 
-# --- plans and identities -------------------------------------------------------------------------------
-
-
 def _plan(doc_ids: list[str], width: int, dtype: str, shard_size: int, identity: dict, extra: dict | None) -> dict:
     """The plan of a store, checking what the caller gives; JSON's view of it (tuples as lists), as read back."""
     if not doc_ids:
         raise ValueError("no documents to store")
     if not all(isinstance(doc_id, str) for doc_id in doc_ids):
         raise TypeError("document ids must be strings")
-    if any("\0" in doc_id for doc_id in doc_ids):  # numpy's fixed-width bytes would drop a trailing NUL
+    if any("\0" in doc_id for doc_id in doc_ids):
         raise ValueError("document ids must not hold NUL characters")
     if len(set(doc_ids)) != len(doc_ids):
         seen: set[str] = set()
@@ -516,13 +443,11 @@ def _check_identity(folder: Path, identity: dict, expect: dict) -> None:
 
 
 def _phrase(pairs: list[tuple[str, Any]]) -> str:
-    """``checkpoint ab12… with strategy s1, heads 4``."""
     texts = [f"{key} {_show(value)}" for key, value in pairs]
     return texts[0] + (f" with {', '.join(texts[1:])}" if texts[1:] else "")
 
 
 def _show(value: Any) -> str:
-    """A value for a message: a hash by its first 12 digits, a missing one as ``none``."""
     if value is None:
         return "none"
     if isinstance(value, str):
@@ -530,19 +455,8 @@ def _show(value: Any) -> str:
     return json.dumps(value)
 
 
-# --- files ------------------------------------------------------------------------------------------------
-
-
 def _ids_sha256(doc_ids: Sequence[str]) -> str:
     return hashlib.sha256(json.dumps(list(doc_ids), ensure_ascii=False).encode()).hexdigest()
-
-
-def _file_sha256(path: Path, chunk: int = 1 << 23) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _write_json(path: Path, value: dict) -> None:

@@ -1,13 +1,7 @@
-"""Scoring a task's (query, candidate) pairs one query at a time, as a ranker reading precomputed representations
-does online, and measuring how far a store's scores are from end-to-end ones (EARL's ``earl.evaluate``, MVA's
-``mva.evaluate``).
-
-A scorer is any ``scorer(query text, doc ids) -> (len(doc ids),) float64 scores`` that encodes the query once.
-`StoreScorer` is the one that reads a representation store (`common.stores.representations`): the query encoded once,
-then its candidates in batches, their rows read from the store or, end to end, computed from the documents at query time
-by the same code, so that the two can be compared; a paper's subclass says how a query is encoded, what a document's
-rows are and how they are scored (`earl.query_scorer.QueryScorer`, `mva.query_scorer.QueryScorer`). Scores travel as
-`common.data.rerank`'s (index, score) rows.
+"""Scoring a task's pairs one query at a time, as a ranker reading precomputed representations does online, and
+measuring how far a store's scores are from end-to-end ones. A scorer is ``scorer(query text, doc ids) -> (n,)
+float64``; `StoreScorer` reads a representation store, or computes the rows end to end with the same code, a paper's
+subclass saying how queries are encoded and documents scored (`earl.query_scorer`, `mva.query_scorer`).
 """
 
 from __future__ import annotations
@@ -24,8 +18,7 @@ Scorer = Callable[[str, Sequence[str]], Tensor]
 
 
 def load_module(cls, state: dict):
-    """The `cls` LightningModule of checkpoint contents `state`, in eval mode on the CPU: built from its saved
-    hyper-parameters (those ``cls.__init__`` takes) and loaded with its weights, without reading the file again."""
+    """The `cls` LightningModule of checkpoint contents `state`, in eval mode on the CPU."""
     names = set(inspect.signature(cls.__init__).parameters) - {"self"}
     module = cls(**{k: v for k, v in state["hyper_parameters"].items() if k in names})
     module.load_state_dict(state["state_dict"])
@@ -33,32 +26,20 @@ def load_module(cls, state: dict):
 
 
 class StoreScorer:
-    """A scorer of one query's candidates: the query encoded once (``encode_query``), then batches of `batch_size`
-    candidates, their rows read from `store` or, without one, computed from `documents` at query time
-    (``document_rows``, end to end), each batch scored by ``score``. ``seconds`` accumulates the time spent
-    (reading and computing, the query's encoding included).
-
-    `encoder`: ``encoder.queries([text])`` -> ``query_tokens``/``query_mask`` (1, q) and ``encoder.documents(docs)``
-    -> ``doc_tokens``/``doc_mask`` (B, d) (`common.encoders.bert_inputs.BertInputs`). A store's rows must be
-    `width` wide (its `width_name`: the message's name for it). A subclass defines
-    ``encode_query(tokens, mask)``, ``document_rows(tokens, mask)`` -> ((B, t, width) rows, (B, t) keep mask) and
-    ``score(query, rows, keep)`` -> (B,), and `stored_rows` where a store's rows are computed from rather than read.
-    """
 
     def __init__(self, encoder, *, width: int | None, width_name: str = "width", batch_size: int,
-                 device: torch.device | str = "cpu", store=None, documents=None):  # fmt: skip
+                 device: torch.device | str = "cpu", store=None, documents=None):
         if store is None and documents is None:
             raise ValueError("give a store, or the documents to encode end to end")
         if store is not None and store.width != width:
             raise ValueError(f"{store.folder}: rows of width {store.width}, not the {width_name} {width} of this "
-                             "model")  # fmt: skip
+                             "model")
         self.encoder, self.store, self.documents = encoder, store, documents
         self.batch_size, self.device = batch_size, torch.device(device)
         self.seconds = 0.0
 
     @property
     def label(self) -> str:
-        """How the candidates are scored: ``end to end``, ``S1 store (float16)``..."""
         if self.store is None:
             return "end to end"
         return f"{self.store.identity['strategy'].upper()} store ({self.store.dtype})"
@@ -69,7 +50,7 @@ class StoreScorer:
         start = time.perf_counter()
         encoded = self.encoder.queries([query])
         query_encoding = self.encode_query(encoded["query_tokens"].to(self.device),
-                                           encoded["query_mask"].to(self.device))  # fmt: skip
+                                           encoded["query_mask"].to(self.device))
         scores = []
         for first in range(0, len(doc_ids), self.batch_size):
             rows, keep = self.rows(list(doc_ids[first : first + self.batch_size]))
@@ -82,7 +63,7 @@ class StoreScorer:
         if self.store is None:
             batch = self.encoder.documents(self.documents.get_many(doc_ids))
             return self.document_rows(batch["doc_tokens"].to(self.device), batch["doc_mask"].to(self.device))
-        rows, mask = self.store.padded(doc_ids)  # fp32 (an fp16 store's rows converted)
+        rows, mask = self.store.padded(doc_ids)
         return self.stored_rows(rows.to(self.device), mask.to(self.device))
 
     def stored_rows(self, rows: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
@@ -91,10 +72,8 @@ class StoreScorer:
 
 
 def score_pairs(scorer: Scorer, pairs: Sequence[tuple[str, str]], topics,
-                progress: Callable[[Iterable], Iterable] | None = None) -> Tensor:  # fmt: skip
-    """(index, score) rows (`common.data.rerank`) of every (qid, docid) pair, each query's candidates scored together
-    (its query encoded once). `progress` wraps the loop over the queries (e.g.
-    `common.commands.loop_progress.tracked`)."""
+                progress: Callable[[Iterable], Iterable] | None = None) -> Tensor:
+    """(index, score) rows of every (qid, docid) pair, each query's candidates scored together."""
     by_query: dict[str, list[int]] = {}
     for i, (qid, _) in enumerate(pairs):
         by_query.setdefault(qid, []).append(i)
@@ -106,10 +85,8 @@ def score_pairs(scorer: Scorer, pairs: Sequence[tuple[str, str]], topics,
 
 
 def compare_scores(scores: Tensor, reference: Tensor, pairs: Sequence[tuple[str, str]], metrics: dict | None,
-                   reference_metrics: dict | None) -> dict:  # fmt: skip
-    """How far `scores` (from a store) are from `reference` (end to end) on the same `pairs`: the largest and the
-    mean absolute score difference, the queries whose re-ranked order differs, and the NDCG@10 change
-    (`metrics` and `reference_metrics`: each run's measures; None for a task without judgments: no change)."""
+                   reference_metrics: dict | None) -> dict:
+    """How far `scores` (from a store) are from `reference` (end to end) on the same `pairs`."""
     a = scores[scores[:, 0].argsort()]
     b = reference[reference[:, 0].argsort()]
     if not torch.equal(a[:, 0], b[:, 0]):
@@ -140,7 +117,6 @@ def _order(scored: list[tuple[float, str]]) -> list[str]:
 
 
 def exactness_line(label: str, report: dict) -> str:
-    """`compare_scores`' report in one line."""
     reordered = report["queries_reordered"]
     order = "the same order for every query" if not reordered else f"{reordered} queries in another order"
     ndcg = (f"; NDCG@10 {report['ndcg_cut_10']:.4f} vs {report['end_to_end_ndcg_cut_10']:.4f} (change "

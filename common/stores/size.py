@@ -1,21 +1,9 @@
-"""What a representation store (`common.stores.representations`) will take on disk, told before it is built, and
-whether the disk has room for it.
+"""What a representation store will take on disk, told before it is built, and whether the disk has room for it.
 
-`estimate_store` estimates a store's bytes from the collection's size and a seeded sample of its documents
-(`SAMPLE`, drawn uniformly over positions with ``numpy.random.default_rng(0)``; all of them where there are fewer),
-encoded by the encoder the build uses, the model left alone: a `common.stores.writer.Representation`'s ``rows``
-gives each document's kept rows from its token mask, so the rows' bytes are ``documents x mean rows x width x
-itemsize``. The store's other files are added as they will be written: each shard's index (its doc ids, each
-document's first row and rows, as JSON), the sorted id table (``ids.npy``: documents x the longest id's UTF-8 bytes;
-``locations.npy``: 24 bytes a document), the plan and the manifest. Where the sample is the whole collection the
-rows are exact and the estimate is off by the JSON files' digits only.
-
-`free_space` is what the filesystem of a folder (the nearest existing one of a path not yet made) has free
-(``shutil.disk_usage``), `written_bytes` what an unfinished build already holds in its folder, `format_bytes` a size
-for people. The index commands (``earl.index``, ``mva.index``: `common.commands.store_commands.build_index`;
-``conformer_kernel.index``) print the estimate before building and refuse in one line where it does not fit.
-
-This module imports numpy alone (the tensors it is given are torch's, never imported here).
+`estimate_store` encodes a seeded sample (`SAMPLE`, ``numpy.random.default_rng(0)``) with the build's encoder and
+scales its rows' bytes to the collection, adding the shard indexes, id tables, plan and manifest as they will be
+written. `free_space`, `written_bytes` and `format_bytes` serve the index commands, which print the estimate and refuse
+in one line where it does not fit. Imports numpy alone.
 """
 
 from __future__ import annotations
@@ -43,8 +31,7 @@ SAMPLE = 1000
 
 
 def sample_positions(documents: int, sample: int = SAMPLE, seed: int = 0) -> np.ndarray:
-    """The sorted positions of `sample` of `documents` drawn uniformly without replacement with ``default_rng(seed)``;
-    every position where there are no more than `sample`."""
+    """The sorted positions of `sample` of `documents`, drawn without replacement with ``default_rng(seed)``."""
     if documents <= sample:
         return np.arange(documents)
     return np.sort(np.random.default_rng(seed).choice(documents, size=sample, replace=False))
@@ -62,7 +49,6 @@ def format_bytes(size: float) -> str:
 
 
 def free_space(path: str | os.PathLike) -> tuple[Path, int]:
-    """The nearest existing folder of `path` (itself where it exists) and the bytes free on its filesystem."""
     folder = Path(os.path.abspath(path))
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
@@ -72,7 +58,6 @@ def free_space(path: str | os.PathLike) -> tuple[Path, int]:
 
 
 def written_bytes(folder: str | os.PathLike) -> int:
-    """The bytes of the files under `folder` (0 where it does not exist): what an unfinished build has written."""
     folder = Path(folder)
     if not folder.is_dir():
         return 0
@@ -83,7 +68,7 @@ def npy_bytes(dtype, shape: tuple[int, ...]) -> int:
     """The size of the ``.npy`` file ``numpy.save`` writes of an array of `dtype` and `shape`: its header and data."""
     header = io.BytesIO()
     np.lib.format.write_array_header_1_0(header, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
-                                                  "fortran_order": False, "shape": tuple(shape)})  # fmt: skip
+                                                  "fortran_order": False, "shape": tuple(shape)})
     return header.tell() + math.prod(shape) * np.dtype(dtype).itemsize
 
 
@@ -94,8 +79,6 @@ def json_bytes(value, indent: int = 1) -> int:
 
 @dataclass(frozen=True)
 class StoreEstimate:
-    """A store's estimated size: ``rows_bytes`` (`documents` x `mean_rows` x `width` x `itemsize`, the mean over a
-    sample of `sample` documents) and ``other_bytes`` (shard indexes, id table, plan, manifest)."""
 
     documents: int
     sample: int
@@ -116,9 +99,8 @@ class StoreEstimate:
 
 
 def sampled_rows(representation: Representation, encoder, documents, doc_ids: Sequence[str], *,
-                 sample: int = SAMPLE, seed: int = 0, batch_size: int = 128) -> np.ndarray:  # fmt: skip
-    """The rows `representation` keeps of each document of a sample of `doc_ids` (`sample_positions`), from their
-    token masks as `encoder` (``encoder.documents(docs)``) gives them; the model is not run."""
+                 sample: int = SAMPLE, seed: int = 0, batch_size: int = 128) -> np.ndarray:
+    """The rows `representation` keeps of each sampled document, from `encoder`'s token masks."""
     positions = sample_positions(len(doc_ids), sample, seed)
     counts = []
     for start in range(0, len(positions), batch_size):
@@ -129,18 +111,16 @@ def sampled_rows(representation: Representation, encoder, documents, doc_ids: Se
 
 def estimate_store(representation: Representation, encoder, documents, doc_ids: Sequence[str], *,
                    dtype: str = "float32", shard_size: int = 1000, sample: int = SAMPLE, seed: int = 0,
-                   batch_size: int = 128) -> StoreEstimate:  # fmt: skip
-    """The estimated size of the store of `documents` (`doc_ids`, in that order) that
-    `common.stores.writer.build_representations` builds with `representation`, `encoder`, `dtype` and `shard_size`
-    (module docstring)."""
+                   batch_size: int = 128) -> StoreEstimate:
+    """The estimated size of the store `common.stores.writer.build_representations` would build."""
     rows = sampled_rows(representation, encoder, documents, doc_ids, sample=sample, seed=seed, batch_size=batch_size)
     n, width, itemsize = len(doc_ids), representation.width, np.dtype(dtype).itemsize
     mean_rows = float(rows.mean()) if len(rows) else 0.0
     rows_bytes = round(n * mean_rows * width * itemsize)
     id_bytes = np.fromiter((len(doc_id.encode("utf-8")) for doc_id in doc_ids), dtype=np.int64, count=n)
     other = npy_bytes(f"S{max(int(id_bytes.max(initial=0)), 1)}", (n,)) + npy_bytes(np.int64, (n, 3))
-    other += int(id_bytes.sum())  # the shard indexes' doc ids, beside the quotes and commas counted below
-    typical = [int(r) for r in rows] or [0]  # each shard's documents' rows, for the indexes' digits
+    other += int(id_bytes.sum())
+    typical = [int(r) for r in rows] or [0]
     full, last = divmod(n, shard_size)
     entries = []
     for count, size in ((full, shard_size), (1 if last else 0, last)):
@@ -150,15 +130,15 @@ def estimate_store(representation: Representation, encoder, documents, doc_ids: 
         offsets = np.cumsum([0, *shard_rows[:-1]]).tolist()
         shard_bytes = sum(shard_rows) * width * itemsize
         index = {"shard": full, "doc_ids": [""] * size, "offsets": offsets, "rows": shard_rows, "bytes": shard_bytes,
-                 "sha256": "0" * 64}  # fmt: skip
+                 "sha256": "0" * 64}
         other += count * json_bytes(index)
         rows_file, index_file = shard_files(full)
         entries += [{"file": rows_file, "index": index_file, "documents": size, "rows": sum(shard_rows),
-                     "bytes": shard_bytes, "sha256": "0" * 64}] * count  # fmt: skip
+                     "bytes": shard_bytes, "sha256": "0" * 64}] * count
     plan = {"format": FORMAT, "width": width, "dtype": np.dtype(dtype).name, "shard_size": shard_size,
             "documents": n, "doc_ids_sha256": "0" * 64,
             "identity": {"checkpoint": "0" * 64, "strategy": representation.strategy}, "extra": representation.extra}
     total_rows = round(n * mean_rows)
     other += json_bytes(plan) + json_bytes({**plan, "shards": entries, "rows": total_rows, "bytes": rows_bytes,
-                                            "bytes_per_document": rows_bytes / max(n, 1)})  # fmt: skip
+                                            "bytes_per_document": rows_bytes / max(n, 1)})
     return StoreEstimate(n, len(rows), mean_rows, width, itemsize, rows_bytes, other)

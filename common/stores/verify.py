@@ -1,15 +1,7 @@
-"""``python -m common.stores.verify STORE [STORE ...]``: check every byte of finished representation stores
-(`common.stores.representations`, built by ``earl.index`` or ``mva.index``) against their manifests.
+"""``python -m common.stores.verify STORE [STORE ...]``: check every byte of finished representation stores against
+their manifests (`common.stores.representations.verify_store`), which opening a store does not (sizes only).
 
-Opening a store, and resuming a build, check only the files' sizes: re-reading every shard against its sha256 costs
-what the store weighs (terabytes for EARL's S2 store of MS MARCO), so it is done here, on request. For each store,
-in turn: every shard's size and sha256, its index, and the id table (``ids.npy``, ``locations.npy``) against the
-plan's doc ids and the shards' rows (`common.stores.representations.verify_store`), with a progress bar over the
-shards.
-
-Prints ``ok: STORE (documents, shards, bytes)`` for each sound store. A damaged store ends the command with
-``error: <what is damaged>`` and exit status 1; a folder that holds no finished store, with status 2 (bad input,
-`common.refusals`).
+Prints ``ok: STORE (...)`` per sound store; a damaged one exits 1, a folder holding no finished store exits 2.
 """
 
 from __future__ import annotations
@@ -22,7 +14,6 @@ from common.refusals import ArgumentParser
 
 
 def store_folder(text: str) -> Path:
-    """An argparse type: a folder holding a finished store (its manifest)."""
     from common.stores.representations import MANIFEST
 
     folder = Path(text)

@@ -1,50 +1,10 @@
 """The paper's batch on any number of processes: ``--data.batch_size`` is the global batch of an optimizer step.
 
-A config's ``batch_size`` (and its step counts, warm-up and ``val_check_interval``, all counted in optimizer steps)
-is the papers' batch: the training groups of one optimizer step over every process. `split_global_batch` divides it
-before launch: each of the world's processes (``num_nodes`` x ``devices``) loads ``batch_size / (world size x
-accumulate_grad_batches)`` groups a batch, and global rank 0 prints the split once (``global batch 128 = 8 processes x
-16``, with `` x 2 accumulated`` where batches are accumulated). A global batch that does not divide so is refused in
-one line naming the nearest values that do, the batch sizes on either side and the most processes that share the
-paper's batch (``--data.batch_size 128 ... must divide among 24 processes; give --data.batch_size 120 or 144, or keep
-128 on 16 processes``): changing the batch changes the experiment, so it is the user's choice, not a silent one.
-(Gradient accumulation divides a process's share further, ``--trainer.accumulate_grad_batches``, where a share does
-not fit a device's memory.)
-
-The examples of each optimizer step do not depend on the number of processes. `GlobalBatchSampler`, the training
-loader's sampler, draws an epoch's order of the whole dataset from the seed and the epoch alone (`epoch_order`):
-epoch e's is the (e + 1)-th ``torch.randperm`` of a generator seeded with the loader's ``seed``, one int64 drawn
-after each permutation, the stream torchdata's ``RandomSampler`` gives a ``StatefulDataLoader`` whose generator it
-shares (the loader draws its workers' base seed from it after each epoch's order), so one process sees the order it
-always saw, epoch after epoch. Each global batch, ``batch_size`` consecutive indices of that order, is
-cut into as many contiguous slices as there are processes, and process r loads the r-th (its accumulated batches,
-one after the other, within it). Under DDP the gradients are the mean over the processes, so one optimizer step's
-gradients are those of one process over the same global batch. An epoch's last global batch, when the dataset's
-size is not a multiple of the global batch, is split the same way if its size divides among the processes;
-otherwise its slices are evened up with the epoch's first indices (fewer than one per process, as
-``DistributedSampler`` pads), so that every process loads as many batches.
-
-The epoch travels with every index: the sampler yields ``(epoch, index)`` keys, and a training dataset
-(`common.training.tasks.SamplerGroups`) draws item ``index`` of that epoch (its negatives depend on the seed, the
-epoch and the index alone: `common.data.samplers`). So the epoch of the data is the loop's wherever the item is
-made, in the main process or in a loader worker, persistent or not, and whatever hooks a resumed loop skips
-(Lightning 2.6 runs no ``on_train_epoch_start`` when it restarts in the middle of an epoch). A new iterator's epoch
-is the one Lightning's ``set_epoch`` names (it sets it before each epoch's iterator), or, where later, the one a
-loaded state leaves next (its own epoch, or the next where it had yielded everything): a resumed loader whose
-workers start the next epoch's iterator before Lightning names the epoch (it then only reads the state) begins the
-right one. Nothing counts iterators: a loader with workers makes two per epoch.
-
-Lightning leaves a training loader whose sampler is a ``DistributedSampler`` as it is (it puts its own
-``DistributedSampler`` only in front of other samplers), so `GlobalBatchSampler` is one, and the evaluation loaders
-keep Lightning's ``DistributedSampler`` and the assembly of their padded shares (`common.training.reranking`). Its
-iterator's state is the epoch and the indices it yielded (torchdata's ``StatefulDataLoader`` saves it in
-checkpoints): a checkpoint taken mid-epoch resumes at the next batch of the same epoch, and the epochs after it are
-the uninterrupted run's. A state of torchdata's ``RandomSampler`` (the generator at the epoch's start and the
-indices yielded) resumes its epoch the same, the epoch told by replaying the stream to that generator state.
-
-A checkpoint's position is a count of this process's indices, which means nothing to another number of processes
-or of accumulated batches: a run resumes on the numbers it was written by (`resumable_here` says why not, and the
-training command refuses in one line before any step, `common.commands.cli.RankerCLI`).
+`split_global_batch` gives each process ``batch_size / (world size x accumulate_grad_batches)`` groups, refusing in
+one line a batch that does not divide. `GlobalBatchSampler` draws an epoch's order from the seed and epoch alone
+(`epoch_order`, torchdata ``RandomSampler``'s stream) and hands process r the r-th slice of each global batch, padding
+an uneven last one with the epoch's first indices; it yields ``(epoch, index)`` keys and resumes mid-epoch, on the
+process and accumulation counts it was written by (`resumable_here`).
 """
 
 from __future__ import annotations
@@ -60,15 +20,12 @@ from common.refusals import usage_error
 
 
 def split_global_batch(data, trainer) -> None:
-    """Divide the global batch of `data` (a `common.training.tasks.RerankingDataModule`; its ``loaders.batch_size``)
-    among `trainer`'s processes and accumulated batches: set the per-process batch on ``data.loaders`` and print the
-    split on global rank 0; a global batch that does not divide is refused (exit 2 in every process), in one line
-    by global rank 0 naming the nearest values that work (`batch_problem`)."""
+    """Divide `data`'s global batch among `trainer`'s processes and accumulated batches."""
     loaders = data.loaders
     world, accumulate = trainer.world_size, trainer.accumulate_grad_batches
     problem = batch_problem(loaders.batch_size, world, accumulate)
     if problem:
-        if not trainer.is_global_zero:  # launched by torchrun or srun: every process stops, rank zero says why
+        if not trainer.is_global_zero:
             raise SystemExit(2)
         usage_error(problem)
     data.loaders = dataclasses.replace(loaders, processes=world, accumulate=accumulate)
@@ -79,10 +36,7 @@ def split_global_batch(data, trainer) -> None:
 
 
 def batch_problem(batch_size: int, world: int, accumulate: int = 1) -> str | None:
-    """Why a global batch of `batch_size` cannot be shared by `world` processes accumulating `accumulate` batches
-    (each must load as many items a batch), naming the nearest values that work: the multiples of
-    ``world x accumulate`` on either side of `batch_size`, and the most processes up to `world` that share
-    `batch_size` itself (the paper's global batch kept); None where it divides."""
+    """Why `batch_size` cannot be shared by `world` processes accumulating `accumulate`, naming values that can."""
     share = world * accumulate
     if batch_size % share == 0:
         return None
@@ -98,10 +52,7 @@ def batch_problem(batch_size: int, world: int, accumulate: int = 1) -> str | Non
 
 
 def resumable_here(checkpoint: dict, processes: int, accumulate: int) -> str | None:
-    """Why a run of `processes` processes accumulating `accumulate` batches cannot resume `checkpoint` (a training
-    checkpoint's contents, whose ``global_batch`` entry `common.training.reranking.RerankingEvaluation` writes), or
-    None where it can: the loader's position and every process's generators are those of the numbers it was
-    written by (module docstring)."""
+    """Why this process and accumulation count cannot resume `checkpoint`, or None."""
     written = checkpoint.get("global_batch") or {"processes": len(checkpoint.get("rng_states_by_rank") or [None])}
     then = (written["processes"], written.get("accumulate", accumulate))
     if then == (processes, accumulate):
@@ -117,8 +68,6 @@ def _processes(count: int) -> str:
 
 
 def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
-    """Epoch `epoch`'s order of `size` indices: the (epoch + 1)-th ``torch.randperm`` of a generator seeded with
-    `seed`, one int64 drawn after each permutation (the loader's base seed; module docstring)."""
     generator = torch.Generator().manual_seed(seed)
     for _ in range(epoch):
         torch.randperm(size, generator=generator)
@@ -127,8 +76,7 @@ def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
 
 
 def _epoch_at(size: int, seed: int, state: torch.Tensor, limit: int = 10_000) -> int:
-    """The epoch whose permutation a generator in `state` draws next, replaying the stream of `epoch_order` (a state
-    of torchdata's ``RandomSampler``, saved at an epoch's start)."""
+    """The epoch whose permutation a generator in `state` draws next."""
     generator = torch.Generator().manual_seed(seed)
     for epoch in range(limit):
         if torch.equal(generator.get_state(), state):
@@ -139,16 +87,14 @@ def _epoch_at(size: int, seed: int, state: torch.Tensor, limit: int = 10_000) ->
 
 
 class GlobalBatchSampler(DistributedSampler):
-    """Process `rank`'s share of each global batch of `global_batch` indices of `dataset`, in an order drawn from
-    `seed` and the epoch for the whole dataset, as ``(epoch, index)`` keys (module docstring); `processes` must
-    divide `global_batch`."""
+    """Process `rank`'s share of each global batch, as ``(epoch, index)`` keys (module docstring)."""
 
     def __init__(self, dataset: Sized, global_batch: int, processes: int, rank: int, seed: int):
         super().__init__(dataset, num_replicas=processes, rank=rank, shuffle=True, seed=seed)
         self.global_batch = global_batch
         self.num_samples = len(self.share(list(range(len(dataset)))))
         self.total_size = self.num_samples * processes
-        self.resumed_epoch = 0  # the epoch a loaded state leaves next (module docstring)
+        self.resumed_epoch = 0
 
     def share(self, order: list[int]) -> list[int]:
         """This process's indices of an epoch's `order`: the `rank`-th contiguous slice of each global batch."""
@@ -171,8 +117,6 @@ class GlobalBatchSampler(DistributedSampler):
 
 
 class _EpochOrder(Iterator[tuple[int, int]]):
-    """One epoch of a `GlobalBatchSampler`: this process's share of the epoch's order, as ``(epoch, index)`` keys;
-    its state (the epoch, the indices yielded) resumes it (module docstring)."""
 
     def __init__(self, sampler: GlobalBatchSampler, epoch: int):
         self.sampler = sampler
@@ -194,7 +138,7 @@ class _EpochOrder(Iterator[tuple[int, int]]):
 
     def load_state_dict(self, state: dict) -> None:
         epoch = state.get("epoch")
-        if epoch is None:  # torchdata's RandomSampler: the generator's state at the epoch's start
+        if epoch is None:
             epoch = _epoch_at(len(self.sampler.dataset), self.sampler.seed, state["generator"])
         self._begin(epoch)
         self.yielded = state["yielded"]

@@ -1,25 +1,9 @@
-"""What lets a killed training run resume to the uninterrupted run's result, byte for byte.
+"""What lets a killed training run resume (``--ckpt_path last``) to the uninterrupted run's result, byte for byte.
 
-A run may be killed at any moment (``kill -9``, a cluster's pre-emption). ``--ckpt_path last``
-(`common.commands.cli.RankerCLI`) then resumes it from ``checkpoints/last.ckpt``; for the resumed run to
-select the same checkpoint on dev and write the same test run and metrics, three things are needed
-beyond the generator states every package saves (`common.training.rng`):
-
-- `LastCheckpoint`: ``last.ckpt`` is written only where Lightning resumes exactly. Lightning (2.6)
-  saves at the end of a training batch; when validation follows that batch, a run resumed from it
-  takes the validation as done (`_TrainingEpochLoop.advance` fast-forwards it), so the dev measure
-  of that step is never computed and model selection can differ; and when that batch is its epoch's
-  last, a run resumed from it with torchdata's stateful loader counts the epoch as ended twice and
-  skips the whole next epoch (`tests/common/training/test_resume.py` shows it). A save due at such a step is made
-  at the end of the next step instead (a kill before then resumes from the previous ``last.ckpt``
-  and repeats the validation). Saving when validation ends is no way out: a run resumed from there
-  does not see the same training batches as the uninterrupted one.
-- `AtomicCheckpointIO`: every checkpoint is written to a temporary file and renamed, so a kill
-  while writing leaves the previous ``last.ckpt`` whole (Lightning's own writes in place). Files are
-  replaced, not versioned (``last-v1.ckpt``): a resumed run rewrites the same checkpoints.
-- `RunLogger`: ``logs/metrics.csv`` keeps its history (Lightning's CSV logger deletes the file
-  when its folder exists): each row is written as it is logged, and a resumed run first drops the
-  rows logged after its checkpoint, which it logs again.
+- `LastCheckpoint`: ``last.ckpt`` only where Lightning 2.6 resumes exactly; a save due at a step that validation
+  follows or that ends its epoch (Lightning would skip that validation, or the next epoch) is made a step later.
+- `AtomicCheckpointIO`: checkpoints written to a temporary file and renamed, replaced, not versioned.
+- `RunLogger`: ``logs/metrics.csv`` keeps its history; a resumed run drops the rows logged after its checkpoint.
 """
 
 from __future__ import annotations
@@ -48,16 +32,11 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 class LastCheckpoint(ModelCheckpoint):
-    """``last.ckpt`` every `every_n_train_steps` training steps, written where a resumed run continues exactly.
-
-    A save due at a step followed by validation, or at an epoch's last step, is made at the end of the next training
-    step instead (see the module docstring); and one more when training ends. The loggers are flushed first, so that the log holds every
-    row the checkpoint has seen.
-    """
+    """``last.ckpt`` every `every_n_train_steps` training steps, written where a resumed run continues exactly."""
 
     def __init__(self, dirpath: str | os.PathLike, every_n_train_steps: int):
         super().__init__(dirpath=dirpath, save_top_k=0, save_last=True, every_n_train_steps=every_n_train_steps,
-                         enable_version_counter=False)  # fmt: skip
+                         enable_version_counter=False)
         self._deferred = False
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
@@ -85,7 +64,7 @@ def _validates_after_this_batch(trainer) -> bool:
     loop = trainer.fit_loop.epoch_loop
     if not loop._should_check_val_fx(trainer.fit_loop._data_fetcher):
         return False
-    loop.val_loop.setup_data()  # as validation would on starting; tells whether there is anything to validate
+    loop.val_loop.setup_data()
     return not loop.val_loop.skip
 
 
@@ -95,8 +74,7 @@ def _flush(trainer) -> None:
 
 
 class _HistoryWriter(ExperimentWriter):
-    """Lightning's CSV writer, appending to an existing ``metrics.csv`` instead of deleting it, from which it first
-    drops the rows of steps `resume_step` and later."""
+    """Lightning's CSV writer appending to ``metrics.csv``, first dropping rows of steps from `resume_step`."""
 
     def __init__(self, log_dir: str, resume_step: int | None):
         super().__init__(log_dir)
@@ -108,22 +86,19 @@ class _HistoryWriter(ExperimentWriter):
 
 
 def _keep_rows_before(path: Path, step: int) -> list[str]:
-    """Rewrite the CSV log at `path` without its rows of step `step` or later (and any row a kill cut short);
-    returns its columns."""
+    """Rewrite the CSV log at `path` without its rows of step `step` or later (and any row a kill cut short)."""
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         columns = list(reader.fieldnames or [])
         rows = [r for r in reader if None not in r.values() and int(r["step"]) < step]
     with atomic_write(path, overwrite=True) as f:
-        writer = csv.DictWriter(f, fieldnames=columns)  # as Lightning writes it
+        writer = csv.DictWriter(f, fieldnames=columns)
         writer.writeheader()
         writer.writerows(rows)
     return columns
 
 
 class RunLogger(CSVLogger):
-    """``<save_dir>/logs/metrics.csv``: Lightning's CSV log, each row written as it is logged, its history kept when
-    the run resumes at global step `resume_step` (None for a new run)."""
 
     def __init__(self, save_dir: str | os.PathLike, resume_step: int | None = None):
         super().__init__(save_dir, name="logs", version="", flush_logs_every_n_steps=1)
@@ -139,7 +114,6 @@ class RunLogger(CSVLogger):
 
 
 def checkpoint_contents(path: str | os.PathLike) -> dict:
-    """A Lightning checkpoint's contents, its tensors memory-mapped, not read."""
     return torch.load(path, map_location="cpu", mmap=True, weights_only=False)
 
 

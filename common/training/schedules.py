@@ -6,8 +6,7 @@ import torch
 
 
 def warmup_linear_decay(optimizer: torch.optim.Optimizer, warmup_steps: int, total_steps: int):
-    """Linear warm-up over `warmup_steps`, then linear decay to zero at `total_steps` (BERT's fine-tuning
-    schedule), as a per-step ``LambdaLR``."""
+    """Linear warm-up over `warmup_steps`, then linear decay to zero at `total_steps`."""
     total = max(1, total_steps)
 
     def factor(step: int) -> float:
