@@ -45,10 +45,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.benchmarking import (
-    Line, Panel, Session, answer, benchmark_parser, describe_machine, draw, fit_value, machine, measure_in_child,
-    output_paths, parse, polyfit, significant,
-)
+from common.benchmarks.fits import fit_value, polyfit
+from common.benchmarks.fresh_process import answer, measure_in_child
+from common.benchmarks.machine import describe_machine, machine
+from common.benchmarks.options import benchmark_parser, parse
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, significant
 from common.refusals import existing_file, positive_int
 
 MODULE = "common.scale"

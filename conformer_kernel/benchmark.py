@@ -23,11 +23,13 @@ import os
 import sys
 from pathlib import Path
 
-from common.benchmarking import (
-    Line, Panel, Session, answer, available_mb, benchmark_parser, draw, fit_value, fraction, limit_data_segment,
-    measure_in_child, median_ms, output_paths, parse, peak_mb, polyfit, probability, resolve_device, rounded,
-    text_table,
-)
+from common.benchmarks.fits import fit_value, polyfit
+from common.benchmarks.fresh_process import answer, measure_in_child
+from common.benchmarks.memory import available_mb, limit_data_segment, peak_mb
+from common.benchmarks.options import benchmark_parser, fraction, parse, probability, resolve_device
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, rounded, text_table
+from common.benchmarks.timing import median_ms
 from common.refusals import nonnegative_int, positive_int, usage_error
 from conformer_kernel import hidden_size
 

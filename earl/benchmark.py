@@ -72,11 +72,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.benchmarking import (
-    Line, Panel, PartTimes, Session, add_store_options, benchmark_parser, bert_pairs, bert_query, cached_fraction,
-    check_store_options, count_flops, describe_machine, draw, draw_candidates, evict_from_page_cache, machine,
-    median_query, output_paths, parse, rounded, wall_and_cpu_ms,
+from common.benchmarks.bert_inputs import bert_pairs, bert_query
+from common.benchmarks.machine import describe_machine, machine
+from common.benchmarks.options import benchmark_parser, parse
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, rounded
+from common.benchmarks.store_reads import (
+    add_store_options, cached_fraction, check_store_options, draw_candidates, evict_from_page_cache, median_query,
 )
+from common.benchmarks.timing import PartTimes, count_flops, wall_and_cpu_ms
 from common.refusals import positive_float, positive_int, usage_error
 from earl.costs import TABLE1, Size
 
@@ -156,7 +160,7 @@ def store_files(store) -> list[Path]:
 def build_models(size: Size, seed: int):
     """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's
     T_doc (T_qry and the judge blocks are built from it, Sec. 3.4), with BERT's 512 positions (`BERT_POSITIONS`)."""
-    from common.benchmarking import BERT_PAD, BERT_VOCAB_SIZE
+    from common.benchmarks.bert_inputs import BERT_PAD, BERT_VOCAB_SIZE
     from common.encoders.bert_rankers import BertRanker
     from common.encoders.pretrained import from_scratch_bert
     from earl.model import build_earl

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.benchmarking import BertSize
+from common.benchmarks.bert_inputs import BertSize
 
 
 @dataclass(frozen=True)

@@ -44,12 +44,18 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from common.benchmarking import (
-    BERT_CLS, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE, FIRST_WORD, BertSize, Line, Panel, Session, add_store_options,
-    benchmark_parser, bert_pairs, cached_fraction, check_store_options, describe_machine, draw, draw_candidates,
-    evict_from_page_cache, gpu_description, machine, median_ms, median_query, noise_documents, output_paths, parse,
-    resolve_device, text_table,
+from common.benchmarks.bert_inputs import (
+    BERT_CLS, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE, FIRST_WORD, BertSize, bert_pairs,
 )
+from common.benchmarks.machine import describe_machine, gpu_description, machine
+from common.benchmarks.options import benchmark_parser, parse, resolve_device
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, text_table
+from common.benchmarks.store_reads import (
+    add_store_options, cached_fraction, check_store_options, draw_candidates, evict_from_page_cache, median_query,
+    noise_documents,
+)
+from common.benchmarks.timing import median_ms
 from common.refusals import positive_int
 from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs, mva_macs, mva_storage
 

@@ -18,11 +18,12 @@ import os
 import sys
 from pathlib import Path
 
-from common.benchmarking import (
-    BertSize, Session, add_size_options, answer, bar_chart, benchmark_parser, even_int, guarded, inference_step,
-    int_above, measure_in_child, measure_step, output_paths, parse, probability, resolve_device, resolve_size, rounded,
-    training_step,
-)
+from common.benchmarks.bert_inputs import BertSize, add_size_options, resolve_size
+from common.benchmarks.fresh_process import answer, guarded, measure_in_child
+from common.benchmarks.options import benchmark_parser, even_int, int_above, parse, probability, resolve_device
+from common.benchmarks.plots import bar_chart
+from common.benchmarks.session import Session, output_paths, rounded
+from common.benchmarks.timing import inference_step, measure_step, training_step
 from common.refusals import positive_int, usage_error
 
 SYSTEMS = ("dense", "sparse", "longformer_qa", "qds_s", "qds_q", "qds")

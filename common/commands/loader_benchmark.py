@@ -43,8 +43,12 @@ from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
 
-from common.benchmarking import (Line, Panel, Session, benchmark_parser, cpu_model, draw, guarded, machine,
-                                 output_paths, parse, peak_rss_mb, reset_peak_rss, rss_mb, significant)
+from common.benchmarks.fresh_process import guarded
+from common.benchmarks.machine import cpu_model, machine
+from common.benchmarks.memory import peak_rss_mb, reset_peak_rss, rss_mb
+from common.benchmarks.options import benchmark_parser, parse
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, significant
 from common.refusals import nonnegative_int, positive_int
 
 #: Each loader: (package data module by import path, its embedded default's data settings, the pass it feeds).

@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from common.benchmarking import (
-    bert_documents, bert_pairs, bert_query, cached_fraction, count_flops, draw_candidates, evict_from_page_cache,
-    median_query, noise_documents,
+from common.benchmarks.bert_inputs import bert_documents, bert_pairs, bert_query
+from common.benchmarks.store_reads import (
+    cached_fraction, draw_candidates, evict_from_page_cache, median_query, noise_documents,
 )
+from common.benchmarks.timing import count_flops
 from earl import benchmark
 from earl.costs import Size
 from earl.store import ROW_TYPES, document_words, random_stores
