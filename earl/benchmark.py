@@ -130,16 +130,9 @@ def ranker_tokens(n: int) -> int:
 
 
 def analytic_cost(size: Size, impl: str, n: int, candidates: int, constants=None) -> float:
-    """Table 1's cost of `impl` at document length n (`Size.cost`: multiply-adds, or `constants`' units), the BERT
-    ranker's at the tokens it reads (`ranker_tokens`: its document cut to fit 512)."""
+    """Table 1's cost of `impl` at document length n (`Size.cost`), the BERT ranker's at the tokens it reads."""
     d = ranker_tokens(n) - QUERY_LENGTH if impl == "bert_ranker" else n
     return size.cost(impl, QUERY_LENGTH, d, candidates, constants)
-
-
-def analytic_ratio(size: Size, impl: str, n: int, candidates: int, constants=None) -> float:
-    """The BERT ranker's `analytic_cost` over `impl`'s: how many times less `impl` computes."""
-    return analytic_cost(size, "bert_ranker", n, candidates, constants) / analytic_cost(size, impl, n, candidates,
-                                                                                        constants)
 
 
 def earl_batch_size(args) -> int:
@@ -309,12 +302,13 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
 
 def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args) -> dict:
     """One output row: the measurement, its ratios to the BERT ranker's (`ranker`: its FLOPs, and its time where it was
-    timed) and Table 1's (`analytic_ratio`: the ranker's cost at its `ranker_tokens`), the store read, the
+    timed) and Table 1's (`analytic_cost`), the store read, the
     setting."""
     size, N, ms, flops = SIZES[size_name], args.candidates, result["ms"], result["flops"]
     earl, s1 = impl != "bert_ranker", impl == "earl_s1"
     ranker_ms, ranker_cpu_ms = ranker.get("ms"), ranker.get("cpu_ms")
     compute_ms = result.get("compute_ms", ms)  # the BERT ranker's time is all compute
+    macs, table1 = ({i: analytic_cost(size, i, n, N, c) for i in ("bert_ranker", impl)} for c in (None, TABLE1))
     return {"bench": "earl_speed", "impl": impl, "size": size_name, "n": n, "pass": "infer", "ms": round(ms, 3),
             "read_ms": rounded(result.get("read_ms"), 3), "compute_ms": round(compute_ms, 3),
             "warm_ms": rounded(result.get("warm_ms"), 3), "warm_read_ms": rounded(result.get("warm_read_ms"), 3),
@@ -325,14 +319,14 @@ def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args
             "warm_speedup": rounded(ranker_ms and result.get("warm_ms") and ranker_ms / result["warm_ms"], 2),
             "cpu_ms": round(result["cpu_ms"], 3),
             "cpu_speedup": rounded(ranker_cpu_ms and ranker_cpu_ms / result["cpu_ms"], 2),
-            "analytic_ratio": round(analytic_ratio(size, impl, n, N), 2),
-            "table1_ratio": round(analytic_ratio(size, impl, n, N, TABLE1), 2),
+            "analytic_ratio": round(macs["bert_ranker"] / macs[impl], 2),
+            "table1_ratio": round(table1["bert_ranker"] / table1[impl], 2),
             "flop_ratio": round(ranker["flops"] / flops, 2),
             "affordable_candidates": math.floor(N * ms / ranker_ms) if ranker_ms and earl else None,
             "query_ms": rounded(result.get("query_ms"), 3),
             "keys_values_ms": rounded(result.get("keys_values_ms"), 3) if s1 else None,
             "judge_ms": rounded(result.get("judge_ms"), 3), "flops": flops,
-            "analytic_macs": round(analytic_cost(size, impl, n, N)),
+            "analytic_macs": round(macs[impl]),
             "gflops_per_s": round(flops / ms / 1e6, 2), "compute_gflops_per_s": round(flops / compute_ms / 1e6, 2),
             "store_dtype": args.dtype if earl else None,
             "store_bytes_per_document": result.get("store_bytes_per_document"),
