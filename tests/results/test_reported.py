@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from common.report import COLUMNS, KEY_COLUMNS, load_reported, percent_scaled
+from common.report import COLUMNS, KEY_COLUMNS, SCALES, load_reported
 
 REPORTED = Path(__file__).resolve().parents[2] / "results" / "reported"
 
@@ -58,13 +58,16 @@ def test_no_stray_files():
 
 def test_scales():
     df = load_reported()
-    pct = df[percent_scaled(df)]
+    assert set(df["scale"]) == set(SCALES)
+    pct = df[df["scale"] == "0-100"]
     # Only MVA prints effectiveness in percent.
     assert set(pct["paper"]) == {"mva"} and set(pct["metric"]) == {"mrr@10"}
     assert len(pct) == len(load_reported("mva", metric="mrr@10"))
     frac = df[df["metric"].isin(["ndcg_cut_10", "ndcg_cut_20", "map", "recip_rank", "mrr@10", "ncg@100",
                                  "gdeval_ndcg@20", "gdeval_err@20"]) & (df["paper"] != "mva")]
-    assert frac["value"].between(0, 1).all()
+    assert frac["value"].between(0, 1).all() and (frac["scale"] == "0-1").all()
+    assert set(df[df["scale"] == "raw"]["metric"]) == {"params_millions", "latency_s_per_query", "speedup_x",
+                                                       "joint_compute_mflops", "storage_floats_per_doc"}
 
 
 # ----------------------------------------------------------------------------- QDS
