@@ -1,38 +1,15 @@
 """``python -m common.scale``: what the training table and the representation stores cost as the data grows toward MS
 MARCO's size, measured on synthetic inputs of its shape and extrapolated.
 
-The papers train on MS MARCO (8,841,823 passages; 478,002,393 training candidates of
-``msmarco-passage/train/judged``, about 950 per query) and EARL and MVA score from stores of every passage. Neither
-fits this machine, so each part is measured at growing sizes, each measurement in a fresh process (its memory its
-own), and fitted:
+- ``training``: ``--candidates`` lines of a synthetic ``scoreddocs`` file read through ir_datasets: the table built
+  (``build``), opened with a sampler over it (``train``: private memory, time to draw a group), and the sampler over
+  the task read as dicts (``dicts``).
+- ``store``: a store of ``--documents`` documents of ``--width`` fp16 columns written, opened and read (``read``:
+  candidates scattered as a BM25 top 1,000 or contiguous, the page cache dropped before each pass).
 
-- ``training``: ``--candidates`` lines (1M, 10M, 50M) of a synthetic ``scoreddocs`` file, ``--per_query`` candidates
-  per query drawn uniformly from 8.8M passage ids, BM25-like scores, one relevant candidate per query, read through
-  ir_datasets (`TrecScoredDocs`, `TrecQrels`) as an ``irds:`` task is. ``build``: `IrDatasetsSource.training_table`
-  streams it into the cache (seconds, the builder's peak resident set, bytes on disk). ``train``: what one training
-  process holds: the table opened (mapped) and the QDS/EARL/MVA sampler (`PointwiseSampler`) built over it, its
-  private memory (``RssAnon``: the map's file-backed pages, shared by every process of the machine, are not counted)
-  and the time to draw a group. ``dicts``: the same sampler over the task read as dicts, as it was before the table
-  (at the sizes of ``--dict_candidates``).
-- ``store``: a store (`common.stores.representations`) of ``--documents`` documents (10k, 100k, 1M), rows of
-  ``--width`` fp16 columns, a document's row count uniform in 1..2·``--rows``-1, shards of 1,000 documents, written
-  with `StoreWriter` (seconds, bytes on disk). ``read``: the store opened (seconds, private memory) and the rows of
-  ``--queries`` queries of ``--per_query_read`` candidates each read into a padded batch (`RepresentationStore.padded`,
-  what the scorers call): candidates scattered as a BM25 top 1,000 is over the collection, or contiguous (1,000
-  consecutive documents), each pass after the store's files were evicted from the page cache
-  (``posix_fadvise(DONTNEED)``: the first touch of a row reads the disk, as it does where a store outgrows the
-  memory); and scattered with at most 64 shards kept mapped, as the reader did before.
-
-Extrapolation (``extrapolation.json``): each measure fitted by least squares, linear in the size (``polyfit``), and
-evaluated at MS MARCO's sizes; a measure whose fitted rise over the sizes measured is below 2% of its value at the
-largest size is called flat, and so is every time per query or per draw and every ratio (what one query or one
-group costs does not grow with the collection but for the memory hierarchy): those are given at the largest size
-measured. Store sizes at the papers' widths follow from the measured bytes per row and id.
-
-Memory is in MiB (``/proc`` counts kB). Writes ``scale.csv``, ``scale.jsonl``, ``scale.png`` and ``extrapolation.json``
-into ``--output_dir`` (the committed run: ``results/scale``); inputs go to ``--work_dir`` (default: a temporary folder,
-removed after), which needs about 40 bytes per candidate line and 70 per stored row. ``--from_jsonl`` measures nothing
-and writes the files again from an earlier run's rows (a changed extrapolation or plot).
+Each measurement runs in a fresh process; each measure is fitted linearly in the size (`polyfit`) and evaluated at
+MS MARCO's sizes (``extrapolation.json``), flat measures given at the largest size. Memory in MiB. docs/scale.md has
+the details.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """``python -m conformer_kernel.benchmark``: peak memory of a training step with Transformer vs Conformer layers as
 the document length n grows (Mitra et al., TREC 2020 DL, RQ2, Figure 2: quadratic for TK, linear for CK).
 
-What is timed: one training step of NDRM1 (`conformer_kernel.model.build_ranker`, the part of the rankers whose
-memory depends on the encoder) with ``encoder="transformer"`` (``tk``: dot-product attention, Eq. 1) or
-``"conformer"`` (``ck``: grouped convolution and separable attention, Eq. 2), all else fixed at the paper's sizes:
-forward, RankNet loss (the first document of each query relevant), backward, Adam step. The batch is ``--queries``
-queries of ``--query_terms`` terms with ``--docs`` documents each of exactly n terms (no padding), random ids.
-
-``peak_mb`` (`common.benchmarking.peak_mb`) is measured in a fresh process per (impl, n), after one untimed
-full-size step: training's steady state, so the rise is the step's own working memory; the parameters and Adam's
-moments (``state_mb``) are outside it. On CPU the child fixes glibc's mmap threshold (``--mmap_threshold``), so that
-freed tensors leave the resident set as they leave CUDA's allocator. A step that would not fit is skipped, not tried:
-TK keeps three (B, heads, n, n) fp32 tensors per layer for backward (softmax output, dropout mask, dropped-out
-probabilities) and the masked scores at the peak, so `estimate_mb` = B·heads·n²·4 bytes·(3·layers + 1) is compared
-with ``--memory_fraction`` of MemAvailable; the child's data segment is limited to that share too. Fits: ``ck`` linear,
-``tk`` quadratic in n; the TK/CK ratio at each n (from TK's fit where TK was skipped), at n = 4000 in closing.
+One training step (forward, RankNet loss, backward, Adam) of NDRM1 with ``encoder="transformer"`` (``tk``, Eq. 1) or
+``"conformer"`` (``ck``, Eq. 2) on ``--queries`` x ``--docs`` documents of exactly n random terms. ``peak_mb`` is
+measured in a fresh process per (impl, n) after one untimed full-size step (the step's own working memory); on CPU
+the child fixes glibc's mmap threshold so freed tensors leave the resident set. A TK step whose `estimate_mb` exceeds
+``--memory_fraction`` of MemAvailable is skipped. Fits: ``ck`` linear, ``tk`` quadratic in n.
+docs/conformer_kernel_benchmark.md has the details.
 """
 
 from __future__ import annotations

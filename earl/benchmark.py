@@ -2,65 +2,13 @@
 (Gao, Dai, Callan 2020, Sec. 5.2, Table 3), beside Table 1's cost (`earl.costs.Size`) and counted FLOPs, with what
 reading EARL's stored rows costs a user beside the compute.
 
-Timed per query of 16 tokens (Sec. 5.2), random weights (timing does not depend on them), inference mode:
-``bert_ranker``, `BertRanker` over ``[CLS] query [SEP] document [SEP]``, timed on ``--ranker_candidates`` candidates
-and scaled linearly to N (each is the same work); ``earl_s1``, T_qry once, then per batch of candidates their rows of
-D looked up in a store and copied into a preallocated tensor, their keys and values (`EARL.document_keys_values`, one
-product of every block's stacked key and value weights: the n^2 d term S2 saves) and `EARL.judge`; ``earl_s2``, the
-same from a store of D' (Eq. 25). EARL's compute is the code ``python -m earl.evaluate`` runs: `EarlScorer` calls
-`earl.query_scorer.QueryScorer`'s own ``encode_query``, ``stored_rows`` and ``score`` (T_qry;
-`EARL.document_keys_values` for S1; `EARL.judge`), timing each. Only the read is the benchmark's own: every candidate
-has exactly n rows, copied into a preallocated batch, where ``earl.evaluate`` pads documents of any length
-(`RepresentationStore.padded`).
-
-Tokens: the BERT ranker reads at most 512 tokens, as BERT must (512 positions): its pair is the query's 16 tokens
-([CLS], 14 words, [SEP]: `common.benchmarking.bert_query`), the document's n - 1 words and [SEP], the words cut to
-512 - 16 - 1 = 495 where n > 496. At n = 512 the ranker thus reads 512 tokens, the document cut to 495 words, while
-EARL's stored documents hold all 512 rows ([CLS] and 511 words, which T_doc reads within its 512 positions). Each
-row's ``ranker_tokens`` is the ranker's pair length, min(n + 16, 512), and the ranker's Table 1 cost in
-``analytic_ratio`` and ``table1_ratio`` is at that length. ``--lengths`` above 512 are refused.
-
-Batches: both rank a query's candidates in batches of ``--batch_size`` (`BATCH_SIZE`, 128: ``earl.evaluate``'s
-default ``--batch_size``, candidates per judge batch, so the benchmark times the setting a user runs), the ranker's
-pairs per forward pass and EARL's candidates per judge call (``--earl_batch_size`` sets EARL's alone; by default the
-same). The ranker is timed on min(``--ranker_candidates``, N) pairs (32 by default, so one batch of 32) and scaled
-to N; each row's ``batch_size`` is the batch it ran: the ranker's min(``--batch_size``, its timed pairs), EARL's
-min(its batch size, N).
-
-The store is what a user has (`earl.store.random_stores`): ``--store_documents`` documents (100,000 by default) of
-n rows each, at the model's width, fp16 by default, in shards of 1,000 documents (the index commands' default), read
-through `common.stores.representations` (the sorted id table searched, every shard mapped once and kept). Each timed
-query's candidates are what a BM25 top N gives, N distinct documents drawn uniformly at random over the store, a new
-draw every repeat (`common.benchmarking.draw_candidates`, ``default_rng((seed, repeat))``): they scatter over about
-min(N, shards) shards and no repeat reads rows an earlier one left in memory. A warm-up maps the shards that a draw
-of its own falls in, as a server that has run a while has them, and runs the compute once, reading no row; then, just
-before the timed queries, the store's files are written back and dropped from the page cache
-(``posix_fadvise(POSIX_FADV_DONTNEED)``), so on Linux the first touch of a row is a disk read (cold).
-``store_cached`` is the share of the store's pages still cached when the timing starts (``mincore``: near 0 where
-the eviction worked, the id table's pages the warm-up searched; 1 on a file system kept in memory).
-
-Disk: one store at a time, each removed once measured unless ``--store_dir`` keeps them, and none larger than
-``--store_gb`` (4 GB by default, `STORE_GB`): a store whose ``--store_documents`` would not fit holds as many as do
-(the row's ``store_documents``). At the defaults (fp16) that is 20,345, 10,172 and 5,086 documents for base S1 at
-d = 128, 256 and 512, and 5,086, 2,543 and 1,271 for base S2 (3,072 columns: 3.1 MB a document at d = 512, so 4 GB is
-about the least that holds the default 1,000 candidates). The committed results (``results/earl``) name
-``--store_gb 28``: 100,000 documents for base S1 at d = 128 (19.7 GB), 71,207 and 35,603 at d = 256 and 512, and
-35,603, 17,801 and 8,900 for base S2 (315 GB for 100,000 at d = 512); small S1 holds 100,000 at every length, small
-S2 100,000, 53,405 and 26,702.
-
-``ms`` is the median query's wall clock (of ``--repeats``, after the warm-up); ``read_ms`` its store reads (the id
-lookup and the copy into the batch tensor, fp16 rows converted to fp32 included) and ``compute_ms`` the rest (T_qry,
-keys and values, the judge: the compute alone), so ``ms = read_ms + compute_ms``. Then each timed query is scored
-again, its rows now in the page cache (a store held in memory): ``warm_ms`` is the median such query's wall clock,
-``warm_read_ms`` its reads and ``warm_compute_ms`` the rest. The held-in-memory figure is timed whole rather than
-added up from the cold query's compute and a second read: after a cold read the kernel is still reclaiming page
-cache for the reads to come while the cold query computes (a store larger than memory), which slows that compute
-(measured in results/earl/README.md, "the bar"). ``speedup`` is the BERT ranker's ms
-over the row's, ``compute_speedup`` over its compute alone, ``warm_speedup`` over ``warm_ms``;
-``cpu_ms`` is the median process CPU time (with ``--threads 1`` the steadier measure on a shared machine; a disk wait
-is not CPU time), with EARL's compute parts (``query_ms``, ``keys_values_ms``, ``judge_ms``, the median query's);
-``flops`` are FlopCounterMode's counts of the very calls timed, scaled to N; ``analytic_ratio`` and ``table1_ratio``
-are Table 1's ratio in multiply-adds and with every constant 1, the ranker's cost at its ``ranker_tokens``.
+Per query of 16 tokens (Sec. 5.2), random weights, inference mode: ``bert_ranker`` over ``[CLS] query [SEP] document
+[SEP]`` (at most 512 tokens, the words cut to 495), timed on ``--ranker_candidates`` and scaled to N; ``earl_s1`` and
+``earl_s2`` run ``earl.evaluate``'s `earl.query_scorer.QueryScorer` calls on rows of D or D' (Eq. 25) read from a
+store of ``--store_documents`` seeded documents (at most ``--store_gb``), N candidates drawn at random each repeat,
+the store's pages dropped from the page cache before the timed queries (cold reads). ``ms = read_ms + compute_ms``
+(the median query); ``warm_ms`` the same query with its rows cached; ``analytic_ratio`` and ``table1_ratio`` Table 1's
+ratio in multiply-adds and with every constant 1. docs/earl_benchmark.md has the details.
 """
 
 from __future__ import annotations

@@ -3,36 +3,12 @@ operating points and cross-attention (CA): the joint compute (Zhou and Devlin 20
 compute and storage; timed here) and, beside it, reading the candidates' stored rows as a user pays for it, with the
 calculator's MACs (`mva.costs`) and each method's bytes per document.
 
-- ``de``: the query's h-vector against N stored h-vectors (one matrix-vector product);
-- ``mva1``-``mva3``: `mva.model.MultiVectorAttention.score` over N candidates' stored [D_K | D_V] rows (random: the
-  cost does not depend on their values) with the query's Q_K and Q_V expanded over them, at `mva.costs.table5`'s
-  operating points, all N in one call;
-- ``ca``: `common.encoders.bert_rankers.BertRanker` over pairs of 128 tokens in batches of ``--batch_size``, timed on
-  ``--ca_candidates`` and scaled linearly to N (``extrapolated``: every candidate is the same work). It reads no
-  stored representation (fetching its documents' token ids is not timed): ``read_ms`` is empty.
-
-DE's and MVA's rows come from a store (`common.stores.representations`, fp32 as the paper's bytes per document) of
-``--store_documents`` documents (`STORE_DOCUMENTS`, 25,000 by default) of seeded noise
-(`common.benchmarking.noise_documents`), each of the method's timesteps and width ([D_K | D_V], 2 H p, per timestep;
-DE's one h-vector), in shards of 1,000 documents (the index commands' default). Each timed query's candidates are what a
-BM25 top N gives, N distinct documents drawn uniformly at random over the store, a new draw every repeat
-(`common.benchmarking.draw_candidates`, ``default_rng((seed, repeat))``): they scatter over about min(N, shards) shards
-and no repeat reads rows an earlier one left in memory. A warm-up maps the shards that a draw of its own falls in, as a
-server that has run a while has them, and runs the head once on zero rows, reading no row; then, just before the timed
-queries, the store's files are written back and dropped from the page cache (``posix_fadvise(POSIX_FADV_DONTNEED)``), so
-on Linux the first touch of a row is a disk read (cold). ``store_cached`` is the share of the store's pages still cached
-when the timing starts (``mincore``: near 0 where the eviction worked, the id table's pages the warm-up searched). One
-store is on disk at a time (at most MVA¹'s: 71,680 bytes a document, 1.8 GB at 25,000), each removed once measured
-unless ``--store_dir`` keeps them. The committed results (``results/mva``) name ``--store_documents 100000`` (7.2 GB).
-
-``ms`` is the median query's wall clock (of ``--repeats``, ``--ca_repeats`` for CA, after the warm-up);
-``read_ms`` its store reads (the id lookup and the copy of every candidate's rows into one batch tensor, then to the
-device) and ``compute_ms`` the joint compute (what this benchmark timed alone before; the query's encoding and the
-documents' are left out, as in the paper's joint compute), so ``ms = read_ms + compute_ms``; ``warm_read_ms`` reads
-the same candidates again, their rows now in the page cache. ``ca_time_ratio`` is CA's ms over the row's,
-``ca_compute_ratio`` over its compute alone, ``ca_macs_ratio`` CA's MACs over the row's; ``gflops_per_s`` is on
-``ms``, ``compute_gflops_per_s`` on ``compute_ms``. Sizes (CA's BERT, DE's h): ``base`` (BERT-base, the paper's)
-and ``small`` (the offline MiniLM's), from scratch with random weights.
+``de``: the query's h-vector against N stored ones; ``mva1``-``mva3``: `mva.model.MultiVectorAttention.score` over N
+candidates' stored [D_K | D_V] rows at `mva.costs.table5`'s operating points; ``ca``: `BertRanker` over pairs of 128
+tokens, timed on ``--ca_candidates`` and scaled to N. DE's and MVA's rows are read from an fp32 store of
+``--store_documents`` seeded documents, N candidates drawn at random each repeat, its pages dropped from the page
+cache before the timed queries. ``ms = read_ms + compute_ms`` (the median query); sizes ``base`` (BERT-base) and
+``small`` (the offline MiniLM's), random weights. docs/mva_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -65,7 +41,7 @@ FLOAT_BYTES = 4  # fp32
 SIZES = {"base": BertSize(12, 768, 12, 3072), "small": BertSize(6, 384, 12, 1536)}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
 #: Documents in a store by default: at most 1.8 GB on disk (MVA1's rows), and 25 shards, over which a top 1,000
-#: still scatters (`common.benchmarking.draw_candidates`).
+#: still scatters (`common.benchmarks.store_reads.draw_candidates`).
 STORE_DOCUMENTS = 25_000
 
 
