@@ -70,7 +70,6 @@ class ReportError(Exception):
     """Bad input: a missing or malformed file, an unknown paper, a selection with no rows."""
 
 
-# --------------------------------------------------------------------------- reported
 def reported_dir(root: str | os.PathLike | None = None) -> Path:
     """The folder of the reported CSVs: `root`, else ``$EFFICIENT_RANKERS_REPORTED``, else the package data
     ``common/reported``."""
@@ -161,7 +160,6 @@ def load_reported(
     return df.reset_index(drop=True)
 
 
-# --------------------------------------------------------------------------- reproduced
 def load_metrics(path: str | os.PathLike) -> dict[str, dict[str, float]]:
     """Read and validate a ``metrics.json`` (run -> measure -> number)."""
     path = Path(path)
@@ -199,8 +197,7 @@ def _validate_metrics(data: Any) -> dict[str, dict[str, float]]:
 
 
 def measure_kind(metric: str, scale: str) -> str:
-    """``binary`` (depends on the relevance level), ``graded`` (another effectiveness measure) or ``-`` (a ``raw``
-    one: timings, sizes)."""
+    """``binary`` (depends on the relevance level), ``graded`` or ``-`` (a ``raw`` one: timings, sizes)."""
     if scale == "raw":
         return "-"
     return "binary" if _BINARY.match(metric) else "graded"
@@ -225,8 +222,7 @@ def reproduced_level(kind: str, relevance_level: int | None) -> str:
 
 
 def level_note(frame: pd.DataFrame) -> str | None:
-    """The ``note:`` line for the rows of a `compare` frame whose two relevance levels are known and differ, or
-    None."""
+    """The ``note:`` line for a `compare` frame's rows whose two relevance levels are known and differ, or None."""
     if frame.empty or "reported_level" not in frame:
         return None
     known = frame["reported_level"].str.isdigit() & frame["reproduced_level"].str.isdigit()
@@ -270,14 +266,9 @@ def compare(
     root: str | os.PathLike | None = None,
     relevance_level: int | None = None,
 ) -> pd.DataFrame:
-    """`reproduced` (``{run: {measure: 0-1 value}}`` or a ``metrics.json``) beside the paper's reported rows.
-
-    Runs are matched to methods by `method_map` (a run without an entry: the method of its name; runs matching
-    nothing are left out), measures to metrics by `metric_map`; with `include_missing`, reported rows of a matched
-    method that the run lacks too (NaN). One row per match: the key columns, ``run, reported, reproduced, diff``
-    (in the row's scale), ``scale``, ``reported_level, reproduced_level`` and ``note``. ReportError where the
-    selection has no reported rows.
-    """
+    """`reproduced` (``{run: {measure: 0-1 value}}`` or a ``metrics.json``) beside the paper's reported rows, runs
+    matched by `method_map` (else by their name), measures by `metric_map`: one row per match, ``reproduced`` and
+    ``diff`` in the row's scale; with `include_missing`, the matched methods' rows the run lacks too (NaN)."""
     if isinstance(reproduced, (str, os.PathLike)):
         reproduced = load_metrics(reproduced)
     else:
@@ -321,7 +312,6 @@ def compare(
     return pd.DataFrame(rows, columns=out_cols)
 
 
-# --------------------------------------------------------------------------- datasets
 def paper_dataset(paper: str, task: Any, root: str | os.PathLike | None = None) -> str | None:
     """The reported ``dataset`` that task spec `task` is: an ``irds:`` task in `IRDS_DATASETS` (or under one of its
     ids) whose dataset the paper reports, else None (the built-in collection and files are none of the papers')."""
@@ -343,8 +333,7 @@ def task_label(task: Any) -> str:
 
 
 def write_task_info(output_dir: str | os.PathLike, task: Any, dataset: str | None, *, overwrite: bool = False) -> Path:
-    """Write ``task.json`` (``{"test": task, "dataset": dataset}``) into `output_dir`, atomically and never over
-    an existing one unless `overwrite`; returns its path."""
+    """Write ``task.json`` (``{"test": task, "dataset": dataset}``) into `output_dir`; its path."""
     path = Path(output_dir) / TASK_FILE
     spec = dict(task) if isinstance(task, Mapping) else task
     with atomic_write(path, overwrite=overwrite) as f:
@@ -390,7 +379,6 @@ def _dataset_note(metrics_path: str, info: Mapping | None, datasets: list[str], 
             f"(--dataset {measured} leaves them out)")
 
 
-# --------------------------------------------------------------------------- markdown
 def _fmt_float(x: float) -> str:
     if math.isnan(x):
         return "n/a"
@@ -436,7 +424,6 @@ def to_markdown(df: pd.DataFrame, float_format: Callable[[float], str] | None = 
     return "\n".join([line(header), sep] + [line(r) for r in body]) + "\n"
 
 
-# --------------------------------------------------------------------------- CLI
 def _parse_map(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:

@@ -28,6 +28,7 @@ from common.benchmarks.machine import describe_machine, machine
 from common.benchmarks.options import benchmark_parser, parse
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, significant
+from common.benchmarks.store_reads import evict_from_page_cache
 from common.refusals import existing_file, positive_int
 
 MODULE = "common.scale"
@@ -42,9 +43,6 @@ PAPER_STORES = {"earl_s1": (768 * 4, 76), "earl_s2": (4 * 768 * 4, 76), "mva1": 
                 "de": (768 * 4, 1)}
 #: Private memory above which 8 processes (one per GPU) would not fit 1 TB beside the page cache's share.
 NODE_MEMORY, PROCESSES = 1e12, 8
-
-
-# --------------------------------------------------------------------------- synthetic inputs
 
 
 def write_training_files(folder: Path, candidates: int, per_query: int, seed: int) -> dict:
@@ -95,9 +93,6 @@ def synthetic_matrices(start: int, count: int, width: int, rows: int, seed: int,
     return out
 
 
-# --------------------------------------------------------------------------- measurements (each in a child)
-
-
 def _status_mb(key: str) -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
@@ -105,18 +100,6 @@ def _status_mb(key: str) -> float:
 
 def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
-def _evict(folder: Path) -> None:
-    """Drop `folder`'s files from the page cache: their next read goes to the disk."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def measure_training_build(paths: dict, cache: str) -> dict:
@@ -211,7 +194,7 @@ def measure_store_reads(folder: str, queries: int, per_query: int, seed: int) ->
         """A fresh reader's pass after the files left the page cache, then its second pass (maps and pages held)."""
         reader = RepresentationStore.open(folder)
         reader._kept = kept or reader._kept
-        _evict(folder)
+        evict_from_page_cache(path for path in folder.rglob("*") if path.is_file())
         return read_ms(reader, batches), read_ms(reader, batches)
 
     scattered_cold, scattered_warm = cold_then_warm(scattered)
@@ -232,9 +215,6 @@ MEASURES = {"training_build": measure_training_build, "training_process": measur
 
 def measure(kind: str, **spec) -> dict:
     return MEASURES[kind](**spec)
-
-
-# --------------------------------------------------------------------------- extrapolation
 
 
 def extrapolate(rows: list[dict]) -> dict:
@@ -291,9 +271,6 @@ def extrapolate(rows: list[dict]) -> dict:
                     entry[f"read_ms_per_query_{when}"] = significant(big[key] + (paper[key] - big[key]) * share)
             out["stores_at_paper_widths"][name] = entry
     return out
-
-
-# --------------------------------------------------------------------------- the command
 
 
 def build_parser():

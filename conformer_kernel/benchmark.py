@@ -75,8 +75,8 @@ def build_model(impl: str, n: int, settings: dict):
 
 
 def estimate_mb(impl: str, n: int, settings: dict) -> float:
-    """Predicted working memory of one training step, from its dominant term (see the module docstring); ``ck``:
-    B·n·hidden fp32 elements times 32 per layer, an empirical bound of its linear activations."""
+    """Predicted working memory of one training step: ``tk`` B·heads·n²·4 bytes·(3·layers + 1) (three (B, heads, n, n)
+    tensors per layer kept for backward, the scores at the peak); ``ck`` B·n·hidden·4 bytes·32 per layer (empirical)."""
     documents, layers = settings["queries"] * settings["docs"], settings["num_layers"]
     if impl == "tk":
         return documents * settings["num_heads"] * n * n * 4 * (3 * layers + 1) / MB
@@ -109,8 +109,7 @@ def measure(impl: str, n: int, settings: dict, device: str) -> dict:
 
 
 def measure_alone(impl: str, n: int, settings: dict, device: str) -> dict:
-    """`measure` in the fresh process of `measure_isolated`: on CPU with its data segment limited first, so that a
-    step the estimate let through but that does not fit is an allocation error, not the OOM killer."""
+    """`measure` in the fresh process of `measure_isolated`, on CPU with its data segment limited first."""
     if device == "cpu":
         limit_data_segment(settings["memory_fraction"])
     return measure(impl, n, settings, device)
@@ -167,8 +166,7 @@ def closing_note(rows: list[dict], fitted: dict, at: int = REPORT_N) -> str:
 
 
 def plot(rows: list[dict], fitted: dict, path: Path, overwrite: bool) -> None:
-    """Peak MB against n for both encoders with their fits (dashed beyond the measured lengths, x where skipped):
-    left up to n = 4000 on linear axes, the ratio there written beside TK's point; right every length, log-log."""
+    """Peak MB against n for both encoders with their fits: up to n = 4000 on linear axes, and every length log-log."""
     import numpy as np
 
     at = {r["n"]: f"TK/CK {r['ratio']:.1f}x" for r in ratios(rows, fitted) if r["n"] == REPORT_N}

@@ -44,8 +44,7 @@ SIZES = {"base": Size(layers=12, hidden=768, heads=12, intermediate=3072, blocks
          "small": Size(layers=4, hidden=256, heads=4, intermediate=1024, blocks=2, query_layers=2)}  # head width 64
 ITEM_BYTES = {"fp32": 4, "fp16": 2}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
-#: The most disk one store takes by default, in GB: a default run writes a few GB at most, and base S2's largest
-#: rows (d = 512) still hold the default 1,000 candidates (1,271 documents).
+#: The most disk one store takes by default, in GB: base S2 at d = 512 still holds 1,000 candidates (1,271 documents).
 STORE_GB = 4.0
 TABLE = (("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f"), ("compute_ms", ".1f"),
          ("warm_ms", ".1f"), ("warm_read_ms", ".1f"), ("speedup", ".1f"), ("compute_speedup", ".1f"),
@@ -67,8 +66,7 @@ def store_documents(size: Size, strategy: str, n: int, args) -> int:
 
 
 def ranker_words(n: int) -> int:
-    """The document words of the BERT ranker's pair at document length n: the n - 1 words after EARL's [CLS], cut to
-    `RANKER_WORDS` (495) so that ``[CLS] query [SEP] words [SEP]`` holds at most `BERT_POSITIONS` tokens."""
+    """The document words of the BERT ranker's pair at document length n: n - 1, at most `RANKER_WORDS` (495)."""
     return min(n - 1, RANKER_WORDS)
 
 
@@ -99,8 +97,8 @@ def store_files(store) -> list[Path]:
 
 
 def build_models(size: Size, seed: int):
-    """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's
-    T_doc (T_qry and the judge blocks are built from it, Sec. 3.4), with BERT's 512 positions (`BERT_POSITIONS`)."""
+    """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's T_doc
+    (Sec. 3.4)."""
     from common.benchmarks.bert_inputs import BERT_PAD, BERT_VOCAB_SIZE
     from common.encoders.bert_rankers import BertRanker
     from common.encoders.pretrained import from_scratch_bert
@@ -112,13 +110,9 @@ def build_models(size: Size, seed: int):
 
 
 class EarlScorer:
-    """Scores one query against candidates from a store as ``earl.evaluate`` does, timed:
-    `earl.query_scorer.QueryScorer`'s own calls, T_qry once (``encode_query``), then per batch of `batch_size`
-    candidates (each exactly `n` rows) their keys and values (``stored_rows``: `EARL.document_keys_values` of S1's D;
-    S2's rows as they are) and the judge (``score``: `EARL.judge`). The same calls, not copies of them: what the
-    benchmark times is what a user runs. The read is the benchmark's own, the candidates' rows looked up at once and
-    copied into a preallocated tensor (fp16 rows then converted to fp32). After a call ``parts.ms`` holds its
-    milliseconds of query encoding, reads, keys and values, and judge (`PARTS`)."""
+    """Scores one query against candidates from a store with `earl.query_scorer.QueryScorer`'s own calls, as
+    ``earl.evaluate`` does, the candidates' rows read into a preallocated tensor; ``parts.ms`` holds each part's
+    milliseconds (`PARTS`)."""
 
     def __init__(self, model, store, impl: str, n: int, batch_size: int):
         import torch
@@ -148,14 +142,12 @@ class EarlScorer:
         return self.compute[: len(ids)]
 
     def warm_up(self, tokens, mask, ids: list[str]) -> None:
-        """Map the shards that `ids` fall in, touching none of their rows, and run T_qry and the judge once on a
-        batch of zero rows: the first calls' costs paid, nothing read into the page cache."""
+        """Map the shards of `ids` and run the compute once on zero rows: first calls paid, no row read."""
         self.store.get_many(ids)  # views of the shards' maps: no row is read
         self.judge_batch(self.scoring.encode_query(tokens, mask), self.compute)
 
     def judge_batch(self, query, rows):
-        """Scores of one batch of candidates from their rows (D for S1, D' for S2) for `query`, ``encode_query``'s
-        (Q, its mask): `QueryScorer.stored_rows`, then `QueryScorer.score`; times the two parts."""
+        """Scores of one batch of candidates from their rows for `query` (``encode_query``'s), both parts timed."""
         with self.parts("keys_values_ms"):
             keys_values, doc_mask = self.scoring.stored_rows(rows, self.doc_mask[: len(rows)])
         with self.parts("judge_ms"):
@@ -177,8 +169,7 @@ class EarlScorer:
 
 
 def earl_flops(scorer: EarlScorer, tokens, mask, ids: list[str], candidates: int) -> int:
-    """FLOPs of scoring `candidates` candidates as `scorer` does: T_qry once, per call (the first block's query
-    projection) once per batch, per candidate the rest, from counts on 1 and 2 candidates."""
+    """FLOPs of scoring `candidates` candidates as `scorer` does, from counts on 1 and 2 candidates."""
     query = scorer.scoring.encode_query(tokens, mask)
     query_flops = count_flops(lambda: scorer.scoring.encode_query(tokens, mask))
     one, two = (count_flops(lambda k=k: scorer.judge_batch(query, scorer.read(ids[:k]))) for k in (1, 2))
@@ -186,9 +177,8 @@ def earl_flops(scorer: EarlScorer, tokens, mask, ids: list[str], candidates: int
 
 
 def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
-    """The BERT ranker's FLOPs on N pairs (counted on one; every row's ratio is to them) and, where `timed`, its time on
-    min(--ranker_candidates, N) pairs in batches of ``--batch_size``, scaled to N. Each pair is ``[CLS] query [SEP]
-    words [SEP]``, the document's words cut to fit BERT's 512 positions (`ranker_words`)."""
+    """The BERT ranker's FLOPs on N pairs and, where `timed`, its time on min(--ranker_candidates, N) pairs, scaled
+    to N."""
     import torch
 
     from earl.store import document_words
@@ -210,11 +200,8 @@ def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
 
 
 def measure_earl(model, store, impl: str, n: int, args) -> dict:
-    """Time EARL S1 or S2 (`impl`) on N candidates drawn over `store` afresh for each query (`draw_candidates`),
-    cold (the module docstring): a warm-up (`EarlScorer.warm_up`: the shards of a draw of its own mapped, the
-    compute run once, no row read), the store dropped from the page cache, then ``--repeats`` timed queries; ``ms``
-    and its parts are the median query's (`median_query`), ``warm_ms`` and its parts the median of the same queries
-    scored again with their rows in memory, the FLOPs `earl_flops`."""
+    """Time EARL S1 or S2 (`impl`) on N candidates drawn afresh for each query, cold (a warm-up, then the store
+    dropped from the page cache), then the same queries warm; the median query's times and parts."""
     import numpy as np
     import torch
 
@@ -249,9 +236,7 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
 
 
 def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args) -> dict:
-    """One output row: the measurement, its ratios to the BERT ranker's (`ranker`: its FLOPs, and its time where it was
-    timed) and Table 1's (`analytic_cost`), the store read, the
-    setting."""
+    """One output row: the measurement, its ratios to the BERT ranker's (`ranker`) and Table 1's, the setting."""
     size, N, ms, flops = SIZES[size_name], args.candidates, result["ms"], result["flops"]
     earl, s1 = impl != "bert_ranker", impl == "earl_s1"
     ranker_ms, ranker_cpu_ms = ranker.get("ms"), ranker.get("cpu_ms")
@@ -287,8 +272,7 @@ def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args
 
 
 def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
-    """Seconds per query against n, log scale, one panel per size, one line per implementation (dashed where
-    extrapolated), EARL's points labelled with their speed-up and its compute alone dotted beside them."""
+    """Seconds per query against n, one panel per size, one line per implementation."""
     panels = []
     for size_name in dict.fromkeys(r["size"] for r in rows):
         first, lines = next(r for r in rows if r["size"] == size_name), []

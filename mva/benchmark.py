@@ -40,8 +40,7 @@ LABELS = {"de": "DE", "mva1": "MVA1", "mva2": "MVA2", "mva3": "MVA3", "ca": "CA"
 FLOAT_BYTES = 4  # fp32
 SIZES = {"base": BertSize(12, 768, 12, 3072), "small": BertSize(6, 384, 12, 1536)}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
-#: Documents in a store by default: at most 1.8 GB on disk (MVA1's rows), and 25 shards, over which a top 1,000
-#: still scatters (`common.benchmarks.store_reads.draw_candidates`).
+#: Documents in a store by default: at most 1.8 GB on disk (MVA1's rows) in 25 shards.
 STORE_DOCUMENTS = 25_000
 
 
@@ -78,8 +77,8 @@ def store_shape(impl: str, size: BertSize) -> tuple[int, int]:
 
 
 def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, seed: int):
-    """The fp32 store of `documents` documents ``d0``, ``d1``... of `rows` x `width` seeded noise under `root`
-    (`noise_documents`), in shards of `SHARD_SIZE`; a finished one of the same identity is opened, not rebuilt."""
+    """The fp32 store of `documents` documents ``d0``, ``d1``... of `rows` x `width` seeded noise under `root`;
+    a finished one of the same identity is opened, not rebuilt."""
     from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 
     folder = root / f"{impl}_{rows}x{width}_{documents}"
@@ -95,8 +94,8 @@ def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, se
 
 
 class StoreReads:
-    """The candidates' rows of a store read as timed: looked up at once, each document's (rows, width) matrix copied
-    into one preallocated (candidates, rows, width) fp32 tensor, then moved to `device`."""
+    """The candidates' rows of a store read as timed: copied into one preallocated (candidates, rows, width) fp32
+    tensor, then moved to `device`."""
 
     def __init__(self, store, candidates: int, device: str):
         import torch
@@ -120,8 +119,7 @@ class StoreReads:
 
 
 def mva_head(point: Point, candidates: int, device: str, seed: int):
-    """``score(documents)``: `MultiVectorAttention.score` of one query (random Q_K, Q_V, seeded) over `candidates`
-    candidates' (candidates, d, 2 H p) [D_K | D_V] rows."""
+    """``score(documents)``: `MultiVectorAttention.score` of one seeded query over (candidates, d, 2 H p) rows."""
     import torch
 
     from mva.model import MultiVectorAttention
@@ -150,10 +148,8 @@ def candidate_ids(positions) -> list[str]:
 
 
 def time_store_queries(store, score, args) -> dict:
-    """Time ``--repeats`` queries, each reading its own draw of ``--candidates`` candidates from `store` cold
-    (`StoreReads`) and scoring them (`score`): the median query's ``ms``, ``read_ms`` and ``compute_ms``
-    (`median_query`), ``warm_read_ms`` (the same candidates read again), where the candidates fell and how much of
-    the store was cached at the start (the module docstring)."""
+    """Time ``--repeats`` queries, each reading its own draw of candidates from `store` cold and scoring them: the
+    median query's times, the same reads warm, where the candidates fell and how much of the store was cached."""
     import numpy as np
     import torch
 
@@ -186,8 +182,8 @@ def time_store_queries(store, score, args) -> dict:
 
 
 def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int):
-    """CA over `count` pairs ``[CLS] query [SEP] document [SEP]`` (PAIR_TOKENS tokens, the query's QUERY_TIMESTEPS - 1
-    words in every pair) in batches of `batch_size`, with a from-scratch BERT of `size`; and a warm-up of one batch."""
+    """CA over `count` pairs of PAIR_TOKENS tokens in batches of `batch_size` (a from-scratch BERT of `size`), and
+    its warm-up of one batch."""
     import torch
 
     from common.encoders.bert_rankers import BertRanker
@@ -207,8 +203,7 @@ def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int)
 
 
 def measure(size_name: str, args, log) -> list[dict]:
-    """Every method at one size; rows in `IMPLS` order, CA's ratios filled in. DE's and MVA's stores are built one at
-    a time (`noise_store`), under ``--store_dir`` or in a temporary folder removed once the method is measured."""
+    """Every method at one size, rows in `IMPLS` order with CA's ratios; one store on disk at a time."""
     import torch
 
     size, n, rows = SIZES[size_name], args.candidates, []
@@ -264,9 +259,7 @@ def measure(size_name: str, args, log) -> list[dict]:
 
 
 def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
-    """ms per query (store read and compute; x: the compute alone) against joint compute (millions of MACs) and
-    against bytes per document (CA, which stores nothing, left out), log axes; one marker per size, one colour per
-    method."""
+    """ms per query against joint compute (millions of MACs) and against bytes per document, log axes."""
     def lines(x: str, legend: bool) -> list[Line]:
         return [Line(legend * (f"{LABELS[r['impl']]} ({r['size']})" + r["extrapolated"] * f", timed on "
                                f"{r['timed_candidates']}"), [(r[x], r["ms"], LABELS[r["impl"]])],

@@ -1,9 +1,5 @@
-"""What the table specs share: reading a results folder's files, formatting numbers, writing a markdown table.
-
-`Files` reads under one results folder (``results/<package>``) and keeps count of what a table asked for that is not
-there yet: a run folder of ``runs/`` with its ``command.txt`` but no ``metrics.json`` (a run still to do) is
-*pending*, and its row shows empty cells, with a line under the table naming it (`Files.pending_note`). A run
-folder without ``command.txt``, a run or measure a file lacks, or a missing benchmark file is a `TableError`.
+"""What the table specs share: reading a results folder's files (`Files`, which notes the runs still to do: a
+``runs/<name>/`` with its ``command.txt`` but no ``metrics.json``), formatting numbers, writing a markdown table.
 """
 
 from __future__ import annotations

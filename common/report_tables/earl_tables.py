@@ -112,7 +112,6 @@ def _table_2(files: Files) -> str:
     return markdown(["Table 2 row", "NDCG@10", "MAP", "MRR"], "lrrr", cells)
 
 
-# --------------------------------------------------------------------------- speed
 def _times(x: float | None) -> str:
     """A ratio as the README writes it: one place and an x."""
     return "" if x is None else f"{rounded(x, 1)}x"

@@ -45,9 +45,6 @@ class MissingDocumentsError(ValueError):
     """Documents a task needs that its collection lacks, under ``missing_documents="error"``."""
 
 
-# --------------------------------------------------------------------------- the tasks
-
-
 class _Options:
     @classmethod
     def of(cls, arguments: Mapping):
@@ -139,9 +136,6 @@ def _checked(source: RankingSource) -> bool:
     return not getattr(source, "complete_collection", False)
 
 
-# --------------------------------------------------------------------------- the loaders
-
-
 @dataclass(frozen=True)
 class LoaderConfig(_Options):
     """How a data module's datasets are loaded, each field the ``--data.*`` option of its name: ``batch_size`` the
@@ -188,9 +182,6 @@ class LoaderConfig(_Options):
                                   num_workers=self.num_workers, pin_memory=self.pin_memory(trainer), **options)
 
 
-# --------------------------------------------------------------------------- the data module
-
-
 class RerankingDataModule(L.LightningDataModule):
     """The LightningDataModule of a re-ranker: three tasks (`tasks`, a `TaskConfig`), each opened once, their
     evaluated queries and re-ranked pairs, their datasets, each built once, and their loaders (`loaders`).
@@ -212,8 +203,6 @@ class RerankingDataModule(L.LightningDataModule):
         self._eval_pairs: dict[str, list[tuple[str, str]]] = {}
         self._datasets: dict[str, Dataset] = {}
 
-    # --- what a subclass defines ---
-
     def training_dataset(self, source: RankingSource) -> Dataset:
         """The training dataset (a `SamplerGroups`) of the training task `source`."""
         raise NotImplementedError(f"{type(self).__name__} defines no training dataset")
@@ -221,8 +210,6 @@ class RerankingDataModule(L.LightningDataModule):
     def pair_encoder(self) -> Encode:
         """How evaluation pairs are encoded: ``encode(query texts, documents) -> batch`` (`RerankPairs`)."""
         raise NotImplementedError(f"{type(self).__name__} defines no pair encoder")
-
-    # --- the tasks ---
 
     @property
     def specs(self) -> dict[str, SourceSpec | None]:
@@ -311,8 +298,6 @@ class RerankingDataModule(L.LightningDataModule):
         rank_zero_warn(f"{message}: left out of {left_out}; data.missing_documents=error stops instead")
         return {d for ids in missing.values() for d in ids}
 
-    # --- datasets and loaders ---
-
     def dataset(self, split: str) -> Dataset:
         """The dataset of `split`, built on first use: the training dataset, or the re-ranked pairs (`RerankPairs`)."""
         if split not in self._datasets:
@@ -359,9 +344,6 @@ class RerankingDataModule(L.LightningDataModule):
     def test_pairs(self) -> list[tuple[str, str]]:
         """The test (qid, docid) pairs in the order the test loader visits them (``index`` refers to it)."""
         return self.dataset("test").pairs
-
-
-# --------------------------------------------------------------------------- training datasets
 
 
 class SamplerGroups(Dataset):

@@ -18,7 +18,6 @@ from common.report import (ReportError, compare, load_reported, main, paper_data
 REPO = Path(__file__).resolve().parents[2]
 
 
-# ----------------------------------------------------------------------------- load_reported
 def test_load_reported_filters():
     all_rows = load_reported()
     assert set(all_rows["paper"]) == {"qds", "conformer_kernel", "earl", "mva"}
@@ -52,7 +51,6 @@ def test_default_location_is_repo_root():
     assert report.reported_dir() == REPO / "results" / "reported"
 
 
-# ----------------------------------------------------------------------------- compare
 def test_compare_fraction_scale():
     metrics = {"qds": {"ndcg_cut_10": 0.61, "map": 0.2, "recall_100": 0.5},
                "bm25": {"ndcg_cut_10": 0.5}, "unmatched": {"map": 0.1}}
@@ -109,7 +107,6 @@ def test_compare_bad_inputs():
         compare({"qds": {"map": 0.5}}, "bert")
 
 
-# ----------------------------------------------------------------------------- datasets
 @pytest.mark.parametrize(
     "paper, task, dataset",
     [
@@ -161,7 +158,6 @@ def test_task_info_is_written_atomically_once_and_read_back(tmp_path):
         read_task_info(tmp_path / "metrics.json")
 
 
-# ----------------------------------------------------------------------------- to_markdown
 def test_to_markdown():
     df = pd.DataFrame({"method": ["a|b", "c"], "value": [0.33015, float("nan")], "n": [11000000.0, 2.0]})
     md = to_markdown(df)
@@ -176,7 +172,6 @@ def test_to_markdown():
     assert not seps[0].endswith(":") and seps[1].endswith(":") and seps[2].endswith(":")
 
 
-# ----------------------------------------------------------------------------- CLI
 @pytest.fixture
 def metrics_file(tmp_path):
     path = tmp_path / "metrics.json"
@@ -280,7 +275,6 @@ def test_python_dash_m(metrics_file):
     assert helped.returncode == 0 and "--map RUN=METHOD" in helped.stdout and "--overwrite" in helped.stdout
 
 
-# ----------------------------------------------------------------------------- CLI: datasets
 BUILTIN_BM25 = {"bm25": {"ndcg_cut_10": 0.234, "map": 0.2, "mrr@10": 0.3}}
 BM25_MAP = ["--map", "bm25=BM25"]
 
@@ -344,7 +338,6 @@ def test_cli_a_malformed_task_json_is_bad_input(tmp_path, capsys):
     assert captured.out == "" and captured.err.startswith("error: ") and "task.json: expected" in captured.err
 
 
-# ----------------------------------------------------------------------------- relevance levels
 #: A hand-made EARL run on TREC DL 2019 passages (the BERT ranker's Table 2 columns, made-up values).
 EARL_DL19 = {"bert_ranker": {"ndcg_cut_10": 0.70, "map": 0.44, "recip_rank": 0.84, "mrr@10": 0.83}}
 EARL_ARGS = ["--paper", "earl", "--dataset", "trec-dl-2019-passage", "--map", "bert_ranker=BERT ranker"]

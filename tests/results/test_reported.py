@@ -70,7 +70,6 @@ def test_scales():
                                                        "joint_compute_mflops", "storage_floats_per_doc"}
 
 
-# ----------------------------------------------------------------------------- QDS
 def test_qds_prose():
     qds = cell("qds", 2, "QDS-Transformer", "ndcg_cut_10")
     # "QDS-Transformer outperforms the best BERT-based TREC run by 3.25% in NDCG@10"
@@ -122,7 +121,6 @@ def test_qds_table3_and_8():
                       "RoBERTa (MaxP)": 124, "Longformer-QA": 149, "QDS-Transformer": 149}
 
 
-# ----------------------------------------------------------------------------- Conformer-Kernel
 def ck(method, setting, metric):
     return cell("conformer_kernel", 1, method, metric, setting=setting)
 
@@ -149,7 +147,6 @@ def test_ck_prose():
     assert all(ck(m, "fullrank", "ndcg_cut_10") > trad for m in ("NDRM1", "NDRM3", "NDRM3 + ORCAS"))
 
 
-# ----------------------------------------------------------------------------- EARL
 def test_earl_prose_speed():
     sp = load_reported("earl", table=3, metric="speedup_x")
     s1 = sp[sp["table"] == "3a"]
@@ -184,7 +181,6 @@ def test_earl_blocks_and_init_consistent_with_table2():
     assert load_reported("earl", table=2, method="BERT-Siamese ranker", dataset="clueweb09b").empty
 
 
-# ----------------------------------------------------------------------------- MVA
 def test_mva_cross_table_and_prose():
     mrr = lambda t, m, setting=None: cell("mva", t, m, "mrr@10", setting=setting)  # noqa: E731
     # Table 5 footnote 1 (70 timesteps, projection 128) = Table 2 projection 128; full model = Table 1 All Tokens.

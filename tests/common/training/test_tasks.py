@@ -46,9 +46,6 @@ def reference_sample(qids: list[str], size: int, seed: int) -> list[str]:
     return sorted(np.random.default_rng(seed).choice(sorted(qids), size=size, replace=False).tolist())
 
 
-# --------------------------------------------------------------------------- TaskConfig and the tasks
-
-
 def test_splits_sources_qrels_and_candidates(spec):
     data = Data(train=None, dev=spec, test="builtin:test")
     assert [data.has_split(s) for s in ("train", "dev", "test")] == [False, True, True]
@@ -122,9 +119,6 @@ def test_every_packages_data_module_samples_the_same_queries(spec):
         assert isinstance(data, RerankingDataModule)
         assert data.eval_queries("dev") == reference_sample(WITH_ALL, 5, 7)
         assert data.eval_queries("test") == reference_sample(WITH_ALL, 3, 7)
-
-
-# --------------------------------------------------------------------------- SamplerGroups and the loaders
 
 
 class Sampler:
@@ -222,9 +216,6 @@ def test_evaluation_loaders_keep_the_order_and_no_dev_task_has_no_loader():
     with_dev = Data(dev="unused")
     with_dev.datasets["dev"] = Pairs()
     assert [batch["index"].tolist() for batch in with_dev.val_dataloader()][0] == [0, 1, 2]
-
-
-# --- prepare_data ---------------------------------------------------------------------------------------------
 
 
 def _stores(cache):
