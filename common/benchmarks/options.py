@@ -28,12 +28,9 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 def benchmark_parser(prog: str, description: str, *, results: str, writes: str, repeats: int | None,
                      repeats_help: str, threads: int | None = None, devices: bool = True, device: str | None = None,
                      seed: str | None = None, timeout: float | None = None, child: bool = False) -> ArgumentParser:
-    """A parser with the options every benchmark takes, in a group after the benchmark's own.
-
-    `results` names the committed ``results/<results>``; `writes` what goes there. ``--device`` with `devices`
-    (None: cuda where available), ``--seed`` with `seed` (its help), ``--timeout`` with `timeout`, and the hidden
-    ``--_one SPEC`` of `common.benchmarks.fresh_process.measure_in_child` with `child`.
-    """
+    """A parser with the options every benchmark takes, in a group after the benchmark's own: `results` names the
+    committed ``results/<results>``, `writes` what goes there; `child` adds the hidden ``--_one SPEC`` of
+    `common.benchmarks.fresh_process.measure_in_child`."""
     parser = ArgumentParser(prog=prog, description=description, formatter_class=_Help)
     shared = parser.add_argument_group("options every benchmark takes")
     shared.add_argument("--repeats", type=positive_int, default=repeats, help=repeats_help)

@@ -44,11 +44,9 @@ class Session:
         torch.set_num_threads(self._threads_before)
 
     def say(self, text: str) -> None:
-        """A line of the report: stdout, or stderr with ``--json``."""
         print(text, file=self.report, flush=True)
 
     def log(self, text: str) -> None:
-        """A progress line, on stderr."""
         print(text, file=sys.stderr, flush=True)
 
     def emit(self, row: dict, progress: str | None = None) -> dict:

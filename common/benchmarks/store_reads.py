@@ -19,8 +19,7 @@ STORE_DOCUMENTS = 100_000
 
 def add_store_options(parser: argparse.ArgumentParser, stores: str, *, capped_by: str = "",
                       documents: int = STORE_DOCUMENTS) -> None:
-    """``--store_documents`` and ``--store_dir`` of a benchmark reading candidates from `stores` ("each store");
-    `capped_by` names what may hold a store to fewer documents."""
+    """``--store_documents`` and ``--store_dir`` of a benchmark reading candidates from `stores` ("each store")."""
     add = parser.add_argument
     add("--store_documents", type=positive_int, default=documents, help=f"documents in {stores}, over which "
         f"each query's candidates are drawn (at least --candidates{'; fewer where ' + capped_by if capped_by else ''})")
@@ -30,7 +29,6 @@ def add_store_options(parser: argparse.ArgumentParser, stores: str, *, capped_by
 
 
 def check_store_options(args: argparse.Namespace) -> None:
-    """Refuse a store too small to draw a query's ``--candidates`` distinct documents from."""
     if args.store_documents < args.candidates:
         usage_error(f"argument --store_documents: a query draws --candidates {args.candidates} distinct documents; "
                     f"got {args.store_documents}")

@@ -12,7 +12,6 @@ from common.benchmarks.memory import peak_mb
 
 
 def times_ms(step: Callable[[], object], repeats: int, device: str) -> list[float]:
-    """Milliseconds of each of `repeats` calls of `step`, in order."""
     import torch
 
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)

@@ -1,18 +1,9 @@
-"""A re-ranker's data: its three tasks (`TaskConfig`), their loaders (`LoaderConfig`), the LightningDataModule every
-package's data module subclasses (`RerankingDataModule`: the tasks opened once, their evaluated queries and re-ranked
-pairs, the datasets and loaders), and the training datasets over a `common.data.samplers` sampler (`SamplerGroups`,
-`EncodedGroups`).
-
-- Evaluated queries: those with candidates, qrels (where the task judges any) and a topic, sorted; a sample
-  (``dev_queries``, ``test_queries``) is ``numpy.random.default_rng(seed).choice(..., replace=False)``, sorted again,
-  so the same seed evaluates the same queries in every package.
-- Documents without text (a task of files only; ir_datasets' collections are complete): ``missing_documents="skip"``
-  warns and leaves them out of training and of the re-ranked pairs (they stay in the run below, in first-stage
-  order; qrels are never cut); ``"error"`` raises `MissingDocumentsError`.
-- Loaders: torchdata's ``StatefulDataLoader`` (resumes mid-epoch); ``batch_size`` is the global batch, each process
-  loading its slice (`common.training.global_batch`).
-
-docs/training_tasks.md describes a subclass and these choices at length.
+"""A re-ranker's data: its tasks (`TaskConfig`), loaders (`LoaderConfig`), the LightningDataModule every package's
+data module subclasses (`RerankingDataModule`) and the training datasets over a sampler (`SamplerGroups`,
+`EncodedGroups`). Evaluated queries: those with candidates, qrels (where judged) and a topic, a seeded sample
+(``default_rng(seed).choice``) where asked. Documents without text (tasks of files): ``missing_documents="skip"``
+leaves them out of training and re-ranking with a warning (qrels never cut), ``"error"`` raises. docs/training_tasks.md
+has the details.
 """
 
 from __future__ import annotations
@@ -76,7 +67,6 @@ class TaskConfig(_Options):
 
 
 class _Ids(Sequence[str]):
-    """The ids of some of a table's document codes, decoded as they are read."""
 
     def __init__(self, table: TrainingTable, codes: np.ndarray):
         self._table, self._codes = table, codes
@@ -152,7 +142,6 @@ class LoaderConfig(_Options):
 
     @property
     def process_batch_size(self) -> int:
-        """Training items per batch of a process: `batch_size` / (`processes` x `accumulate`)."""
         return self.batch_size // (self.processes * self.accumulate)
 
     @staticmethod
@@ -190,7 +179,7 @@ class RerankingDataModule(L.LightningDataModule):
     ``super().__init__(...)``.
     """
 
-    #: The splits whose datasets `setup` builds per stage (fit the test's too: its documents checked before training).
+    #: The splits whose datasets `setup` builds per stage (fit: the test's too, checked before training).
     stage_splits = {"fit": ("train", "dev", "test"), "validate": ("dev",), "test": ("test",)}
     #: Other arguments that may name an ir_datasets task, with what is read of each (`common.data.irds_files`'
     #: `TASK_PARTS`), checked with the splits' before anything is built (`common.commands.cli.RankerCLI`).
@@ -204,8 +193,7 @@ class RerankingDataModule(L.LightningDataModule):
         self._datasets: dict[str, Dataset] = {}
 
     def training_dataset(self, source: RankingSource) -> Dataset:
-        """The training dataset (a `SamplerGroups`) of the training task `source`."""
-        raise NotImplementedError(f"{type(self).__name__} defines no training dataset")
+            raise NotImplementedError(f"{type(self).__name__} defines no training dataset")
 
     def pair_encoder(self) -> Encode:
         """How evaluation pairs are encoded: ``encode(query texts, documents) -> batch`` (`RerankPairs`)."""
@@ -213,11 +201,9 @@ class RerankingDataModule(L.LightningDataModule):
 
     @property
     def specs(self) -> dict[str, SourceSpec | None]:
-        """Split -> its task's spec (None: not configured)."""
         return {"train": self.tasks.train, "dev": self.tasks.dev, "test": self.tasks.test}
 
     def has_split(self, split: str) -> bool:
-        """Whether a task is configured for `split` (``train``, ``dev`` or ``test``)."""
         return self.specs[split] is not None
 
     def source(self, split: str) -> RankingSource:
@@ -244,7 +230,6 @@ class RerankingDataModule(L.LightningDataModule):
                     self.eval_pairs(split)
 
     def eval_depth(self, split: str) -> int:
-        """Candidates re-ranked per query of `split`: ``dev_depth`` (if set) for dev, else ``depth``."""
         return (self.tasks.dev_depth if split == "dev" else None) or self.tasks.depth
 
     def eval_queries(self, split: str) -> list[str]:
@@ -299,7 +284,7 @@ class RerankingDataModule(L.LightningDataModule):
         return {d for ids in missing.values() for d in ids}
 
     def dataset(self, split: str) -> Dataset:
-        """The dataset of `split`, built on first use: the training dataset, or the re-ranked pairs (`RerankPairs`)."""
+        """The dataset of `split`, built on first use."""
         if split not in self._datasets:
             source = self.source(split)
             if split == "train":

@@ -1,7 +1,7 @@
 """earl.benchmark (EARL Table 3): the rows it writes, FLOP counts against Table 1's cost (`earl.costs`), the scores
 its timed path computes from the stores of random documents (`earl.store.random_stores`) against `EARL.forward`, and
 the store reads it times (candidates drawn afresh over the store each query, read cold, exactly the rows written), on
-tiny settings. No timing is asserted. The shared helpers of those reads (`common.benchmarking.draw_candidates`,
+tiny settings. No timing is asserted. The shared helpers of those reads (`common.benchmarks.store_reads.draw_candidates`,
 `noise_documents`, `evict_from_page_cache`, `cached_fraction`, `median_query`) are tested here too."""
 
 import csv
