@@ -35,9 +35,8 @@ MODULE = "common.scale"
 #: msmarco-passage: passages; train/judged: candidates, judged queries; train: queries (topics)
 PASSAGES, CANDIDATES, TRAIN_QUERIES, TRAIN_TOPICS = 8_841_823, 478_002_393, 502_939, 808_731
 SHARD_SIZE = 1000
-#: Stores at the papers' widths (fp32 bytes per row, rows per passage): EARL S1 keeps D (768 per real token, ~76
-#: tokens of a passage cut to 128), S2 the 2K = 4 keys and values of D (Eq. 25); MVA¹ 70 timesteps of [D_K | D_V]
-#: (2·128); MVA² 8 timesteps; DE one 768 vector.
+#: Stores at the papers' widths (fp32 bytes per row, rows per passage): EARL S1's D, S2's 2K keys and values (Eq. 25),
+#: MVA¹'s 70 and MVA²'s 8 timesteps of [D_K | D_V], DE's one vector.
 EARL_S1_ROWS = 76
 PAPER_STORES = {"earl_s1": (768 * 4, 76), "earl_s2": (4 * 768 * 4, 76), "mva1": (256 * 4, 70), "mva2": (256 * 4, 8),
                 "de": (768 * 4, 1)}
@@ -218,8 +217,8 @@ def measure(kind: str, **spec) -> dict:
 
 
 def extrapolate(rows: list[dict]) -> dict:
-    """Each measure fitted linearly in the size and evaluated at MS MARCO's (module docstring); what follows for
-    the table, a node of 8 training processes and the papers' stores."""
+    """Each measure fitted linearly in the size and evaluated at MS MARCO's, with what follows for a node of 8
+    training processes and the papers' stores."""
     out: dict = {"training": {}, "store": {}}
     groups = {"training": ("candidates", CANDIDATES, ("build_s", "peak_mb", "column_bytes", "private_mb",
                                                       "topics_mb", "draw_us", "dicts_private_mb")),

@@ -58,8 +58,8 @@ TABLE = (("impl", ""), ("workers", "d"), ("batch_size", "d"), ("ms", ".1f"), ("e
 
 
 def data_module(loader: str, workers: int):
-    """The training `loader`'s data module (``TRAINING``), training task ``builtin:train`` and test task
-    ``builtin:test``, with `workers` loader workers, its stores built and training dataset set up."""
+    """The training `loader`'s data module on the built-in tasks with `workers` workers, its training dataset set
+    up."""
     path, settings = TRAINING[loader]
     module, name = path.rsplit(".", 1)
     data = getattr(import_module(module), name)(train="builtin:train", dev=None, test="builtin:test",
@@ -109,7 +109,7 @@ def batch_size(loader: str) -> int:
 
 
 def measure(loader: str, workers: int, batches: int, repeats: int, shard_size: int) -> dict:
-    """`loader` with `workers` workers, `repeats` times on a new loader (module docstring)."""
+    """`loader` with `workers` workers, `repeats` times on a new loader."""
     startups, rates, per_step, peak, examples = [], [], [], None, None
     for repeat in range(repeats):
         made, count = make_loader(loader, workers, shard_size)
