@@ -84,8 +84,7 @@ class _Ids(Sequence[str]):
 
 
 class _PresentDocuments:
-    """A training task without some documents: its qrels, candidates and table cut to those with text (the table
-    saved beside the task's, keyed by the missing documents, where that one is saved)."""
+    """A training task without some documents: its qrels, candidates and table cut to those with text."""
 
     def __init__(self, source: RankingSource, missing: set[str]):
         self._source, self._missing = source, missing
@@ -128,10 +127,8 @@ def _checked(source: RankingSource) -> bool:
 
 @dataclass(frozen=True)
 class LoaderConfig(_Options):
-    """How a data module's datasets are loaded, each field the ``--data.*`` option of its name: ``batch_size`` the
-    global batch (training groups of an optimizer step over every process); ``processes`` and ``accumulate`` share it
-    (`common.training.global_batch.split_global_batch` sets them). Batches are pinned on a CUDA trainer, workers kept
-    between epochs."""
+    """How a data module's datasets are loaded (``--data.*`` options): ``batch_size`` is the global batch, which
+    ``processes`` and ``accumulate`` share (`common.training.global_batch.split_global_batch` sets them)."""
 
     batch_size: int
     eval_batch_size: int
@@ -152,8 +149,7 @@ class LoaderConfig(_Options):
         return trainer is not None and isinstance(trainer.accelerator, CUDAAccelerator)
 
     def train(self, dataset: Dataset, rank: int = 0, trainer: L.Trainer | None = None):
-        """Process `rank`'s training loader of `dataset`: its share of each global batch in an order drawn from
-        `seed` (`common.training.global_batch.GlobalBatchSampler`)."""
+        """Process `rank`'s training loader: its share of each global batch, in an order drawn from `seed`."""
         sampler = GlobalBatchSampler(dataset, self.batch_size, self.processes, rank, self.seed)
         # the workers' base seed from a generator of its own (the global one is dropout's)
         return self._loader(dataset, self.process_batch_size, trainer, sampler=sampler,
@@ -172,12 +168,8 @@ class LoaderConfig(_Options):
 
 
 class RerankingDataModule(L.LightningDataModule):
-    """The LightningDataModule of a re-ranker: three tasks (`tasks`, a `TaskConfig`), each opened once, their
-    evaluated queries and re-ranked pairs, their datasets, each built once, and their loaders (`loaders`).
-
-    A subclass defines `training_dataset` and `pair_encoder`, and calls ``save_hyperparameters()`` after
-    ``super().__init__(...)``.
-    """
+    """A re-ranker's LightningDataModule: its tasks (`tasks`), each opened once, their evaluated queries and pairs,
+    datasets and loaders; a subclass defines `training_dataset` and `pair_encoder`."""
 
     #: The splits whose datasets `setup` builds per stage (fit: the test's too, checked before training).
     stage_splits = {"fit": ("train", "dev", "test"), "validate": ("dev",), "test": ("test",)}
@@ -207,8 +199,7 @@ class RerankingDataModule(L.LightningDataModule):
         return self.specs[split] is not None
 
     def source(self, split: str) -> RankingSource:
-        """The task of `split`, opened on first use and kept (training: without the documents its collection lacks);
-        ValueError where the split is None."""
+        """The task of `split`, opened once (training: without the documents its collection lacks)."""
         if split not in self._sources:
             if not self.has_split(split):
                 raise ValueError(f"no {split} task configured (data.{split} is null)")
@@ -233,8 +224,7 @@ class RerankingDataModule(L.LightningDataModule):
         return (self.tasks.dev_depth if split == "dev" else None) or self.tasks.depth
 
     def eval_queries(self, split: str) -> list[str]:
-        """The evaluated queries of `split`: those with candidates, qrels (where the task judges any) and a topic,
-        sorted, cut to a seeded sample."""
+        """The evaluated queries of `split`, sorted, cut to a seeded sample."""
         source = self.source(split)
         qids = set(source.candidates()) & set(source.topics())
         qids = sorted(qids & set(source.qrels()) if source.qrels() else qids)
@@ -245,8 +235,7 @@ class RerankingDataModule(L.LightningDataModule):
         return qids
 
     def eval_pairs(self, split: str) -> list[tuple[str, str]]:
-        """The (qid, docid) pairs re-ranked for `split`: each evaluated query's top `eval_depth` candidates with
-        text."""
+        """The (qid, docid) pairs re-ranked for `split`: each evaluated query's top candidates with text."""
         if split not in self._eval_pairs:
             source = self.source(split)
             pairs = rerank_pairs(source.candidates(), self.eval_depth(split), self.eval_queries(split))
@@ -295,8 +284,7 @@ class RerankingDataModule(L.LightningDataModule):
         return self._datasets[split]
 
     def prepare_data(self) -> None:
-        """Build the document stores of the tasks `setup` opens for the trainer's stage (fit's without a trainer) and
-        the training task's table (`common.data.training_table`), each once under its cache's lock."""
+        """Build the document stores of the tasks `setup` opens and the training task's table, each once."""
         stage = self.trainer.state.fn.value if self.trainer is not None else "fit"
         for split in self.stage_splits.get(stage, ()):
             if self.has_split(split):

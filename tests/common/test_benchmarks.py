@@ -232,7 +232,6 @@ def test_a_bar_chart_and_a_table_of_columns_are_written(tmp_path, capsys):
     assert capsys.readouterr().out.splitlines()[:3] == ["impl   ms", "a     2.0", "a     1.0"]
 
 
-
 #: Every benchmark command and its committed results folder.
 BENCHMARKS = {"common.kernels.benchmark": "kernels", "common.scale": "scale",
               "common.commands.loader_benchmark": "loaders", "qds.benchmark": "qds",
