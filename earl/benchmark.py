@@ -123,7 +123,7 @@ class EarlScorer:
             raise ValueError(f"EarlScorer scores earl_s1 from an S1 store or earl_s2 from an S2 store, not {impl!r} "
                              f"from an {store.identity['strategy'].upper()} store")
         self.model, self.store, self.impl, self.n, self.batch_size = model, store, impl, n, batch_size
-        self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)  # its calls; no query text read
+        self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)
         stored = torch.float16 if store.dtype == "float16" else torch.float32
         self.rows = torch.zeros(batch_size, n, store.width, dtype=stored)
         self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
@@ -143,7 +143,7 @@ class EarlScorer:
 
     def warm_up(self, tokens, mask, ids: list[str]) -> None:
         """Map the shards of `ids` and run the compute once on zero rows: first calls paid, no row read."""
-        self.store.get_many(ids)  # views of the shards' maps: no row is read
+        self.store.get_many(ids)
         self.judge_batch(self.scoring.encode_query(tokens, mask), self.compute)
 
     def judge_batch(self, query, rows):
@@ -207,7 +207,7 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
 
     (tokens, mask), documents = bert_query(QUERY_LENGTH, args.seed), len(store)
     draws = [draw_candidates(documents, args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
-    *timed, warm_up = [candidate_ids(positions) for positions in draws]  # the warm-up's draw is the last
+    *timed, warm_up = [candidate_ids(positions) for positions in draws]
     scorer = EarlScorer(model, store, impl, n, min(earl_batch_size(args), args.candidates))
     files, records, warm = store_files(store), [], []
     with torch.inference_mode():
@@ -219,7 +219,7 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
             scorer(tokens, mask, ids)
             records.append({"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
                             **scorer.parts.ms})
-        for ids in timed:  # the same queries again, their rows in the page cache now
+        for ids in timed:
             wall = time.perf_counter()
             scorer(tokens, mask, ids)
             warm.append({"ms": (time.perf_counter() - wall) * 1000, **scorer.parts.ms})
@@ -367,10 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         rows, wanted = [], [impl for impl in STRATEGY if impl in args.impls]
         for size_name in args.size:
             size = SIZES[size_name]
-            model, ranker = build_models(size, args.seed)  # 512 positions: the ranker's pairs are cut to fit
+            model, ranker = build_models(size, args.seed)
             weights = f"random weights, seed {args.seed}, size {size_name} ({size.describe()})"
             for n in args.lengths:
-                bert = measure_ranker(ranker, n, args, timed="bert_ranker" in args.impls)  # its FLOPs at least
+                bert = measure_ranker(ranker, n, args, timed="bert_ranker" in args.impls)
                 if "ms" in bert:
                     rows.append(emit(make_row("bert_ranker", size_name, n, bert, bert, args)))
                 for impl in wanted:
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                                               dtype=args.dtype, documents=args.documents, seed=args.seed,
                                               shard_size=SHARD_SIZE, batch_size=args.batch_size)[strategy]
                         result = measure_earl(model, store, impl, n, args)
-                        del store  # its shards' maps, before the folder goes
+                        del store
                     rows.append(emit(make_row(impl, size_name, n, result, bert, args)))
         return session.finish(rows, plot=plot, table=TABLE)
 

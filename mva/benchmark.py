@@ -100,14 +100,14 @@ class StoreReads:
     def __init__(self, store, candidates: int, device: str):
         import torch
 
-        rows = store.manifest["rows"] // len(store)  # every document has as many
+        rows = store.manifest["rows"] // len(store)
         self.store, self.device = store, device
         self.rows = torch.zeros(candidates, rows, store.width)
         self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
 
     def map_shards(self, ids: list[str]):
         """Map the shards that `ids` fall in, touching none of their rows; the (zero) batch tensor on the device."""
-        self.store.get_many(ids)  # views of the shards' maps: no row is read
+        self.store.get_many(ids)
         return self.rows.to(self.device)
 
     def __call__(self, ids: list[str]):
@@ -126,7 +126,7 @@ def mva_head(point: Point, candidates: int, device: str, seed: int):
 
     torch.manual_seed(seed)
     hp = point.heads * point.projection
-    head = MultiVectorAttention(hp, hp, point.projection, point.heads).eval().to(device)  # only `score` runs
+    head = MultiVectorAttention(hp, hp, point.projection, point.heads).eval().to(device)
     query_keys = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
     query_values = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
     query_keep = torch.ones(1, point.query, dtype=torch.bool, device=device).expand(candidates, -1)
@@ -155,7 +155,7 @@ def time_store_queries(store, score, args) -> dict:
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     draws = [draw_candidates(len(store), args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
-    *timed, warm_up = [candidate_ids(positions) for positions in draws]  # the warm-up's draw is the last
+    *timed, warm_up = [candidate_ids(positions) for positions in draws]
     read, files = StoreReads(store, args.candidates, args.device), sorted(p for p in store.folder.iterdir())
     score(read.map_shards(warm_up))  # warm-up: the shards mapped, the head run once on zero rows, no row read
     evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
@@ -171,7 +171,7 @@ def time_store_queries(store, score, args) -> dict:
         end = time.perf_counter()
         records.append({"ms": (end - start) * 1000, "read_ms": (middle - start) * 1000,
                         "compute_ms": (end - middle) * 1000})
-    for ids in timed:  # the same rows again: in the page cache now
+    for ids in timed:
         start = time.perf_counter()
         read(ids)
         sync()
@@ -227,7 +227,7 @@ def measure(size_name: str, args, log) -> list[dict]:
                     store = noise_store(args.store_dir or Path(temporary), impl, *shape, args.store_documents,
                                         args.seed)
                     result = time_store_queries(store, score, args)
-                    del store  # its shards' maps, before the folder goes
+                    del store
                 timed_ms = result["ms"]
             ms, here = result["ms"], machine()
             compute_ms = result.get("compute_ms", ms)  # CA's time is all compute
