@@ -1,104 +1,16 @@
-"""Reproduced vs. reported: compare a run's metrics with the papers' tables.
+"""Reproduced vs. reported: a run's metrics beside the numbers of the papers' tables.
 
-The numbers printed in the four papers' results tables live in tidy CSVs at
-``results/reported/<paper>.csv`` in the repository root (see the README there).
-``common/reported`` is a symbolic link to that folder: a wheel ships its CSVs as the package data
-``common/reported/*.csv`` (one copy in the repository, read the same way from a checkout, an editable install or an
-installed wheel, with `importlib.resources`).
-Columns: ``paper, table, dataset, split, setting, method, metric, value, note``.
-``value`` is kept in the paper's own scale (e.g. MVA prints MRR@10 as 35.8).
+The reported numbers are ``results/reported/<paper>.csv`` (``common/reported`` links to that folder, so a wheel ships
+them as package data): one row per printed cell, ``value`` in the paper's own scale and ``scale`` saying which
+(``0-1``, ``0-100`` or ``raw`` for timings and sizes). `compare` matches runs to the paper's methods by an explicit
+``method_map`` (a run without an entry: the method of its exact name) and measures by ``metric_map``, converts the
+reproduced 0-1 values to the row's scale and puts ``diff = reproduced - reported`` and each side's relevance level
+beside them (binary measures depend on trec_eval's ``-l``; `REPORTED_RELEVANCE_LEVELS`). ``task.json`` beside a
+``metrics.json`` names the task measured (`write_task_info`); the CLI prints a ``note:`` where it is another dataset
+than a compared row's, or where the two relevance levels differ. docs/report.md has the details.
 
-API
----
-``load_reported(paper=None, table=None, dataset=None, split=None, setting=None,
-method=None, metric=None, root=None) -> DataFrame``
-    Reported rows, filtered. Each filter takes one value or a list of values.
-    ``table=3`` (or ``"3"``) also matches sub-tables ``"3a"``/``"3b"``.
-    Paper ids: ``qds``, ``conformer_kernel``, ``earl``, ``mva`` (``-`` and ``_``
-    are interchangeable; ``ck``/``qds-transformer`` are accepted aliases).
-
-``compare(reproduced, paper, tables=None, dataset=None, method_map=None,
-metric_map=None, include_missing=False, relevance_level=None) -> DataFrame``
-    ``reproduced`` is the repo's ``metrics.json`` convention, a mapping
-    ``run name -> measure name -> value`` with measures named as
-    ``common.evaluate`` prints them (``ndcg_cut_10``, ``map``, ``mrr@10``, ...)
-    and effectiveness values in the 0-1 scale; a path to such a JSON file is
-    accepted too. ``method_map`` maps run names to the paper's method names
-    (``{"qds": "QDS-Transformer"}``); a run with no entry is matched to the
-    method whose name equals it, ignoring case and punctuation. Returns one
-    row per matched (reported row, run) pair with ``reported``,
-    ``reproduced`` (converted to the paper's scale) and
-    ``diff = reproduced - reported`` (paper's scale), and the relevance level of
-    each side (``reported_level``, ``reproduced_level``; see Relevance levels).
-    Without ``dataset`` every dataset of the paper is matched, so pass it when a
-    paper reports the same method on several collections. ``relevance_level``:
-    the lowest label the reproduced binary measures counted relevant.
-
-``to_markdown(df, float_format=None) -> str``
-    A GitHub-flavoured markdown table (no ``tabulate`` needed).
-
-``paper_dataset(paper, task) -> str | None``
-    The ``dataset`` of the paper's CSV that a task spec (``builtin:<split>``,
-    ``irds:<ir_datasets id>`` or a mapping of files, `common.data.source`)
-    is: an ir_datasets id in :data:`IRDS_DATASETS` (or one under it, such as
-    ``msmarco-document/trec-dl-2019/judged``) whose dataset the paper reports.
-    Anything else is None: the built-in collection and files are none of the
-    papers' datasets (a command's ``--dataset`` says when files are).
-
-``write_task_info(output_dir, task, dataset)`` / ``read_task_info(metrics_path)``
-    ``task.json`` beside ``metrics.json``: ``{"test": <task spec>, "dataset":
-    <reported dataset id or null>}``, which every train and evaluate command
-    writes (`common.commands.outputs`), so that a metrics file says what it
-    was measured on (``metrics.json`` itself keeps its run -> measure -> value
-    shape). ``task_label(task)`` names a task spec in messages.
-
-Datasets. ``diff`` is a reproduction gap only when the metrics were measured on
-the reported rows' dataset. The CLI reads the ``task.json`` beside the metrics
-file and prints a ``note:`` line above the table (at the top of ``--output`` too)
-when its dataset is null or differs from a compared row's (rows with dataset
-``n/a``, parameter counts and timings, belong to none), or, without a
-``task.json`` and without ``--dataset``, that the metrics file does not say
-which dataset it was measured on, naming the compared rows' datasets. Exit
-codes are the same with or without a note.
-
-Relevance levels. Binary measures (MAP, MRR, recall, P, ...) count a document
-relevant from a label on (trec_eval ``-l``), so on graded qrels (TREC DL) the
-same run has two MAPs; NDCG uses the grades themselves. ``compare`` puts the
-level of each side beside the numbers: ``reported_level`` is the level the
-paper's number was measured at, where :data:`REPORTED_RELEVANCE_LEVELS` knows it
-(with the evidence), ``1`` on datasets whose labels are all 1
-(:data:`BINARY_DATASETS`), else ``not stated``; ``reproduced_level`` is the
-``relevance_level`` passed (the CLI's ``--relevance_level``, else the
-``data.relevance_level`` of the ``config.yaml`` beside the metrics file, which
-every train command writes), else ``not given``. Graded measures show ``graded``
-on both sides, measures of no relevance (timings, sizes) ``-``. The CLI prints a
-``note:`` line when the two levels of a row differ (:func:`level_note`): diff is
-then no reproduction gap.
-
-Scale: a reported (paper, table, metric) group is in percent when its metric
-is a bounded effectiveness measure (NDCG, MAP, MRR, RR, recall, precision,
-NCG, ERR) and any of its values exceeds 1; reproduced values for such groups
-are multiplied by 100 before differencing. Other metrics (latency, parameter
-counts, FLOPs, ...) are compared as they are.
-
-Errors: bad input (metrics file missing/unreadable/not JSON/wrong shape,
-unknown paper, a selection with no reported rows) raises :class:`ReportError`;
-a missing reported folder raises :class:`FileNotFoundError` (``root=`` or
-``EFFICIENT_RANKERS_REPORTED`` naming none; or a checkout without symbolic links, where
-``common/reported`` is a file naming the folder). The CLI turns both into one ``error: ...`` line on stderr, exit 2.
-
-Typical use at the end of a paper package's evaluation::
-
-    from common.report import compare, to_markdown
-    df = compare(metrics, "qds", tables=2, dataset="trec-dl-2019-doc",
-                 method_map={"qds": "QDS-Transformer"})
-    print(to_markdown(df))
-
-CLI::
-
-    python -m common.report outputs/metrics.json --paper qds --table 2 \\
-        --dataset trec-dl-2019-doc --map qds=QDS-Transformer --output report.md \\
-        [--relevance_level 1]
+    python -m common.report outputs/metrics.json --paper qds --table 2 --dataset trec-dl-2019-doc \\
+        --map qds=QDS-Transformer [--output report.md] [--relevance_level 1]
 """
 
 from __future__ import annotations
@@ -119,54 +31,17 @@ import pandas as pd
 from common.io import atomic_write
 from common.refusals import ArgumentParser, existing_file, output_file_problem
 
-__all__ = [
-    "COLUMNS",
-    "KEY_COLUMNS",
-    "ReportError",
-    "reported_dir",
-    "available_papers",
-    "load_reported",
-    "load_metrics",
-    "percent_scaled",
-    "REPORTED_RELEVANCE_LEVELS",
-    "BINARY_DATASETS",
-    "reported_level",
-    "reproduced_level",
-    "level_note",
-    "read_relevance_level",
-    "compare",
-    "to_markdown",
-    "paper_dataset",
-    "task_label",
-    "write_task_info",
-    "read_task_info",
-    "main",
-]
-
 #: Exact columns of every ``results/reported/<paper>.csv``.
-COLUMNS = ["paper", "table", "dataset", "split", "setting", "method", "metric", "value", "note"]
+COLUMNS = ["paper", "table", "dataset", "split", "setting", "method", "metric", "value", "scale", "note"]
+#: A reported value's scale: the factor a reproduced 0-1 value is multiplied by to compare with it.
+SCALES = {"0-1": 1.0, "0-100": 100.0, "raw": 1.0}
 #: Columns that identify one reported number.
 KEY_COLUMNS = COLUMNS[:7]
 
 #: Environment variable that overrides where the reported CSVs are read from.
 ENV_VAR = "EFFICIENT_RANKERS_REPORTED"
 
-_ALIASES = {
-    "qds_transformer": "qds",
-    "ck": "conformer_kernel",
-    "conformer": "conformer_kernel",
-    "ck_qti": "conformer_kernel",
-}
-
-# Bounded effectiveness measures: these may be printed as percentages.
-_BOUNDED = re.compile(
-    r"^(gdeval_)?(ndcg|map|mrr|recip_rank|recall|p_|p@|precision|ncg|err|success)",
-    re.IGNORECASE,
-)
-
-
-#: ir_datasets ids -> the ``dataset`` of the reported CSVs; an id under one (``.../judged``) is the same dataset,
-#: since evaluation keeps only the judged queries anyway.
+#: ir_datasets ids -> the ``dataset`` of the reported CSVs; an id under one (``.../judged``) is the same dataset.
 IRDS_DATASETS = {
     "msmarco-document/trec-dl-2019": "trec-dl-2019-doc",
     "msmarco-document/trec-dl-2020": "trec-dl-2020-doc",
@@ -175,42 +50,29 @@ IRDS_DATASETS = {
     "msmarco-passage/dev/small": "msmarco-passage-dev",
 }
 
-# Binary measures: what they count relevant depends on the relevance level (trec_eval -l). NDCG, NCG and ERR use
-# the grades; gdeval's measures ignore -l.
+# Binary measures: what they count relevant depends on trec_eval's -l (NDCG, NCG and ERR use the grades).
 _BINARY = re.compile(r"^(map|mrr|recip_rank|recall|p_|p@|precision|success|rprec|bpref|num_rel)", re.IGNORECASE)
 
-#: (paper, dataset) -> the lowest label the paper's binary measures (MAP, MRR) counted relevant there, where the
-#: repository has determined it; the evidence is in the comment. Other rows on graded qrels are "not stated".
-REPORTED_RELEVANCE_LEVELS = {
-    # EARL Table 2, TREC DL 2019 passages: trec_eval's default -l 1, not TREC DL's official -l 2. Re-orderings of
-    # BM25's top 1,000 by published runs of NDCG@10 0.70-0.74 have MRR 0.95-0.99 and MAP 0.48-0.52 at level 1 but
-    # MRR 0.84-0.91 and MAP 0.44-0.48 at level 2; the paper prints MRR 0.9349 and MAP 0.4836 at NDCG@10 0.7032
-    # (results/earl/README.md, "Relevance level of Table 2's TREC DL numbers"; results/earl/relevance_level.csv).
-    ("earl", "trec-dl-2019-passage"): 1,
-}
+#: (paper, dataset) -> the lowest label the paper's binary measures counted relevant there, where known. EARL Table
+#: 2's TREC DL 2019: -l 1 (results/earl/README.md, "Relevance level of Table 2's TREC DL numbers").
+REPORTED_RELEVANCE_LEVELS = {("earl", "trec-dl-2019-passage"): 1}
 #: Datasets whose qrels label every judged document 1 (MS MARCO's sparse dev judgements): level 1 is the only one.
 BINARY_DATASETS = frozenset({"msmarco-passage-dev", "msmarco-doc-dev"})
 
 #: The file beside ``metrics.json`` that names the task the metrics were measured on.
 TASK_FILE = "task.json"
 
-# Rounding applied to reproduced values and diffs (removes float noise such as
-# 0.347 * 100 - 34.7 = -7e-15; reported values have at most 5 decimals).
+# reproduced values and diffs rounded (float noise: 0.347 * 100 - 34.7 = -7e-15; reported values have <= 5 decimals)
 _DECIMALS = 10
 
 
 class ReportError(Exception):
-    """Bad input to the report tooling (missing file, bad JSON, unknown paper, ...)."""
+    """Bad input: a missing or malformed file, an unknown paper, a selection with no rows."""
 
 
-# --------------------------------------------------------------------------- reported
 def reported_dir(root: str | os.PathLike | None = None) -> Path:
-    """The folder holding the reported CSVs.
-
-    ``root`` wins, then the ``EFFICIENT_RANKERS_REPORTED`` environment variable,
-    then the package data ``common/reported`` (in a checkout the link to ``results/reported``,
-    resolved; in an installed wheel its copy).
-    """
+    """The folder of the reported CSVs: `root`, else ``$EFFICIENT_RANKERS_REPORTED``, else the package data
+    ``common/reported``."""
     if root is not None:
         path = Path(root)
     elif os.environ.get(ENV_VAR):
@@ -226,17 +88,15 @@ def reported_dir(root: str | os.PathLike | None = None) -> Path:
 
 
 def available_papers(root: str | os.PathLike | None = None) -> list[str]:
-    """Paper ids with a CSV in :func:`reported_dir`."""
+    """Paper ids with a CSV in `reported_dir`."""
     return sorted(p.stem for p in reported_dir(root).glob("*.csv"))
 
 
 def _paper_id(paper: str, root: str | os.PathLike | None = None) -> str:
-    key = str(paper).strip().lower().replace("-", "_").replace(" ", "_")
-    key = _ALIASES.get(key, key)
     papers = available_papers(root)
-    if key not in papers:
+    if paper not in papers:
         raise ReportError(f"unknown paper {paper!r}; known papers: {', '.join(papers)}")
-    return key
+    return paper
 
 
 def _as_list(value: Any) -> list[str] | None:
@@ -266,6 +126,9 @@ def _read_csv(path: Path) -> pd.DataFrame:
             float(value)
         except ValueError:
             raise ReportError(f"{path}: row {row} ({method}, {metric}): value {value!r} is not a number") from None
+    unknown = sorted(set(df["scale"]) - set(SCALES))
+    if unknown:
+        raise ReportError(f"{path}: scale {unknown[0]!r} is none of {', '.join(SCALES)}")
     df["value"] = df["value"].astype(float)
     return df
 
@@ -280,13 +143,8 @@ def load_reported(
     metric: Any = None,
     root: str | os.PathLike | None = None,
 ) -> pd.DataFrame:
-    """Reported numbers as a DataFrame with :data:`COLUMNS` (``value`` is float).
-
-    Every filter takes a value or a list of values and matches exactly, except
-    ``table`` where ``3`` also selects ``3a``/``3b``. Raises
-    :class:`FileNotFoundError` when the CSV folder is absent and
-    :class:`ReportError` for an unknown paper.
-    """
+    """Reported numbers as a DataFrame with `COLUMNS` (``value`` float). Each filter takes a value or a list and
+    matches exactly, but ``table=3`` also selects ``3a`` and ``3b``."""
     folder = reported_dir(root)
     papers = [_paper_id(paper, root)] if paper is not None else available_papers(root)
     frames = [_read_csv(folder / f"{p}.csv") for p in papers]
@@ -302,7 +160,6 @@ def load_reported(
     return df.reset_index(drop=True)
 
 
-# --------------------------------------------------------------------------- reproduced
 def load_metrics(path: str | os.PathLike) -> dict[str, dict[str, float]]:
     """Read and validate a ``metrics.json`` (run -> measure -> number)."""
     path = Path(path)
@@ -339,35 +196,16 @@ def _validate_metrics(data: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def _norm(name: str) -> str:
-    return re.sub(r"[^0-9a-z]+", "", str(name).lower())
+def measure_kind(metric: str, scale: str) -> str:
+    """``binary`` (depends on the relevance level), ``graded`` or ``-`` (a ``raw`` one: timings, sizes)."""
+    if scale == "raw":
+        return "-"
+    return "binary" if _BINARY.match(metric) else "graded"
 
 
-def percent_scaled(reported: pd.DataFrame) -> pd.Series:
-    """Boolean per row: is this reported value on a 0-100 scale?
-
-    True for bounded effectiveness metrics (see module docstring) whose
-    (paper, table, metric) group has any value above 1.
-    """
-    if reported.empty:
-        return pd.Series([], dtype=bool, index=reported.index)
-    bounded = reported["metric"].map(lambda m: bool(_BOUNDED.match(str(m))))
-    group_max = reported.groupby(["paper", "table", "metric"])["value"].transform("max")
-    return (bounded & (group_max > 1.0)).astype(bool)
-
-
-def _measure_kind(metric: str) -> str:
-    """``binary`` (depends on the relevance level), ``graded`` (another effectiveness measure) or ``-`` (none)."""
-    if _BINARY.match(str(metric)):
-        return "binary"
-    return "graded" if _BOUNDED.match(str(metric)) else "-"
-
-
-def reported_level(paper: str, dataset: str, metric: str) -> str:
-    """The relevance level of a reported number, as `compare` prints it: the level (``"1"``, ``"2"``) where the
-    repository knows it (:data:`REPORTED_RELEVANCE_LEVELS`, :data:`BINARY_DATASETS`), ``"not stated"`` for a binary
-    measure where it does not, ``"graded"`` for NDCG and the like, ``"-"`` for a measure of no relevance."""
-    kind = _measure_kind(metric)
+def reported_level(paper: str, dataset: str, kind: str) -> str:
+    """The relevance level of a reported number of `kind` (`measure_kind`): the level where known (``"1"``),
+    ``"not stated"`` for a binary measure where not, else `kind`."""
     if kind != "binary":
         return kind
     if (paper, dataset) in REPORTED_RELEVANCE_LEVELS:
@@ -375,18 +213,16 @@ def reported_level(paper: str, dataset: str, metric: str) -> str:
     return "1" if dataset in BINARY_DATASETS else "not stated"
 
 
-def reproduced_level(metric: str, relevance_level: int | None) -> str:
-    """The relevance level of a reproduced number: `relevance_level` (``"not given"`` where None) for a binary
-    measure, ``"graded"`` or ``"-"`` otherwise (as `reported_level`)."""
-    kind = _measure_kind(metric)
+def reproduced_level(kind: str, relevance_level: int | None) -> str:
+    """The relevance level of a reproduced number of `kind`: `relevance_level` (``"not given"`` where None) for a
+    binary measure, else `kind`."""
     if kind != "binary":
         return kind
     return "not given" if relevance_level is None else str(int(relevance_level))
 
 
 def level_note(frame: pd.DataFrame) -> str | None:
-    """The ``note:`` line for the rows of a `compare` frame whose reported and reproduced relevance levels are both
-    known and differ (their diff compares numbers of different qrels), or None."""
+    """The ``note:`` line for a `compare` frame's rows whose two relevance levels are known and differ, or None."""
     if frame.empty or "reported_level" not in frame:
         return None
     known = frame["reported_level"].str.isdigit() & frame["reproduced_level"].str.isdigit()
@@ -404,8 +240,7 @@ def level_note(frame: pd.DataFrame) -> str | None:
 
 
 def read_relevance_level(metrics_path: str | os.PathLike) -> int | None:
-    """``data.relevance_level`` of the ``config.yaml`` beside `metrics_path` (what a train command wrote), or None
-    where there is no such file or setting."""
+    """``data.relevance_level`` of the ``config.yaml`` beside `metrics_path` (a train command's), or None."""
     path = Path(metrics_path).parent / "config.yaml"
     if not path.is_file():
         return None
@@ -429,48 +264,11 @@ def compare(
     metric_map: Mapping[str, str] | None = None,
     include_missing: bool = False,
     root: str | os.PathLike | None = None,
-    table: Any = None,
     relevance_level: int | None = None,
 ) -> pd.DataFrame:
-    """Join reproduced metrics against the paper's reported rows.
-
-    Parameters
-    ----------
-    reproduced:
-        ``{run: {measure: value}}`` (0-1 scale for effectiveness), or a path to
-        a ``metrics.json`` of that shape.
-    paper, tables, dataset:
-        Which reported rows to compare against (see :func:`load_reported`);
-        ``table=`` is accepted as an alias of ``tables=``.
-    method_map:
-        ``{run: paper method name}``. Runs without an entry are matched to a
-        method whose name equals the run name ignoring case and punctuation;
-        runs matching nothing are left out.
-    metric_map:
-        ``{reproduced measure: reported metric}`` for measures named
-        differently from the CSVs (default: identical names).
-    include_missing:
-        Also return reported rows of matched methods whose measure the run
-        lacks (``reproduced``/``diff`` are NaN).
-    relevance_level:
-        The lowest label the reproduced binary measures (MAP, MRR, ...)
-        counted relevant (None: not given).
-
-    Returns
-    -------
-    DataFrame with columns ``paper, table, dataset, split, setting, method,
-    metric, run, reported, reproduced, diff, scale, reported_level,
-    reproduced_level, note``; ``reproduced`` and ``diff`` are in the paper's
-    scale (``scale`` is ``"0-1"`` or ``"0-100"`` for effectiveness measures,
-    ``"raw"`` for anything else, compared unscaled); the levels are strings
-    (`reported_level`, `reproduced_level`: ``"1"``, ``"graded"``, ...).
-    Raises :class:`ReportError` when the paper/table/dataset selection has no
-    reported rows, or when ``reproduced`` has the wrong shape.
-    """
-    if table is not None:
-        if tables is not None:
-            raise TypeError("compare() got both tables= and table=")
-        tables = table
+    """`reproduced` (``{run: {measure: 0-1 value}}`` or a ``metrics.json``) beside the paper's reported rows, runs
+    matched by `method_map` (else by their name), measures by `metric_map`: one row per match, ``reproduced`` and
+    ``diff`` in the row's scale; with `include_missing`, the matched methods' rows the run lacks too (NaN)."""
     if isinstance(reproduced, (str, os.PathLike)):
         reproduced = load_metrics(reproduced)
     else:
@@ -488,51 +286,35 @@ def compare(
             f"tables: {', '.join(dict.fromkeys(everything['table']))}; "
             f"datasets: {', '.join(dict.fromkeys(everything['dataset']))}"
         )
-    bounded = reported["metric"].map(lambda m: bool(_BOUNDED.match(str(m))))
-    reported = reported.assign(_percent=percent_scaled(reported), _bounded=bounded)
-    methods = list(dict.fromkeys(reported["method"]))
-    by_norm: dict[str, str] = {}
-    for m in methods:
-        by_norm.setdefault(_norm(m), m)
-
     out_cols = ["paper", "table", "dataset", "split", "setting", "method", "metric",
                 "run", "reported", "reproduced", "diff", "scale", "reported_level", "reproduced_level", "note"]
     rows: list[dict[str, Any]] = []
     for run, measures in reproduced.items():
-        if run in method_map:
-            method = method_map[run]
-        else:
-            method = by_norm.get(_norm(run))
-        if method is None:
-            continue
+        method = method_map.get(run, run)
         renamed = {metric_map.get(k, k): v for k, v in measures.items()}
         for rec in reported[reported["method"] == method].to_dict("records"):
             val = renamed.get(rec["metric"])
             if val is None and not include_missing:
                 continue
-            factor = 100.0 if rec["_percent"] else 1.0
-            repro = float("nan") if val is None else round(val * factor, _DECIMALS)
+            repro = float("nan") if val is None else round(val * SCALES[rec["scale"]], _DECIMALS)
+            kind = measure_kind(rec["metric"], rec["scale"])
             rows.append({
                 **{c: rec[c] for c in KEY_COLUMNS},
                 "run": run,
                 "reported": rec["value"],
                 "reproduced": repro,
                 "diff": round(repro - rec["value"], _DECIMALS),
-                "scale": "0-100" if rec["_percent"] else ("0-1" if rec["_bounded"] else "raw"),
-                "reported_level": reported_level(rec["paper"], rec["dataset"], rec["metric"]),
-                "reproduced_level": reproduced_level(rec["metric"], relevance_level),
+                "scale": rec["scale"],
+                "reported_level": reported_level(rec["paper"], rec["dataset"], kind),
+                "reproduced_level": reproduced_level(kind, relevance_level),
                 "note": rec["note"],
             })
     return pd.DataFrame(rows, columns=out_cols)
 
 
-# --------------------------------------------------------------------------- datasets
 def paper_dataset(paper: str, task: Any, root: str | os.PathLike | None = None) -> str | None:
-    """The ``dataset`` id of ``results/reported/<paper>.csv`` that task spec `task` is, or None.
-
-    Only an ``irds:`` task in :data:`IRDS_DATASETS` (or under one of its ids) can be, and only when the
-    paper reports that dataset; the built-in collection and tasks from files are none of the papers'.
-    """
+    """The reported ``dataset`` that task spec `task` is: an ``irds:`` task in `IRDS_DATASETS` (or under one of its
+    ids) whose dataset the paper reports, else None (the built-in collection and files are none of the papers')."""
     if not isinstance(task, str) or not task.startswith("irds:"):
         return None
     ident = task[len("irds:"):]
@@ -551,8 +333,7 @@ def task_label(task: Any) -> str:
 
 
 def write_task_info(output_dir: str | os.PathLike, task: Any, dataset: str | None, *, overwrite: bool = False) -> Path:
-    """Write ``task.json`` (``{"test": task, "dataset": dataset}``) into `output_dir`, atomically and never over
-    an existing one unless `overwrite`; returns its path."""
+    """Write ``task.json`` (``{"test": task, "dataset": dataset}``) into `output_dir`; its path."""
     path = Path(output_dir) / TASK_FILE
     spec = dict(task) if isinstance(task, Mapping) else task
     with atomic_write(path, overwrite=overwrite) as f:
@@ -577,7 +358,7 @@ def read_task_info(metrics_path: str | os.PathLike) -> dict | None:
 
 
 def _dataset_note(metrics_path: str, info: Mapping | None, datasets: list[str], dataset_given: bool) -> str | None:
-    """The ``note:`` line above a comparison whose rows are on `datasets` (see the module docstring), or None."""
+    """The ``note:`` line above a comparison whose rows are on `datasets` (docs/report.md), or None."""
     if not datasets:
         return None
     if info is None:
@@ -598,7 +379,6 @@ def _dataset_note(metrics_path: str, info: Mapping | None, datasets: list[str], 
             f"(--dataset {measured} leaves them out)")
 
 
-# --------------------------------------------------------------------------- markdown
 def _fmt_float(x: float) -> str:
     if math.isnan(x):
         return "n/a"
@@ -644,7 +424,6 @@ def to_markdown(df: pd.DataFrame, float_format: Callable[[float], str] | None = 
     return "\n".join([line(header), sep] + [line(r) for r in body]) + "\n"
 
 
-# --------------------------------------------------------------------------- CLI
 def _parse_map(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
@@ -667,10 +446,9 @@ def _build_parser() -> argparse.ArgumentParser:
         epilog=(
             "example: python -m common.report outputs/metrics.json --paper qds --table 2 "
             "--dataset trec-dl-2019-doc --map qds=QDS-Transformer --output outputs/report.md\n"
-            "Runs without --map are matched to a paper method of the same name "
-            "(case and punctuation ignored). A note above the table says when the task.json beside the metrics "
-            "file names another dataset than a compared row's, or when there is no task.json (and no --dataset), "
-            "and when a row's reported and reproduced relevance levels (columns reported_level, reproduced_level) "
+            "Runs without --map are matched to the paper's method of exactly their name. A note above the table "
+            "says when the task.json beside the metrics file names another dataset than a compared row's, or when "
+            "there is no task.json (and no --dataset), and when a row's reported and reproduced relevance levels (columns reported_level, reproduced_level) "
             "differ. Exit status: 0 ok, 1 nothing matched, 2 bad input."
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -698,7 +476,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 
 def _check_output(out: str | None, overwrite: bool) -> None:
-    """Refuse an --output that cannot be written before comparing anything, rather than after printing the table."""
+    """Refuse an --output that cannot be written before comparing anything."""
     if out is None:
         return
     problem = output_file_problem(Path(out), overwrite)
@@ -745,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ReportError, FileNotFoundError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    # Printed once --output is written, so that a failed write prints nothing but its error.
+    # printed once --output is written: a failed write prints nothing but its error
     sys.stdout.write(text)
     return 0
 

@@ -1,38 +1,15 @@
 """``python -m common.scale``: what the training table and the representation stores cost as the data grows toward MS
 MARCO's size, measured on synthetic inputs of its shape and extrapolated.
 
-The papers train on MS MARCO (8,841,823 passages; 478,002,393 training candidates of
-``msmarco-passage/train/judged``, about 950 per query) and EARL and MVA score from stores of every passage. Neither
-fits this machine, so each part is measured at growing sizes, each measurement in a fresh process (its memory its
-own), and fitted:
+- ``training``: ``--candidates`` lines of a synthetic ``scoreddocs`` file read through ir_datasets: the table built
+  (``build``), opened with a sampler over it (``train``: private memory, time to draw a group), and the sampler over
+  the task read as dicts (``dicts``).
+- ``store``: a store of ``--documents`` documents of ``--width`` fp16 columns written, opened and read (``read``:
+  candidates scattered as a BM25 top 1,000 or contiguous, the page cache dropped before each pass).
 
-- ``training``: ``--candidates`` lines (1M, 10M, 50M) of a synthetic ``scoreddocs`` file, ``--per_query`` candidates
-  per query drawn uniformly from 8.8M passage ids, BM25-like scores, one relevant candidate per query, read through
-  ir_datasets (`TrecScoredDocs`, `TrecQrels`) as an ``irds:`` task is. ``build``: `IrDatasetsSource.training_table`
-  streams it into the cache (seconds, the builder's peak resident set, bytes on disk). ``train``: what one training
-  process holds: the table opened (mapped) and the QDS/EARL/MVA sampler (`PointwiseSampler`) built over it, its
-  private memory (``RssAnon``: the map's file-backed pages, shared by every process of the machine, are not counted)
-  and the time to draw a group. ``dicts``: the same sampler over the task read as dicts, as it was before the table
-  (at the sizes of ``--dict_candidates``).
-- ``store``: a store (`common.stores.representations`) of ``--documents`` documents (10k, 100k, 1M), rows of
-  ``--width`` fp16 columns, a document's row count uniform in 1..2·``--rows``-1, shards of 1,000 documents, written
-  with `StoreWriter` (seconds, bytes on disk). ``read``: the store opened (seconds, private memory) and the rows of
-  ``--queries`` queries of ``--per_query_read`` candidates each read into a padded batch (`RepresentationStore.padded`,
-  what the scorers call): candidates scattered as a BM25 top 1,000 is over the collection, or contiguous (1,000
-  consecutive documents), each pass after the store's files were evicted from the page cache
-  (``posix_fadvise(DONTNEED)``: the first touch of a row reads the disk, as it does where a store outgrows the
-  memory); and scattered with at most 64 shards kept mapped, as the reader did before.
-
-Extrapolation (``extrapolation.json``): each measure fitted by least squares, linear in the size (``polyfit``), and
-evaluated at MS MARCO's sizes; a measure whose fitted rise over the sizes measured is below 2% of its value at the
-largest size is called flat, and so is every time per query or per draw and every ratio (what one query or one
-group costs does not grow with the collection but for the memory hierarchy): those are given at the largest size
-measured. Store sizes at the papers' widths follow from the measured bytes per row and id.
-
-Memory is in MiB (``/proc`` counts kB). Writes ``scale.csv``, ``scale.jsonl``, ``scale.png`` and ``extrapolation.json``
-into ``--output_dir`` (the committed run: ``results/scale``); inputs go to ``--work_dir`` (default: a temporary folder,
-removed after), which needs about 40 bytes per candidate line and 70 per stored row. ``--from_jsonl`` measures nothing
-and writes the files again from an earlier run's rows (a changed extrapolation or plot).
+Each measurement runs in a fresh process; each measure is fitted linearly in the size (`polyfit`) and evaluated at
+MS MARCO's sizes (``extrapolation.json``), flat measures given at the largest size. Memory in MiB. docs/scale.md has
+the details.
 """
 
 from __future__ import annotations
@@ -45,27 +22,26 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.benchmarking import (
-    Line, Panel, Session, answer, benchmark_parser, describe_machine, draw, fit_value, machine, measure_in_child,
-    output_paths, parse, polyfit, significant,
-)
+from common.benchmarks.fits import fit_value, polyfit
+from common.benchmarks.fresh_process import answer, measure_in_child
+from common.benchmarks.machine import describe_machine, machine
+from common.benchmarks.options import benchmark_parser, parse
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, significant
+from common.benchmarks.store_reads import evict_from_page_cache
 from common.refusals import existing_file, positive_int
 
 MODULE = "common.scale"
 #: msmarco-passage: passages; train/judged: candidates, judged queries; train: queries (topics)
 PASSAGES, CANDIDATES, TRAIN_QUERIES, TRAIN_TOPICS = 8_841_823, 478_002_393, 502_939, 808_731
 SHARD_SIZE = 1000
-#: Stores at the papers' widths (fp32 bytes per row, rows per passage): EARL S1 keeps D (768 per real token, ~76
-#: tokens of a passage cut to 128), S2 the 2K = 4 keys and values of D (Eq. 25); MVA¹ 70 timesteps of [D_K | D_V]
-#: (2·128); MVA² 8 timesteps; DE one 768 vector.
+#: Stores at the papers' widths (fp32 bytes per row, rows per passage): EARL S1's D, S2's 2K keys and values (Eq. 25),
+#: MVA¹'s 70 and MVA²'s 8 timesteps of [D_K | D_V], DE's one vector.
 EARL_S1_ROWS = 76
 PAPER_STORES = {"earl_s1": (768 * 4, 76), "earl_s2": (4 * 768 * 4, 76), "mva1": (256 * 4, 70), "mva2": (256 * 4, 8),
                 "de": (768 * 4, 1)}
 #: Private memory above which 8 processes (one per GPU) would not fit 1 TB beside the page cache's share.
 NODE_MEMORY, PROCESSES = 1e12, 8
-
-
-# --------------------------------------------------------------------------- synthetic inputs
 
 
 def write_training_files(folder: Path, candidates: int, per_query: int, seed: int) -> dict:
@@ -116,9 +92,6 @@ def synthetic_matrices(start: int, count: int, width: int, rows: int, seed: int,
     return out
 
 
-# --------------------------------------------------------------------------- measurements (each in a child)
-
-
 def _status_mb(key: str) -> float:
     with open("/proc/self/status") as f:
         return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
@@ -126,18 +99,6 @@ def _status_mb(key: str) -> float:
 
 def _folder_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
-def _evict(folder: Path) -> None:
-    """Drop `folder`'s files from the page cache: their next read goes to the disk."""
-    for path in folder.rglob("*"):
-        if path.is_file():
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def measure_training_build(paths: dict, cache: str) -> dict:
@@ -232,7 +193,7 @@ def measure_store_reads(folder: str, queries: int, per_query: int, seed: int) ->
         """A fresh reader's pass after the files left the page cache, then its second pass (maps and pages held)."""
         reader = RepresentationStore.open(folder)
         reader._kept = kept or reader._kept
-        _evict(folder)
+        evict_from_page_cache(path for path in folder.rglob("*") if path.is_file())
         return read_ms(reader, batches), read_ms(reader, batches)
 
     scattered_cold, scattered_warm = cold_then_warm(scattered)
@@ -255,12 +216,9 @@ def measure(kind: str, **spec) -> dict:
     return MEASURES[kind](**spec)
 
 
-# --------------------------------------------------------------------------- extrapolation
-
-
 def extrapolate(rows: list[dict]) -> dict:
-    """Each measure fitted linearly in the size and evaluated at MS MARCO's (module docstring); what follows for
-    the table, a node of 8 training processes and the papers' stores."""
+    """Each measure fitted linearly in the size and evaluated at MS MARCO's, with what follows for a node of 8
+    training processes and the papers' stores."""
     out: dict = {"training": {}, "store": {}}
     groups = {"training": ("candidates", CANDIDATES, ("build_s", "peak_mb", "column_bytes", "private_mb",
                                                       "topics_mb", "draw_us", "dicts_private_mb")),
@@ -312,9 +270,6 @@ def extrapolate(rows: list[dict]) -> dict:
                     entry[f"read_ms_per_query_{when}"] = significant(big[key] + (paper[key] - big[key]) * share)
             out["stores_at_paper_widths"][name] = entry
     return out
-
-
-# --------------------------------------------------------------------------- the command
 
 
 def build_parser():

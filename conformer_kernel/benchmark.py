@@ -1,20 +1,12 @@
 """``python -m conformer_kernel.benchmark``: peak memory of a training step with Transformer vs Conformer layers as
 the document length n grows (Mitra et al., TREC 2020 DL, RQ2, Figure 2: quadratic for TK, linear for CK).
 
-What is timed: one training step of NDRM1 (`conformer_kernel.model.build_ranker`, the part of the rankers whose
-memory depends on the encoder) with ``encoder="transformer"`` (``tk``: dot-product attention, Eq. 1) or
-``"conformer"`` (``ck``: grouped convolution and separable attention, Eq. 2), all else fixed at the paper's sizes:
-forward, RankNet loss (the first document of each query relevant), backward, Adam step. The batch is ``--queries``
-queries of ``--query_terms`` terms with ``--docs`` documents each of exactly n terms (no padding), random ids.
-
-``peak_mb`` (`common.benchmarking.peak_mb`) is measured in a fresh process per (impl, n), after one untimed
-full-size step: training's steady state, so the rise is the step's own working memory; the parameters and Adam's
-moments (``state_mb``) are outside it. On CPU the child fixes glibc's mmap threshold (``--mmap_threshold``), so that
-freed tensors leave the resident set as they leave CUDA's allocator. A step that would not fit is skipped, not tried:
-TK keeps three (B, heads, n, n) fp32 tensors per layer for backward (softmax output, dropout mask, dropped-out
-probabilities) and the masked scores at the peak, so `estimate_mb` = B·heads·n²·4 bytes·(3·layers + 1) is compared
-with ``--memory_fraction`` of MemAvailable; the child's data segment is limited to that share too. Fits: ``ck`` linear,
-``tk`` quadratic in n; the TK/CK ratio at each n (from TK's fit where TK was skipped), at n = 4000 in closing.
+One training step (forward, RankNet loss, backward, Adam) of NDRM1 with ``encoder="transformer"`` (``tk``, Eq. 1) or
+``"conformer"`` (``ck``, Eq. 2) on ``--queries`` x ``--docs`` documents of exactly n random terms. ``peak_mb`` is
+measured in a fresh process per (impl, n) after one untimed full-size step (the step's own working memory); on CPU
+the child fixes glibc's mmap threshold so freed tensors leave the resident set. A TK step whose `estimate_mb` exceeds
+``--memory_fraction`` of MemAvailable is skipped. Fits: ``ck`` linear, ``tk`` quadratic in n.
+docs/conformer_kernel_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -23,11 +15,13 @@ import os
 import sys
 from pathlib import Path
 
-from common.benchmarking import (
-    Line, Panel, Session, answer, available_mb, benchmark_parser, draw, fit_value, fraction, limit_data_segment,
-    measure_in_child, median_ms, output_paths, parse, peak_mb, polyfit, probability, resolve_device, rounded,
-    text_table,
-)
+from common.benchmarks.fits import fit_value, polyfit
+from common.benchmarks.fresh_process import answer, measure_in_child
+from common.benchmarks.memory import available_mb, limit_data_segment, peak_mb
+from common.benchmarks.options import benchmark_parser, fraction, parse, probability, resolve_device
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, rounded, text_table
+from common.benchmarks.timing import median_ms
 from common.refusals import nonnegative_int, positive_int, usage_error
 from conformer_kernel import hidden_size
 
@@ -81,8 +75,8 @@ def build_model(impl: str, n: int, settings: dict):
 
 
 def estimate_mb(impl: str, n: int, settings: dict) -> float:
-    """Predicted working memory of one training step, from its dominant term (see the module docstring); ``ck``:
-    B·n·hidden fp32 elements times 32 per layer, an empirical bound of its linear activations."""
+    """Predicted working memory of one training step: ``tk`` B·heads·n²·4 bytes·(3·layers + 1) (three (B, heads, n, n)
+    tensors per layer kept for backward, the scores at the peak); ``ck`` B·n·hidden·4 bytes·32 per layer (empirical)."""
     documents, layers = settings["queries"] * settings["docs"], settings["num_layers"]
     if impl == "tk":
         return documents * settings["num_heads"] * n * n * 4 * (3 * layers + 1) / MB
@@ -115,8 +109,7 @@ def measure(impl: str, n: int, settings: dict, device: str) -> dict:
 
 
 def measure_alone(impl: str, n: int, settings: dict, device: str) -> dict:
-    """`measure` in the fresh process of `measure_isolated`: on CPU with its data segment limited first, so that a
-    step the estimate let through but that does not fit is an allocation error, not the OOM killer."""
+    """`measure` in the fresh process of `measure_isolated`, on CPU with its data segment limited first."""
     if device == "cpu":
         limit_data_segment(settings["memory_fraction"])
     return measure(impl, n, settings, device)
@@ -173,8 +166,7 @@ def closing_note(rows: list[dict], fitted: dict, at: int = REPORT_N) -> str:
 
 
 def plot(rows: list[dict], fitted: dict, path: Path, overwrite: bool) -> None:
-    """Peak MB against n for both encoders with their fits (dashed beyond the measured lengths, x where skipped):
-    left up to n = 4000 on linear axes, the ratio there written beside TK's point; right every length, log-log."""
+    """Peak MB against n for both encoders with their fits: up to n = 4000 on linear axes, and every length log-log."""
     import numpy as np
 
     at = {r["n"]: f"TK/CK {r['ratio']:.1f}x" for r in ratios(rows, fitted) if r["n"] == REPORT_N}

@@ -127,7 +127,7 @@ class ConformerKernelDataModule(RerankingDataModule):
         if self._resources is None:
             if not self.has_split("train"):
                 raise ValueError("no vocabulary: configure a training task (data.train) or call use_featurizer")
-            source = self.tasks.source("train")
+            source = self.source("train")
             others = [(spec, source_from_spec(spec)) for spec in self.hparams.collections or []]
             key = source_fingerprint(self.specs["train"], source)
             if others:

@@ -140,7 +140,7 @@ def main(argv=None) -> dict | None:
         trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out,
                             enable_model_summary=False)  # fmt: skip
         trainer.test(model, datamodule=data)
-        runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
+        runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.source("test").candidates())
     if "fullrank" in args.modes:  # its index built by every process, its retrieval on global rank zero (else None)
         runs["fullrank"] = full_ranking(model, featurizer, data, out / "index", trainer_options(args), index,
                                         num_workers=args.num_workers)
@@ -148,7 +148,8 @@ def main(argv=None) -> dict | None:
         return None
     name = model.hparams.model
     dataset = args.dataset or paper_dataset(PAPER, task)
-    metrics = write_mode_results(out, name, runs, data.qrels("test"), data.candidates("test"), args.relevance_level,
+    test = data.source("test")
+    metrics = write_mode_results(out, name, runs, test.qrels(), test.candidates(), args.relevance_level,
                                  measures=model.measures, task=task, dataset=dataset, depth=DEPTH)  # fmt: skip
     title = f"{data.source('test').name}: {len(data.eval_queries('test'))} queries"
     written = ", ".join(str(out / mode_run(m)) for m in runs)

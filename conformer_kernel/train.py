@@ -70,7 +70,7 @@ def tested_runs(cli, modes: list[str]) -> dict:
     model, data = cli.model, cli.datamodule
     runs = {}
     if "rerank" in modes:
-        runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
+        runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.source("test").candidates())
     if "fullrank" in modes:
         accelerator = "gpu" if model.device.type == "cuda" else "cpu"
         runs["fullrank"] = full_ranking(model.eval(), data.featurizer, data, cli.output_dir / "index",

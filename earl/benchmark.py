@@ -2,65 +2,13 @@
 (Gao, Dai, Callan 2020, Sec. 5.2, Table 3), beside Table 1's cost (`earl.costs.Size`) and counted FLOPs, with what
 reading EARL's stored rows costs a user beside the compute.
 
-Timed per query of 16 tokens (Sec. 5.2), random weights (timing does not depend on them), inference mode:
-``bert_ranker``, `BertRanker` over ``[CLS] query [SEP] document [SEP]``, timed on ``--ranker_candidates`` candidates
-and scaled linearly to N (each is the same work); ``earl_s1``, T_qry once, then per batch of candidates their rows of
-D looked up in a store and copied into a preallocated tensor, their keys and values (`EARL.document_keys_values`, one
-product of every block's stacked key and value weights: the n^2 d term S2 saves) and `EARL.judge`; ``earl_s2``, the
-same from a store of D' (Eq. 25). EARL's compute is the code ``python -m earl.evaluate`` runs: `EarlScorer` calls
-`earl.query_scorer.QueryScorer`'s own ``encode_query``, ``stored_rows`` and ``score`` (T_qry;
-`EARL.document_keys_values` for S1; `EARL.judge`), timing each. Only the read is the benchmark's own: every candidate
-has exactly n rows, copied into a preallocated batch, where ``earl.evaluate`` pads documents of any length
-(`RepresentationStore.padded`).
-
-Tokens: the BERT ranker reads at most 512 tokens, as BERT must (512 positions): its pair is the query's 16 tokens
-([CLS], 14 words, [SEP]: `common.benchmarking.bert_query`), the document's n - 1 words and [SEP], the words cut to
-512 - 16 - 1 = 495 where n > 496. At n = 512 the ranker thus reads 512 tokens, the document cut to 495 words, while
-EARL's stored documents hold all 512 rows ([CLS] and 511 words, which T_doc reads within its 512 positions). Each
-row's ``ranker_tokens`` is the ranker's pair length, min(n + 16, 512), and the ranker's Table 1 cost in
-``analytic_ratio`` and ``table1_ratio`` is at that length. ``--lengths`` above 512 are refused.
-
-Batches: both rank a query's candidates in batches of ``--batch_size`` (`BATCH_SIZE`, 128: ``earl.evaluate``'s
-default ``--batch_size``, candidates per judge batch, so the benchmark times the setting a user runs), the ranker's
-pairs per forward pass and EARL's candidates per judge call (``--earl_batch_size`` sets EARL's alone; by default the
-same). The ranker is timed on min(``--ranker_candidates``, N) pairs (32 by default, so one batch of 32) and scaled
-to N; each row's ``batch_size`` is the batch it ran: the ranker's min(``--batch_size``, its timed pairs), EARL's
-min(its batch size, N).
-
-The store is what a user has (`earl.store.random_stores`): ``--store_documents`` documents (100,000 by default) of
-n rows each, at the model's width, fp16 by default, in shards of 1,000 documents (the index commands' default), read
-through `common.stores.representations` (the sorted id table searched, every shard mapped once and kept). Each timed
-query's candidates are what a BM25 top N gives, N distinct documents drawn uniformly at random over the store, a new
-draw every repeat (`common.benchmarking.draw_candidates`, ``default_rng((seed, repeat))``): they scatter over about
-min(N, shards) shards and no repeat reads rows an earlier one left in memory. A warm-up maps the shards that a draw
-of its own falls in, as a server that has run a while has them, and runs the compute once, reading no row; then, just
-before the timed queries, the store's files are written back and dropped from the page cache
-(``posix_fadvise(POSIX_FADV_DONTNEED)``), so on Linux the first touch of a row is a disk read (cold).
-``store_cached`` is the share of the store's pages still cached when the timing starts (``mincore``: near 0 where
-the eviction worked, the id table's pages the warm-up searched; 1 on a file system kept in memory).
-
-Disk: one store at a time, each removed once measured unless ``--store_dir`` keeps them, and none larger than
-``--store_gb`` (4 GB by default, `STORE_GB`): a store whose ``--store_documents`` would not fit holds as many as do
-(the row's ``store_documents``). At the defaults (fp16) that is 20,345, 10,172 and 5,086 documents for base S1 at
-d = 128, 256 and 512, and 5,086, 2,543 and 1,271 for base S2 (3,072 columns: 3.1 MB a document at d = 512, so 4 GB is
-about the least that holds the default 1,000 candidates). The committed results (``results/earl``) name
-``--store_gb 28``: 100,000 documents for base S1 at d = 128 (19.7 GB), 71,207 and 35,603 at d = 256 and 512, and
-35,603, 17,801 and 8,900 for base S2 (315 GB for 100,000 at d = 512); small S1 holds 100,000 at every length, small
-S2 100,000, 53,405 and 26,702.
-
-``ms`` is the median query's wall clock (of ``--repeats``, after the warm-up); ``read_ms`` its store reads (the id
-lookup and the copy into the batch tensor, fp16 rows converted to fp32 included) and ``compute_ms`` the rest (T_qry,
-keys and values, the judge: the compute alone), so ``ms = read_ms + compute_ms``. Then each timed query is scored
-again, its rows now in the page cache (a store held in memory): ``warm_ms`` is the median such query's wall clock,
-``warm_read_ms`` its reads and ``warm_compute_ms`` the rest. The held-in-memory figure is timed whole rather than
-added up from the cold query's compute and a second read: after a cold read the kernel is still reclaiming page
-cache for the reads to come while the cold query computes (a store larger than memory), which slows that compute
-(measured in results/earl/README.md, "the bar"). ``speedup`` is the BERT ranker's ms
-over the row's, ``compute_speedup`` over its compute alone, ``warm_speedup`` over ``warm_ms``;
-``cpu_ms`` is the median process CPU time (with ``--threads 1`` the steadier measure on a shared machine; a disk wait
-is not CPU time), with EARL's compute parts (``query_ms``, ``keys_values_ms``, ``judge_ms``, the median query's);
-``flops`` are FlopCounterMode's counts of the very calls timed, scaled to N; ``analytic_ratio`` and ``table1_ratio``
-are Table 1's ratio in multiply-adds and with every constant 1, the ranker's cost at its ``ranker_tokens``.
+Per query of 16 tokens (Sec. 5.2), random weights, inference mode: ``bert_ranker`` over ``[CLS] query [SEP] document
+[SEP]`` (at most 512 tokens, the words cut to 495), timed on ``--ranker_candidates`` and scaled to N; ``earl_s1`` and
+``earl_s2`` run ``earl.evaluate``'s `earl.query_scorer.QueryScorer` calls on rows of D or D' (Eq. 25) read from a
+store of ``--store_documents`` seeded documents (at most ``--store_gb``), N candidates drawn at random each repeat,
+the store's pages dropped from the page cache before the timed queries (cold reads). ``ms = read_ms + compute_ms``
+(the median query); ``warm_ms`` the same query with its rows cached; ``analytic_ratio`` and ``table1_ratio`` Table 1's
+ratio in multiply-adds and with every constant 1. docs/earl_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -72,11 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from common.benchmarking import (
-    Line, Panel, PartTimes, Session, add_store_options, benchmark_parser, bert_pairs, bert_query, cached_fraction,
-    check_store_options, count_flops, describe_machine, draw, draw_candidates, evict_from_page_cache, machine,
-    median_query, output_paths, parse, rounded, wall_and_cpu_ms,
+from common.benchmarks.bert_inputs import bert_pairs, bert_query
+from common.benchmarks.machine import describe_machine, machine
+from common.benchmarks.options import benchmark_parser, parse
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, rounded
+from common.benchmarks.store_reads import (
+    add_store_options, cached_fraction, check_store_options, draw_candidates, evict_from_page_cache, median_query,
 )
+from common.benchmarks.timing import PartTimes, count_flops, wall_and_cpu_ms
 from common.refusals import positive_float, positive_int, usage_error
 from earl.costs import TABLE1, Size
 
@@ -92,8 +44,7 @@ SIZES = {"base": Size(layers=12, hidden=768, heads=12, intermediate=3072, blocks
          "small": Size(layers=4, hidden=256, heads=4, intermediate=1024, blocks=2, query_layers=2)}  # head width 64
 ITEM_BYTES = {"fp32": 4, "fp16": 2}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
-#: The most disk one store takes by default, in GB: a default run writes a few GB at most, and base S2's largest
-#: rows (d = 512) still hold the default 1,000 candidates (1,271 documents).
+#: The most disk one store takes by default, in GB: base S2 at d = 512 still holds 1,000 candidates (1,271 documents).
 STORE_GB = 4.0
 TABLE = (("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f"), ("compute_ms", ".1f"),
          ("warm_ms", ".1f"), ("warm_read_ms", ".1f"), ("speedup", ".1f"), ("compute_speedup", ".1f"),
@@ -115,8 +66,7 @@ def store_documents(size: Size, strategy: str, n: int, args) -> int:
 
 
 def ranker_words(n: int) -> int:
-    """The document words of the BERT ranker's pair at document length n: the n - 1 words after EARL's [CLS], cut to
-    `RANKER_WORDS` (495) so that ``[CLS] query [SEP] words [SEP]`` holds at most `BERT_POSITIONS` tokens."""
+    """The document words of the BERT ranker's pair at document length n: n - 1, at most `RANKER_WORDS` (495)."""
     return min(n - 1, RANKER_WORDS)
 
 
@@ -126,16 +76,9 @@ def ranker_tokens(n: int) -> int:
 
 
 def analytic_cost(size: Size, impl: str, n: int, candidates: int, constants=None) -> float:
-    """Table 1's cost of `impl` at document length n (`Size.cost`: multiply-adds, or `constants`' units), the BERT
-    ranker's at the tokens it reads (`ranker_tokens`: its document cut to fit 512)."""
+    """Table 1's cost of `impl` at document length n (`Size.cost`), the BERT ranker's at the tokens it reads."""
     d = ranker_tokens(n) - QUERY_LENGTH if impl == "bert_ranker" else n
     return size.cost(impl, QUERY_LENGTH, d, candidates, constants)
-
-
-def analytic_ratio(size: Size, impl: str, n: int, candidates: int, constants=None) -> float:
-    """The BERT ranker's `analytic_cost` over `impl`'s: how many times less `impl` computes."""
-    return analytic_cost(size, "bert_ranker", n, candidates, constants) / analytic_cost(size, impl, n, candidates,
-                                                                                        constants)
 
 
 def earl_batch_size(args) -> int:
@@ -154,9 +97,9 @@ def store_files(store) -> list[Path]:
 
 
 def build_models(size: Size, seed: int):
-    """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's
-    T_doc (T_qry and the judge blocks are built from it, Sec. 3.4), with BERT's 512 positions (`BERT_POSITIONS`)."""
-    from common.benchmarking import BERT_PAD, BERT_VOCAB_SIZE
+    """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's T_doc
+    (Sec. 3.4)."""
+    from common.benchmarks.bert_inputs import BERT_PAD, BERT_VOCAB_SIZE
     from common.encoders.bert_rankers import BertRanker
     from common.encoders.pretrained import from_scratch_bert
     from earl.model import build_earl
@@ -167,13 +110,9 @@ def build_models(size: Size, seed: int):
 
 
 class EarlScorer:
-    """Scores one query against candidates from a store as ``earl.evaluate`` does, timed:
-    `earl.query_scorer.QueryScorer`'s own calls, T_qry once (``encode_query``), then per batch of `batch_size`
-    candidates (each exactly `n` rows) their keys and values (``stored_rows``: `EARL.document_keys_values` of S1's D;
-    S2's rows as they are) and the judge (``score``: `EARL.judge`). The same calls, not copies of them: what the
-    benchmark times is what a user runs. The read is the benchmark's own, the candidates' rows looked up at once and
-    copied into a preallocated tensor (fp16 rows then converted to fp32). After a call ``parts.ms`` holds its
-    milliseconds of query encoding, reads, keys and values, and judge (`PARTS`)."""
+    """Scores one query against candidates from a store with `earl.query_scorer.QueryScorer`'s own calls, as
+    ``earl.evaluate`` does, the candidates' rows read into a preallocated tensor; ``parts.ms`` holds each part's
+    milliseconds (`PARTS`)."""
 
     def __init__(self, model, store, impl: str, n: int, batch_size: int):
         import torch
@@ -184,7 +123,7 @@ class EarlScorer:
             raise ValueError(f"EarlScorer scores earl_s1 from an S1 store or earl_s2 from an S2 store, not {impl!r} "
                              f"from an {store.identity['strategy'].upper()} store")
         self.model, self.store, self.impl, self.n, self.batch_size = model, store, impl, n, batch_size
-        self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)  # its calls; no query text read
+        self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)
         stored = torch.float16 if store.dtype == "float16" else torch.float32
         self.rows = torch.zeros(batch_size, n, store.width, dtype=stored)
         self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
@@ -203,14 +142,12 @@ class EarlScorer:
         return self.compute[: len(ids)]
 
     def warm_up(self, tokens, mask, ids: list[str]) -> None:
-        """Map the shards that `ids` fall in, touching none of their rows, and run T_qry and the judge once on a
-        batch of zero rows: the first calls' costs paid, nothing read into the page cache."""
-        self.store.get_many(ids)  # views of the shards' maps: no row is read
+        """Map the shards of `ids` and run the compute once on zero rows: first calls paid, no row read."""
+        self.store.get_many(ids)
         self.judge_batch(self.scoring.encode_query(tokens, mask), self.compute)
 
     def judge_batch(self, query, rows):
-        """Scores of one batch of candidates from their rows (D for S1, D' for S2) for `query`, ``encode_query``'s
-        (Q, its mask): `QueryScorer.stored_rows`, then `QueryScorer.score`; times the two parts."""
+        """Scores of one batch of candidates from their rows for `query` (``encode_query``'s), both parts timed."""
         with self.parts("keys_values_ms"):
             keys_values, doc_mask = self.scoring.stored_rows(rows, self.doc_mask[: len(rows)])
         with self.parts("judge_ms"):
@@ -232,8 +169,7 @@ class EarlScorer:
 
 
 def earl_flops(scorer: EarlScorer, tokens, mask, ids: list[str], candidates: int) -> int:
-    """FLOPs of scoring `candidates` candidates as `scorer` does: T_qry once, per call (the first block's query
-    projection) once per batch, per candidate the rest, from counts on 1 and 2 candidates."""
+    """FLOPs of scoring `candidates` candidates as `scorer` does, from counts on 1 and 2 candidates."""
     query = scorer.scoring.encode_query(tokens, mask)
     query_flops = count_flops(lambda: scorer.scoring.encode_query(tokens, mask))
     one, two = (count_flops(lambda k=k: scorer.judge_batch(query, scorer.read(ids[:k]))) for k in (1, 2))
@@ -241,9 +177,8 @@ def earl_flops(scorer: EarlScorer, tokens, mask, ids: list[str], candidates: int
 
 
 def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
-    """The BERT ranker's FLOPs on N pairs (counted on one; every row's ratio is to them) and, where `timed`, its time on
-    min(--ranker_candidates, N) pairs in batches of ``--batch_size``, scaled to N. Each pair is ``[CLS] query [SEP]
-    words [SEP]``, the document's words cut to fit BERT's 512 positions (`ranker_words`)."""
+    """The BERT ranker's FLOPs on N pairs and, where `timed`, its time on min(--ranker_candidates, N) pairs, scaled
+    to N."""
     import torch
 
     from earl.store import document_words
@@ -265,17 +200,14 @@ def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
 
 
 def measure_earl(model, store, impl: str, n: int, args) -> dict:
-    """Time EARL S1 or S2 (`impl`) on N candidates drawn over `store` afresh for each query (`draw_candidates`),
-    cold (the module docstring): a warm-up (`EarlScorer.warm_up`: the shards of a draw of its own mapped, the
-    compute run once, no row read), the store dropped from the page cache, then ``--repeats`` timed queries; ``ms``
-    and its parts are the median query's (`median_query`), ``warm_ms`` and its parts the median of the same queries
-    scored again with their rows in memory, the FLOPs `earl_flops`."""
+    """Time EARL S1 or S2 (`impl`) on N candidates drawn afresh for each query, cold (a warm-up, then the store
+    dropped from the page cache), then the same queries warm; the median query's times and parts."""
     import numpy as np
     import torch
 
     (tokens, mask), documents = bert_query(QUERY_LENGTH, args.seed), len(store)
     draws = [draw_candidates(documents, args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
-    *timed, warm_up = [candidate_ids(positions) for positions in draws]  # the warm-up's draw is the last
+    *timed, warm_up = [candidate_ids(positions) for positions in draws]
     scorer = EarlScorer(model, store, impl, n, min(earl_batch_size(args), args.candidates))
     files, records, warm = store_files(store), [], []
     with torch.inference_mode():
@@ -287,7 +219,7 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
             scorer(tokens, mask, ids)
             records.append({"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
                             **scorer.parts.ms})
-        for ids in timed:  # the same queries again, their rows in the page cache now
+        for ids in timed:
             wall = time.perf_counter()
             scorer(tokens, mask, ids)
             warm.append({"ms": (time.perf_counter() - wall) * 1000, **scorer.parts.ms})
@@ -304,13 +236,12 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
 
 
 def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args) -> dict:
-    """One output row: the measurement, its ratios to the BERT ranker's (`ranker`: its FLOPs, and its time where it was
-    timed) and Table 1's (`analytic_ratio`: the ranker's cost at its `ranker_tokens`), the store read, the
-    setting."""
+    """One output row: the measurement, its ratios to the BERT ranker's (`ranker`) and Table 1's, the setting."""
     size, N, ms, flops = SIZES[size_name], args.candidates, result["ms"], result["flops"]
     earl, s1 = impl != "bert_ranker", impl == "earl_s1"
     ranker_ms, ranker_cpu_ms = ranker.get("ms"), ranker.get("cpu_ms")
     compute_ms = result.get("compute_ms", ms)  # the BERT ranker's time is all compute
+    macs, table1 = ({i: analytic_cost(size, i, n, N, c) for i in ("bert_ranker", impl)} for c in (None, TABLE1))
     return {"bench": "earl_speed", "impl": impl, "size": size_name, "n": n, "pass": "infer", "ms": round(ms, 3),
             "read_ms": rounded(result.get("read_ms"), 3), "compute_ms": round(compute_ms, 3),
             "warm_ms": rounded(result.get("warm_ms"), 3), "warm_read_ms": rounded(result.get("warm_read_ms"), 3),
@@ -321,14 +252,14 @@ def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args
             "warm_speedup": rounded(ranker_ms and result.get("warm_ms") and ranker_ms / result["warm_ms"], 2),
             "cpu_ms": round(result["cpu_ms"], 3),
             "cpu_speedup": rounded(ranker_cpu_ms and ranker_cpu_ms / result["cpu_ms"], 2),
-            "analytic_ratio": round(analytic_ratio(size, impl, n, N), 2),
-            "table1_ratio": round(analytic_ratio(size, impl, n, N, TABLE1), 2),
+            "analytic_ratio": round(macs["bert_ranker"] / macs[impl], 2),
+            "table1_ratio": round(table1["bert_ranker"] / table1[impl], 2),
             "flop_ratio": round(ranker["flops"] / flops, 2),
             "affordable_candidates": math.floor(N * ms / ranker_ms) if ranker_ms and earl else None,
             "query_ms": rounded(result.get("query_ms"), 3),
             "keys_values_ms": rounded(result.get("keys_values_ms"), 3) if s1 else None,
             "judge_ms": rounded(result.get("judge_ms"), 3), "flops": flops,
-            "analytic_macs": round(analytic_cost(size, impl, n, N)),
+            "analytic_macs": round(macs[impl]),
             "gflops_per_s": round(flops / ms / 1e6, 2), "compute_gflops_per_s": round(flops / compute_ms / 1e6, 2),
             "store_dtype": args.dtype if earl else None,
             "store_bytes_per_document": result.get("store_bytes_per_document"),
@@ -341,8 +272,7 @@ def make_row(impl: str, size_name: str, n: int, result: dict, ranker: dict, args
 
 
 def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
-    """Seconds per query against n, log scale, one panel per size, one line per implementation (dashed where
-    extrapolated), EARL's points labelled with their speed-up and its compute alone dotted beside them."""
+    """Seconds per query against n, one panel per size, one line per implementation."""
     panels = []
     for size_name in dict.fromkeys(r["size"] for r in rows):
         first, lines = next(r for r in rows if r["size"] == size_name), []
@@ -437,10 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         rows, wanted = [], [impl for impl in STRATEGY if impl in args.impls]
         for size_name in args.size:
             size = SIZES[size_name]
-            model, ranker = build_models(size, args.seed)  # 512 positions: the ranker's pairs are cut to fit
+            model, ranker = build_models(size, args.seed)
             weights = f"random weights, seed {args.seed}, size {size_name} ({size.describe()})"
             for n in args.lengths:
-                bert = measure_ranker(ranker, n, args, timed="bert_ranker" in args.impls)  # its FLOPs at least
+                bert = measure_ranker(ranker, n, args, timed="bert_ranker" in args.impls)
                 if "ms" in bert:
                     rows.append(emit(make_row("bert_ranker", size_name, n, bert, bert, args)))
                 for impl in wanted:
@@ -456,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
                                               dtype=args.dtype, documents=args.documents, seed=args.seed,
                                               shard_size=SHARD_SIZE, batch_size=args.batch_size)[strategy]
                         result = measure_earl(model, store, impl, n, args)
-                        del store  # its shards' maps, before the folder goes
+                        del store
                     rows.append(emit(make_row(impl, size_name, n, result, bert, args)))
         return session.finish(rows, plot=plot, table=TABLE)
 

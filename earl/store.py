@@ -41,7 +41,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from common.benchmarking import bert_documents, noise_documents, random_words
+from common.benchmarks.bert_inputs import bert_documents, random_words
+from common.benchmarks.store_reads import noise_documents
 from common.encoders.bert_inputs import BertInputs
 from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 from common.stores.scoring import load_module

@@ -79,7 +79,7 @@ def paper_tables(metrics: dict, task, dataset: str | None, data=None, relevance_
         return nothing_to_compare(task, f"is none of its datasets ({', '.join(DATASETS)}; earl.evaluate --dataset "
                                         "names the one a task from files is)")  # fmt: skip
     if relevance_level is None and data is not None:
-        relevance_level = data.relevance_level
+        relevance_level = data.tasks.relevance_level
     method_map = {run: PAPER_METHODS[run] for run in metrics if run in PAPER_METHODS}
     frame = compare(metrics, PAPER, tables=2, dataset=dataset, method_map=method_map, relevance_level=relevance_level)
     if frame.empty:

@@ -3,36 +3,12 @@ operating points and cross-attention (CA): the joint compute (Zhou and Devlin 20
 compute and storage; timed here) and, beside it, reading the candidates' stored rows as a user pays for it, with the
 calculator's MACs (`mva.costs`) and each method's bytes per document.
 
-- ``de``: the query's h-vector against N stored h-vectors (one matrix-vector product);
-- ``mva1``-``mva3``: `mva.model.MultiVectorAttention.score` over N candidates' stored [D_K | D_V] rows (random: the
-  cost does not depend on their values) with the query's Q_K and Q_V expanded over them, at `mva.costs.table5`'s
-  operating points, all N in one call;
-- ``ca``: `common.encoders.bert_rankers.BertRanker` over pairs of 128 tokens in batches of ``--batch_size``, timed on
-  ``--ca_candidates`` and scaled linearly to N (``extrapolated``: every candidate is the same work). It reads no
-  stored representation (fetching its documents' token ids is not timed): ``read_ms`` is empty.
-
-DE's and MVA's rows come from a store (`common.stores.representations`, fp32 as the paper's bytes per document) of
-``--store_documents`` documents (`STORE_DOCUMENTS`, 25,000 by default) of seeded noise
-(`common.benchmarking.noise_documents`), each of the method's timesteps and width ([D_K | D_V], 2 H p, per timestep;
-DE's one h-vector), in shards of 1,000 documents (the index commands' default). Each timed query's candidates are what a
-BM25 top N gives, N distinct documents drawn uniformly at random over the store, a new draw every repeat
-(`common.benchmarking.draw_candidates`, ``default_rng((seed, repeat))``): they scatter over about min(N, shards) shards
-and no repeat reads rows an earlier one left in memory. A warm-up maps the shards that a draw of its own falls in, as a
-server that has run a while has them, and runs the head once on zero rows, reading no row; then, just before the timed
-queries, the store's files are written back and dropped from the page cache (``posix_fadvise(POSIX_FADV_DONTNEED)``), so
-on Linux the first touch of a row is a disk read (cold). ``store_cached`` is the share of the store's pages still cached
-when the timing starts (``mincore``: near 0 where the eviction worked, the id table's pages the warm-up searched). One
-store is on disk at a time (at most MVA¹'s: 71,680 bytes a document, 1.8 GB at 25,000), each removed once measured
-unless ``--store_dir`` keeps them. The committed results (``results/mva``) name ``--store_documents 100000`` (7.2 GB).
-
-``ms`` is the median query's wall clock (of ``--repeats``, ``--ca_repeats`` for CA, after the warm-up);
-``read_ms`` its store reads (the id lookup and the copy of every candidate's rows into one batch tensor, then to the
-device) and ``compute_ms`` the joint compute (what this benchmark timed alone before; the query's encoding and the
-documents' are left out, as in the paper's joint compute), so ``ms = read_ms + compute_ms``; ``warm_read_ms`` reads
-the same candidates again, their rows now in the page cache. ``ca_time_ratio`` is CA's ms over the row's,
-``ca_compute_ratio`` over its compute alone, ``ca_macs_ratio`` CA's MACs over the row's; ``gflops_per_s`` is on
-``ms``, ``compute_gflops_per_s`` on ``compute_ms``. Sizes (CA's BERT, DE's h): ``base`` (BERT-base, the paper's)
-and ``small`` (the offline MiniLM's), from scratch with random weights.
+``de``: the query's h-vector against N stored ones; ``mva1``-``mva3``: `mva.model.MultiVectorAttention.score` over N
+candidates' stored [D_K | D_V] rows at `mva.costs.table5`'s operating points; ``ca``: `BertRanker` over pairs of 128
+tokens, timed on ``--ca_candidates`` and scaled to N. DE's and MVA's rows are read from an fp32 store of
+``--store_documents`` seeded documents, N candidates drawn at random each repeat, its pages dropped from the page
+cache before the timed queries. ``ms = read_ms + compute_ms`` (the median query); sizes ``base`` (BERT-base) and
+``small`` (the offline MiniLM's), random weights. docs/mva_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -44,12 +20,18 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
-from common.benchmarking import (
-    BERT_CLS, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE, FIRST_WORD, BertSize, Line, Panel, Session, add_store_options,
-    benchmark_parser, bert_pairs, cached_fraction, check_store_options, describe_machine, draw, draw_candidates,
-    evict_from_page_cache, gpu_description, machine, median_ms, median_query, noise_documents, output_paths, parse,
-    resolve_device, text_table,
+from common.benchmarks.bert_inputs import (
+    BERT_CLS, BERT_PAD, BERT_SEP, BERT_VOCAB_SIZE, FIRST_WORD, BertSize, bert_pairs,
 )
+from common.benchmarks.machine import describe_machine, gpu_description, machine
+from common.benchmarks.options import benchmark_parser, parse, resolve_device
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, text_table
+from common.benchmarks.store_reads import (
+    add_store_options, cached_fraction, check_store_options, draw_candidates, evict_from_page_cache, median_query,
+    noise_documents,
+)
+from common.benchmarks.timing import median_ms
 from common.refusals import positive_int
 from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs, mva_macs, mva_storage
 
@@ -58,8 +40,7 @@ LABELS = {"de": "DE", "mva1": "MVA1", "mva2": "MVA2", "mva3": "MVA3", "ca": "CA"
 FLOAT_BYTES = 4  # fp32
 SIZES = {"base": BertSize(12, 768, 12, 3072), "small": BertSize(6, 384, 12, 1536)}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
-#: Documents in a store by default: at most 1.8 GB on disk (MVA1's rows), and 25 shards, over which a top 1,000
-#: still scatters (`common.benchmarking.draw_candidates`).
+#: Documents in a store by default: at most 1.8 GB on disk (MVA1's rows) in 25 shards.
 STORE_DOCUMENTS = 25_000
 
 
@@ -96,8 +77,8 @@ def store_shape(impl: str, size: BertSize) -> tuple[int, int]:
 
 
 def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, seed: int):
-    """The fp32 store of `documents` documents ``d0``, ``d1``... of `rows` x `width` seeded noise under `root`
-    (`noise_documents`), in shards of `SHARD_SIZE`; a finished one of the same identity is opened, not rebuilt."""
+    """The fp32 store of `documents` documents ``d0``, ``d1``... of `rows` x `width` seeded noise under `root`;
+    a finished one of the same identity is opened, not rebuilt."""
     from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 
     folder = root / f"{impl}_{rows}x{width}_{documents}"
@@ -113,20 +94,20 @@ def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, se
 
 
 class StoreReads:
-    """The candidates' rows of a store read as timed: looked up at once, each document's (rows, width) matrix copied
-    into one preallocated (candidates, rows, width) fp32 tensor, then moved to `device`."""
+    """The candidates' rows of a store read as timed: copied into one preallocated (candidates, rows, width) fp32
+    tensor, then moved to `device`."""
 
     def __init__(self, store, candidates: int, device: str):
         import torch
 
-        rows = store.manifest["rows"] // len(store)  # every document has as many
+        rows = store.manifest["rows"] // len(store)
         self.store, self.device = store, device
         self.rows = torch.zeros(candidates, rows, store.width)
         self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
 
     def map_shards(self, ids: list[str]):
         """Map the shards that `ids` fall in, touching none of their rows; the (zero) batch tensor on the device."""
-        self.store.get_many(ids)  # views of the shards' maps: no row is read
+        self.store.get_many(ids)
         return self.rows.to(self.device)
 
     def __call__(self, ids: list[str]):
@@ -138,15 +119,14 @@ class StoreReads:
 
 
 def mva_head(point: Point, candidates: int, device: str, seed: int):
-    """``score(documents)``: `MultiVectorAttention.score` of one query (random Q_K, Q_V, seeded) over `candidates`
-    candidates' (candidates, d, 2 H p) [D_K | D_V] rows."""
+    """``score(documents)``: `MultiVectorAttention.score` of one seeded query over (candidates, d, 2 H p) rows."""
     import torch
 
     from mva.model import MultiVectorAttention
 
     torch.manual_seed(seed)
     hp = point.heads * point.projection
-    head = MultiVectorAttention(hp, hp, point.projection, point.heads).eval().to(device)  # only `score` runs
+    head = MultiVectorAttention(hp, hp, point.projection, point.heads).eval().to(device)
     query_keys = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
     query_values = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
     query_keep = torch.ones(1, point.query, dtype=torch.bool, device=device).expand(candidates, -1)
@@ -168,16 +148,14 @@ def candidate_ids(positions) -> list[str]:
 
 
 def time_store_queries(store, score, args) -> dict:
-    """Time ``--repeats`` queries, each reading its own draw of ``--candidates`` candidates from `store` cold
-    (`StoreReads`) and scoring them (`score`): the median query's ``ms``, ``read_ms`` and ``compute_ms``
-    (`median_query`), ``warm_read_ms`` (the same candidates read again), where the candidates fell and how much of
-    the store was cached at the start (the module docstring)."""
+    """Time ``--repeats`` queries, each reading its own draw of candidates from `store` cold and scoring them: the
+    median query's times, the same reads warm, where the candidates fell and how much of the store was cached."""
     import numpy as np
     import torch
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     draws = [draw_candidates(len(store), args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
-    *timed, warm_up = [candidate_ids(positions) for positions in draws]  # the warm-up's draw is the last
+    *timed, warm_up = [candidate_ids(positions) for positions in draws]
     read, files = StoreReads(store, args.candidates, args.device), sorted(p for p in store.folder.iterdir())
     score(read.map_shards(warm_up))  # warm-up: the shards mapped, the head run once on zero rows, no row read
     evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
@@ -193,7 +171,7 @@ def time_store_queries(store, score, args) -> dict:
         end = time.perf_counter()
         records.append({"ms": (end - start) * 1000, "read_ms": (middle - start) * 1000,
                         "compute_ms": (end - middle) * 1000})
-    for ids in timed:  # the same rows again: in the page cache now
+    for ids in timed:
         start = time.perf_counter()
         read(ids)
         sync()
@@ -204,8 +182,8 @@ def time_store_queries(store, score, args) -> dict:
 
 
 def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int):
-    """CA over `count` pairs ``[CLS] query [SEP] document [SEP]`` (PAIR_TOKENS tokens, the query's QUERY_TIMESTEPS - 1
-    words in every pair) in batches of `batch_size`, with a from-scratch BERT of `size`; and a warm-up of one batch."""
+    """CA over `count` pairs of PAIR_TOKENS tokens in batches of `batch_size` (a from-scratch BERT of `size`), and
+    its warm-up of one batch."""
     import torch
 
     from common.encoders.bert_rankers import BertRanker
@@ -225,8 +203,7 @@ def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int)
 
 
 def measure(size_name: str, args, log) -> list[dict]:
-    """Every method at one size; rows in `IMPLS` order, CA's ratios filled in. DE's and MVA's stores are built one at
-    a time (`noise_store`), under ``--store_dir`` or in a temporary folder removed once the method is measured."""
+    """Every method at one size, rows in `IMPLS` order with CA's ratios; one store on disk at a time."""
     import torch
 
     size, n, rows = SIZES[size_name], args.candidates, []
@@ -250,7 +227,7 @@ def measure(size_name: str, args, log) -> list[dict]:
                     store = noise_store(args.store_dir or Path(temporary), impl, *shape, args.store_documents,
                                         args.seed)
                     result = time_store_queries(store, score, args)
-                    del store  # its shards' maps, before the folder goes
+                    del store
                 timed_ms = result["ms"]
             ms, here = result["ms"], machine()
             compute_ms = result.get("compute_ms", ms)  # CA's time is all compute
@@ -282,9 +259,7 @@ def measure(size_name: str, args, log) -> list[dict]:
 
 
 def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
-    """ms per query (store read and compute; x: the compute alone) against joint compute (millions of MACs) and
-    against bytes per document (CA, which stores nothing, left out), log axes; one marker per size, one colour per
-    method."""
+    """ms per query against joint compute (millions of MACs) and against bytes per document, log axes."""
     def lines(x: str, legend: bool) -> list[Line]:
         return [Line(legend * (f"{LABELS[r['impl']]} ({r['size']})" + r["extrapolated"] * f", timed on "
                                f"{r['timed_candidates']}"), [(r[x], r["ms"], LABELS[r["impl"]])],

@@ -1,14 +1,11 @@
 """``python -m qds.benchmark``: training and inference milliseconds per query-document pair (MSpP) of QDS-Transformer
 against dense RoBERTa (Jiang et al., Findings of EMNLP 2020, Sec. 6.3, Table 5).
 
-Rows (``system``, ``impl``): ``dense``, a from-scratch ``RobertaModel`` (SDPA attention) whose position table holds n
-tokens, in `qds.model.Ranker` as FirstP (``sdpa``); ``sparse``, ``longformer_qa``, ``qds_s``, ``qds_q`` and ``qds``,
-`qds.model.build_ranker` on each `common.kernels` implementation. Inputs are exactly n random tokens
-(`qds.inputs.exact_batch`: a query of ``--query_tokens``, sentences of ``--sentence_tokens``, MS MARCO's mean lengths,
-results/qds/README.md), so the global tokens are the real input's; ``density`` is their pattern's nonzero fraction.
-``train``: forward, BCE, backward, Adam step; ``infer``: an inference-mode forward. Each row builds its model (seeded),
-warms up on 256 tokens, takes the peak memory of the first full-size batch and the median of ``--repeats`` timed ones
-over the batch size (``ms``), and its ratio to dense's ms in the same run (the paper's speed-up inverted).
+Rows (``system``, ``impl``): ``dense`` (RoBERTa, SDPA) and ``sparse``, ``longformer_qa``, ``qds_s``, ``qds_q``, ``qds``
+on each `common.kernels` implementation, on exactly n tokens (`qds.inputs.exact_batch`, MS MARCO's mean query and
+sentence lengths). ``train``: forward, BCE, backward, Adam; ``infer``: an inference-mode forward. ``ms`` is the median
+of ``--repeats`` batches over the batch size, after a warm-up; ``peak_mb`` the first full-size batch's.
+docs/qds_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -18,11 +15,12 @@ import os
 import sys
 from pathlib import Path
 
-from common.benchmarking import (
-    BertSize, Session, add_size_options, answer, bar_chart, benchmark_parser, even_int, guarded, inference_step,
-    int_above, measure_in_child, measure_step, output_paths, parse, probability, resolve_device, resolve_size, rounded,
-    training_step,
-)
+from common.benchmarks.bert_inputs import BertSize, add_size_options, resolve_size
+from common.benchmarks.fresh_process import answer, guarded, measure_in_child
+from common.benchmarks.options import benchmark_parser, even_int, int_above, parse, probability, resolve_device
+from common.benchmarks.plots import bar_chart
+from common.benchmarks.session import Session, output_paths, rounded
+from common.benchmarks.timing import inference_step, measure_step, training_step
 from common.refusals import positive_int, usage_error
 
 SYSTEMS = ("dense", "sparse", "longformer_qa", "qds_s", "qds_q", "qds")

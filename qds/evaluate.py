@@ -188,9 +188,10 @@ def main(argv=None) -> dict | None:
     trainer.test(model, datamodule=data)
     if not trainer.is_global_zero:  # the scores are gathered on every process; rank zero writes them
         return None
-    run = reranked_run(data.test_pairs(), model.test_scores, data.candidates("test"))
+    run = reranked_run(data.test_pairs(), model.test_scores, data.source("test").candidates())
     dataset = args.dataset or paper_dataset(PAPER, task)
-    metrics = write_results(out, pattern, run, data.qrels("test"), data.candidates("test"), data.relevance_level,
+    test = data.source("test")
+    metrics = write_results(out, pattern, run, test.qrels(), test.candidates(), data.tasks.relevance_level,
                             measures=model.measures, task=task, dataset=dataset)  # fmt: skip
     title = f"{data.source('test').name}: {len(run)} queries, top {depth} re-ranked"
     if metrics is None:

@@ -13,7 +13,7 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("qds", "conformer_kernel", "earl", "mva")
 FLOORS = [
     {"common", "common.io", "common.refusals", "common.portable"},
-    {"common.metrics", "common.kernels", "common.benchmarking"},
+    {"common.metrics", "common.kernels", "common.benchmarks"},
     {"common.data"},
     {"common.training", "common.stores", "common.report", "common.report_tables", "common.scale"},
     {"common.encoders"},

@@ -1,35 +1,12 @@
 """``python -m common.commands.loader_benchmark``: how many examples a second each package's training and index
-loaders make on the CPU, with 0, 2 and 4 loader workers (``results/loaders/``).
+loaders make on the CPU, with 0, 2 and 4 loader workers (``results/loaders/``), to read against a model's step.
 
-A loader feeds a GPU as fast as it makes batches: where its batch takes longer than the model's step on that batch, the
-GPU waits. The model's step is measured elsewhere (each package's ``benchmark``); this measures the other side, the
-loaders exactly as the commands build them, on the built-in collection:
-
-- ``<package>.train``: the training loader of each package's data module (`common.training.tasks.LoaderConfig.train`:
-  the groups its sampler draws, their documents read and encoded by the dataset's ``collate``), with the settings of
-  the package's embedded default (``<package>/configs/builtin.yaml``: its tokenizer, lengths, negatives and batch
-  size; the Conformer-Kernel's vocabulary built from the training task as its training builds it). An example is a
-  (query, document) pair of the batch (``labels``).
-- ``earl.index``, ``mva.index``: the document loader of ``<package>.index`` (`common.stores.writer.EncodedShards`:
-  a shard's passages read and tokenised as in training, batches of the command's default ``--batch_size``, 128),
-  and ``conformer_kernel.index``'s (`conformer_kernel.impact_index.DocumentShards`: a shard's documents analysed and
-  made into `Features` against the terms of the test topics, batches of 8), over ``builtin:test``'s 3,000
-  documents in shards of ``--shard_size``. An example is a document. QDS has no index.
-
-Each (loader, workers) is measured ``--repeats`` times, each on a new loader: ``startup_s``, the seconds to its
-first batch (its workers started and their first batches made: what an evaluation pays each time where its workers
-are not kept, ``persistent_workers``), then ``examples_per_s`` over the next ``--batches`` batches and ``ms``, the
-milliseconds it takes to make what one model step consumes (a training batch of ``batch_size`` groups;
-``batch_size`` documents of an index shard), the median of the repeats (``ms_min``, ``ms_max``: their spread).
-``peak_mb`` is the rise of this process's peak resident set during the first repeat (the workers' own memory not
-counted). Rows: ``bench`` ``loaders``, ``impl`` the loader, ``pass`` ``train`` or ``infer`` (index), ``n`` the
-tokens (or terms) a document is cut to, ``workers``.
-
-The loaders' workers run one torch thread each (torch's loader sets it); ``--threads`` is the main process's. Workers
-beyond the CPU's cores share them: the rows say how many logical CPUs the machine had.
-
-The paper packages' classes are named by import path and imported once the command line is checked, as
-`common.commands.help` names the training commands: `common` imports no paper package.
+The loaders exactly as the commands build them, on the built-in collection: ``<package>.train`` with the settings of
+the package's embedded default (an example: a (query, document) pair), ``earl.index``, ``mva.index`` and
+``conformer_kernel.index`` over ``builtin:test``'s documents (an example: a document). Each (loader, workers) is
+measured ``--repeats`` times on a new loader: ``startup_s`` to its first batch, ``examples_per_s`` over ``--batches``
+batches, ``ms`` per model step's worth; ``peak_mb`` the rise of this process's peak resident set. The paper packages'
+classes are named by import path (`common` imports no paper package). docs/loader_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -43,8 +20,12 @@ from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
 
-from common.benchmarking import (Line, Panel, Session, benchmark_parser, cpu_model, draw, guarded, machine,
-                                 output_paths, parse, peak_rss_mb, reset_peak_rss, rss_mb, significant)
+from common.benchmarks.fresh_process import guarded
+from common.benchmarks.machine import cpu_model, machine
+from common.benchmarks.memory import peak_rss_mb, reset_peak_rss, rss_mb
+from common.benchmarks.options import benchmark_parser, parse
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, significant
 from common.refusals import nonnegative_int, positive_int
 
 #: Each loader: (package data module by import path, its embedded default's data settings, the pass it feeds).
@@ -77,8 +58,8 @@ TABLE = (("impl", ""), ("workers", "d"), ("batch_size", "d"), ("ms", ".1f"), ("e
 
 
 def data_module(loader: str, workers: int):
-    """The training `loader`'s data module (``TRAINING``), training task ``builtin:train`` and test task
-    ``builtin:test``, with `workers` loader workers, its stores built and training dataset set up."""
+    """The training `loader`'s data module on the built-in tasks with `workers` workers, its training dataset set
+    up."""
     path, settings = TRAINING[loader]
     module, name = path.rsplit(".", 1)
     data = getattr(import_module(module), name)(train="builtin:train", dev=None, test="builtin:test",
@@ -128,7 +109,7 @@ def batch_size(loader: str) -> int:
 
 
 def measure(loader: str, workers: int, batches: int, repeats: int, shard_size: int) -> dict:
-    """`loader` with `workers` workers, `repeats` times on a new loader (module docstring)."""
+    """`loader` with `workers` workers, `repeats` times on a new loader."""
     startups, rates, per_step, peak, examples = [], [], [], None, None
     for repeat in range(repeats):
         made, count = make_loader(loader, workers, shard_size)

@@ -146,7 +146,7 @@ class StoreEvaluation:
               f"{self.queries:,} queries, {self.describe()}; {precision}")
         out.mkdir(parents=True, exist_ok=True)
         write_provenance(out, f"{self.package}.evaluate", self.argv)
-        candidates, self.qrels, self.level = data.candidates("test"), data.qrels("test"), data.relevance_level
+        candidates, self.qrels, self.level = source.candidates(), source.qrels(), data.tasks.relevance_level
         with autocast(args.precision, self.device.type):
             scores = score_pairs(scorer, pairs, self.topics, progress=queries_progress(scorer.label))
             self.print_seconds(scorer)

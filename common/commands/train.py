@@ -195,7 +195,7 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     model, data, out = cli.model, cli.datamodule, cli.output_dir
     if not cli.fit_and_test():  # no test split, or not global rank zero; else `model` holds the tested weights
         return None
-    name, source, candidates = command.tested_name(model), data.source("test").name, data.candidates("test")
+    name, source, candidates = command.tested_name(model), data.source("test").name, data.source("test").candidates()
     if command.test_modes is None:
         run = reranked_run(data.test_pairs(), model.test_scores, candidates)
         title = f"Test queries of {source} ({len(run)}), re-ranking the top {data.hparams.depth} BM25 candidates"
@@ -211,11 +211,12 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     settings = {"measures": model.measures, "task": task, "dataset": dataset, "others": others,
                 "overwrite": cli.resuming}  # fmt: skip
     if command.test_modes is None:
-        metrics = write_results(out, name, run, data.qrels("test"), candidates, data.relevance_level, **settings)
+        metrics = write_results(out, name, run, data.source("test").qrels(), candidates, data.tasks.relevance_level,
+                                **settings)
         files = [out / RUN]
     else:
-        metrics = write_mode_results(out, name, runs, data.qrels("test"), candidates, data.relevance_level,
-                                     depth=command.test_modes.depth, **settings)  # fmt: skip
+        metrics = write_mode_results(out, name, runs, data.source("test").qrels(), candidates,
+                                     data.tasks.relevance_level, depth=command.test_modes.depth, **settings)  # fmt: skip
         files = [out / mode_run(mode) for mode in runs]
     print()
     if metrics is None:  # a test task without judgments

@@ -21,10 +21,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from common.benchmarking import (
-    Line, Panel, Session, answer, benchmark_parser, cpu_description, draw, measure_in_child, output_paths, parse,
-    peak_mb, resolve_device, rounded, significant, spread_ms, times_ms,
-)
+from common.benchmarks.fresh_process import answer, measure_in_child
+from common.benchmarks.machine import cpu_description
+from common.benchmarks.memory import peak_mb
+from common.benchmarks.options import benchmark_parser, parse, resolve_device
+from common.benchmarks.plots import Line, Panel, draw
+from common.benchmarks.session import Session, output_paths, rounded, significant
+from common.benchmarks.timing import spread_ms, times_ms
 from common.refusals import positive_int, usage_error
 
 if TYPE_CHECKING:

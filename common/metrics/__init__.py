@@ -1,30 +1,8 @@
-"""Ranking evaluation that matches trec_eval 9.0.8 and gdeval.pl 1.3 to their printed digits.
-
-API
----
-``evaluate_run(qrels, run, measures=DEFAULT_MEASURES, *, relevance_level=1,
-complete=False, depth=None) -> dict[str, float]``
-    Summary value per measure (trec_eval's ``all`` line, gdeval's ``amean``).
-``evaluate(...) -> dict[str, MeasureResult]``
-    The same with per-query values and the printing precision.
-``per_query(...) -> pandas.DataFrame``
-    Long layout, columns ``qid, measure, value``.
-``paired_ttest(scores_a, scores_b, measure) -> PairedTTest``
-    Student's paired t-test on two `per_query` frames.
-``RankingMetrics(qrels, measures, ...)``
-    torchmetrics Metric over (qid, docid, score) updates, DDP-synchronised.
-``parse_measures(names)``, ``DEFAULT_MEASURES``, ``TREC_EVAL_MEASURES``, ``GAIN_MEASURES``
-    The measure registry.
-
-``qrels`` is ``{qid: {docid: label}}`` and ``run`` ``{qid: {docid: score}}``
-(`common.data.formats.read_qrels` / ``read_run``, the layout pytrec_eval
-uses). Measure names, ``relevance_level`` (``-l``), ``complete`` (``-c``) and
-``depth`` (``-M``) are trec_eval's, and ir_measures' names (``nDCG@10``,
-``RR(rel=2)@10``) are taken too; see `common.metrics.registry` and
-`common.metrics.evaluation`. ``python -m common.evaluate`` is the command line.
-
-`per_query`, `paired_ttest` and `RankingMetrics` load pandas, scipy and
-torchmetrics on first use, which keeps the command line quick to start.
+"""Ranking evaluation that matches trec_eval 9.0.8 and gdeval.pl 1.3 to their printed digits: `evaluate_run` (a value per
+measure), `evaluate` (with per-query values), `per_query`, `paired_ttest`, `RankingMetrics` (a DDP-synchronised
+torchmetrics Metric) and the measure registry. ``qrels`` is ``{qid: {docid: label}}``, ``run`` ``{qid: {docid:
+score}}``; ``relevance_level``, ``complete`` and ``depth`` are trec_eval's ``-l``, ``-c`` and ``-M``. pandas, scipy
+and torchmetrics load on first use.
 """
 
 from __future__ import annotations

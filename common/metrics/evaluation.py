@@ -1,25 +1,10 @@
-"""Evaluate a run against qrels: per-query values and summaries, as trec_eval / gdeval.pl report them.
+"""Evaluate a run against qrels: per-query values and summaries, as trec_eval 9.0.8 and gdeval.pl report them.
 
-Options mirror trec_eval 9.0.8's:
-
-- ``relevance_level`` (``-l``): the lowest label counted relevant by the
-  binary trec_eval measures (map, recip_rank, recall, P, ...). nDCG measures
-  use the labels themselves. TREC DL passage ranking uses ``-l 2`` for
-  MAP/RR/recall. gdeval and NCG measures ignore it, as gdeval.pl has no such
-  option.
-- ``complete`` (``-c``): average over every query of the qrels, a query the
-  run lacks adding 0 (trec_eval: all qrels queries; gdeval.pl and NCG: the
-  qrels queries with a label > 0). Without it trec_eval 9.0.8 averages over
-  the queries in both run and qrels (10.0 refuses such a run instead).
-- ``depth`` (``-M``): evaluate only each query's top ``depth`` documents, in
-  trec_eval's order (see `ordering`).
-
-ir_measures' names (`common.metrics.registry`) carry their own relevance level
-and always average over every qrels query, as ir_measures does.
-
-trec_eval's fatal "no queries with both results and relevance info" is a
-ValueError here; gdeval.pl instead reports 0 for such a run, and so do its
-measures here.
+``relevance_level`` (``-l``) is the lowest label the binary trec_eval measures count relevant (gdeval and NCG ignore
+it); ``complete`` (``-c``) averages over every qrels query, a query the run lacks adding its default (gdeval.pl and
+NCG: the qrels queries with a label > 0); without it, over the queries of both; ``depth`` (``-M``) keeps each query's
+top documents in trec_eval's order. ir_measures' names carry their own level and always average over every qrels
+query. trec_eval's fatal "no queries with both results and relevance info" is a ValueError; gdeval.pl's 0 stays 0.
 """
 
 from __future__ import annotations
@@ -49,13 +34,8 @@ Run = Mapping[str, Mapping[str, float]]
 
 @dataclass(frozen=True)
 class MeasureResult:
-    """One measure on one run: per-query values and the summary the reference tool prints.
-
-    ``values`` holds the queries the tool evaluates (in run and qrels), in the
-    order it prints them; ``missing`` (only with ``complete``) the counted
-    queries absent from the run, with the value averaged in for each. gdeval
-    measures key queries by gdeval topic id (``2024-127266`` -> ``127266``).
-    """
+    """One measure on one run: ``values`` per query evaluated, in the tool's order, ``missing`` (with ``complete``)
+    the counted queries absent from the run, and the summary the tool prints."""
 
     name: str
     values: dict[str, float]
@@ -141,11 +121,8 @@ def _result(
 
 
 def summarize(aggregation: Aggregation, evaluated: Iterable[float], missing: Iterable[float]) -> float:
-    """The summary over all queries, accumulated in query order as trec_eval and gdeval.pl do.
-
-    A plain loop rather than sum(): since Python 3.12 sum() compensates
-    rounding, which can move the last bit away from the tools' naive sums.
-    """
+    """The summary over all queries, summed in query order by a plain loop as the tools do (Python 3.12's sum()
+    compensates rounding)."""
     evaluated, missing = list(evaluated), list(missing)
     count = len(evaluated) + len(missing)
     total = 0.0

@@ -1,9 +1,5 @@
-"""Per-query values of the gain measures (gdeval nDCG/ERR, NCG) and the queries they count.
-
-A query counts when it has a label > 0 (gdeval.pl's ``%seen``; "queries
-having a label > 0" in the NCG reference). gdeval measures first move every
-query to its gdeval topic id (`gdeval.gdeval_topic`) and order topics
-numerically; NCG keeps qids and orders them as trec_eval does.
+"""Per-query values of the gain measures (gdeval nDCG/ERR, NCG) and the queries they count: those with a label > 0
+(gdeval.pl's ``%seen``); gdeval measures key queries by gdeval topic id, ordered numerically.
 """
 
 from __future__ import annotations
@@ -25,10 +21,8 @@ def gain_per_query(
     *,
     depth: int | None,
 ) -> tuple[dict[str, float], list[str]]:
-    """``({query: value}, [counted queries absent from the run])``, both in the measure's query order.
-
-    The ranking is cut at ``min(k, depth)``; the ideal always uses k.
-    """
+    """``({query: value}, [counted queries absent from the run])``; the ranking cut at ``min(k, depth)``, the ideal
+    at k."""
     measure, k = request.measure, request.k
     if measure.gdeval_topics:
         check_gdeval_labels(qrels)
@@ -51,13 +45,8 @@ def gain_per_query(
 def by_gdeval_topic(
     qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]
 ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, float]]]:
-    """Qrels and run keyed by gdeval topic id; queries that gdeval.pl merges are merged.
-
-    Two qids with the same topic id (``2023-5``, ``2024-5``) become one topic,
-    as in gdeval.pl. What gdeval.pl would do with a document judged or
-    retrieved under both, or with ids equal only as numbers (``05``, ``5``),
-    depends on its input order, so those raise ValueError instead.
-    """
+    """Qrels and run keyed by gdeval topic id, merged as gdeval.pl merges them; ValueError where its result would
+    depend on input order (a document under both ids, ids equal only as numbers)."""
     merged_qrels, merged_run = _merge_by_topic(qrels), _merge_by_topic(run)
     numbers: dict[int, str] = {}
     for topic in merged_qrels.keys() | merged_run.keys():

@@ -1,22 +1,9 @@
-"""nDCG@k and ERR@k exactly as gdeval.pl 1.3 computes them (TREC Web track 2010-2014).
+"""nDCG@k and ERR@k exactly as gdeval.pl 1.3 computes them (TREC Web track 2010-2014; trec-web-2014 src/eval/gdeval.pl).
 
-gdeval.pl 1.3 (Mon Apr 29 2013; trec-web/trec-web-2014 src/eval/gdeval.pl,
-the same scoring code as castorini/anserini-tools eval/gdeval.pl):
-
-- Topic ids lose everything up to their last ``-`` (``2024-127266`` becomes
-  ``127266``) and must then be digits; topics are ordered numerically.
-- Labels above ``MAX_JUDGMENT`` = 4 are rejected; labels <= 0 are dropped, so
-  a topic counts only if it has a label > 0 (``%seen``). Run topics without
-  such a label are neither printed nor averaged.
-- A topic's run is ordered by score descending, then docno descending
-  (``runOrder``, in double precision).
-- Averages are over the topics in both the run and ``%seen``; with ``-c`` over
-  all of ``%seen``, absent topics adding 0.
-
-The measure functions take the gains of the ranking in rank order (labels of
-retrieved documents, unjudged = 0) and the positive labels of all judged
-documents, and mirror gdeval's arithmetic operation by operation so that
-results agree to the last bit, not only at the 5 printed decimals.
+As gdeval.pl: topic ids lose everything up to their last ``-`` and must be digits, ordered numerically; labels above
+``MAX_JUDGMENT`` = 4 are refused and labels <= 0 dropped (a topic counts only with a label > 0); a run is ordered by
+score descending, then docno descending, in double precision; averages are over the topics of both (with ``-c``, all
+judged topics). The arithmetic mirrors gdeval's operation by operation, to the last bit.
 """
 
 from __future__ import annotations
@@ -39,24 +26,12 @@ def _dcg(gains: Sequence[int], k: int) -> float:
 
 
 def gdeval_ndcg(gains: Sequence[int], judged: Sequence[int], k: int) -> float:
-    """nDCG@k with exponential gain 2^rel - 1 and log2(rank + 1) discount.
-
-    Burges et al., "Learning to rank using gradient descent", ICML 2005 (the
-    exponential-gain DCG of Jarvelin & Kekalainen 2002); as gdeval.pl 1.3's
-    ``dcg`` / ``topicDone``: DCG@k of the ranking over DCG@k of the judged
-    labels sorted descending.
-    """
+    """nDCG@k with gain 2^rel - 1 and a log2(rank + 1) discount (Burges et al. 2005; gdeval.pl's ``topicDone``)."""
     return _dcg(gains, k) / _dcg(sorted(judged, reverse=True), k)
 
 
 def gdeval_err(gains: Sequence[int], judged: Sequence[int], k: int) -> float:
-    """Expected reciprocal rank at k.
-
-    Chapelle, Metzler, Zhang & Grinspan, "Expected reciprocal rank for graded
-    relevance", CIKM 2009: sum over ranks r of R_r / r * prod_{i<r} (1 - R_i)
-    with R = (2^g - 1) / 2^MAX_JUDGMENT (gdeval.pl 1.3's ``err``, which fixes
-    the normaliser at 2^4 whatever the largest label in the qrels).
-    """
+    """ERR@k (Chapelle et al., CIKM 2009): sum of R_r / r prod_{i<r} (1 - R_i), R = (2^g - 1) / 2^MAX_JUDGMENT."""
     score, decay = 0.0, 1.0
     for i, gain in enumerate(gains[:k]):
         r = (2**gain - 1) / (2**MAX_JUDGMENT)

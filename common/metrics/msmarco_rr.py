@@ -1,10 +1,6 @@
-"""Per-query values of ir_measures' ``RR@K``: MS MARCO's MRR@K as ir_measures computes it.
-
-ir_measures 0.4.3 hands ``RR`` with a cutoff to its ``msmarco`` provider (pytrec_eval's takes none), which runs
-MS MARCO's ``compute_metrics``: a query's documents ranked by score descending and then docid ascending
-(`common.metrics.ordering.msmarco_ranking`; trec_eval breaks ties by docid descending, so ``mrr@K`` can differ
-where scores tie), the reciprocal rank of the first one labelled at least the relevance level within the top K,
-else 0. Every query of the qrels is counted, one absent from the run with 0 (`common.metrics.evaluation`).
+"""Per-query values of ir_measures' ``RR@K`` (ir_measures 0.4.3's ``msmarco`` provider, MS MARCO's ``compute_metrics``):
+documents ranked by score descending, then docid ascending (trec_eval's ``mrr@K`` breaks ties the other way), the
+reciprocal rank of the first relevant one in the top K, else 0.
 """
 
 from __future__ import annotations

@@ -21,16 +21,8 @@ def per_query(
     complete: bool = False,
     depth: int | None = None,
 ) -> pd.DataFrame:
-    """One row per (query, measure), long layout with columns ``qid, measure, value``.
-
-    Rows follow the measures in request order, each measure's queries in the
-    order its tool prints them. With ``complete`` the qrels queries missing
-    from the run are included with the value the summary averages in for them
-    (0 for most measures), so that two runs are compared on the same queries.
-    gdeval measures use gdeval topic ids and gm_* measures ln(max(v, 1e-5))
-    (see `common.metrics.trec_eval_measures`). For a wide table:
-    ``df.pivot(index="qid", columns="measure", values="value")``.
-    """
+    """One row per (query, measure), columns ``qid, measure, value``, in request and tool order; with ``complete``
+    the qrels queries the run lacks too, with the value the summary averages in for them."""
     results = evaluate(qrels, run, measures, relevance_level=relevance_level, complete=complete, depth=depth)
     rows = [
         (qid, name, value)

@@ -1,11 +1,5 @@
-"""Per-query trec_eval measures through pytrec_eval, with trec_eval's ``-M`` depth.
-
-pytrec_eval 0.5.11 runs trec_eval 9.0.8's measure code on in-memory dicts and
-agrees with the trec_eval binary to the printed digit on every pair in
-shared/data, including its float32 score ties. It has no ``-M`` (it always
-evaluates the whole ranking) and no ``-c``; ``-M`` is applied here by cutting
-the run in trec_eval's order before handing it over (`ordering.cut_run`),
-``-c`` in `common.metrics.evaluation`.
+"""Per-query trec_eval measures through pytrec_eval 0.5.11 (trec_eval 9.0.8's code, float32 score ties included), with
+trec_eval's ``-M`` applied by cutting the run in trec_eval's order first (`ordering.cut_run`).
 """
 
 from __future__ import annotations
@@ -21,12 +15,8 @@ from common.metrics.registry import TrecEvalRequest
 
 @functools.cache
 def output_names(spec: str) -> tuple[str, ...]:
-    """The names trec_eval prints for ``-m spec`` (``recall.100,1000`` -> recall_100, recall_1000).
-
-    Asked of pytrec_eval itself on a one-document example, so that names such
-    as ``iprec_at_recall_0.10`` are spelled exactly as trec_eval spells them.
-    Ordered by parameter value, as trec_eval prints its default cutoffs.
-    """
+    """The names trec_eval prints for ``-m spec`` (``recall.100,1000`` -> recall_100, recall_1000), asked of
+    pytrec_eval on a one-document example, ordered by parameter."""
     names = pytrec_eval.RelevanceEvaluator({"q": {"d": 1}}, {spec}).evaluate({"q": {"d": 1.0}})["q"]
     return tuple(sorted(names, key=_parameter_value))
 
@@ -57,13 +47,8 @@ def trec_eval_per_query(
     relevance_level: int,
     depth: int | None,
 ) -> dict[str, dict[str, float]]:
-    """``{printed name: {qid: value}}`` for every query in both the run and the qrels.
-
-    A request's own relevance level (an ir_measures name's ``rel``) replaces `relevance_level`. Requests sharing
-    a depth and a relevance level are computed in one pytrec_eval pass; a family
-    asked for both with and without parameters needs a second pass, because
-    pytrec_eval (like trec_eval) keeps one parameter list per family.
-    """
+    """``{printed name: {qid: value}}`` for every query in both the run and the qrels, in as few pytrec_eval passes
+    as depths, relevance levels and parameter lists allow."""
     groups: dict[tuple[int | None, int], list[TrecEvalRequest]] = {}
     for request in requests:
         level = relevance_level if request.relevance_level is None else request.relevance_level

@@ -1,23 +1,10 @@
 """`RankingMetrics`: a torchmetrics Metric that evaluates a ranking accumulated over batches and DDP ranks.
 
-Design: query and document ids are strings, which torchmetrics cannot gather
-across processes. Each `update` appends them as tensors instead: the UTF-8
-bytes of the batch's ids concatenated into one uint8 tensor plus an int64
-tensor of their byte lengths. All five states are ordinary "cat" tensor
-states, so torchmetrics' own synchronisation (uneven sizes included), state
-copies, ``reset`` and device moves handle them; `compute` decodes the strings
-and evaluates with `common.metrics.evaluate_run` against the qrels given at
-construction. The result is identical to evaluating the same (qid, docid,
-score) triples in one process.
-
-A (qid, docid) pair seen more than once counts once, with its first score in
-the gathered order (the lowest rank's): DistributedSampler pads the last batches
-by repeating samples, and `common.data.rerank.reranked_run` keeps the same row.
-
-With `candidates` (a first-stage run), each scored query's unscored candidates are ranked below
-its scored ones in first-stage order (`common.metrics.ordering.with_unscored_below`), as the run a
-re-ranker writes: a model that re-ranks the top 30 is then measured on the same full run that its
-``run.trec`` and ``metrics.json`` hold (MAP over 30 documents and over 100 differ).
+Ids are strings, which torchmetrics cannot gather: each `update` appends the UTF-8 bytes of the batch's ids as one
+uint8 tensor with an int64 tensor of their lengths, so every state is a "cat" tensor state torchmetrics synchronises.
+`compute` decodes them and evaluates with `common.metrics.evaluate_run`, as one process would. A (qid, docid) pair
+seen twice counts once, with its first score (DistributedSampler pads by repeating). With `candidates`, a query's
+unscored candidates are ranked below its scored ones, as in the run a re-ranker writes.
 """
 
 from __future__ import annotations
@@ -37,12 +24,7 @@ _STATES = ("qid_bytes", "qid_lengths", "docid_bytes", "docid_lengths", "scores")
 
 
 class RankingMetrics(Metric):
-    """Ranking measures (trec_eval, gdeval or ir_measures names, see `common.metrics`) over all updates.
-
-    ``update(qids, docids, scores)`` takes one score per (query, document);
-    ``compute()`` returns ``{measure: 0-d float64 tensor}``, ready for
-    ``LightningModule.log_dict``. Options as in `common.metrics.evaluate_run`.
-    """
+    """Ranking measures over all ``update(qids, docids, scores)``; ``compute()``: ``{measure: 0-d float64 tensor}``."""
 
     is_differentiable = False
     higher_is_better = True
@@ -112,8 +94,7 @@ def _cat(state: Tensor | list[Tensor]) -> Tensor:
 
 
 def _decode(data: Tensor, lengths: Tensor) -> list[str]:
-    # A rank without data contributes torchmetrics' empty float32 tensor, and
-    # cat promotes the others to it: cast back before reading bytes.
+    # a rank without data gives an empty float32 tensor, to which cat promotes the others
     raw = data.to(device="cpu", dtype=torch.uint8).numpy().tobytes()
     ids, start = [], 0
     for length in lengths.to(device="cpu", dtype=torch.int64).tolist():

@@ -1,42 +1,14 @@
 """Measure names: what ``-m`` accepts, and the measures each name stands for.
 
-Names follow trec_eval: ``map``, ``ndcg_cut_10``, ``P_10``, ``recall_100``,
-``iprec_at_recall_0.10`` ...; trec_eval's ``-m family.p1,p2`` syntax
-(``ndcg_cut.10``, ``recall.100,1000``, ``iprec_at_recall..25,.5``); a bare
-family (``P``, ``ndcg_cut``) for trec_eval's default parameters; and its groups
-``all_trec``, ``official`` and ``set``. Parameters are rank cutoffs (positive
-integers) or, for ``iprec_at_recall`` and ``Rprec_mult``, decimals. Not
-supported: the parameters of ``utility`` (coefficients), ``11pt_avg`` (recall
-levels) and ``ndcg`` (a gain map), and the measures ``runid`` and
-``relstring``. Added:
+trec_eval's names (``map``, ``ndcg_cut_10``, ``P_10``, ``iprec_at_recall_0.10``), its ``-m family.p1,p2`` syntax, bare
+families (trec_eval's default parameters) and its groups ``all_trec``, ``official`` and ``set``; not supported: the
+parameters of ``utility``, ``11pt_avg`` and ``ndcg``, and ``runid``, ``relstring``. Added: ``mrr@K`` (``trec_eval -M K
+-m recip_rank``), ``gdeval_ndcg@K`` and ``gdeval_err@K`` (gdeval.pl 1.3), ``ncg@K`` (Conformer-Kernel).
 
-- ``mrr@K``: ``recip_rank`` on the run cut at depth K, i.e. ``trec_eval -M K
-  -m recip_rank`` (MRR@10 for MS MARCO passage ranking);
-- ``gdeval_ndcg@K``, ``gdeval_err@K``: gdeval.pl 1.3's ``-k K`` columns;
-- ``ncg@K``: normalised cumulative gain (Conformer-Kernel, TREC DL 2020).
-
-ir_measures 0.4.3's spellings are accepted too, ``Name``, ``Name@K``,
-``Name(rel=N)`` or ``Name(rel=N)@K`` (`IR_MEASURES`): ``nDCG@10``, ``AP``,
-``AP(rel=2)``, ``RR(rel=2)@10``, ``R@1000``, ``P@10``, ``Success@10``,
-``Bpref``, and ir_measures' aliases ``NDCG``, ``MAP``, ``MRR``, ``Precision``,
-``Recall``, ``BPref``. Each is the measure ir_measures computes under that
-name (with pytrec_eval and its own MS MARCO code installed, as here), which is
-a trec_eval measure with two settings of its own rather than the evaluation's:
-
-- its relevance level is its ``rel`` (ir_measures' default 1), not ``-l``;
-- it averages over every query of the qrels, a query absent from the run
-  adding trec_eval's ``-c`` value (0): ir_measures fills in absent queries
-  with the measure's default, whatever ``-c`` says.
-
-``nDCG@K`` is ``ndcg_cut_K`` (gain = label), ``nDCG`` ``ndcg``, ``AP`` ``map``
-and ``AP@K`` ``map_cut_K``, ``P@K`` ``P_K``, ``R@K`` ``recall_K``,
-``Success@K`` ``success_K``, ``Bpref`` ``bpref``, and ``RR`` ``recip_rank``.
-``RR@K`` is the one that is not ``mrr@K``: ir_measures computes it with MS
-MARCO's MRR code, which ranks tied scores by docid ascending where trec_eval
-ranks them descending (`MsMarcoRRRequest`). Names are printed as given. A
-trec_eval name stays trec_eval's: a bare ``P`` is trec_eval's P family
-(ir_measures' P needs a cutoff), and ir_measures' ``Rprec`` is not taken, the
-name being trec_eval's ``Rprec`` (with ``-l`` and ``-c``).
+ir_measures 0.4.3's spellings (``nDCG@10``, ``AP(rel=2)``, ``RR(rel=2)@10``, ``R@1000``...; `IR_MEASURES`) stand for
+the measure ir_measures computes: its relevance level is its ``rel`` (not ``-l``), and it averages over every qrels
+query (whatever ``-c`` says). ``RR@K`` is MS MARCO's MRR code (ties by docid ascending, `MsMarcoRRRequest`), not
+``mrr@K``. A trec_eval name stays trec_eval's (``P``, ``Rprec``). docs/metrics.md has the details.
 """
 
 from __future__ import annotations
@@ -109,9 +81,7 @@ class GainRequest:
 
 @dataclass(frozen=True)
 class MsMarcoRRRequest:
-    """ir_measures' ``RR@K``: MS MARCO's MRR@K, the reciprocal rank of the first document labelled at least
-    `relevance_level` in a query's top `k`, documents ranked by score descending and then docid ascending
-    (`common.metrics.ordering.msmarco_ranking`), averaged over every qrels query."""
+    """ir_measures' ``RR@K``: MS MARCO's MRR@K (ties by docid ascending), averaged over every qrels query."""
 
     name: str
     k: int

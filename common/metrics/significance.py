@@ -21,13 +21,8 @@ class PairedTTest:
 def paired_ttest(
     scores_a: pd.DataFrame, scores_b: pd.DataFrame, measure: str, *, alternative: str = "two-sided"
 ) -> PairedTTest:
-    """Student's paired t-test (scipy.stats.ttest_rel) of run a against run b on one measure.
-
-    `scores_a` and `scores_b` are `per_query` frames. Both runs must cover the
-    same queries, since a paired test over different query sets is not
-    defined; evaluate with ``complete=True`` to score a run's missing queries
-    as trec_eval ``-c`` does. The p-value is NaN when every difference is 0.
-    """
+    """Student's paired t-test (scipy.stats.ttest_rel) of two `per_query` frames over the same queries on one
+    measure; NaN p-value where every difference is 0."""
     a, b = _values(scores_a, measure, "a"), _values(scores_b, measure, "b")
     if set(a.index) != set(b.index):
         only_a, only_b = sorted(set(a.index) - set(b.index)), sorted(set(b.index) - set(a.index))

@@ -1,21 +1,7 @@
-"""The trec_eval 9.0.8 measures, computed by pytrec_eval, and how each is summarised.
-
-One `TrecEvalMeasure` per trec_eval measure family, in the order trec_eval
-prints them (``te_trec_measures`` in measures.c). The definition in each entry
-paraphrases the measure's explanation string in trec_eval's ``m_<name>.c``;
-the numbers come from pytrec_eval 0.5.11, which links that C code, and were
-checked against trec_eval 9.0.8's own output on every qrels/run pair in
-shared/data (tests/common/metrics).
-
-Per-query values and the summary follow trec_eval 9.0.8 (``meas_avg.c``):
-
-- ``MEAN``: arithmetic mean over queries; with ``-c`` the denominator is the
-  number of queries in the qrels and absent queries add 0.
-- ``SUM``: the ``num_*`` counts are summed, not averaged.
-- ``GEOMETRIC``: ``gm_map``/``gm_bpref``. The per-query value is
-  ``ln(max(value, 1e-5))`` (trec_eval's internal value; it prints none per
-  query), the summary ``exp(mean)``; with ``-c`` an absent query adds
-  ``ln(1e-5)`` (``MIN_GEO_MEAN``).
+"""The trec_eval 9.0.8 measures, computed by pytrec_eval 0.5.11 (which links trec_eval's C code), and how each is
+summarised (``meas_avg.c``): ``MEAN`` over queries (``-c``: over the qrels' queries, absent ones adding 0), ``SUM`` for
+the ``num_*`` counts, ``GEOMETRIC`` for ``gm_map``/``gm_bpref`` (per query ``ln(max(value, 1e-5))``, the summary
+``exp(mean)``). One `TrecEvalMeasure` per family, in trec_eval's printing order (``te_trec_measures`` in measures.c).
 """
 
 from __future__ import annotations

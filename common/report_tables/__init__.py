@@ -1,26 +1,11 @@
 """The tables of ``results/*/README.md`` made from the files beside them: ``python -m common.report_tables``.
 
-Every number a run produced that a results README shows in a table lives in a file committed beside the README: a
-run's ``metrics.json`` (with ``command.txt``, its command and seed, beside it) under ``results/<package>/runs/<name>/``,
-or a benchmark's CSV or JSON (``speed.csv``, ``memory_fits.json``, ...). The README marks each such table::
-
-    <!-- table: mva/trec-dl -->
-    | run | NDCG@10 | ... |
-    |---|---:|...|
-    | ... |
-
-    <!-- /table -->
-
-and the registry (`TABLES`, one module of specs a package: `mva_tables`, `earl_tables`, ...) says which files and
-columns make it and how its numbers are written. The command writes every marked table again from its files (each
-README atomically, only where something changed); ``--check`` writes nothing and exits 1 naming each README and
-table whose text differs from what its files give (CI runs it as ``tests/results/test_tables.py``). A table's rows
-whose run is not there yet (a ``runs/<name>/`` folder with its ``command.txt`` but no ``metrics.json``) show empty
-cells and a line under the table naming the files to come.
-
-Table ids are ``<package>/<name>``: ``mva/trec-dl`` lives in ``results/mva/README.md`` and reads files under
-``results/mva/``. A marked id the registry does not know, a registered table missing from its README or marked
-twice, and a file a table needs that is malformed are errors (exit status 2).
+A README marks each table made from committed files (a run's ``metrics.json`` under ``results/<package>/runs/<name>/``,
+a benchmark's CSV or JSON) between ``<!-- table: <package>/<name> -->`` and ``<!-- /table -->``; the registry
+(`TABLES`, a module of specs per package) says which files and columns make it. The command writes every marked table
+again (each README atomically, where something changed); ``--check`` writes nothing and exits 1 naming each table that
+differs. Rows whose run is still to do show empty cells and a line naming it. An unknown or missing marked id, or a
+malformed file, is an error (exit status 2). docs/report_tables.md has the details.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""What the table specs share: reading a results folder's files, formatting numbers, writing a markdown table.
-
-`Files` reads under one results folder (``results/<package>``) and keeps count of what a table asked for that is not
-there yet: a run folder of ``runs/`` with its ``command.txt`` but no ``metrics.json`` (a run still to do) is
-*pending*, and its row shows empty cells, with a line under the table naming it (`Files.pending_note`). A run
-folder without ``command.txt``, a run or measure a file lacks, or a missing benchmark file is a `TableError`.
+"""What the table specs share: reading a results folder's files (`Files`, which notes the runs still to do: a
+``runs/<name>/`` with its ``command.txt`` but no ``metrics.json``), formatting numbers, writing a markdown table.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ class TableError(Exception):
 
 @dataclass(frozen=True)
 class Table:
-    """One generated table: `render` makes its text (the table and any line under it) from the files of its
-    results folder, read through `Files`."""
+    """One generated table: `render` makes its text from its results folder's `Files`."""
 
     id: str
     render: Callable[[Files], str]
@@ -74,8 +69,7 @@ class Files:
             raise TableError(f"{self._name(relative)}: not readable JSON ({exc})") from None
 
     def run_file(self, run: str, name: str = "metrics.json") -> Any:
-        """``runs/<run>/<name>``, JSON or (``.csv``) the rows of a CSV, or None (noted as pending) where the run has
-        not written it yet."""
+        """``runs/<run>/<name>`` (JSON, or a CSV's rows), or None (noted as pending) where not written yet."""
         relative = f"{self._run_folder(run)}/{name}"
         if not self._path(relative).is_file():
             self._note_pending(relative)
@@ -147,8 +141,7 @@ metric = fixed(4, thousands=False)
 
 
 def by_size(x: float | None, steps: tuple[tuple[float, int], ...] = ((0.1, 3), (10, 2), (1000, 1))) -> str:
-    """`x` with fewer places as it grows: the places of the first (bound, places) whose bound exceeds |x|, else
-    none (with thousands separators). The default: 0.038, 2.51, 150.7, 98,197."""
+    """`x` with fewer places as it grows (0.038, 2.51, 150.7, 98,197)."""
     if x is None or math.isnan(x):
         return ""
     return rounded(x, next((places for bound, places in steps if abs(x) < bound), 0), thousands=True)

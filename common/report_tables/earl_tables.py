@@ -112,7 +112,6 @@ def _table_2(files: Files) -> str:
     return markdown(["Table 2 row", "NDCG@10", "MAP", "MRR"], "lrrr", cells)
 
 
-# --------------------------------------------------------------------------- speed
 def _times(x: float | None) -> str:
     """A ratio as the README writes it: one place and an x."""
     return "" if x is None else f"{rounded(x, 1)}x"
@@ -166,9 +165,8 @@ def _speed(folder: str, size: str, paper: bool):
 
 
 def _bar(files: Files) -> str:
-    """The speed bar at d = 512 (S1 >= 30x, S2 >= 120x), one row a thread count and store: the ranker's and EARL's
-    times per query (``bar/threads<t>/speed.csv``) and the speed-ups: on the cold query's compute alone, on a query
-    held in memory (its rows in the page cache, timed whole: the bar's measure) and on a query read from the disk."""
+    """The speed bar at d = 512 (S1 >= 30x, S2 >= 120x), one row a thread count and store: times per query
+    (``bar/threads<t>/speed.csv``) and the speed-ups on the compute alone, held in memory and read from the disk."""
     cells = []
     for threads in (1, 2):
         rows = {r["impl"]: r for r in files.csv(f"bar/threads{threads}/speed.csv")}

@@ -10,7 +10,6 @@ from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, by_
 MEASURES = [NDCG, MAP, MRR, MRR10]
 
 
-# --------------------------------------------------------------------------- speed.csv
 def _speed_label(row: dict) -> str:
     impl = row["impl"]
     if impl == "de":
@@ -45,7 +44,6 @@ def _speed(size: str):
     return render
 
 
-# --------------------------------------------------------------------------- runs/
 def _costs_cells(files: Files, run: str | None, key: str) -> list[str]:
     """Joint compute (M MACs a query) and bytes per document of run `key` in ``runs/<run>/costs.json``."""
     costs = files.measures(run, key, "costs.json") if run else None

@@ -65,10 +65,10 @@ class RerankingEvaluation:
     def setup(self, stage: str) -> None:
         data = self.trainer.datamodule
         for split in ("dev", "test"):  # a test task without judgments is scored, not measured: no metrics
-            if split not in self.metrics and data.has_split(split) and data.qrels(split):
-                self.metrics[split] = RankingMetrics(data.qrels(split), self.measures,
-                                                     relevance_level=data.relevance_level,
-                                                     candidates=data.candidates(split))  # fmt: skip
+            if split not in self.metrics and data.has_split(split) and data.source(split).qrels():
+                self.metrics[split] = RankingMetrics(data.source(split).qrels(), self.measures,
+                                                     relevance_level=data.tasks.relevance_level,
+                                                     candidates=data.source(split).candidates())  # fmt: skip
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self.evaluation_scores(batch))

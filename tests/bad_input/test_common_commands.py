@@ -120,12 +120,12 @@ REPORT_CASES = [
      '{in}/with_task/task.json: expected {"test": TASK, "dataset": DATASET or null}'),
 ]  # fmt: skip
 
-HEADER = "paper,table,dataset,split,setting,method,metric,value,note\n"
+HEADER = "paper,table,dataset,split,setting,method,metric,value,scale,note\n"
 REPORTED_CASES = [
-    (HEADER + "qds,2,d,test,s,QDS-Transformer,map,0.3,\nqds,2,d,test,s,QDS-Transformer,mrr,high,\n",
+    (HEADER + "qds,2,d,test,s,QDS-Transformer,map,0.3,0-1,\nqds,2,d,test,s,QDS-Transformer,mrr,high,0-1,\n",
      "{in}/reported/qds.csv: row 2 (QDS-Transformer, mrr): value 'high' is not a number"),
-    (HEADER + "qds,2,d,test,s,QDS-Transformer,map,0.3,\nqds,2,d,test,s,QDS-Transformer,mrr,0.3,,extra\n",
-     "{in}/reported/qds.csv: not a CSV pandas can read (Error tokenizing data. C error: Expected 9 fields in line 3"),
+    (HEADER + "qds,2,d,test,s,QDS-Transformer,map,0.3,0-1,\nqds,2,d,test,s,QDS-Transformer,mrr,0.3,0-1,,extra\n",
+     "{in}/reported/qds.csv: not a CSV pandas can read (Error tokenizing data. C error: Expected 10 fields in line 3"),
     ("paper,method,value\nqds,QDS-Transformer,0.3\n", "{in}/reported/qds.csv: expected columns"),
     ("", "{in}/reported/qds.csv: not a CSV pandas can read (No columns to parse from file)"),
 ]  # fmt: skip

@@ -18,15 +18,13 @@ from common.report import (ReportError, compare, load_reported, main, paper_data
 REPO = Path(__file__).resolve().parents[2]
 
 
-# ----------------------------------------------------------------------------- load_reported
-def test_load_reported_filters_and_aliases():
+def test_load_reported_filters():
     all_rows = load_reported()
     assert set(all_rows["paper"]) == {"qds", "conformer_kernel", "earl", "mva"}
     assert all_rows["value"].dtype == float
     t2 = load_reported("qds", table=2)
     assert set(t2["table"]) == {"2"} and len(t2) == 42
-    assert len(load_reported("qds-transformer", table="2")) == 42
-    assert len(load_reported("conformer-kernel")) == len(load_reported("ck")) == 40
+    assert len(load_reported("qds", table="2")) == 42 and len(load_reported("conformer_kernel")) == 40
     # table 3 selects EARL's sub-tables 3a and 3b; an exact sub-table works too
     assert set(load_reported("earl", table=3)["table"]) == {"3a", "3b"}
     assert set(load_reported("earl", table="3b")["table"]) == {"3b"}
@@ -37,8 +35,13 @@ def test_load_reported_filters_and_aliases():
 def test_load_reported_errors(tmp_path, monkeypatch):
     with pytest.raises(ReportError, match="unknown paper 'nope'"):
         load_reported("nope")
+    with pytest.raises(ReportError, match="unknown paper 'ck'"):  # ids only, no aliases
+        load_reported("ck")
     with pytest.raises(FileNotFoundError, match="reported results not found"):
         load_reported(root=tmp_path / "absent")
+    (tmp_path / "qds.csv").write_text(",".join(report.COLUMNS) + "\nqds,2,d,test,s,BM25,map,0.3,percent,\n")
+    with pytest.raises(ReportError, match="qds.csv: scale 'percent' is none of 0-1, 0-100, raw"):
+        load_reported("qds", root=tmp_path)
     monkeypatch.setenv(report.ENV_VAR, str(tmp_path / "absent"))
     with pytest.raises(FileNotFoundError, match=report.ENV_VAR):
         load_reported()
@@ -48,7 +51,6 @@ def test_default_location_is_repo_root():
     assert report.reported_dir() == REPO / "results" / "reported"
 
 
-# ----------------------------------------------------------------------------- compare
 def test_compare_fraction_scale():
     metrics = {"qds": {"ndcg_cut_10": 0.61, "map": 0.2, "recall_100": 0.5},
                "bm25": {"ndcg_cut_10": 0.5}, "unmatched": {"map": 0.1}}
@@ -57,12 +59,15 @@ def test_compare_fraction_scale():
     assert got == {
         ("QDS-Transformer", "ndcg_cut_10"): (0.667, 0.61, pytest.approx(-0.057), "0-1"),
         ("QDS-Transformer", "map"): (0.278, 0.2, pytest.approx(-0.078), "0-1"),
-        # "bm25" matched the method "BM25" by name (case-insensitive)
-        ("BM25", "ndcg_cut_10"): (0.488, 0.5, pytest.approx(0.012), "0-1"),
     }
-    assert set(df["run"]) == {"qds", "bm25"}
-    same = compare(metrics, "qds", table="2", dataset="trec-dl-2019-doc", method_map={"qds": "QDS-Transformer"})
-    pd.testing.assert_frame_equal(df, same)
+    assert set(df["run"]) == {"qds"}  # "bm25" is no method's exact name: only a map matches it
+    mapped = compare(metrics, "qds", tables="2", dataset="trec-dl-2019-doc", method_map={"bm25": "BM25"})
+    assert [(r.run, r.method, r.metric, r.reported, r.reproduced) for r in mapped.itertuples()] == [
+        ("bm25", "BM25", "ndcg_cut_10", 0.488, 0.5)]
+    named = compare({"BM25": {"ndcg_cut_10": 0.5}}, "qds", tables=2, dataset="trec-dl-2019-doc")
+    assert list(named["method"]) == ["BM25"]  # a run of a method's exact name
+    # MVA¹, MVA² and MVA³ are three methods: a run "mva" is none of them without a map
+    assert compare({"mva": {"mrr@10": 0.3}}, "mva", tables=5).empty
     assert list(df.columns) == ["paper", "table", "dataset", "split", "setting", "method", "metric",
                                 "run", "reported", "reproduced", "diff", "scale", "reported_level", "reproduced_level",
                                 "note"]
@@ -102,7 +107,6 @@ def test_compare_bad_inputs():
         compare({"qds": {"map": 0.5}}, "bert")
 
 
-# ----------------------------------------------------------------------------- datasets
 @pytest.mark.parametrize(
     "paper, task, dataset",
     [
@@ -110,7 +114,7 @@ def test_compare_bad_inputs():
         ("qds", "irds:msmarco-document/trec-dl-2019", "trec-dl-2019-doc"),
         ("qds", "irds:msmarco-document/dev", "msmarco-doc-dev"),
         ("conformer_kernel", "irds:msmarco-document/trec-dl-2020/judged", "trec-dl-2020-doc"),
-        ("ck", "irds:msmarco-document/trec-dl-2020", "trec-dl-2020-doc"),
+        ("conformer_kernel", "irds:msmarco-document/trec-dl-2020", "trec-dl-2020-doc"),
         # datasets the paper does not report
         ("qds", "irds:msmarco-document/trec-dl-2020/judged", None),
         ("conformer_kernel", "irds:msmarco-document/trec-dl-2019/judged", None),
@@ -154,7 +158,6 @@ def test_task_info_is_written_atomically_once_and_read_back(tmp_path):
         read_task_info(tmp_path / "metrics.json")
 
 
-# ----------------------------------------------------------------------------- to_markdown
 def test_to_markdown():
     df = pd.DataFrame({"method": ["a|b", "c"], "value": [0.33015, float("nan")], "n": [11000000.0, 2.0]})
     md = to_markdown(df)
@@ -169,7 +172,6 @@ def test_to_markdown():
     assert not seps[0].endswith(":") and seps[1].endswith(":") and seps[2].endswith(":")
 
 
-# ----------------------------------------------------------------------------- CLI
 @pytest.fixture
 def metrics_file(tmp_path):
     path = tmp_path / "metrics.json"
@@ -273,8 +275,8 @@ def test_python_dash_m(metrics_file):
     assert helped.returncode == 0 and "--map RUN=METHOD" in helped.stdout and "--overwrite" in helped.stdout
 
 
-# ----------------------------------------------------------------------------- CLI: datasets
 BUILTIN_BM25 = {"bm25": {"ndcg_cut_10": 0.234, "map": 0.2, "mrr@10": 0.3}}
+BM25_MAP = ["--map", "bm25=BM25"]
 
 
 def _metrics_with_task(folder: Path, metrics: dict, task=None, dataset=None) -> Path:
@@ -288,7 +290,7 @@ def _metrics_with_task(folder: Path, metrics: dict, task=None, dataset=None) -> 
 def test_cli_notes_that_a_builtin_run_is_on_another_dataset(tmp_path, capsys):
     path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25, "builtin:test")
     out = tmp_path / "report.md"
-    assert main([str(path), "--paper", "qds", "--table", "2", "--output", str(out)]) == 0
+    assert main([str(path), "--paper", "qds", *BM25_MAP, "--table", "2", "--output", str(out)]) == 0
     printed = capsys.readouterr().out
     lines = printed.splitlines()
     assert lines[0] == ("note: these metrics were measured on builtin:test; the reported rows are on trec-dl-2019-doc, "
@@ -297,7 +299,7 @@ def test_cli_notes_that_a_builtin_run_is_on_another_dataset(tmp_path, capsys):
     assert "-0.254" in printed  # the diff is still shown, under the note
     assert out.read_text() == printed
     # the same with --dataset: still another dataset
-    assert main([str(path), "--paper", "qds", "--dataset", "trec-dl-2019-doc"]) == 0
+    assert main([str(path), "--paper", "qds", *BM25_MAP, "--dataset", "trec-dl-2019-doc"]) == 0
     assert capsys.readouterr().out.startswith(
         "note: these metrics were measured on builtin:test; the reported rows are on trec-dl-2019-doc: different")
 
@@ -305,11 +307,11 @@ def test_cli_notes_that_a_builtin_run_is_on_another_dataset(tmp_path, capsys):
 def test_cli_no_note_when_the_task_is_the_rows_dataset(tmp_path, capsys):
     path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25, "irds:msmarco-document/trec-dl-2019/judged",
                               "trec-dl-2019-doc")
-    assert main([str(path), "--paper", "qds", "--dataset", "trec-dl-2019-doc"]) == 0
+    assert main([str(path), "--paper", "qds", *BM25_MAP, "--dataset", "trec-dl-2019-doc"]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("| paper") and "note" not in printed and "-0.254" in printed
     # without --dataset the MS MARCO dev row is another dataset's
-    assert main([str(path), "--paper", "qds", "--table", "2"]) == 0
+    assert main([str(path), "--paper", "qds", *BM25_MAP, "--table", "2"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == (
         "note: these metrics were measured on irds:msmarco-document/trec-dl-2019/judged (trec-dl-2019-doc); the "
         "reported rows on msmarco-doc-dev are on another dataset, so their diff is no reproduction gap "
@@ -318,25 +320,24 @@ def test_cli_no_note_when_the_task_is_the_rows_dataset(tmp_path, capsys):
 
 def test_cli_notes_a_metrics_file_without_task_json(tmp_path, capsys):
     path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25)
-    assert main([str(path), "--paper", "qds", "--table", "2"]) == 0
+    assert main([str(path), "--paper", "qds", *BM25_MAP, "--table", "2"]) == 0
     assert capsys.readouterr().out.splitlines()[0] == (
         f"note: {path} does not say which dataset it was measured on (no task.json beside it); the reported rows are "
         "on trec-dl-2019-doc, msmarco-doc-dev: diff is a reproduction gap only where the metrics were measured on "
         "the row's dataset (--dataset keeps that one's rows)")
     # --dataset says which: no note
-    assert main([str(path), "--paper", "qds", "--table", "2", "--dataset", "trec-dl-2019-doc"]) == 0
+    assert main([str(path), "--paper", "qds", *BM25_MAP, "--table", "2", "--dataset", "trec-dl-2019-doc"]) == 0
     assert capsys.readouterr().out.startswith("| paper")
 
 
 def test_cli_a_malformed_task_json_is_bad_input(tmp_path, capsys):
     path = _metrics_with_task(tmp_path / "run", BUILTIN_BM25)
     (tmp_path / "run" / "task.json").write_text("[]")
-    assert main([str(path), "--paper", "qds"]) == 2
+    assert main([str(path), "--paper", "qds", *BM25_MAP]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.startswith("error: ") and "task.json: expected" in captured.err
 
 
-# ----------------------------------------------------------------------------- relevance levels
 #: A hand-made EARL run on TREC DL 2019 passages (the BERT ranker's Table 2 columns, made-up values).
 EARL_DL19 = {"bert_ranker": {"ndcg_cut_10": 0.70, "map": 0.44, "recip_rank": 0.84, "mrr@10": 0.83}}
 EARL_ARGS = ["--paper", "earl", "--dataset", "trec-dl-2019-passage", "--map", "bert_ranker=BERT ranker"]

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from common import benchmarking
+from common.benchmarks import fresh_process
 from conformer_kernel import benchmark
 from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 
@@ -31,7 +31,7 @@ def settings(**changes) -> dict:
 
 def in_process(monkeypatch):
     """Measure in this process instead of a fresh subprocess per row (the tests' speed)."""
-    monkeypatch.setattr(benchmark, "measure_isolated", lambda *args: benchmarking.guarded(benchmark.measure, *args))
+    monkeypatch.setattr(benchmark, "measure_isolated", lambda *args: fresh_process.guarded(benchmark.measure, *args))
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ def test_isolated_measurement_in_a_fresh_process():
 
 def test_the_child_runs_with_a_fixed_mmap_threshold(monkeypatch):
     commands = []
-    monkeypatch.setattr(benchmarking, "run_isolated", lambda command, timeout: commands.append(command) or {"ms": 1})
+    monkeypatch.setattr(fresh_process, "run_isolated", lambda command, timeout: commands.append(command) or {"ms": 1})
     benchmark.measure_isolated("ck", 32, settings(), "cpu")
     benchmark.measure_isolated("ck", 32, settings(mmap_threshold=0), "cpu")
     assert commands[0][:2] == ["env", f"MALLOC_MMAP_THRESHOLD_={128 * 1024}"]

@@ -76,7 +76,7 @@ def test_train_prints_each_sides_level_beside_table_2(level):
     metrics = {"bert_ranker": {"ndcg_cut_10": 0.70, "map": 0.48, "recip_rank": 0.93, "mrr@10": 0.93},
                "bm25": {"ndcg_cut_10": 0.5058, "map": 0.3773, "recip_rank": 0.8245, "mrr@10": 0.8245}}
     text = paper_tables(metrics, "irds:msmarco-passage/trec-dl-2019/judged", "trec-dl-2019-passage",
-                        SimpleNamespace(relevance_level=level))
+                        SimpleNamespace(tasks=SimpleNamespace(relevance_level=level)))
     lines = text.splitlines()
     assert lines[0] == "Reproduced vs reported (trec-dl-2019-passage)"
     header = [cell.strip() for cell in lines[2].strip("|").split("|")]

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from common.benchmarking import draw_candidates, noise_documents
+from common.benchmarks.store_reads import draw_candidates, noise_documents
 from mva import benchmark
 from mva.costs import TABLE5_NAMES, bert_macs, dual_encoder_macs, mva_macs, mva_storage, table5
 from mva.model import MultiVectorAttention

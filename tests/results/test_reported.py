@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from common.report import COLUMNS, KEY_COLUMNS, load_reported, percent_scaled
+from common.report import COLUMNS, KEY_COLUMNS, SCALES, load_reported
 
 REPORTED = Path(__file__).resolve().parents[2] / "results" / "reported"
 
@@ -58,16 +58,18 @@ def test_no_stray_files():
 
 def test_scales():
     df = load_reported()
-    pct = df[percent_scaled(df)]
+    assert set(df["scale"]) == set(SCALES)
+    pct = df[df["scale"] == "0-100"]
     # Only MVA prints effectiveness in percent.
     assert set(pct["paper"]) == {"mva"} and set(pct["metric"]) == {"mrr@10"}
     assert len(pct) == len(load_reported("mva", metric="mrr@10"))
     frac = df[df["metric"].isin(["ndcg_cut_10", "ndcg_cut_20", "map", "recip_rank", "mrr@10", "ncg@100",
                                  "gdeval_ndcg@20", "gdeval_err@20"]) & (df["paper"] != "mva")]
-    assert frac["value"].between(0, 1).all()
+    assert frac["value"].between(0, 1).all() and (frac["scale"] == "0-1").all()
+    assert set(df[df["scale"] == "raw"]["metric"]) == {"params_millions", "latency_s_per_query", "speedup_x",
+                                                       "joint_compute_mflops", "storage_floats_per_doc"}
 
 
-# ----------------------------------------------------------------------------- QDS
 def test_qds_prose():
     qds = cell("qds", 2, "QDS-Transformer", "ndcg_cut_10")
     # "QDS-Transformer outperforms the best BERT-based TREC run by 3.25% in NDCG@10"
@@ -119,7 +121,6 @@ def test_qds_table3_and_8():
                       "RoBERTa (MaxP)": 124, "Longformer-QA": 149, "QDS-Transformer": 149}
 
 
-# ----------------------------------------------------------------------------- Conformer-Kernel
 def ck(method, setting, metric):
     return cell("conformer_kernel", 1, method, metric, setting=setting)
 
@@ -146,7 +147,6 @@ def test_ck_prose():
     assert all(ck(m, "fullrank", "ndcg_cut_10") > trad for m in ("NDRM1", "NDRM3", "NDRM3 + ORCAS"))
 
 
-# ----------------------------------------------------------------------------- EARL
 def test_earl_prose_speed():
     sp = load_reported("earl", table=3, metric="speedup_x")
     s1 = sp[sp["table"] == "3a"]
@@ -181,7 +181,6 @@ def test_earl_blocks_and_init_consistent_with_table2():
     assert load_reported("earl", table=2, method="BERT-Siamese ranker", dataset="clueweb09b").empty
 
 
-# ----------------------------------------------------------------------------- MVA
 def test_mva_cross_table_and_prose():
     mrr = lambda t, m, setting=None: cell("mva", t, m, "mrr@10", setting=setting)  # noqa: E731
     # Table 5 footnote 1 (70 timesteps, projection 128) = Table 2 projection 128; full model = Table 1 All Tokens.

@@ -1,4 +1,4 @@
-"""Documents a task judges or retrieves but its collection lacks (`common.training.tasks.Tasks`, ``missing_documents``):
+"""Documents a task judges or retrieves but its collection lacks (`common.training.tasks`, ``missing_documents``):
 counted when the task is opened, left out with a warning or stopped on, never met by a loader."""
 
 import warnings
@@ -10,13 +10,13 @@ import torch
 from common.data.formats import Document, write_collection, write_qrels, write_run, write_topics
 from common.data.samplers import PointwiseSampler, training_table
 from common.data.rerank import reranked_run
-from common.training.tasks import MissingDocumentsError, TaskConfig, Tasks
+from common.training.tasks import LoaderConfig, MissingDocumentsError, RerankingDataModule, TaskConfig
 
 
 def tasks_of(train=None, dev=None, test=None, depth: int = 3, relevance_level: int = 2,
-             missing_documents: str = "skip") -> Tasks:
-    return Tasks(TaskConfig(train, dev, test, depth, relevance_level=relevance_level,
-                            missing_documents=missing_documents))
+             missing_documents: str = "skip") -> RerankingDataModule:
+    return RerankingDataModule(TaskConfig(train, dev, test, depth, relevance_level=relevance_level,
+                                          missing_documents=missing_documents), LoaderConfig(1, 1))
 
 
 @pytest.fixture
@@ -63,7 +63,7 @@ def test_error_stops_in_one_line(task):
 
 def test_an_unknown_policy_is_named():
     with pytest.raises(MissingDocumentsError, match="data.missing_documents: 'drop' is none of skip, error"):
-        tasks_of(test="builtin:test", missing_documents="drop").check()
+        tasks_of(test="builtin:test", missing_documents="drop").check_tasks()
 
 
 def test_evaluation_scores_only_documents_with_text_and_keeps_the_others_below(task):
@@ -72,9 +72,9 @@ def test_evaluation_scores_only_documents_with_text_and_keeps_the_others_below(t
                                          r"out of re-ranking \(kept below, in first-stage order\)"):
         pairs = data.eval_pairs("test")
     assert pairs == [("q1", "p1"), ("q1", "n1"), ("q2", "p1"), ("q2", "n1")]  # top 3 of q1 less x3
-    assert data.qrels("test")["q1"]["x1"] == 2  # evaluation qrels are never cut
+    assert data.source("test").qrels()["q1"]["x1"] == 2  # evaluation qrels are never cut
     scores = torch.tensor([[0, 1.0], [1, 2.0], [2, 1.0], [3, 0.0]], dtype=torch.float64)
-    run = reranked_run(pairs, scores, data.candidates("test"))
+    run = reranked_run(pairs, scores, data.source("test").candidates())
     assert [d for d, _ in sorted(run["q1"].items(), key=lambda x: -x[1])] == ["n1", "p1", "x3", "p2", "n2"]
 
 
@@ -82,7 +82,7 @@ def test_a_complete_task_gives_no_warning():
     data = tasks_of(train="builtin:train", dev="builtin:dev", relevance_level=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        data.check()
+        data.check_tasks()
 
 
 def test_a_complete_collection_is_not_read_to_be_checked(monkeypatch):

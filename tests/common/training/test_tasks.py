@@ -1,4 +1,4 @@
-"""`common.training.tasks`: a data module's tasks and evaluated queries (`TaskConfig`, `Tasks`), its loaders
+"""`common.training.tasks`: a data module's tasks and evaluated queries (`TaskConfig`), its loaders
 (`LoaderConfig`), the data module over both (`RerankingDataModule`) and the training datasets over a sampler
 (`SamplerGroups`, `EncodedGroups`)."""
 
@@ -11,7 +11,7 @@ from common.data.specs import TaskSpecError
 from common.data.samplers import TrainingGroup
 from common.data.training_table import TrainingTable
 from common.training.tasks import (
-    EncodedGroups, LoaderConfig, MissingDocumentsError, RerankingDataModule, SamplerGroups, TaskConfig, Tasks,
+    EncodedGroups, LoaderConfig, MissingDocumentsError, RerankingDataModule, SamplerGroups, TaskConfig,
 )
 
 #: q00..q19 have a topic, qrels and candidates; q20 has no candidates, q21 no qrels, q22 no topic.
@@ -46,16 +46,13 @@ def reference_sample(qids: list[str], size: int, seed: int) -> list[str]:
     return sorted(np.random.default_rng(seed).choice(sorted(qids), size=size, replace=False).tolist())
 
 
-# --------------------------------------------------------------------------- TaskConfig and Tasks
-
-
 def test_splits_sources_qrels_and_candidates(spec):
     data = Data(train=None, dev=spec, test="builtin:test")
     assert [data.has_split(s) for s in ("train", "dev", "test")] == [False, True, True]
     source = data.source("dev")
     assert data.source("dev") is source  # opened once
-    assert data.qrels("dev") == source.qrels() and set(data.qrels("dev")) == {*WITH_ALL, "q20"}
-    assert data.candidates("dev")["q21"] == {"d1": 2.0, "d2": 1.0}
+    assert set(source.qrels()) == {*WITH_ALL, "q20"}
+    assert source.candidates()["q21"] == {"d1": 2.0, "d2": 1.0}
     with pytest.raises(ValueError, match=r"no train task configured \(data.train is null\)"):
         data.source("train")
 
@@ -69,7 +66,7 @@ def test_a_test_task_without_qrels_evaluates_every_query_with_candidates_and_a_t
     """No judgments: q21 (no qrels) is re-ranked too; q20 (no candidates) and q22 (no topic) are still not."""
     unjudged = {key: path for key, path in spec.items() if key != "qrels_path"}
     data = Data(test=unjudged)
-    assert data.qrels("test") == {}
+    assert data.source("test").qrels() == {}
     assert data.eval_queries("test") == [*WITH_ALL, "q21"]
 
 
@@ -88,14 +85,14 @@ def test_eval_queries_are_cut_to_a_seeded_sample_as_before(spec):
 
 
 def test_tasks_without_sample_settings_evaluate_every_query(spec):
-    tasks = Tasks(TaskConfig(train=None, dev=None, test=spec, depth=1))  # no dev_queries, test_queries nor seed
+    tasks = RerankingDataModule(TaskConfig(train=None, dev=None, test=spec, depth=1), LoaderConfig(1, 1))
     assert tasks.eval_queries("test") == WITH_ALL
 
 
 def test_the_dev_depth_is_the_depth_unless_set(spec):
-    tasks = Tasks(TaskConfig(train=None, dev=spec, test=spec, depth=1))
+    tasks = RerankingDataModule(TaskConfig(train=None, dev=spec, test=spec, depth=1), LoaderConfig(1, 1))
     assert (tasks.eval_depth("dev"), tasks.eval_depth("test")) == (1, 1)
-    tasks = Tasks(TaskConfig(train=None, dev=spec, test=spec, depth=1, dev_depth=2))
+    tasks = RerankingDataModule(TaskConfig(train=None, dev=spec, test=spec, depth=1, dev_depth=2), LoaderConfig(1, 1))
     assert (tasks.eval_depth("dev"), tasks.eval_depth("test")) == (2, 1)
 
 
@@ -122,9 +119,6 @@ def test_every_packages_data_module_samples_the_same_queries(spec):
         assert isinstance(data, RerankingDataModule)
         assert data.eval_queries("dev") == reference_sample(WITH_ALL, 5, 7)
         assert data.eval_queries("test") == reference_sample(WITH_ALL, 3, 7)
-
-
-# --------------------------------------------------------------------------- SamplerGroups and the loaders
 
 
 class Sampler:
@@ -222,9 +216,6 @@ def test_evaluation_loaders_keep_the_order_and_no_dev_task_has_no_loader():
     with_dev = Data(dev="unused")
     with_dev.datasets["dev"] = Pairs()
     assert [batch["index"].tolist() for batch in with_dev.val_dataloader()][0] == [0, 1, 2]
-
-
-# --- prepare_data ---------------------------------------------------------------------------------------------
 
 
 def _stores(cache):

@@ -1,4 +1,4 @@
-"""`common.benchmarking`: the median and spread of the timed calls, the CPU named, a peak resident set that sees
+"""`common.benchmarks`: the median and spread of the timed calls, the CPU named, a peak resident set that sees
 one call's memory, and what a benchmark command shares: its options, its run (threads restored, rows written), rates,
 tables, fits, skipped rows and plots."""
 
@@ -7,24 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from common import benchmarking
+from common.benchmarks import bert_inputs, fits, fresh_process, machine, memory, options, plots, session, timing
 
 
 def test_median_of_the_timed_calls(monkeypatch):
     # a fake clock: the calls last 3, 1 and 2 ms
     ticks = iter([0.0, 0.003, 1.0, 1.001, 2.0, 2.002])
-    monkeypatch.setattr(benchmarking.time, "perf_counter", lambda: next(ticks))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
     calls = itertools.count()
-    assert benchmarking.median_ms(lambda: next(calls), repeats=3, device="cpu") == pytest.approx(2.0)
+    assert timing.median_ms(lambda: next(calls), repeats=3, device="cpu") == pytest.approx(2.0)
     assert next(calls) == 3
 
 
 def test_spread_of_the_timed_calls(monkeypatch):
     ticks = iter([0.0, 0.003, 1.0, 1.001, 2.0, 2.002])
-    monkeypatch.setattr(benchmarking.time, "perf_counter", lambda: next(ticks))
-    times = benchmarking.times_ms(lambda: None, repeats=3, device="cpu")
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
+    times = timing.times_ms(lambda: None, repeats=3, device="cpu")
     assert times == pytest.approx([3.0, 1.0, 2.0])
-    assert benchmarking.spread_ms(times) == pytest.approx({"ms": 2.0, "ms_min": 1.0, "ms_max": 3.0})
+    assert timing.spread_ms(times) == pytest.approx({"ms": 2.0, "ms_min": 1.0, "ms_max": 3.0})
 
 
 def test_cpu_description_names_the_model_and_its_vector_extensions(tmp_path):
@@ -34,19 +34,19 @@ def test_cpu_description_names_the_model_and_its_vector_extensions(tmp_path):
              "model name\t: AMD EPYC 9R14\nflags\t\t: fpu sse4_2 avx avx2 fma avx512f avx512bw avx512vl "
              "avx512_vnni avx512_bf16 sha_ni\n\n")
     cpuinfo.write_text(block.format(0) + block.format(1).replace("avx512f ", ""))
-    assert benchmarking.cpu_description(cpuinfo) == (
-        f"AMD EPYC 9R14 (family 25, model 17), {benchmarking.os.cpu_count()} logical CPUs, "
+    assert machine.cpu_description(cpuinfo) == (
+        f"AMD EPYC 9R14 (family 25, model 17), {machine.os.cpu_count()} logical CPUs, "
         "avx avx2 fma avx512f avx512bw avx512vl avx512_vnni avx512_bf16")
 
 
 def test_peak_rss_after_a_reset_sees_a_temporary_allocation():
-    if not benchmarking.reset_peak_rss():
+    if not memory.reset_peak_rss():
         pytest.skip("/proc/self/clear_refs cannot be written here: the peak cannot be reset")
-    before = benchmarking.rss_mb()
+    before = memory.rss_mb()
     block = bytearray(64 * 2**20)  # 64 MiB, touched
     del block
-    assert benchmarking.peak_rss_mb() - before >= 60
-    assert benchmarking.max_rss_mb() >= benchmarking.peak_rss_mb() - 1
+    assert memory.peak_rss_mb() - before >= 60
+    assert memory.max_rss_mb() >= memory.peak_rss_mb() - 1
 
 
 def test_a_child_over_its_data_limit_fails_cleanly():
@@ -54,7 +54,7 @@ def test_a_child_over_its_data_limit_fails_cleanly():
     import subprocess
     import sys
 
-    code = ("import torch; from common.benchmarking import limit_data_segment; limit_data_segment(1e-6)\n"
+    code = ("import torch; from common.benchmarks.memory import limit_data_segment; limit_data_segment(1e-6)\n"
             "try:\n    torch.ones(2**30, dtype=torch.uint8)\nexcept RuntimeError as e:\n    print('refused')")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert "refused" in done.stdout, done.stderr
@@ -67,82 +67,82 @@ def test_a_session_restores_the_thread_count_and_writes_what_it_measured(tmp_pat
 
     import torch
 
-    parser = benchmarking.benchmark_parser("python -m x", "x", results="x", writes="x.csv", repeats=1,
+    parser = options.benchmark_parser("python -m x", "x", results="x", writes="x.csv", repeats=1,
                                            repeats_help="timed calls")
-    args = benchmarking.parse(parser, ["--threads", "1", "--json"])
+    args = options.parse(parser, ["--threads", "1", "--json"])
     before = torch.get_num_threads()
     rows = [{"bench": "x", "impl": "a", "ms": 1.5}, {"bench": "x", "impl": "b", "ms": None, "skipped": "why"}]
-    with benchmarking.Session(args, benchmarking.output_paths(tmp_path, "x", ("csv", "jsonl"))) as session:
+    with session.Session(args, session.output_paths(tmp_path, "x", ("csv", "jsonl"))) as run:
         assert torch.get_num_threads() == 1
         for row in rows:
-            session.emit(row, f"progress {row['impl']}")
-        assert session.finish(rows) == 0
+            run.emit(row, f"progress {row['impl']}")
+        assert run.finish(rows) == 0
     assert torch.get_num_threads() == before
     out, err = capsys.readouterr()
     assert [json.loads(line) for line in out.splitlines()] == rows
     assert err.splitlines()[:2] == ["progress a", "progress b"]
     assert (tmp_path / "x.csv").read_text().splitlines() == ["bench,impl,ms,skipped", "x,a,1.5,", "x,b,,why"]
     with pytest.raises(SystemExit) as refused:
-        benchmarking.Session(args, {"csv": tmp_path / "x.csv"}).__enter__()
+        session.Session(args, {"csv": tmp_path / "x.csv"}).__enter__()
     assert refused.value.code == 2
-    with benchmarking.Session(args, {"csv": tmp_path / "y.csv"}) as session:
-        assert session.finish([{"skipped": "every row"}]) == 1 and not (tmp_path / "y.csv").exists()
+    with session.Session(args, {"csv": tmp_path / "y.csv"}) as run:
+        assert run.finish([{"skipped": "every row"}]) == 1 and not (tmp_path / "y.csv").exists()
 
 
 def test_list_options_refuse_a_value_given_twice(capsys):
-    parser = benchmarking.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
+    parser = options.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
                                            repeats_help="timed calls")
     parser.add_argument("--lengths", type=int, nargs="+")
-    assert benchmarking.parse(parser, ["--lengths", "1", "2"]).lengths == [1, 2]
+    assert options.parse(parser, ["--lengths", "1", "2"]).lengths == [1, 2]
     with pytest.raises(SystemExit):
-        benchmarking.parse(parser, ["--lengths", "1", "2", "1"])
+        options.parse(parser, ["--lengths", "1", "2", "1"])
     assert capsys.readouterr().err.strip() == "error: argument --lengths: 1 is given twice"
 
 
 def test_rates_keep_four_significant_digits_and_tables_align():
-    assert benchmarking.significant(0.0017628) == 0.001763 and benchmarking.significant(257.69803776) == 257.7
-    assert benchmarking.rounded(None, 3) is None and benchmarking.rounded(1.23456, 3) == 1.235
+    assert session.significant(0.0017628) == 0.001763 and session.significant(257.69803776) == 257.7
+    assert session.rounded(None, 3) is None and session.rounded(1.23456, 3) == 1.235
     columns = [("impl", "impl", ""), ("ms", "ms", ".2f"), ("x2", lambda r: r["ms"] and 2 * r["ms"], ".1f")]
-    table = benchmarking.text_table([{"impl": "tvm", "ms": 1.5}, {"impl": "portable", "ms": None}], columns)
+    table = session.text_table([{"impl": "tvm", "ms": 1.5}, {"impl": "portable", "ms": None}], columns)
     assert table.splitlines() == ["impl        ms   x2", "tvm       1.50  3.0", "portable     -    -"]
 
 
 def test_polyfit_recovers_a_polynomial_and_needs_enough_points():
-    fit = benchmarking.polyfit([(3, 5 + 0.5 * 3 + 0.25 * 9), (1, 5.75), (2, 7.0), (4, 11.0)], 2)
+    fit = fits.polyfit([(3, 5 + 0.5 * 3 + 0.25 * 9), (1, 5.75), (2, 7.0), (4, 11.0)], 2)
     assert fit["coefficients"] == pytest.approx([5, 0.5, 0.25]) and fit["r2"] == pytest.approx(1.0)
-    assert fit["lengths"] == [1, 2, 3, 4] and benchmarking.fit_value(fit, 10) == pytest.approx(5 + 5 + 25)
-    assert benchmarking.polyfit([(1, 1.0), (2, 2.0)], 2) is None and benchmarking.fit_value(None, 3) is None
+    assert fit["lengths"] == [1, 2, 3, 4] and fits.fit_value(fit, 10) == pytest.approx(5 + 5 + 25)
+    assert fits.polyfit([(1, 1.0), (2, 2.0)], 2) is None and fits.fit_value(None, 3) is None
 
 
 def test_a_failed_measurement_is_a_skipped_row_with_its_first_line():
     def fails():
         raise RuntimeError("out of memory\nmore detail")
 
-    assert benchmarking.guarded(fails) == {"skipped": "RuntimeError: out of memory"}
-    assert benchmarking.guarded(lambda n: {"ms": n}, n=2) == {"ms": 2}
+    assert fresh_process.guarded(fails) == {"skipped": "RuntimeError: out of memory"}
+    assert fresh_process.guarded(lambda n: {"ms": n}, n=2) == {"ms": 2}
 
 
 def test_bert_pairs_hold_the_query_then_each_document():
     import torch
 
     query = torch.tensor([[101, 7, 8, 102]])
-    pairs = benchmarking.bert_pairs(query, torch.tensor([[5, 6], [9, 9]]), 102)
+    pairs = bert_inputs.bert_pairs(query, torch.tensor([[5, 6], [9, 9]]), 102)
     assert pairs["pair_tokens"].tolist() == [[101, 7, 8, 102, 5, 6, 102], [101, 7, 8, 102, 9, 9, 102]]
     assert pairs["pair_types"].tolist() == [[0, 0, 0, 0, 1, 1, 1]] * 2 and pairs["pair_mask"].all()
 
 
 def test_draw_writes_a_png_of_lines_and_bars(tmp_path):
-    lines = [benchmarking.Line("a", [(1, 2.0, "x"), (2, 3.0)]), benchmarking.Line("b", [])]
-    bars = [benchmarking.Line("train", [("dense", 4.0, "1.00"), ("qds", 2.0, None)])]
-    benchmarking.draw([benchmarking.Panel("lines", "n", "ms", lines),
-                       benchmarking.Panel("bars", "", "ms", bars, log="y", bars=True)], tmp_path / "p.png")
+    lines = [plots.Line("a", [(1, 2.0, "x"), (2, 3.0)]), plots.Line("b", [])]
+    bars = [plots.Line("train", [("dense", 4.0, "1.00"), ("qds", 2.0, None)])]
+    plots.draw([plots.Panel("lines", "n", "ms", lines),
+                       plots.Panel("bars", "", "ms", bars, log="y", bars=True)], tmp_path / "p.png")
     assert (tmp_path / "p.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_part_times_sum_each_part_of_a_call(monkeypatch):
     ticks = iter([0.0, 0.002, 1.0, 1.001, 2.0, 2.003])  # a fake clock: read 2 ms, judge 1 ms, read 3 ms
-    monkeypatch.setattr(benchmarking.time, "perf_counter", lambda: next(ticks))
-    parts = benchmarking.PartTimes(("read_ms", "judge_ms", "other_ms"))
+    monkeypatch.setattr(timing.time, "perf_counter", lambda: next(ticks))
+    parts = timing.PartTimes(("read_ms", "judge_ms", "other_ms"))
     for name in ("read_ms", "judge_ms", "read_ms"):
         with parts(name):
             pass
@@ -159,34 +159,34 @@ def test_a_training_step_updates_the_model_and_an_inference_step_does_not():
         model.weight.copy_(torch.tensor([[1.0, -1.0]]))
         model.bias.zero_()
     batch = torch.tensor([[1.0, 2.0]])
-    step = benchmarking.training_step(model, lambda x: model(x).sum(), lr=0.1)  # gradient: x = (1, 2), bias 1
+    step = timing.training_step(model, lambda x: model(x).sum(), lr=0.1)  # gradient: x = (1, 2), bias 1
     assert model.training
     step(batch)
     assert model.weight[0].tolist() == pytest.approx([0.9, -1.1]) and model.bias.tolist() == pytest.approx([-0.1])
     assert model.weight.grad is None
     calls = []
     model.register_forward_hook(lambda *_: calls.append(1))
-    infer = benchmarking.inference_step(model)
+    infer = timing.inference_step(model)
     assert not model.training and not infer(batch).requires_grad
-    measured = benchmarking.measure_step(infer, batch, warmup=2, repeats=3, device="cpu")
+    measured = timing.measure_step(infer, batch, warmup=2, repeats=3, device="cpu")
     assert len(calls) == 1 + 1 + 1 + 3  # the call above, the peak's call, one more warm-up call, 3 timed ones
     assert measured["ms"] > 0 and measured["peak_mb"] >= 0
 
 
 def test_size_options_default_to_the_devices_size(capsys):
-    sizes = {"cpu": benchmarking.BertSize(2, 64, 2, 128), "cuda": benchmarking.BertSize(12, 768, 12, 3072)}
-    parser = benchmarking.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
+    sizes = {"cpu": bert_inputs.BertSize(2, 64, 2, 128), "cuda": bert_inputs.BertSize(12, 768, 12, 3072)}
+    parser = options.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
                                            repeats_help="timed calls")
-    benchmarking.add_size_options(parser, sizes)
+    bert_inputs.add_size_options(parser, sizes)
     assert "hidden size (default: 64 on CPU, 768 on CUDA)" in " ".join(parser.format_help().split())
-    args = benchmarking.parse(parser, ["--num_heads", "4"])
+    args = options.parse(parser, ["--num_heads", "4"])
     args.device = "cpu"
-    benchmarking.resolve_size(args, sizes)
+    bert_inputs.resolve_size(args, sizes)
     assert (args.num_layers, args.hidden_size, args.num_heads, args.intermediate_size) == (2, 64, 4, 128)
-    args = benchmarking.parse(parser, ["--num_heads", "5"])
+    args = options.parse(parser, ["--num_heads", "5"])
     args.device = "cpu"
     with pytest.raises(SystemExit):
-        benchmarking.resolve_size(args, sizes)
+        bert_inputs.resolve_size(args, sizes)
     assert capsys.readouterr().err.strip() == "error: argument --num_heads: must divide the hidden size 64, got 5"
     assert sizes["cpu"].hf_config() == {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2,
                                         "intermediate_size": 128}
@@ -195,8 +195,8 @@ def test_size_options_default_to_the_devices_size(capsys):
 def test_argument_types_refuse_with_their_reason():
     import argparse
 
-    even = benchmarking.even_int("spans w / 2 each side")
-    above = benchmarking.int_above(5, "ids 0-4 are special")
+    even = options.even_int("spans w / 2 each side")
+    above = options.int_above(5, "ids 0-4 are special")
     assert even("128") == 128 and above("6") == 6
     for check, text, message in [(even, "33", "must be even (spans w / 2 each side), got 33"),
                                  (even, "0", "must be a positive integer, got 0"),
@@ -207,30 +207,29 @@ def test_argument_types_refuse_with_their_reason():
 
 
 def test_random_bert_inputs():
-    query, mask = benchmarking.bert_query(6, seed=0)
-    assert query.shape == (1, 6) and query[0, 0] == benchmarking.BERT_CLS and query[0, -1] == benchmarking.BERT_SEP
-    assert query[0, 1:5].tolist() == benchmarking.random_words(1, 4, seed=0)[0].tolist() and mask.all()
-    words = benchmarking.random_words(3, 5, seed=1)
+    query, mask = bert_inputs.bert_query(6, seed=0)
+    assert query.shape == (1, 6) and query[0, 0] == bert_inputs.BERT_CLS and query[0, -1] == bert_inputs.BERT_SEP
+    assert query[0, 1:5].tolist() == bert_inputs.random_words(1, 4, seed=0)[0].tolist() and mask.all()
+    words = bert_inputs.random_words(3, 5, seed=1)
     assert words.shape == (3, 5)
-    assert benchmarking.FIRST_WORD <= words.min() <= words.max() < benchmarking.BERT_VOCAB_SIZE
-    assert benchmarking.bert_documents(words).tolist() == [[benchmarking.BERT_CLS, *row] for row in words.tolist()]
+    assert bert_inputs.FIRST_WORD <= words.min() <= words.max() < bert_inputs.BERT_VOCAB_SIZE
+    assert bert_inputs.bert_documents(words).tolist() == [[bert_inputs.BERT_CLS, *row] for row in words.tolist()]
 
 
 def test_a_bar_chart_and_a_table_of_columns_are_written(tmp_path, capsys):
     rows = [{"bench": "x", "n": n, "pass": pass_, "impl": impl, "ms": ms, "skipped": None}
             for n, pass_, impl, ms in [(8, "train", "a", 2.0), (8, "infer", "a", 1.0), (8, "train", "b", None),
                                        (16, "train", "a", 4.0)]]
-    benchmarking.bar_chart(rows, tmp_path / "bars.png", label=lambda r: r["impl"], text=lambda r: f"{r['ms']:.0f}",
+    plots.bar_chart(rows, tmp_path / "bars.png", label=lambda r: r["impl"], text=lambda r: f"{r['ms']:.0f}",
                            passes=("train", "infer"), ylabel="ms", title="t")
     assert (tmp_path / "bars.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    parser = benchmarking.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
+    parser = options.benchmark_parser("python -m x", "x", results="x", writes="x", repeats=1,
                                            repeats_help="timed calls")
-    args = benchmarking.parse(parser, [])
-    with benchmarking.Session(args, {"csv": tmp_path / "x.csv"}) as session:
-        assert session.emit(rows[0]) is rows[0]
-        assert session.finish(rows[:2], table=(("impl", ""), ("ms", ".1f"))) == 0
+    args = options.parse(parser, [])
+    with session.Session(args, {"csv": tmp_path / "x.csv"}) as run:
+        assert run.emit(rows[0]) is rows[0]
+        assert run.finish(rows[:2], table=(("impl", ""), ("ms", ".1f"))) == 0
     assert capsys.readouterr().out.splitlines()[:3] == ["impl   ms", "a     2.0", "a     1.0"]
-
 
 
 #: Every benchmark command and its committed results folder.
@@ -245,7 +244,7 @@ def test_every_benchmark_is_listed():
     calls = {".".join(p.relative_to(repo).with_suffix("").parts) for top in ("common", "qds", "conformer_kernel",
                                                                               "earl", "mva")
              for p in (repo / top).rglob("*.py") if "benchmark_parser(" in p.read_text()}  # fmt: skip
-    assert calls - {"common.benchmarking"} == set(BENCHMARKS)
+    assert calls - {"common.benchmarks.options"} == set(BENCHMARKS)
 
 
 class _Parsed(Exception):
@@ -262,7 +261,7 @@ def test_a_benchmark_writes_under_outputs_by_default_and_into_results_only_when_
     command = import_module(module)
 
     def parse(parser, argv):
-        raise _Parsed(benchmarking.parse(parser, argv))
+        raise _Parsed(options.parse(parser, argv))
 
     monkeypatch.setattr(command, "parse", parse)
     parsed = []

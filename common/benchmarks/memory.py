@@ -1,0 +1,80 @@
+"""Peak memory of one call above what was in use before it: CUDA's allocator peak, or on CPU the rise of the peak
+resident set (reset through Linux's ``/proc/self/clear_refs``; where it cannot be, the lifetime peak, right only in a
+fresh process). `limit_data_segment` keeps a measurement that would not fit from waking the OOM killer."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+from collections.abc import Callable
+
+MB = 2**20
+
+
+def peak_mb(step: Callable[[], object], device: str) -> float:
+    """Peak memory in MB of one call of `step` above what was in use before it."""
+    if device == "cuda":
+        return cuda_peak_mb(step)
+    reset = reset_peak_rss()
+    before = rss_mb()
+    step()
+    return max((peak_rss_mb() if reset else max_rss_mb()) - before, 0.0)
+
+
+def cuda_peak_mb(step: Callable[[], object]) -> float:
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / MB
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / MB
+
+
+def max_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kilobytes on Linux
+
+
+def reset_peak_rss() -> bool:
+    """Return freed heap pages to the system and reset the peak resident set (VmHWM) to the current one; False where
+    ``/proc/self/clear_refs`` cannot be written."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).malloc_trim(0)  # glibc keeps freed small blocks resident otherwise
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # 5: reset the peak resident set size
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_mb() -> float:
+    return _status_kb("VmHWM:") / 1024
+
+
+def _status_kb(key: str, path: str = "/proc/self/status") -> int:
+    with open(path) as f:
+        return next(int(line.split()[1]) for line in f if line.startswith(key))
+
+
+def available_mb() -> float:
+    """MemAvailable of /proc/meminfo (what the kernel can give without swapping), in MB."""
+    return _status_kb("MemAvailable:", "/proc/meminfo") / 1024
+
+
+def limit_data_segment(share: float) -> None:
+    """RLIMIT_DATA = this process's data segment + `share` of MemAvailable: an allocation beyond it is an error in
+    this process, not the OOM killer."""
+    limit = _status_kb("VmData:") * 1024 + int(share * available_mb() * MB)
+    _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))

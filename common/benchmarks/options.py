@@ -1,0 +1,107 @@
+"""The options every benchmark command takes (`benchmark_parser`, `parse`) and the argument types beside
+`common.refusals`'. A run writes into a new, git-ignored ``outputs/<name>-benchmark-<time>`` by default, never into
+the committed ``results/<name>/``, which ``--output_dir results/<name> --overwrite`` replaces."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from common.refusals import ArgumentParser, number_in, output_folder, positive_float, positive_int, usage_error
+
+#: A dropout rate: from 0 to 1.
+probability = number_in(0, 1)
+#: A share of a budget: above 0, at most 1.
+fraction = number_in(0, 1, above_low=True)
+_START_TIME = "<time>"  # in the default --output_dir, replaced by `parse`
+
+
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Each option's default after its help, but for None (those options' help says their default)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def benchmark_parser(prog: str, description: str, *, results: str, writes: str, repeats: int | None,
+                     repeats_help: str, threads: int | None = None, devices: bool = True, device: str | None = None,
+                     seed: str | None = None, timeout: float | None = None, child: bool = False) -> ArgumentParser:
+    """A parser with the options every benchmark takes, in a group after the benchmark's own: `results` names the
+    committed ``results/<results>``, `writes` what goes there; `child` adds the hidden ``--_one SPEC`` of
+    `common.benchmarks.fresh_process.measure_in_child`."""
+    parser = ArgumentParser(prog=prog, description=description, formatter_class=_Help)
+    shared = parser.add_argument_group("options every benchmark takes")
+    shared.add_argument("--repeats", type=positive_int, default=repeats, help=repeats_help)
+    if devices:
+        shared.add_argument("--device", choices=("cpu", "cuda"), default=device,
+                            help="cpu or cuda" + ("" if device else " (default: cuda where available)"))
+    shared.add_argument("--threads", type=positive_int, default=threads,
+                        help="torch.set_num_threads for the run, restored after it" + ("" if threads else
+                                                                                       " (default: torch's)"))
+    if seed:
+        shared.add_argument("--seed", type=int, default=0, help=seed)
+    if timeout:
+        shared.add_argument("--timeout", type=positive_float, default=timeout,
+                            help="seconds per measurement in a fresh process; one past it is a skipped row")
+    shared.add_argument("--output_dir", type=output_folder, default=f"outputs/{results}-benchmark-{_START_TIME}",
+                        help=f"where {writes} go (<time>: the run's start); --output_dir results/{results} "
+                             "--overwrite replaces the committed results")
+    shared.add_argument("--overwrite", action="store_true", help="replace existing result files")
+    shared.add_argument("--json", action="store_true",
+                        help="print one JSON object per measurement per line on stdout (the rest on stderr)")
+    if child:
+        shared.add_argument("--_one", help=argparse.SUPPRESS)
+    return parser
+
+
+def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
+    """`parser`'s arguments, a value given twice to a list option refused; the start time written into the default
+    ``--output_dir``."""
+    args = parser.parse_args(argv)
+    default = parser.get_default("output_dir")
+    if default is not None and args.output_dir == Path(default):
+        args.output_dir = Path(default.replace(_START_TIME, time.strftime("%Y%m%d-%H%M%S")))
+    for action in parser._actions:
+        if action.nargs == "+":
+            seen = set()
+            for value in getattr(args, action.dest):
+                if value in seen:
+                    usage_error(f"argument {action.option_strings[0]}: {value} is given twice")
+                seen.add(value)
+    return args
+
+
+def even_int(reason: str) -> Callable[[str], int]:
+    """An argparse type: a positive even integer; an odd one is refused with `reason`."""
+
+    def even(text: str) -> int:
+        value = positive_int(text)
+        if value % 2:
+            raise argparse.ArgumentTypeError(f"must be even ({reason}), got {value}")
+        return value
+
+    return even
+
+
+def int_above(low: int, reason: str) -> Callable[[str], int]:
+    """An argparse type: a positive integer above `low`; one at most `low` is refused with `reason`."""
+
+    def above(text: str) -> int:
+        value = positive_int(text)
+        if value <= low:
+            raise argparse.ArgumentTypeError(f"must be above {low} ({reason}), got {value}")
+        return value
+
+    return above
+
+
+def resolve_device(requested: str | None) -> str:
+    """`requested`, or cuda where available when None; cuda requested without CUDA ends the command."""
+    import torch
+
+    available = torch.cuda.is_available()
+    if requested == "cuda" and not available:
+        usage_error("argument --device: cuda is not available here")
+    return requested or ("cuda" if available else "cpu")
