@@ -45,7 +45,7 @@ from common.commands.task_options import (add_precision_arguments, add_process_a
                                           read_checkpoint, resolve_precision, runs_on_cuda, trainer_options)
 from common.commands.run_folder import launched_as_global_zero
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
-from conformer_kernel.index_folder import INDEX_FILES, OLD_MATRIX_FILE, output_problem
+from conformer_kernel.index_folder import INDEX_FILES, output_problem
 from conformer_kernel.orcas import ORCAS_PARTS
 
 
@@ -96,9 +96,6 @@ def existing_index(text: str) -> Path:
     folder = Path(text)
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"no such folder: {text}")
-    if (folder / OLD_MATRIX_FILE).is_file():
-        raise argparse.ArgumentTypeError(f"{text} holds an index built by an older version of conformer_kernel.index "
-                                         f"({OLD_MATRIX_FILE}); build it again")
     missing = [name for name in INDEX_FILES if not (folder / name).is_file()]
     if missing:
         raise argparse.ArgumentTypeError(f"{text} holds no finished conformer_kernel.index index "

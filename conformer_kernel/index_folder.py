@@ -13,8 +13,6 @@ from pathlib import Path
 ARRAY_FILES = ("data.npy", "indices.npy", "indptr.npy")
 #: A finished index's files (`conformer_kernel.impact_index.ImpactIndex.save`); meta.json, written last, marks one.
 INDEX_FILES = (*ARRAY_FILES, "terms.txt", "doc_ids.txt", "meta.json")
-#: The single file that held the matrix of an index built by an older version, which must be built again.
-OLD_MATRIX_FILE = "index.npz"
 #: An unfinished index's plan (what it indexes, with which model), written before its first shard.
 PLAN = "shards/plan.json"
 

@@ -616,8 +616,6 @@ def build_ranker(kind: ModelName, vocab_size: int, encoder: EncoderName = "confo
 #: The settings that shape the model: `conformer_kernel.ranker.ConformerKernelRanker`'s hyper-parameters but ``lr``.
 SETTINGS = ("model", "vocab_size", "encoder", "conv_window", "hidden_size", "num_heads", "num_layers", "dropout",
             "kernels", "sigma", "pool_window", "pool_stride", "max_doc_terms", "identity_init", "doc_padding")
-#: Settings renamed since checkpoints were first written, old name -> new (the other packages' names).
-RENAMED_SETTINGS = {"hidden": "hidden_size", "heads": "num_heads", "layers": "num_layers"}
 
 
 def ranker_from_settings(settings: Mapping) -> nn.Module:

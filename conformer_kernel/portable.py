@@ -33,7 +33,7 @@ from typing import get_args
 
 from common.portable import Scoring, portable_entry
 from conformer_kernel.features import Featurizer, OrcasDocument, encode_pairs
-from conformer_kernel.model import RENAMED_SETTINGS, SETTINGS, ModelName, pair_scores, ranker_from_settings
+from conformer_kernel.model import SETTINGS, ModelName, pair_scores, ranker_from_settings
 from conformer_kernel.vocab import Resources
 
 PACKAGE = "conformer_kernel"
@@ -51,12 +51,8 @@ def recognises(checkpoint: dict) -> bool:
 
 def checkpoint_entry(checkpoint: dict) -> dict:
     """The `common.portable.KEY` entry of a `conformer_kernel.train` checkpoint's contents (module docstring)."""
-    saved = dict(checkpoint["hyper_parameters"])
-    for old, new in RENAMED_SETTINGS.items():
-        if old in saved:
-            saved.setdefault(new, saved.pop(old))
+    saved = checkpoint["hyper_parameters"]
     settings = {name: saved[name] for name in SETTINGS if name in saved}
-    settings.setdefault("doc_padding", "zeroed")  # written before the option existed, when padding was zeroed
     data = checkpoint.get("datamodule_hyper_parameters") or {}
     inputs = {name: data.get(name, default) for name, default in INPUTS.items()}
     inputs["orcas"] = data.get("orcas") is not None

@@ -27,8 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from common.training.reranking import RerankingEvaluation
-from conformer_kernel.model import (RENAMED_SETTINGS, DocPadding, EncoderName, Features, ModelName, pair_scores,
-                                    ranker_from_settings)
+from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, pair_scores, ranker_from_settings
 from conformer_kernel.vocab import Resources
 
 #: Table 1's measures; runs are 100 deep, so AP and RR are at rank 100.
@@ -72,8 +71,6 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     """
 
     measures = MEASURES
-    # Checkpoints written before the hyper-parameters took the names the other packages use.
-    renamed_hparams = RENAMED_SETTINGS
 
     def __init__(
         self,
@@ -149,7 +146,3 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         self.resources = Resources.from_state(checkpoint["resources"])
-        encoder = getattr(getattr(self.model, "ndrm1", self.model), "encoder", None)  # NDRM2 has none
-        if encoder is not None and "doc_padding" not in checkpoint.get("hyper_parameters", {}):
-            # Written before --model.doc_padding existed, when padding was always zeroed: scored as trained.
-            self.hparams.doc_padding = encoder.doc_padding = "zeroed"
