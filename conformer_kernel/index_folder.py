@@ -1,8 +1,5 @@
-"""The folder of a `conformer_kernel.impact_index` index: the files a finished index holds, the plan an unfinished
-one keeps, and whether a folder can take an index.
-
-Imports nothing heavy: the command lines (`conformer_kernel.index`, `conformer_kernel.evaluate`) check their folders
-with it before torch and Lightning are imported, and `conformer_kernel.impact_index` builds into folders by it.
+"""The folder of a `conformer_kernel.impact_index` index: its files, an unfinished one's plan, and whether a folder can
+take one (no heavy imports: the command lines check their folders before torch is imported).
 """
 
 from __future__ import annotations
@@ -18,8 +15,8 @@ PLAN = "shards/plan.json"
 
 
 def output_problem(folder: Path, resume: bool = False) -> str | None:
-    """What keeps an index from being built into `folder`, or None: a new or empty folder takes one, and with
-    `resume` one holding an unfinished index (its `PLAN`)."""
+    """What keeps an index from being built into `folder`, or None: it must be new or empty, or with `resume` hold an
+    unfinished index (its `PLAN`)."""
     if folder.exists() and not folder.is_dir():
         return f"{folder} is a file, not a folder"
     if (folder / "meta.json").exists():
