@@ -68,8 +68,8 @@ def main(argv=None) -> dict | None:
     from common.commands.quiet import quiet_lightning
     from common.training.processes import leave_process_group_at_exit
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
+    quiet_lightning()
+    leave_process_group_at_exit()
 
     import lightning as L
 
@@ -86,7 +86,6 @@ def main(argv=None) -> dict | None:
     data_settings = state.get("datamodule_hyper_parameters", {})
     depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
     precision = resolve_precision(args, args.checkpoint, state, runs_on_cuda(args.accelerator))
-    # Featurised as the checkpoint was trained (use_featurizer: its vocabulary, text limits and ORCAS field).
     data = ConformerKernelDataModule(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
                                      eval_batch_size=args.batch_size, num_workers=args.num_workers,
                                      relevance_level=args.relevance_level)  # fmt: skip

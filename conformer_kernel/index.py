@@ -126,8 +126,8 @@ def main(argv=None):
     from common.commands.quiet import quiet_lightning
     from common.training.processes import leave_process_group_at_exit
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
+    quiet_lightning()
+    leave_process_group_at_exit()
 
     from common.commands.cli import INPUT_ERRORS
     from conformer_kernel.impact_index import (UnfinishedIndexError, build_index, estimate_index, index_terms,
