@@ -112,8 +112,7 @@ class ConformerKernelDataModule(RerankingDataModule):
 
     @property
     def resources(self) -> Resources:
-        """Vocabulary, IDFs and embeddings of the training task's queries and documents and those of `collections`
-        (built on first use, cached)."""
+        """Vocabulary, IDFs and embeddings of the training task and `collections` (built once, cached)."""
         if self._resources is None:
             if not self.has_split("train"):
                 raise ValueError("no vocabulary: configure a training task (data.train) or call use_featurizer")

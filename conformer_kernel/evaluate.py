@@ -55,8 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict | None:
-    """Evaluate as the command line says; returns the metrics on global rank zero (None without qrels), None on the
-    other processes."""
+    """Evaluate as the command line says: the metrics on global rank zero (None without qrels), else None."""
     args = build_parser().parse_args(argv)
     if args.index and "fullrank" not in args.modes:
         usage_error("--index: only fullrank reads an index; add it to --modes, or leave --index out")

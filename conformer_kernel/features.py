@@ -37,8 +37,7 @@ def content_key(doc: Document) -> bytes:
 
 
 class Featurizer:
-    """Analyses queries and documents and builds padded `Features` batches; `orcas`: doc_id -> clicked queries
-    (``{}`` where only `OrcasDocument` s bring it; None: no ORCAS field)."""
+    """Analyses queries and documents into padded `Features`; `orcas`: doc_id -> clicked queries, or None."""
 
     def __init__(self, resources: Resources, max_query_terms: int = 20, max_doc_terms: int = 4000,
                  max_orcas_terms: int = 2000, orcas: Mapping[str, str] | None = None, cache_size: int = 50_000):
@@ -69,7 +68,7 @@ class Featurizer:
         return self.orcas.get(doc.doc_id, "")
 
     def batch(self, queries: Sequence[Sequence[str]], documents: Sequence[Sequence[Sequence[str]]]) -> Features:
-        """Q term lists and, for each, D document term lists -> `Features` (Q, D, ...), each tensor from one flat list."""
+        """Q term lists and, for each, D document term lists -> `Features` (Q, D, ...), tensors from flat lists."""
         Q, D = len(queries), len(documents[0])
         if any(len(docs) != D for docs in documents):
             raise ValueError("every query needs the same number of documents")

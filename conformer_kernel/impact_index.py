@@ -76,8 +76,7 @@ class ImpactIndex:
         return np.asarray(postings.T @ np.array(list(counts.values()), dtype=np.float64)).ravel()
 
     def search(self, query_terms: Sequence[str], k: int = 100) -> dict[str, float]:
-        """The top-`k` documents for `query_terms`; ties in trec_eval's (and the official code's) order:
-        the larger document id first."""
+        """The top-`k` documents for `query_terms`, ties as trec_eval (and the official code): larger id first."""
         scores = self.score_all(query_terms)
         if k <= 0:
             return {}
@@ -132,8 +131,7 @@ def index_terms(topic_sets: Iterable[Topics], featurizer: Featurizer, vocabulary
 
 @dataclass(frozen=True)
 class IndexEstimate:
-    """The estimated bytes of an index (`estimate_index`) and of the shards its build writes first (``peak_bytes``:
-    both); `sample`: the documents that told a sparse index's postings (0: dense)."""
+    """The estimated bytes of an index and of the shards its build writes first (`sample`: 0 for a dense one)."""
 
     terms: int
     documents: int
@@ -158,8 +156,7 @@ class IndexEstimate:
 
 
 def nonzero_terms(model: ConformerKernelRanker, featurizer: Featurizer, terms: Sequence[str]) -> set[str] | None:
-    """The terms whose s_td may be nonzero in a document that lacks them, None for all (NDRM1, NDRM3); NDRM2's
-    (Eq. 4) is zero without tf or IDF."""
+    """The terms whose s_td may be nonzero in a document that lacks them (NDRM2's: those with an IDF), else None."""
     if model.hparams.model != "ndrm2":
         return None
     return {t for t in terms if featurizer.resources.idf.get(t, 0.0) != 0}
@@ -167,8 +164,7 @@ def nonzero_terms(model: ConformerKernelRanker, featurizer: Featurizer, terms: S
 
 def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: Sequence[str],
                    terms: Sequence[str], shard_size: int, sample: int | None = None, seed: int = 0) -> IndexEstimate:
-    """The estimated size of the index `build_index` writes: dense, or NDRM2's postings counted in a seeded sample
-    of the documents (`common.stores.size.sample_positions`)."""
+    """The estimated size of the index `build_index` writes (NDRM2's postings counted in a sample of documents)."""
     from common.stores.size import SAMPLE, npy_bytes, sample_positions
 
     n, t = len(doc_ids), len(terms)
@@ -196,8 +192,7 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
 
 
 class DocumentShards(Dataset):
-    """Item i: shard ``todo[i]``; `collate` makes a step's batch ``(shard, documents, batches)``, each batch
-    ``(positions, fields)``: the (B,) positions in the shard and `Features`' tensors in field order (for pinning)."""
+    """Item i: shard ``todo[i]``; `collate` makes its ``(shard, documents, [(positions, Features' tensors)])``."""
 
     def __init__(self, doc_ids: list[str], documents, featurizer: Featurizer, terms: list[str], shard_size: int,
                  batch_size: int, todo: list[int]):  # fmt: skip
@@ -270,8 +265,7 @@ def shard_path(folder: Path, shard: int) -> Path:
 def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: list[str], terms: list[str],
                 folder: str | os.PathLike, *, shard_size: int = 256, batch_size: int = 8, term_chunk: int = 64,
                 resume: bool = False, trainer_options: dict | None = None, num_workers: int = 0) -> ImpactIndex | None:
-    """Compute (or with `resume` finish) the index of `documents` for `terms` into `folder`; the index on global
-    rank zero, None on the others."""
+    """Compute (or with `resume` finish) the index into `folder`: the index on global rank zero, else None."""
     folder = Path(folder)
     meta = {"terms": len(terms), "documents": len(doc_ids), "shard_size": shard_size,
             "model": model.hparams.model, "encoder": model.hparams.encoder,
@@ -313,8 +307,7 @@ MERGE_CHUNK = 1 << 18
 
 
 def merge_shards(folder: Path, shards: int, terms: int, documents: int) -> None:
-    """Merge ``shards/`` of `folder` into the index's CSR arrays (those ``scipy.sparse.hstack`` gives) with the
-    memory of one shard."""
+    """Merge ``shards/`` of `folder` into the index's CSR arrays with the memory of one shard."""
     paths = [shard_path(folder, s) for s in range(shards)]
     counts = _count_postings(paths, terms, documents)  # (terms,) nonzeros of each term
     indptr = np.concatenate([[0], np.cumsum(counts)])  # (terms + 1,) int64
@@ -352,8 +345,7 @@ def _write_postings(paths: list[Path], cursor: np.ndarray, data_path: Path, indi
 
 
 def _scatter(part: np.ndarray, cursor: np.ndarray, first: int, data_path: Path, indices_path: Path) -> None:
-    """Copy the nonzeros of `part` (documents, k terms) to the files at `cursor` (k,), term by term, and advance it;
-    the files are mapped for this chunk only, so what stays mapped is bounded by a chunk."""
+    """Copy the nonzeros of `part` (documents, k terms) to the files at `cursor` (k,), mapped for this chunk only."""
     rows = np.ascontiguousarray(part.T)  # (k, documents): term-major
     nonzero = rows != 0  # (k, documents) bool; NaN counts as nonzero, -0.0 not, as in scipy
     counts = np.count_nonzero(nonzero, axis=1)  # (k,)
@@ -383,8 +375,7 @@ def evaluated_topics(data) -> Topics:
 def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, folder: str | os.PathLike,
                  trainer_options: dict | None = None, index: ImpactIndex | None = None, *,
                  resume: bool = False, num_workers: int = 0) -> Run | None:
-    """The top 100 of every evaluated test query of `data` by full retrieval, from `index` or from one built into
-    `folder` (`resume`: finishing what a killed run left); None on processes but global rank zero."""
+    """The top 100 of each evaluated test query from `index` or one built into `folder`; None off rank zero."""
     topics = evaluated_topics(data)
     folder = Path(folder)
     if index is None and resume and (folder / "meta.json").is_file():
@@ -403,8 +394,7 @@ def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, fol
 
 
 def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) -> tuple[ConformerKernelRanker, Featurizer]:
-    """A trained model in eval mode and a featuriser of its vocabulary, IDFs, text limits and ORCAS field
-    (`orcas`, else `data`'s; read before the model is built)."""
+    """A trained model in eval mode and the featuriser of its vocabulary, limits and ORCAS field."""
     if data is None:
         data = torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
     field = orcas_from_spec(orcas if orcas else data.get("orcas"))

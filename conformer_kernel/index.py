@@ -103,8 +103,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def check_room(args: argparse.Namespace, estimate) -> str:
-    """The index's estimated size and peak beside the free space, as a line to print; one line naming
-    ``--output_dir`` where the space cannot hold the peak (less what ``--resume`` finds written)."""
+    """The estimated size and peak beside the free space, as a line; one line naming ``--output_dir`` if no room."""
     from common.stores.size import format_bytes, free_space, written_bytes
 
     written = written_bytes(args.output_dir) if args.resume else 0
@@ -119,8 +118,7 @@ def check_room(args: argparse.Namespace, estimate) -> str:
 
 
 def main(argv=None):
-    """Build the index the command line names; returns it (a `conformer_kernel.impact_index.ImpactIndex`) on
-    global rank zero, else None."""
+    """Build the index the command line names; it on global rank zero, else None."""
     args = build_parser().parse_args(argv)
     check_args(args)
     from common.commands.quiet import quiet_lightning

@@ -15,8 +15,7 @@ PLAN = "shards/plan.json"
 
 
 def output_problem(folder: Path, resume: bool = False) -> str | None:
-    """What keeps an index from being built into `folder`, or None: it must be new or empty, or with `resume` hold an
-    unfinished index (its `PLAN`)."""
+    """What keeps an index from being built into `folder` (new, empty, or unfinished with `resume`), or None."""
     if folder.exists() and not folder.is_dir():
         return f"{folder} is a file, not a folder"
     if (folder / "meta.json").exists():

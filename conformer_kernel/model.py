@@ -94,7 +94,8 @@ class DotProductSelfAttention(SelfAttention):
 
     def forward(self, x: Tensor, padding: Tensor) -> Tensor:
         B, N, H = x.shape
-        q, k, v = self.in_proj(x).view(B, N, 3, self.num_heads, H // self.num_heads).permute(2, 0, 3, 1, 4)  # (B,h,N,dh)
+        heads = self.num_heads
+        q, k, v = self.in_proj(x).view(B, N, 3, heads, H // heads).permute(2, 0, 3, 1, 4)  # each (B, h, N, dh)
         scores = (q @ k.transpose(-2, -1)) * q.shape[-1] ** -0.5  # QKᵀ / √d_key: (B, h, N, N)
         scores = scores.masked_fill(padding[:, None, None, :], float("-inf"))
         y = self.dropout(torch.softmax(scores, dim=-1)) @ v  # Eq. 1, Φ(QKᵀ / √d_key) · V: (B, h, N, dh)
@@ -102,8 +103,7 @@ class DotProductSelfAttention(SelfAttention):
 
 
 class SameConv1d(torch.autograd.Function):
-    """``F.conv1d(x, weight, bias, padding=w // 2, groups=groups)`` for an odd window w, padded by `F.pad` and
-    with the input's gradient computed as a convolution: the same function, faster on CPU (docs/conformer_kernel.md)."""
+    """``F.conv1d(x, weight, bias, padding=w // 2, groups=groups)`` for an odd w, padded by `F.pad`: faster on CPU."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
@@ -244,8 +244,7 @@ class WindowedKernelPooling(nn.Module):
         return 1.0 + self.sigma * math.sqrt(2 * z)
 
     def window_sums(self, similarity: Tensor, doc_mask: Tensor) -> Tensor:
-        """Each window's kernel sums, (..., Tq, W, K): the windows starting inside the padded length, plus one
-        empty window where the official 4,000-term layout has more (padded terms enter at `far_similarity`)."""
+        """Each window's kernel sums, (..., Tq, W, K), plus one empty window where the official layout has more."""
         length = similarity.shape[-1]
         starts = min(self.windows, -(-length // self.stride))  # windows starting before `length`
         end = self.stride * (starts - 1) + self.window
@@ -327,8 +326,7 @@ class NDRM1(nn.Module):
                 self.mix.bias.zero_()
 
     def encode_documents(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
-        """(B, Td) ids -> (B, Td, H) unit vectors of w0·embedding + w1·context + b; each distinct document encoded
-        once when not training, in batches of similar length."""
+        """(B, Td) ids -> (B, Td, H) unit vectors; each distinct document once when not training, by length."""
         if not self.training:
             rows, inverse = torch.unique(torch.cat([doc_ids, doc_mask.to(doc_ids.dtype)], -1), dim=0,
                                          return_inverse=True)

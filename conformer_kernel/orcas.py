@@ -37,8 +37,7 @@ _BATCH = 100_000
 
 
 class OrcasField:
-    """Read-only mapping ``doc_id -> clicked-queries text`` backed by SQLite, usable after a fork: ``field[doc_id]`` is
-    ``""`` for an unclicked document, which ``in``, ``len`` and iteration leave out."""
+    """Read-only mapping ``doc_id -> clicked-queries text`` (``""`` if unclicked) in SQLite, usable after a fork."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -205,8 +204,7 @@ def _build_from_irds(path: Path, dataset_id: str, progress: bool) -> None:
 
 def _build(path: Path, queries: Iterable[tuple[int, str, str]], clicks: Iterable[tuple[int, str, str, int]], *,
            duplicate_query, unknown_query, source: str, name: str, progress: bool) -> None:
-    """Write the field of `clicks` (``(number, qid, doc_id, rel)``) over `queries` (``(number, qid, text)``) to `path`,
-    staged in a scratch database beside it and renamed into place."""
+    """Write the field of `clicks` over `queries` to `path`, staged in a scratch database beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = []
     for suffix in (".tmp", ".stage.tmp"):

@@ -1,5 +1,6 @@
 """The Conformer-Kernel as a portable ranker (`common.portable`, `common.api`): NDRM1, NDRM2 or NDRM3 rebuilt from a
-checkpoint's entry or an exported folder, its pairs featurised as `conformer_kernel.evaluate` re-ranks, without Lightning.
+checkpoint's entry or an exported folder, its pairs featurised as `conformer_kernel.evaluate` re-ranks, without
+Lightning.
 
 - Config: ``model`` (`conformer_kernel.model.SETTINGS`), ``inputs`` (the featuriser's limits, `INPUTS` where the
   checkpoint holds none) and ``orcas``; files: ``terms.txt`` and ``idf.tsv``. A `conformer_kernel.train` checkpoint

@@ -1,8 +1,8 @@
-"""`ConformerKernelRanker`: the LightningModule that trains and evaluates NDRM1, NDRM2 or NDRM3 (`conformer_kernel.model`;
-Mitra et al., TREC 2020 Deep Learning track) with RankNet over each query's documents (Sec. 4; official ``loss.py``)
-and Adam at lr 1e-4 (the official default; the paper gives none). The embeddings start from the word2vec IN ‖ OUT
-vectors; the vocabulary and IDFs travel in every checkpoint (`conformer_kernel.portable`). Dev and test re-ranking are
-measured with Table 1's measures (`common.training.reranking`); dev NDCG@10 selects the checkpoint.
+"""`ConformerKernelRanker`: the LightningModule that trains and evaluates NDRM1, NDRM2 or NDRM3
+(`conformer_kernel.model`; Mitra et al., TREC 2020 Deep Learning track) with RankNet over each query's documents
+(Sec. 4; official ``loss.py``) and Adam at lr 1e-4 (the official default; the paper gives none). The embeddings start
+from the word2vec IN ‖ OUT vectors; the vocabulary and IDFs travel in every checkpoint (`conformer_kernel.portable`).
+Dev and test re-ranking are measured with Table 1's measures; dev NDCG@10 selects the checkpoint.
 
 Difference from the official loss: ``logsigmoid`` instead of log(σ + 1e-6), the same value, stable where σ underflows.
 """
@@ -25,8 +25,7 @@ MEASURES = ("ndcg_cut_10", "ncg@100", "map", "recip_rank")
 
 
 def ranknet_loss(scores: Tensor, labels: Tensor) -> Tensor:
-    """RankNet (Burges et al. 2005), (Q, D) scores and labels -> the mean over queries of the mean over each query's
-    pairs with different labels of -log σ(s_i - s_j), i the higher label (0 without a pair)."""
+    """RankNet: the mean over queries of each one's mean -log σ(s_i - s_j) over pairs with label_i > label_j."""
     diff = scores[:, :, None] - scores[:, None, :]  # (Q, D, D): s_i - s_j
     pairs = (labels[:, :, None] > labels[:, None, :]).to(scores.dtype)  # (Q, D, D): label_i > label_j
     per_query = (-F.logsigmoid(diff) * pairs).sum((1, 2)) / pairs.sum((1, 2)).clamp_min(1.0)  # (Q,)

@@ -6,7 +6,7 @@ depend on the document alone (`EARL.document_keys_values`, what S2 stores, Eq. 2
 layers as modules, the embeddings copied (as MORES, luyug/MORES ``modeling.MORES``).
 
 Where the equations and BERT differ, BERT's computation (its copied weights were trained with it):
-- Eq. 19 as ``LayerNorm(FFN(Q_self) + Q_self)`` (post-norm, as MORES's ``BertLayer`` s), not LayerNorm before the residual;
+- Eq. 19 as ``LayerNorm(FFN(Q_self) + Q_self)`` (post-norm, as MORES's ``BertLayer`` s), not the LayerNorm first;
 - GELU (``config.hidden_act``), not Eq. 4's ReLU; attention scaled by sqrt(d_model / h), per head, not sqrt(d_model);
 - dropout on the attention probabilities and before each residual.
 MORES's 2-class cross-entropy head is an option (``loss="cross_entropy"``: the score is the log-odds).
@@ -31,8 +31,7 @@ Loss = Literal["hinge", "cross_entropy"]
 
 
 class BlockAttention(nn.Module):
-    """Multi-head attention with BERT's output, ``LayerNorm(Dropout(MultiHead(X, K, V) W^O) + X)`` (Eqs. 2-3,
-    17-18), parameters named as BERT's."""
+    """``LayerNorm(Dropout(MultiHead(X, K, V) W^O) + X)`` (Eqs. 2-3, 17-18), parameters named as BERT's."""
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, attention_dropout: float, eps: float):
         super().__init__()
@@ -51,8 +50,7 @@ class BlockAttention(nn.Module):
         return x.unflatten(-1, (self.num_heads, self.head_size)).transpose(1, 2)
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, key_mask: Tensor) -> Tensor:
-        """softmax(Q K^T / sqrt(h / H)) V per head (Eq. 1) over projected (B, n, h) inputs, `key_mask` (B, m) True at
-        real keys: (B, n, h), before W^O."""
+        """softmax(Q K^T / sqrt(h / H)) V per head (Eq. 1), `key_mask` True at real keys: (B, n, h) before W^O."""
         mask = key_mask[:, None, None, :]  # (B, 1, 1, m)
         p = self.attention_dropout if self.training else 0.0
         out = attention(self.heads(queries), self.heads(keys), self.heads(values), mask, p)  # (B, H, n, h / H)
@@ -62,7 +60,7 @@ class BlockAttention(nn.Module):
         return self.norm(self.dropout(self.dense(attended)) + residual)
 
     def forward(self, x: Tensor, mask: Tensor, first_only: bool = False) -> Tensor:
-        """Self-attention of `x` (B, n, h) under `mask` (Eq. 18): (B, n, h), or (B, 1, h) at the first position alone."""
+        """Self-attention of `x` (B, n, h) under `mask` (Eq. 18): (B, n, h), or with `first_only` (B, 1, h)."""
         queries = x[:, :1] if first_only else x
         return self.output(self.attend(self.query(queries), self.key(x), self.value(x), mask), queries)
 
@@ -96,8 +94,7 @@ class JudgeBlock(nn.Module):
         self.ffn = FeedForward(h, config.intermediate_size, config.hidden_act, config.hidden_dropout_prob, eps)
 
     def keys_values(self, documents: Tensor) -> Tensor:
-        """(D W_Y + b, D W_Z + b) of Eq. 24 side by side, (B, d, h) -> (B, d, 2h): the reference of
-        `EARL.document_keys_values`."""
+        """(D W_Y + b, D W_Z + b) of Eq. 24 side by side: the reference of `EARL.document_keys_values`."""
         return torch.cat([self.cross.key(documents), self.cross.value(documents)], dim=-1)
 
     def forward(self, hidden: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
@@ -112,8 +109,7 @@ class JudgeBlock(nn.Module):
 
     @torch.no_grad()
     def copy_bert_layer(self, layer, copy_cross: bool = True) -> None:
-        """Initialise from a ``BertLayer`` (Sec. 3.4): its self-attention into the self-attention (and with
-        `copy_cross` the cross-attention), its FFN and LayerNorms."""
+        """Initialise from a ``BertLayer`` (Sec. 3.4); `copy_cross`: its self-attention into the cross-attention too."""
         targets = [self.self_attention] + ([self.cross] if copy_cross else [])
         source = layer.attention
         for target in targets:
@@ -141,8 +137,7 @@ def pool(hidden: Tensor, mask: Tensor, kind: str) -> Tensor:
 
 
 class EARL(nn.Module):
-    """T_doc, T_qry and K judge blocks with the score of Eq. 22: `encode_documents` (offline), `encode_queries` (once
-    per query) and `judge` (per candidate), together in `forward`."""
+    """T_doc, T_qry and K judge blocks: `encode_documents` offline, `encode_queries` per query, `judge` per document."""
 
     def __init__(self, doc_encoder: nn.Module, query_encoder: nn.Module, blocks: nn.ModuleList, pool: Pool = "cls",
                  loss: Loss = "hinge"):  # fmt: skip
@@ -173,8 +168,7 @@ class EARL(nn.Module):
         return self.query_encoder(input_ids=tokens, attention_mask=mask).last_hidden_state
 
     def document_keys_values(self, documents: Tensor, out: Tensor | None = None) -> Tensor:
-        """D' of Eq. 25 for every block, (B, d, h) -> (B, d, 2 K h), block i's keys then values, as one product
-        of the stacked weights; `out`: a contiguous buffer to write it into (inference only)."""
+        """D' of Eq. 25, (B, d, h) -> (B, d, 2 K h), one product of the stacked weights (`out`: inference buffer)."""
         keys_values = [(block.cross.key, block.cross.value) for block in self.blocks]
         weight = torch.cat([layer.weight for pair in keys_values for layer in pair])  # (2 K h, h)
         bias = torch.cat([layer.bias for pair in keys_values for layer in pair])  # (2 K h,)

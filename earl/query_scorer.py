@@ -24,8 +24,7 @@ def store_width(model: EARL, strategy: str) -> int:
 
 
 class QueryScorer(StoreScorer):
-    """Scores one query's candidates: T_qry once, then batches of candidates through the judge, their keys and
-    values from `store` (S2: its rows; S1: computed from its D) or from T_doc over `documents`."""
+    """One query's candidates: T_qry once, then the judge over keys and values from `store` or T_doc."""
 
     def __init__(self, model: EARL, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
                  store: RepresentationStore | None = None, documents=None):  # fmt: skip

@@ -32,8 +32,7 @@ COLUMNS = ("run", "ranking", "level", *MEASURES)
 
 
 def reranked_bm25(run: Run, bm25: Run) -> Run:
-    """BM25's top 1,000 of each query re-ordered by `run`: the passages `run` ranks first, in its order, then the
-    others in BM25's order."""
+    """BM25's top 1,000 of each query re-ordered by `run`: its passages first, in its order, then BM25's order."""
     out: Run = {}
     for qid, candidates in bm25.items():
         first = [doc for doc, _ in ranked(run.get(qid, {})) if doc in candidates]

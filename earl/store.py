@@ -37,8 +37,7 @@ def data_encoder(data_settings: dict) -> BertInputs:
 
 
 def representation(ranker: EARLRanker, encoder: BertInputs, strategy: str) -> Representation:
-    """What the `strategy` store of `ranker` holds (S1: D; S2: D' of Eq. 25) over every real token, with the model's
-    shape and the passages' encoding beside the identity."""
+    """What the `strategy` store of `ranker` holds (S1: D; S2: D') over every real token, and its description."""
     model = ranker.model
     width = store_width(model, strategy)  # checks the strategy
 
@@ -83,7 +82,7 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
                   count: int, dtype: str, documents: str, seed: int, shard_size: int,
                   batch_size: int) -> dict[str, RepresentationStore]:
     """The `strategies` stores of `count` random documents ``d0``, ``d1``... of n tokens under `root`: with
-    `documents` ``encoded``, T_doc of `document_words` (S2: its D'); with ``random``, seeded noise of each store's width.
+    `documents` ``encoded``, T_doc of `document_words` (S2: its D'); with ``random``, seeded noise of the store's width.
     A finished store of the same identity is opened, an unfinished one resumed."""
     stores, writers = {}, {}
     for strategy in strategies:

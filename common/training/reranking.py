@@ -38,8 +38,7 @@ def renamed_state(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
 
 
 class RerankingEvaluation:
-    """Mixin for a ``LightningModule`` that sets `measures` and ``self.metrics = nn.ModuleDict()`` (filled in
-    `setup`)."""
+    """Mixin for a ``LightningModule`` that sets `measures` and ``self.metrics = nn.ModuleDict()``."""
 
     measures: tuple[str, ...]
     metrics: nn.ModuleDict
@@ -82,8 +81,7 @@ class RerankingEvaluation:
         self.metrics[split].reset()
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Save every process's random generators, and the processes and accumulated batches of the global batch
-        (`common.training.global_batch.resumable_here`)."""
+        """Save every process's random generators and the global batch's processes and accumulation."""
         checkpoint["rng_states"] = rng_states()
         trainer = self._trainer  # None where the module is saved outside a trainer
         accumulate = {"accumulate": trainer.accumulate_grad_batches} if trainer is not None else {}
@@ -93,8 +91,7 @@ class RerankingEvaluation:
             torch.distributed.all_gather_object(checkpoint["rng_states_by_rank"], checkpoint["rng_states"])
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        """Restore this process's generators where the checkpoint was written by as many processes, else the
-        first process's."""
+        """Restore this process's generators (the first process's on another number of processes)."""
         by_rank = checkpoint.get("rng_states_by_rank")
         if by_rank is not None and len(by_rank) == world_size():
             set_rng_states(by_rank[torch.distributed.get_rank()])
