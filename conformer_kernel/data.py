@@ -1,15 +1,7 @@
-"""`ConformerKernelDataModule`: the LightningDataModule of the Conformer-Kernel (Mitra et al. 2021).
-
-- Training groups (Sec. 4 and the official sampler): per query with a relevant document, one
-  document from each of two label groups of its top-100 candidates (label = qrel + 1) and random
-  collection documents (label 0) up to 4 (`common.data.samplers.LabelGroupSampler`); 32 queries
-  per batch.
-- Dev and test: each query's top-`depth` candidates re-ranked, one (query, document) pair per row,
-  batches of similar document length. Tasks, loaders and evaluated queries:
-  `common.training.tasks.RerankingDataModule`.
-- Vocabulary, IDFs and word2vec embeddings come from the training task (its queries and its
-  collection; `conformer_kernel.vocab`), built once and cached; or from a checkpoint
-  (`use_featurizer`), so evaluation featurises exactly as training did.
+"""`ConformerKernelDataModule`: the LightningDataModule of the Conformer-Kernel (Mitra et al. 2021): training groups of
+the official sampler (`common.data.samplers.LabelGroupSampler`: per query, a document of each of two label groups of
+its top 100 and random documents, up to 4), re-ranking of each query's top `depth` (`common.training.tasks`), and the
+vocabulary, IDFs and embeddings of the training task (`conformer_kernel.vocab`) or of a checkpoint (`use_featurizer`).
 """
 
 from __future__ import annotations
@@ -118,12 +110,9 @@ class ConformerKernelDataModule(RerankingDataModule):
         self._resources: Resources | None = None
         self._featurizer: Featurizer | None = None
 
-    # --- vocabulary --------------------------------------------------------------------------------------
-
     @property
     def resources(self) -> Resources:
-        """Vocabulary, IDFs and embeddings of the training task's queries and the collection (built on first use,
-        cached on disk): the training task's documents and those of `collections`, each id once."""
+        """Vocabulary, IDFs and embeddings of the training task and `collections` (built once, cached)."""
         if self._resources is None:
             if not self.has_split("train"):
                 raise ValueError("no vocabulary: configure a training task (data.train) or call use_featurizer")
@@ -155,8 +144,6 @@ class ConformerKernelDataModule(RerankingDataModule):
             self._featurizer = Featurizer(self.resources, h.max_query_terms, h.max_doc_terms, h.max_orcas_terms,
                                           orcas_from_spec(h.orcas))
         return self._featurizer
-
-    # --- datasets (loaders: `common.training.tasks.RerankingDataModule`) -----------------------------
 
     #: Fit leaves the test split to test.
     stage_splits = {"fit": ("train", "dev"), "validate": ("dev",), "test": ("test",)}

@@ -1,42 +1,12 @@
-"""``python -m conformer_kernel.evaluate --checkpoint CKPT --task TASK``: re-rank and/or fully retrieve with a trained
-NDRM, the Conformer-Kernel with query term independence (Mitra et al.: "Improving Transformer-Kernel Ranking Model
-Using Conformer and Query Term Independence", TREC 2020 Deep Learning track), and compare with the paper's Table 1.
+"""``python -m conformer_kernel.evaluate --checkpoint CKPT --task TASK``: re-rank (``--modes rerank``, the top
+``--depth``) and/or fully retrieve (``--modes fullrank``, the top 100 from an impact index built into
+``OUTPUT_DIR/index`` or read from ``--index``) with a trained NDRM, and compare with Table 1 of Mitra et al. 2021.
 
-``CKPT`` is a `conformer_kernel.train` checkpoint (it holds the vocabulary and IDFs). ``TASK``
-names topics, qrels, candidates and documents: ``irds:msmarco-document/trec-dl-2020/judged``,
-``builtin:test``, ``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE``.
-``--modes rerank`` scores the
-candidates (top ``--depth``); ``--modes fullrank`` retrieves each query's top 100 from an impact
-index of the task's documents (`conformer_kernel.index`), built into ``OUTPUT_DIR/index`` or
-read from ``--index`` when given. Writes ``run.<mode>.trec``, ``metrics.json`` (Table 1's
-NDCG@10, NCG@100, AP, RR; BM25 under ``bm25``) and ``task.json`` (the task and the paper's
-dataset it is) and prints the metrics. Without ``--qrels`` (files or a rank_llm file) the runs and ``task.json``
-are written, and no metrics nor comparison (`common.commands.outputs.NO_QRELS`).
-
-Depth: without ``--depth``, re-ranking takes the checkpoint's data setting ``depth`` (what
-`conformer_kernel.train` re-ranked when it reported its test metrics), else 100 (Table 1's
-rerank subtask); the command prints which depth and why.
-
-Comparison: with Table 1 only where the task is its dataset, TREC DL 2020 documents: ``--dataset
-trec-dl-2020-doc`` (for files holding it), else an ``irds:`` task that is
-(`common.report.paper_dataset`, e.g. ``msmarco-document/trec-dl-2020/judged``). Any other task
-gets a line saying there is nothing to compare with, and ``builtin:`` tasks Table 1 labelled as
-another dataset's (`conformer_kernel.train.paper_tables`).
-
-Speed: ``--precision`` (default: the precision the checkpoint's run trained with, where its run folder says so, else
-32-true; the scores stay float32), float32 matmuls at ``--matmul_precision high`` (TF32 on GPUs) as in training
-(`common.commands.task_options.resolve_precision`), and ``--num_workers`` loader processes that read and featurise
-the candidates, and the index's documents, while the model scores (pinned memory on a GPU).
-
-Several processes (``--devices N``, ``torchrun``, ``srun``): the candidates are scored, and the index's shards
-computed, by all of them; global rank zero alone checks and creates the output folder, merges the index, retrieves
-and writes the files (`common.commands.task_options.fresh_output_dir`), the same bytes as one process writes.
-
-Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
-written (`common.refusals`): the options and the task's names at once, before torch and Lightning are imported
-(seconds); the files of an ``irds:`` task (and ``--orcas``) that are neither present nor downloadable, one line
-each (`common.data.irds_files`); a checkpoint that is not conformer_kernel.train's once read, and a malformed task
-file once the task is opened, before the output folder is created.
+``TASK``: ``irds:msmarco-document/trec-dl-2020/judged``, ``builtin:test``, ``--topics/--qrels/--run/--collection``
+files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.<mode>.trec``, ``task.json`` and, with qrels, ``metrics.json``
+(Table 1's NDCG@10, NCG@100, AP, RR; BM25 under ``bm25``). Depth: ``--depth``, else the checkpoint's data setting,
+else 100. Table 1 is compared where the task is TREC DL 2020 documents (``--dataset`` for files). With several
+processes, global rank zero merges, retrieves and writes; bad input ends in one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -48,8 +18,9 @@ from common.commands.task_options import (add_precision_arguments, add_process_a
                                           runs_on_cuda, task_spec_from_args, trainer_options)
 from common.commands.provenance import write_provenance
 from common.commands.run_folder import launched_as_global_zero
+from common.commands.store_options import command_parser
 from common.data.irds_files import refuse_missing_files
-from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
+from common.refusals import checkpoint_file, input_errors, positive_int, usage_error
 from conformer_kernel.index import existing_index, orcas_task, read_trained
 from conformer_kernel.orcas import ORCAS_PARTS
 from conformer_kernel.train import DATASET, DEPTH, MEASURE_LABELS, MODES, PAPER, paper_tables
@@ -59,8 +30,7 @@ DEFAULT_DEPTH = 100
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m conformer_kernel.evaluate", description=__doc__.split("\n\n")[0],
-                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m conformer_kernel.evaluate", __doc__)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help="a conformer_kernel.train checkpoint")
     add_task_arguments(parser, "builtin:<split> or irds:<ir_datasets id>")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: both")
@@ -85,8 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> dict | None:
-    """Evaluate as the command line says; returns the metrics on global rank zero (None without qrels), None on the
-    other processes."""
+    """Evaluate as the command line says: the metrics on global rank zero (None without qrels), else None."""
     args = build_parser().parse_args(argv)
     if args.index and "fullrank" not in args.modes:
         usage_error("--index: only fullrank reads an index; add it to --modes, or leave --index out")
@@ -98,8 +67,8 @@ def main(argv=None) -> dict | None:
     from common.commands.quiet import quiet_lightning
     from common.training.processes import leave_process_group_at_exit
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
+    quiet_lightning()
+    leave_process_group_at_exit()
 
     import lightning as L
 
@@ -116,7 +85,6 @@ def main(argv=None) -> dict | None:
     data_settings = state.get("datamodule_hyper_parameters", {})
     depth, depth_source = resolve_depth(args.depth, data_settings, DEFAULT_DEPTH)
     precision = resolve_precision(args, args.checkpoint, state, runs_on_cuda(args.accelerator))
-    # Featurised as the checkpoint was trained (use_featurizer: its vocabulary, text limits and ORCAS field).
     data = ConformerKernelDataModule(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
                                      eval_batch_size=args.batch_size, num_workers=args.num_workers,
                                      relevance_level=args.relevance_level)  # fmt: skip

@@ -1,17 +1,7 @@
-"""From text to the `Features` of a batch (official ``featurize``, ``model_utils.py``).
-
-- Queries: their first `max_query_terms` (20) terms after `conformer_kernel.text.analyze`, padded
-  to 20 (the official code always pads to 20; `conformer_kernel.model` relies on it for its batch
-  statistics). A longer list of terms can be scored as one pseudo-query (the index does).
-- Documents: `conformer_kernel.text.document_terms` (``<S>`` ORCAS URL title body ``</S>``); the
-  model reads the first `max_doc_terms` (4000) ids, padded to the batch's longest; NDRM2 reads
-  each query term's frequency in, and the length of, the whole untruncated term list.
-- ORCAS field: a document's clicked queries in the featuriser's ORCAS data (`conformer_kernel.orcas`, by document
-  id), or the document's own (`OrcasDocument`, as `conformer_kernel.portable` takes it from a caller).
-- Cache: a document's terms are kept by its content (`content_key`: id, fields and, for an `OrcasDocument`, ORCAS
-  text), never by its id alone: two documents of one id (a bare text's id is ``""``) each get their own terms. The
-  key is a 16-byte digest rather than the fields themselves, so that the cache does not also keep every document's
-  text alive (a 50,000-document cache of MS MARCO documents would hold hundreds of MB of it).
+"""From text to the `Features` of a batch (official ``featurize``, ``model_utils.py``): queries' first 20 analysed terms
+padded to 20 (BatchScale's and BatchNorm's statistics count the padded slots), documents' first 4,000 padded to the
+batch's longest, tf and |d| of the untruncated document, and the ORCAS field by id or from an `OrcasDocument`.
+Analysed documents are cached by a digest of their content (`content_key`), never by id alone.
 """
 
 from __future__ import annotations
@@ -31,8 +21,7 @@ from conformer_kernel.vocab import UNK, Resources
 
 @dataclass(frozen=True)
 class OrcasDocument(Document):
-    """A document with its ORCAS field: the text of its clicked queries, joined by spaces (`conformer_kernel.orcas`),
-    ``""`` for one nobody clicked."""
+    """A document with its ORCAS field, the text of its clicked queries (``""``: nobody clicked it)."""
 
     orcas: str = ""
 
@@ -48,15 +37,7 @@ def content_key(doc: Document) -> bytes:
 
 
 class Featurizer:
-    """Analyses queries and documents and builds padded `Features` batches.
-
-    Args:
-        resources: vocabulary ids and IDFs.
-        max_query_terms, max_doc_terms, max_orcas_terms: the paper's 20 and 4,000, the official 2,000.
-        orcas: doc_id -> clicked-queries text (`conformer_kernel.orcas`; ``{}`` where only `OrcasDocument` s
-            bring it), or None for a model without the ORCAS field.
-        cache_size: analysed documents kept per process (training draws the same ones again), by `content_key`.
-    """
+    """Analyses queries and documents into padded `Features`; `orcas`: doc_id -> clicked queries, or None."""
 
     def __init__(self, resources: Resources, max_query_terms: int = 20, max_doc_terms: int = 4000,
                  max_orcas_terms: int = 2000, orcas: Mapping[str, str] | None = None, cache_size: int = 50_000):
@@ -79,8 +60,7 @@ class Featurizer:
         return terms
 
     def orcas_text(self, doc: Document) -> str:
-        """`doc`'s ORCAS field: none without ORCAS (`orcas` None), else an `OrcasDocument`'s own, else that of
-        `orcas` for its id (``""``: nobody clicked it)."""
+        """`doc`'s ORCAS field: an `OrcasDocument`'s own, else `orcas`'s for its id (``""`` without)."""
         if self.orcas is None:
             return ""
         if isinstance(doc, OrcasDocument):
@@ -88,10 +68,7 @@ class Featurizer:
         return self.orcas.get(doc.doc_id, "")
 
     def batch(self, queries: Sequence[Sequence[str]], documents: Sequence[Sequence[Sequence[str]]]) -> Features:
-        """Q term lists and, for each, D document term lists -> `Features` (Q, D, ...).
-
-        Every tensor is made from one flat list: a tensor per row and a slice assignment each were a third of a dev
-        validation's time (results/conformer_kernel/README.md)."""
+        """Q term lists and, for each, D document term lists -> `Features` (Q, D, ...), tensors from flat lists."""
         Q, D = len(queries), len(documents[0])
         if any(len(docs) != D for docs in documents):
             raise ValueError("every query needs the same number of documents")

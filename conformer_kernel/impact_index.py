@@ -1,47 +1,12 @@
-"""The impact index of `conformer_kernel.index`: s_td precomputed for every (term, document), and retrieval with it.
+"""The impact index of `conformer_kernel.index` (Mitra et al. 2021, Sec. 2-3): s_td precomputed for every (term,
+document) under query term independence, s_qd = Σ_{t∈q} s_td, and full retrieval with it (the paper's "fullrank").
 
-Query term independence (Mitra et al. 2021, Sec. 2-3): every NDRM scores a query as the sum of
-its terms' scores, s_qd = Σ_{t∈q} s_td, and s_td depends on the term and the document only. So
-s_td can be computed offline for a set of terms over the whole collection and stored as an
-impact index, a (terms x documents) `scipy.sparse.csr_matrix`, each row a term's postings; full
-retrieval multiplies a query's term counts by it and keeps the top 100 (`ImpactIndex.search`),
-the paper's single-stage "fullrank" setting. Which terms: as in the official code, every term of
-the queries to be run (the first 20 analysed terms of each topic), optionally the whole model
-vocabulary. NDRM1 and NDRM3 score every (term, document) pair, so their postings are dense
-(T x N x 4 bytes); NDRM2's are zero where the term does not occur, and zeros are not stored.
-`estimate_index` tells an index's size and its build's peak on disk before it is computed.
-
-Computation: Lightning ``predict`` over shards of ``shard_size`` documents (a shard per
-prediction step; with several devices the shards are split among them). Global rank zero alone
-checks the folder and writes its plan, before the shards are computed; each shard's scores, a dense
-(documents, terms) float32 array, are written atomically to ``shards/`` as soon as they exist, so an
-interrupted run resumes where it stopped (``resume``). A shard's documents are read, analysed and made into
-`Features` batches by the loader's ``collate_fn`` (`DocumentShards`), in its ``num_workers`` worker processes where
-there are any, pinned where the accelerator is CUDA (`common.stores.writer.loader_options`); each batch's scores are
-copied back without waiting for them, the host waiting once a shard (`common.stores.writer.HostCopies`).
-
-Layout: the CSR matrix's three arrays as raw ``.npy`` files, ``data.npy`` (nnz,) float32, ``indices.npy``
-(nnz,) and ``indptr.npy`` (terms + 1,), their integer type the one ``scipy.sparse.hstack`` gives the
-shards' blocks (int32 unless the postings, documents or terms outnumber it); with them ``terms.txt``,
-``doc_ids.txt`` and ``meta.json``, written last, which marks a finished index. `ImpactIndex.load` maps
-the arrays into memory (``numpy.load(mmap_mode="r")``) without reading them: a query reads its terms'
-rows only, so an index far larger than the memory serves queries.
-
-Merge (`merge_shards`): when every shard exists, the rank-zero process merges them into those arrays out
-of core, in two passes over the shards, each shard read whole and alone: the first counts each term's
-nonzeros (a (terms,) table: the row lengths, whence ``indptr``), the second copies each shard's nonzeros
-of each term to that term's running cursor in ``data.npy`` and ``indices.npy`` (the documents' global
-positions, ascending within a row: shards in order), files of their final size created by
-``numpy.lib.format.open_memmap`` and written through memory maps opened for a chunk of a shard at a time.
-So the merge's memory is bounded by one shard (plus fixed-size buffers), not by the index (a merge in
-memory holds the whole index, two to three times over at its peak): the dense MS MARCO index (900 query
-terms x 3.21M documents: 2.9 billion postings, about 35 GB with their int64 column indices) merges in
-megabytes, and ``--vocabulary`` is bounded by the disk, not the memory. The arrays are written under
-temporary names and renamed into place (as `common.io.atomic_write`), then the text files, meta.json last; then
-``shards/`` is removed.
-
-This module imports torch and Lightning; the command line, ``python -m conformer_kernel.index``, is
-`conformer_kernel.index`, which answers ``--help`` and bad options without them.
+- Terms: as in the official code, every term of the queries to be run (first 20 analysed), optionally the vocabulary.
+- Layout: a (terms x documents) float32 CSR matrix as raw ``data.npy``, ``indices.npy``, ``indptr.npy`` (the integer
+  type ``scipy.sparse.hstack`` gives the shards' blocks), ``terms.txt``, ``doc_ids.txt`` and ``meta.json``, written
+  last; `ImpactIndex.load` memory-maps the arrays. NDRM2's zeros are not stored; NDRM1's and NDRM3's rows are dense.
+- Build: Lightning ``predict``, a shard of documents per step, each written atomically to ``shards/`` (``resume``),
+  then merged out of core with the memory of one shard (`merge_shards`; docs/conformer_kernel.md).
 """
 
 from __future__ import annotations
@@ -72,6 +37,7 @@ from conformer_kernel.features import Featurizer
 from conformer_kernel.index_folder import ARRAY_FILES, PLAN, output_problem
 from conformer_kernel.model import Features
 from conformer_kernel.orcas import orcas_from_spec
+from conformer_kernel.portable import INPUTS
 from conformer_kernel.ranker import ConformerKernelRanker
 
 
@@ -110,8 +76,7 @@ class ImpactIndex:
         return np.asarray(postings.T @ np.array(list(counts.values()), dtype=np.float64)).ravel()
 
     def search(self, query_terms: Sequence[str], k: int = 100) -> dict[str, float]:
-        """The top-`k` documents for `query_terms`; ties in trec_eval's (and the official code's) order:
-        the larger document id first."""
+        """The top-`k` documents for `query_terms`, ties as trec_eval (and the official code): larger id first."""
         scores = self.score_all(query_terms)
         if k <= 0:
             return {}
@@ -127,8 +92,6 @@ class ImpactIndex:
         """A run of every topic's top-`k` documents (full retrieval, the paper's "fullrank")."""
         return {qid: self.search(featurizer.query_terms(text), k) for qid, text in tqdm(
             sorted(topics.items()), desc="retrieving", unit=" queries")}
-
-    # -- storage --
 
     def save(self, folder: str | os.PathLike, overwrite: bool = False) -> None:
         """Write the index's files into `folder` (the layout of the module docstring)."""
@@ -151,10 +114,7 @@ class ImpactIndex:
 
 
 def _csr_of(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
-    """The CSR matrix of these very arrays (memory maps stay memory maps).
-
-    Set on an empty matrix of the shape: scipy's (data, indices, indptr) constructor reads all of an int64
-    `indices` to see whether int32 would hold it, a pass over the whole file at every load."""
+    """The CSR matrix of these very arrays (memory maps stay memory maps; scipy's constructor would read them)."""
     matrix = sp.csr_matrix(shape, dtype=data.dtype)
     matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
     matrix.check_format(full_check=False)  # lengths and shapes: reads indptr's ends only
@@ -169,15 +129,9 @@ def index_terms(topic_sets: Iterable[Topics], featurizer: Featurizer, vocabulary
     return sorted(terms)
 
 
-# --- the index's size, before it is built ---------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class IndexEstimate:
-    """The estimated bytes of an index of `terms` x `documents` with `postings` nonzero s_td (`estimate_index`):
-    ``index_bytes``, the finished index's files; ``shard_bytes``, the shards (and their plan) that its build writes
-    first and removes once merged, so that its disk holds ``peak_bytes``, both, just before. `sample` documents told
-    the postings of a sparse index (NDRM2's); 0 for a dense one."""
+    """The estimated bytes of an index and of the shards its build writes first (`sample`: 0 for a dense one)."""
 
     terms: int
     documents: int
@@ -202,9 +156,7 @@ class IndexEstimate:
 
 
 def nonzero_terms(model: ConformerKernelRanker, featurizer: Featurizer, terms: Sequence[str]) -> set[str] | None:
-    """The terms whose s_td may be nonzero in a document that lacks them: None where every one's may (NDRM1 and
-    NDRM3 score every pair). NDRM2's s_td (Eq. 4) is IDF_t x BS(tf) / (BS(tf) + ...), zero where the term is not in
-    the document (tf = 0) or has no IDF (none, or 0: in every document); the set is then the terms with an IDF."""
+    """The terms whose s_td may be nonzero in a document that lacks them (NDRM2's: those with an IDF), else None."""
     if model.hparams.model != "ndrm2":
         return None
     return {t for t in terms if featurizer.resources.idf.get(t, 0.0) != 0}
@@ -212,11 +164,7 @@ def nonzero_terms(model: ConformerKernelRanker, featurizer: Featurizer, terms: S
 
 def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: Sequence[str],
                    terms: Sequence[str], shard_size: int, sample: int | None = None, seed: int = 0) -> IndexEstimate:
-    """The estimated size of the index `build_index` writes (`IndexEstimate`): dense, terms x documents postings;
-    NDRM2's, each document's terms with an IDF (`nonzero_terms`) counted in a seeded sample of the documents
-    (`common.stores.size.sample_positions`) and scaled to the collection. The files: the CSR arrays (float32 data;
-    indices and indptr of `merge_shards`' integer type), terms.txt, doc_ids.txt and meta.json; the shards: a
-    (documents, terms) float32 array each, and the plan."""
+    """The estimated size of the index `build_index` writes (NDRM2's postings counted in a sample of documents)."""
     from common.stores.size import SAMPLE, npy_bytes, sample_positions
 
     n, t = len(doc_ids), len(terms)
@@ -243,16 +191,8 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
     return IndexEstimate(t, n, postings, drawn, index_bytes, shard_bytes)
 
 
-# --- computing the postings with Lightning predict ------------------------------------------------------
-
-
 class DocumentShards(Dataset):
-    """Item i: shard ``todo[i]`` (only the shards still to compute); a step's batch is ``(shard, documents,
-    batches)``: the shard, its number of documents and their `Features` against the index's `terms` (one
-    pseudo-query) in batches of `batch_size` in order of length (a batch is padded to its longest document), each
-    ``(positions, fields)``: the (B,) positions of its documents in the shard and the `Features`' tensors in field
-    order (a tuple of tensors, which a loader pins; `Features` itself it would not). Made by `collate`, the loader's
-    ``collate_fn``: in its worker processes where it has any."""
+    """Item i: shard ``todo[i]``; `collate` makes its ``(shard, documents, [(positions, Features' tensors)])``."""
 
     def __init__(self, doc_ids: list[str], documents, featurizer: Featurizer, terms: list[str], shard_size: int,
                  batch_size: int, todo: list[int]):  # fmt: skip
@@ -283,8 +223,7 @@ FEATURE_FIELDS = tuple(Features.__dataclass_fields__)
 
 
 class TermDocumentScorer(L.LightningModule):
-    """Wraps a trained `ConformerKernelRanker`: predict_step turns a shard's `DocumentShards` batches into its
-    (docs, terms) s_td."""
+    """predict_step: a shard's `DocumentShards` batches -> its (docs, terms) s_td."""
 
     def __init__(self, model: ConformerKernelRanker, terms: list[str], term_chunk: int):
         super().__init__()
@@ -326,19 +265,14 @@ def shard_path(folder: Path, shard: int) -> Path:
 def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: list[str], terms: list[str],
                 folder: str | os.PathLike, *, shard_size: int = 256, batch_size: int = 8, term_chunk: int = 64,
                 resume: bool = False, trainer_options: dict | None = None, num_workers: int = 0) -> ImpactIndex | None:
-    """Compute (or finish computing, with `resume`) the index of `documents` for `terms` into `folder`, the
-    documents featurised by `num_workers` loader workers (`DocumentShards`).
-
-    Returns the index on global rank zero (None on the other ranks).
-    """
+    """Compute (or with `resume` finish) the index into `folder`: the index on global rank zero, else None."""
     folder = Path(folder)
     meta = {"terms": len(terms), "documents": len(doc_ids), "shard_size": shard_size,
             "model": model.hparams.model, "encoder": model.hparams.encoder,
             "terms_sha": _digest(terms), "doc_ids_sha": _digest(doc_ids)}
     plan = folder / PLAN
     shards = -(-len(doc_ids) // shard_size)
-    # Every process lists the shards to compute before any of them is written: a shard is written only once all
-    # processes have joined the prediction.
+    # Listed before any process writes one (a shard is written once all have joined the prediction).
     todo = [s for s in range(shards) if not shard_path(folder, s).exists()]
     options = dict(trainer_options or {})  # its callbacks (a command's progress) beside the shards' writer
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False,
@@ -368,23 +302,17 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
     return ImpactIndex.load(folder)
 
 
-# --- merging the shards out of core ---------------------------------------------------------------------
-
 #: Elements of a shard (documents x terms) turned into postings at once: bounds the merge's buffers (~40 B each).
 MERGE_CHUNK = 1 << 18
 
 
 def merge_shards(folder: Path, shards: int, terms: int, documents: int) -> None:
-    """Merge ``shards/`` of `folder` (`shards` (documents, `terms`) float32 arrays, `documents` in all) into the
-    index's CSR arrays, ``data.npy``, ``indices.npy`` and ``indptr.npy``: the arrays ``scipy.sparse.hstack`` of the
-    shards' transposed CSR blocks gives, written with the memory of one shard."""
+    """Merge ``shards/`` of `folder` into the index's CSR arrays with the memory of one shard."""
     paths = [shard_path(folder, s) for s in range(shards)]
     counts = _count_postings(paths, terms, documents)  # (terms,) nonzeros of each term
     indptr = np.concatenate([[0], np.cumsum(counts)])  # (terms + 1,) int64
     nnz = int(indptr[-1])
-    # int64 exactly where sp.hstack(blocks, format="csr") chooses it (scipy 1.17): where a block's arrays need it
-    # (sp.csr_matrix of a dense block: terms, its documents or postings past int32) or the stack's do (postings,
-    # columns: _stack_along_minor_axis, _compressed_sparse_stack)
+    # int64 exactly where sp.hstack(blocks, format="csr") chooses it (scipy 1.17)
     index_dtype = sp.get_index_dtype(maxval=max(nnz, documents, terms))
     data_path, indices_path, indptr_path = (folder / name for name in ARRAY_FILES)
     with _new_npy(data_path, np.float32, nnz) as data_tmp, _new_npy(indices_path, index_dtype, nnz) as indices_tmp:
@@ -406,8 +334,7 @@ def _count_postings(paths: list[Path], terms: int, documents: int) -> np.ndarray
 
 
 def _write_postings(paths: list[Path], cursor: np.ndarray, data_path: Path, indices_path: Path) -> None:
-    """Pass 2: each shard's nonzeros of each term at that term's `cursor` (terms,) (advanced as they are written)
-    in the .npy files at `data_path` and `indices_path`, with the documents' global positions."""
+    """Pass 2: each shard's nonzeros of each term at that term's `cursor` (advanced), with global document positions."""
     first = 0  # the shard's first document
     for path in tqdm(paths, desc="merging shards (2/2: writing)"):
         block = np.load(path)  # (documents of the shard, terms)
@@ -418,12 +345,7 @@ def _write_postings(paths: list[Path], cursor: np.ndarray, data_path: Path, indi
 
 
 def _scatter(part: np.ndarray, cursor: np.ndarray, first: int, data_path: Path, indices_path: Path) -> None:
-    """Copy the nonzeros of `part` (documents of a shard, k terms) to the .npy files at `data_path` and
-    `indices_path` at `cursor` (k,), term by term, the documents (`first` the shard's first) ascending; advance
-    `cursor` past them.
-
-    The files are mapped for this chunk only: the pages it writes leave this process's memory when it returns
-    (for the page cache, which writes them back), so that what stays mapped is bounded by a chunk, not the index."""
+    """Copy the nonzeros of `part` (documents, k terms) to the files at `cursor` (k,), mapped for this chunk only."""
     rows = np.ascontiguousarray(part.T)  # (k, documents): term-major
     nonzero = rows != 0  # (k, documents) bool; NaN counts as nonzero, -0.0 not, as in scipy
     counts = np.count_nonzero(nonzero, axis=1)  # (k,)
@@ -438,15 +360,10 @@ def _scatter(part: np.ndarray, cursor: np.ndarray, first: int, data_path: Path, 
 
 @contextlib.contextmanager
 def _new_npy(path: Path, dtype, length: int) -> Iterator[Path]:
-    """A (length,) .npy file of zeros created under a temporary name beside `path`, whose name is yielded for
-    memory maps to write; synced and renamed onto `path` on success, removed on an exception
-    (`common.io.renamed_on_success`). The temporary name is fixed: the file a killed merge left is overwritten."""
+    """A zero (length,) .npy file under a fixed temporary name beside `path`, renamed onto it on success."""
     with renamed_on_success(path.with_name(f".{path.name}.tmp"), path) as tmp:
         np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=(length,)).flush()  # the header; its size
         yield tmp
-
-
-# --- full retrieval with a trained model ----------------------------------------------------------------
 
 
 def evaluated_topics(data) -> Topics:
@@ -458,14 +375,7 @@ def evaluated_topics(data) -> Topics:
 def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, folder: str | os.PathLike,
                  trainer_options: dict | None = None, index: ImpactIndex | None = None, *,
                  resume: bool = False, num_workers: int = 0) -> Run | None:
-    """The top 100 of every evaluated test query of `data` (a `ConformerKernelDataModule`) by full retrieval: from `index`,
-    or from one built into `folder` for those queries' terms over the test collection.
-
-    `resume`: `folder` may hold what a killed run left there: its finished index is read, an unfinished one
-    finished, and one killed before its plan was written started again. `num_workers`: the index's loader workers.
-
-    Where `trainer_options` name several processes, each computes its part of the index's shards and global rank
-    zero returns the run; the others return None."""
+    """The top 100 of each evaluated test query from `index` or one built into `folder`; None off rank zero."""
     topics = evaluated_topics(data)
     folder = Path(folder)
     if index is None and resume and (folder / "meta.json").is_file():
@@ -483,21 +393,13 @@ def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, fol
     return index.retrieve(topics, featurizer)
 
 
-def checkpoint_data_settings(checkpoint: str) -> dict:
-    """The data module's settings a checkpoint was trained with (empty where it holds none)."""
-    return torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
-
-
 def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) -> tuple[ConformerKernelRanker, Featurizer]:
-    """A trained model in eval mode and a featuriser with its vocabulary, IDFs, text limits and ORCAS field (`orcas`,
-    else the one of `data`, the checkpoint's `checkpoint_data_settings`, read here where not given).
-
-    The ORCAS field is read first: a missing or malformed file of it is found before the model is built."""
-    data = checkpoint_data_settings(checkpoint) if data is None else data
+    """A trained model in eval mode and the featuriser of its vocabulary, limits and ORCAS field."""
+    if data is None:
+        data = torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
     field = orcas_from_spec(orcas if orcas else data.get("orcas"))
     model = ConformerKernelRanker.load_from_checkpoint(checkpoint, map_location="cpu").eval()
-    featurizer = Featurizer(model.resources, data.get("max_query_terms", 20), data.get("max_doc_terms", 4000),
-                            data.get("max_orcas_terms", 2000), field)
+    featurizer = Featurizer(model.resources, *(data.get(name, default) for name, default in INPUTS.items()), field)
     return model, featurizer
 
 

@@ -1,37 +1,11 @@
 """``python -m conformer_kernel.index --checkpoint CKPT --collection TASK --query_tasks TASK --output_dir DIR``:
-precompute the impact index of a trained NDRM, the Conformer-Kernel with query term independence (Mitra et al.:
-"Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence", TREC 2020 Deep Learning
-track), for full retrieval (``python -m conformer_kernel.evaluate --index DIR``).
+precompute the impact index of a trained NDRM (s_td for every term and document, `conformer_kernel.impact_index`) for
+full retrieval (``python -m conformer_kernel.evaluate --index DIR``).
 
-Query term independence: every NDRM scores a query as the sum of its terms' scores, s_qd = Σ_{t∈q} s_td,
-and s_td depends on the term and the document only. So s_td is computed offline for a set of terms over
-the whole collection (``--collection``) and stored as an impact index, each term's postings a row; full
-retrieval sums a query's rows and keeps the top 100, the paper's single-stage "fullrank" setting
-(`conformer_kernel.impact_index`). Which terms: as in the official code, every term of the queries to be
-run (the first 20 analysed terms of each topic of the ``--query_tasks``), optionally the whole model vocabulary
-(``--vocabulary``).
-
-Output: the postings' CSR arrays (``data.npy``, ``indices.npy``, ``indptr.npy``), ``terms.txt``, ``doc_ids.txt``
-and ``meta.json`` (written last) in a new ``--output_dir`` folder. Shards of ``--shard_size`` documents are written as
-soon as they are scored, so an interrupted run resumes where it stopped (``--resume``), and merged into the arrays
-out of core, with the memory of one shard; with several ``--devices`` (or under ``torchrun`` or ``srun``) the
-shards are split among them, and global rank zero alone checks the folder, writes its plan and merges the shards
-(`common.commands.task_options.launched_as_global_zero`): the same index as one process builds. Before computing,
-the command prints the index's estimated size and its build's peak, the shards beside the merged arrays
-(`conformer_kernel.impact_index.estimate_index`: NDRM1's and NDRM3's postings are dense, NDRM2's counted in a
-sample of 1,000 documents), beside the space free where ``--output_dir`` goes.
-
-Speed: ``--precision`` (default: the precision the checkpoint's run trained with, where its run folder says so, else
-32-true; the scores stay float32), float32 matmuls at ``--matmul_precision high`` (TF32 on GPUs) as in training
-(`common.commands.task_options.resolve_precision`), and ``--num_workers`` loader processes that read and featurise
-the documents while the model scores them (`conformer_kernel.impact_index.DocumentShards`).
-
-Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
-written (`common.refusals`): the options, the tasks' names and the output folder at once, before torch and
-Lightning are imported; an ``irds:`` task's files that are neither present nor downloadable, one line each
-(`common.data.irds_files`); a checkpoint that is not conformer_kernel.train's once read, and a malformed task file
-once the task is opened; a filesystem whose free space (``shutil.disk_usage``) cannot hold the build's estimated
-peak, once it is estimated (with ``--resume``, less what the folder holds).
+The terms: every analysed term of the ``--query_tasks``' topics (the first 20 of each, as the official code), and
+with ``--vocabulary`` the whole vocabulary. Shards of ``--shard_size`` documents are written as they are scored
+(``--resume`` finishes an interrupted build), split among ``--devices``, and merged out of core. The index's estimated
+size and its build's peak are printed first, beside the space free; bad input ends in one line, exit status 2.
 """
 
 from __future__ import annotations
@@ -44,14 +18,14 @@ from common.data.specs import TaskSpecError, check_spec, source_from_spec
 from common.commands.task_options import (add_precision_arguments, add_process_arguments, add_workers_argument,
                                           read_checkpoint, resolve_precision, runs_on_cuda, trainer_options)
 from common.commands.run_folder import launched_as_global_zero
-from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
-from conformer_kernel.index_folder import INDEX_FILES, OLD_MATRIX_FILE, output_problem
+from common.commands.store_options import command_parser
+from common.refusals import checkpoint_file, input_errors, positive_int, usage_error
+from conformer_kernel.index_folder import INDEX_FILES, output_problem
 from conformer_kernel.orcas import ORCAS_PARTS
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m conformer_kernel.index", description=__doc__.split("\n\n")[0],
-                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = command_parser("python -m conformer_kernel.index", __doc__)
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
                         help="a conformer_kernel.train checkpoint")
     parser.add_argument("--collection", required=True,
@@ -96,9 +70,6 @@ def existing_index(text: str) -> Path:
     folder = Path(text)
     if not folder.is_dir():
         raise argparse.ArgumentTypeError(f"no such folder: {text}")
-    if (folder / OLD_MATRIX_FILE).is_file():
-        raise argparse.ArgumentTypeError(f"{text} holds an index built by an older version of conformer_kernel.index "
-                                         f"({OLD_MATRIX_FILE}); build it again")
     missing = [name for name in INDEX_FILES if not (folder / name).is_file()]
     if missing:
         raise argparse.ArgumentTypeError(f"{text} holds no finished conformer_kernel.index index "
@@ -107,15 +78,13 @@ def existing_index(text: str) -> Path:
 
 
 def read_trained(checkpoint: str | Path) -> dict:
-    """The contents of `checkpoint`, a `conformer_kernel.train` checkpoint (its vocabulary with it), else one line
-    naming the file. Imports torch."""
+    """The contents of `checkpoint`, a `conformer_kernel.train` checkpoint, else one line naming the file."""
     return read_checkpoint(checkpoint, "a conformer_kernel.train checkpoint (one with its vocabulary)",
                            lambda state: "state_dict" in state and "resources" in state)
 
 
 def check_args(args: argparse.Namespace) -> None:
-    """What the option types do not check, before anything is imported or read: something to index, the tasks'
-    names, and (on global rank zero, whose folder it is) an output folder to write the index into."""
+    """What the option types do not check, before anything is imported or read."""
     if not args.query_tasks and not args.vocabulary:
         usage_error("nothing to index: give --query_tasks TASK [TASK ...] and/or --vocabulary")
     with input_errors(TaskSpecError):
@@ -134,9 +103,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 
 def check_room(args: argparse.Namespace, estimate) -> str:
-    """The index's estimated size and its build's peak (a `conformer_kernel.impact_index.IndexEstimate`) beside the
-    space free where ``--output_dir`` is, as a line to print; where that space cannot hold the peak (with ``--resume``,
-    less what the folder already holds), one line naming ``--output_dir``, before anything is written."""
+    """The estimated size and peak beside the free space, as a line; one line naming ``--output_dir`` if no room."""
     from common.stores.size import format_bytes, free_space, written_bytes
 
     written = written_bytes(args.output_dir) if args.resume else 0
@@ -151,15 +118,14 @@ def check_room(args: argparse.Namespace, estimate) -> str:
 
 
 def main(argv=None):
-    """Build the index the command line names; returns it (a `conformer_kernel.impact_index.ImpactIndex`) on
-    global rank zero, else None."""
+    """Build the index the command line names; it on global rank zero, else None."""
     args = build_parser().parse_args(argv)
     check_args(args)
     from common.commands.quiet import quiet_lightning
     from common.training.processes import leave_process_group_at_exit
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
+    quiet_lightning()
+    leave_process_group_at_exit()
 
     from common.commands.cli import INPUT_ERRORS
     from conformer_kernel.impact_index import (UnfinishedIndexError, build_index, estimate_index, index_terms,

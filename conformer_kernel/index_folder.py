@@ -1,8 +1,5 @@
-"""The folder of a `conformer_kernel.impact_index` index: the files a finished index holds, the plan an unfinished
-one keeps, and whether a folder can take an index.
-
-Imports nothing heavy: the command lines (`conformer_kernel.index`, `conformer_kernel.evaluate`) check their folders
-with it before torch and Lightning are imported, and `conformer_kernel.impact_index` builds into folders by it.
+"""The folder of a `conformer_kernel.impact_index` index: its files, an unfinished one's plan, and whether a folder can
+take one (no heavy imports: the command lines check their folders before torch is imported).
 """
 
 from __future__ import annotations
@@ -13,15 +10,12 @@ from pathlib import Path
 ARRAY_FILES = ("data.npy", "indices.npy", "indptr.npy")
 #: A finished index's files (`conformer_kernel.impact_index.ImpactIndex.save`); meta.json, written last, marks one.
 INDEX_FILES = (*ARRAY_FILES, "terms.txt", "doc_ids.txt", "meta.json")
-#: The single file that held the matrix of an index built by an older version, which must be built again.
-OLD_MATRIX_FILE = "index.npz"
 #: An unfinished index's plan (what it indexes, with which model), written before its first shard.
 PLAN = "shards/plan.json"
 
 
 def output_problem(folder: Path, resume: bool = False) -> str | None:
-    """What keeps an index from being built into `folder`, or None: a new or empty folder takes one, and with
-    `resume` one holding an unfinished index (its `PLAN`)."""
+    """What keeps an index from being built into `folder` (new, empty, or unfinished with `resume`), or None."""
     if folder.exists() and not folder.is_dir():
         return f"{folder} is a file, not a folder"
     if (folder / "meta.json").exists():

@@ -1,90 +1,17 @@
-"""The nn.Modules of the Conformer-Kernel with query term independence: NDRM1, NDRM2, NDRM3 (Mitra et al.:
-"Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence", TREC 2020 Deep Learning
-track); the LightningModule that trains them is `conformer_kernel.ranker.ConformerKernelRanker`.
+"""The nn.Modules of the Conformer-Kernel with query term independence (Mitra et al.: "Improving Transformer-Kernel
+Ranking Model Using Conformer and Query Term Independence", TREC 2020 Deep Learning track): separable attention
+(Eq. 2), the Conformer layer, windowed kernel pooling, BatchScale, and NDRM1, NDRM2 (Eq. 4) and NDRM3 (Eq. 3), each
+summing per-term scores s_td (QTI, Sec. 2; `conformer_kernel.impact_index` precomputes them).
 
-Read top to bottom: the separable self-attention (Eq. 2) beside the standard one (Eq. 1), the Conformer layer, the
-document encoder, windowed kernel pooling, BatchScale, and the three rankers. Every ranker returns one score per
-query term (`term_scores`, shape ``(Q, D, Tq)``) and sums them (query term independence, Sec. 2:
-s_qd = Σ_{t∈q} s_td), which is what lets `conformer_kernel.impact_index` precompute s_td for every (term, document).
+Where the paper is silent this follows the official code (bmitra-msft/TREC-Deep-Learning-Quick-Start, ``conformer.py``,
+``model.py``, ``model_utils.py``; file:line in docs/conformer_kernel.md). Deliberate differences, all the official
+computation up to float rounding but the last two:
 
-Where the paper is silent this follows the official implementation (bmitra-msft/TREC-Deep-Learning-
-Quick-Start; file:line of its ``conformer.py``, ``model.py`` and ``model_utils.py``):
-
-- Separable attention (conformer.py:199-226; ``shared_qk=sep=True`` for the Conformer, model.py:18-19)
-  shares one projection for queries and keys (``in_proj`` of size 2H x H gives K and V, Q = K;
-  conformer.py:59-61), scales Q by d_h^-1/2 (conformer.py:54, 139) before its softmax over the d_h
-  features (conformer.py:218-219), puts padded positions at -inf in the softmax of Kᵀ over positions
-  (conformer.py:203-212; the only place the padding mask enters the encoder), and drops out both
-  attention matrices (conformer.py:213, 220).
-- Conformer layer (conformer.py:390-405): grouped 1-D convolution (window 31, padding 15, groups =
-  heads = 32; conformer.py:367-369) whose output is what the attention reads; the residual adds the
-  layer's input: x = LN(x + Dropout(Attn(Conv(x)))); x = LN(x + Dropout(FF(x))) with FF = Linear(H, H)-
-  ReLU-Dropout-Linear(H, H) (dim_feedforward = H, model.py:18; post-norm). The Transformer-Kernel (TK)
-  variant keeps everything but uses standard attention (separate Q, K, V; conformer.py:228-256) and no
-  convolution (``--no_conformer``, model.py:17-19).
-- Initialisation: the attention's ``in_proj`` weight Xavier-uniform and its ``in_proj`` and
-  ``out_proj`` biases zero (``_reset_parameters``, conformer.py:313-329); nothing else is
-  re-initialised there, so ``out_proj``'s weight, the convolution, the feed-forward, the LayerNorms and
-  the other layers keep PyTorch's defaults. The encoder's layers are deep copies of one layer
-  (``_get_clones``, conformer.py:408-409, 426): every layer starts with the same weights.
-- Positions: a sinusoidal table of `max_doc_terms` rows added to the document embeddings, then
-  dropout (conformer.py:442-457; model.py:15, 36).
-- NDRM1 (model.py:8-51): documents are w0·embedding + w1·context + b (``fc_ctx``, a ``Linear(2, 1)``
-  over the pair); queries are ``Linear(H, H)`` of their non-contextual embeddings; cosine similarity;
-  10 RBF kernels (mu_i = 1 - 2i/10, sigma = 0.1; model.py:126-128); windowed kernel pooling per query
-  term (model.py:137-156: windows of 300 terms, stride 100, sum of kernel values, log(x + 1e-6), MLP
-  Linear(10, H)-ReLU-Dropout-Linear(H, 1), max over windows).
-- NDRM2 (model.py:56-85): Eq. 4 with BatchScale's cumulative mean over all training batches
-  (model.py:159-176), w_dlen = 1, b_dlen = 0 at the start (model.py:64-66); tf and |d| count the
-  untruncated document.
-- NDRM3 (model.py:91-115): Eq. 3 as BatchNorm over the pair [NDRM1 term score, NDRM2 term score],
-  then Linear(2, 1).
-
-Document padding (``doc_padding``), where the two choices differ:
-
-- ``"official"`` (the default; every configuration uses it): the official featuriser pads every
-  document to `max_doc_terms` (4,000) terms with id 0 (model_utils.py:97, 186-192), the UNK term, whose
-  embedding is trained like any other (it starts at zero, model_utils.py:179-181; model.py:14). The
-  encoder reads those positions as it reads terms: the first layer's convolution sees UNK's embedding
-  plus the position encoding there (conformer.py:391-394, model.py:36), and the second layer's sees
-  the first layer's outputs at the padded positions, which are computed like any position's (a padded
-  position is masked only as a key, conformer.py:203-209). So the last conv_window // 2 = 15 terms of
-  a document read padding in each layer, and through the attention's A = Φ(Kᵀ)·V every term then does.
-  Here a batch is padded with id 0 only as far as that reaches: to its longest document plus
-  conv_window // 2 terms per layer, at most `max_doc_terms` (`DocumentEncoder.padded_length`).
-  Positions further on change no term's output (a padded position reaches the terms only through the
-  convolution, 15 positions per layer), so this is the official computation up to float rounding, and
-  a document's scores still do not depend on the batch (the precomputed index equals re-ranking).
-- ``"zeroed"``: every convolution reads zeros at padded positions, so a document is encoded as if it
-  ended at its last term, whatever it is padded to; not the official computation (how far the two
-  differ: results/conformer_kernel/README.md, "Padding and initialisation"). Checkpoints written before
-  this option existed were trained this way, and load with it
-  (`conformer_kernel.ranker.ConformerKernelRanker.on_load_checkpoint`).
-
-Choices of this repository, each equal to the official computation up to float rounding, each for less work
-(measured in results/conformer_kernel/README.md):
-
-- Batches are not padded to 4,000 terms (see above). The official kernel pooling therefore always has
-  38 windows, the trailing ones empty (their value, the MLP of log(1e-6), is a floor of the max); here
-  the windows over the padded length are pooled, plus that one empty window whenever the 4,000-term
-  layout would have had one (`WindowedKernelPooling.window_sums`).
-- Queries are padded to `max_query_terms` (20) as in the official code, so BatchScale's mean and
-  NDRM3's BatchNorm statistics count the same padded slots. Only the slots up to the last real term of
-  the batch are kernel-pooled (`used_slots`); the later ones get the 0 that the official product with
-  the query mask gives them.
-- Cosine similarity as unit vectors times unit vectors (a matmul), not a broadcast
-  (Q, D, Tq, Td, H) product.
-- The documents of a batch are encoded in batches of similar length, each padded as its longest document needs,
-  and in evaluation each distinct document once (`NDRM1.encode_documents`); padded terms enter the kernels at a
-  similarity where every kernel is exactly 0 rather than being multiplied by the mask, and each pooling window
-  sums blocks of gcd(window, stride) terms that the overlapping windows share (`WindowedKernelPooling.window_sums`).
-- The kernels computed with `exp2` (`WindowedKernelPooling.kernels`), the convolution padded explicitly with its
-  input's gradient computed as a convolution (`SameConv1d`), the separable attention holding K and V as
-  (B, h, d_h, N): the same function, faster on CPU.
-
-One difference that is not float rounding: dropout draws its masks from a quarter of the random numbers
-`nn.Dropout` would (`common.encoders.dropout`: p rounded to a multiple of 2^-15), another random stream than the
-official code's, because drawing the masks was a visible share of a training step.
+- a batch is padded with id 0 only as far as the padding reaches the terms (`DocumentEncoder.padded_length`), not to
+  4,000; only query slots up to the last real term are pooled (`used_slots`); each distinct document is encoded once
+  in evaluation; kernels by `exp2`, padded terms at `far_similarity`, windows summed from shared blocks; `SameConv1d`;
+- ``doc_padding="zeroed"``: convolutions read zeros at padded positions (not the official computation);
+- dropout masks from `common.encoders.dropout` (p rounded to a multiple of 2^-15): another random stream.
 """
 
 from __future__ import annotations
@@ -104,8 +31,6 @@ from common.encoders.length_batches import by_length
 from common.encoders.precision import full_precision
 from common.training.processes import world_size
 
-# --- inputs ---------------------------------------------------------------------------------
-
 
 @dataclass
 class Features:
@@ -123,21 +48,15 @@ class Features:
         return Features(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 
-# --- attention ------------------------------------------------------------------------------
-
-
 def official_init(in_proj: nn.Linear, out_proj: nn.Linear) -> None:
-    """``_reset_parameters`` (conformer.py:315-329): Xavier-uniform ``in_proj`` weight, zero ``in_proj`` and
-    ``out_proj`` biases; ``out_proj``'s weight keeps ``nn.Linear``'s default (conformer.py:302)."""
+    """``_reset_parameters`` (conformer.py:315-329): Xavier-uniform ``in_proj`` weight, zero biases."""
     nn.init.xavier_uniform_(in_proj.weight)
     nn.init.zeros_(in_proj.bias)
     nn.init.zeros_(out_proj.bias)
 
 
 class SelfAttention(nn.Module):
-    """What both attentions hold (the official ``MultiheadSeparableAttention`` with ``sep`` on or off):
-    `projections` projections of size H in one ``in_proj``, ``out_proj``, both initialised officially
-    (`official_init`), and dropout on the attention matrices."""
+    """Both attentions' ``in_proj`` (`projections` x H), ``out_proj`` and attention dropout."""
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, projections: int):
         super().__init__()
@@ -158,12 +77,8 @@ class SeparableSelfAttention(SelfAttention):
 
     def forward(self, x: Tensor, padding: Tensor) -> Tensor:
         B, N, H = x.shape  # padding: (B, N), True at padded positions
-        # Kᵀ and Vᵀ, (B, h, dh, N), made contiguous once: both softmaxes then run along memory or across whole rows
-        # (a softmax over a short last dimension, the d_h features, is slow per element on CPU).
-        heads = self.num_heads
-        kt, vt = self.in_proj(x).view(B, N, 2, heads, H // heads).permute(2, 0, 3, 4, 1).contiguous()
-        qt = kt
-        qt = self.dropout(torch.softmax(qt * kt.shape[-2] ** -0.5, dim=-2))  # Φ(Q)ᵀ: softmax over d_key
+        kt, vt = self.in_proj(x).view(B, N, 2, self.num_heads, H // self.num_heads).permute(2, 0, 3, 4, 1).contiguous()
+        qt = self.dropout(torch.softmax(kt * kt.shape[-2] ** -0.5, dim=-2))  # Φ(Q)ᵀ, Q = K: softmax over d_key
         kt = kt.masked_fill(padding[:, None, None, :], float("-inf"))
         kt = self.dropout(torch.softmax(kt, dim=-1))  # Φ(Kᵀ): softmax over the n positions
         a = kt @ vt.transpose(-2, -1)  # A = Φ(Kᵀ) · V: (B, h, dh, dh)
@@ -187,26 +102,15 @@ class DotProductSelfAttention(SelfAttention):
         return self.out_proj(y.transpose(1, 2).reshape(B, N, H))
 
 
-# --- the document encoder ---------------------------------------------------------------------
-
-
 class SameConv1d(torch.autograd.Function):
-    """``F.conv1d(x, weight, bias, padding=w // 2, groups=groups)`` for an odd window w, the padding done by `F.pad`
-    and the input's gradient computed as a convolution too: the same function, faster on CPU.
-
-    oneDNN, PyTorch's CPU convolution, runs this window-31 grouped convolution with implicit padding 15 in its
-    direct kernel only at some lengths and otherwise in im2col + GEMM, several times slower; with no padding to
-    handle, the direct kernel runs at every length (measured in results/conformer_kernel/README.md). The input's
-    gradient is the convolution of the output's gradient, padded by w // 2, with the kernel transposed within each
-    group and flipped."""
+    """``F.conv1d(x, weight, bias, padding=w // 2, groups=groups)`` for an odd w, padded by `F.pad`: faster on CPU."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None, groups: int) -> Tensor:
         pad = weight.shape[-1] // 2
         x = F.pad(x, (pad, pad))
         out = F.conv1d(x, weight, bias, groups=groups)
-        # The backward computes in the dtype of the forward's convolution, which autocast may have lowered from the
-        # inputs' (bf16-mixed); the gradients are then returned in it and autograd casts them to the inputs' dtype.
+        # The backward computes in the forward convolution's dtype (autocast's); autograd casts the gradients back.
         ctx.save_for_backward(x.to(out.dtype), weight.to(out.dtype))
         ctx.groups, ctx.bias = groups, bias is not None
         return out
@@ -235,8 +139,7 @@ class ConformerLayer(nn.Module):
         super().__init__()
         if conv_window is not None and conv_window % 2 == 0:
             raise ValueError(f"conv_window must be odd (same-length output with padding w // 2), got {conv_window}")
-        H = hidden_size
-        # TK (no convolution, standard attention) is the same layer with conv_window=None, separable=False.
+        H = hidden_size  # TK: conv_window=None, separable=False
         self.conv = None if conv_window is None else \
             nn.Conv1d(H, H, conv_window, padding=conv_window // 2, groups=num_heads)
         self.attn = (SeparableSelfAttention if separable else DotProductSelfAttention)(H, num_heads, dropout)
@@ -245,8 +148,7 @@ class ConformerLayer(nn.Module):
         self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
 
     def forward(self, x: Tensor, padding: Tensor, zero_padding: bool = False) -> Tensor:
-        """x: (B, N, H); padding: (B, N), True at padded positions; `zero_padding`: the ``"zeroed"`` choice
-        (module docstring), else the convolution reads the padded positions as they are (official)."""
+        """x: (B, N, H); padding: (B, N), True at padded positions; `zero_padding`: ``"zeroed"``."""
         h = x
         if self.conv is not None:
             if zero_padding:
@@ -275,8 +177,7 @@ class PositionalEncoding(nn.Module):
         return self.dropout(x + self.pe[: x.shape[1]])
 
 
-#: How the document encoder reads the positions after a document's last term (``--model.doc_padding``; module
-#: docstring, "Document padding").
+#: How the document encoder reads the positions after a document's last term (``--model.doc_padding``).
 DocPadding = Literal["official", "zeroed"]
 
 
@@ -289,15 +190,13 @@ class DocumentEncoder(nn.Module):
         if doc_padding not in get_args(DocPadding):
             raise ValueError(f"doc_padding must be 'official' or 'zeroed', got {doc_padding!r}")
         self.max_len, self.doc_padding = max_len, doc_padding
-        # How far past a document's end the padding reaches its terms: conv_window // 2 positions per layer.
         self.reach = 0 if conv_window is None else conv_window // 2 * num_layers
         self.positions = PositionalEncoding(hidden_size, max_len, dropout)
         layer = ConformerLayer(hidden_size, num_heads, dropout, conv_window, separable)
         self.layers = nn.ModuleList(copy.deepcopy(layer) for _ in range(num_layers))  # _get_clones, conformer.py:408
 
     def padded_length(self, length: int) -> int:
-        """What `length`-term documents are padded to (with id 0) before they are encoded: the official
-        `max_len`, as far as it reaches the terms (module docstring, "Document padding")."""
+        """What `length`-term documents are padded to: the official `max_len`, as far as it reaches the terms."""
         if self.doc_padding == "zeroed":
             return length
         return max(length, min(length + self.reach, self.max_len))
@@ -308,9 +207,6 @@ class DocumentEncoder(nn.Module):
         for layer in self.layers:
             x = layer(x, padding, zero_padding=self.doc_padding == "zeroed")
         return x
-
-
-# --- windowed kernel pooling ----------------------------------------------------------------------
 
 
 def window_count(length: int, window: int, stride: int) -> int:
@@ -325,7 +221,6 @@ class WindowedKernelPooling(nn.Module):
                  dropout: float):
         super().__init__()
         self.register_buffer("mus", torch.tensor([1 - 2 * i / kernels for i in range(kernels)]), persistent=False)
-        # A document limit below the window gives one window over all of it (the official code fails there).
         self.sigma, self.window, self.stride = sigma, min(window, max_doc_terms), stride
         self.windows = window_count(max_doc_terms, self.window, stride)
         self.mlp = nn.Sequential(nn.Linear(kernels, hidden_size), nn.ReLU(), Dropout(dropout),
@@ -335,33 +230,21 @@ class WindowedKernelPooling(nn.Module):
         """(..., Tq, Td) cosine similarities and a (..., Td) mask -> (..., Tq) term scores."""
         sums = self.window_sums(similarity, doc_mask)  # (..., Tq, W, K)
         hidden = self.mlp[:-1](torch.log(sums + 1e-6))  # (..., Tq, W, hidden)
-        # The MLP's output layer in the parameters' precision, under autocast too (`common.encoders.precision`).
-        last = self.mlp[-1]
+        last = self.mlp[-1]  # in the parameters' precision under autocast too
         return full_precision(last, hidden, dtype=last.weight.dtype).squeeze(-1).amax(dim=-1)  # max over W
 
     def kernels(self, similarity: Tensor) -> Tensor:
-        """exp(-(s - mu_k)^2 / (2 sigma^2)) of (..., Td) similarities, as (..., K, Td): kernels before terms, so
-        that the window sums add along contiguous memory.
-
-        Computed as 2^(-(s - mu_k)^2 log2(e) / (2 sigma^2)): equal up to float rounding, and PyTorch's CPU `exp`
-        takes a slow path for exponents below -87 (results under float32's normal range, as are most of these
-        kernels), its `exp2` has none (measured in results/conformer_kernel/README.md)."""
+        """exp(-(s - mu_k)^2 / (2 sigma^2)) of (..., Td) similarities as (..., K, Td), computed with `exp2`."""
         d = similarity[..., None, :] - self.mus[:, None]
         return torch.exp2(d.square().mul_(-math.log2(math.e) / (2 * self.sigma**2)))
 
     def far_similarity(self, dtype: torch.dtype) -> float:
-        """A similarity at which every kernel is exactly 0: e^-z for z = -2 ln(smallest normal number) underflows
-        past the subnormals too; mu_0 = 1 is the largest centre."""
+        """A similarity at which every kernel is exactly 0 (e^-z underflows past the subnormals)."""
         z = -2 * math.log(torch.finfo(dtype).tiny)
         return 1.0 + self.sigma * math.sqrt(2 * z)
 
     def window_sums(self, similarity: Tensor, doc_mask: Tensor) -> Tensor:
-        """Each window's kernel sums, (..., Tq, W, K): the windows that start inside the padded length, plus one
-        empty window when the official 4,000-term layout has windows starting beyond it (their sums are all zero).
-
-        Padded terms enter at `far_similarity`, where the kernels are 0, exactly the official product with the mask
-        (and without a pass over the kernel values). The terms are summed in blocks of gcd(window, stride), and
-        each window is the sum of its blocks: the overlapping windows (stride 100 of 300) share them."""
+        """Each window's kernel sums, (..., Tq, W, K), plus one empty window where the official layout has more."""
         length = similarity.shape[-1]
         starts = min(self.windows, -(-length // self.stride))  # windows starting before `length`
         end = self.stride * (starts - 1) + self.window
@@ -377,16 +260,8 @@ class WindowedKernelPooling(nn.Module):
         return sums
 
 
-# --- BatchScale -----------------------------------------------------------------------------------
-
-
 class BatchScale(nn.Module):
-    """BS(x) = x / (E[x] + ε), E[x] the cumulative mean of every training value seen (Eq. 4).
-
-    On several processes each sees a slice of the batch: the slices' sums and sizes are added over the processes
-    before the mean is updated, so E[x] is the whole batch's, as on one process (up to float rounding: the order of
-    the sum, and the update computed in float64). They are added on the data's device, and the size stays there, a
-    tensor, rather than being read back into Python each step."""
+    """BS(x) = x / (E[x] + ε), E[x] the cumulative mean of every training value seen (Eq. 4), over every process."""
 
     def __init__(self, eps: float = 1e-6):
         super().__init__()
@@ -407,13 +282,7 @@ class BatchScale(nn.Module):
 
 
 class BatchNorm(nn.BatchNorm1d):
-    """``nn.BatchNorm1d`` over the whole batch on several processes (NDRM3's BN, Eq. 3).
-
-    One process: ``nn.BatchNorm1d`` itself. Several (training): each process holds a slice of the batch, and the
-    slices' sums, sums of squares and sizes are all-reduced (differentiably, so each slice's gradient sees every
-    slice's share of the statistics), so the normalisation, the running statistics and the gradients are the whole
-    batch's, as on one process. torch's ``SyncBatchNorm`` does this on GPUs only; this one runs on any device.
-    """
+    """``nn.BatchNorm1d`` over the whole batch on several processes (NDRM3's BN, Eq. 3), differentiably all-reduced."""
 
     def forward(self, x: Tensor) -> Tensor:  # (N, C)
         if not self.training or world_size() == 1:
@@ -433,9 +302,6 @@ class BatchNorm(nn.BatchNorm1d):
         return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
 
 
-# --- the rankers ------------------------------------------------------------------------------------
-
-
 class NDRM1(nn.Module):
     """Conformer-Kernel with QTI (Fig. 1b): latent matching of non-contextual query terms."""
 
@@ -452,8 +318,7 @@ class NDRM1(nn.Module):
         self.pooling = WindowedKernelPooling(kernels, sigma, pool_window, pool_stride, max_doc_terms, hidden_size,
                                              dropout)
         if identity_init:
-            # Not the paper's (PyTorch's default initialisation): query projection = identity and document =
-            # embedding (w0 = 1, w1 = 0, b = 0), so an untrained model already matches a term with itself at cosine 1.
+            # Not the paper's: query projection = identity, document = embedding (w0 = 1, w1 = 0, b = 0)
             with torch.no_grad():
                 self.query_proj.weight.copy_(torch.eye(hidden_size))
                 self.query_proj.bias.zero_()
@@ -461,13 +326,7 @@ class NDRM1(nn.Module):
                 self.mix.bias.zero_()
 
     def encode_documents(self, doc_ids: Tensor, doc_mask: Tensor) -> Tensor:
-        """(B, Td) ids -> (B, Td, H) unit vectors of w0·embedding + w1·context + b at each document's terms (after
-        them, whatever its padding gave, which the mask leaves out).
-
-        Each distinct document is encoded once when not training (a candidate of several queries comes once per
-        query; in training dropout makes its copies differ), in batches of similar length (`length_batches`), each
-        padded as its longest document needs: a document's vectors do not depend on its batch (module docstring,
-        "Document padding"), so this is the batch's computation without the padding of the short documents."""
+        """(B, Td) ids -> (B, Td, H) unit vectors; each distinct document once when not training, by length."""
         if not self.training:
             rows, inverse = torch.unique(torch.cat([doc_ids, doc_mask.to(doc_ids.dtype)], -1), dim=0,
                                          return_inverse=True)
@@ -504,7 +363,7 @@ class NDRM1(nn.Module):
     def term_scores(self, f: Features) -> Tensor:
         Q, D, Td = f.doc_ids.shape
         docs = self.encode_documents(f.doc_ids.view(Q * D, Td), f.doc_mask.view(Q * D, Td)).view(Q, D, Td, -1)
-        used = used_slots(f.query_mask)  # the 20 official slots are mostly padding, scored 0 by the mask
+        used = used_slots(f.query_mask)
         scores = self.match(self.encode_terms(f.query_ids[:, :used]), docs, f.doc_mask) * f.query_mask[:, None, :used]
         return F.pad(scores, (0, f.query_ids.shape[-1] - used))
 
@@ -528,14 +387,12 @@ def pair_scores(model: nn.Module, f: Features) -> Tensor:
 
 
 def used_slots(query_mask: Tensor) -> int:
-    """The query slots up to the last real term of any query, (Q, Tq) -> int: the later slots are padding in every
-    query, and a padded slot's term score is 0 (the official code scores it, then multiplies it by the mask)."""
+    """The query slots up to the last real term of any query, (Q, Tq) -> int."""
     used = query_mask.any(0).nonzero()
     return int(used[-1]) + 1 if len(used) else 0
 
 
-#: What one more encoder call costs, in the document positions a large batch encodes in that time (a training
-#: step's forward and backward on 2 CPU threads; measured in results/conformer_kernel/README.md).
+#: One more encoder call's cost in document positions encoded (results/conformer_kernel/README.md).
 ENCODER_CALL = 250
 
 
@@ -576,7 +433,7 @@ class NDRM3(nn.Module):
     def combine_terms(self, latent: Tensor, explicit: Tensor, query_mask: Tensor) -> Tensor:
         """(Q, D, Tq) NDRM1 and NDRM2 term scores -> (Q, D, Tq) NDRM3 term scores."""
         pair = torch.stack([latent, explicit], dim=-1)  # (Q, D, Tq, 2)
-        # Eq. 3: w1·BN(.) + w2·BN(.) + b, in the parameters' precision under autocast too (common.encoders.precision)
+        # Eq. 3: w1·BN(.) + w2·BN(.) + b, in the parameters' precision under autocast too
         y = full_precision(self.combine, self.norm(pair.view(-1, 2)), dtype=self.combine.weight.dtype)
         y = y.view(pair.shape[:-1])
         return y * query_mask[:, None]
@@ -616,12 +473,9 @@ def build_ranker(kind: ModelName, vocab_size: int, encoder: EncoderName = "confo
 #: The settings that shape the model: `conformer_kernel.ranker.ConformerKernelRanker`'s hyper-parameters but ``lr``.
 SETTINGS = ("model", "vocab_size", "encoder", "conv_window", "hidden_size", "num_heads", "num_layers", "dropout",
             "kernels", "sigma", "pool_window", "pool_stride", "max_doc_terms", "identity_init", "doc_padding")
-#: Settings renamed since checkpoints were first written, old name -> new (the other packages' names).
-RENAMED_SETTINGS = {"hidden": "hidden_size", "heads": "num_heads", "layers": "num_layers"}
 
 
 def ranker_from_settings(settings: Mapping) -> nn.Module:
-    """The model of `settings` (`SETTINGS`; one absent takes `build_ranker`'s default, the ranker's): what a
-    `ConformerKernelRanker` of these hyper-parameters holds, with fresh weights."""
+    """The model of `settings` (`SETTINGS`), with fresh weights."""
     return build_ranker(settings["model"], settings["vocab_size"],
                         **{name: settings[name] for name in SETTINGS[2:] if name in settings})  # fmt: skip

@@ -1,55 +1,11 @@
-"""The ORCAS "clicked queries" document field of the Conformer-Kernel TREC DL 2020 runs.
+"""The ORCAS "clicked queries" document field of the Conformer-Kernel's "NDRM3 + ORCAS" runs (Mitra et al. 2021,
+Sec. 4, "Model variants"; Table 1), as the official ``data_utils.py`` builds it: per document, the text of its
+clicked queries in click order joined by spaces (``""`` for a document nobody clicked); the featuriser keeps its
+first 2,000 terms. `OrcasField` is that read-only mapping ``doc_id -> text``, read from topics and qrels files or
+ir_datasets' ``msmarco-document/orcas``, built once into an SQLite cache under ``$EFFICIENT_RANKERS_CACHE/orcas``.
 
-Paper (Mitra et al. 2021, "Improving Transformer-Kernel Ranking Model Using
-Conformer and Query Term Independence", TREC 2020 Deep Learning track; Sec. 4,
-"Model variants"): "The TREC 2020 Deep Learning track provided participants
-with a click log dataset called ORCAS. We use clicked queries in the ORCAS data
-as additional meta description for corresponding documents to complement the
-intrinsic document content (URL, title, and body). Unlike previous work on
-fielded document representations, we simply concatenate the different fields"
--- the "NDRM3 + ORCAS" rows of Table 1.
-
-The official implementation (github.com/bmitra-msft/TREC-Deep-Learning-Quick-Start,
-``data_utils.py``) builds this as one extra text field per document: it reads the
-ORCAS click records (``orcas.tsv``: qid, query, docid, url) in file order, appends each clicked query's text to the list
-of its document, and joins the list with single spaces; a document nobody
-clicked gets ``""``. The featuriser later keeps the first ``max_terms_orcas =
-2000`` terms of that field after its own text processing, so nothing is
-truncated here. This module gives that field as `OrcasField`, a read-only
-mapping ``doc_id -> text``, with two choices of ours:
-
-- each query appears once per document (a repeated (query, document) click is
-  kept at its first position), and clicks with relevance <= 0 are ignored (ORCAS
-  grades every click 1, "User click");
-- the click order is the order of the qrels input, first seen first;
-- a query whose text is empty adds nothing (no stray double space), and a
-  document whose clicked queries are all empty counts as unclicked.
-
-The official code keeps every click record as it comes; ORCAS describes its
-records as distinct clicked query-document pairs, so on ORCAS itself the
-deduplication should change nothing.
-
-Inputs: ``OrcasField.from_files(topics, qrels)`` reads a ``qid<TAB>text`` topics
-file and a ``qid iter docid rel`` qrels file through `common.data.formats`
-(errors name the file and line; a click whose query id is not in the topics is
-an error); ``OrcasField.from_irds("msmarco-document/orcas")`` reads ir_datasets'
-ORCAS queries (``(query_id, text)``, ~10.4M) and qrels (``query_id -> doc_id``,
-~18.8M clicks over ~1.4M documents), reporting a missing download as
-`common.data.irds.DatasetUnavailableError`. Configs name it through
-`orcas_from_spec` (``data.orcas: irds:msmarco-document/orcas``).
-
-Storage: the field is computed once into an SQLite file (table ``field(doc_id
-PRIMARY KEY, text)`` plus a ``meta`` table recording what it was built from)
-under ``common.io.cache_root() / "orcas"``
-(``$EFFICIENT_RANKERS_CACHE/orcas``), named by a key of its inputs (resolved path,
-size and modification time of both files; or the ir_datasets id) and a format
-version, and reused by every later run; processes that ask for it at once (DDP
-ranks) build it once (`common.io.built_once`). The build streams the inputs into a
-staging SQLite database beside it (ORCAS's queries do not fit comfortably in a
-Python dict), groups the clicks by document there, writes the field into a
-temporary file and renames it into place, so an interrupted build never leaves a
-half-built cache. Lookups open the file read-only, one connection per process,
-so an `OrcasField` can be pickled into DataLoader workers.
+Differences from the official code: each query counts once per document (its first click), clicks of relevance <= 0
+and empty queries add nothing.
 """
 
 from __future__ import annotations
@@ -81,13 +37,7 @@ _BATCH = 100_000
 
 
 class OrcasField:
-    """Read-only mapping ``doc_id -> clicked-queries text`` backed by SQLite; safe to use after a fork.
-
-    Like a ``defaultdict(str)`` that never grows: ``field[doc_id]`` is ``""`` for a
-    document nobody clicked, while ``doc_id in field``, ``len(field)`` and
-    iteration cover only the documents with at least one click.
-    ``field.get(doc_id, None)`` tells the two apart.
-    """
+    """Read-only mapping ``doc_id -> clicked-queries text`` (``""`` if unclicked) in SQLite, usable after a fork."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -96,17 +46,9 @@ class OrcasField:
         self._connection: sqlite3.Connection | None = None
         self._pid: int | None = None
 
-    # --- construction -------------------------------------------------------
-
     @classmethod
-    def from_files(
-        cls,
-        topics_path: str | os.PathLike,
-        qrels_path: str | os.PathLike,
-        cache_dir: str | os.PathLike | None = None,
-        *,
-        progress: bool = True,
-    ) -> OrcasField:
+    def from_files(cls, topics_path: str | os.PathLike, qrels_path: str | os.PathLike,
+                   cache_dir: str | os.PathLike | None = None, *, progress: bool = True) -> OrcasField:
         """The field built from a topics file (ORCAS queries) and a qrels file (clicks); cached."""
         inputs = []
         for path in (topics_path, qrels_path):
@@ -121,24 +63,11 @@ class OrcasField:
                               ready=Path.is_file))
 
     @classmethod
-    def from_irds(
-        cls,
-        dataset_id: str = DEFAULT_DATASET_ID,
-        cache_dir: str | os.PathLike | None = None,
-        *,
-        progress: bool = True,
-    ) -> OrcasField:
-        """The field built from an ir_datasets dataset's queries and qrels (default: ORCAS); cached by id.
-
-        A cached field is opened without touching ir_datasets. Otherwise the id is
-        resolved (`common.data.irds.UnknownDatasetError` for a typo) and its files
-        read, or `common.data.irds.DatasetUnavailableError` raised naming where
-        ir_datasets expects them.
-        """
+    def from_irds(cls, dataset_id: str = DEFAULT_DATASET_ID, cache_dir: str | os.PathLike | None = None, *,
+                  progress: bool = True) -> OrcasField:
+        """The field of an ir_datasets dataset's queries and qrels (default: ORCAS), cached by id."""
         path = _cache_dir(cache_dir) / f"irds-{_slug(dataset_id)}-{_key('irds', dataset_id)}.sqlite"
         return cls(built_once(path, lambda tmp: _build_from_irds(tmp, dataset_id, progress), ready=Path.is_file))
-
-    # --- lookup -------------------------------------------------------------
 
     @property
     def _db(self) -> sqlite3.Connection:
@@ -202,21 +131,15 @@ def orcas_from_spec(spec: OrcasSpec | None) -> OrcasField | None:
         return None
     if isinstance(spec, dict):
         if set(spec) != {"topics_path", "qrels_path"}:
-            raise ValueError(
-                f"an ORCAS field from files needs exactly topics_path and qrels_path; got {sorted(map(str, spec))}"
-            )
+            raise ValueError(f"an ORCAS field from files needs exactly topics_path and qrels_path; got "
+                             f"{sorted(map(str, spec))}")
         return OrcasField.from_files(spec["topics_path"], spec["qrels_path"])
     if isinstance(spec, str):
         kind, _, value = spec.partition(":")
         if kind == "irds" and value:
             return OrcasField.from_irds(value)
-    raise ValueError(
-        f"cannot read the ORCAS field {spec!r}: expected None, 'irds:<ir_datasets id>' (e.g. "
-        f"'irds:{DEFAULT_DATASET_ID}') or a mapping with topics_path and qrels_path"
-    )
-
-
-# --- building -------------------------------------------------------------------
+    raise ValueError(f"cannot read the ORCAS field {spec!r}: expected None, 'irds:<ir_datasets id>' (e.g. "
+                     f"'irds:{DEFAULT_DATASET_ID}') or a mapping with topics_path and qrels_path")
 
 
 def _cache_dir(cache_dir: str | os.PathLike | None) -> Path:
@@ -245,18 +168,12 @@ def _batched(rows: Iterable, size: int = _BATCH) -> Iterator[list]:
 def _build_from_files(path: Path, topics_path, qrels_path, progress: bool) -> None:
     """`_build` of a topics file (the queries) and a qrels file (the clicks)."""
     topics_label, qrels_label = str(topics_path), str(qrels_path)
-    _build(
-        path,
-        iter_topics(topics_path),
-        iter_qrels(qrels_path),
-        duplicate_query=lambda number, qid: DataFormatError(topics_label, number, f"duplicate topic id {qid!r}"),
-        unknown_query=lambda number, qid: DataFormatError(
-            qrels_label, number, f"query id {qid!r} is not in the topics file {topics_label}"
-        ),
-        source=f"files: topics={Path(topics_path).resolve()} qrels={Path(qrels_path).resolve()}",
-        name=Path(qrels_path).name,
-        progress=progress,
-    )
+    _build(path, iter_topics(topics_path), iter_qrels(qrels_path),
+           duplicate_query=lambda number, qid: DataFormatError(topics_label, number, f"duplicate topic id {qid!r}"),
+           unknown_query=lambda number, qid: DataFormatError(
+               qrels_label, number, f"query id {qid!r} is not in the topics file {topics_label}"),
+           source=f"files: topics={Path(topics_path).resolve()} qrels={Path(qrels_path).resolve()}",
+           name=Path(qrels_path).name, progress=progress)
 
 
 def _build_from_irds(path: Path, dataset_id: str, progress: bool) -> None:
@@ -277,39 +194,17 @@ def _build_from_irds(path: Path, dataset_id: str, progress: bool) -> None:
             for number, qrel in enumerate(dataset.qrels_iter(), start=1):
                 yield number, str(qrel.query_id), str(qrel.doc_id), int(qrel.relevance)
 
-    _build(
-        path,
-        queries(),
-        clicks(),
-        duplicate_query=lambda number, qid: DataFormatError(
-            f"ir_datasets:{dataset_id} queries", None, f"duplicate query id {qid!r} (record {number})"
-        ),
-        unknown_query=lambda number, qid: DataFormatError(
-            f"ir_datasets:{dataset_id} qrels", None, f"query id {qid!r} is not among the queries (record {number})"
-        ),
-        source=f"irds:{dataset_id}",
-        name=dataset_id,
-        progress=progress,
-    )
+    _build(path, queries(), clicks(),
+           duplicate_query=lambda number, qid: DataFormatError(
+               f"ir_datasets:{dataset_id} queries", None, f"duplicate query id {qid!r} (record {number})"),
+           unknown_query=lambda number, qid: DataFormatError(
+               f"ir_datasets:{dataset_id} qrels", None, f"query id {qid!r} is not among the queries (record {number})"),
+           source=f"irds:{dataset_id}", name=dataset_id, progress=progress)
 
 
-def _build(
-    path: Path,
-    queries: Iterable[tuple[int, str, str]],
-    clicks: Iterable[tuple[int, str, str, int]],
-    *,
-    duplicate_query,
-    unknown_query,
-    source: str,
-    name: str,
-    progress: bool,
-) -> None:
-    """Write the field of `clicks` (``(number, qid, doc_id, rel)``) over `queries` (``(number, qid, text)``) to `path`.
-
-    The queries and clicks are staged in a scratch database beside `path`; the field
-    goes to a temporary file renamed onto `path` at the end. Both scratch files
-    are removed whatever happens.
-    """
+def _build(path: Path, queries: Iterable[tuple[int, str, str]], clicks: Iterable[tuple[int, str, str, int]], *,
+           duplicate_query, unknown_query, source: str, name: str, progress: bool) -> None:
+    """Write the field of `clicks` over `queries` to `path`, staged in a scratch database beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = []
     for suffix in (".tmp", ".stage.tmp"):
@@ -334,19 +229,13 @@ def _build(
                 except sqlite3.IntegrityError:
                     raise duplicate_query(number, qid) from None
 
-            kept = (
-                (qid, doc_id, number)
-                for number, qid, doc_id, rel in tqdm(clicks, desc=f"ORCAS clicks ({name})", unit=" clicks",
-                                                      disable=not progress)
-                if rel > 0
-            )
+            kept = ((qid, doc_id, number) for number, qid, doc_id, rel
+                    in tqdm(clicks, desc=f"ORCAS clicks ({name})", unit=" clicks", disable=not progress) if rel > 0)
             for batch in _batched(kept):
                 db.executemany("INSERT INTO stage.clicks VALUES (?, ?, ?)", batch)
 
-            unknown = db.execute(
-                "SELECT c.number, c.qid FROM stage.clicks AS c "
-                "WHERE NOT EXISTS (SELECT 1 FROM stage.queries AS q WHERE q.qid = c.qid) ORDER BY c.rowid LIMIT 1"
-            ).fetchone()
+            unknown = db.execute("SELECT c.number, c.qid FROM stage.clicks AS c WHERE NOT EXISTS (SELECT 1 FROM "
+                                 "stage.queries AS q WHERE q.qid = c.qid) ORDER BY c.rowid LIMIT 1").fetchone()
             if unknown is not None:
                 raise unknown_query(*unknown)
 
@@ -355,10 +244,8 @@ def _build(
             db.execute("CREATE TABLE field (doc_id TEXT PRIMARY KEY, text TEXT NOT NULL)")
             db.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             (documents,) = db.execute("SELECT COUNT(DISTINCT doc_id) FROM stage.clicks").fetchone()
-            rows = db.execute(
-                "SELECT c.doc_id, c.qid, q.text FROM stage.clicks AS c JOIN stage.queries AS q ON q.qid = c.qid "
-                "ORDER BY c.doc_id, c.number"
-            )
+            rows = db.execute("SELECT c.doc_id, c.qid, q.text FROM stage.clicks AS c JOIN stage.queries AS q "
+                              "ON q.qid = c.qid ORDER BY c.doc_id, c.number")
             fields = tqdm(_fields(rows), total=documents, desc=f"ORCAS field ({name})", unit=" docs",
                           disable=not progress)
             written = 0
@@ -366,11 +253,9 @@ def _build(
                 db.cursor().executemany("INSERT INTO field VALUES (?, ?)", batch)
                 written += len(batch)
             (total_clicks,) = db.execute("SELECT COUNT(*) FROM stage.clicks").fetchone()
-            db.executemany(
-                "INSERT INTO meta VALUES (?, ?)",
-                [("source", source), ("format_version", str(FORMAT_VERSION)),
-                 ("clicks", str(total_clicks)), ("documents", str(written))],
-            )
+            meta = [("source", source), ("format_version", str(FORMAT_VERSION)), ("clicks", str(total_clicks)),
+                    ("documents", str(written))]
+            db.executemany("INSERT INTO meta VALUES (?, ?)", meta)
             db.commit()
             db.execute("DETACH DATABASE stage")
         os.replace(tmp, path)

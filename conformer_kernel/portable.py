@@ -1,28 +1,13 @@
 """The Conformer-Kernel as a portable ranker (`common.portable`, `common.api`): NDRM1, NDRM2 or NDRM3 rebuilt from a
-checkpoint's entry or an exported folder, its inputs made as `conformer_kernel.evaluate` re-ranks, without Lightning.
+checkpoint's entry or an exported folder, its pairs featurised as `conformer_kernel.evaluate` re-ranks, without
+Lightning.
 
-- Config: ``model``, the ranker's settings that shape the model (`conformer_kernel.model.SETTINGS`, by their current
-  names: a checkpoint's old ``hidden``/``heads``/``layers`` renamed, and ``doc_padding`` ``zeroed`` where it has
-  none, as `conformer_kernel.ranker.ConformerKernelRanker.on_load_checkpoint` loads it); ``inputs``, the
-  featuriser's settings from the data module's hyper-parameters (``max_query_terms``, ``max_doc_terms``,
-  ``max_orcas_terms``; 20, 4,000 and 2,000 where a checkpoint has none, as evaluate's
-  `conformer_kernel.impact_index.load_for_inference`) and ``orcas``, whether the model reads the ORCAS field.
-- Files: the vocabulary ``terms.txt`` and the IDFs ``idf.tsv`` (`conformer_kernel.vocab.Resources.text_files`, from
-  the checkpoint's ``resources``). A `conformer_kernel.train` checkpoint holds no `common.portable.KEY` entry:
-  `common.api.load` makes it from the checkpoint's hyper-parameters and ``resources`` (`checkpoint_entry`, found by
-  `recognises`), so that the vocabulary, millions of terms on MS MARCO, is stored once per checkpoint. The word2vec embeddings are the model's weights (its ``embed``); the text
-  processing (SMART stop words, Krovetz stems) is `conformer_kernel.text`'s code, which has no settings.
-- Inputs and score: `conformer_kernel.features.encode_pairs` (one pair per row, `conformer_kernel.features.Featurizer`)
-  and the score of `conformer_kernel.ranker.ConformerKernelRanker.evaluation_scores`, column 0 of the model's (Q, D)
-  scores. `common.api.load` puts the model in eval mode, as evaluate's ``trainer.test`` does: BatchScale (NDRM2) and
-  BatchNorm (NDRM3) divide and normalise by their running statistics, not the batch's.
-- ORCAS (``-orcas`` configs): the ORCAS data (ids of millions of documents -> their clicked queries) is not carried;
-  a caller gives a document's field itself, as an `OrcasDocument` (``OrcasDocument(doc_id, text, title, url,
-  orcas="clicked queries ...")``) to ``score`` or ``score_pairs``. Any other document (a text, a mapping, a row of a
-  ``rerank`` frame) is scored as one nobody clicked, as evaluate scores a document ORCAS does not name; a model
-  trained without the field ignores an `OrcasDocument`'s. Chosen so because the field is a property of the document,
-  as its title and url are, and a caller scoring documents by text has it by document rather than by id.
-- Full retrieval from the impact index (``--modes fullrank``) is not here: a portable ranker re-ranks.
+- Config: ``model`` (`conformer_kernel.model.SETTINGS`), ``inputs`` (the featuriser's limits, `INPUTS` where the
+  checkpoint holds none) and ``orcas``; files: ``terms.txt`` and ``idf.tsv``. A `conformer_kernel.train` checkpoint
+  holds no entry: `checkpoint_entry` makes it when `common.api.load` reads it, so the vocabulary is stored once.
+- ORCAS: the field is not carried; a caller passes an `OrcasDocument` with its clicked queries, any other document is
+  scored as one nobody clicked (the field is a property of the document, as its title is).
+- Full retrieval (``--modes fullrank``) is not here: a portable ranker re-ranks.
 """
 
 from __future__ import annotations
@@ -33,7 +18,7 @@ from typing import get_args
 
 from common.portable import Scoring, portable_entry
 from conformer_kernel.features import Featurizer, OrcasDocument, encode_pairs
-from conformer_kernel.model import RENAMED_SETTINGS, SETTINGS, ModelName, pair_scores, ranker_from_settings
+from conformer_kernel.model import SETTINGS, ModelName, pair_scores, ranker_from_settings
 from conformer_kernel.vocab import Resources
 
 PACKAGE = "conformer_kernel"
@@ -51,12 +36,8 @@ def recognises(checkpoint: dict) -> bool:
 
 def checkpoint_entry(checkpoint: dict) -> dict:
     """The `common.portable.KEY` entry of a `conformer_kernel.train` checkpoint's contents (module docstring)."""
-    saved = dict(checkpoint["hyper_parameters"])
-    for old, new in RENAMED_SETTINGS.items():
-        if old in saved:
-            saved.setdefault(new, saved.pop(old))
+    saved = checkpoint["hyper_parameters"]
     settings = {name: saved[name] for name in SETTINGS if name in saved}
-    settings.setdefault("doc_padding", "zeroed")  # written before the option existed, when padding was zeroed
     data = checkpoint.get("datamodule_hyper_parameters") or {}
     inputs = {name: data.get(name, default) for name, default in INPUTS.items()}
     inputs["orcas"] = data.get("orcas") is not None

@@ -1,20 +1,10 @@
-"""`ConformerKernelRanker`: the LightningModule that trains and evaluates NDRM1, NDRM2 or NDRM3, the Conformer-Kernel
-with query term independence (Mitra et al.: "Improving Transformer-Kernel Ranking Model Using Conformer and Query
-Term Independence", TREC 2020 Deep Learning track), with its loss.
+"""`ConformerKernelRanker`: the LightningModule that trains and evaluates NDRM1, NDRM2 or NDRM3
+(`conformer_kernel.model`; Mitra et al., TREC 2020 Deep Learning track) with RankNet over each query's documents
+(Sec. 4; official ``loss.py``) and Adam at lr 1e-4 (the official default; the paper gives none). The embeddings start
+from the word2vec IN ‖ OUT vectors; the vocabulary and IDFs travel in every checkpoint (`conformer_kernel.portable`).
+Dev and test re-ranking are measured with Table 1's measures; dev NDCG@10 selects the checkpoint.
 
-- Model (`conformer_kernel.model`): NDRM1, NDRM2 or NDRM3 with a Conformer (CK) or Transformer (TK) document
-  encoder. The embedding layer starts from the data module's word2vec IN ‖ OUT vectors (`conformer_kernel.vocab`;
-  hidden size `conformer_kernel.hidden_size` of the word2vec dimension); the vocabulary and IDFs travel inside
-  every checkpoint, so a checkpoint alone re-ranks and indexes, and `common.api.load` scores with it
-  (`conformer_kernel.portable`).
-- Training (Sec. 4, "Model training"; official ``learner.py``, ``loss.py``): RankNet over each query's group of
-  documents (`ranknet_loss`), Adam with lr 1e-4 (the official default; the paper gives none).
-- Evaluation (`common.training.reranking.RerankingEvaluation`): dev and test re-ranking measured with Table 1's
-  measures (NDCG@10, NCG@100, AP and RR on runs 100 deep); the checkpoint is chosen on dev NDCG@10. Full retrieval
-  from the impact index, the other test run, is `conformer_kernel.impact_index`'s.
-
-Difference from the official loss: the official code adds 1e-6 inside the log of σ; ``logsigmoid`` computes the same
-value without it, stably where σ underflows.
+Difference from the official loss: ``logsigmoid`` instead of log(σ + 1e-6), the same value, stable where σ underflows.
 """
 
 from __future__ import annotations
@@ -27,8 +17,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
 from common.training.reranking import RerankingEvaluation
-from conformer_kernel.model import (RENAMED_SETTINGS, DocPadding, EncoderName, Features, ModelName, pair_scores,
-                                    ranker_from_settings)
+from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, pair_scores, ranker_from_settings
 from conformer_kernel.vocab import Resources
 
 #: Table 1's measures; runs are 100 deep, so AP and RR are at rank 100.
@@ -36,9 +25,7 @@ MEASURES = ("ndcg_cut_10", "ncg@100", "map", "recip_rank")
 
 
 def ranknet_loss(scores: Tensor, labels: Tensor) -> Tensor:
-    """RankNet (Burges et al. 2005; official ``loss.py``), (Q, D) scores and labels -> the scalar loss: for every pair
-    of one query's documents with different labels, -log σ(s_i - s_j) where document i has the higher label; each
-    query's loss is the mean over its pairs (0 without a pair), the batch's the mean over queries."""
+    """RankNet: the mean over queries of each one's mean -log σ(s_i - s_j) over pairs with label_i > label_j."""
     diff = scores[:, :, None] - scores[:, None, :]  # (Q, D, D): s_i - s_j
     pairs = (labels[:, :, None] > labels[:, None, :]).to(scores.dtype)  # (Q, D, D): label_i > label_j
     per_query = (-F.logsigmoid(diff) * pairs).sum((1, 2)) / pairs.sum((1, 2)).clamp_min(1.0)  # (Q,)
@@ -72,8 +59,6 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     """
 
     measures = MEASURES
-    # Checkpoints written before the hyper-parameters took the names the other packages use.
-    renamed_hparams = RENAMED_SETTINGS
 
     def __init__(
         self,
@@ -107,8 +92,6 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     def evaluation_scores(self, batch: dict) -> Tensor:
         return pair_scores(self.model, batch["features"])  # (B,): evaluation batches hold one document per query row
 
-    # --- vocabulary and embeddings ---------------------------------------------------------
-
     def use_resources(self, resources: Resources) -> None:
         """Take the vocabulary and IDFs, and the pretrained embeddings when there are some (a fresh model)."""
         if len(resources) != self.hparams.vocab_size:
@@ -122,8 +105,6 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
             with torch.no_grad():
                 embed.weight.copy_(torch.from_numpy(resources.embeddings))
 
-    # --- training -------------------------------------------------------------------------
-
     def training_step(self, batch: dict, batch_idx: int) -> Tensor:
         loss = ranknet_loss(self(batch["features"]), batch["labels"])
         self.log("train/loss", loss, prog_bar=True, batch_size=len(batch["labels"]))
@@ -132,24 +113,16 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     def configure_optimizers(self):
         return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
 
-    # --- evaluation and checkpoints --------------------------------------------------------
-
     def setup(self, stage: str) -> None:
         if self.resources is None:
             self.use_resources(self.trainer.datamodule.resources)  # checkpoint weights, if any, are loaded after this
         super().setup(stage)
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """The vocabulary and IDFs: with the hyper-parameters, all `common.api.load` reads
-        (`conformer_kernel.portable.checkpoint_entry` makes its entry from them when it loads, so the vocabulary,
-        millions of terms on MS MARCO, is stored once)."""
+        """Also the vocabulary and IDFs (`common.api.load` reads them; stored once)."""
         super().on_save_checkpoint(checkpoint)
         checkpoint["resources"] = self.resources.state()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         super().on_load_checkpoint(checkpoint)
         self.resources = Resources.from_state(checkpoint["resources"])
-        encoder = getattr(getattr(self.model, "ndrm1", self.model), "encoder", None)  # NDRM2 has none
-        if encoder is not None and "doc_padding" not in checkpoint.get("hyper_parameters", {}):
-            # Written before --model.doc_padding existed, when padding was always zeroed: scored as trained.
-            self.hparams.doc_padding = encoder.doc_padding = "zeroed"

@@ -1,16 +1,7 @@
-"""Text processing of the Conformer-Kernel (Mitra et al. 2021) and its official implementation.
-
-The paper says only that queries keep their first 20 terms and documents their first 4,000
-(Sec. 4, "Model training"). The official code (bmitra-msft/TREC-Deep-Learning-Quick-Start,
-``model_utils.py``) fixes the rest, and this module follows it:
-
-- `analyze`: lowercase; every character outside ``[a-z0-9]`` and whitespace becomes a space;
-  split on whitespace; drop the SMART stop words (`stopwords.txt`); Krovetz-stem each term
-  (``krovetzstemmer``, the official stemmer, a C++ extension from PyPI).
-- `document_terms`: ``<S>`` + the ORCAS clicked queries (at most 2,000 terms, when given) + URL,
-  title and body concatenated + ``</S>``. Untruncated: NDRM2 counts term frequencies and the
-  length |d| on the whole document; the featuriser truncates the model's input to 4,000 terms
-  (`conformer_kernel.features`).
+"""Text processing of the Conformer-Kernel as the official ``model_utils.py`` does it (the paper says only: queries'
+first 20 terms, documents' first 4,000): `analyze` lowercases, keeps ``[a-z0-9]``, drops SMART stop words and
+Krovetz-stems; `document_terms` is ``<S>`` + ORCAS terms + URL, title and body + ``</S>``, untruncated (NDRM2 counts
+tf and |d| on the whole document).
 """
 
 from __future__ import annotations

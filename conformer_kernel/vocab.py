@@ -1,26 +1,10 @@
-"""Vocabulary, IDF and pretrained word embeddings of the Conformer-Kernel (Mitra et al. 2021).
+"""Vocabulary, IDFs and word2vec embeddings of the Conformer-Kernel (Mitra et al. 2021, Sec. 4, "Model training").
 
-- Embeddings (Sec. 4, "Model training"): word2vec skip-gram trained on the training queries and
-  the documents (URL, title and body; the official code's corpus, without ORCAS), "a
-  concatenation of the IN and OUT embeddings" initialising the embedding layer. The official code
-  uses fastText's word2vec with dim 128 (so 256 after concatenation), window 10, min count 100,
-  5 epochs and no character n-grams; here gensim's `Word2Vec` (sg=1) with fastText's defaults for
-  what the paper does not state: learning rate 0.05, 5 negatives, sub-sampling threshold 1e-4.
-  A single worker thread keeps the vectors a function of the seed: gensim's threads update the
-  shared vectors in the order the operating system schedules them ("ordering jitter", which only
-  ``workers=1`` removes, says gensim's ``Word2Vec`` docstring), so ``workers`` > 1 is faster and
-  not reproducible. Build the embeddings ahead,
-  on a CPU node, with ``python -m conformer_kernel.prepare`` and the training run's options
-  (`common.commands.prepare`): the training job then finds them cached.
-- Ids: UNK = 0 (also padding), ``<S>`` = 1, ``</S>`` = 2, all three zero vectors; then the word2vec
-  vocabulary, most frequent first.
-- IDF (official ``model_utils.py``): max(log((N - df + 0.5) / (df + 0.5)), 0) over the N collection
-  documents (URL, title, body), kept for every collection term with a positive value (missing = 0),
-  keyed by term so that a query term outside the embedding vocabulary still has its IDF (NDRM2).
-
-`Resources.build` does both in one pass over the collection and `Resources.cached` keeps the
-result under ``$EFFICIENT_RANKERS_CACHE/conformer_kernel/`` (built in a temporary folder, then
-renamed; keyed by the corpus and every option).
+- Embeddings: skip-gram on the training queries and documents (URL, title, body; not ORCAS), IN ‖ OUT. Official:
+  fastText, dim 128, window 10, min count 100, 5 epochs; here gensim's `Word2Vec` with fastText's defaults for the
+  rest (lr 0.05, 5 negatives, sample 1e-4), one worker thread by default (more are not reproducible).
+- Ids: UNK = 0 (also padding), ``<S>`` = 1, ``</S>`` = 2, zero vectors; then the vocabulary, most frequent first.
+- IDF (official ``model_utils.py``): max(log((N - df + 0.5) / (df + 0.5)), 0), kept where positive, keyed by term.
 """
 
 from __future__ import annotations
@@ -51,7 +35,7 @@ UNK = 0
 
 @dataclass(frozen=True)
 class EmbeddingOptions:
-    """word2vec settings (the paper's: dim 128 per direction, window 10, 5 epochs; min count 100 on MS MARCO)."""
+    """word2vec settings (paper: dim 128 per direction, window 10, 5 epochs, min count 100)."""
 
     dim: int = 128
     window: int = 10
@@ -82,8 +66,6 @@ class Resources:
         """``[self.id(t) for t in terms]``, without a Python call per term."""
         return list(map(self.ids.get, terms, itertools.repeat(UNK, len(terms))))
 
-    # -- building --
-
     @classmethod
     def build(cls, queries: Iterable[str], documents: Iterable[Document], options: EmbeddingOptions,
               progress: bool = True) -> Resources:
@@ -111,8 +93,7 @@ class Resources:
     @classmethod
     def cached(cls, key: dict, queries: Iterable[str], documents: Iterable[Document],
                options: EmbeddingOptions) -> Resources:
-        """`build`'s result for the corpus described by `key` (JSON-serialisable), built once however many
-        processes (DDP ranks) ask at once (`common.io.built_once`); the others load the finished folder."""
+        """`build`'s result for the corpus `key`, built once however many processes ask (`common.io.built_once`)."""
         digest = hashlib.sha256(json.dumps({"corpus": key, "options": asdict(options), "version": 1},
                                            sort_keys=True).encode()).hexdigest()[:16]
         folder = cache_root() / "conformer_kernel" / f"resources-{digest}"
@@ -120,8 +101,6 @@ class Resources:
         built_once(folder, lambda tmp: cls.build(queries, documents, options).save(tmp, meta=meta),
                    ready=lambda path: (path / "meta.json").is_file())
         return cls.load(folder)
-
-    # -- storage --
 
     def save(self, folder: str | os.PathLike, meta: dict | None = None) -> None:
         """Write ``terms.txt``, ``idf.tsv``, ``embeddings.npy`` and ``meta.json`` into a new `folder`, atomically."""
@@ -143,8 +122,7 @@ class Resources:
             raise
 
     def text_files(self) -> dict[str, bytes]:
-        """``terms.txt`` (one term per line, by id) and ``idf.tsv`` (term, tab, the IDF's ``repr``: read back
-        exactly), name -> bytes: what `save` writes beside the embeddings and `load` reads."""
+        """``terms.txt`` (by id) and ``idf.tsv`` (term, tab, the IDF's ``repr``), name -> bytes."""
         return {"terms.txt": "".join(f"{t}\n" for t in self.terms).encode(),
                 "idf.tsv": "".join(f"{t}\t{v!r}\n" for t, v in sorted(self.idf.items())).encode()}  # fmt: skip
 
@@ -158,8 +136,6 @@ class Resources:
             idf[term] = float(value)
         embeddings = np.load(folder / "embeddings.npy") if (folder / "embeddings.npy").is_file() else None
         return cls(terms, idf, embeddings)
-
-    # -- inside checkpoints --
 
     def state(self) -> dict:
         """What a checkpoint keeps (the embeddings live in the model's weights)."""

@@ -1,11 +1,6 @@
-"""EARL's LightningDataModule: (query, positive, negative) training triples and re-ranking of candidate runs
-(`common.encoders.bert_data.BertTriplesDataModule` with EARL's architectures and defaults).
-
-- Training (Sec. 3.4, pairwise hinge loss): each positive with `negatives` of its query's candidates, each a hinge
-  pair with it.
-- Inputs: queries of 16 and passages of 128 tokens, special tokens included (MORES's limits). EARL and BERT-Siamese
-  read them apart, each distinct query once per batch (so T_qry runs once per query); the BERT ranker reads them
-  concatenated.
+"""EARL's LightningDataModule (`common.encoders.bert_data.BertTriplesDataModule`): (query, positive, negative)
+training triples for the hinge loss and re-ranking of candidate runs; queries of 16 and passages of 128 tokens
+(MORES's limits), read apart by EARL and BERT-Siamese, concatenated by the BERT ranker.
 """
 
 from __future__ import annotations

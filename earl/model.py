@@ -1,44 +1,15 @@
-"""EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with Pre-computed Representation", 2020) as a
-plain ``nn.Module`` (the LightningModule is `earl.ranker`; its Table 2 baselines, the BERT ranker and
-BERT-Siamese, are `common.encoders.bert_rankers`).
+"""EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with Pre-computed Representation", 2020) as a plain
+``nn.Module`` (the LightningModule is `earl.ranker`): T_doc and T_qry (Eqs. 9-16) are Hugging Face ``BertModel`` s
+without pooler; K judge blocks (Eqs. 17-21) attend from the query tokens to the document's keys and values, which
+depend on the document alone (`EARL.document_keys_values`, what S2 stores, Eq. 25); the score is w^T Pool(H_K)
+(Eq. 22, ClsPool or AvePool); `build_earl` initialises from BERT (Sec. 3.4). Tied variants share T_doc's first l
+layers as modules, the embeddings copied (as MORES, luyug/MORES ``modeling.MORES``).
 
-Read top to bottom: the judge block's parts, the judge block (Eqs. 17-19), EARL (Eqs. 6-8, 20-22, 25), then its
-initialisation from BERT (Sec. 3.4). The hinge loss it trains with is `earl.ranker.hinge_loss`.
-
-- T_doc and T_qry (Eqs. 9-16) are Hugging Face ``BertModel`` s without pooler, so ``bert-base-uncased`` (or the
-  offline MiniLM, `common.encoders.pretrained`) loads by name or path; their inputs carry [CLS] first and their token-level
-  outputs D (B, d, h) and Q (B, q, h) are never pooled.
-- T_judge is K judge blocks (Eqs. 20-21) over the query tokens: cross-attention from the query tokens to the
-  document tokens (document padding masked), then query self-attention (query padding masked), then the FFN. The
-  document side never changes, so each block's keys and values of D, D·W_K and D·W_V, depend on the document only:
-  `EARL.document_keys_values` computes them for every block at once (one product of the stacked weights), and
-  they are what strategy S2 stores (Eq. 25); S1 stores D and computes them at query time. Both score through the same
-  `EARL.judge`.
-- Score (Eq. 22): ``w^T Pool(H_K)``, Pool = the [CLS] position (``cls``, ClsPool) or the mean over the query's
-  real tokens, [CLS] and [SEP] included, padding excluded (``mean``, AvePool).
-- Tied variants: T_qry's layers are the same ``nn.Module`` objects as T_doc's first l layers (Sec. 3.4, "share
-  weight between query understanding module and the first l layers of document understanding"). The embeddings
-  stay separate, as in the authors' successor MORES (luyug/MORES ``modeling.MORES``: ``q_bert`` is a deep copy of
-  ``bert`` whose encoder layers are then replaced by ``bert``'s first ``12 - n_ibs``).
-
-Choices where the paper's equations and BERT differ (initialisation from BERT needs BERT's computation):
-
-- Layer normalisation: Eq. 19 writes ``LayerNorm(FFN(Q_self)) + Q_self``, normalising before the residual, unlike
-  Eqs. 12-13 and 17-18 and unlike BERT, whose layers compute ``LayerNorm(FFN(x) + x)``. The judge block's FFN and
-  LayerNorm are copied from a BERT layer (Sec. 3.4), which was trained as ``LayerNorm(FFN(x) + x)``; normalising
-  first would feed the next block unnormalised states of another scale. The block follows BERT (and MORES, whose
-  judge layers are ``BertLayer`` s): Eq. 19 as ``LayerNorm(FFN(Q_self) + Q_self)``.
-- Activation: Eq. 4 says ReLU; BERT's FFN uses GELU, and its copied weights expect it: ``config.hidden_act``.
-- Attention scale: Eq. 1 divides by sqrt(d_model); per head, as in Vaswani et al. and BERT, it is sqrt(d_model / h)
-  (the head width), which BERT's copied projections were trained with.
-- Dropout on the attention probabilities and before each residual, as in BERT (masks drawn by
-  `common.encoders.dropout`: its `attention` here, its modules once the ranker holds the model).
-
-MORES choices kept as options: the 2-class cross-entropy head (``loss="cross_entropy"``: ``Linear(h, 2)`` with
-bias, the score being the log-odds ``logit_1 - logit_0``) instead of the paper's hinge loss on ``w^T Pool`` (the
-same loss trains the paper's BERT ranker baseline, after Nogueira and Cho: `common.encoders.bert_rankers`). The
-softmax of two logits is the sigmoid of their difference, so MORES's ``CrossEntropyLoss`` over them is exactly the
-binary cross-entropy of that score (`earl.ranker`).
+Where the equations and BERT differ, BERT's computation (its copied weights were trained with it):
+- Eq. 19 as ``LayerNorm(FFN(Q_self) + Q_self)`` (post-norm, as MORES's ``BertLayer`` s), not the LayerNorm first;
+- GELU (``config.hidden_act``), not Eq. 4's ReLU; attention scaled by sqrt(d_model / h), per head, not sqrt(d_model);
+- dropout on the attention probabilities and before each residual.
+MORES's 2-class cross-entropy head is an option (``loss="cross_entropy"``: the score is the log-odds).
 """
 
 from __future__ import annotations
@@ -55,25 +26,12 @@ from common.encoders.precision import full_precision
 
 #: Pool of Eq. 22: the [CLS] position (ClsPool) or the mean over real query tokens (AvePool).
 Pool = Literal["cls", "mean"]
-#: Training losses: the paper's pairwise hinge loss (Sec. 3.4), or the 2-class cross-entropy (MORES's; Nogueira and
-#: Cho's for the BERT ranker, Sec. 4.2).
+#: Training losses: the paper's hinge loss (Sec. 3.4), or the 2-class cross-entropy (MORES's; the BERT ranker's).
 Loss = Literal["hinge", "cross_entropy"]
 
 
-def _check_loss(loss: str) -> None:
-    if loss not in ("hinge", "cross_entropy"):
-        raise ValueError(f"loss must be hinge or cross_entropy, got {loss!r}")
-
-
-# --- the judge block's parts -------------------------------------------------------------------------------
-
-
 class BlockAttention(nn.Module):
-    """Multi-head attention with BERT's output: ``LayerNorm(Dropout(MultiHead(X, K, V) W^O) + X)`` (Eqs. 2-3, 17-18).
-
-    Parameters named like BERT's (``query``, ``key``, ``value``, ``dense``, ``norm``) so that a BERT layer's
-    self-attention copies in (`JudgeBlock.copy_bert_layer`).
-    """
+    """``LayerNorm(Dropout(MultiHead(X, K, V) W^O) + X)`` (Eqs. 2-3, 17-18), parameters named as BERT's."""
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, attention_dropout: float, eps: float):
         super().__init__()
@@ -92,8 +50,7 @@ class BlockAttention(nn.Module):
         return x.unflatten(-1, (self.num_heads, self.head_size)).transpose(1, 2)
 
     def attend(self, queries: Tensor, keys: Tensor, values: Tensor, key_mask: Tensor) -> Tensor:
-        """softmax(Q K^T / sqrt(h / H)) V per head (Eq. 1) over projected (B, n, h) inputs; `key_mask` (B, m) is
-        True at real keys. Returns the heads concatenated, (B, n, h), before W^O."""
+        """softmax(Q K^T / sqrt(h / H)) V per head (Eq. 1), `key_mask` True at real keys: (B, n, h) before W^O."""
         mask = key_mask[:, None, None, :]  # (B, 1, 1, m)
         p = self.attention_dropout if self.training else 0.0
         out = attention(self.heads(queries), self.heads(keys), self.heads(values), mask, p)  # (B, H, n, h / H)
@@ -103,14 +60,13 @@ class BlockAttention(nn.Module):
         return self.norm(self.dropout(self.dense(attended)) + residual)
 
     def forward(self, x: Tensor, mask: Tensor, first_only: bool = False) -> Tensor:
-        """Self-attention of `x` (B, n, h) with padding `mask` (B, n), True at real tokens (Eq. 18): (B, n, h), or
-        with `first_only` the first position's output alone, (B, 1, h) (its keys and values still every position's)."""
+        """Self-attention of `x` (B, n, h) under `mask` (Eq. 18): (B, n, h), or with `first_only` (B, 1, h)."""
         queries = x[:, :1] if first_only else x
         return self.output(self.attend(self.query(queries), self.key(x), self.value(x), mask), queries)
 
 
 class FeedForward(nn.Module):
-    """``LayerNorm(Dropout(act(x W_1 + b_1) W_2 + b_2) + x)``: Eqs. 4 and 19 as BERT computes them (module docstring)."""
+    """``LayerNorm(Dropout(act(x W_1 + b_1) W_2 + b_2) + x)``: Eqs. 4 and 19 as BERT computes them."""
 
     def __init__(self, hidden_size: int, intermediate_size: int, activation: str, dropout: float, eps: float):
         super().__init__()
@@ -126,15 +82,8 @@ class FeedForward(nn.Module):
         return self.norm(self.dropout(self.output(self.act(self.intermediate(x)))) + x)
 
 
-# --- the judge block (Eqs. 17-19) ---------------------------------------------------------------------------
-
-
 class JudgeBlock(nn.Module):
-    """One judge block: query-to-document cross-attention, query self-attention, FFN (Eqs. 17-19).
-
-    The document tokens are only attended to, never updated; their keys and values (`keys_values`) depend on the
-    document alone, which is what strategy S2 precomputes (Eq. 25).
-    """
+    """One judge block: query-to-document cross-attention, query self-attention, FFN (Eqs. 17-19)."""
 
     def __init__(self, config):
         super().__init__()
@@ -145,19 +94,13 @@ class JudgeBlock(nn.Module):
         self.ffn = FeedForward(h, config.intermediate_size, config.hidden_act, config.hidden_dropout_prob, eps)
 
     def keys_values(self, documents: Tensor) -> Tensor:
-        """(D W_Y + b, D W_Z + b) of Eq. 24 side by side: (B, d, h) -> (B, d, 2h). The readable reference of
-        `EARL.document_keys_values`, which computes every block's at once (the tests hold the two equal)."""
+        """(D W_Y + b, D W_Z + b) of Eq. 24 side by side: the reference of `EARL.document_keys_values`."""
         return torch.cat([self.cross.key(documents), self.cross.value(documents)], dim=-1)
 
     def forward(self, hidden: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
                 cross_queries: Tensor | None = None, first_only: bool = False) -> Tensor:  # fmt: skip
-        """H_i = Judge(H_{i-1}, D) for (B, q, h) `hidden` and the block's (B, d, 2h) `keys_values` of D.
-
-        `cross_queries`: H_{i-1} W_X when already computed (the first block's depend on the query alone).
-        `first_only`: H_i at the first position ([CLS]) alone, (B, 1, h): Eq. 18's query and output and Eq. 19 there
-        only, the same values as those of H_i[:, :1] (the cross-attention still runs at every position: Eq. 18 attends
-        to all of them).
-        """
+        """H_i = Judge(H_{i-1}, D) for (B, q, h) `hidden` and the block's (B, d, 2h) `keys_values`;
+        `cross_queries`: H_{i-1} W_X if already computed; `first_only`: H_i at [CLS] alone, (B, 1, h)."""
         keys, values = keys_values.chunk(2, dim=-1)
         queries = self.cross.query(hidden) if cross_queries is None else cross_queries
         crossed = self.cross.output(self.cross.attend(queries, keys, values, doc_mask), hidden)  # Eq. 17
@@ -166,31 +109,23 @@ class JudgeBlock(nn.Module):
 
     @torch.no_grad()
     def copy_bert_layer(self, layer, copy_cross: bool = True) -> None:
-        """Initialise from a ``BertLayer`` (Sec. 3.4): its self-attention into the self-attention and, with
-        `copy_cross`, also into the cross-attention (separate parameters, equal values); its FFN and LayerNorms."""
+        """Initialise from a ``BertLayer`` (Sec. 3.4); `copy_cross`: its self-attention into the cross-attention too."""
         targets = [self.self_attention] + ([self.cross] if copy_cross else [])
         source = layer.attention
         for target in targets:
             for name in ("query", "key", "value"):
-                _copy_linear(getattr(target, name), getattr(source.self, name))
-            _copy_linear(target.dense, source.output.dense)
-            _copy_norm(target.norm, source.output.LayerNorm)
-        _copy_linear(self.ffn.intermediate, layer.intermediate.dense)
-        _copy_linear(self.ffn.output, layer.output.dense)
-        _copy_norm(self.ffn.norm, layer.output.LayerNorm)
+                _copy(getattr(target, name), getattr(source.self, name))
+            _copy(target.dense, source.output.dense)
+            _copy(target.norm, source.output.LayerNorm)
+        _copy(self.ffn.intermediate, layer.intermediate.dense)
+        _copy(self.ffn.output, layer.output.dense)
+        _copy(self.ffn.norm, layer.output.LayerNorm)
 
 
-def _copy_linear(target: nn.Linear, source: nn.Linear) -> None:
+def _copy(target: nn.Module, source: nn.Module) -> None:
+    """A Linear's or LayerNorm's weight and bias."""
     target.weight.copy_(source.weight)
     target.bias.copy_(source.bias)
-
-
-def _copy_norm(target: nn.LayerNorm, source: nn.LayerNorm) -> None:
-    target.weight.copy_(source.weight)
-    target.bias.copy_(source.bias)
-
-
-# --- EARL (Eqs. 6-8, 20-22, 25) -----------------------------------------------------------------------------
 
 
 def pool(hidden: Tensor, mask: Tensor, kind: str) -> Tensor:
@@ -202,19 +137,15 @@ def pool(hidden: Tensor, mask: Tensor, kind: str) -> Tensor:
 
 
 class EARL(nn.Module):
-    """T_doc, T_qry and K judge blocks with the score of Eq. 22.
-
-    Three calls, used apart at index and query time and together in training (`forward`):
-    `encode_documents` (Eqs. 9-13, offline), `encode_queries` (Eqs. 14-16, once per query) and `judge`
-    (Eqs. 17-22, per candidate) over the documents' keys and values (`document_keys_values`, S2's rows).
-    """
+    """T_doc, T_qry and K judge blocks: `encode_documents` offline, `encode_queries` per query, `judge` per document."""
 
     def __init__(self, doc_encoder: nn.Module, query_encoder: nn.Module, blocks: nn.ModuleList, pool: Pool = "cls",
                  loss: Loss = "hinge"):  # fmt: skip
         super().__init__()
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool must be cls or mean, got {pool!r}")
-        _check_loss(loss)
+        if loss not in ("hinge", "cross_entropy"):
+            raise ValueError(f"loss must be hinge or cross_entropy, got {loss!r}")
         self.doc_encoder, self.query_encoder, self.blocks, self.pool = doc_encoder, query_encoder, blocks, pool
         hidden = doc_encoder.config.hidden_size
         # Eq. 22: w^T Pool(H_K); MORES's 2-class head for its cross-entropy
@@ -237,22 +168,7 @@ class EARL(nn.Module):
         return self.query_encoder(input_ids=tokens, attention_mask=mask).last_hidden_state
 
     def document_keys_values(self, documents: Tensor, out: Tensor | None = None) -> Tensor:
-        """D' of Eq. 25 for every block, side by side: (B, d, h) -> (B, d, 2 K h), block i's keys then values.
-
-        One product: every block's key and value weights (W_Y, W_Z of Eq. 24) stacked into one (2 K h, h) weight and
-        their biases into one (2 K h,) bias, so D W^T + b is one pass over D, written once in its final layout, where
-        `JudgeBlock.keys_values` per block (the readable reference, equal to it) takes 2 K products of width h and a
-        concatenation that writes and reads D' again. At query time with S1 this n^2 d term is the largest online
-        cost (Table 1), and it is the path ``earl.evaluate`` (`earl.query_scorer.QueryScorer`), ``earl.index`` and
-        ``earl.benchmark`` all run. The stacking is redone each call from the parameters themselves (torch.cat, a
-        copy of 2 K h^2 values, small beside the product): differentiable, each block's weights get their own
-        gradients in training, and no cached copy can go stale when the weights change.
-
-        `out`: a contiguous (B, d, 2 K h) tensor the product is written into (inference only: ``out=`` has no
-        gradient), the same values as without it. A fresh result of a batch is hundreds of MB (805 MB for 128
-        candidates at d = 512, base), which the allocator maps anew and the kernel faults in page by page each
-        call, a visible share of the product's time on one core (`results/earl/README.md`, "the bar");
-        `earl.query_scorer.QueryScorer` passes one buffer, reused batch after batch."""
+        """D' of Eq. 25, (B, d, h) -> (B, d, 2 K h), one product of the stacked weights (`out`: inference buffer)."""
         keys_values = [(block.cross.key, block.cross.value) for block in self.blocks]
         weight = torch.cat([layer.weight for pair in keys_values for layer in pair])  # (2 K h, h)
         bias = torch.cat([layer.bias for pair in keys_values for layer in pair])  # (2 K h,)
@@ -263,15 +179,8 @@ class EARL(nn.Module):
 
     def judge(self, queries: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
               query_index: Tensor | None = None) -> Tensor:  # fmt: skip
-        """Scores (B,) of B documents from their (B, d, 2 K h) `keys_values` (D', Eq. 25) and (B, d) `doc_mask`.
-
-        `queries` (Bq, q, h) with (Bq, q) `query_mask`; document j is judged against query ``query_index[j]``
-        (default: query j). Work on the query alone, the first block's cross-attention projection, is done once per
-        query, before the queries are spread over their documents. With ClsPool the score reads H_K at [CLS] alone,
-        so the last block computes that position only (`JudgeBlock.forward`'s `first_only`): the same score without
-        its self-attention query and output and its FFN at the other q - 1 positions, 30% of the judge's FLOPs at
-        base size, q = 16, d = 512 (Eq. 18 still attends to every position's keys and values).
-        """
+        """Scores (B,) of B documents from their (B, d, 2 K h) `keys_values` and (B, d) `doc_mask` against
+        `queries` (Bq, q, h) ``[query_index]`` (default: query j); with ClsPool the last block computes [CLS] alone."""
         h = self.hidden_size
         first = self.blocks[0].cross.query(queries)  # (Bq, q, h): query-only
         if query_index is not None:
@@ -287,8 +196,7 @@ class EARL(nn.Module):
         return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        """End-to-end scores (B,) of a batch from `earl.data` (``query_tokens``/``query_mask`` (Bq, q),
-        ``doc_tokens``/``doc_mask`` (B, d), ``query_index`` (B,))."""
+        """End-to-end scores (B,) of an `earl.data` batch."""
         doc_mask = batch["doc_mask"].bool()
         documents = self.encode_documents(batch["doc_tokens"], batch["doc_mask"])  # (B, d, h)
         queries = self.encode_queries(batch["query_tokens"], batch["query_mask"])  # (Bq, q, h)
@@ -298,13 +206,9 @@ class EARL(nn.Module):
 
 def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: bool = False,
                copy_from_bert: bool = True, copy_cross: bool = True, pool: Pool = "cls", loss: Loss = "hinge") -> EARL:
-    """EARL from an L-layer ``BertModel`` `bert` (taken as T_doc, not copied), Sec. 3.4.
-
-    T_qry: `query_layers` l layers (default L - K), a copy of `bert`'s first l, or (`tied`) those very modules
-    with a copy of the embeddings. Judge block i: with `copy_from_bert`, layer l + i of `bert` (`copy_cross`: its
-    self-attention also into the cross-attention; else the cross-attention keeps BERT's random initialisation,
-    Table 5); without, every block as BERT initialises a fresh layer (a from-scratch model).
-    """
+    """EARL over an L-layer ``BertModel`` `bert` (T_doc, not copied), Sec. 3.4: T_qry its first `query_layers` l
+    (default L - K; `tied`: the very modules), judge block i from layer l + i (`copy_from_bert`; `copy_cross` also
+    into the cross-attention), else as BERT initialises a fresh layer."""
     from transformers import BertModel
 
     layers = bert.config.num_hidden_layers

@@ -1,17 +1,7 @@
-"""EARL's rankers loaded without Lightning (`common.api.load`, `common.portable`'s contract): EARL and its Table 2
-baselines, the BERT ranker and BERT-Siamese, rebuilt from a checkpoint's entry or an exported folder, their pairs
-read as ``earl.evaluate`` and ``earl.train``'s test read them, and EARL scored from an ``earl.index`` store.
-
-- The config: the model's settings (`MODEL_KEYS`: the architecture, K judge blocks, l query layers, tied, pool,
-  loss), the encoder's Hugging Face config and the inputs' settings (`common.encoders.bert_portable`: queries of the
-  data settings' ``query_length``, passages of its ``passage_length``, default 16 and 128 as ``earl.evaluate``;
-  the BERT ranker reads them concatenated). The files: the tokenizer's.
-- The model (`model_of`): what `earl.ranker.EARLRanker` holds as ``self.model``, built by this very function there;
-  rebuilt here with ``copy_from_bert`` off (the weights are the checkpoint's, loaded by the caller: nothing to
-  copy), so the same modules (T_qry's layers T_doc's own where ``tied``).
-- A store (``open_store``): EARL's S1 or S2 store, scored by `earl.query_scorer.QueryScorer` as ``earl.evaluate
-  --store`` scores it (T_qry once per query, the judge over the candidates' stored rows); the baselines have none.
-  Neither this module nor the store's scoring path imports Lightning.
+"""EARL's rankers without Lightning (`common.api.load`, `common.portable`): EARL, the BERT ranker and BERT-Siamese
+rebuilt from a checkpoint's entry or an exported folder (`model_of`, the very function `earl.ranker` builds with, with
+``copy_from_bert`` off), their pairs read as ``earl.evaluate`` reads them, and EARL scored from an ``earl.index``
+store as ``earl.evaluate --store`` scores it.
 """
 
 from __future__ import annotations
@@ -36,16 +26,13 @@ QUERY_LENGTH, PASSAGE_LENGTH = 16, 128
 
 
 def recognises(checkpoint: dict) -> bool:
-    """Whether `checkpoint` is an `earl.train` checkpoint: its hyper-parameters name one of `ARCHITECTURES` and
-    hold EARL's settings (`RANKER_KEYS`: judge blocks, pool), which no other package's ranker has."""
+    """Whether `checkpoint` is an `earl.train` checkpoint: one of `ARCHITECTURES` with EARL's `RANKER_KEYS`."""
     hparams = checkpoint.get("hyper_parameters") or {}
     return hparams.get("architecture") in ARCHITECTURES and all(key in hparams for key in RANKER_KEYS)
 
 
 def model_of(bert, config: dict, *, copy_from_bert: bool):
-    """The model of `config` (`MODEL_KEYS`) over the ``BertModel`` `bert`: EARL (`earl.model.build_earl`, T_qry
-    and the judge blocks copied from `bert` where `copy_from_bert`), the BERT ranker (a 2-class head for the
-    cross-entropy) or BERT-Siamese."""
+    """The model of `config` (`MODEL_KEYS`) over the ``BertModel`` `bert`: EARL, the BERT ranker or BERT-Siamese."""
     if config["architecture"] == "earl":
         return build_earl(bert, num_blocks=config["num_blocks"], query_layers=config["query_layers"],
                           tied=config["tied"], copy_from_bert=copy_from_bert, copy_cross=config["copy_cross"],
@@ -64,8 +51,7 @@ def checkpoint_entry(checkpoint: dict) -> dict:
 
 
 def build(config: dict, folder: Path) -> Scoring:
-    """The model of `config` with random weights, its inputs (the tokenizer read from `folder`) and, for EARL,
-    scoring from a store."""
+    """The model of `config` with random weights, its inputs and, for EARL, scoring from a store."""
     model = portable_model(model_of(bert_of_config(config["encoder"]), config, copy_from_bert=False))
     inputs = config["inputs"]
     encoder = bert_inputs(inputs, folder)

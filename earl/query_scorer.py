@@ -1,6 +1,5 @@
-"""How ``python -m earl.evaluate`` scores EARL's candidates (Gao, Dai, Callan 2020, Sec. 3.3), one query at a time:
-from an ``earl.index`` store of S1 (D) or S2 (D', Eq. 25) rows or end to end (`earl.store` says what a store holds).
-Apart from `earl.store` so that scoring from a store imports no Lightning (`earl.portable`, `common.api`).
+"""How ``python -m earl.evaluate`` scores EARL's candidates one query at a time (Sec. 3.3), from an ``earl.index``
+store of S1 (D) or S2 (D', Eq. 25) rows or end to end; imports no Lightning (`earl.portable`).
 """
 
 from __future__ import annotations
@@ -25,12 +24,7 @@ def store_width(model: EARL, strategy: str) -> int:
 
 
 class QueryScorer(StoreScorer):
-    """Scores one query's candidates: T_qry once, then batches of `batch_size` candidates through the judge.
-
-    The candidates' keys and values come from `store` (S2: its rows; S1: `EARL.document_keys_values` of its D)
-    or, without a store, from T_doc over `documents` at query time (end to end). ``earl.benchmark`` times these very
-    calls (``encode_query``, ``stored_rows``, ``score``: `earl.benchmark.EarlScorer`) for Table 3.
-    """
+    """One query's candidates: T_qry once, then the judge over keys and values from `store` or T_doc."""
 
     def __init__(self, model: EARL, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
                  store: RepresentationStore | None = None, documents=None):  # fmt: skip
@@ -51,8 +45,7 @@ class QueryScorer(StoreScorer):
         return self.model.document_keys_values(self.model.encode_documents(tokens, mask)), mask.bool()
 
     def stored_rows(self, rows: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        """S2's rows are the keys and values; S1's are D, whose keys and values are computed here, into one buffer
-        that every batch reuses (`EARL.document_keys_values`'s `out`; grown where a batch needs more)."""
+        """S2's rows are the keys and values; S1's D gives them, computed into one reused buffer."""
         if self.strategy != "s1":
             return rows, mask
         batch, length, _ = rows.shape

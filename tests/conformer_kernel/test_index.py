@@ -2,7 +2,6 @@
 its storage (the shards merged out of core, the arrays memory-mapped), resuming an interrupted build, the terms it
 indexes, search and the command line."""
 
-import argparse
 import json
 import math
 import subprocess
@@ -30,7 +29,7 @@ from conformer_kernel.impact_index import (
     merge_shards,
     shard_path,
 )
-from conformer_kernel.index import existing_index, main
+from conformer_kernel.index import main
 from conformer_kernel.index_folder import ARRAY_FILES, INDEX_FILES
 from conformer_kernel.ranker import ConformerKernelRanker, ranknet_loss
 from conformer_kernel.text import analyze
@@ -323,15 +322,6 @@ def test_save_writes_the_layout_load_maps_int64_indices_as_they_are(tmp_path):
     assert loaded.search(["b", "a"], 2) == {"d0": 2.0, "d1": 1.5}
     with pytest.raises(FileExistsError):
         ImpactIndex(["a", "b"], ["d0", "d1", "d2"], matrix).save(tmp_path / "idx")
-
-
-def test_an_index_of_an_older_version_is_refused(tmp_path):
-    for name in ("index.npz", "terms.txt", "doc_ids.txt", "meta.json"):
-        (tmp_path / name).write_text("")
-    with pytest.raises(argparse.ArgumentTypeError) as refusal:
-        existing_index(str(tmp_path))
-    assert str(refusal.value) == (f"{tmp_path} holds an index built by an older version of conformer_kernel.index "
-                                  "(index.npz); build it again")
 
 
 #: Measures the merge's memory in a fresh process (KiB): its resident set before, and its peak after (VmHWM, this

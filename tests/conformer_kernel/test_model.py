@@ -4,7 +4,6 @@ query term independence (the index's per-term scores equal the re-ranking scores
 import functools
 import random
 
-import lightning
 import pytest
 import torch
 import torch.nn.functional as F
@@ -21,7 +20,7 @@ from conformer_kernel.model import (
     ENCODER_CALL,
     build_ranker,
 )
-from conformer_kernel.ranker import ConformerKernelRanker, ranknet_loss
+from conformer_kernel.ranker import ranknet_loss
 from conformer_kernel.vocab import Resources
 
 from tests.gradients import assert_same_gradients
@@ -345,19 +344,3 @@ def test_identity_init_matches_a_term_with_itself_at_cosine_one():
     assert abs(cosine[1, 0].item()) < 0.9  # another term's embedding: not the same direction
     default = NDRM1(30, hidden_size=16, num_heads=4, num_layers=1, max_doc_terms=50, pool_window=10, pool_stride=5)
     assert not torch.equal(default.query_proj.weight, torch.eye(16))
-
-
-def test_a_checkpoint_from_before_doc_padding_keeps_zeroed_padding(tmp_path):
-    """Checkpoints written before ``--model.doc_padding`` existed were trained with padding zeroed."""
-    res = _resources()
-    model = ConformerKernelRanker(model="ndrm3", vocab_size=len(res), **SMALL)
-    model.use_resources(res)
-    assert model.hparams.doc_padding == "official" and model.model.ndrm1.encoder.doc_padding == "official"
-    for name, hparams in [("old", {k: v for k, v in model.hparams.items() if k != "doc_padding"}),
-                          ("new", dict(model.hparams))]:
-        torch.save({"state_dict": model.state_dict(), "hyper_parameters": hparams, "resources": res.state(),
-                    "pytorch-lightning_version": lightning.__version__}, tmp_path / f"{name}.ckpt")
-    old = ConformerKernelRanker.load_from_checkpoint(str(tmp_path / "old.ckpt"), map_location="cpu")
-    assert old.hparams.doc_padding == "zeroed" and old.model.ndrm1.encoder.doc_padding == "zeroed"
-    new = ConformerKernelRanker.load_from_checkpoint(str(tmp_path / "new.ckpt"), map_location="cpu")
-    assert new.hparams.doc_padding == "official" and new.model.ndrm1.encoder.doc_padding == "official"

@@ -176,24 +176,9 @@ def test_a_checkpoint_saved_outside_a_trainer_scores_with_evaluates_defaults(tra
 
 
 @pytest.mark.usefixtures("packages_here")
-def test_a_checkpoint_from_before_doc_padding_scores_as_lightning_loads_it(trained, tmp_path):
-    """A checkpoint without ``doc_padding`` was trained with zeroed padding (the ranker loads it so)."""
-    state = torch.load(trained[0], weights_only=True)
-    del state["hyper_parameters"]["doc_padding"]
-    torch.save(state, tmp_path / "old.ckpt")
-    lightning = ConformerKernelRanker.load_from_checkpoint(tmp_path / "old.ckpt", map_location="cpu").eval()
-    queries, documents = candidate_pairs()
-    expected = lightning.evaluation_scores(encode_pairs(trained[1].featurizer, queries, documents)).detach().numpy()
-    ranker = load(tmp_path / "old.ckpt")
-    assert ranker.config["model"]["doc_padding"] == "zeroed"
-    np.testing.assert_allclose(ranker.score_pairs(queries, documents), expected, **TOLERANCE)
-    assert ranker.model.ndrm1.encoder.doc_padding == lightning.model.ndrm1.encoder.doc_padding == "zeroed"
-
-
-@pytest.mark.usefixtures("packages_here")
-def test_an_old_checkpoint_without_the_entry_scores_as_its_evaluate_did():
-    """The checkpoint of the old layout (old option names, no entry) against the run its evaluate wrote then
-    (tests/fixtures/checkpoints/README.md; scores to 1e-5, as tests/test_old_checkpoints.py compares them)."""
+def test_the_fixture_checkpoint_scores_as_its_evaluate_did():
+    """The tiny fixture (no entry) against the run its evaluate wrote (tests/fixtures/checkpoints/README.md; scores
+    to 1e-5: another CPU's sums)."""
     assert KEY not in torch.load(FIXTURES / "conformer_kernel.ckpt", weights_only=True)
     expected = read_run(FIXTURES / "expected" / "conformer_kernel" / "run.rerank.trec")
     source = builtin_source("test")

@@ -55,33 +55,3 @@ def test_stable_for_large_margins():
     """logsigmoid: no inf / nan where σ underflows (the official code's +1e-6 would cap it at 13.8)."""
     loss = ranknet_loss(torch.tensor([[-100.0, 100.0]]), torch.tensor([[1.0, 0.0]]))
     assert loss.item() == pytest.approx(200.0, rel=1e-6)
-
-
-def test_a_checkpoint_with_the_old_names_loads_as_it_was_written(tmp_path):
-    """Checkpoints written before the rename name the sizes ``hidden``, ``heads`` and ``layers`` and hold the NDRM
-    as ``ranker``: they load at their own sizes (not the defaults), with every weight in place."""
-    import lightning
-
-    from conformer_kernel.ranker import ConformerKernelRanker
-    from conformer_kernel.vocab import Resources
-
-    resources = Resources(["UNK", "<S>", "</S>", "tiger", "zebra"], {"tiger": 1.5, "zebra": 0.5})
-    sizes = dict(hidden_size=8, num_heads=2, num_layers=1)
-    torch.manual_seed(0)
-    model = ConformerKernelRanker(model="ndrm3", vocab_size=len(resources), max_doc_terms=50, pool_window=10,
-                                  pool_stride=5, **sizes)
-    model.use_resources(resources)
-    old_names = {"hidden_size": "hidden", "num_heads": "heads", "num_layers": "layers"}
-    hparams = {old_names.get(name, name): value for name, value in model.hparams.items()}
-    state = {"ranker." + key.removeprefix("model."): value for key, value in model.state_dict().items()}
-    assert {"hidden", "heads", "layers"} <= hparams.keys() and all(k.startswith("ranker.") for k in state)
-    torch.save({"state_dict": state, "hyper_parameters": hparams, "resources": resources.state(),
-                "pytorch-lightning_version": lightning.__version__}, tmp_path / "old.ckpt")
-
-    loaded = ConformerKernelRanker.load_from_checkpoint(str(tmp_path / "old.ckpt"), map_location="cpu")
-    assert {name: loaded.hparams[name] for name in sizes} == sizes
-    assert not {"hidden", "heads", "layers"} & loaded.hparams.keys()
-    assert loaded.model.ndrm1.encoder.layers[0].attn.num_heads == 2 and len(loaded.model.ndrm1.encoder.layers) == 1
-    assert loaded.state_dict().keys() == model.state_dict().keys()
-    for name, value in model.state_dict().items():
-        assert torch.equal(loaded.state_dict()[name], value), name

@@ -13,8 +13,8 @@ its settings (the heads, the activation's name, LayerNorm's epsilon).
 - Score (Eq. 22): w^T Pool(H_K), Pool the [CLS] row (ClsPool) or the mean of the query's rows (AvePool, every row
   real); the 2-class head of the cross-entropy option: logit_1 - logit_0.
 
-Where the printed equations and BERT differ (`earl.model`'s docstring, "Choices where the paper's equations and BERT
-differ"), the default is BERT's computation, which the copied BERT weights need; `Printed` computes one of them as
+Where the printed equations and BERT differ (`earl.model`'s docstring; docs/earl.md), the default is BERT's
+computation, which the copied BERT weights need; `Printed` computes one of them as
 printed instead, for tests that show each departure changes the result:
 
 - ``scale``: Eq. 1 divides X Y^T by sqrt(d_model), the model width h, not by sqrt(h / H), the head width;

@@ -22,7 +22,6 @@ import pytest
 import torch
 from torch import nn
 
-import earl.model
 from common.data.specs import source_from_spec
 from common.encoders.pretrained import bert_config
 from earl.model import build_earl
@@ -292,10 +291,8 @@ def test_earl_end_to_end_and_from_s1_and_s2_rows_is_the_paper_written_out(collec
     `EARL.forward` on the batch of the four pairs (queries and passages padded, the queries spread by
     ``query_index``); and, per query, `QueryScorer` end to end (``earl.evaluate`` without a store) and reading S1
     rows (D, whose keys and values it computes) and S2 rows (D', Eq. 25), each document's rows over its real tokens
-    as `earl.store.representation` makes them. 1e-10.
-
-    The attention scale is BERT's, sqrt(h / H) per head, not Eq. 1's sqrt(d_model): `earl.model`'s docstring says
-    so (`test_the_stated_departures_from_the_printed_equations_each_change_the_score`)."""
+    as `earl.store.representation` makes them. 1e-10. The attention scale is BERT's, sqrt(h / H) per head
+    (`test_the_departures_from_the_printed_equations_each_change_the_score`)."""
     encoder = collection.encoder
     model = earl_of_builtin_vocabulary(encoder, pool_kind, loss)
     texts, doc_ids = zip(*collection.pairs)
@@ -325,17 +322,10 @@ def test_earl_end_to_end_and_from_s1_and_s2_rows_is_the_paper_written_out(collec
     assert expected.abs().min() > 1e-3 and len({round(s, 6) for s in expected.tolist()}) == 4
 
 
-def test_the_stated_departures_from_the_printed_equations_each_change_the_score(collection):
-    """Where `earl.model` computes as BERT and not as printed, its docstring says so (the paper's equations:
-    `test_the_paper_prints_the_equations_the_model_departs_from`), and computing the printed equation instead
-    changes the score by far more than the tests' 1e-10 (so the by-hand reference tells them apart): Eq. 1's scale
-    sqrt(d_model) (BERT: sqrt(d_model / h) per head), Eq. 4's ReLU (BERT: GELU), Eq. 19's LayerNorm(FFN(Q_self)) +
-    Q_self (BERT: LayerNorm(FFN(Q_self) + Q_self))."""
-    doc = " ".join(earl.model.__doc__.split())
-    assert "Attention scale: Eq. 1 divides by sqrt(d_model); per head, as in Vaswani et al. and BERT, it is " \
-           "sqrt(d_model / h) (the head width)" in doc
-    assert "Activation: Eq. 4 says ReLU; BERT's FFN uses GELU" in doc
-    assert "Eq. 19 as ``LayerNorm(FFN(Q_self) + Q_self)``" in doc
+def test_the_departures_from_the_printed_equations_each_change_the_score(collection):
+    """Computing a printed equation where `earl.model` computes as BERT changes the score by far more than the tests'
+    1e-10 (so the by-hand reference tells them apart): Eq. 1's scale sqrt(d_model) (BERT: sqrt(d_model / h) per
+    head), Eq. 4's ReLU (BERT: GELU), Eq. 19's LayerNorm(FFN(Q_self)) + Q_self (BERT: LayerNorm(FFN(Q_self) + Q_self))."""
     encoder = collection.encoder
     model = earl_of_builtin_vocabulary(encoder, "cls")
     text, doc_id = collection.pairs[0]

@@ -9,8 +9,7 @@ AvePool tied), the BERT ranker (2-class head) and BERT-Siamese score as the pack
   format is refused in one line naming it; a checkpoint of a learnt tokenizer (``builtin``, ``train``) scores the
   same with an empty cache and the training files gone; `Ranker.rerank` sorts each query by `score_pairs`' scores;
 - `recognises` tells EARL's checkpoints from those of the three other packages (the fixtures of
-  tests/fixtures/checkpoints), and the old EARL fixture (written by the rankers' first version, weights under
-  ``ranker.``) scores its expected run.trec;
+  tests/fixtures/checkpoints), and the EARL fixture scores its expected run.trec;
 - two documents under one id, or two bare texts, never share a tokenised passage (`BertInputs`' cache).
 
 The models are tiny (one layer, h = 8) with random weights drawn with a large spread; the task is `builtin:test`, 2
@@ -298,9 +297,9 @@ def test_recognises_earl_checkpoints_only():
                      "qds": False}  # fmt: skip
 
 
-def test_an_old_checkpoint_scores_its_expected_run(monkeypatch):
-    """The EARL fixture (weights under ``ranker.``, no entry: rebuilt from its hyper-parameters) against the run
-    ``earl.evaluate`` wrote when it was made, within tests/test_old_checkpoints.py's 1e-5 (another CPU's sums)."""
+def test_the_fixture_checkpoint_scores_its_expected_run(monkeypatch):
+    """The EARL fixture (no entry: rebuilt from its hyper-parameters) against the run ``earl.evaluate`` wrote when it
+    was made, within 1e-5 (another CPU's sums)."""
     monkeypatch.setattr(common.api, "PACKAGES", ("earl", "mva"))  # the packages of these tests
     expected = run_scores(FIXTURES / "expected" / "earl")
     data = EARLDataModule(train=None, dev=None, test="builtin:test", depth=10, test_queries=10, passage_length=48)
