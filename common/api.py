@@ -81,9 +81,8 @@ def _read_checkpoint(path: Path):
         portable = _entry_of_hyperparameters(state, path)
     weights = {}
     for name, tensor in state["state_dict"].items():
-        for prefix in ("model.", "ranker."):
-            if name.startswith(prefix):
-                weights[name[len(prefix):]] = tensor
+        if name.startswith("model."):
+            weights[name[len("model."):]] = tensor
     return portable, weights
 
 

@@ -2,7 +2,7 @@
 when a loop starts and ends and, between, one every `common.commands.loop_progress.LOG_EVERY` seconds (0 here: one
 after every batch or query) counting what is done out of the total, the time elapsed and the time left.
 
-The tiny checkpoints are `tests/fixtures/checkpoints`' (see `tests/test_old_checkpoints.py`)."""
+The tiny checkpoints are `tests/fixtures/checkpoints`' (tests/fixtures/checkpoints/README.md)."""
 
 import re
 from pathlib import Path

@@ -17,7 +17,7 @@ from common.encoders.dropout import use_fast_bert_dropout
 from common.encoders.pretrained import bert_config, load_bert
 from common.encoders.tokenizers import vocabulary
 from common.portable import KEY
-from common.training.reranking import RerankingEvaluation, decay_groups, renamed_state
+from common.training.reranking import RerankingEvaluation, decay_groups
 from common.training.schedules import warmup_linear_decay
 
 
@@ -35,7 +35,7 @@ def bert_encoder(encoder: str | None, tokenizer: str, tokenizer_task, *, num_lay
 
 def checkpoint_weights(path: str) -> dict:
     """The model's weights (under ``model.``) of a `BertRerankingModule` checkpoint file."""
-    return renamed_state(torch.load(path, map_location="cpu", weights_only=True)["state_dict"])
+    return torch.load(path, map_location="cpu", weights_only=True)["state_dict"]
 
 
 def count_parameters(module: nn.Module) -> int:

@@ -17,24 +17,11 @@ from common.metrics import RankingMetrics
 from common.training.processes import world_size
 from common.training.rng import rng_states, set_rng_states
 
-#: State-dict key prefixes -> today's (`common.encoders.bert_reranking.checkpoint_weights` reads them).
-RENAMED_PREFIXES = {"ranker.": "model."}
-
-
 def decay_groups(module: nn.Module, weight_decay: float) -> list[dict]:
     """Parameter groups with `weight_decay` on matrices only (not biases and LayerNorm weights)."""
     decay = [p for p in module.parameters() if p.ndim > 1]
     no_decay = [p for p in module.parameters() if p.ndim <= 1]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-def renamed_state(state_dict: dict[str, Tensor]) -> dict[str, Tensor]:
-    """`state_dict` with its keys renamed by `RENAMED_PREFIXES`."""
-    renamed = {}
-    for key, value in state_dict.items():
-        old = next((prefix for prefix in RENAMED_PREFIXES if key.startswith(prefix)), None)
-        renamed[key if old is None else RENAMED_PREFIXES[old] + key[len(old) :]] = value
-    return renamed
 
 
 class RerankingEvaluation:

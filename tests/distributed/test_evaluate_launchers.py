@@ -36,7 +36,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 CHECKPOINTS = REPO / "tests" / "fixtures" / "checkpoints"
-#: The tiny evaluation of tests/test_old_checkpoints.py: few queries, shallow candidates.
+#: The fixtures' tiny evaluation (tests/fixtures/checkpoints/README.md): few queries, shallow candidates.
 QUERIES, DEPTH = ["--test_queries", "4"], ["--depth", "10"]
 
 
