@@ -1,7 +1,5 @@
-"""How ``python -m mva.evaluate`` scores MVA's and DE's candidates (Zhou and Devlin 2021, Sec. 2.1), one query at a
-time: from an ``mva.index`` store or end to end (`mva.store` says what a store holds). Apart from `mva.store` so that
-scoring from a store imports no Lightning (`mva.portable`, `common.api`). Each function takes the model a ranker
-holds (``ranker.model``: `mva.model.MVA`, or the baselines of `common.encoders.bert_rankers`).
+"""How ``mva.evaluate`` scores MVA's and DE's candidates (Sec. 2.1), one query at a time, from an ``mva.index`` store or
+end to end; apart from `mva.store` so that scoring from a store imports no Lightning.
 """
 
 from __future__ import annotations
@@ -53,9 +51,9 @@ class QueryScorer(StoreScorer):
     """
 
     def __init__(self, model: nn.Module, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
-                 store: RepresentationStore | None = None, documents=None):  # fmt: skip
+                 store: RepresentationStore | None = None, documents=None):
         super().__init__(encoder, width=None if store is None else store_width(model), batch_size=batch_size,
-                         device=device, store=store, documents=documents)  # fmt: skip
+                         device=device, store=store, documents=documents)
         self.model, self.mva = model, architecture(model) == "mva"
         self.macs, self.queries, self.candidates, self.doc_steps = 0, 0, 0, 0
 
