@@ -13,6 +13,7 @@ by any collection offline): docs/mva.md.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import math
@@ -48,50 +49,40 @@ DE_SETTINGS = ("de_pooling", "de_cosine_scale")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(prog="python -m mva.pretrain", description=__doc__.split("\n\n")[0],
-                            epilog="fine-tune from DIR: python -m mva.train --model.encoder DIR --data.tokenizer DIR "
-                                   "(the command prints the whole line)")
-    parser.add_argument("--collection", required=True,
-                        help="builtin:<split>, irds:<id> (C4: irds:c4/en-noclean-tr), a collection FILE or a "
-                             "rank_llm candidate file (.json)")
-    parser.add_argument("--output_dir", required=True, help="a new folder: the model, tokenizer, pretrain.json "
-                                                            "(and mva.ckpt)")
-    parser.add_argument("--architecture", choices=ARCHITECTURES, default="ca")
-    parser.add_argument("--init", default=None, help="--architecture mva: a --architecture de output to start from")
-    parser.add_argument("--encoder", default=None,
-                        help="a Hugging Face BERT folder or name to continue (default: a BERT from scratch)")
-    parser.add_argument("--nsp", choices=("auto", "on", "off"), default="auto",
-                        help="ca: NSP beside MLM; auto: where the encoder has the NSP head, and from scratch")
-    parser.add_argument("--steps", type=positive_int, default=1000, help="paper: 100,000 (CA, DE), 20,000 (MVA)")
-    parser.add_argument("--batch_size", type=positive_int, default=32, help="passages per step (paper: 8,192)")
-    parser.add_argument("--lr", type=number_in(0), default=3e-4, help="Adam's learning rate (paper: 3e-4)")
-    parser.add_argument("--warmup_steps", type=nonnegative_int, default=0,
-                        help="linear warm-up, then linear decay to zero")
-    parser.add_argument("--max_length", type=positive_int, default=128,
-                        help="tokens per encoder input (ca: the pair; de, mva: each side)")
-    parser.add_argument("--mlm_probability", type=number_in(0, 1, above_low=True), default=0.15,
-                        help="DataCollatorForLanguageModeling's share of masked tokens")
-    parser.add_argument("--seed", type=int, default=0)
+    parser = ArgumentParser(prog="python -m mva.pretrain", description=__doc__.split("\n\n")[0], epilog="fine-tune "
+                            "from DIR: python -m mva.train --model.encoder DIR --data.tokenizer DIR (printed in full)")
+    add = parser.add_argument
+    add("--collection", required=True, help="builtin:<split>, irds:<id> (C4: irds:c4/en-noclean-tr) or a FILE")
+    add("--output_dir", required=True, help="a new folder: the model, tokenizer, pretrain.json (and mva.ckpt)")
+    add("--architecture", choices=ARCHITECTURES, default="ca")
+    add("--init", default=None, help="--architecture mva: a --architecture de output to start from")
+    add("--encoder", default=None, help="a Hugging Face BERT folder or name (default: a BERT from scratch)")
+    add("--nsp", choices=("auto", "on", "off"), default="auto", help="ca: NSP beside MLM (auto: where there's a head)")
+    add("--steps", type=positive_int, default=1000, help="paper: 100,000 (CA, DE), 20,000 (MVA)")
+    add("--batch_size", type=positive_int, default=32, help="passages per step (paper: 8,192)")
+    add("--lr", type=number_in(0), default=3e-4, help="Adam's learning rate (paper: 3e-4)")
+    add("--warmup_steps", type=nonnegative_int, default=0, help="linear warm-up, then linear decay to zero")
+    add("--max_length", type=positive_int, default=128, help="tokens per encoder input (ca: the pair)")
+    add("--mlm_probability", type=number_in(0, 1, above_low=True), default=0.15,
+        help="DataCollatorForLanguageModeling's share of masked tokens")
+    add("--seed", type=int, default=0)
+    add("--config", default=None, help="de, mva: mva.train's config whose model: section, then mva.train's "
+                                       "--model.* flags, give the score's settings")
     add_process_arguments(parser, "one device: auto, 1, or a GPU's index such as 0,")
     scratch = parser.add_argument_group("a BERT from scratch (without --encoder or --init)")
     scratch.add_argument("--tokenizer", default=None, help="builtin (default), train, or a Hugging Face name or path")
     for name, default in SCRATCH.items():
         scratch.add_argument(f"--{name}", type=positive_int, default=None, help=f"default {default}")
     scratch.add_argument("--dropout", type=number_in(0, 1), default=0.1)
-    parser.add_argument("--config", default=None,
-                        help="de, mva: mva.train's config (default its builtin.yaml) whose model: section, then "
-                             "mva.train's --model.* flags, give the score's settings")
     return parser
 
 
 def check_args(args: argparse.Namespace, model_flags: list[str] = ()) -> None:
-    """What the option types do not check, before anything is read; sets the from-scratch defaults and
-    ``args.model`` (`model_settings`)."""
+    """What the option types do not check, before anything is read; sets the defaults and ``args.model``."""
     check_one_device(args, "mva.pretrain", "its own training loop, without Lightning")
     check_collection(args.collection)
     output = Path(args.output_dir)
-    problem = output_folder_problem(output)
-    if problem:
+    if problem := output_folder_problem(output):
         usage_error(f"--output_dir: {problem}")
     if output.is_dir() and any(output.iterdir()):
         usage_error(f"--output_dir: {output} is not empty: choose a new one")
@@ -114,10 +105,8 @@ def check_args(args: argparse.Namespace, model_flags: list[str] = ()) -> None:
         if not encoder.exists() and looks_like_path(backbone):
             usage_error(f"{option}: no such folder: {backbone}")
     else:
-        for name, default in SCRATCH.items():
-            if getattr(args, name) is None:
-                setattr(args, name, default)
-        args.tokenizer = args.tokenizer or "builtin"
+        for name, default in {**SCRATCH, "tokenizer": "builtin"}.items():
+            setattr(args, name, getattr(args, name) or default)
         if args.hidden_size % args.num_heads:
             usage_error(f"--num_heads: must divide --hidden_size ({args.hidden_size}), got {args.num_heads}")
         if not Path(args.tokenizer).expanduser().exists() and looks_like_path(args.tokenizer):
@@ -126,10 +115,8 @@ def check_args(args: argparse.Namespace, model_flags: list[str] = ()) -> None:
             usage_error("--tokenizer: train learns a BPE on a task's documents and queries: give --collection as "
                         "builtin:<split> or irds:<id>, or another tokenizer")
         check_positions(args, "a BERT from scratch", SCRATCH_POSITIONS)
-    if args.architecture != "ca":
-        least, room = 3, "a half and [SEP] on each side"
-    else:
-        least, room = (5, "two halves and two [SEP]") if args.nsp != "off" else (3, "a token and [SEP]")
+    least, room = ((3, "a half and [SEP] on each side") if args.architecture != "ca" else
+                   (5, "two halves and two [SEP]") if args.nsp != "off" else (3, "a token and [SEP]"))
     if args.max_length < least:
         usage_error(f"--max_length: must leave room for [CLS], {room} (at least {least}), got {args.max_length}")
 
@@ -153,7 +140,7 @@ def check_init(args: argparse.Namespace) -> None:
         record = json.loads((folder / RECORD).read_text())
     except (OSError, ValueError):
         usage_error(f"--init: {args.init} holds no readable {RECORD}: not an mva.pretrain output")
-    made = record.get("architecture", "ca") if isinstance(record, dict) else None  # the first outputs were CA's
+    made = record.get("architecture", "ca") if isinstance(record, dict) else None
     if made != "de":
         usage_error(f"--init: {args.init} is the output of mva.pretrain --architecture {made}, not of the DE's "
                     "(--architecture de)")
@@ -186,7 +173,7 @@ def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
     if not isinstance(model, dict):
         usage_error(f"--config: {path} has no model: section (a fine-tuning config of mva.train)")
     if args.config is None:
-        model["architecture"] = args.architecture  # the default config's is mva.train's default model's
+        model["architecture"] = args.architecture
     parser = CommandParser(prog="python -m mva.pretrain", exit_on_error=False)
     parser.add_class_arguments(MVARanker, "model", fail_untyped=False)
     try:
@@ -194,7 +181,7 @@ def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
     except ArgumentError as error:
         usage_error(f"--config: {path}: {one_line(str(error)).removeprefix('--')}")
     try:
-        resolved = vars(parser.parse_args(flags, namespace=resolved).model)
+        resolved = vars(parser.parse_args(flags, namespace=resolved).model)  # flags over the config
     except ArgumentError as error:
         usage_error(one_line(str(error)))
     if resolved["architecture"] != args.architecture:
@@ -207,22 +194,14 @@ def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
         if key not in (*keys, "architecture"):
             usage_error(f"--model.{key}: is not a setting of the {args.architecture.upper()} (its: {', '.join(keys)})")
     args.model_flags = [key for key in given if key != "architecture"]
-    return {key: plain(resolved[key]) for key in keys}
-
-
-def plain(value):
-    """A restricted number (jsonargparse's ``PositiveInt``) as a plain one, as ``mva.train``'s config.yaml holds it."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return value
-    return int(value) if isinstance(value, int) else float(value)
+    return {key: resolved[key] for key in keys}
 
 
 def check_positions(args: argparse.Namespace, what: str, positions: int) -> None:
     """The longest encoder input fits `what`'s `positions`: ``--max_length``, and with MVA's ``cls`` pooling K - 1
     more (K learned embeddings in the place of [CLS])."""
-    extra = [((args.model.get(f"{side}_timesteps") or 1) - 1, side) for side in ("query", "doc")
-             if args.model is not None and args.model.get(f"{side}_pooling") == "cls"]
-    extra, side = max(extra, default=(0, None))
+    extra, side = max([((args.model[f"{side}_timesteps"] or 1) - 1, side) for side in ("query", "doc")
+                       if (args.model or {}).get(f"{side}_pooling") == "cls"], default=(0, None))
     if args.max_length + extra > positions:
         got = str(args.max_length)
         if extra:
@@ -239,20 +218,20 @@ def looks_like_path(text: str) -> bool:
 # --- the backbone -------------------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
 def quiet_transformers():
-    """Hugging Face's load reports and progress bars off; returns a function that restores them."""
+    """Hugging Face's load reports and progress bars off inside the block."""
     from transformers.utils import logging
 
     verbosity, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
     logging.set_verbosity_error()
     logging.disable_progress_bar()
-
-    def restore() -> None:
+    try:
+        yield
+    finally:
         logging.set_verbosity(verbosity)
         if bars:
             logging.enable_progress_bar()
-
-    return restore
 
 
 def scratch_model(tokenizer, *, nsp: bool, num_layers: int, hidden_size: int, num_heads: int,
@@ -294,9 +273,8 @@ def load_backbone(args: argparse.Namespace):
     from common.encoders.tokenizers import load_tokenizer
 
     torch.manual_seed(args.seed)
-    restore = quiet_transformers()
     nsp = args.nsp if args.architecture == "ca" else "off"  # de, mva: NSP from their score, no head
-    try:
+    with quiet_transformers():
         if args.encoder is None and args.init is None:
             try:
                 tokenizer = load_tokenizer(args.tokenizer, task=args.collection if args.tokenizer == "train" else None)
@@ -327,8 +305,6 @@ def load_backbone(args: argparse.Namespace):
             note = backbone
             if heads:
                 note += f" (its {' and '.join(heads)} head{'s start' if len(heads) > 1 else ' starts'} fresh)"
-    finally:
-        restore()
     return model, tokenizer, args.architecture != "ca" or uses_nsp, note
 
 
@@ -635,12 +611,9 @@ def main(argv=None) -> dict:
 
     def write(folder: Path) -> None:
         model.to("cpu")
-        restore = quiet_transformers()
-        try:
+        with quiet_transformers():
             (model["masked_lm"] if apart else model).save_pretrained(folder)
             tokenizer.save_pretrained(folder)
-        finally:
-            restore()
         if args.architecture == "mva":
             import torch
 

