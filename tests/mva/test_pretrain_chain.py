@@ -22,7 +22,7 @@ from transformers import BertForMaskedLM, BertModel
 from common.encoders.bert_rankers import BertSiamese
 from common.encoders.tokenizers import load_tokenizer
 from mva import model as mva_model
-from mva import pretrain, train
+from mva import portable, pretrain, train
 from mva.ranker import MVARanker
 from tests.bad_input.refusal import refused_in_process
 from tests.mva import paper
@@ -46,7 +46,7 @@ def tokenizer():
 
 def settings(architecture: str, **given) -> dict:
     """The DE's or MVA's settings at `MVARanker`'s defaults, then `given`."""
-    keys = pretrain.DE_SETTINGS if architecture == "de" else list(inspect.signature(mva_model.MVA).parameters)[2:]
+    keys = portable.DE_KEYS if architecture == "de" else portable.MVA_KEYS
     return {key: inspect.signature(MVARanker).parameters[key].default for key in keys} | given
 
 
