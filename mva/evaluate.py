@@ -40,9 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def multi_pass_run(first: dict, rescore, topics, k: int, progress=None) -> dict:
-    """Table 6: `rescore` (a `mva.store.CrossScorer`) re-scores each query's top `k` of the `first` pass run; they
-    are ordered by it, and the others stay below in the first pass's order. `progress` wraps the loop over the
-    queries (`common.commands.store_commands.queries_progress`)."""
+    """Table 6: `rescore` (CA) re-orders each query's top `k` of the `first` run, the others staying below."""
     from common.data.formats import ranked, with_unscored_below
 
     run = {}
@@ -66,9 +64,7 @@ def costs_table(costs: dict, measures: dict, depth: int) -> str:
 
 
 class MVAEvaluation(StoreEvaluation):
-    """MVA's evaluation: a first pass of MVA or DE (`mva.query_scorer.QueryScorer`, from a store or end to end) or CA
-    (`mva.store.CrossScorer`), CA re-scoring its top K (``--rescore``, Table 6), the joint compute and bytes per
-    document of every run written to costs.json and printed as Table 6 prints them."""
+    """MVA's evaluation (module docstring): a first pass, CA re-scoring its top K, costs.json."""
 
     package, strategies, default_depth = "mva", STORED, DEFAULT_DEPTH
     paper_tables = staticmethod(paper_tables)
@@ -120,8 +116,7 @@ class MVAEvaluation(StoreEvaluation):
         return {"architecture": self.ranker.name}
 
     def further_runs(self) -> list:
-        """CA re-scoring the first pass's top K for each ``--rescore_top`` K (run.<first>+ca@K.trec), then every
-        run's joint compute and bytes per document (costs.json)."""
+        """CA re-scoring the top K for each ``--rescore_top`` K, then every run's costs (costs.json)."""
         from common.data.formats import write_run
         from common.io import atomic_write
         from common.metrics import evaluate_run

@@ -43,8 +43,7 @@ def first_k(hidden: Tensor, keep: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 
 def temporal_pool(hidden: Tensor, keep: Tensor, factor: int) -> tuple[Tensor, Tensor]:
-    """Temporal pooling (Sec. 2.2): (B, n, h) -> (B, ceil(n / rho), rho h), non-timesteps zeroed; a pooled
-    timestep is real where any of its positions is."""
+    """Temporal pooling (Sec. 2.2): (B, n, h) -> (B, ceil(n / rho), rho h), real where any of its rho is."""
     batch, n, h = hidden.shape
     hidden = hidden * keep.unsqueeze(-1)
     pad = -n % factor  # the remainder's missing slots, zero vectors
@@ -125,8 +124,7 @@ class MultiVectorAttention(nn.Module):
 
     def score(self, query_keys: Tensor, query_values: Tensor, query_keep: Tensor, doc_keys_values: Tensor,
               doc_keep: Tensor) -> Tensor:
-        """(1/q) sum_i Q_V,i . Attention(Q_K,i, D_K, D_V) of each pair: (B, q, Hp) queries, (B, q) their real
-        positions, (B, d, 2Hp) documents, (B, d) theirs -> (B,)."""
+        """Sec. 2.1: (1/q) sum_i Q_V,i . Attention(Q_K,i, D_K, D_V), (B,) from (B, q, Hp) and (B, d, 2Hp)."""
         b, q, d, p, heads = len(query_keys), query_keys.shape[1], doc_keys_values.shape[1], self.projection, self.heads
         doc_keys, doc_values = doc_keys_values.split(heads * p, -1)
         qk = query_keys.view(b, q, heads, p).transpose(1, 2)  # (B, H, q, p)
@@ -140,8 +138,7 @@ class MultiVectorAttention(nn.Module):
 
     @staticmethod
     def _mean_dot(query_values: Tensor, attended: Tensor, query_keep: Tensor) -> Tensor:
-        """(B, H, q, p) Q_V and attention outputs, (B, q) real positions -> (B,) mean over them of the dot
-        products, the heads summed."""
+        """(B,) mean over the real query positions of Q_V . attention output, the heads summed."""
         dots = (query_values * attended).sum((1, 3))  # (B, q)
         keep = query_keep.to(dots.dtype)
         return (dots * keep).sum(1) / keep.sum(1)  # mean over the real query positions

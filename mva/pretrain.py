@@ -120,7 +120,7 @@ def check_args(args: argparse.Namespace, model_flags: list[str] = ()) -> None:
 
 
 def backbone_option(args: argparse.Namespace) -> tuple[str, str | None]:
-    """The option naming a pretrained backbone and its value: ``--init``, ``--encoder``, or (None: from scratch)."""
+    """``--init`` or ``--encoder`` and its value (None: from scratch)."""
     return ("--init", args.init) if args.init is not None else ("--encoder", args.encoder)
 
 
@@ -145,9 +145,8 @@ def check_init(args: argparse.Namespace) -> None:
 
 
 def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
-    """The DE's or MVA's settings (None for ``ca``), parsed as ``mva.train`` parses them: `MVARanker`'s types and
-    defaults over ``--config``'s ``model:`` section (default: ``mva.train``'s default config), then `flags`
-    (``--model.*``), whose names go to ``args.model_flags``."""
+    """The DE's or MVA's settings (None for ``ca``): `MVARanker`'s types over ``--config``'s ``model:`` section
+    (default: ``mva.train``'s default config), then `flags` (``--model.*``, named in ``args.model_flags``)."""
     given = list(dict.fromkeys(flag[len("--model."):].split("=")[0] for flag in flags if flag.startswith("--model.")))
     if args.architecture == "ca":
         for option in (["--config"] if args.config is not None else []) + [f"--model.{key}" for key in given]:
@@ -195,8 +194,7 @@ def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
 
 
 def check_positions(args: argparse.Namespace, what: str, positions: int) -> None:
-    """The longest encoder input fits `what`'s `positions`: ``--max_length``, and with MVA's ``cls`` pooling K - 1
-    more (K learned embeddings in the place of [CLS])."""
+    """``--max_length`` (plus K - 1 with MVA's ``cls`` pooling) fits `what`'s `positions`."""
     extra, side = max([((args.model[f"{side}_timesteps"] or 1) - 1, side) for side in ("query", "doc")
                        if (args.model or {}).get(f"{side}_pooling") == "cls"], default=(0, None))
     if args.max_length + extra > positions:
@@ -207,8 +205,7 @@ def check_positions(args: argparse.Namespace, what: str, positions: int) -> None
 
 
 def looks_like_path(text: str) -> bool:
-    """Whether ``--encoder`` or ``--tokenizer`` `text` can only be a local folder (a Hugging Face name is ``name``
-    or ``org/name``): `from_pretrained` would otherwise try the hub, retrying, before failing offline."""
+    """Whether `text` can only be a local folder (a Hugging Face name is ``name`` or ``org/name``)."""
     return text.startswith((".", "/", "~")) or text.count("/") > 1 or os.sep != "/" and os.sep in text
 
 
@@ -230,8 +227,7 @@ def quiet_transformers():
 
 def scratch_model(tokenizer, *, nsp: bool, num_layers: int, hidden_size: int, num_heads: int,
                   intermediate_size: int, dropout: float):
-    """A BERT from scratch with pre-training heads (``BertForPreTraining`` with `nsp`, else ``BertForMaskedLM``),
-    sized as `common.encoders.pretrained.bert_config` sizes mva.train's."""
+    """A BERT from scratch, ``BertForPreTraining`` with `nsp`, else ``BertForMaskedLM``, sized as mva.train's."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
     from common.encoders.pretrained import bert_config
@@ -243,8 +239,7 @@ def scratch_model(tokenizer, *, nsp: bool, num_layers: int, hidden_size: int, nu
 
 
 def pretrained_model(name_or_path: str, nsp: str):
-    """``(model, uses_nsp, fresh)``: the encoder with pre-training heads, ``BertForPreTraining`` where NSP is
-    trained (``--nsp auto``: where the checkpoint holds the NSP head), and the names of the weights it lacked."""
+    """``(model, uses_nsp, fresh)``: the encoder with pre-training heads, and the weights it lacked."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
     from common.encoders.pretrained import resolve
@@ -260,8 +255,7 @@ def pretrained_model(name_or_path: str, nsp: str):
 
 
 def load_backbone(args: argparse.Namespace):
-    """``(model, tokenizer, uses_nsp, note)`` the options name, torch seeded first; one that does not load ends the
-    command in one line naming the option."""
+    """``(model, tokenizer, uses_nsp, note)`` the options name, torch seeded first."""
     import torch
 
     from common.encoders.tokenizers import load_tokenizer
@@ -303,8 +297,7 @@ def load_backbone(args: argparse.Namespace):
 
 
 def scored_model(masked_lm, tokenizer, architecture: str, settings: dict):
-    """``ModuleDict(masked_lm=masked_lm, scorer=...)``, the scorer the fine-tuning model (`BertSiamese` or
-    `mva.model.MVA` with `settings`) over ``masked_lm.bert``."""
+    """``ModuleDict(masked_lm=masked_lm, scorer=...)``, the scorer `BertSiamese` or `mva.model.MVA`."""
     from torch import nn
 
     if architecture == "de":
@@ -343,8 +336,7 @@ class PretrainingExamples:
         return [ids[: self.budget] for ids in encoded["input_ids"]]
 
     def examples(self, doc_ids: list[str], rng: random.Random, partners: list[str] | None = None) -> list[dict]:
-        """The examples of `doc_ids`; a random B' comes from a passage of `partners` (default `doc_ids`), drawn
-        with `rng`, as is whether B' is random."""
+        """The examples of `doc_ids`; whether B' is random and whose it is are drawn with `rng` from `partners`."""
         cls, sep = self.tokenizer.cls_token_id, self.tokenizer.sep_token_id
         if not self.nsp:
             return [self._example([cls, *w, sep], [0] * (len(w) + 2)) for w in self.words(doc_ids)]
@@ -486,8 +478,7 @@ def probe_losses(model, batch: dict) -> dict[str, float]:
 
 def train(model, stream: Iterator[dict], *, steps: int, lr: float, warmup_steps: int, device,
           progress: LoopProgress | None = None) -> list[float]:
-    """`steps` Adam steps on `stream`'s batches, gradients clipped to norm 1, the rate warmed up and decayed
-    linearly; returns each step's loss."""
+    """`steps` Adam steps (gradients clipped to norm 1, linear warm-up and decay); returns each step's loss."""
     import torch
 
     from common.training.schedules import warmup_linear_decay
@@ -516,8 +507,7 @@ def train(model, stream: Iterator[dict], *, steps: int, lr: float, warmup_steps:
 
 
 def write_atomically(output: Path, write) -> None:
-    """``write(folder)`` into a temporary sibling of `output`, renamed to `output` once done (an empty `output` is
-    replaced); nothing is left behind where `write` fails."""
+    """``write(folder)`` into a temporary sibling renamed to `output` (an empty one replaced) once done."""
     from common.io import umask
 
     output.parent.mkdir(parents=True, exist_ok=True)

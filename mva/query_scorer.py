@@ -43,12 +43,8 @@ def document_rows(model: nn.Module, tokens: Tensor, mask: Tensor) -> tuple[Tenso
 
 
 class QueryScorer(StoreScorer):
-    """Scores one query's candidates with MVA or DE (`model`): the query side once, then batches of `batch_size`
-    candidates, their rows read from `store` or, without one, computed from `documents` at query time (end to end).
-
-    ``macs`` accumulates the joint compute (`mva.costs`: the scoring head's multiply-accumulates, the query's
-    encoding left out) over ``queries`` queries and ``candidates`` candidates of ``doc_steps`` timesteps in all.
-    """
+    """Scores a query's candidates with MVA or DE: the query side once, then the candidates' rows in batches, read
+    from `store` or computed from `documents`; ``macs`` sums the joint compute as `mva.costs` counts it."""
 
     def __init__(self, model: nn.Module, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
                  store: RepresentationStore | None = None, documents=None):

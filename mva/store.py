@@ -28,16 +28,13 @@ def load_ranker(state: dict) -> MVARanker:
 
 
 def data_encoder(data_settings: dict, pairs: bool = False) -> BertInputs:
-    """The `BertInputs` of a checkpoint's data settings (``datamodule_hyper_parameters``): queries and passages
-    tokenised and cut exactly as in training (concatenated for CA: `pairs`)."""
+    """The `BertInputs` of a checkpoint's data settings: inputs cut as in training (concatenated for CA: `pairs`)."""
     return BertInputs(pairs, data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 32),
                       data_settings.get("passage_length", 112), data_settings.get("tokenizer_task"))
 
 
 def document_row_counts(model, mask: Tensor) -> Tensor:
-    """(B, d) token mask -> (B,) rows `mva.query_scorer.document_rows` keeps of each document of a ranker's `model`,
-    without the encoder: DE's one; MVA's timesteps of its document pooling (`mva.model.timestep_mask`, then the first
-    K, the K [CLS] timesteps, or the temporal groups holding one)."""
+    """(B, d) token mask -> (B,) rows `mva.query_scorer.document_rows` keeps per document, without the encoder."""
     if architecture(model) != "mva":
         return mask.new_ones(len(mask), dtype=torch.long)
     pooling = model.doc_pooling
@@ -52,8 +49,7 @@ def document_row_counts(model, mask: Tensor) -> Tensor:
 
 
 def representation(ranker: MVARanker, encoder: BertInputs) -> Representation:
-    """What the store of `ranker` (MVA or DE) holds (`document_rows`), under the architecture's name; beside the
-    identity, the model's shape and the passages' encoding."""
+    """What the store of `ranker` (MVA or DE) holds, with the model's shape and the passages' encoding."""
     settings = ranker.hparams
     extra = {"model": ranker.name, "hidden_size": ranker.model.bert.config.hidden_size,
              "passage_length": encoder.passage_length, "tokenizer": encoder.tokenizer_name}
@@ -81,9 +77,7 @@ def storage_report(store: RepresentationStore) -> str:
 
 
 class CrossScorer:
-    """Scores query-candidate pairs with CA (`common.encoders.bert_rankers.BertRanker` over the concatenated pair),
-    end to end in batches of `batch_size`; ``macs`` accumulates its joint compute (`mva.costs.bert_macs` of each
-    pair's real tokens)."""
+    """Scores pairs with CA end to end in batches; ``macs`` sums `mva.costs.bert_macs` of each pair's tokens."""
 
     label = "end to end"
 
