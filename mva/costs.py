@@ -1,49 +1,10 @@
 """``python -m mva.costs``: joint compute and storage of Tables 5 and 6 (Zhou and Devlin 2021), from first principles.
 
-Joint compute is what a re-ranker spends per query once the documents' representations are stored: the query's
-own encoding is left out (done once, whatever the candidates). Storage is the floats stored per document.
-
-The convention that reproduces every printed number (`table5`, `TABLE6`; the tests check each against
-``results/reported/mva.csv``: Table 5 within one unit of its last printed digit, Table 6 as the paper composes
-it):
-
-- Unit: multiply-accumulates (MACs) per query over 1,000 candidates, in millions; the paper calls them
-  "mega-FLOPS" (a FLOP = a multiply-add, not the 2 of `torch.utils.flop_counter`).
-- Lengths: MS MARCO's averages (Sec. 3: queries ~6 tokens, documents ~70): an all-tokens query has q = 7
-  timesteps ([CLS] and 6 tokens, Sec. 4), an all-tokens document d = 70.
-- MVA (`mva_macs`): per candidate and head, Q_K D_K^T (q d p) and the attention-weighted D_V (q d p), then the
-  q dot products with Q_V (q p): ``H (2 q d p + q p)``; the softmax is not counted. MVA¹ (all tokens, p = 128):
-  126.3 -> printed 130. MVA² (d = 24, p = 64) and MVA³ (d = 16, p = 32) fit only with q = 8 query timesteps:
-  25.1 -> 25 and 8.4 -> 8 (with q = 7 they would be 22.0 and 7.4). Storage: D_K and D_V, ``2 d H p`` floats.
-
-The query side of MVA² and MVA³: 8 learned query [CLS] embeddings (Table 3's "8 CLS" row), decided so. Three
-readings were weighed against the paper:
-
-1. every row reads the query's tokens, [CLS] and ~6 (q = 7, Sec. 4's "one [CLS] token plus each actual
-   (non-padding) token"): MVA² and MVA³ would print 22 and 7, not 25 and 8;
-2. every row reads [CLS], ~6 tokens and the closing [SEP] (q = 8): MVA¹ would print 140 (144.4), not 130;
-3. MVA¹ reads the query's tokens (q = 7), MVA² and MVA³ 8 query [CLS] (q = 8): every printed number, and the only
-   one of the three that fits all of Table 5 (`tests/mva/test_costs.py` checks each reading against it).
-
-The text agrees with 3: Sec. 5 says the two cheaper variants "use aggressive projections and [CLS] pooling to lower
-computation", and a fixed q = 8 bounds a query's joint compute whatever its length, which is what a budget needs
-(an all-tokens query of 32 costs four times as much); "without having to extensively pad the query with [CLS]
-tokens" sets 8 against ColBERT's 32 [MASK]s. Table 3 (8 CLS below all tokens, 34.9 against 35.8, with full
-documents) is the price, and MVA²'s 34.7 is consistent with paying it. Sec. 4's heading, "no pooling for query
-sequences", is the ablation's finding for MVA¹'s setting. `mva/configs/msmarco/mva-cls{24,16}-*-qcls8.yaml` and
-the TREC DL MVA² and MVA³ runs (`results/mva/README.md`) read 8 query [CLS].
-- DE (`dual_encoder_macs`): one dot product of h = 768: 0.768 -> 0.8; storage h.
-- ColBERT (`maxsim_macs`, Khattab and Zaharia 2020): q = 32 query vectors (padded with [MASK]) against d = 70
-  document vectors of 128: 286.7 -> printed 286 (the one number printed truncated, not rounded); storage d x 128.
-- CA and BERT_base (`bert_macs`): BERT-base's 12 layers over the concatenated pair of n = 128 tokens (BERT's
-  usual passage re-ranking input), per layer and token 4h^2 (Q, K, V, output) + 2 h i (FFN), plus 2 n^2 h for
-  the attention products: 11,174 per candidate -> 11,000,000; no storage. The MS MARCO averages (n = 79) would
-  give 6,800,000.
-- Multi-pass (Table 6): the first pass over all candidates from the store, plus CA on the top K. Re-scoring a
-  single candidate cannot change a ranking, and the paper prints the first pass alone for K = 1 (0.8 and 25, the
-  MRR@10 of the first pass): K = 1 costs no CA pass. The paper composes its rows from Table 5's printed,
-  rounded figures (CA 11,000 per candidate: 0.8 + 10 x 11,000 -> 110,000); composed from the unrounded ones
-  (11,174) they are 1.6% higher (111,737), the gap of CA itself.
+Joint compute: multiply-accumulates of scoring per query over 1,000 stored candidates, in millions (the paper's
+"mega-FLOPS"), the query's own encoding left out; storage: floats per document. Lengths are MS MARCO's averages,
+q = 7 ([CLS] and 6 tokens), d = 70. MVA: ``H (2 q d p + q p)``, storing ``2 d H p``; MVA² and MVA³ read 8 query
+[CLS] (q = 8, the only reading that fits all of Table 5); DE: h; ColBERT: ``q d dim`` with q = 32; CA: BERT-base
+over a 128-token pair. Table 6: the first pass plus CA on the top K (K = 1: none). The derivation: docs/mva.md.
 """
 
 from __future__ import annotations
@@ -66,9 +27,6 @@ PAIR_TOKENS = 128
 COLBERT_QUERY, COLBERT_DIM = 32, 128
 #: Candidates per query (re-ranking BM25's top 1,000).
 CANDIDATES = 1000
-
-
-# --- one method, one formula (per query-candidate pair) --------------------------------------------------------
 
 
 def mva_attention_macs(query_timesteps: int, doc_timesteps: int, projection: int, heads: int = 1) -> int:
@@ -97,13 +55,9 @@ def maxsim_macs(query_vectors: int = COLBERT_QUERY, doc_vectors: int = DOC_TIMES
 
 
 def bert_macs(tokens: int = PAIR_TOKENS, layers: int = LAYERS, hidden: int = HIDDEN,
-              intermediate: int = INTERMEDIATE) -> int:  # fmt: skip
-    """A BERT encoder over `tokens`: per layer, ``n (4 h^2 + 2 h i)`` for the projections and the FFN and
-    ``2 n^2 h`` for the attention products (embeddings, softmax and LayerNorm not counted)."""
+              intermediate: int = INTERMEDIATE) -> int:
+    """A BERT encoder over `tokens`: per layer ``n (4 h^2 + 2 h i) + 2 n^2 h`` (no embeddings, softmax, LayerNorm)."""
     return layers * (tokens * (4 * hidden**2 + 2 * hidden * intermediate) + 2 * tokens**2 * hidden)
-
-
-# --- the tables -------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -133,7 +87,7 @@ def table5() -> list[Cost]:
              f"q = {QUERY_TIMESTEPS}, d = {DOC_TIMESTEPS}, p = 128"),
         Cost("MVA2", mva_macs(8, 24, 64), mva_storage(24, 64), "q = 8, d = 24, p = 64"),
         Cost("MVA3", mva_macs(8, 16, 32), mva_storage(16, 32), "q = 8, d = 16, p = 32"),
-    ]  # fmt: skip
+    ]
 
 
 @dataclass(frozen=True)
@@ -157,7 +111,7 @@ TABLE6 = [MultiPass(None, 1000)] + [MultiPass(first, k) for first in ("DE", "MVA
 TABLE6_NAMES = {None: "N/A", "DE": "DE", "MVA2": "MVA (D=24, P=64)"}
 #: The paper's names of Table 5's methods.
 TABLE5_NAMES = {"BERT_base": "BERT_Base", "ColBERT": "ColBERT", "CA": "CA (Ours)", "DE": "DE (Ours)", "MVA1": "MVA¹",
-                "MVA2": "MVA²", "MVA3": "MVA³"}  # fmt: skip
+                "MVA2": "MVA²", "MVA3": "MVA³"}
 
 
 def rows(candidates: int = CANDIDATES) -> list[dict]:
@@ -166,14 +120,14 @@ def rows(candidates: int = CANDIDATES) -> list[dict]:
 
     reported = load_reported(paper="mva", table=[5, 6])
     printed = {(str(r.table), r.method, r.setting.rsplit("=", 1)[-1] if str(r.table) == "6" else "", r.metric):
-               float(r.value) for r in reported.itertuples()}  # fmt: skip
+               float(r.value) for r in reported.itertuples()}
     costs = {c.method: c for c in table5()}
     out = []
     for cost in costs.values():
         name = TABLE5_NAMES[cost.method]
         out.append({"table": 5, **asdict(cost), "joint_mflops": cost.joint_mflops(candidates),
                     "paper_joint_mflops": printed.get(("5", name, "", "joint_compute_mflops")),
-                    "paper_storage_floats": printed.get(("5", name, "", "storage_floats_per_doc"))})  # fmt: skip
+                    "paper_storage_floats": printed.get(("5", name, "", "storage_floats_per_doc"))})
     for row in TABLE6:
         name = TABLE6_NAMES[row.first_pass]
         out.append({"table": 6, "method": name, "first_pass": row.first_pass, "reranked": row.reranked,
@@ -194,18 +148,18 @@ def markdown(table: list[dict]) -> str:
     for r in (r for r in table if r["table"] == 5):
         lines.append(f"| {r['method']} | {r['setting']} | {_number(r['joint_mflops'])} | "
                      f"{_number(r['paper_joint_mflops'])} | {r['storage_floats']:,} | "
-                     f"{_number(r['paper_storage_floats'])} |")  # fmt: skip
+                     f"{_number(r['paper_storage_floats'])} |")
     lines += ["", "Table 6: multi-pass re-ranking, CA re-scoring the first pass's top K", "",
-              "| first pass | K | joint compute | paper |", "|---|---:|---:|---:|"]  # fmt: skip
+              "| first pass | K | joint compute | paper |", "|---|---:|---:|---:|"]
     for r in (r for r in table if r["table"] == 6):
         lines.append(f"| {r['method']} | {r['reranked']} | {_number(r['joint_mflops'])} | "
-                     f"{_number(r['paper_joint_mflops'])} |")  # fmt: skip
+                     f"{_number(r['paper_joint_mflops'])} |")
     return "\n".join(lines)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m mva.costs", description=__doc__.split("\n\n")[0],
-                            epilog=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+                            epilog=__doc__.split("\n\n", 1)[1])
     parser.add_argument("--json", action="store_true", help="one JSON object per row (table 5, then table 6)")
     parser.add_argument("--candidates", type=positive_int, default=CANDIDATES,
                         help=f"candidates per query (default {CANDIDATES}, the paper's)")

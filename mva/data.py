@@ -1,10 +1,6 @@
-"""MVA's LightningDataModule: (query, positive, negative) training triples and re-ranking of candidate runs
-(`common.encoders.bert_data.BertTriplesDataModule` with MVA's architectures and defaults).
-
-- Training (Sec. 2.3, softmax loss over <query, positive, negative>): each positive with `negatives` of its
-  query's candidates in its softmax group.
-- Inputs: queries of at most 32 and passages of 112 tokens, special tokens included (Sec. 3). MVA and DE read them
-  apart, each distinct query once per batch; CA reads them concatenated.
+"""MVA's LightningDataModule (`common.encoders.bert_data.BertTriplesDataModule`): each positive with `negatives` of its
+query's candidates in a softmax group (Sec. 2.3); queries of 32 and passages of 112 tokens (Sec. 3), read apart by
+MVA and DE (each distinct query once per batch), concatenated by CA.
 """
 
 from __future__ import annotations

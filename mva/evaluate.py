@@ -1,42 +1,12 @@
 """``python -m mva.evaluate --checkpoint CKPT --task TASK [--store DIR] [--rescore CA_CKPT]``: re-rank a candidate
-run with a trained MVA, dual encoder (DE) or cross-attention model (CA) (Zhou and Devlin: "Multi-Vector Attention
-Models for Deep Re-ranking", 2021), from precomputed document representations or end to end, optionally followed
-by CA re-scoring the first pass's top K (Table 6).
+run with a trained MVA, dual encoder (DE) or cross-attention model (CA) (Zhou and Devlin 2021), from the ``--store``
+``mva.index`` built from this checkpoint or end to end (``--compare_end_to_end``: both, differences in
+``exactness.json``), optionally followed by CA re-scoring the first pass's top K for each ``--rescore_top`` K
+(Table 6: ``run.<first>+ca@K.trec``; K at or beyond the depth is CA alone).
 
-Each query is encoded once; its top ``--depth`` candidates are then scored in batches of ``--batch_size``, their
-rows (MVA's [D_K | D_V] timesteps, DE's [CLS] vector) read from the ``--store`` that ``python -m mva.index`` built
-from this very checkpoint file, or, without ``--store``, computed by the encoder at query time by the same code
-(end to end). With a store, ``--compare_end_to_end`` also scores the same pairs end to end and writes the largest
-absolute score difference and the NDCG@10 change to ``exactness.json`` (an fp32 store: float rounding).
-
-Multi-pass (Table 6): ``--rescore CA_CKPT`` (an ``mva.train`` checkpoint of CA) re-scores, for each K of
-``--rescore_top`` (default 1 10 50, Table 6's), the first pass's top K; those K are ordered by CA, the other
-candidates stay below them in the first pass's order. K at or beyond the depth is CA alone (Table 6's "N/A" row).
-Each is written as ``run.<first>+ca@K.trec`` and measured under ``<first>+ca@K`` in metrics.json.
-
-Joint compute (`mva.costs`'s convention: multiply-accumulates of the scoring head once documents are stored, the
-query's encoding left out, here per query over its candidates at the task's real lengths) and the bytes per
-document are written to ``costs.json`` for every run and printed as Table 6 prints them.
-
-``TASK``: ``irds:msmarco-passage/dev/small``, ``builtin:test``, ``--topics/--qrels/--run/--collection`` files, or
-``--rank_llm FILE --qrels FILE`` (a rank_llm candidate file: topics, candidates and text in one).
-Depth: ``--depth``, else the checkpoint's data setting ``depth``, else 1,000 (the paper's BM25 top 1,000).
-``--test_queries`` evaluates a seeded sample of the queries (seed 0, as data.test_queries).
-
-Outputs (a new ``--output_dir``, default ``outputs/mva-evaluate-<time>``): ``run.trec``, ``task.json``,
-``costs.json`` and ``metrics.json`` (NDCG@10, MAP, MRR, MRR@10; BM25 under ``bm25``), metrics.json last; without
-``--qrels`` (files or a rank_llm file) the runs, ``costs.json`` and ``task.json``, and no metrics.
-
-Precision: ``--precision`` (default: the one the checkpoint's run trained with, where its run folder says so, else
-32-true) is the autocast the scoring runs under, the scores staying float32; float32 matmuls run at
-``--matmul_precision`` (``high``, TF32 on GPUs, as in training; ``highest`` for a GPU comparison with end-to-end
-scores to float rounding; `common.commands.task_options`).
-
-Bad input ends in one line naming the option or the file, with exit status 2, before anything is written
-(`common.refusals`): the options, the task's names and the store's folder before torch is imported; an ``irds:``
-task's files that are neither present nor downloadable, one line each (`common.data.irds_files`); a checkpoint that
-is not of the architecture its option needs once read; a store of another checkpoint or without a candidate once
-opened, before the output folder is created.
+Outputs (a new ``--output_dir``): ``run.trec``, ``task.json``, ``costs.json`` (joint compute as `mva.costs` counts
+it, at the task's real lengths, and bytes per document) and, with qrels, ``metrics.json`` (last). Depth:
+``--depth``, else the checkpoint's data setting, else 1,000.
 """
 
 from __future__ import annotations
@@ -70,9 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def multi_pass_run(first: dict, rescore, topics, k: int, progress=None) -> dict:
-    """Table 6: `rescore` (a `mva.store.CrossScorer`) re-scores each query's top `k` of the `first` pass run; they
-    are ordered by it, and the others stay below in the first pass's order. `progress` wraps the loop over the
-    queries (`common.commands.store_commands.queries_progress`)."""
+    """Table 6: `rescore` (CA) re-orders each query's top `k` of the `first` run, the others staying below."""
     from common.data.formats import ranked, with_unscored_below
 
     run = {}
@@ -96,9 +64,7 @@ def costs_table(costs: dict, measures: dict, depth: int) -> str:
 
 
 class MVAEvaluation(StoreEvaluation):
-    """MVA's evaluation: a first pass of MVA or DE (`mva.query_scorer.QueryScorer`, from a store or end to end) or CA
-    (`mva.store.CrossScorer`), CA re-scoring its top K (``--rescore``, Table 6), the joint compute and bytes per
-    document of every run written to costs.json and printed as Table 6 prints them."""
+    """MVA's evaluation (module docstring): a first pass, CA re-scoring its top K, costs.json."""
 
     package, strategies, default_depth = "mva", STORED, DEFAULT_DEPTH
     paper_tables = staticmethod(paper_tables)
@@ -113,7 +79,7 @@ class MVAEvaluation(StoreEvaluation):
         state = read_trained(args.checkpoint, ("mva", "de", "ca"))
         if args.store is not None and state["hyper_parameters"]["architecture"] == "ca":
             usage_error(f"--store: {args.checkpoint} is CA's, which stores nothing: it reads query and document "
-                        "together")  # fmt: skip
+                        "together")
         store = self.open_store()
         self.rescore_state = None if args.rescore is None else read_trained(args.rescore, ("ca",), "--rescore")
         return state, store
@@ -134,9 +100,9 @@ class MVAEvaluation(StoreEvaluation):
 
         if self.ranker.hparams.architecture == "ca":
             return CrossScorer(self.ranker, data_encoder(self.data_settings, pairs=True), self.documents,
-                               batch_size=self.args.batch_size, device=self.device)  # fmt: skip
+                               batch_size=self.args.batch_size, device=self.device)
         return QueryScorer(self.ranker.model, data_encoder(self.data_settings), batch_size=self.args.batch_size,
-                           device=self.device, store=store, documents=self.documents)  # fmt: skip
+                           device=self.device, store=store, documents=self.documents)
 
     def describe(self) -> str:
         return f"{self.ranker.name}, {self.scorer.label}"
@@ -144,14 +110,13 @@ class MVAEvaluation(StoreEvaluation):
     def print_seconds(self, scorer, end_to_end: bool = False) -> None:
         if not end_to_end:
             print(f"scored in {scorer.seconds:.2f} s ({1000 * scorer.seconds / max(self.queries, 1):.1f} ms per "
-                  "query)")  # fmt: skip
+                  "query)")
 
     def exactness_identity(self, store) -> dict:
         return {"architecture": self.ranker.name}
 
     def further_runs(self) -> list:
-        """CA re-scoring the first pass's top K for each ``--rescore_top`` K (run.<first>+ca@K.trec), then every
-        run's joint compute and bytes per document (costs.json)."""
+        """CA re-scoring the top K for each ``--rescore_top`` K, then every run's costs (costs.json)."""
         from common.data.formats import write_run
         from common.io import atomic_write
         from common.metrics import evaluate_run
@@ -160,7 +125,7 @@ class MVAEvaluation(StoreEvaluation):
         args, out, name, scorer, queries = self.args, self.out, self.ranker.name, self.scorer, self.queries
         stored = scorer.bytes_per_document if self.ranker.hparams.architecture != "ca" else 0.0
         costs = {name: {"first_pass": name, "rescored": 0, "joint_mmacs": scorer.macs / max(queries, 1) / 1e6,
-                        "bytes_per_document": stored, "seconds": scorer.seconds}}  # fmt: skip
+                        "bytes_per_document": stored, "seconds": scorer.seconds}}
         self.costs = costs
         written = []
         if self.rescore_state is not None:
@@ -168,21 +133,21 @@ class MVAEvaluation(StoreEvaluation):
             rescore_settings = self.rescore_state.get("datamodule_hyper_parameters", {})
             for k in sorted(args.rescore_top):
                 rescorer = CrossScorer(rescorer_ranker, data_encoder(rescore_settings, pairs=True), self.documents,
-                                       batch_size=args.batch_size, device=self.device)  # fmt: skip
+                                       batch_size=args.batch_size, device=self.device)
                 multi_name = f"{name}+ca@{k}"
                 multi = multi_pass_run(self.run, rescorer, self.topics, k, queries_progress(multi_name))
                 write_run(out / f"run.{multi_name}.trec", multi, tag=multi_name)
                 written.append(out / f"run.{multi_name}.trec")
                 if self.qrels:  # a task without judgments: the run alone
                     self.others[multi_name] = evaluate_run(self.qrels, multi, self.ranker.measures,
-                                                           relevance_level=self.level)  # fmt: skip
+                                                           relevance_level=self.level)
                 ca_alone = k >= self.depth
                 first_cost = 0.0 if ca_alone else costs[name]["joint_mmacs"]
                 ca_cost = rescorer.macs / max(queries, 1) / 1e6 if k > 1 else 0.0  # K = 1 changes nothing (mva.costs)
                 costs[multi_name] = {"first_pass": "N/A" if ca_alone else name, "rescored": k,
                                      "joint_mmacs": first_cost + ca_cost,
                                      "bytes_per_document": 0.0 if ca_alone else stored,
-                                     "seconds": scorer.seconds + rescorer.seconds}  # fmt: skip
+                                     "seconds": scorer.seconds + rescorer.seconds}
                 print(f"{multi_name}: CA re-scored the top {k} in {rescorer.seconds:.2f} s")
         with atomic_write(out / "costs.json") as f:
             json.dump(costs, f, indent=2)

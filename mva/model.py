@@ -1,53 +1,16 @@
-"""Multi-Vector Attention (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", EMNLP 2021) as
-plain ``nn.Module`` s; its baselines, the dual encoder (DE) and cross-attention (CA), are `common.encoders.bert_rankers`.
+"""Multi-Vector Attention (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", EMNLP 2021): pooling
+(Sec. 2.2), the scoring head (Sec. 2.1, single- and multi-head) and the model joining them to a BERT encoder; the DE
+and CA baselines are `common.encoders.bert_rankers`, the softmax loss (Sec. 2.3) `mva.ranker.softmax_loss`.
 
-Read top to bottom: pooling (Sec. 2.2), the MVA scoring head (Sec. 2.1, single- and multi-head), then the model
-that joins them to a BERT-family encoder. Its softmax loss (Sec. 2.3) is `mva.ranker.softmax_loss`.
+No public code exists; what the paper leaves open (reasons and measurements: docs/mva.md):
 
-A query X (q x h) and a document Y (d x h), each a pooled encoder output, are projected by W_QK, W_QV, W_DK,
-W_DV (Sec. 2.1) to Q_K, Q_V (q x p) and D_K, D_V (d x p); each query position attends to the document,
-``Attention(Q_K,i, D_K, D_V)``, and the score is the mean of ``Q_V,i . Attention(...)`` over the real query
-positions. D_K and D_V depend on the document alone: `MVA.document_keys_values` computes them, and they are what
-the representation store holds (d x 2p floats a document, Table 5's storage).
-
-No public code of this paper exists; what it leaves open, chosen here:
-
-- Encoder: one BERT for queries and documents (shared weights). The paper's DE "is pre-trained directly on the
-  MLM and NSP tasks rather than initialized as two identical BERT models", i.e. one model reading both sides,
-  and MVA is initialised from that checkpoint. Both sides read token type 0, as the backbone saw single texts.
-- Real positions: "one [CLS] token plus each actual (non-padding) token" (Sec. 4, Table 3), so the [SEP] that
-  closes each input is encoded but is not a timestep of the representation; padding never is.
-- Attention scale: the paper writes ``softmax(QK^T / sqrt(h))`` for inputs of width h; the keys here have the
-  projected width p per head, so the scale is ``1 / sqrt(p)`` (Vaswani et al.'s d_k, which projections of size
-  p = h leave as written).
-- Projections: linear maps without bias (the paper's "projection matrices"), initialised as BERT's weights,
-  N(0, 0.02), each on its own. ``tied_init`` starts W_DK and W_DV as copies of W_QK and W_QV (they then train
-  apart): random projections shared by both sides roughly keep the encoder's dot products, so an untrained head
-  over a pretrained bi-encoder already ranks by token similarity (at N(0, 0.02) the attention is near uniform, so
-  the tied head starts close to a dot product of the sides' mean vectors). What it changes over a pretrained
-  MiniLM (mva/configs/trec-dl-passages-minilm.yaml): results/mva/README.md.
-- First-K (Table 1, "we truncate sequences to the first K tokens"): the encoder reads the whole input and the
-  first K output positions are kept, so the pooling methods of Table 1 differ only in the representation, not in
-  what the encoder reads.
-- Multiple [CLS] (Sec. 2.2): K learned input embeddings, separate for queries (Q_CLS) and documents (D_CLS),
-  take the place of the input's [CLS] and are kept after the encoder (K timesteps, all real). The input is then
-  K + n - 1 positions long. The paper calls them "learned pooling tokens" and says nothing of how they start; here
-  they start distinct (`cls_starts`): the first is the encoder's [CLS] word embedding (so K = 1 is BERT's [CLS],
-  and a model initialised from a DE keeps the DE's [CLS] input), the other K - 1 are drawn from N(0, s^2), s the
-  standard deviation of the encoder's word embeddings (random codes, as the poly-encoder's start, Humeau et al.
-  2020). Why not K copies of [CLS], told apart by their positions alone: a pretrained encoder maps them to one
-  vector. From all-MiniLM-L6-v2, the 24 outputs of 24 [CLS] copies before a TREC DL passage have pairwise cosine
-  1.0000 (also with N(0, 0.02) or N(0, s^2) noise added to the copies: [CLS]'s embedding dominates), so the K
-  timesteps are one and training must first pull them apart; with this start their pairwise cosine is 0.16 on
-  average (BERT's reserved ``[unused i]`` rows, ColBERT's markers, give 0.74, and from-scratch vocabularies such as
-  the built-in one have none). `tests/mva/test_model.py` measures it on a real passage.
-- Temporal pooling with factor rho (Sec. 2.2): the encoder output's real positions are kept as they are
-  (padding and [SEP] set to zero), the sequence is padded with zero vectors to a multiple of rho, and every rho
-  consecutive vectors are concatenated (n / rho x rho h); a pooled timestep is real if any of its rho positions
-  is. A remainder thus becomes one last timestep with zeros in its missing slots. The projections then map rho h
-  to p, which "completes the pooling operation".
-- Multi-head (Table 4): H heads of size p (so Table 4's "num heads x projection size" is H x p), each attending
-  on its own; the score sums the heads' dot products before the mean over query positions, so H = 1 is Sec. 2.1.
+- one BERT for both sides, token type 0; timesteps are [CLS] and the real tokens, not [SEP] nor padding;
+- attention scaled by 1 / sqrt(p), the projected width; projections without bias, N(0, 0.02), ``tied_init``
+  starts W_DK, W_DV as copies of W_QK, W_QV;
+- First-K keeps the first K outputs of the whole input; K learned [CLS] embeddings start as [CLS] and K - 1 draws
+  from N(0, s^2), s the word embeddings' std (`cls_starts`);
+- temporal pooling zero-pads to a multiple of rho and concatenates rho consecutive outputs;
+- H heads of size p, their dot products summed before the mean over query positions.
 """
 
 from __future__ import annotations
@@ -59,21 +22,16 @@ import torch
 from torch import Tensor, nn
 
 from common.encoders.precision import full_precision
+from common.refusals import SettingError
 
 #: Pooling of one side (Sec. 2.2): every real token, the first K, K learned [CLS] embeddings, temporal pooling.
 Pooling = Literal["all", "first_k", "cls", "temporal"]
-POOLINGS = ("all", "first_k", "cls", "temporal")
 #: How K learned [CLS] embeddings start: distinct (`cls_starts`) or as K copies of [CLS] (the ablation).
 ClsInit = Literal["distinct", "copies"]
-CLS_INITS = ("distinct", "copies")
-
-
-# --- pooling (Sec. 2.2) --------------------------------------------------------------------------------------------
 
 
 def timestep_mask(mask: Tensor) -> Tensor:
-    """The (B, n) positions that are timesteps: the input's real positions but its last, the [SEP] (module
-    docstring, "Real positions"). Inputs are right-padded ``[CLS] ... [SEP]``."""
+    """The (B, n) timesteps of right-padded ``[CLS] ... [SEP]`` inputs: the real positions but the [SEP]."""
     keep = mask.bool().clone()
     keep[torch.arange(len(mask), device=mask.device), mask.sum(1) - 1] = False
     return keep
@@ -85,8 +43,7 @@ def first_k(hidden: Tensor, keep: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 
 def temporal_pool(hidden: Tensor, keep: Tensor, factor: int) -> tuple[Tensor, Tensor]:
-    """Temporal pooling (Sec. 2.2): (B, n, h) -> (B, ceil(n / rho), rho h), every `factor` consecutive positions
-    concatenated after non-timesteps are zeroed; a pooled timestep is real where any of its positions is."""
+    """Temporal pooling (Sec. 2.2): (B, n, h) -> (B, ceil(n / rho), rho h), real where any of its rho is."""
     batch, n, h = hidden.shape
     hidden = hidden * keep.unsqueeze(-1)
     pad = -n % factor  # the remainder's missing slots, zero vectors
@@ -97,9 +54,8 @@ def temporal_pool(hidden: Tensor, keep: Tensor, factor: int) -> tuple[Tensor, Te
 
 
 def cls_starts(word_embeddings: Tensor, cls_token_id: int, k: int) -> Tensor:
-    """(K, h) starts of K learned [CLS] embeddings (module docstring, "Multiple [CLS]"): the encoder's [CLS] word
-    embedding, then K - 1 draws from N(0, s^2), s the standard deviation of the (V, h) `word_embeddings` (torch's
-    global generator: the run's seed fixes them)."""
+    """(K, h) starts of K learned [CLS] embeddings: the [CLS] word embedding, then K - 1 draws (torch's global
+    generator) from N(0, s^2), s the std of the (V, h) `word_embeddings`."""
     words = word_embeddings.detach()
     scale = words.float().std().item()
     codes = torch.randn(k - 1, words.shape[1], dtype=words.dtype, device=words.device) * scale
@@ -107,30 +63,14 @@ def cls_starts(word_embeddings: Tensor, cls_token_id: int, k: int) -> Tensor:
 
 
 class SidePooling(nn.Module):
-    """How one side (queries or documents) becomes timesteps: the encoder's input and output (module docstring).
-
-    Args:
-        kind: ``all``, ``first_k``, ``cls`` or ``temporal``.
-        timesteps: K of ``first_k`` and ``cls``.
-        factor: rho of ``temporal``.
-        cls_embedding: (K, h) the starts of ``cls``'s K learned embeddings (`cls_starts`), or (h,) one start for all
-            K (copies: the tests' reference).
-    """
+    """How one side becomes timesteps: `kind` with K `timesteps` (``first_k``, ``cls``) or factor rho
+    (``temporal``); ``cls`` starts its K embeddings from `cls_embedding`, (K, h) or (h,) for K copies."""
 
     def __init__(self, kind: Pooling = "all", timesteps: int | None = None, factor: int | None = None,
-                 cls_embedding: Tensor | None = None):  # fmt: skip
+                 cls_embedding: Tensor | None = None):
         super().__init__()
-        if kind not in POOLINGS:
-            raise ValueError(f"pooling must be one of {', '.join(POOLINGS)}, got {kind!r}")
-        if kind in ("first_k", "cls") and (timesteps is None or timesteps < 1):
-            raise ValueError(f"{kind} pooling keeps K timesteps: give timesteps >= 1, got {timesteps}")
-        if kind == "temporal" and (factor is None or factor < 1):
-            raise ValueError(f"temporal pooling needs a factor rho >= 1, got {factor}")
         self.kind, self.timesteps, self.factor = kind, timesteps, factor
         if kind == "cls":
-            if cls_embedding is None:
-                raise ValueError("cls pooling starts its embeddings from the encoder's [CLS]: give cls_embedding "
-                             "(cls_starts)")
             self.cls = nn.Parameter(cls_embedding.detach().expand(timesteps, -1).clone())  # (K, h)
 
     def width(self, hidden_size: int) -> int:
@@ -154,17 +94,14 @@ class SidePooling(nn.Module):
         return hidden, keep
 
 
-# --- the scoring head (Sec. 2.1) -----------------------------------------------------------------------------------
-
-
 class MultiVectorAttention(nn.Module):
     """W_QK, W_QV (query width x Hp) and W_DK, W_DV (document width x Hp), and the score of Sec. 2.1."""
 
     def __init__(self, query_width: int, doc_width: int, projection: int, heads: int = 1, tied_init: bool = False):
         super().__init__()
         if tied_init and query_width != doc_width:
-            raise ValueError(f"tied_init copies the query's projections to the document's: their widths must agree, "
-                             f"got {query_width} and {doc_width}")
+            raise SettingError("model.tied_init", "copies the query's projections to the document's: their widths "
+                               f"must agree (temporal pooling's rho), got {query_width} and {doc_width}")
         self.projection, self.heads = projection, heads
         self.query_key = nn.Linear(query_width, heads * projection, bias=False)  # W_QK
         self.query_value = nn.Linear(query_width, heads * projection, bias=False)  # W_QV
@@ -186,9 +123,8 @@ class MultiVectorAttention(nn.Module):
         return torch.cat([self.doc_key(documents), self.doc_value(documents)], -1)
 
     def score(self, query_keys: Tensor, query_values: Tensor, query_keep: Tensor, doc_keys_values: Tensor,
-              doc_keep: Tensor) -> Tensor:  # fmt: skip
-        """(1/q) sum_i Q_V,i . Attention(Q_K,i, D_K, D_V) of each pair: (B, q, Hp) queries, (B, q) their real
-        positions, (B, d, 2Hp) documents, (B, d) theirs -> (B,)."""
+              doc_keep: Tensor) -> Tensor:
+        """Sec. 2.1: (1/q) sum_i Q_V,i . Attention(Q_K,i, D_K, D_V), (B,) from (B, q, Hp) and (B, d, 2Hp)."""
         b, q, d, p, heads = len(query_keys), query_keys.shape[1], doc_keys_values.shape[1], self.projection, self.heads
         doc_keys, doc_values = doc_keys_values.split(heads * p, -1)
         qk = query_keys.view(b, q, heads, p).transpose(1, 2)  # (B, H, q, p)
@@ -197,44 +133,39 @@ class MultiVectorAttention(nn.Module):
         logits = qk @ dk.transpose(-1, -2) / math.sqrt(p)  # (B, H, q, d)
         logits = logits.masked_fill(~doc_keep[:, None, None, :], torch.finfo(logits.dtype).min)
         attended = logits.softmax(-1) @ dv  # (B, H, q, p): Attention(Q_K,i, D_K, D_V) per head
-        # The score in the parameters' precision, under autocast too (`common.encoders.precision`).
         return full_precision(self._mean_dot, query_values.view(b, q, heads, p).transpose(1, 2), attended,
                               query_keep, dtype=self.query_value.weight.dtype)
 
     @staticmethod
     def _mean_dot(query_values: Tensor, attended: Tensor, query_keep: Tensor) -> Tensor:
-        """(B, H, q, p) Q_V and attention outputs, (B, q) real positions -> (B,) mean over them of the dot
-        products, the heads summed."""
+        """(B,) mean over the real query positions of Q_V . attention output, the heads summed."""
         dots = (query_values * attended).sum((1, 3))  # (B, q)
         keep = query_keep.to(dots.dtype)
         return (dots * keep).sum(1) / keep.sum(1)  # mean over the real query positions
 
 
-# --- the model ----------------------------------------------------------------------------------------------------
-
-
 class MVA(nn.Module):
-    """An encoder (a ``BertModel``, one for both sides), each side's pooling and the scoring head; `cls_token_id`
-    is the tokenizer's [CLS], whose embedding ``cls`` pooling's first embedding starts from (`cls_starts`; with
-    ``cls_init="copies"`` every one of the K starts from it, the ablation of the module docstring).
-
-    Batches carry each distinct query once: ``query_tokens``/``query_mask`` (Bq, q), ``query_index`` (B,) its
-    row per pair, ``doc_tokens``/``doc_mask`` (B, d); the query side then runs once per query.
-    """
+    """A ``BertModel`` for both sides, each side's pooling and the head; ``cls`` pooling starts from
+    `cls_token_id`'s embedding. Batches: ``query_tokens``/``query_mask`` (Bq, q) each distinct query once,
+    ``query_index`` (B,) its row per pair, ``doc_tokens``/``doc_mask`` (B, d)."""
 
     def __init__(self, bert, *, cls_token_id: int, projection: int, heads: int = 1, query_pooling: Pooling = "all",
                  query_timesteps: int | None = None, query_factor: int | None = None, doc_pooling: Pooling = "all",
                  doc_timesteps: int | None = None, doc_factor: int | None = None, tied_init: bool = False,
-                 cls_init: ClsInit = "distinct"):  # fmt: skip
+                 cls_init: ClsInit = "distinct"):
         super().__init__()
-        if cls_init not in CLS_INITS:
-            raise ValueError(f"cls_init must be one of {', '.join(CLS_INITS)}, got {cls_init!r}")
+        for side, kind, k, rho in (("query", query_pooling, query_timesteps, query_factor),
+                                   ("doc", doc_pooling, doc_timesteps, doc_factor)):
+            if kind in ("first_k", "cls") and k is None:
+                raise SettingError(f"model.{side}_timesteps", f"{kind} pooling keeps K timesteps: give K")
+            if kind == "temporal" and rho is None:
+                raise SettingError(f"model.{side}_factor", "temporal pooling needs its factor rho")
         self.bert = bert
         hidden = bert.config.hidden_size
         words = bert.embeddings.word_embeddings.weight  # (V, h)
 
-        def starts(kind: Pooling, k: int | None) -> Tensor | None:  # (K, h); a bad K is SidePooling's to refuse
-            if kind != "cls" or k is None or k < 1:
+        def starts(kind: Pooling, k: int | None) -> Tensor | None:  # (K, h)
+            if kind != "cls":
                 return None
             return cls_starts(words, cls_token_id, k) if cls_init == "distinct" else words[cls_token_id]
 
@@ -242,7 +173,7 @@ class MVA(nn.Module):
                                          starts(query_pooling, query_timesteps))
         self.doc_pooling = SidePooling(doc_pooling, doc_timesteps, doc_factor, starts(doc_pooling, doc_timesteps))
         self.head = MultiVectorAttention(self.query_pooling.width(hidden), self.doc_pooling.width(hidden), projection,
-                                         heads, tied_init)  # fmt: skip
+                                         heads, tied_init)
 
     def encode_queries(self, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Q_K, Q_V (Bq, t, Hp) and the real timesteps (Bq, t) of the queries."""
@@ -255,9 +186,9 @@ class MVA(nn.Module):
         return self.head.document_keys_values(hidden), keep
 
     def score(self, queries: tuple[Tensor, Tensor, Tensor], query_index: Tensor, documents: Tensor,
-              doc_keep: Tensor) -> Tensor:  # fmt: skip
+              doc_keep: Tensor) -> Tensor:
         """Scores (B,) of encoded queries (each row once; `query_index` spreads them) and stored documents."""
-        # index_select, not x[query_index]: its backward adds the gradients in a fixed order
+        # index_select: its backward adds the gradients in a fixed order
         keys, values, keep = (part.index_select(0, query_index) for part in queries)
         return self.head.score(keys, values, keep, documents, doc_keep)
 

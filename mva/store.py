@@ -1,27 +1,7 @@
-"""MVA's precomputed document representations (Zhou and Devlin 2021, Sec. 2.1 and Table 5): what ``python -m
-mva.index`` stores and how ``python -m mva.evaluate`` scores from it, in one place so that the two agree.
-
-- A store (`common.stores.representations`) holds, per document, the rows the scoring head reads: for MVA the pooled,
-  projected [D_K | D_V] of each real timestep (`mva.model.MVA.document_keys_values`; width 2·H·p, Table 5's
-  ``70 x 128 x 2 = 17,920`` floats per document of all-tokens MVA¹); for the dual encoder (DE) one row, the
-  [CLS] vector (width h). A document's timesteps are those its pooling keeps (`mva.model.timestep_mask`: all
-  tokens without [SEP] and padding; First-K's first K real ones; the K [CLS] timesteps; the temporal groups
-  holding a real token), so its bytes are ``4 x 2 d H p`` in fp32, `mva.costs.mva_storage` per document. The
-  cross-attention model (CA) has nothing to store: it reads query and document together.
-- Identity: ``checkpoint`` (the sha256 of the checkpoint file) and ``strategy`` (the architecture: ``mva`` or
-  ``de``); ``extra`` records the pooling, projection, heads, hidden size, passage length and tokenizer.
-- Indexing (`representation`, built by `common.stores.writer.build_representations`): Lightning ``predict``, a step
-  per shard. `document_row_counts` tells each document's rows from its token mask alone, the encoder not run (the
-  store's size estimated before it is built, `common.stores.size`).
-- Scoring (`mva.query_scorer.QueryScorer`, a `common.stores.scoring.StoreScorer`): per query, the query side once
-  (pooling, Q_K and Q_V; or DE's [CLS] vector), then the candidates in batches, their rows read from the store or, end
-  to end, computed by the encoder at query time. The two paths differ only in where the rows come from: an fp32 store
-  scores as end-to-end does, to float rounding (the tests hold them within 1e-5).
-- Multi-pass (`CrossScorer`, Table 6): CA re-scores the top K of a first pass, its pairs encoded as CA was
-  trained.
-
-This module imports torch and Lightning (`mva.query_scorer` neither); the command lines answer ``--help`` and bad
-options without them.
+"""MVA's stored document representations (Zhou and Devlin 2021, Sec. 2.1, Table 5), shared by ``mva.index`` and
+``mva.evaluate``: a store (`common.stores.representations`) holds MVA's [D_K | D_V] of each kept timestep (2·H·p
+floats) or DE's [CLS] vector (h), identified by the checkpoint's sha256 and the architecture; CA stores nothing and
+re-scores a first pass's top K (`CrossScorer`, Table 6). Scoring itself: `mva.query_scorer`.
 """
 
 from __future__ import annotations
@@ -48,16 +28,13 @@ def load_ranker(state: dict) -> MVARanker:
 
 
 def data_encoder(data_settings: dict, pairs: bool = False) -> BertInputs:
-    """The `BertInputs` of a checkpoint's data settings (``datamodule_hyper_parameters``): queries and passages
-    tokenised and cut exactly as in training (concatenated for CA: `pairs`)."""
+    """The `BertInputs` of a checkpoint's data settings: inputs cut as in training (concatenated for CA: `pairs`)."""
     return BertInputs(pairs, data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 32),
-                      data_settings.get("passage_length", 112), data_settings.get("tokenizer_task"))  # fmt: skip
+                      data_settings.get("passage_length", 112), data_settings.get("tokenizer_task"))
 
 
 def document_row_counts(model, mask: Tensor) -> Tensor:
-    """(B, d) token mask -> (B,) rows `mva.query_scorer.document_rows` keeps of each document of a ranker's `model`,
-    without the encoder: DE's one; MVA's timesteps of its document pooling (`mva.model.timestep_mask`, then the first
-    K, the K [CLS] timesteps, or the temporal groups holding one)."""
+    """(B, d) token mask -> (B,) rows `mva.query_scorer.document_rows` keeps per document, without the encoder."""
     if architecture(model) != "mva":
         return mask.new_ones(len(mask), dtype=torch.long)
     pooling = model.doc_pooling
@@ -71,18 +48,14 @@ def document_row_counts(model, mask: Tensor) -> Tensor:
     return keep.sum(1)
 
 
-# --- indexing -----------------------------------------------------------------------------------------------------
-
-
 def representation(ranker: MVARanker, encoder: BertInputs) -> Representation:
-    """What the store of `ranker` (MVA or DE) holds (`document_rows`), under the architecture's name; beside the
-    identity, the model's shape and the passages' encoding."""
+    """What the store of `ranker` (MVA or DE) holds, with the model's shape and the passages' encoding."""
     settings = ranker.hparams
     extra = {"model": ranker.name, "hidden_size": ranker.model.bert.config.hidden_size,
-             "passage_length": encoder.passage_length, "tokenizer": encoder.tokenizer_name}  # fmt: skip
+             "passage_length": encoder.passage_length, "tokenizer": encoder.tokenizer_name}
     if architecture(ranker.model) == "mva":
         extra |= {"projection": settings.projection, "heads": settings.heads, "doc_pooling": settings.doc_pooling,
-                  "doc_timesteps": settings.doc_timesteps, "doc_factor": settings.doc_factor}  # fmt: skip
+                  "doc_timesteps": settings.doc_timesteps, "doc_factor": settings.doc_factor}
 
     def represent(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
         return document_rows(ranker.model, tokens, mask)
@@ -104,14 +77,12 @@ def storage_report(store: RepresentationStore) -> str:
 
 
 class CrossScorer:
-    """Scores query-candidate pairs with CA (`common.encoders.bert_rankers.BertRanker` over the concatenated pair),
-    end to end in batches of `batch_size`; ``macs`` accumulates its joint compute (`mva.costs.bert_macs` of each
-    pair's real tokens)."""
+    """Scores pairs with CA end to end in batches; ``macs`` sums `mva.costs.bert_macs` of each pair's tokens."""
 
     label = "end to end"
 
     def __init__(self, ranker: MVARanker, encoder: BertInputs, documents, *, batch_size: int,
-                 device: torch.device | str = "cpu"):  # fmt: skip
+                 device: torch.device | str = "cpu"):
         if architecture(ranker.model) != "ca":
             raise ValueError(f"the re-scoring pass is CA's, not {architecture(ranker.model)}'s")
         self.ranker, self.encoder, self.documents = ranker, encoder, documents

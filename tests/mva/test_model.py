@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from common.encoders.pretrained import bert_config
+from common.refusals import SettingError
 from mva.model import MVA, MultiVectorAttention, SidePooling, cls_starts, first_k, temporal_pool, timestep_mask
 from tests.gradients import assert_repeatable_gradients
 from tests.mva import by_hand
@@ -158,8 +159,6 @@ def test_cls_starts_are_cls_then_draws_at_the_word_embeddings_scale():
                  cls_init="copies")
     cls = copies.bert.embeddings.word_embeddings.weight[CLS]
     assert torch.equal(copies.query_pooling.cls, torch.stack([cls, cls]))
-    with pytest.raises(ValueError, match="cls_init must be one of distinct, copies, got 'same'"):
-        MVA(small_bert(), cls_token_id=CLS, projection=4, cls_init="same")
 
 
 PASSAGE = ("The Manhattan Project was a research and development undertaking during World War II that produced the "
@@ -193,13 +192,15 @@ def test_the_k_cls_outputs_of_a_pretrained_encoder_start_apart():
     assert distinct.mean().item() < 0.5 and distinct.max().item() < 0.9
 
 
-def test_bad_pooling_settings_are_refused():
-    with pytest.raises(ValueError, match="one of all, first_k, cls, temporal"):
-        SidePooling("max")
-    with pytest.raises(ValueError, match="timesteps >= 1"):
-        SidePooling("first_k")
-    with pytest.raises(ValueError, match="factor rho"):
-        SidePooling("temporal", factor=0)
+@pytest.mark.parametrize("settings, option", [
+    ({"doc_pooling": "first_k"}, "model.doc_timesteps"), ({"query_pooling": "cls"}, "model.query_timesteps"),
+    ({"query_pooling": "temporal"}, "model.query_factor"),
+    ({"doc_pooling": "temporal", "doc_factor": 2, "tied_init": True}, "model.tied_init"),
+])
+def test_settings_no_type_refuses_are_refused_naming_their_option(settings, option):
+    with pytest.raises(SettingError) as refused:
+        MVA(small_bert(), cls_token_id=CLS, projection=4, **settings)
+    assert refused.value.option == option
 
 
 # --- the model ----------------------------------------------------------------------------------------------------
@@ -306,8 +307,7 @@ def test_tied_init_starts_the_document_projections_as_copies_of_the_querys():
     assert torch.equal(tied.doc_key.weight, tied.query_key.weight - 0.1)  # only the document's moved
     untied = MultiVectorAttention(6, 6, projection=4)
     assert not torch.equal(untied.doc_key.weight, untied.query_key.weight)
-    with pytest.raises(ValueError, match="tied_init copies the query's projections to the document's: their "
-                                         "widths must agree, got 6 and 12"):
+    with pytest.raises(SettingError, match="their widths must agree .*, got 6 and 12"):
         MultiVectorAttention(6, 12, projection=4, tied_init=True)
 
 

@@ -271,3 +271,17 @@ def test_an_old_checkpoint_scores_its_expected_run(monkeypatch, name):
 
 def test_passages_are_cached_by_content_not_by_id(exported):
     assert_cache_keyed_by_content(lambda: load(exported))
+
+
+def test_the_model_keys_are_the_models_arguments_and_ranker_settings():
+    """`MVA_KEYS` are `mva.model.MVA`'s settings and `DE_KEYS` `MVARanker`'s DE settings, each an `MVARanker`
+    argument (``mva.pretrain`` parses them with its parser)."""
+    import inspect
+
+    from mva import portable
+    from mva.model import MVA
+    from mva.ranker import MVARanker
+
+    assert list(portable.MVA_KEYS) == list(inspect.signature(MVA).parameters)[2:]
+    ranker = inspect.signature(MVARanker).parameters
+    assert set(portable.MODEL_KEYS) <= set(ranker) and {"de_pooling", "de_cosine_scale"} == set(portable.DE_KEYS)

@@ -21,13 +21,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 #: A tiny BERT from scratch, short examples, small batches.
 TINY = ["--collection", "builtin:train", "--num_layers", "1", "--hidden_size", "32", "--num_heads", "2",
         "--intermediate_size", "64", "--max_length", "32", "--batch_size", "8", "--steps", "20", "--lr", "2e-3",
-        "--accelerator", "cpu"]  # fmt: skip
+        "--accelerator", "cpu"]
 #: mva.train on the built-in collection, two steps, no baselines (test_mva_train's TINY without the model sizes,
 #: which a pretrained --model.encoder has of its own).
 TRAIN = ["--model.projection", "8", "--data.passage_length", "32", "--data.depth", "10", "--data.dev_queries", "3",
          "--data.dev_depth", "5", "--data.test_queries", "4", "--data.batch_size", "2", "--data.eval_batch_size", "16",
          "--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--trainer.enable_progress_bar", "false",
-         "--save_every_n_steps", "2", "--compare_with", "[]"]  # fmt: skip
+         "--save_every_n_steps", "2", "--compare_with", "[]"]
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +105,7 @@ def test_nsp_pairs_are_a_passages_halves_or_a_random_second_half(documents, buil
 def test_the_mlm_loss_of_a_fixed_batch_decreases(documents, builtin_tokenizer):
     torch.manual_seed(0)
     model = pretrain.scratch_model(builtin_tokenizer, nsp=True, num_layers=1, hidden_size=32, num_heads=2,
-                                   intermediate_size=64, dropout=0.1)  # fmt: skip
+                                   intermediate_size=64, dropout=0.1)
     examples = pretrain.PretrainingExamples(documents, builtin_tokenizer, max_length=32, nsp=True)
     batch = pretrain.collator(builtin_tokenizer, 0.15, seed=0)(examples.examples(list(documents)[:8], random.Random(0)))
     before = pretrain.probe_losses(model, batch)
@@ -171,7 +171,7 @@ def test_mva_train_starts_from_the_output(pretrained, tmp_path):
     out, _ = pretrained
     run = tmp_path / "run"
     metrics = train.main([*TRAIN, "--model.encoder", str(out), "--data.tokenizer", str(out), "--model.lr", "0",
-                          "--output_dir", str(run)])  # fmt: skip
+                          "--output_dir", str(run)])
     assert "mva" in metrics
     config = yaml.safe_load((run / "config.yaml").read_text())
     assert config["model"]["encoder"] == str(out) and config["data"]["tokenizer"] == str(out)
@@ -210,7 +210,7 @@ def wordpiece(folder):
     ("BertForPreTraining", "auto", "BertForPreTraining", ""),  # the NSP head is there: MLM + NSP
     ("BertModel", "auto", "BertForMaskedLM", " (its MLM head starts fresh)"),  # no heads (MiniLM's layout): MLM
     ("BertModel", "on", "BertForPreTraining", " (its MLM and NSP heads start fresh)"),  # NSP asked for
-])  # fmt: skip
+])
 def test_an_encoder_folder_is_continued(tmp_path, builtin_tokenizer, layout, nsp, expect, fresh, capsys):
     """``--encoder`` loads a Hugging Face folder (weights and tokenizer); with ``--lr 0`` its weights come out as
     they went in."""
@@ -219,20 +219,20 @@ def test_an_encoder_folder_is_continued(tmp_path, builtin_tokenizer, layout, nsp
     tokenizer.save_pretrained(folder)
     vocab = len(load_tokenizer(str(folder)))
     config = BertConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=64)  # fmt: skip
+                        intermediate_size=32, max_position_embeddings=64)
     torch.manual_seed(3)
     (BertForPreTraining if layout == "BertForPreTraining" else BertModel)(config).save_pretrained(folder)
     out = tmp_path / "out"
     record = pretrain.main(["--collection", "builtin:train", "--encoder", str(folder), "--output_dir", str(out),
                             "--nsp", nsp, "--steps", "2", "--batch_size", "4", "--max_length", "32", "--lr", "0",
-                            "--accelerator", "cpu"])  # fmt: skip
+                            "--accelerator", "cpu"])
     assert record["nsp"] == (expect == "BertForPreTraining") and record["encoder"] == str(folder)
     assert json.loads((out / "config.json").read_text())["architectures"] == [expect]
     before, after = weights(folder), weights(out)
     prefix = "" if layout == "BertModel" else "bert."
     backbone = {k: v for k, v in before.items() if "pooler" not in k or expect == "BertForPreTraining"}
     assert all(torch.equal(after["bert." + k.removeprefix(prefix)], v) for k, v in backbone.items()
-               if k.startswith(prefix))  # fmt: skip
+               if k.startswith(prefix))
     if layout == "BertForPreTraining":
         assert all(torch.equal(after[k], v) for k, v in before.items())  # its heads too
     assert f"pre-training {folder}{fresh} with " in capsys.readouterr().out  # says which heads start fresh
@@ -264,14 +264,13 @@ CASES = [
                            "Lightning): give one device (auto, 1, or an index such as 0,); got 0,1"),
     (["--architecture", "mva", "--init", "{in}/used"], "--init: {in}/used holds no readable pretrain.json: not an "
                                                        "mva.pretrain output"),
-    (["--architecture", "mva", "--model.doc_pooling", "cls"], "--model.doc_timesteps: cls pooling keeps K timesteps"),
-]  # fmt: skip
+]
 
 
 @pytest.fixture
 def inputs(tmp_path):
     return write_inputs(tmp_path / "inputs", {"docs.tsv": "d1\tthe cat sat\n", "used/notes.txt": "mine\n",
-                                              "hf/config.json": "{}\n"})  # fmt: skip
+                                              "hf/config.json": "{}\n"})
 
 
 @pytest.mark.parametrize("args, expect", CASES)
@@ -285,7 +284,7 @@ def test_bad_input_is_refused_in_one_line(tmp_path, inputs, args, expect):
 def test_an_encoder_that_does_not_load_is_refused_once_read(tmp_path, inputs):
     """A folder with a config.json but no weights: refused once transformers has read it, nothing written."""
     refused("mva.pretrain", ["--collection", "{in}/docs.tsv", "--encoder", "{in}/hf", "--output_dir", "out"], tmp_path,
-            "--encoder: {in}/hf does not load as a Hugging Face BERT and tokenizer: ", inputs=inputs)  # fmt: skip
+            "--encoder: {in}/hf does not load as a Hugging Face BERT and tokenizer: ", inputs=inputs)
 
 
 def test_help_explains_the_command(capsys):
@@ -294,5 +293,5 @@ def test_help_explains_the_command(capsys):
     assert done.value.code == 0
     text = capsys.readouterr().out
     for needle in ("--collection", "--encoder", "--nsp", "--mlm_probability", "--num_layers", "DataCollatorForLanguage",
-                   "mva.train --model.encoder DIR"):  # fmt: skip
+                   "mva.train --model.encoder DIR"):
         assert needle in text, needle

@@ -10,7 +10,6 @@ import json
 import random
 import shlex
 from pathlib import Path
-from typing import get_args
 
 import pytest
 import torch
@@ -19,10 +18,10 @@ from safetensors.torch import load_file
 from torch.nn.functional import cross_entropy, logsigmoid
 from transformers import BertForMaskedLM, BertModel
 
-from common.encoders.bert_rankers import BertSiamese, SiamesePooling
+from common.encoders.bert_rankers import BertSiamese
 from common.encoders.tokenizers import load_tokenizer
 from mva import model as mva_model
-from mva import pretrain, train
+from mva import portable, pretrain, train
 from mva.ranker import MVARanker
 from tests.bad_input.refusal import refused_in_process
 from tests.mva import paper
@@ -33,7 +32,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 #: A tiny BERT from scratch (as tests/mva/test_pretrain.py's), short inputs, small batches.
 SIZES = {"num_layers": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 64}
 TINY = ["--collection", "builtin:train", *itertools.chain.from_iterable((f"--{k}", str(v)) for k, v in SIZES.items()),
-        "--max_length", "32", "--batch_size", "8", "--lr", "2e-3", "--accelerator", "cpu"]  # fmt: skip
+        "--max_length", "32", "--batch_size", "8", "--lr", "2e-3", "--accelerator", "cpu"]
 #: MVA's settings of the chain's tests: K [CLS] embeddings on both sides (the shifted MLM positions).
 MVA_FLAGS = {"projection": 8, "query_pooling": "cls", "query_timesteps": 3, "doc_pooling": "cls", "doc_timesteps": 4}
 CONFIGS = Path(train.__file__).parent / "configs"
@@ -45,7 +44,9 @@ def tokenizer():
 
 
 def settings(architecture: str, **given) -> dict:
-    return pretrain.MODEL_SETTINGS[architecture] | given
+    """The DE's or MVA's settings at `MVARanker`'s defaults, then `given`."""
+    keys = portable.DE_KEYS if architecture == "de" else portable.MVA_KEYS
+    return {key: inspect.signature(MVARanker).parameters[key].default for key in keys} | given
 
 
 def tiny_model(tokenizer, architecture: str, seed: int = 0, **given):
@@ -86,7 +87,7 @@ def test_pairs_read_apart_are_each_an_input_of_its_own(documents, tokenizer):
     examples = pretrain.PretrainingExamples(documents, tok, length, nsp=True, apart=True)
     ids = list(documents)[:200]
     words = {doc_id: tok(f"{d.title} {d.text}".strip(), add_special_tokens=False)["input_ids"][: 2 * (length - 2)]
-             for doc_id, d in zip(ids, documents.get_many(ids))}  # fmt: skip
+             for doc_id, d in zip(ids, documents.get_many(ids))}
     seconds = {tuple(w[(len(w) + 1) // 2 :]) for w in words.values()}
     pairs = examples.examples(ids, random.Random(0))
     assert 70 < sum(p["next_sentence_label"] == pretrain.IS_NEXT for p in pairs) < 130
@@ -139,7 +140,7 @@ def test_the_de_losses_are_bert_outputs_by_hand(documents, tokenizer):
         nsp = bce_by_hand((query * doc).sum(-1), is_next)
         mlm = mean_of_sides([(masked_lm(input_ids=batch[f"{side}_tokens"], attention_mask=batch[f"{side}_mask"],
                                         labels=batch[f"{side}_labels"]).loss,
-                              (batch[f"{side}_labels"] != -100).sum()) for side in ("query", "doc")])  # fmt: skip
+                              (batch[f"{side}_labels"] != -100).sum()) for side in ("query", "doc")])
     assert torch.allclose(losses["nsp"], nsp, rtol=1e-5) and torch.allclose(losses["mlm"], mlm, rtol=1e-5)
     assert 0 < is_next.mean() < 1  # both labels
 
@@ -149,7 +150,7 @@ def test_the_de_losses_are_bert_outputs_by_hand(documents, tokenizer):
     {"projection": 8, "query_pooling": "all", "doc_pooling": "cls", "doc_timesteps": 5},
     {"projection": 8, "heads": 2, "query_pooling": "first_k", "query_timesteps": 4, "doc_pooling": "temporal",
      "doc_factor": 3},
-])  # fmt: skip
+])
 def test_the_mva_losses_are_its_score_and_its_encoder_outputs_by_hand(documents, tokenizer, given):
     """NSP's logit is ``MVA.forward``'s score of (A as the query, B' as the document), as mva.train scores a batch;
     MLM reads the encoder over each side's input as `mva.model.SidePooling` makes it, built here by hand (K
@@ -169,7 +170,7 @@ def test_the_mva_losses_are_its_score_and_its_encoder_outputs_by_hand(documents,
             if pooling.kind == "cls":
                 k = pooling.timesteps
                 embeds = torch.cat([pooling.cls.expand(len(tokens), -1, -1),
-                                    masked_lm.bert.embeddings.word_embeddings(tokens[:, 1:])], 1)  # fmt: skip
+                                    masked_lm.bert.embeddings.word_embeddings(tokens[:, 1:])], 1)
                 attention = torch.cat([torch.ones(len(tokens), k, dtype=mask.dtype), mask[:, 1:]], 1)
                 hidden = masked_lm.bert(inputs_embeds=embeds, attention_mask=attention).last_hidden_state
                 hidden = hidden[:, k - 1 :]  # position K - 1 + j holds the input's token j (j >= 1)
@@ -210,7 +211,7 @@ def chain(tmp_path_factory):
         de = pretrain.main([*TINY, "--architecture", "de", "--steps", "20", "--output_dir", str(folder / "de")])
         flags = itertools.chain.from_iterable((f"--model.{k}", str(v)) for k, v in MVA_FLAGS.items())
         mva = pretrain.main([*TINY[:2], *TINY[-8:], "--architecture", "mva", "--init", str(folder / "de"), *flags,
-                             "--steps", "5", "--output_dir", str(folder / "mva")])  # fmt: skip
+                             "--steps", "5", "--output_dir", str(folder / "mva")])
     return {"de": (folder / "de", de, built[0]), "mva": (folder / "mva", mva, built[1])}
 
 
@@ -243,7 +244,7 @@ def test_the_mva_output_loads_strictly_and_scores_as_pretrained(chain, documents
     assert record["architecture"] == "mva" and record["init"] == str(de_out)
     assert record["model"] == settings("mva", **MVA_FLAGS)
     ranker = MVARanker(architecture="mva", encoder=str(out), tokenizer=str(out), **MVA_FLAGS,
-                       init_checkpoint=str(out / pretrain.CHECKPOINT)).eval()  # fmt: skip
+                       init_checkpoint=str(out / pretrain.CHECKPOINT)).eval()
     state = torch.load(out / pretrain.CHECKPOINT, map_location="cpu", weights_only=True)["state_dict"]
     assert state.keys() == ranker.state_dict().keys()  # the strict load's keys: the whole model, under model.
     assert {"model.query_pooling.cls", "model.doc_pooling.cls", "model.head.doc_key.weight"} <= state.keys()
@@ -263,7 +264,7 @@ def test_the_mva_output_loads_strictly_and_scores_as_pretrained(chain, documents
     ({"query_timesteps": 2}, "--model.query_timesteps: {ckpt} was pre-trained with query_timesteps 3 ({record}), got 2"),
     ({"projection": 16}, "--model.projection: {ckpt} was pre-trained with projection 8 ({record}), got 16"),
     ({"architecture": "de"}, "--model.architecture: {ckpt} was pre-trained as mva ({record}), got de"),
-])  # fmt: skip
+])
 def test_fine_tuning_with_other_settings_than_the_pretrained_head_is_refused(chain, flags, expect, tmp_path, capsys):
     """``mva.train --model.init_checkpoint OUT/mva.ckpt`` reads OUT/pretrain.json: another pooling, K, projection or
     architecture than the head was pre-trained with is named before anything is built."""
@@ -272,7 +273,7 @@ def test_fine_tuning_with_other_settings_than_the_pretrained_head_is_refused(cha
     given = {**MVA_FLAGS, **flags}
     line = ["--model.encoder", str(out), "--data.tokenizer", str(out), "--model.init_checkpoint", str(ckpt),
             *itertools.chain.from_iterable((f"--model.{k}", str(v)) for k, v in given.items()),
-            "--output_dir", str(tmp_path / "run")]  # fmt: skip
+            "--output_dir", str(tmp_path / "run")]
     refused_in_process(train.main, line, capsys, expect.format(ckpt=ckpt, record=record))
     assert not (tmp_path / "run").exists()
 
@@ -286,7 +287,7 @@ def test_first_k_and_all_tokens_have_the_same_weights_so_the_record_tells_them_a
              "heads": 1, "query_pooling": "all", "doc_pooling": "first_k", "doc_timesteps": 16}
     assert train.check_settings({"model": model}) is None
     assert train.check_settings({"model": {**model, "doc_pooling": "all"}}).startswith(
-        "--model.doc_pooling: ")  # fmt: skip
+        "--model.doc_pooling: ")
     assert train.check_settings({"model": {**model, "doc_timesteps": 32}}).startswith(
         f"--model.doc_timesteps: {tmp_path / pretrain.CHECKPOINT} was pre-trained with doc_timesteps 16")
     (tmp_path / pretrain.RECORD).write_text("{not json")
@@ -294,10 +295,9 @@ def test_first_k_and_all_tokens_have_the_same_weights_so_the_record_tells_them_a
 
 
 def test_the_command_names_the_fine_tuning_that_starts_from_it(tmp_path, capsys):
-    args = pretrain.build_parser().parse_args(["--collection", "builtin:train", "--output_dir", str(tmp_path / "o"),
-                                               "--architecture", "mva", "--model.doc_pooling", "cls",
-                                               "--model.doc_timesteps", "24", "--model.tied_init", "true"])  # fmt: skip
-    pretrain.check_args(args)
+    args = parsed_args("--architecture", "mva", "--model.doc_pooling", "cls", "--model.doc_timesteps", "24",
+                       "--model.tied_init", "true")
+    args.output_dir = str(tmp_path / "o")
     line = pretrain.fine_tuning(args)
     parsed = printed_config(train.main, "mva.train", *shlex.split(line)[3:])
     assert parsed["model"]["init_checkpoint"] == str(tmp_path / "o" / pretrain.CHECKPOINT)
@@ -307,22 +307,10 @@ def test_the_command_names_the_fine_tuning_that_starts_from_it(tmp_path, capsys)
 # --- the settings -----------------------------------------------------------------------------------------------------
 
 
-def test_the_settings_and_their_defaults_are_the_fine_tunings():
-    """Every setting is an `MVARanker` argument with the same default; the names they take are `mva.model`'s and
-    `BertSiamese`'s."""
-    ranker = inspect.signature(MVARanker).parameters
-    for architecture, defaults in pretrain.MODEL_SETTINGS.items():
-        for key, default in defaults.items():
-            assert ranker[key].default == default, key
-    mva = inspect.signature(mva_model.MVA).parameters
-    assert set(pretrain.MODEL_SETTINGS["mva"]) == set(mva) - {"self", "bert", "cls_token_id"}
-    assert pretrain.POOLINGS == mva_model.POOLINGS and pretrain.CHOICES["cls_init"] == mva_model.CLS_INITS
-    assert pretrain.CHOICES["de_pooling"] == get_args(SiamesePooling)
-
-
 def parsed_args(*line: str):
-    args = pretrain.build_parser().parse_args(["--collection", "builtin:train", "--output_dir", "unused", *line])
-    pretrain.check_args(args)
+    args, flags = pretrain.build_parser().parse_known_args(["--collection", "builtin:train", "--output_dir",
+                                                            "unused", *line])
+    pretrain.check_args(args, flags)
     return args
 
 
@@ -335,7 +323,7 @@ def test_a_fine_tuning_config_gives_the_settings_and_flags_override_them():
     assert args.model == {key: model.get(key, default) for key, default in settings("mva").items()}
     assert (args.model["doc_timesteps"], args.model["projection"], args.model["query_timesteps"]) == (24, 64, 8)
     args = parsed_args("--architecture", "mva", "--config", str(name), "--model.projection", "32",
-                       "--model.query_pooling", "all", "--model.query_timesteps", "null")  # fmt: skip
+                       "--model.query_pooling", "all", "--model.query_timesteps", "null")
     assert (args.model["projection"], args.model["query_pooling"], args.model["query_timesteps"]) == (32, "all", None)
     minilm = CONFIGS / "trec-dl-passages-minilm.yaml"
     assert parsed_args("--architecture", "mva", "--config", str(minilm)).model["tied_init"] is True
@@ -360,28 +348,29 @@ REFUSALS = [
     (["--model.projection", "8"], "--model.projection: gives the DE's or MVA's score; --architecture ca has none"),
     (["--config", "{config}"], "--config: gives the DE's or MVA's score; --architecture ca has none to set"),
     (["--architecture", "de", "--model.projection", "8"], "--model.projection: is not a setting of the DE"),
-    (["--architecture", "mva", "--model.projection", "0"], "--model.projection: must be a positive integer, got 0"),
-    (["--architecture", "mva", "--model.doc_pooling", "max"], "--model.doc_pooling: must be one of all, first_k, "
-                                                              "cls, temporal, got max"),
-    (["--architecture", "mva", "--model.tied_init", "maybe"], "--model.tied_init: must be true or false, got maybe"),
+    (["--architecture", "mva", "--model.projection", "0"], "--model.projection: not of type PositiveInt: 0"),
+    (["--architecture", "mva", "--model.doc_pooling", "max"], "--model.doc_pooling: expected a Literal['all', "
+                                                              "'first_k', 'cls', 'temporal']. Got value: max"),
+    (["--architecture", "mva", "--model.tied_init", "maybe"], "--model.tied_init: expected a bool. Got value: maybe"),
+    (["--architecture", "mva", "--model.nosuch", "1"], "unrecognized arguments: --model.nosuch 1"),
+    (["--nosuch", "1"], "unrecognized arguments: --nosuch 1"),
     (["--architecture", "mva", "--model.doc_pooling", "cls"],
      "--model.doc_timesteps: cls pooling keeps K timesteps: give K"),
     (["--architecture", "mva", "--model.query_pooling", "temporal"],
      "--model.query_factor: temporal pooling needs its factor rho"),
     (["--architecture", "mva", "--model.doc_pooling", "temporal", "--model.doc_factor", "2", "--model.tied_init",
-      "true"], "--model.tied_init: copies the query's projections to the document's, whose timesteps are 2 h wide"),
+      "true"], "--model.tied_init: copies the query's projections to the document's: their widths must agree"),
     (["--architecture", "mva", "--model.doc_pooling", "cls", "--model.doc_timesteps", "500"],
      "--max_length: a BERT from scratch reads at most 512 tokens, got 128 + 499 (--model.doc_timesteps 500: K"),
     (["--architecture", "de", "--model.de_cosine_scale", "-1"],
-     "--model.de_cosine_scale: must be a positive number or null, got -1"),
+     "--model.de_cosine_scale: does not validate against any of the Union subtypes"),
     (["--architecture", "mva", "--model.architecture", "de"], "--model.architecture: de is not --architecture mva"),
     (["--architecture", "mva", "--config", "{config}"], "--config: {config} is a config of the DE, not of the MVA"),
     (["--architecture", "mva", "--config", "{nosuch}"], "--config: {nosuch} cannot be read"),
-    (["--architecture", "de", "--config", "{bad}"], "--config: {bad}: model.de_cosine_scale: must be a positive "
-                                                    "number or null, got 'x'"),
+    (["--architecture", "de", "--config", "{bad}"], "--config: {bad}: model.de_cosine_scale: does not validate "),
     (["--architecture", "de", "--max_length", "2"], "--max_length: must leave room for [CLS], a half and [SEP] on "
                                                     "each side (at least 3), got 2"),
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="module")
@@ -398,7 +387,7 @@ def fakes(tmp_path_factory):
     (folder / "config.yaml").write_text(yaml.safe_dump({"model": {"architecture": "de", "de_pooling": "mean"}}))
     (folder / "bad.yaml").write_text(yaml.safe_dump({"model": {"architecture": "de", "de_cosine_scale": "x"}}))
     return {"de": folder / "de", "ca": folder / "ca", "empty": folder / "empty", "nosuch": folder / "nosuch",
-            "config": folder / "config.yaml", "bad": folder / "bad.yaml"}  # fmt: skip
+            "config": folder / "config.yaml", "bad": folder / "bad.yaml"}
 
 
 @pytest.mark.parametrize("line, expect", REFUSALS)
@@ -441,9 +430,9 @@ def test_each_config_names_the_papers_pre_training_and_its_fine_tuning_from_it(n
     commands = c4_chain(name, model["architecture"])
     output = {"de": "DE_C4", "ca": "CA_C4", "mva": "MVA_C4"}[model["architecture"]]
     line = [{"DE_C4": str(fakes["de"]), output: str(tmp_path / output)}.get(arg, arg)
-            for arg in commands["mva.pretrain"]]  # fmt: skip
-    args = pretrain.build_parser().parse_args(line)
-    pretrain.check_args(args)
+            for arg in commands["mva.pretrain"]]
+    args, flags = pretrain.build_parser().parse_known_args(line)
+    pretrain.check_args(args, flags)
     batch_size, lr = paper.quoted(r"with batch size ([\d,]+) and Adam with learning rate (\S+)\.")
     (c4_steps,) = paper.quoted(r"on C4 for ([\d,]+) iterations")
     (mva_steps,) = paper.quoted(r"pre-train on the same MLM and NSP tasks for ([\d,]+) iterations")

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from common.data.specs import source_from_spec
+from common.refusals import SettingError
 from mva.data import MVADataModule
 from mva.ranker import MVARanker, softmax_loss
 from tests.papers import training_groups
@@ -116,3 +117,10 @@ def test_the_learning_rate_warms_up_linearly_then_decays_linearly_to_zero_at_the
         scheduler.step()
     assert {s: rates[s] for s in by_hand} == pytest.approx({s: lr * f for s, f in by_hand.items()}, abs=1e-20)
     assert all(group["lr"] == optimizer.param_groups[0]["lr"] for group in optimizer.param_groups)
+
+
+def test_heads_that_do_not_divide_the_hidden_size_are_refused_naming_the_option():
+    with pytest.raises(SettingError) as refused:
+        MVARanker(**(TINY | {"hidden_size": 32, "num_heads": 3}))
+    assert (refused.value.option, refused.value.message) == ("model.num_heads", "must divide --model.hidden_size (32), "
+                                                                                "got 3")
