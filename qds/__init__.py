@@ -14,3 +14,6 @@ Jiang, Xiong, Lee, Wang; Findings of EMNLP 2020 (../shared/papers/qds-transforme
   `common.encoders.tokenizers`: RoBERTa's or a built-in BPE;
 - ``python -m qds.train``, ``python -m qds.evaluate``, ``python -m qds.benchmark`` (Table 5).
 """
+
+#: The local attention window w (Eq. 7: |i - j| <= w / 2; the paper's 128), every QDS command's default.
+WINDOW = 128
