@@ -1,22 +1,9 @@
 """QDS-Transformer's LightningDataModule: pointwise training groups and re-ranking of candidate runs.
 
-- Tasks come from `common.data.specs.source_from_spec`: ``builtin:<split>``,
-  ``irds:<ir_datasets id>`` (``msmarco-document/train``, ``msmarco-document/dev``,
-  ``msmarco-document/trec-dl-2019/judged`` for the paper) or a mapping of TREC files.
-- Training (official ``utils.Data.batch_iter``): every relevant (query, document) pair with
-  `negatives` non-relevant documents from the query's top-`depth` candidates, labels 1/0
-  (`common.data.samplers.PointwiseSampler`); new negatives each epoch. ``positives:
-  candidates`` (the default) takes, as the official code does (``src/utils.py`` lines
-  272-279), only the relevant documents among the top-100 candidates; ``qrels`` every judged
-  relevant one. Tasks, loaders and evaluated queries: `common.training.tasks.RerankingDataModule`;
-  torchdata's ``StatefulDataLoader``, so a checkpoint taken mid-epoch resumes at the next batch.
-- Evaluation: every query's top-`depth` candidates (100: the TREC DL re-ranking subtask) are
-  scored; the dev split may be cut to `dev_queries` queries (drawn with the seed; the official
-  code's ``num_sample_eval``) and `dev_depth` candidates, since MS MARCO dev is 5,193 queries.
-  Evaluation pairs are batched in order of document length, which wastes little on padding.
-- Inputs: `qds.batches.Encoder` on `qds.inputs` (QDS: sentences by `qds.sentences` in the ``official`` or ``sos``
-  layout; FirstP/MaxP: RoBERTa pairs). Document tokens are computed in the loader (its workers when
-  ``num_workers > 0``) and kept per process.
+Training (official ``utils.Data.batch_iter``): each relevant pair with `negatives` negatives from the query's
+top-`depth` candidates (``positives: candidates``: only relevant documents among them, as ``src/utils.py`` 272-279).
+Evaluation: every query's top-`depth` candidates; dev may be cut to `dev_queries` and `dev_depth`. Inputs:
+`qds.batches.Encoder`. Details: docs/qds.md.
 """
 
 from __future__ import annotations
@@ -99,8 +86,6 @@ class QDSDataModule(RerankingDataModule):
         num_workers: NonNegativeInt = 0,
         seed: int = 0,
     ):
-        # Resolved before save_hyperparameters, as the CLI resolves the model's (`qds.train`): Lightning requires the
-        # two hyperparameters to agree, and checkpoints keep the task.
         tokenizer_task = resolved_tokenizer_task(tokenizer, tokenizer_task, train)
         super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()
