@@ -99,8 +99,6 @@ class Check:
     in_process: bool = False
 
 
-
-
 def _flex(context: Context) -> dict:
     import torch
 
@@ -140,8 +138,6 @@ def _compilations(context: Context) -> dict:
         raise CheckFailed(f"FlexAttention over {len(SHAPES)} shapes: {found} (at most 2 graphs, every call one of "
                           "them, within the float32 tolerance)")
     return found
-
-
 
 
 def _accelerator(context: Context) -> list[str]:
@@ -281,8 +277,6 @@ CHECKS = [
     _two_gpus("conformer_kernel"),
     _two_gpus("qds"),
 ]  # fmt: skip
-
-
 
 
 def machine(device: str) -> dict:

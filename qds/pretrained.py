@@ -43,7 +43,7 @@ def convert_bert(bert, *, attention_window: int, max_length: int, dropout: float
 
 
 def longformer_config(source, *, attention_window: int, max_length: int, dropout: float):
-    """The ``LongformerConfig`` a BERT of config `source` converts to (module docstring, "Config")."""
+    """The ``LongformerConfig`` a BERT of config `source` converts to (choices: docs/qds.md)."""
     from transformers import LongformerConfig
 
     if getattr(source, "position_embedding_type", "absolute") != "absolute":

@@ -127,7 +127,7 @@ class _Layout:
 
 def _block_mask(position: Tensor, glob: Tensor, ordinary: Tensor, counts: Tensor, half: int,
                 block_size: int) -> BlockMask:
-    """The ordinary rows' block mask over a gathered order, from its block-level structure (module docstring)."""
+    """The ordinary rows' block mask over a gathered order, from its block-level structure (docs/kernels.md)."""
     rows, length = position.shape
     blocks = length // block_size
     slots = torch.arange(length, device=position.device)

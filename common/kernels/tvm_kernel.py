@@ -135,8 +135,6 @@ def load_kernels(window: int, head_dim: int, dtype: torch.dtype = torch.float32)
     return _KERNELS[family]
 
 
-
-
 def _cpu_target():
     """LLVM for this CPU (``mcpu`` from LLVM's host detection, for its vector width), else generic LLVM."""
     from tvm.target import Target, codegen
@@ -192,8 +190,6 @@ def _save_cached(module, path: Path) -> None:
         if tmp is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
-
-
 
 
 @dataclass(frozen=True)
@@ -347,7 +343,6 @@ class _Builder:
 
         return eb, eg, inverse
 
-
     def attend(self) -> _Definition:
         """Per row tile: band and global scores, softmax, O = (E_band V_band + E_global V_global) / Z."""
         te, R, D = self.te, _TILE, self.geometry.head_dim
@@ -407,7 +402,6 @@ class _Builder:
         dsg = te.compute(self.tile_slots, lambda b, u, r, s: pg[b, u, r, s]
                          * (dpg[b, self.row(u, r), s] - rowdot[b, u, r]) * scale, name="DSG")
         return _Definition([pb, pg, dpb, dpg, rowdot, dsb, dsg, self.gq], "RD", ("RB", "RG"), ("DS", "DSG"))
-
 
     def frame_rows(self) -> _Definition:
         """XF[b, j] = X[b, j - offset] inside [0, n), else 0: the frame (offset h), or a zero-padded tail (0)."""
@@ -471,8 +465,6 @@ class _Builder:
             return te.sum(tirx.Select(inside, g[b, u, r, k * R + s] * y[b, self.row(u, r), e], self.zero), axis=[k, r])
 
         return _Definition([g, y, te.compute((self.bh, self.nk, R, D), transposed, name="X")], "X")
-
-
 
 
 def _micro_kernel(sch, block: str, rows: int, columns: int, lanes: int) -> None:
@@ -620,8 +612,6 @@ def _compile(tvm, te, target, geometry: _Geometry, dtype: str):
             f"{lines[-1][:500] if lines else ''}; {_FALLBACK}") from error
     _STATS["compiled"] += 1
     return module
-
-
 
 
 class _Kernels:
