@@ -37,10 +37,8 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
     """QDS-Transformer and the Table 2/4 variants as one LightningModule (see the module docstring).
 
     Args:
-        pattern: ``qds``, ``qds_q``, ``qds_s``, ``longformer_qa``, ``sparse`` (sparse attention,
-            Table 4 rows) or ``firstp``, ``maxp`` (dense RoBERTa baselines).
-        encoder: Hugging Face name or path of the pretrained encoder (``allenai/longformer-base-4096``,
-            ``roberta-base``); None builds one from scratch with the sizes below.
+        pattern: a Table 4 pattern (``qds``, ``qds_q``, ``qds_s``, ``longformer_qa``, ``sparse``), ``firstp``, ``maxp``.
+        encoder: Hugging Face name or path of the pretrained encoder; None builds one from scratch of the sizes below.
         tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; gives vocabulary and pad id).
         tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
         window: local attention window w (Eq. 7: |i - j| <= w / 2); even, as Longformer requires (paper: 128).
@@ -54,10 +52,8 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         betas: Adam's two betas, each in [0, 1) (paper: 0.9, 0.999).
         weight_decay: Adam's weight decay (paper: none).
         negatives: negatives per positive in a training group (linked from the data module): BCE's ``pos_weight``.
-        balanced_loss: weight the positive's BCE term by `negatives`, as the official loss does; False: unweighted
-            (the same at one negative).
-        impl: `common.kernels` implementation of the sparse attention (``auto``: TVM on CPU, FlexAttention on a CUDA
-            GPU where torch.compile builds it, else portable).
+        balanced_loss: weight the positive's BCE term by `negatives`, as the official loss does; False: unweighted.
+        impl: `common.kernels` implementation (``auto``: TVM on CPU, FlexAttention on a GPU, else portable).
     """
 
     measures = MEASURES
