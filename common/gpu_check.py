@@ -1,31 +1,12 @@
 """``python -m common.gpu_check``: what the CPU test tiers cannot run, run on a GPU in about ten minutes, into a report.
 
-The tests run on CPUs; these checks need a CUDA device (and two, for the last):
-
-- ``kernels-flex``: FlexAttention against the dense reference, its output and every input's gradient, in float32
-  and bfloat16 (`common.kernels.checks.flex_errors`);
-- ``kernels-auto``: ``impl="auto"`` picks FlexAttention on the GPU after its compile probe (`auto_choice`);
-- ``kernels-compilations``: one compiled graph for many (B, N) shapes, forward and backward, never the dense
-  fallback (`count_compilations`);
-- ``train-<package>-<precision>``: each package's tiny run on the built-in collection, two training steps and its
-  test, in ``bf16-mixed`` and in ``16-mixed`` (fused AdamW with the gradient scaler), with finite metrics;
-- ``evaluate-<package>``: its ``evaluate`` command on the bf16 run's checkpoint, on the GPU, in ``bf16-mixed``;
-- ``resume``: a QDS run killed (SIGKILL) after its first ``last.ckpt`` and resumed with ``--ckpt_path last`` ends
-  with the uninterrupted run's ``run.trec`` and ``metrics.json``, byte for byte (two uninterrupted runs compared
-  first, which tells a run that is not deterministic on this GPU from one that does not resume);
-- ``kernels-benchmark``: ``python -m common.kernels.benchmark`` on the GPU at 1,024 to 4,096 tokens, its rows;
-- ``two-gpus-<package>``: NDRM2 (the Conformer-Kernel's batch statistics) and QDS-Transformer on 2 GPUs, where 2
-  are visible.
-
-Each check runs in turn, the commands as subprocesses with a time limit; a check that would start past
-``--budget`` seconds is skipped and says so. The report (``report.json`` and ``report.md`` in ``--output_dir``:
-the GPU, torch and CUDA versions, each check's status, seconds and what it measured) is written as the checks end;
-the command exits with status 1 where any check failed. Commit a GPU's report under ``results/gpu/``.
-
-``--device cpu`` runs the same checks on the CPU, the GPU-only ones (``16-mixed``, FlexAttention's compile and
-gradients, ``auto`` picking it, two GPUs) skipped: a run of the harness itself on a machine without a GPU.
-``--dry_run`` prints what would run, with the command lines, and runs only the in-process kernel checks on the
-chosen device (seconds on a CPU).
+Checks: ``kernels-flex`` (FlexAttention against the dense reference, float32 and bfloat16), ``kernels-auto``,
+``kernels-compilations`` (`common.kernels.checks`); ``train-<package>-<precision>`` (tiny runs in ``bf16-mixed`` and
+``16-mixed``); ``evaluate-<package>``; ``resume`` (a QDS run killed and resumed ends byte for byte as an
+uninterrupted one); ``kernels-benchmark``; ``two-gpus-<package>``. Each runs in turn within ``--budget`` seconds;
+``report.json`` and ``report.md`` go to ``--output_dir`` (commit a GPU's under ``results/gpu/``); exit status 1
+where a check failed. ``--device cpu`` runs what a CPU can; ``--dry_run`` prints the commands. Details:
+docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -95,8 +76,7 @@ class Context:
             raise Skipped(f"needs {count} GPUs, {self.gpus} visible")
 
     def command(self, args: list[str], timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
-        """Run ``python *args`` with the run's environment, at most `timeout` seconds (and not past the deadline);
-        CheckFailed where it fails, naming the end of its output."""
+        """Run ``python *args`` within `timeout` and the deadline; CheckFailed with the end of its output."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise Skipped("the time budget is spent")
@@ -116,10 +96,7 @@ class Check:
     what: str
     run: Callable[[Context], dict]
     commands: Callable[[Context], list[list[str]]] = lambda context: []
-    in_process: bool = False  # a dry run runs it
-
-
-# --------------------------------------------------------------------------- kernels
+    in_process: bool = False
 
 
 def _flex(context: Context) -> dict:
@@ -130,7 +107,7 @@ def _flex(context: Context) -> dict:
     found = {}
     for dtype in (torch.float32, torch.bfloat16):
         if context.device == "cpu" and dtype is torch.bfloat16:
-            continue  # the CPU's eager flex: float32 forward only
+            continue
         errors = flex_errors(context.device, dtype)
         name = str(dtype).removeprefix("torch.")
         found[name] = errors
@@ -155,16 +132,12 @@ def _compilations(context: Context) -> dict:
     from common.kernels.checks import count_compilations
 
     gpu = context.device == "cuda"
-    # On a CPU the graphs are counted with dynamo's eager backend: inductor's CPU kernel takes minutes to build.
     found = count_compilations(SHAPES, context.device, backend="inductor" if gpu else "eager", gradients=gpu)
     if not (found["graphs"] <= 2 and found["graph_calls"] == found["flex_calls"]
             and found["max_error"] <= FLEX_TOLERANCE["float32"]):  # fmt: skip
         raise CheckFailed(f"FlexAttention over {len(SHAPES)} shapes: {found} (at most 2 graphs, every call one of "
                           "them, within the float32 tolerance)")
     return found
-
-
-# --------------------------------------------------------------------------- commands
 
 
 def _accelerator(context: Context) -> list[str]:
@@ -306,9 +279,6 @@ CHECKS = [
 ]  # fmt: skip
 
 
-# --------------------------------------------------------------------------- the run
-
-
 def machine(device: str) -> dict:
     """What the checks ran on."""
     import torch
@@ -322,8 +292,7 @@ def machine(device: str) -> dict:
 
 
 def run_checks(context: Context, checks: list[Check] = CHECKS) -> dict:
-    """Run `checks` in turn (a dry run: print each one's commands, run the in-process ones), writing the report after
-    each; returns it."""
+    """Run `checks` in turn (a dry run prints the commands), writing the report after each; returns it."""
     report = {"machine": machine(context.device), "dry_run": context.dry_run, "checks": []}
     for check in checks:
         entry = {"name": check.name, "what": check.what}
@@ -339,7 +308,7 @@ def run_checks(context: Context, checks: list[Check] = CHECKS) -> dict:
                 entry |= {"status": "failed", "why": str(finding)}
             except subprocess.TimeoutExpired as late:
                 entry |= {"status": "failed", "why": f"timed out after {late.timeout:.0f} s"}
-            except Exception as error:  # a crash of the check is a failure of what it checks
+            except Exception as error:
                 entry |= {"status": "failed", "why": f"{type(error).__name__}: {error}"}
         entry["seconds"] = round(time.monotonic() - start, 1)
         report["checks"].append(entry)

@@ -1,15 +1,7 @@
 """QDS-Transformer's batch encoder: (query text, document) pairs -> the model's input tensors, for one pattern.
 
-`Encoder` is what the data module's loaders (`qds.data.QDSDataModule`: training groups and the re-ranked candidates
-of ``qds.evaluate``) and a trained ranker outside Lightning (`qds.portable`, `common.api`) both call, so that a pair
-gets the same inputs wherever it is scored. It imports neither Lightning nor the training code.
-
-- QDS patterns: the sentences of the title and body (`qds.sentences`) in the ``official`` or ``sos`` layout
-  (`qds.inputs.build_qds_input`), with the pattern's global tokens; FirstP/MaxP: RoBERTa pairs of the first 512
-  tokens or of each 150-word passage.
-- A document's sentence tokens are kept per process (loaders re-rank a document for many queries), keyed by its id,
-  title and text together: two documents with one id (or the id ``""`` that `common.api` gives a bare text) but
-  other contents never share an entry. At most `CACHE_SIZE` entries; the cache starts over when full.
+`Encoder` serves the data module's loaders and `qds.portable` alike, so a pair gets the same inputs wherever it is
+scored. A document's sentence tokens are cached per process, keyed by id, title and text (at most `CACHE_SIZE`).
 """
 
 from __future__ import annotations
@@ -30,8 +22,7 @@ CACHE_SIZE = 100_000
 
 
 class Encoder(LazyTokenizer):
-    """Turns (query text, document) pairs into a model batch for one pattern (see `qds.inputs`); `tokenizer` a name
-    or folder (`common.encoders.tokenizers.load_tokenizer`, with `tokenizer_task` for ``train``)."""
+    """(query text, document) pairs -> a model batch for one pattern (`qds.inputs`); `tokenizer` a name or folder."""
 
     def __init__(self, pattern: str, tokenizer: str, max_length: int = 2048, max_sentences: int = MAX_SENTENCES,
                  max_passages: int = MAX_PASSAGES, tokenizer_task: SourceSpec | None = None,
@@ -64,9 +55,8 @@ class Encoder(LazyTokenizer):
         }
 
     def _sentences(self, document: Document) -> list[list[int]]:
-        """Token ids of the title then each sentence of the body (the URL is dropped, as in the official code; the
-        official layout keeps an empty title, as its ``[title] + sent_tokenize(body)`` does)."""
-        key = (document.doc_id, document.title, document.text)  # the contents, not the id alone
+        """Token ids of the title, then each sentence of the body (the URL dropped, as the official code does)."""
+        key = (document.doc_id, document.title, document.text)
         cached = self._cache.get(key)
         if cached is None:
             title = [document.title] if document.title.strip() or self.layout == "official" else []

@@ -1,5 +1,4 @@
-"""``python -m qds.benchmark``: training and inference milliseconds per query-document pair (MSpP) of QDS-Transformer
-against dense RoBERTa (Jiang et al., Findings of EMNLP 2020, Sec. 6.3, Table 5).
+"""``python -m qds.benchmark``: training and inference milliseconds per query-document pair, QDS vs dense (Table 5).
 
 Rows (``system``, ``impl``): ``dense`` (RoBERTa, SDPA) and ``sparse``, ``longformer_qa``, ``qds_s``, ``qds_q``, ``qds``
 on each `common.kernels` implementation, on exactly n tokens (`qds.inputs.exact_batch`, MS MARCO's mean query and
@@ -22,13 +21,16 @@ from common.benchmarks.plots import bar_chart
 from common.benchmarks.session import Session, output_paths, rounded
 from common.benchmarks.timing import inference_step, measure_step, training_step
 from common.refusals import positive_int, usage_error
+from qds import WINDOW
 
+#: ``--window``'s type in the QDS commands: Longformer's window is even.
+WINDOW_TYPE = even_int("Longformer's window spans w / 2 each side")
 SYSTEMS = ("dense", "sparse", "longformer_qa", "qds_s", "qds_q", "qds")
 IMPLS, PASSES = ("reference", "portable", "tvm", "flex"), ("train", "infer")
-LAYOUTS = ("official", "sos")  # qds.inputs.LAYOUTS, not imported here: qds.inputs loads torch, and --help must not
-FIRST_ORDINARY_ID = 5  # qds.inputs.FIRST_ORDINARY_ID: RoBERTa's ids 0-4 are special
-SIZES = {"cpu": BertSize(2, 256, 4, 1024), "cuda": BertSize(12, 768, 12, 3072)}  # head width 64; RoBERTa-base
-INPUTS = ("query_tokens", "sentence_tokens", "vocab_size", "layout", "seed")  # what qds.inputs.exact_batch takes
+LAYOUTS = ("official", "sos")
+FIRST_ORDINARY_ID = 5
+SIZES = {"cpu": BertSize(2, 256, 4, 1024), "cuda": BertSize(12, 768, 12, 3072)}
+INPUTS = ("query_tokens", "sentence_tokens", "vocab_size", "layout", "seed")
 SETTINGS = ("batch_size", "repeats", "warmup", *BertSize.OPTIONS, "window", "vocab_size", "dropout", "query_tokens",
             "sentence_tokens", "layout", "threads", "seed")
 FIELDS = ["bench", "system", "impl", "n", "pass", "ms", "peak_mb", "density", "ratio_to_dense", "batch_size",
@@ -38,8 +40,7 @@ TABLE = (("system", ""), ("impl", ""), ("n", "d"), ("pass", ""), ("ms", ".2f"), 
 
 
 def measure(system: str, impl: str, n: int, pass_: str, args: dict, device: str) -> dict:
-    """Median ms per pair and peak memory of one (system, impl, n, pass), in this process: `system`'s
-    `qds.model.Ranker` at the benchmark's size, seeded, with dropout as `qds.train`'s model draws it."""
+    """Median ms per pair and peak memory of one (system, impl, n, pass), in this process."""
     import torch
     import torch.nn.functional as F
     from transformers import RobertaConfig, RobertaModel
@@ -51,7 +52,7 @@ def measure(system: str, impl: str, n: int, pass_: str, args: dict, device: str)
     torch.set_num_threads(args["threads"])
     torch.manual_seed(args["seed"])
     size, dropout = BertSize(*(args[name] for name in BertSize.OPTIONS)), args["dropout"]
-    if system == "dense":  # qds.model's FirstP has 512 positions; this row needs n
+    if system == "dense":
         config = RobertaConfig(vocab_size=args["vocab_size"], pad_token_id=PAD, max_position_embeddings=n + PAD + 1,
                                type_vocab_size=1, hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
                                attn_implementation="sdpa", **size.hf_config())
@@ -63,8 +64,8 @@ def measure(system: str, impl: str, n: int, pass_: str, args: dict, device: str)
     step = (training_step(ranker, lambda batch: F.binary_cross_entropy_with_logits(ranker(batch), batch["labels"]),
                           lr=1e-5) if pass_ == "train" else inference_step(ranker))
     inputs = dict(batch_size=args["batch_size"], pattern=None if system == "dense" else system, device=device,
-                  **{key: args[key] for key in INPUTS})  # labels alternating 1 and 0, `system`'s global mask
-    step(exact_batch(min(n, 256), **inputs))  # loads libraries, kernels, thread pools; Adam's state
+                  **{key: args[key] for key in INPUTS})
+    step(exact_batch(min(n, 256), **inputs))
     measured = measure_step(step, exact_batch(n, **inputs), warmup=args["warmup"], repeats=args["repeats"],
                             device=device)
     return {"ms": measured["ms"] / args["batch_size"], "peak_mb": measured["peak_mb"]}
@@ -97,8 +98,7 @@ def parse_args(argv: list[str] | None):
     add("--batch_size", type=positive_int, default=2, help="query-document pairs per timed batch")
     add("--warmup", type=positive_int, default=1, help="untimed full-size batches (the first measures the memory)")
     add_size_options(parser, SIZES)
-    add("--window", type=even_int("Longformer's window spans w / 2 each side"), default=128,
-        help="local attention window w (|i - j| <= w/2), even")
+    add("--window", type=WINDOW_TYPE, default=WINDOW, help="local attention window w (|i - j| <= w/2), even")
     add("--vocab_size", type=int_above(FIRST_ORDINARY_ID, f"ids 0-{FIRST_ORDINARY_ID - 1} are special"), default=50265,
         help="vocabulary (RoBERTa's)")
     add("--dropout", type=probability, default=0.1, help="dropout in training (paper: 0.1)")
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         session.say(f"{args.device}: " + ", ".join(f"{k} {settings[k]}" for k in SETTINGS if k not in ("seed",)))
         from qds.inputs import exact_density
 
-        rows = []  # dense first: later rows get their ratio at once
+        rows = []
         for n, system in itertools.product(args.lengths, sorted(args.systems, key=SYSTEMS.index)):
             density = 1.0 if system == "dense" else round(exact_density(
                 system, n, args.query_tokens, args.sentence_tokens, args.window, args.layout), 6)

@@ -1,19 +1,8 @@
-"""Loading the official QDS-Transformer checkpoint (github.com/hallogameboy/QDS-Transformer).
+"""Loading the official QDS-Transformer checkpoint (github.com/hallogameboy/QDS-Transformer, ``modellib.QDSTModel``).
 
-The official ``modellib.QDSTModel`` keeps its Longformer as ``base`` (allenai's ``Longformer``,
-a ``RobertaModel`` whose self-attention has ``query_global``/``key_global``/``value_global``:
-the same names as Hugging Face's ``LongformerModel``) and its head as ``hidden_layer`` and
-``final_layer``; ``torch.save(model.state_dict())`` wrote them as::
-
-    base.embeddings.word_embeddings.weight            -> model.encoder.embeddings.word_embeddings.weight
-    base.encoder.layer.0.attention.self.query_global.weight
-                                                      -> model.encoder.encoder.layer.0.attention.self.query_global.weight
-    base.pooler.dense.weight                          -> model.encoder.pooler.dense.weight
-    hidden_layer.weight / .bias                       -> model.head.hidden.weight / .bias
-    final_layer.weight / .bias                        -> model.head.out.weight / .bias
-
-``base.embeddings.position_ids`` (a buffer older transformers saved) carries no weights and is
-dropped. Any other key that does not map is an error, as is a missing or mis-shaped parameter.
+Its keys map as ``base.*`` -> ``model.encoder.*``, ``hidden_layer.*`` -> ``model.head.hidden.*``, ``final_layer.*``
+-> ``model.head.out.*``; ``base.embeddings.position_ids`` is dropped; any other key, or a missing or mis-shaped
+parameter, is an error.
 """
 
 from __future__ import annotations

@@ -1,22 +1,9 @@
 """QDS-Transformer's LightningDataModule: pointwise training groups and re-ranking of candidate runs.
 
-- Tasks come from `common.data.specs.source_from_spec`: ``builtin:<split>``,
-  ``irds:<ir_datasets id>`` (``msmarco-document/train``, ``msmarco-document/dev``,
-  ``msmarco-document/trec-dl-2019/judged`` for the paper) or a mapping of TREC files.
-- Training (official ``utils.Data.batch_iter``): every relevant (query, document) pair with
-  `negatives` non-relevant documents from the query's top-`depth` candidates, labels 1/0
-  (`common.data.samplers.PointwiseSampler`); new negatives each epoch. ``positives:
-  candidates`` (the default) takes, as the official code does (``src/utils.py`` lines
-  272-279), only the relevant documents among the top-100 candidates; ``qrels`` every judged
-  relevant one. Tasks, loaders and evaluated queries: `common.training.tasks.RerankingDataModule`;
-  torchdata's ``StatefulDataLoader``, so a checkpoint taken mid-epoch resumes at the next batch.
-- Evaluation: every query's top-`depth` candidates (100: the TREC DL re-ranking subtask) are
-  scored; the dev split may be cut to `dev_queries` queries (drawn with the seed; the official
-  code's ``num_sample_eval``) and `dev_depth` candidates, since MS MARCO dev is 5,193 queries.
-  Evaluation pairs are batched in order of document length, which wastes little on padding.
-- Inputs: `qds.batches.Encoder` on `qds.inputs` (QDS: sentences by `qds.sentences` in the ``official`` or ``sos``
-  layout; FirstP/MaxP: RoBERTa pairs). Document tokens are computed in the loader (its workers when
-  ``num_workers > 0``) and kept per process.
+Training (official ``utils.Data.batch_iter``): each relevant pair with `negatives` negatives from the query's
+top-`depth` candidates (``positives: candidates``: only relevant documents among them, as ``src/utils.py`` 272-279).
+Evaluation: every query's top-`depth` candidates; dev may be cut to `dev_queries` and `dev_depth`. Inputs:
+`qds.batches.Encoder`. Details: docs/qds.md.
 """
 
 from __future__ import annotations
@@ -37,41 +24,28 @@ class QDSDataModule(RerankingDataModule):
     """Training, dev and test data of QDS-Transformer (see the module docstring).
 
     Args:
-        train: the training task: builtin:<split>, irds:<ir_datasets id>, TREC files as nested keys
-            (--data.train.topics_path, .qrels_path, .candidates_path, .collection_path, .name) or a rank_llm
-            candidate file (--data.train.rank_llm_path, .qrels_path, .name); see the README, "Your own data".
-        dev: the task whose dev MRR@10 selects the checkpoint, in the same forms; null: none (the final
-            weights are tested).
+        train: the training task: builtin:<split>, irds:<id>, TREC files or a rank_llm file (README, "Your own data").
+        dev: the task whose dev MRR@10 selects the checkpoint, in the same forms; null: none (final weights tested).
         test: the task re-ranked after training, in the same forms; null: none.
         pattern: the model's pattern (linked from the model in the CLI).
-        tokenizer: Hugging Face name or path (``roberta-base``); ``builtin``: a byte-level BPE trained on the
-            built-in collection; ``train``: one trained on the training task's collection and queries (cached).
-        tokenizer_task: the task whose collection and queries train the ``train`` tokenizer (default: the
-            training task; evaluate passes the checkpoint's).
-        max_length: longest input in tokens, query and document (paper and official code: 2048; the baselines
-            read at most 512).
+        tokenizer: Hugging Face name or path; ``builtin``: a BPE of the built-in collection; ``train``: of the task's.
+        tokenizer_task: the task whose collection and queries train the ``train`` tokenizer (default: training's).
+        max_length: longest input in tokens, query and document (paper: 2048; the baselines read at most 512).
         max_sentences: most document sentences read, each after its marker (official code: 256).
-        layout: ``official``: the QDS input token for token as the official code builds it, ``<s> <s> query </s>``
-            then ``<s> <s> sentence </s>`` per sentence (what the released checkpoint was trained on); ``sos``: one
-            [SOS] per sentence and no sentence ``</s>`` (`qds.inputs`). Measured on the built-in default: see
-            results/qds/README.md, "Input layouts".
-        max_passages: most passages of a document scored by MaxP (150 words, stride 75; 16 read about as much as
-            QDS's 2048 tokens).
+        layout: ``official``: the official code's input token for token; ``sos``: one [SOS] per sentence.
+        max_passages: most 150-word passages of a document scored by MaxP.
         negatives: non-relevant candidates per positive (official: 1).
-        positives: ``candidates``: a relevant document is a training positive only when it is among the query's
-            top-`depth` candidates (the official sampler); ``qrels``: every judged relevant document.
+        positives: ``candidates``: relevant documents among the top-`depth` (official); ``qrels``: every judged one.
         depth: candidates re-ranked per query (TREC DL: top 100); also where negatives come from.
-        dev_queries: evaluate dev on a sample of this many queries, drawn with `seed` (None: all; MS MARCO dev has
-            5,193).
+        dev_queries: evaluate dev on a sample of this many queries, drawn with `seed` (None: all).
         dev_depth: re-rank this many candidates per dev query (None: `depth`).
-        test_queries: evaluate test on this many queries (None: all; a sample for quick checks).
+        test_queries: evaluate test on this many queries (None: all).
         relevance_level: lowest qrels label counted relevant, for training and MRR/MAP.
-        missing_documents: ``skip`` leaves the documents a task judges or retrieves but its collection lacks
-            out of training and re-ranking, with a warning naming how many; ``error`` stops (`common.training.tasks`).
+        missing_documents: ``skip`` (with a warning) or ``error`` on documents a task names but its collection lacks.
         batch_size: training groups per batch (each is 1 + `negatives` documents).
         eval_batch_size: pairs per evaluation batch.
         num_workers: loader worker processes (0: in the main process).
-        seed: seed of the negatives, the training order and the dev and test samples (not ``--seed_everything``'s).
+        seed: seed of the negatives, the training order and the dev and test samples.
     """
 
     def __init__(
@@ -99,8 +73,6 @@ class QDSDataModule(RerankingDataModule):
         num_workers: NonNegativeInt = 0,
         seed: int = 0,
     ):
-        # Resolved before save_hyperparameters, as the CLI resolves the model's (`qds.train`): Lightning requires the
-        # two hyperparameters to agree, and checkpoints keep the task.
         tokenizer_task = resolved_tokenizer_task(tokenizer, tokenizer_task, train)
         super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()

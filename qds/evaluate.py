@@ -1,43 +1,9 @@
-"""``python -m qds.evaluate --checkpoint CKPT --task TASK``: re-rank a candidate run with a trained
-QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document Ranking with Query-Directed Sparse Transformer",
-Findings of EMNLP 2020) and compare with the paper.
+"""``python -m qds.evaluate --checkpoint CKPT --task TASK``: re-rank a candidate run with a trained QDS-Transformer.
 
-``CKPT`` is a checkpoint of `qds.train` (``checkpoints/best-*.ckpt``) or the official
-QDS-Transformer release (`qds.checkpoint`; give ``--encoder`` for its architecture, e.g.
-``allenai/longformer-base-4096``, and ``--tokenizer roberta-base``), read with the official input
-layout it was trained on (`qds.inputs`); a `qds.train` checkpoint is read with the layout it was
-trained with. ``TASK`` names topics, qrels,
-candidates and documents: ``irds:msmarco-document/trec-dl-2019/judged``, ``builtin:test``, or
-``--topics/--qrels/--run/--collection`` files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.trec``,
-``metrics.json`` (NDCG@10, MAP, MRR@10 with TREC DL conventions; BM25 under ``bm25``) and ``task.json`` (the task
-and the paper's dataset it is) into ``--output_dir`` and prints the metrics. Without ``--qrels`` (files or a
-rank_llm file) the candidates are re-ranked all the same: ``run.trec`` and ``task.json`` are written, and no
-metrics nor comparison (`common.commands.outputs.NO_QRELS`).
-
-Depth: ``--depth`` candidates per query are re-ranked; without it, the checkpoint's data setting
-``depth`` (what `qds.train` re-ranked when it reported its test metrics), else 100 (the official
-release, re-ranking BM25's top 100 as in Table 2). The command prints which depth and why.
-
-Comparison: with the paper's Tables 2 and 4 (`common.report`) only where the task is one of their
-datasets: ``--dataset`` (for files holding one), else the dataset of an ``irds:`` task
-(`common.report.paper_dataset`, e.g. ``msmarco-document/trec-dl-2019/judged`` is
-``trec-dl-2019-doc``). Any other task gets a line saying there is nothing to compare with, and
-``builtin:`` tasks the reported numbers labelled as another dataset's (`qds.train.paper_tables`).
-
-Speed: ``--precision`` (default: the precision the checkpoint's run trained with, where its run folder says so, else
-32-true; the scores stay float32), float32 matmuls at ``--matmul_precision high`` (TF32 on GPUs) as in training
-(`common.commands.task_options.resolve_precision`), and ``--num_workers`` loader processes that read and tokenise the
-candidates while the model scores (pinned memory on a GPU; `common.training.tasks.LoaderConfig`).
-
-Several processes (``--devices N``, ``torchrun``, ``srun``): the candidates are scored by all of them and gathered;
-global rank zero alone checks and creates the output folder and writes the files
-(`common.commands.task_options.fresh_output_dir`), the same bytes as one process writes.
-
-Bad input ends in one line naming the option or the file (and line), with exit status 2, before anything is
-written (`common.refusals`): the options and the task's names at once, before torch and Lightning are imported
-(seconds); an ``irds:`` task's files that are neither present nor downloadable, one line each
-(`common.data.irds_files`); a checkpoint that is not QDS-Transformer's once read, and a malformed task file once
-the task is opened, before the output folder is created.
+``CKPT``: a `qds.train` checkpoint or the official release (`qds.checkpoint`, with ``--encoder`` and
+``--tokenizer``). Writes ``run.trec``, ``metrics.json`` and ``task.json`` into ``--output_dir``, re-ranking
+``--depth`` candidates (else the checkpoint's ``depth``, else 100), and compares with Tables 2 and 4 where the task is
+one of their datasets. Several processes score and gather; rank zero writes. Details: docs/qds.md.
 """
 
 from __future__ import annotations
@@ -51,6 +17,8 @@ from common.commands.provenance import write_provenance
 from common.commands.run_folder import launched_as_global_zero
 from common.data.irds_files import refuse_missing_files
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int
+from qds import WINDOW
+from qds.benchmark import WINDOW_TYPE
 from qds.train import DATASETS, PAPER, paper_tables
 
 #: Candidates re-ranked per query by a checkpoint without data settings: the official release's top 100 (Table 2).
@@ -77,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
     official = parser.add_argument_group("official checkpoint")
     official.add_argument("--encoder", default="allenai/longformer-base-4096", help="its encoder (name or path)")
     official.add_argument("--tokenizer", default="roberta-base", help="its tokenizer (name or path)")
-    official.add_argument("--window", type=_window, default=128, help="its attention window w, even (default 128)")
+    official.add_argument("--window", type=WINDOW_TYPE, default=WINDOW,
+                          help="its attention window w, even (default %(default)s)")
     add_process_arguments(parser)
     add_precision_arguments(parser)
     add_workers_argument(parser, "read and tokenise the candidates")
@@ -85,8 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _implementations() -> list[str]:
-    """``--impl``'s choices: those of ``python -m qds.train --model.impl``, from its committed option schema
-    (`common.commands.help`, which a test keeps equal to the model's): the model's own list comes with torch."""
+    """``--impl``'s choices, read from ``qds.train``'s committed option schema (without importing torch)."""
     import yaml
 
     from common.commands.help import command_files
@@ -95,17 +63,8 @@ def _implementations() -> list[str]:
     return yaml.safe_load(options.read_text())["options"]["--model.impl"]["choices"]
 
 
-def _window(text: str) -> int:
-    """An argparse type: Longformer's attention window, a positive even integer (it spans w / 2 each side)."""
-    window = positive_int(text)
-    if window % 2:
-        raise argparse.ArgumentTypeError(f"must be even (Longformer's window spans w / 2 each side), got {text}")
-    return window
-
-
 def read_state(path) -> dict:
-    """The contents of checkpoint `path`, the official release or a `qds.train` checkpoint; any other file ends
-    the command in one line naming it."""
+    """The contents of checkpoint `path`, the official release or a `qds.train` checkpoint, else one line."""
     from qds.checkpoint import is_official
 
     return read_checkpoint(path, "a qds.train checkpoint or the official QDS-Transformer release",
@@ -119,8 +78,7 @@ def _trained(state: dict) -> bool:
 
 
 def checkpoint_settings(args, state: dict) -> tuple[str, dict]:
-    """The pattern of checkpoint contents `state` and the data settings it was trained with: the official
-    release's (qds; it holds none but its tokenizer, ``--tokenizer``) or those `qds.train` saved."""
+    """The pattern of checkpoint contents `state` and the data settings it was trained with."""
     from qds.checkpoint import is_official
 
     if is_official(state):
@@ -131,8 +89,7 @@ def checkpoint_settings(args, state: dict) -> tuple[str, dict]:
 
 
 def load_model(args, state: dict | None = None):
-    """The `qds.ranker.QDSRanker` of `args.checkpoint` and the data settings it was trained with; `state`: the
-    checkpoint's contents, where read already (`read_state`)."""
+    """The `QDSRanker` of `args.checkpoint` and its data settings; `state`: the checkpoint's contents, if read."""
     from qds.checkpoint import is_official, load_official
     from qds.ranker import QDSRanker
 
@@ -147,8 +104,7 @@ def load_model(args, state: dict | None = None):
 
 
 def main(argv=None) -> dict | None:
-    """Evaluate as the command line says; returns the metrics on global rank zero (None without qrels), None on the
-    other processes."""
+    """Evaluate as the command line says; the metrics on global rank zero (None without qrels or elsewhere)."""
     args = build_parser().parse_args(argv)
     out = fresh_output_dir(args.output_dir, "qds-evaluate")
     task = task_spec_from_args(args)
@@ -156,8 +112,8 @@ def main(argv=None) -> dict | None:
     from common.commands.quiet import quiet_lightning
     from common.training.processes import leave_process_group_at_exit
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
+    quiet_lightning()
+    leave_process_group_at_exit()
 
     import lightning as L
 
@@ -178,7 +134,7 @@ def main(argv=None) -> dict | None:
     data = QDSDataModule(train=None, dev=None, test=task, pattern=pattern, depth=depth,
                          eval_batch_size=args.batch_size, num_workers=args.num_workers, **settings)
     with input_errors(*INPUT_ERRORS):
-        data.check_tasks()  # the task's files read before anything is built, printed or written
+        data.check_tasks()
     model, _ = load_model(args, state)
     if launched_as_global_zero():
         print(f"re-ranking the top {depth} candidates per query ({depth_source}); {precision}")
@@ -186,7 +142,7 @@ def main(argv=None) -> dict | None:
         write_provenance(out, "qds.evaluate", argv)
     trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out, enable_model_summary=False)
     trainer.test(model, datamodule=data)
-    if not trainer.is_global_zero:  # the scores are gathered on every process; rank zero writes them
+    if not trainer.is_global_zero:
         return None
     run = reranked_run(data.test_pairs(), model.test_scores, data.source("test").candidates())
     dataset = args.dataset or paper_dataset(PAPER, task)

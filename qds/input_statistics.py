@@ -1,17 +1,8 @@
-"""``python -m qds.input_statistics``: the lengths and densities that QDS-Transformer's benchmark input and the README's
-estimates rest on, computed from the data and written to one JSON file (results/qds/input_statistics.json).
+"""``python -m qds.input_statistics``: the lengths and densities behind QDS's benchmark input, into one JSON file.
 
-- ``queries``: words per query (whitespace-separated) of each ``--topics`` file. The benchmark's query of 8 tokens
-  (``qds.benchmark --query_tokens``) is MS MARCO's mean query of about 6 words at about 1.3 RoBERTa BPE tokens a word,
-  an assumption (no RoBERTa tokenizer is available offline).
-- ``sentences``: words per sentence of the ``--top`` first passages of each query of a rank_llm ``--rank_llm``
-  file, split as QDS's inputs are (`qds.sentences.split_sentences`, blingfire); the benchmark's 25-token sentence.
-- ``density``: the nonzero fraction of each pattern's attention matrix (Table 5's "sparsity") on the benchmark's
-  input of ``--n`` tokens in each layout (`qds.inputs.exact_density`: window ``--window`` and the global tokens).
-- ``builtin_pairs``: tokens of the QDS input (official layout, the built-in tokenizer, cut at 2048 as the default's
-  ``max_length``) of every test query's top ``--depth`` built-in candidates: what a model re-ranking them reads.
-
-A new file each time (``--overwrite`` replaces one); bad input ends in one line and exit status 2.
+``queries`` (words per query), ``sentences`` (words per sentence, split as QDS's inputs are), ``density`` (each
+pattern's nonzero fraction on the benchmark input, `qds.inputs.exact_density`) and ``builtin_pairs`` (tokens of the
+built-in candidates' inputs); written to results/qds/input_statistics.json by default.
 """
 
 from __future__ import annotations
@@ -21,15 +12,16 @@ from pathlib import Path
 from statistics import fmean
 
 from common.refusals import ArgumentParser, existing_file, input_errors, output_file_problem, positive_int, usage_error
-from qds.benchmark import SYSTEMS
+from qds import WINDOW
+from qds.benchmark import SYSTEMS, WINDOW_TYPE
 
 TRECDL = "../shared/data/trec_dl"
 TOPICS = [f"{TRECDL}/topics/topics.msmarco-doc.dev.txt", f"{TRECDL}/topics/topics.dl19-doc.txt",
           f"{TRECDL}/topics/topics.dl20.txt"]  # fmt: skip
 CANDIDATES = f"{TRECDL}/candidates_with_text/rank_llm.BM25.retrieve_results_dl19.json"
 OUTPUT = Path(__file__).resolve().parents[1] / "results" / "qds" / "input_statistics.json"
-PATTERNS = tuple(s for s in SYSTEMS if s != "dense")  # qds.benchmark's sparse rows, in its order
-MAX_LENGTH = 2048  # qds/configs/builtin.yaml's data.max_length
+PATTERNS = tuple(s for s in SYSTEMS if s != "dense")
+MAX_LENGTH = 2048
 
 
 def lengths(values: list[int]) -> dict:
@@ -64,8 +56,7 @@ def densities(n: int, window: int, query_tokens: int, sentence_tokens: int) -> d
 
 
 def builtin_pairs(depth: int) -> dict:
-    """Tokens of the QDS input of each built-in test query's top-`depth` candidates, as `qds.batches.Encoder` makes
-    the default's batches."""
+    """Tokens of the QDS input of each built-in test query's top-`depth` candidates."""
     from common.data.rerank import rerank_pairs
     from common.data.specs import source_from_spec
     from qds.batches import Encoder
@@ -92,14 +83,14 @@ def parse_args(argv: list[str] | None):
         help="a rank_llm candidate file whose passages are split into sentences (default: BM25's TREC DL 2019)")
     add("--top", type=positive_int, default=20, help="passages per query split into sentences")
     add("--n", type=positive_int, default=2048, help="the benchmark input's length in tokens")
-    add("--window", type=positive_int, default=128, help="local attention window w")
+    add("--window", type=WINDOW_TYPE, default=WINDOW, help="local attention window w, even")
     add("--query_tokens", type=positive_int, default=8, help="the benchmark input's query tokens")
     add("--sentence_tokens", type=positive_int, default=25, help="the benchmark input's tokens per sentence")
     add("--depth", type=positive_int, default=100, help="built-in candidates per test query whose tokens are counted")
     add("--output", type=Path, default=OUTPUT, help="the JSON file to write")
     add("--overwrite", action="store_true", help="replace an existing output file")
     args = parser.parse_args(argv)
-    for path in args.topics:  # the default list: argparse checks only what is given (and a string default)
+    for path in args.topics:
         if not Path(path).is_file():
             usage_error(f"argument --topics: no such file: {path}")
     problem = output_file_problem(args.output, args.overwrite)

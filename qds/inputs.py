@@ -1,49 +1,12 @@
-"""Input construction of QDS-Transformer and its baselines, token by token.
+"""Input construction of QDS-Transformer (Sec. 4.1) and its baselines, token by token (design: docs/qds.md).
 
-Two layouts of the QDS input (Sec. 4.1: an [SOS] before each sentence; the title is the first
-sentence and the URL is dropped, as the official ``split_collection_into_sentences.py`` line 33
-``[title] + sent_tokenize(body)`` does):
-
-- ``official`` (the default; what the released checkpoint was trained on): token for token the
-  official ``utils.Data.get_inputs`` (hallogameboy/QDS-Transformer, ``src/utils.py`` lines
-  311-359). It prepends the marker id 0 (``<s>``) and then calls RoBERTa's ``encode``, which adds
-  ``<s>`` and ``</s>`` itself, to the query (lines 321-323) and to every sentence (lines 334-335)::
-
-      <s> <s> query </s> <s> <s> title </s> <s> <s> sentence_1 </s> ... </s>
-
-  Sentences are appended while fewer than `max_sentences` (256) are in and the sequence is
-  shorter than `max_length` (2048; line 330); then the final ``</s>`` (line 339), and the whole
-  is cut to `max_length` (lines 353-355), which can cut the last sentence anywhere and drop that
-  final ``</s>``. An empty title still takes its ``<s> <s> </s>``, as ``encode("")`` gives.
-- ``sos`` (this repository's first layout: one [SOS], no sentence ``</s>``)::
-
-      <s> query </s> [SOS] title [SOS] sentence_1 ... [SOS] sentence_k </s>
-
-  The final ``</s>`` is always kept: the document is cut so that it fits; a sentence cut to its
-  bare [SOS] is dropped, as is an empty title. How the two compare on the built-in default (seed 0,
-  results/qds/README.md): see `qds.data.QDSDataModule`'s ``layout``.
-
-Both cut the query to `max_query_tokens` (64) so the document keeps room; the official code cuts
-none, and MS MARCO's queries are far shorter (the longest of TREC DL 2019's 43 judged document
-queries has 9 words, of MS MARCO document dev's 5,193 queries 28).
-
-Global tokens per attention pattern (Table 4; Eqs. 7-10; the official ``attn_pattern``, defined
-in `common.kernels.patterns.global_tokens` from the query's length, the ``<s>`` positions and the
-first sentence's marker): ``sparse`` none; ``longformer_qa`` position 0 and the first sentence's
-marker; ``qds_s`` every ``<s>``; ``qds_q`` every query position and the first sentence's marker;
-``qds`` every query position and every ``<s>``. In the official layout "every ``<s>``" is two
-per sentence (the marker and ``encode``'s own) and the query's two.
-
-Baseline inputs (Sec. 5, RoBERTa FirstP / MaxP, dense attention): RoBERTa's pair format
-``<s> query </s></s> passage </s>``. FirstP takes the first ``512`` tokens of the document
-(title, then body); MaxP cuts the title + body into passages of 150 words with a stride of 75
-(Dai and Callan 2019), at most `max_passages` (16, about 2,048 tokens of document as QDS reads),
-each paired with the query; the model max-pools their scores.
-
-Inputs of exactly n tokens (`exact_input`, `exact_batch`, what `qds.benchmark` times at length n): random ordinary
-RoBERTa ids in either layout, a query of q tokens and sentences of s tokens, the last sentence cut so that the input
-is n tokens long; their global tokens are those of a real input of that shape, and `exact_density` is the nonzero
-fraction of a pattern's attention matrix on them (Table 5's sparsity).
+- ``official`` layout: token for token the official ``utils.Data.get_inputs`` (``src/utils.py`` 311-359),
+  ``<s> <s> query </s> <s> <s> title </s> <s> <s> sentence_1 </s> ... </s>``, cut at `max_length`;
+- ``sos`` layout: ``<s> query </s> [SOS] title [SOS] sentence_1 ... </s>``, the final ``</s>`` always kept;
+- global tokens of each Table 4 pattern: `common.kernels.patterns.global_tokens`;
+- baselines (Sec. 5): RoBERTa pairs, FirstP the first 512 tokens, MaxP passages of 150 words, stride 75;
+- `exact_input`, `exact_batch`, `exact_density`: inputs of exactly n tokens for `qds.benchmark` (Table 5).
+Difference: the query is cut to `max_query_tokens` (64); the official code cuts none.
 """
 
 from __future__ import annotations
@@ -128,7 +91,7 @@ def _sos(query, sentences, bos, eos, max_length, max_sentences) -> tuple[list[in
     """One [SOS] before each sentence, the final ``</s>`` kept by cutting the document."""
     ids = [bos, *query, eos]
     starts = []
-    room = max_length - 1  # the final </s>
+    room = max_length - 1
     for sentence in sentences[:max_sentences]:
         if not sentence:
             continue
@@ -136,7 +99,7 @@ def _sos(query, sentences, bos, eos, max_length, max_sentences) -> tuple[list[in
         if take <= 0:
             break
         starts.append(len(ids))
-        ids.append(bos)  # [SOS]
+        ids.append(bos)
         ids.extend(sentence[:take])
     ids.append(eos)
     return ids, starts
@@ -144,8 +107,7 @@ def _sos(query, sentences, bos, eos, max_length, max_sentences) -> tuple[list[in
 
 def exact_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int, generator: torch.Generator,
                 layout: InputLayout = "official") -> QDSInput:
-    """A `QDSInput` of exactly n >= query_tokens + 5 tokens in `layout`: random ordinary ids from `generator`, a query
-    of `query_tokens`, sentences of `sentence_tokens`, the last one cut."""
+    """A `QDSInput` of exactly n >= query_tokens + 5 tokens in `layout`, random ordinary ids."""
 
     def ids(k: int) -> list[int]:
         return torch.randint(FIRST_ORDINARY_ID, vocab_size, (k,), generator=generator).tolist()
@@ -153,9 +115,9 @@ def exact_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int
     if layout == "official":  # <s> <s> query </s>, then <s> <s> sentence </s> each, cut at n as the official code
         lengths = [sentence_tokens] * (-(-(n - query_tokens - 3) // (sentence_tokens + 3)) + 1)
     else:
-        whole, rest = divmod(n - query_tokens - 3, sentence_tokens + 1)  # what <s> query </s> ... </s> leaves
-        lengths = [sentence_tokens] * (whole + 1)  # the document is cut at n - 1
-        if rest == 1:  # an [SOS] without a token cannot end the document: the last whole sentence takes the token
+        whole, rest = divmod(n - query_tokens - 3, sentence_tokens + 1)
+        lengths = [sentence_tokens] * (whole + 1)
+        if rest == 1:
             lengths[whole - 1] += 1
     built = build_qds_input(ids(query_tokens), [ids(k) for k in lengths], bos=BOS, eos=EOS, max_length=n,
                             max_sentences=len(lengths), max_query_tokens=query_tokens, layout=layout)
@@ -165,8 +127,7 @@ def exact_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int
 
 def exact_batch(n: int, batch_size: int, *, query_tokens: int, sentence_tokens: int, vocab_size: int,
                 layout: InputLayout, seed: int, pattern: str | None, device: str = "cpu") -> dict[str, Tensor]:
-    """A batch of `batch_size` `exact_input` s of n tokens (ids drawn from `seed`) on `device`, labels alternating 1
-    and 0, and the global attention mask of `pattern` (none for None: dense attention)."""
+    """A batch of `batch_size` `exact_input`s of n tokens, labels alternating 1 and 0, `pattern`'s global mask."""
     generator = torch.Generator().manual_seed(seed)
     inputs = [exact_input(n, query_tokens, sentence_tokens, vocab_size, generator, layout) for _ in range(batch_size)]
     batch = {"input_ids": torch.tensor([x.input_ids for x in inputs]),
@@ -179,8 +140,7 @@ def exact_batch(n: int, batch_size: int, *, query_tokens: int, sentence_tokens: 
 
 def exact_density(pattern: str, n: int, query_tokens: int, sentence_tokens: int, window: int,
                   layout: InputLayout = "official") -> float:
-    """Nonzero fraction of `pattern`'s attention matrix (`common.kernels.patterns.density`: the local window of
-    `window` and the global tokens) on an `exact_input` of n tokens; its ids do not matter."""
+    """Nonzero fraction of `pattern`'s attention matrix on an `exact_input` of n tokens."""
     built = exact_input(n, query_tokens, sentence_tokens, 100, torch.Generator(), layout)
     return density(torch.tensor(built.global_mask(pattern)), window)
 
@@ -200,7 +160,7 @@ def passages(words: Sequence[str], size: int = 150, stride: int = 75, max_passag
     starts = range(0, max(len(words) - size, 0) + 1, stride)
     windows = [" ".join(words[start : start + size]) for start in starts]
     if len(words) > size and (len(words) - size) % stride:
-        windows.append(" ".join(words[-size:]))  # the tail the last stride missed
+        windows.append(" ".join(words[-size:]))
     return windows[:max_passages] or [""]
 
 

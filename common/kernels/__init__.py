@@ -1,36 +1,12 @@
-"""Query-directed sparse attention kernels (QDS-Transformer, Sec. 4.3), one interface, several implementations.
+"""Query-directed sparse attention (QDS-Transformer Sec. 4.3, Eqs. 7-10): one interface, several implementations.
 
-``qds_attention(q, k, v, is_global, key_padding_mask=None, window=128, global_qkv=None, impl="auto")``
-computes Longformer-style attention: each ordinary token attends to its local
-window |i - j| <= window/2 (Eq. 7) and to every global token (Eqs. 8-10); each
-global token attends to every token with its own projections (``global_qkv``).
-Semantics are fixed by `common.kernels.reference`; shapes (B, H, N, D) -> (B, H, N, D).
-
-Implementations (``impl``):
-- ``reference``: dense masked softmax, O(n^2) memory, the ground truth;
-- ``portable``: banded blocks plus gathered global tokens in PyTorch, O(n (w + g)) memory, CPU and CUDA;
-- ``tvm``: the banded matrix products compiled with Apache TVM (LLVM on CPU, CUDA where available);
-- ``flex``: FlexAttention with a block mask over globally-gathered tokens (GPU);
-- ``auto``: the fastest exact implementation that can run the call (`auto_implementation`):
-  on CPU ``tvm`` (measured fastest there, `results/kernels/`); on CUDA ``flex``, whose fused kernel skips
-  the empty tiles of the block mask (`common.kernels.flex`) where ``portable`` computes every tile of the
-  band unfused (not yet timed on a GPU in `results/kernels/`), where ``torch.compile`` can build it: Triton
-  is installed, the GPU has compute capability 7.0 or higher (Volta on; inductor's Triton backend needs it)
-  and the head dimension is at least 16 (Triton's ``tl.dot``; torch refuses smaller); ``portable``
-  everywhere else (other devices, older GPUs, no Triton, TVM unable to run). TVM's CUDA kernels (one
-  thread per output) stay opt-in, and so does ``flex`` on CPU (forward only: `common.kernels.flex`).
-  A chosen kernel that raises `KernelUnavailableError` falls back to ``portable`` with a warning, once per
-  reason. ``flex`` is compiled at ``auto``'s first call (a small call forward and backward), and where that
-  fails on any process of a DDP job every process runs ``portable`` (`common.kernels.flex`, "Compile
-  failures"); ``impl="flex"`` given explicitly raises instead.
-
-What an implementation derives from the global tokens and the padding is built once per encoder call and
-shared by its layers (`common.kernels.layouts`).
-
-Half precision (bf16, fp16, and autocast's ``bf16-mixed``/``16-mixed``): ``reference``, ``portable`` and
-``flex`` compute in their inputs' dtype (their matmuls in what autocast picks); ``tvm`` computes in
-float32, the inputs cast in and the output cast back, autocast off inside (`common.kernels.tvm_kernel`), so
-``auto`` keeps it for bf16 on CPU.
+``qds_attention(q, k, v, is_global, key_padding_mask, window, global_qkv, impl)``: each ordinary token attends to
+|i - j| <= window / 2 (Eq. 7) and to every global token; global tokens attend to every token with their own
+projections (``global_qkv``). Semantics: `common.kernels.reference`; shapes (B, H, N, D) -> (B, H, N, D).
+``impl``: ``reference`` (dense), ``portable`` (PyTorch, O(n (w + g))), ``tvm`` (Apache TVM, CPU), ``flex``
+(FlexAttention, GPU), ``auto``: ``tvm`` on CPU, ``flex`` on CUDA where torch.compile can build it (Triton,
+compute capability >= 7.0, head_dim >= 16), else ``portable``; a kernel raising `KernelUnavailableError` falls
+back to ``portable`` with one warning per reason. Design and measurements: docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -42,7 +18,7 @@ import warnings
 import torch
 from torch import Tensor
 
-from common.kernels.reference import reference_attention
+from common.kernels.reference import WINDOW, reference_attention
 
 IMPLEMENTATIONS = ("reference", "portable", "tvm", "flex")
 
@@ -67,7 +43,7 @@ def get_implementation(impl: str):
 
 
 def qds_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
-                  window: int = 128, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
+                  window: int = WINDOW, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None,
                   impl: str = "auto") -> Tensor:
     """Query-directed sparse attention; see the module docstring."""
     args = (q, k, v, is_global, key_padding_mask, window, global_qkv)
@@ -75,7 +51,6 @@ def qds_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
         return get_implementation(impl)(*args)
     chosen = auto_implementation(q.device, q.shape[-1])
     if chosen == "flex":
-        # Compiled at its first call, with every process's success agreed on (common.kernels.flex)
         reason = importlib.import_module("common.kernels.flex").KERNEL.unusable(q, window)
         if reason is not None:
             _warn_fallback(reason)
@@ -89,8 +64,7 @@ def qds_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
 
 
 def auto_implementation(device: torch.device, head_dim: int) -> str:
-    """The implementation ``impl="auto"`` runs for inputs on `device` with heads of `head_dim` (module docstring):
-    ``tvm`` on CPU, ``flex`` on a CUDA device where `flex_compiles` holds, else ``portable``."""
+    """What ``impl="auto"`` runs on `device`: ``tvm`` on CPU, ``flex`` where `flex_compiles`, else ``portable``."""
     if device.type == "cpu":
         return "tvm"
     if device.type == "cuda" and flex_compiles(device, head_dim):
@@ -99,8 +73,7 @@ def auto_implementation(device: torch.device, head_dim: int) -> str:
 
 
 def flex_compiles(device: torch.device, head_dim: int) -> bool:
-    """Whether ``torch.compile`` can build FlexAttention's fused kernel for CUDA `device` and `head_dim`: Triton is
-    installed, the device's compute capability is at least 7.0, and `head_dim` at least 16."""
+    """Whether torch.compile can build FlexAttention here: Triton, compute capability >= 7.0, head_dim >= 16."""
     if importlib.util.find_spec("triton") is None or head_dim < 16:
         return False
     return torch.cuda.get_device_capability(device) >= (7, 0)

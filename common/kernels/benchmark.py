@@ -1,18 +1,10 @@
 """``python -m common.kernels.benchmark``: time and memory of query-directed sparse attention vs dense attention.
 
-Every implementation computes the same attention core on the same inputs: (B, H, N, D) = (1, 12, n, 64), window
-w = 128, the QDS pattern (QDS-Transformer Table 4: [CLS] + 20 query tokens + an [SOS] every 25 document tokens).
-Rows: ``reference``, ``portable``, ``tvm`` and ``flex``, the `common.kernels` implementations; ``sdpa_masked``,
-``scaled_dot_product_attention`` with the same (n, n) boolean mask (the dense way to the same result); ``sdpa_dense``,
-full attention without a mask; ``hf_longformer``, transformers' ``LongformerSelfAttention`` with its six projections
-set to identity, so that only its attention is timed. Each (implementation, n, pass) is measured in a fresh process
-(`common.benchmarking.measure_in_child`), so that its peak resident set is its own.
-
-Rates, so that machines with different CPUs compare: ``gflops`` is useful work per second (`FLOPS_PER_PAIR` x the
-(query, key) pairs the pattern computes, n² for ``sdpa_dense``, x head dimension x heads), ``rate_vs_sdpa_dense``
-that rate as a fraction of dense SDPA's at the same n in the same run (measured first), both to 4 significant digits.
-A measurement known not to run (``hf_longformer`` needs n to be a multiple of w; ``reference``, and ``flex`` on CPU,
-hold (n, n) scores, above ``--max_quadratic_n``) is skipped with the reason, one that fails with its error.
+Inputs (1, 12, n, 64), w = 128, the QDS pattern ([CLS] + 20 query tokens + an [SOS] every 25 tokens). Rows: the
+`common.kernels` implementations; ``sdpa_masked`` (SDPA with the same (n, n) mask); ``sdpa_dense`` (no mask);
+``hf_longformer`` (transformers' module, projections set to identity). Each measurement runs in a fresh process.
+``gflops`` = `FLOPS_PER_PAIR` x computed (query, key) pairs x head_dim x heads per second; ``rate_vs_sdpa_dense``
+its fraction of dense SDPA's. Measurements known not to run are skipped with the reason.
 """
 
 from __future__ import annotations
@@ -90,10 +82,10 @@ def _hf_longformer(x: torch.Tensor, is_global: torch.Tensor):
                               attention_probs_dropout_prob=0.0)
     module = LongformerSelfAttention(config, layer_id=0).to(x.device)
     for name in ("query", "key", "value", "query_global", "key_global", "value_global"):
-        setattr(module, name, nn.Identity())  # time the attention alone, like the other rows
+        setattr(module, name, nn.Identity())
     if n % WINDOW:
         raise ValueError(f"LongformerSelfAttention needs n to be a multiple of the window ({WINDOW}), got {n}")
-    mask = torch.where(is_global, 10000.0, 0.0).to(x.dtype)  # LongformerModel's extended mask: +10000 = global
+    mask = torch.where(is_global, 10000.0, 0.0).to(x.dtype)
     masked = torch.zeros_like(is_global)
     any_global = bool(is_global.any())
 
@@ -111,11 +103,10 @@ def measure(impl: str, n: int, pass_: str, device: str, repeats: int, threads: i
 
     if threads:
         torch.set_num_threads(threads)
-    # A small call first loads libraries, compiled kernels and thread pools, which are not the call's memory.
     _step(impl, min(n, 256), pass_, device)()
     step = _step(impl, n, pass_, device)
     if device == "cuda":
-        step()  # warm-up (compilation, caches); on CPU the measured call below is the warm-up
+        step()
     peak = peak_mb(step, device)
     return {**spread_ms(times_ms(step, repeats, device)), "peak_mb": peak}
 
@@ -154,8 +145,7 @@ def unmeasurable(impl: str, n: int, device: str, max_quadratic_n: int) -> str | 
 
 
 def useful_gflop(impl: str, n: int, pass_: str) -> float:
-    """GFLOP of useful work in one call (`FLOPS_PER_PAIR`): full attention for ``sdpa_dense``, the QDS pattern's
-    pairs for every other implementation (``sdpa_masked`` computes all n² but only these count)."""
+    """GFLOP of useful work in one call: n^2 pairs for ``sdpa_dense``, the QDS pattern's for the others."""
     from common.kernels.patterns import global_tokens, nonzeros, synthetic_layout
 
     qds = global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY))
@@ -164,8 +154,7 @@ def useful_gflop(impl: str, n: int, pass_: str) -> float:
 
 
 def with_rates(row: dict, dense: dict | None) -> dict:
-    """`row` with ``gflops`` (useful GFLOP/s) and ``rate_vs_sdpa_dense`` (that rate over `dense` row's, the same
-    n and pass in the same run; None without one), both to 4 significant digits."""
+    """`row` with ``gflops`` and ``rate_vs_sdpa_dense`` (over `dense`'s, same n and pass), 4 digits."""
     gflops = useful_gflop(row["impl"], row["n"], row["pass"]) / (row["ms"] / 1000)
     rate = None if dense is None else significant(gflops / dense["gflops"])
     return {**row, "gflops": significant(gflops), "rate_vs_sdpa_dense": rate}
@@ -186,7 +175,7 @@ def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
     """Time (top) and peak memory (bottom) against n, one column per pass, one colour per implementation."""
     def lines(pass_: str, value) -> list[Line]:
         return [Line(impl, sorted((r["n"], value(r)) for r in rows if r["impl"] == impl and r["pass"] == pass_),
-                     color=f"C{IMPLS.index(impl)}") for impl in IMPLS]  # colour fixed per implementation
+                     color=f"C{IMPLS.index(impl)}") for impl in IMPLS]
 
     panels = [Panel(f"{pass_}: time", "", "ms", lines(pass_, lambda r: r["ms"])) for pass_ in PASSES]
     panels += [Panel(f"{pass_}: peak memory", "sequence length n", "MB", lines(pass_, lambda r: max(r["peak_mb"], 0.1)))
@@ -209,8 +198,7 @@ def speedups(rows: list[dict], baselines=("sdpa_dense", "hf_longformer")) -> lis
 
 
 def parse_args(argv: list[str] | None):
-    """The options, checked, with the device resolved. A run in which nothing can be measured (`unmeasurable`) is
-    refused; one in which some can skips the rest."""
+    """The options, checked, with the device resolved."""
     parser = benchmark_parser(
         "python -m common.kernels.benchmark",
         "Time and peak memory of query-directed sparse attention implementations against dense attention: "
@@ -228,7 +216,7 @@ def parse_args(argv: list[str] | None):
     args = parse(parser, argv)
     args.device = resolve_device(args.device)
     reasons = {impl: {unmeasurable(impl, n, args.device, args.max_quadratic_n) for n in args.lengths}
-               for impl in args.impls}  # where none can run, one reason an implementation at every n
+               for impl in args.impls}
     if None not in set().union(*reasons.values()):
         usage_error(f"nothing to measure at --lengths {' '.join(map(str, args.lengths))}: "
                     + "; ".join(f"{impl}: {reason}" for impl, why in reasons.items() for reason in why))
@@ -250,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
             session.say(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  "
                         f"ideal speed-up {row['ideal_speedup']:.1f}x")
         rows = []
-        impls = sorted(args.impls, key=lambda impl: impl != "sdpa_dense")  # every other row's rate is a fraction of its
+        impls = sorted(args.impls, key=lambda impl: impl != "sdpa_dense")
         for n in args.lengths:
             d = density(global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
             dense = {}

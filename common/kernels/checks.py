@@ -1,17 +1,8 @@
-"""The FlexAttention checks that need a GPU, as plain functions for a GPU check script to call.
+"""The FlexAttention checks that need a GPU, as functions a GPU check script calls (they run on CPU too, forward only).
 
-FlexAttention's fused kernel, its backward and its compilations exist on CUDA only (`common.kernels.flex`),
-so what this repository's CPU tests cannot see is checked on a GPU by calling these:
-
-- `flex_errors`: ``impl="flex"`` against the dense reference, output and gradients, on a device and dtype;
-- `auto_choice`: the implementation ``impl="auto"`` runs on a device, after its compile probe;
-- `count_compilations`: the graphs dynamo compiles for FlexAttention over a list of (B, N) shapes, and whether
-  every call ran one of them (never the eager, dense fallback).
-
-Each also runs on CPU, where FlexAttention has a forward only (gradients are left out there), and is tested there
-(`tests/common/kernels/test_checks.py`). Inputs are QDS layouts (`common.kernels.patterns`, pattern ``qds``: [CLS],
-a query, an [SOS] every 25 tokens), each example with its own query length and sentence spacing and the second
-one padded, so that examples differ in global count and padding as real batches do.
+`flex_errors`: ``impl="flex"`` against the dense reference, output and gradients; `auto_choice`: what ``impl="auto"``
+runs after its compile probe; `count_compilations`: the graphs dynamo compiles over (B, N) shapes, and whether every
+call ran one. Inputs are QDS layouts (`common.kernels.patterns`) differing per example in global count and padding.
 """
 
 from __future__ import annotations
@@ -25,15 +16,14 @@ import common.kernels
 from common.kernels import flex
 from common.kernels.flex import FlexKernel, flex_attention_qds
 from common.kernels.patterns import global_tokens, synthetic_layout
-from common.kernels.reference import reference_attention
+from common.kernels.reference import WINDOW, reference_attention
 
 GRADIENTS = ("dq", "dk", "dv", "dq_global", "dk_global", "dv_global")
 
 
 def qds_inputs(batch: int, n: int, heads: int, head_dim: int, device: torch.device | str = "cpu",
                dtype: torch.dtype = torch.float32, seed: int = 0) -> dict:
-    """`qds_attention`'s keyword arguments for a batch of QDS layouts (module docstring), window 128, with
-    separate global projections; tensors (B, H, N, D) of N(0, 1/4) values in `dtype` on `device`."""
+    """`qds_attention`'s keyword arguments for a batch of QDS layouts, (B, H, N, D) tensors of N(0, 1/4)."""
     generator = torch.Generator().manual_seed(seed)
     is_global = torch.stack([global_tokens("qds", synthetic_layout(n, query_len=4 + 7 * b % 20,
                                                                    sentence_every=20 + 9 * b % 30))
@@ -44,18 +34,12 @@ def qds_inputs(batch: int, n: int, heads: int, head_dim: int, device: torch.devi
     tensors = [(torch.randn(batch, heads, n, head_dim, generator=generator) / 2).to(device, dtype) for _ in range(6)]
     q, k, v, *global_qkv = tensors
     return dict(q=q, k=k, v=v, is_global=(is_global & ~padding).to(device), key_padding_mask=padding.to(device),
-                window=128, global_qkv=tuple(global_qkv))
+                window=WINDOW, global_qkv=tuple(global_qkv))
 
 
 def flex_errors(device: torch.device | str, dtype: torch.dtype = torch.float32, batch: int = 3, n: int = 700,
                 heads: int = 4, head_dim: int = 64, kernel: FlexKernel | None = None) -> dict[str, float]:
-    """``impl="flex"`` (with `kernel`, `flex.KERNEL` unless given) against `reference_attention`: the largest absolute
-    difference of the output and of each input's gradient (`GRADIENTS`, of the output's sum weighted by a fixed
-    random tensor), each divided by the largest absolute value of the reference's.
-
-    The reference runs in float32 on the same inputs (those in `dtype` cast up): the errors are the kernel's,
-    in its dtype. The gradients are left out on CPU, where FlexAttention has no backward.
-    """
+    """Largest errors of ``impl="flex"`` against the float32 reference, output and `GRADIENTS`, relative."""
     device = torch.device(device)
     inputs = qds_inputs(batch, n, heads, head_dim, device, dtype)
     gradients = device.type != "cpu"
@@ -65,8 +49,7 @@ def flex_errors(device: torch.device | str, dtype: torch.dtype = torch.float32, 
 
 
 def _output_and_gradients(attention: Callable, inputs: dict, gradients: bool, **options) -> list[Tensor]:
-    """The output of ``attention(**inputs)`` and, with `gradients`, those of its weighted sum w.r.t. the six
-    input tensors, as float32."""
+    """The output of ``attention(**inputs)`` and, with `gradients`, its six input gradients, in float32."""
     inputs = _mapped(inputs, lambda x: x.detach().requires_grad_(gradients))
     with torch.set_grad_enabled(gradients):
         out = attention(**inputs, **options)
@@ -85,10 +68,8 @@ def _mapped(inputs: dict, function: Callable[[Tensor], Tensor]) -> dict:
 
 
 def auto_choice(device: torch.device | str, heads: int = 12, head_dim: int = 64, dtype: torch.dtype = torch.float32,
-                window: int = 128) -> tuple[str, str | None]:
-    """The implementation ``impl="auto"`` runs on `device` for (B, `heads`, N, `head_dim`) inputs in `dtype`, and
-    why it is not ``flex`` where ``flex`` was the choice but its compile probe failed (`FlexKernel.unusable`; the
-    probe runs here if it has not, with `flex.KERNEL`, as ``auto`` does)."""
+                window: int = WINDOW) -> tuple[str, str | None]:
+    """What ``impl="auto"`` runs on `device` after its compile probe, and why not ``flex`` where it fell back."""
     device = torch.device(device)
     chosen = common.kernels.auto_implementation(device, head_dim)
     if chosen != "flex":
@@ -98,8 +79,7 @@ def auto_choice(device: torch.device | str, heads: int = 12, head_dim: int = 64,
 
 
 class CountingBackend:
-    """A dynamo backend that counts the graphs it compiles (`graphs`) and the calls of those graphs (`calls`),
-    compiling each with the dynamo backend `backend`."""
+    """A dynamo backend counting the graphs it compiles (`graphs`) and their calls (`calls`)."""
 
     def __init__(self, backend: str | Callable = "inductor"):
         self.backend, self.graphs, self.calls = backend, 0, 0
@@ -121,15 +101,7 @@ class CountingBackend:
 def count_compilations(shapes: Iterable[tuple[int, int]], device: torch.device | str = "cpu",
                        dtype: torch.dtype = torch.float32, heads: int = 4, head_dim: int = 64,
                        backend: str | Callable = "inductor", gradients: bool = False) -> dict:
-    """Run ``impl="flex"`` on a fresh `FlexKernel` compiled with `backend` on `device`, once for each (B, N) of
-    `shapes` (QDS layouts, `qds_inputs`), forward without gradients, or forward and backward with `gradients`
-    (not on CPU: FlexAttention has no backward there).
-
-    Returns ``graphs`` (compiled by dynamo), ``graph_calls`` (calls of those graphs), ``flex_calls`` (calls of the
-    kernel: every one should have run a compiled graph, so ``graph_calls == flex_calls``; fewer would mean dynamo
-    ran FlexAttention eagerly, densely), and ``max_error``: the largest output difference from the float32
-    reference relative to its largest value (`flex_errors`' measure).
-    """
+    """Run ``impl="flex"`` on a fresh `FlexKernel` over (B, N) `shapes`; the graphs compiled and calls run."""
     device = torch.device(device)
     counter = CountingBackend(backend)
     kernel = FlexKernel(counter, compiled_on=(device.type,))

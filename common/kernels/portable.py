@@ -1,28 +1,9 @@
-"""Query-directed sparse attention in plain PyTorch with O(n (w + g)) memory, forward and backward, CPU and CUDA.
+"""Query-directed sparse attention in plain PyTorch, O(n (w + g)) memory, forward and backward, CPU and CUDA.
 
-QDS-Transformer (Jiang et al. 2020, Sec. 4.3) reduces self-attention from
-O(n^2) to O(n (w + |q| + |s|)). This implementation does exactly that with
-dense tensor operations that autograd differentiates:
-
-- Eq. 7 (local): the sequence is cut into blocks of c rows (c = 32, or w/2 if
-  smaller); block b's rows see the keys of [b c - w/2, b c + c + w/2), a
-  (c, c + w) score tile of which the band |i - j| <= w/2 is kept. Global keys are masked out of the band, so
-  no key is counted twice. The key and value tiles overlap: they are strided
-  views of one padded buffer (every head padded to whole blocks plus one block
-  on each side), so all heads' tiles go through one batched matmul, uncopied.
-- Eqs. 8-10 (global columns): the g global tokens of each example are gathered
-  (padded to the batch's largest g) and every row scores them with the same
-  local key projection: an (n, g) block.
-- One softmax over [band tile ++ global columns] per row, then the two value
-  products are summed.
-- Global rows: the gathered global queries attend to all valid keys with the
-  global projections, a (g, n) block, and replace their rows.
-
-Every tensor is linear in n: (n, 2 w/2 + c + g) scores and probabilities.
-What depends on the global tokens, the padding and the window only (the slots,
-the band tiles' mask, and g, read back to the host) is built once per encoder
-call and shared by its layers (`_Layout`, `common.kernels.layouts`).
-Semantics are `common.kernels.reference`'s; the tests check equality.
+Eq. 7: rows in blocks of c (32, or w/2 if smaller) score the (c, c + w) key tile around them, strided views of
+one padded buffer, keeping the band |i - j| <= w/2 without the global keys; Eqs. 8-10: every row also scores the
+gathered global keys, one softmax over both; the global rows attend to every valid key with their own projections.
+The layout (`_Layout`) is built once per encoder call (`common.kernels.layouts`). Semantics: `common.kernels.reference`.
 """
 
 from __future__ import annotations
@@ -35,15 +16,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from common.kernels.layouts import global_tokens_of, shared
-from common.kernels.reference import check_inputs
+from common.kernels.reference import WINDOW, check_inputs
 
 
 def portable_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
-                       window: int = 128, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+                       window: int = WINDOW, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """Shapes: q, k, v (B, H, N, D); is_global, key_padding_mask (B, N) bool -> (B, H, N, D)."""
     check_inputs(q, k, v, is_global, key_padding_mask, global_qkv)
     batch, heads, n, dim = q.shape
-    layout = shared(_Layout.build, is_global, key_padding_mask, window)  # once per encoder call
+    layout = shared(_Layout.build, is_global, key_padding_mask, window)
     scale = 1.0 / math.sqrt(dim)
 
     out = _ordinary_rows(q * scale, k, v, layout)
@@ -52,7 +33,7 @@ def portable_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_p
         out_g = _global_rows(q_g * scale, k_g, v_g, layout.valid, layout.order)  # (B, H, g, D)
         out_g = torch.gather(out_g, 2, layout.slot_of_position[:, None, :, None].expand(batch, heads, n, dim))
         out = torch.where(layout.is_global[:, None, :, None], out_g, out)
-    return out.masked_fill(~layout.valid[:, None, :, None], 0.0)  # padded rows output zeros
+    return out.masked_fill(~layout.valid[:, None, :, None], 0.0)
 
 
 @dataclass(frozen=True)
@@ -65,37 +46,32 @@ class _Layout:
     slot_valid: Tensor  # (B, g) bool: the slot holds a global token
     slot_of_position: Tensor  # (B, N) long: the slot of each global token (0 elsewhere)
     keep: Tensor  # (B * blocks, c, span) bool: the band tile entries a row keeps (`_ordinary_rows`)
-    chunk: int  # c, rows per block
-    front: int  # zero blocks before the sequence
-    blocks: int  # blocks per example, with the spare ones
-    half: int  # one-sided window
+    chunk: int
+    front: int
+    blocks: int
+    half: int
 
     @staticmethod
     def build(is_global: Tensor, key_padding_mask: Tensor | None, window: int) -> _Layout:
         tokens = global_tokens_of(is_global, key_padding_mask)
         valid, is_global = tokens.valid, tokens.glob
         batch, n = is_global.shape
-        # Each example's global tokens in position order, gathered into g slots (padded to the batch's largest g).
         g = tokens.widest
         order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :g]  # (B, g)
         slot_valid = torch.arange(g, device=is_global.device)[None] < tokens.counts[:, None]  # (B, g)
         slot_of_position = (torch.cumsum(is_global, 1) - 1).clamp(min=0)  # (B, N)
 
         half = window // 2
-        # Rows per block: 32 keeps the tile's wasted corners (c of its c + 2 half columns) small while each
-        # matmul stays large enough to run at full speed (measured on CPU at w = 128: 32 beat 16, 64 and 128).
         chunk = max(min(32, half), 1)
-        front = -(-half // chunk)  # zero blocks before the sequence, so the first tile starts in the buffer
-        blocks = -(-n // chunk) + front + 1  # plus spare blocks that keep every tile in the buffer
-        span = chunk + 2 * half  # keys seen by one block of rows
-        # Eq. 7 inside a tile: row r sees tile column t iff r <= t <= r + 2 half, when that key is
-        # in the sequence, not padding and not global (global keys come in below, once).
+        front = -(-half // chunk)
+        blocks = -(-n // chunk) + front + 1
+        span = chunk + 2 * half
+        # Eq. 7 inside a tile: row r sees column t iff r <= t <= r + 2 half, for a valid non-global key.
         r = torch.arange(chunk, device=is_global.device)[:, None]
         t = torch.arange(span, device=is_global.device)[None, :]
         band = (t >= r) & (t <= r + 2 * half)  # (c, span)
         local_key = _key_tiles((valid & ~is_global)[..., None], blocks, chunk, half, front)[..., 0]  # (B blocks, span)
-        # Rows that are padding or past the end keep every column: finite values, discarded below,
-        # so their gradient is exactly zero instead of NaN.
+        # Padding rows keep every column: finite values, discarded, so a zero gradient instead of NaN.
         real_row = F.pad(valid, (0, blocks * chunk - n)).view(batch * blocks, chunk)
         keep = (band & local_key[:, None, :]) | ~real_row[..., None]  # (B * blocks, c, span)
         return _Layout(valid, is_global, order, slot_valid, slot_of_position, keep, chunk, front, blocks, half)
@@ -124,23 +100,18 @@ def _ordinary_rows(q: Tensor, k: Tensor, v: Tensor, layout: _Layout) -> Tensor:
     global_scores = q_blocks.view(batch, heads, blocks * chunk, dim) @ k_global.transpose(-1, -2)  # (B, H, L, g)
     global_scores = global_scores.masked_fill(~layout.slot_valid[:, None, None, :], float("-inf"))
     scores = torch.cat([scores, global_scores.view(batch, heads, blocks, chunk, g)], dim=-1)
-    probs = torch.softmax(scores, dim=-1).view(tiles, chunk, span + g)  # one softmax over band ++ globals
+    probs = torch.softmax(scores, dim=-1).view(tiles, chunk, span + g)
     out = torch.bmm(probs[..., :span], v_tiles).view(batch, heads, blocks * chunk, dim)
     out = out + probs[..., span:].reshape(batch, heads, blocks * chunk, g) @ v_global
     return out[:, :, :n]
 
 
 def _key_tiles(x: Tensor, blocks: int, chunk: int, half: int, front: int) -> Tensor:
-    """Overlapping (c + 2 half)-row tiles of x (..., N, D), tile b of each leading index starting at row b c - half.
-
-    Every leading index is padded to `blocks` whole blocks, `front` of them zeros before the
-    sequence; the tiles are then one strided view (T, span, D) of the flat buffer, so no tile is
-    copied. Tiles past the sequence read zeros (or the next index's rows): their rows are dropped.
-    """
+    """Overlapping (c + 2 half)-row tiles of x (..., N, D), tile b of each leading index starting at row b c - half."""
     *lead, n, dim = x.shape
     rows = x.reshape(-1, n, dim)
     padded = F.pad(rows, (0, 0, front * chunk, (blocks - front) * chunk - n))  # (L, blocks * c, D)
-    flat = F.pad(padded.reshape(-1), (0, (chunk + 2 * half) * dim))  # room for the spare tiles' overhang
+    flat = F.pad(padded.reshape(-1), (0, (chunk + 2 * half) * dim))
     count = rows.shape[0] * blocks
     return flat.as_strided((count, chunk + 2 * half, dim), (chunk * dim, dim, 1), (front * chunk - half) * dim)
 

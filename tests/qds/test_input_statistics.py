@@ -88,6 +88,14 @@ def test_refusals_write_nothing(inputs, tmp_path, capsys):
     assert not (tmp_path / "new.json").exists()
 
 
+def test_an_odd_window_is_refused_as_the_model_refuses_it(inputs, tmp_path, capsys):
+    """Longformer's window is even: an odd one is no window the model could run."""
+    base = ["--topics", str(inputs / "topics.tsv"), "--rank_llm", str(inputs / "hits.json")]
+    refused_in_process(input_statistics.main, [*base, "--window", "33", "--output", str(tmp_path / "new.json")],
+                       capsys, "argument --window: must be even (Longformer's window spans w / 2 each side), got 33")
+    assert not (tmp_path / "new.json").exists()
+
+
 def test_the_real_files_hold_the_counts_sources_md_gives(shared_data, tmp_path):
     """../shared/data/SOURCES.md: MS MARCO document dev 5,193 queries, the 43 judged TREC DL 2019 queries, the 200
     TREC DL 2020 test queries, 43 queries of BM25 hits in the DL 2019 candidate file."""

@@ -6,8 +6,10 @@ import pytest
 import torch
 from torch import nn
 
+from common.encoders.bert_reranking import count_parameters
+from common.refusals import SettingError
 from qds.inputs import ALL_PATTERNS, build_qds_input, pad, pair_input
-from qds.model import Ranker, RankingHead, build_encoder, count_parameters
+from qds.model import Ranker, RankingHead, build_encoder
 
 from tests.gradients import assert_same_gradients
 
@@ -162,3 +164,16 @@ def test_each_encoder_call_builds_its_attention_layout_once(monkeypatch):
         ranker.eval().pooled(_batch_of_lengths("qds"))
     assert len(calls) == 6 and len(set(calls)) == 6
     assert builds == {"global tokens": calls, "portable": calls}
+
+
+@pytest.mark.parametrize("pattern", ["qds", "firstp"])
+def test_an_odd_window_is_refused_naming_the_option(pattern):
+    """Checked once, where the window is used: before transformers' own assertion, naming ``--model.window``."""
+    with pytest.raises(SettingError, match=r"^model.window: must be even .*got 7$") as refused:
+        build_encoder(pattern, None, dropout=0.0, impl="portable", **(SIZES | {"window": 7}))
+    assert refused.value.option == "model.window"
+
+
+def test_heads_not_dividing_the_hidden_size_are_refused_naming_the_option():
+    with pytest.raises(SettingError, match=r"^model.num_heads: must divide --model.hidden_size \(16\), got 3$"):
+        build_encoder("qds", None, dropout=0.0, impl="portable", **(SIZES | {"num_heads": 3}))

@@ -80,7 +80,7 @@ def test_self_attention_module_matches_transformers(impl, n):
     hf = LongformerSelfAttention(config, layer_id=1).eval()
     qds = QDSLongformerSelfAttention(config, layer_id=1, impl=impl).eval()
     qds.load_state_dict(hf.state_dict())
-    assert qds.one_sided_attn_window_size == hf.one_sided_attn_window_size == 64
+    assert qds.window == 2 * hf.one_sided_attn_window_size == 128
 
     _, attention_mask, global_attention_mask = _batch(n)
     extended = torch.zeros(2, n)  # as LongformerModel.forward, then LongformerEncoder.forward
