@@ -15,8 +15,9 @@ from common.encoders.tokenizers import LazyTokenizer
 from qds.inputs import ALL_PATTERNS, BASELINES, LAYOUTS, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
 
-#: Document sentences read (official code: 256) and MaxP passages scored (16: about QDS's 2048 tokens), by default.
-MAX_SENTENCES, MAX_PASSAGES = 256, 16
+#: Document sentences read (official code: 256), MaxP passages scored (16: about QDS's 2048 tokens) and the input
+#: layout (the official code's), by default.
+MAX_SENTENCES, MAX_PASSAGES, LAYOUT = 256, 16, "official"
 #: Documents whose sentence tokens a process keeps.
 CACHE_SIZE = 100_000
 
@@ -26,7 +27,7 @@ class Encoder(LazyTokenizer):
 
     def __init__(self, pattern: str, tokenizer: str, max_length: int = 2048, max_sentences: int = MAX_SENTENCES,
                  max_passages: int = MAX_PASSAGES, tokenizer_task: SourceSpec | None = None,
-                 layout: str = "official"):  # fmt: skip
+                 layout: str = LAYOUT):
         if pattern not in ALL_PATTERNS:
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
         if layout not in LAYOUTS:

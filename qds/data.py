@@ -16,7 +16,7 @@ from common.data.samplers import POSITIVES, PointwiseSampler, training_table
 from common.data.specs import SourceSpec
 from common.encoders.tokenizers import resolved_tokenizer_task
 from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig, RerankingDataModule, TaskConfig
-from qds.batches import MAX_PASSAGES, MAX_SENTENCES, Encoder
+from qds.batches import LAYOUT, MAX_PASSAGES, MAX_SENTENCES, Encoder
 from qds.inputs import ALL_PATTERNS, InputLayout
 
 
@@ -59,7 +59,7 @@ class QDSDataModule(RerankingDataModule):
         max_length: PositiveInt = 2048,
         max_sentences: PositiveInt = MAX_SENTENCES,
         max_passages: PositiveInt = MAX_PASSAGES,
-        layout: InputLayout = "official",
+        layout: InputLayout = LAYOUT,
         negatives: PositiveInt = 1,
         positives: Literal[POSITIVES] = "candidates",
         depth: PositiveInt = 100,

@@ -83,9 +83,7 @@ def checkpoint_settings(args, state: dict) -> tuple[str, dict]:
 
     if is_official(state):
         return "qds", {"tokenizer": args.tokenizer, "layout": "official"}
-    settings = dict(state.get("datamodule_hyper_parameters", {}))
-    settings.setdefault("layout", "sos")  # checkpoints from before the official layout were trained on this one
-    return state["hyper_parameters"]["pattern"], settings
+    return state["hyper_parameters"]["pattern"], dict(state.get("datamodule_hyper_parameters", {}))
 
 
 def load_model(args, state: dict | None = None):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from common.encoders.tokenizers import load_tokenizer, resolved_tokenizer_task, vocabulary
 from common.portable import Scoring, portable_entry, tokenizer_files
-from qds.batches import MAX_PASSAGES, MAX_SENTENCES, Encoder
+from qds.batches import LAYOUT, MAX_PASSAGES, MAX_SENTENCES, Encoder
 from qds.inputs import ALL_PATTERNS
 from qds.model import build_ranker, encoder_config
 
@@ -21,17 +21,14 @@ PAPER = ('Jiang, Xiong, Lee, Wang: "Long Document Ranking with Query-Directed Sp
 #: The encoder's sizes (a from-scratch one's `qds.ranker.QDSRanker` hyper-parameters) and their Hugging Face names.
 SIZES = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
          "intermediate_size": "intermediate_size"}
-#: The input layout of a checkpoint that names none (`qds.evaluate.checkpoint_settings`).
-OLDEST_LAYOUT = "sos"
 
 
 def recognises(checkpoint: dict) -> bool:
     """Whether `checkpoint` is a `qds.train` checkpoint: one of QDS's patterns and the official head."""
     hyper_parameters = checkpoint.get("hyper_parameters")
     state = checkpoint.get("state_dict")
-    heads = ("model.head.out.weight", "ranker.head.out.weight")
     return (isinstance(hyper_parameters, dict) and hyper_parameters.get("pattern") in ALL_PATTERNS
-            and isinstance(state, dict) and any(name in state for name in heads))  # fmt: skip
+            and isinstance(state, dict) and "model.head.out.weight" in state)
 
 
 def checkpoint_entry(checkpoint: dict) -> dict:
@@ -55,7 +52,7 @@ def checkpoint_entry(checkpoint: dict) -> dict:
     config["inputs"] = {"max_length": data.get("max_length", model["max_length"]),
                         "max_sentences": data.get("max_sentences", MAX_SENTENCES),
                         "max_passages": data.get("max_passages", MAX_PASSAGES),
-                        "layout": data.get("layout", OLDEST_LAYOUT)}  # fmt: skip
+                        "layout": data.get("layout", LAYOUT)}  # fmt: skip
     files = tokenizer_files(load_tokenizer(tokenizer, task=task))
     return portable_entry(PACKAGE, config, files, data)
 

@@ -157,7 +157,5 @@ def test_evaluate_reads_each_checkpoint_with_the_layout_it_was_trained_on():
     args = argparse.Namespace(tokenizer="roberta-base")  # the official release's --tokenizer
     model = QDSRanker(**SIZES)
     assert evaluate.checkpoint_settings(args, official_state_dict(model))[1]["layout"] == "official"
-    trained = {"state_dict": {}, "hyper_parameters": {"pattern": "qds"}}
-    assert evaluate.checkpoint_settings(args, trained)[1]["layout"] == "sos"  # before the layout option existed
-    trained["datamodule_hyper_parameters"] = {"layout": "official"}
-    assert evaluate.checkpoint_settings(args, trained)[1]["layout"] == "official"
+    trained = {"state_dict": {}, "hyper_parameters": {"pattern": "qds"}, "datamodule_hyper_parameters": {"layout": "sos"}}
+    assert evaluate.checkpoint_settings(args, trained)[1]["layout"] == "sos"

@@ -133,16 +133,16 @@ def test_the_checkpoint_carries_the_inputs_settings_and_the_tokenizer(checkpoint
     assert set(entry["files"]) >= {"tokenizer.json"} and sum(map(len, entry["files"].values())) < 2_000_000
 
 
-def test_a_checkpoint_without_data_settings_reads_its_models_and_the_oldest_layout(tmp_path):
+def test_a_checkpoint_without_data_settings_reads_its_models_and_the_default_layout(tmp_path):
     """Saved outside a trainer: no entry; `load` builds one from the hyper-parameters (the model's tokenizer and
-    longest input, the ``sos`` layout that ``qds.evaluate`` reads such a checkpoint with)."""
+    longest input, the data module's default layout, ``official``)."""
     torch.manual_seed(0)
     model = QDSRanker(pattern="qds", tokenizer="builtin", impl="portable", **SIZES)
     torch.save({"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams)}, tmp_path / "m.ckpt")
     ranker = load(tmp_path / "m.ckpt")
-    assert ranker.config["inputs"] == {"max_length": 192, "max_sentences": 256, "max_passages": 16, "layout": "sos"}
+    assert ranker.config["inputs"] == {"max_length": 192, "max_sentences": 256, "max_passages": 16, "layout": "official"}
     document = Document("d", "Fleas feed on blood. A flea jumps far.", "fleas")
-    encoder = Encoder("qds", "builtin", max_length=192, layout="sos")
+    encoder = Encoder("qds", "builtin", max_length=192, layout="official")
     with torch.inference_mode():
         want = model.eval()(encoder(["what do fleas eat"], [document]))
     np.testing.assert_allclose(ranker.score("what do fleas eat", [document]), want.numpy(), rtol=1e-6, atol=1e-6)
