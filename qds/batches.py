@@ -12,12 +12,12 @@ from torch import Tensor
 from common.data.formats import Document
 from common.data.specs import SourceSpec
 from common.encoders.tokenizers import LazyTokenizer
+from qds import LAYOUT, MAX_LENGTH
 from qds.inputs import ALL_PATTERNS, BASELINES, LAYOUTS, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
 
-#: Document sentences read (official code: 256), MaxP passages scored (16: about QDS's 2048 tokens) and the input
-#: layout (the official code's), by default.
-MAX_SENTENCES, MAX_PASSAGES, LAYOUT = 256, 16, "official"
+#: Document sentences read (official code: 256) and MaxP passages scored (16: about QDS's 2048 tokens), by default.
+MAX_SENTENCES, MAX_PASSAGES = 256, 16
 #: Documents whose sentence tokens a process keeps.
 CACHE_SIZE = 100_000
 
@@ -25,7 +25,7 @@ CACHE_SIZE = 100_000
 class Encoder(LazyTokenizer):
     """(query text, document) pairs -> a model batch for one pattern (`qds.inputs`); `tokenizer` a name or folder."""
 
-    def __init__(self, pattern: str, tokenizer: str, max_length: int = 2048, max_sentences: int = MAX_SENTENCES,
+    def __init__(self, pattern: str, tokenizer: str, max_length: int = MAX_LENGTH, max_sentences: int = MAX_SENTENCES,
                  max_passages: int = MAX_PASSAGES, tokenizer_task: SourceSpec | None = None,
                  layout: str = LAYOUT):
         if pattern not in ALL_PATTERNS:

@@ -16,7 +16,8 @@ from common.data.samplers import POSITIVES, PointwiseSampler, training_table
 from common.data.specs import SourceSpec
 from common.encoders.tokenizers import resolved_tokenizer_task
 from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig, RerankingDataModule, TaskConfig
-from qds.batches import LAYOUT, MAX_PASSAGES, MAX_SENTENCES, Encoder
+from qds import LAYOUT, MAX_LENGTH
+from qds.batches import MAX_PASSAGES, MAX_SENTENCES, Encoder
 from qds.inputs import ALL_PATTERNS, InputLayout
 
 
@@ -56,7 +57,7 @@ class QDSDataModule(RerankingDataModule):
         pattern: Literal[ALL_PATTERNS] = "qds",
         tokenizer: str = "builtin",
         tokenizer_task: SourceSpec | None = None,
-        max_length: PositiveInt = 2048,
+        max_length: PositiveInt = MAX_LENGTH,
         max_sentences: PositiveInt = MAX_SENTENCES,
         max_passages: PositiveInt = MAX_PASSAGES,
         layout: InputLayout = LAYOUT,

@@ -12,7 +12,7 @@ from pathlib import Path
 from statistics import fmean
 
 from common.refusals import ArgumentParser, existing_file, input_errors, output_file_problem, positive_int, usage_error
-from qds import WINDOW
+from qds import MAX_LENGTH, WINDOW
 from qds.benchmark import SYSTEMS, WINDOW_TYPE
 
 TRECDL = "../shared/data/trec_dl"
@@ -21,7 +21,6 @@ TOPICS = [f"{TRECDL}/topics/topics.msmarco-doc.dev.txt", f"{TRECDL}/topics/topic
 CANDIDATES = f"{TRECDL}/candidates_with_text/rank_llm.BM25.retrieve_results_dl19.json"
 OUTPUT = Path(__file__).resolve().parents[1] / "results" / "qds" / "input_statistics.json"
 PATTERNS = tuple(s for s in SYSTEMS if s != "dense")
-MAX_LENGTH = 2048
 
 
 def lengths(values: list[int]) -> dict:
@@ -82,7 +81,7 @@ def parse_args(argv: list[str] | None):
     add("--rank_llm", type=existing_file, default=CANDIDATES, metavar="FILE",
         help="a rank_llm candidate file whose passages are split into sentences (default: BM25's TREC DL 2019)")
     add("--top", type=positive_int, default=20, help="passages per query split into sentences")
-    add("--n", type=positive_int, default=2048, help="the benchmark input's length in tokens")
+    add("--n", type=positive_int, default=MAX_LENGTH, help="the benchmark input's length in tokens")
     add("--window", type=WINDOW_TYPE, default=WINDOW, help="local attention window w, even")
     add("--query_tokens", type=positive_int, default=8, help="the benchmark input's query tokens")
     add("--sentence_tokens", type=positive_int, default=25, help="the benchmark input's tokens per sentence")

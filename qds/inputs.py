@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from common.kernels.patterns import PATTERNS, Layout, density, global_tokens
+from qds import LAYOUT, MAX_LENGTH
 
 #: The dense-attention baselines of Table 2.
 BASELINES = ("firstp", "maxp")
@@ -54,10 +55,10 @@ def build_qds_input(
     *,
     bos: int,
     eos: int,
-    max_length: int = 2048,
+    max_length: int = MAX_LENGTH,
     max_sentences: int = 256,
     max_query_tokens: int = 64,
-    layout: InputLayout = "official",
+    layout: InputLayout = LAYOUT,
 ) -> QDSInput:
     """The QDS input of `layout` from token ids without special tokens (see the module docstring)."""
     query = list(query[:max_query_tokens])
@@ -106,7 +107,7 @@ def _sos(query, sentences, bos, eos, max_length, max_sentences) -> tuple[list[in
 
 
 def exact_input(n: int, query_tokens: int, sentence_tokens: int, vocab_size: int, generator: torch.Generator,
-                layout: InputLayout = "official") -> QDSInput:
+                layout: InputLayout = LAYOUT) -> QDSInput:
     """A `QDSInput` of exactly n >= query_tokens + 5 tokens in `layout`, random ordinary ids."""
 
     def ids(k: int) -> list[int]:
@@ -139,7 +140,7 @@ def exact_batch(n: int, batch_size: int, *, query_tokens: int, sentence_tokens: 
 
 
 def exact_density(pattern: str, n: int, query_tokens: int, sentence_tokens: int, window: int,
-                  layout: InputLayout = "official") -> float:
+                  layout: InputLayout = LAYOUT) -> float:
     """Nonzero fraction of `pattern`'s attention matrix on an `exact_input` of n tokens."""
     built = exact_input(n, query_tokens, sentence_tokens, 100, torch.Generator(), layout)
     return density(torch.tensor(built.global_mask(pattern)), window)

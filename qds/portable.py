@@ -11,7 +11,8 @@ from pathlib import Path
 
 from common.encoders.tokenizers import load_tokenizer, resolved_tokenizer_task, vocabulary
 from common.portable import Scoring, portable_entry, tokenizer_files
-from qds.batches import LAYOUT, MAX_PASSAGES, MAX_SENTENCES, Encoder
+from qds import LAYOUT
+from qds.batches import MAX_PASSAGES, MAX_SENTENCES, Encoder
 from qds.inputs import ALL_PATTERNS
 from qds.model import build_ranker, encoder_config
 

@@ -19,7 +19,7 @@ from common.encoders.bert_reranking import count_parameters
 from common.encoders.tokenizers import vocabulary
 from common.portable import KEY
 from common.training.reranking import RerankingEvaluation
-from qds import WINDOW
+from qds import MAX_LENGTH, WINDOW
 from qds.inputs import ALL_PATTERNS
 from qds.model import Impl, Pattern, build_ranker
 from qds.portable import checkpoint_entry
@@ -69,7 +69,7 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         hidden_size: PositiveInt = 768,
         num_heads: PositiveInt = 12,
         intermediate_size: PositiveInt = 3072,
-        max_length: PositiveInt = 2048,
+        max_length: PositiveInt = MAX_LENGTH,
         dropout: ClosedUnitInterval = 0.1,
         lr: NonNegativeFloat = 1e-5,
         betas: tuple[float, float] = (0.9, 0.999),
