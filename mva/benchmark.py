@@ -126,7 +126,7 @@ def mva_head(point: Point, candidates: int, device: str, seed: int):
 
     torch.manual_seed(seed)
     hp = point.heads * point.projection
-    head = MultiVectorAttention(hp, hp, point.projection, point.heads).eval().to(device)
+    head = MultiVectorAttention(hp, hp, point.projection, point.heads, False).eval().to(device)
     query_keys = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
     query_values = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
     query_keep = torch.ones(1, point.query, dtype=torch.bool, device=device).expand(candidates, -1)

@@ -29,17 +29,17 @@ COLBERT_QUERY, COLBERT_DIM = 32, 128
 CANDIDATES = 1000
 
 
-def mva_attention_macs(query_timesteps: int, doc_timesteps: int, projection: int, heads: int = 1) -> int:
+def mva_attention_macs(query_timesteps: int, doc_timesteps: int, projection: int, heads: int) -> int:
     """MVA's two attention products, Q_K D_K^T and softmax(.) D_V (Sec. 2.1): ``2 q d H p``."""
     return 2 * query_timesteps * doc_timesteps * heads * projection
 
 
-def mva_macs(query_timesteps: int, doc_timesteps: int, projection: int, heads: int = 1) -> int:
+def mva_macs(query_timesteps: int, doc_timesteps: int, projection: int, heads: int) -> int:
     """MVA's score (Sec. 2.1): the attention products and the q dot products with Q_V, ``H (2 q d p + q p)``."""
     return mva_attention_macs(query_timesteps, doc_timesteps, projection, heads) + query_timesteps * heads * projection
 
 
-def mva_storage(doc_timesteps: int, projection: int, heads: int = 1) -> int:
+def mva_storage(doc_timesteps: int, projection: int, heads: int) -> int:
     """D_K and D_V of a document: ``2 d H p`` floats."""
     return 2 * doc_timesteps * heads * projection
 
@@ -83,10 +83,10 @@ def table5() -> list[Cost]:
              f"MaxSim, q = {COLBERT_QUERY}, d = {DOC_TIMESTEPS}, dim {COLBERT_DIM}"),
         Cost("CA", ca, 0, f"BERT-base over {PAIR_TOKENS} pair tokens"),
         Cost("DE", dual_encoder_macs(), HIDDEN, f"dot product of h = {HIDDEN}"),
-        Cost("MVA1", mva_macs(QUERY_TIMESTEPS, DOC_TIMESTEPS, 128), mva_storage(DOC_TIMESTEPS, 128),
+        Cost("MVA1", mva_macs(QUERY_TIMESTEPS, DOC_TIMESTEPS, 128, 1), mva_storage(DOC_TIMESTEPS, 128, 1),
              f"q = {QUERY_TIMESTEPS}, d = {DOC_TIMESTEPS}, p = 128"),
-        Cost("MVA2", mva_macs(8, 24, 64), mva_storage(24, 64), "q = 8, d = 24, p = 64"),
-        Cost("MVA3", mva_macs(8, 16, 32), mva_storage(16, 32), "q = 8, d = 16, p = 32"),
+        Cost("MVA2", mva_macs(8, 24, 64, 1), mva_storage(24, 64, 1), "q = 8, d = 24, p = 64"),
+        Cost("MVA3", mva_macs(8, 16, 32, 1), mva_storage(16, 32, 1), "q = 8, d = 16, p = 32"),
     ]
 
 

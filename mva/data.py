@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Literal
 
 from common.encoders.bert_data import BertTriplesDataModule, with_defaults
-from mva import ARCHITECTURES
+from mva import ARCHITECTURES, PASSAGE_LENGTH, QUERY_LENGTH
 
 Architecture = Literal[ARCHITECTURES]
 
@@ -25,4 +25,4 @@ class MVADataModule(BertTriplesDataModule):
 
     cross_encoder = "ca"
     __init__ = with_defaults(BertTriplesDataModule.__init__, {"architecture": Architecture}, architecture="mva",
-                             query_length=32, passage_length=112, batch_size=256)
+                             query_length=QUERY_LENGTH, passage_length=PASSAGE_LENGTH, batch_size=256)

@@ -97,7 +97,7 @@ class SidePooling(nn.Module):
 class MultiVectorAttention(nn.Module):
     """W_QK, W_QV (query width x Hp) and W_DK, W_DV (document width x Hp), and the score of Sec. 2.1."""
 
-    def __init__(self, query_width: int, doc_width: int, projection: int, heads: int = 1, tied_init: bool = False):
+    def __init__(self, query_width: int, doc_width: int, projection: int, heads: int, tied_init: bool):
         super().__init__()
         if tied_init and query_width != doc_width:
             raise SettingError("model.tied_init", "copies the query's projections to the document's: their widths "
@@ -149,10 +149,9 @@ class MVA(nn.Module):
     `cls_token_id`'s embedding. Batches: ``query_tokens``/``query_mask`` (Bq, q) each distinct query once,
     ``query_index`` (B,) its row per pair, ``doc_tokens``/``doc_mask`` (B, d)."""
 
-    def __init__(self, bert, *, cls_token_id: int, projection: int, heads: int = 1, query_pooling: Pooling = "all",
-                 query_timesteps: int | None = None, query_factor: int | None = None, doc_pooling: Pooling = "all",
-                 doc_timesteps: int | None = None, doc_factor: int | None = None, tied_init: bool = False,
-                 cls_init: ClsInit = "distinct"):
+    def __init__(self, bert, *, cls_token_id: int, projection: int, heads: int, query_pooling: Pooling,
+                 query_timesteps: int | None, query_factor: int | None, doc_pooling: Pooling, doc_timesteps: int | None,
+                 doc_factor: int | None, tied_init: bool, cls_init: ClsInit):
         super().__init__()
         for side, kind, k, rho in (("query", query_pooling, query_timesteps, query_factor),
                                    ("doc", doc_pooling, doc_timesteps, doc_factor)):

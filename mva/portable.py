@@ -13,7 +13,7 @@ from common.encoders.bert_portable import (bert_checkpoint_entry, bert_inputs, b
 from common.encoders.bert_rankers import BertRanker, BertSiamese
 from common.encoders.tokenizers import load_tokenizer
 from common.portable import PortableError, Scoring
-from mva import ARCHITECTURES, RANKER_KEYS, STORED
+from mva import ARCHITECTURES, PASSAGE_LENGTH, QUERY_LENGTH, RANKER_KEYS, STORED
 from mva.model import MVA
 from mva.query_scorer import QueryScorer, store_width
 
@@ -26,8 +26,6 @@ MVA_KEYS = ("projection", "heads", "query_pooling", "query_timesteps", "query_fa
 DE_KEYS = ("de_pooling", "de_cosine_scale")
 #: The hyper-parameters that shape the model (the others train it).
 MODEL_KEYS = ("architecture", *MVA_KEYS, *DE_KEYS)
-#: The inputs' lengths ``mva.evaluate`` takes where the data settings give none (`mva.data`'s defaults).
-QUERY_LENGTH, PASSAGE_LENGTH = 32, 112
 
 
 def recognises(checkpoint: dict) -> bool:
@@ -45,10 +43,10 @@ def cls_token_id(hparams: dict) -> int:
 
 
 def model_of(bert, config: dict, *, cls_token_id: int | None):
-    """The model of `config` (`MODEL_KEYS`; `MVA_KEYS` absent take MVA's defaults) over the ``BertModel`` `bert`:
+    """The model of `config` (`MODEL_KEYS`) over the ``BertModel`` `bert`:
     MVA (`cls_token_id`: the vocabulary's [CLS]), CA (`BertRanker`) or DE (`BertSiamese`)."""
     if config["architecture"] == "mva":
-        return MVA(bert, cls_token_id=cls_token_id, **{k: config[k] for k in MVA_KEYS if k in config})
+        return MVA(bert, cls_token_id=cls_token_id, **{k: config[k] for k in MVA_KEYS})
     if config["architecture"] == "ca":
         return BertRanker(bert)
     return BertSiamese(bert, pooling=config["de_pooling"], cosine_scale=config["de_cosine_scale"])

@@ -291,7 +291,7 @@ def test_table5_operating_points_fit_the_printed_costs():
         figure = printed[(method, "joint_compute_mflops")]
         assert as_printed(mflops, figure) == figure, (method, mflops, figure)
         if method != "MVA¹":  # every query token (q = 7) would not give the printed figure
-            mflops = costs.mva_macs(costs.QUERY_TIMESTEPS, d, p) * costs.CANDIDATES / 1e6
+            mflops = costs.mva_macs(costs.QUERY_TIMESTEPS, d, p, heads) * costs.CANDIDATES / 1e6
             assert as_printed(mflops, figure) != figure, (method, mflops)
 
 

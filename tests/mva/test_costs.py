@@ -74,7 +74,7 @@ def test_only_eight_query_cls_for_mva2_and_mva3_fits_table5():
                 "all tokens, 8 CLS": {"MVA¹": 7, "MVA²": 8, "MVA³": 8}}
 
     def fits(q: dict) -> bool:
-        return all(abs(mva_macs(q[m], d, p) * 1000 / 1e6 - printed[m]) <= last_digit_unit(printed[m])
+        return all(abs(mva_macs(q[m], d, p, 1) * 1000 / 1e6 - printed[m]) <= last_digit_unit(printed[m])
                    for m, (d, p) in shapes.items())
 
     assert [name for name, q in readings.items() if fits(q)] == ["all tokens, 8 CLS"]
@@ -82,10 +82,10 @@ def test_only_eight_query_cls_for_mva2_and_mva3_fits_table5():
 
 def test_formulas_by_hand():
     # MVA1: q = 7, d = 70, p = 128: 2 * 7 * 70 * 128 + 7 * 128 = 126,336 MACs a candidate
-    assert mva_macs(7, 70, 128) == 126_336
-    assert mva_storage(70, 128) == 17_920  # Table 5's footnote: D_K and D_V of 70 x 128
+    assert mva_macs(7, 70, 128, 1) == 126_336
+    assert mva_storage(70, 128, 1) == 17_920  # Table 5's footnote: D_K and D_V of 70 x 128
     # Table 4's constant width: 2 heads of 64 cost what 1 head of 128 does, at every length
-    assert mva_macs(8, 28, 64, heads=2) == mva_macs(8, 28, 128) and mva_storage(28, 64, 2) == mva_storage(28, 128)
+    assert mva_macs(8, 28, 64, 2) == mva_macs(8, 28, 128, 1) and mva_storage(28, 64, 2) == mva_storage(28, 128, 1)
     # BERT-base at 128 tokens: 12 * (128 * (4 * 768^2 + 2 * 768 * 3072) + 2 * 128^2 * 768)
     assert bert_macs() == 12 * (128 * 7_077_888 + 25_165_824) == 11_173_625_856
 
@@ -117,7 +117,7 @@ def test_flop_counter_on_the_scoring_head_counts_the_attention_products():
     (2 q d H p per candidate); the q H p of the final dot products are an elementwise product and a sum, which
     the counter does not count (the calculator does)."""
     q, d, p, heads, candidates = 7, 24, 16, 2, 5
-    head = MultiVectorAttention(32, 32, p, heads)
+    head = MultiVectorAttention(32, 32, p, heads, False)
     queries = [torch.randn(candidates, q, heads * p) for _ in range(2)]
     documents = torch.randn(candidates, d, 2 * heads * p)
     with FlopCounterMode(display=False) as counter:
@@ -141,7 +141,7 @@ def test_flop_counter_on_the_configured_head_is_table5s_count(method):
     counts the softmax, the 1/sqrt(p) scaling or the mask. The stored rows are Table 5's storage."""
     q, d, p, heads = paper.operating_point(method)
     hidden = inspect.signature(MVARanker).parameters["hidden_size"].default  # BERT-base's h
-    head = MultiVectorAttention(hidden, hidden, p, heads)
+    head = MultiVectorAttention(hidden, hidden, p, heads, False)
     with torch.no_grad():
         keys, values = head.query_keys_values(torch.randn(1, q, hidden))
         stored = head.document_keys_values(torch.randn(1, d, hidden))

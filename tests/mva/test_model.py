@@ -9,7 +9,11 @@ import torch
 
 from common.encoders.pretrained import bert_config
 from common.refusals import SettingError
+import inspect
+
 from mva.model import MVA, MultiVectorAttention, SidePooling, cls_starts, first_k, temporal_pool, timestep_mask
+from mva.portable import MVA_KEYS
+from mva.ranker import MVARanker
 from tests.gradients import assert_repeatable_gradients
 from tests.mva import by_hand
 from tests.token_rows import CLS, PAD, VOCAB_SIZE, tokens
@@ -17,6 +21,15 @@ from tests.token_rows import CLS, PAD, VOCAB_SIZE, tokens
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 SIZES = {"vocab_size": VOCAB_SIZE, "pad_token_id": PAD, "num_heads": 2, "dropout": 0.1, "max_length": 64}
+
+
+#: MVA's settings as `MVARanker` defaults them; a test gives those it changes.
+RANKER_DEFAULTS = {key: inspect.signature(MVARanker).parameters[key].default for key in MVA_KEYS}
+
+
+def mva_model(bert, **settings) -> MVA:
+    """`MVA` over `bert` with `settings` over the ranker's defaults."""
+    return MVA(bert, **{**RANKER_DEFAULTS, **settings})
 
 
 def small_bert(hidden: int = 8, seed: int = 0):
@@ -30,7 +43,7 @@ def small_bert(hidden: int = 8, seed: int = 0):
 def head_with(heads: int, p: int, weights: dict[str, torch.Tensor]) -> MultiVectorAttention:
     """A head whose projections are `weights` (name -> (Hp, width))."""
     width = weights["query_key"].shape[1]
-    head = MultiVectorAttention(width, width, p, heads).double()
+    head = MultiVectorAttention(width, width, p, heads, False).double()
     for name, weight in weights.items():
         getattr(head, name).weight = torch.nn.Parameter(weight.double())
     return head
@@ -46,7 +59,7 @@ def test_score_on_a_hand_example():
     attended_1 = (1 + 3 * e) / (1 + e)
     attended_2 = (1 + 3 * e**2) / (1 + e**2)
     expected = (1 * attended_1 - 1 * attended_2) / 2
-    head = MultiVectorAttention(1, 1, projection=1).double()
+    head = MultiVectorAttention(1, 1, projection=1, heads=1, tied_init=False).double()
     query_keys = torch.tensor([[[1.0], [2.0], [50.0]]]).double()  # a third, padded query position
     query_values = torch.tensor([[[1.0], [-1.0], [9.0]]]).double()
     documents = torch.tensor([[[0.0, 1.0], [1.0, 3.0], [40.0, -7.0]]]).double()  # [D_K | D_V]; a padded third row
@@ -58,7 +71,7 @@ def test_score_on_a_hand_example():
 def test_attention_scale_is_the_projection_width():
     """p = 4: logits are Q_K . D_K / 2. One query position, D_K rows k1 = (2, 0, 0, 0) and k2 = 0, D_V rows
     v1 = (1, 0, 0, 0), v2 = 0, Q_K = (1, 0, 0, 0), Q_V = (1, 0, 0, 0): score = softmax(1, 0)_1 = e / (1 + e)."""
-    head = MultiVectorAttention(1, 1, projection=4).double()
+    head = MultiVectorAttention(1, 1, projection=4, heads=1, tied_init=False).double()
     unit = torch.tensor([1.0, 0, 0, 0]).double()
     documents = torch.stack([torch.cat([2 * unit, unit]), torch.zeros(8).double()])[None]  # (1, 2, 8)
     got = head.score(unit.view(1, 1, 4), unit.view(1, 1, 4), torch.tensor([[True]]), documents,
@@ -152,10 +165,10 @@ def test_cls_starts_are_cls_then_draws_at_the_word_embeddings_scale():
     assert starts[1:].mean().abs().item() < 0.02 and starts[1:].std(0).min().item() > 0.35
     torch.manual_seed(2)
     assert torch.equal(cls_starts(words, CLS, 200), starts)
-    model = MVA(small_bert(), cls_token_id=CLS, projection=4, doc_pooling="cls", doc_timesteps=3)
+    model = mva_model(small_bert(), cls_token_id=CLS, projection=4, doc_pooling="cls", doc_timesteps=3)
     assert torch.equal(model.doc_pooling.cls[0], model.bert.embeddings.word_embeddings.weight[CLS])  # K = 1: BERT's
     assert not torch.equal(model.doc_pooling.cls[1], model.doc_pooling.cls[2])
-    copies = MVA(small_bert(), cls_token_id=CLS, projection=4, query_pooling="cls", query_timesteps=2,
+    copies = mva_model(small_bert(), cls_token_id=CLS, projection=4, query_pooling="cls", query_timesteps=2,
                  cls_init="copies")
     cls = copies.bert.embeddings.word_embeddings.weight[CLS]
     assert torch.equal(copies.query_pooling.cls, torch.stack([cls, cls]))
@@ -178,7 +191,7 @@ def test_the_k_cls_outputs_of_a_pretrained_encoder_start_apart():
     bert, vocab = load_bert(minilm_path(), dropout=0.0).eval(), load_tokenizer(minilm_path())
     batch = vocab([PASSAGE], truncation=True, max_length=112, return_tensors="pt")
     torch.manual_seed(0)
-    model = MVA(bert, cls_token_id=vocab.cls_token_id, projection=8, doc_pooling="cls", doc_timesteps=24)
+    model = mva_model(bert, cls_token_id=vocab.cls_token_id, projection=8, doc_pooling="cls", doc_timesteps=24)
     copies = SidePooling("cls", 24, cls_embedding=bert.embeddings.word_embeddings.weight[vocab.cls_token_id])
 
     def cosines(pooling) -> torch.Tensor:
@@ -199,7 +212,7 @@ def test_the_k_cls_outputs_of_a_pretrained_encoder_start_apart():
 ])
 def test_settings_no_type_refuses_are_refused_naming_their_option(settings, option):
     with pytest.raises(SettingError) as refused:
-        MVA(small_bert(), cls_token_id=CLS, projection=4, **settings)
+        mva_model(small_bert(), cls_token_id=CLS, projection=4, **settings)
     assert refused.value.option == option
 
 
@@ -214,7 +227,7 @@ def test_model_scores_each_pair_as_its_query_alone_with_its_document_alone(doc):
     bert = small_bert()
     kind, k, rho = doc
     torch.manual_seed(5)
-    model = MVA(bert, cls_token_id=CLS, projection=4, heads=2, query_pooling="all", doc_pooling=kind,
+    model = mva_model(bert, cls_token_id=CLS, projection=4, heads=2, query_pooling="all", doc_pooling=kind,
                 doc_timesteps=k, doc_factor=rho).double().eval()  # fmt: skip
     assert model.head.doc_key.in_features == (16 if kind == "temporal" else 8)
     query_tokens, query_mask = tokens([5, 3], width=5, seed=1)
@@ -249,7 +262,7 @@ def spread_model(query, doc, heads: int) -> MVA:
     """A float64 MVA over `small_bert` (h = 8, p = 4: the scale 1/sqrt(p) is not 1/sqrt(h)) whose projections are
     drawn from N(0, 0.5^2), so that the attention is far from uniform and every choice of the formula shows."""
     torch.manual_seed(5)
-    model = MVA(small_bert(), cls_token_id=CLS, projection=4, heads=heads, query_pooling=query[0],
+    model = mva_model(small_bert(), cls_token_id=CLS, projection=4, heads=heads, query_pooling=query[0],
                 query_timesteps=query[1], query_factor=query[2], doc_pooling=doc[0], doc_timesteps=doc[1],
                 doc_factor=doc[2]).double().eval()  # fmt: skip
     with torch.no_grad():
@@ -298,24 +311,24 @@ def test_tied_init_starts_the_document_projections_as_copies_of_the_querys():
     """``tied_init``: W_DK = W_QK and W_DV = W_QV at the start, as separate parameters that then train apart; off,
     the four are drawn on their own; with different query and document widths there is nothing to copy."""
     torch.manual_seed(0)
-    tied = MultiVectorAttention(6, 6, projection=4, tied_init=True)
+    tied = MultiVectorAttention(6, 6, projection=4, heads=1, tied_init=True)
     assert torch.equal(tied.doc_key.weight, tied.query_key.weight)
     assert torch.equal(tied.doc_value.weight, tied.query_value.weight)
     assert not torch.equal(tied.query_key.weight, tied.query_value.weight)
     tied.doc_key.weight.grad = torch.ones_like(tied.doc_key.weight)
     torch.optim.SGD(tied.parameters(), lr=0.1).step()
     assert torch.equal(tied.doc_key.weight, tied.query_key.weight - 0.1)  # only the document's moved
-    untied = MultiVectorAttention(6, 6, projection=4)
+    untied = MultiVectorAttention(6, 6, projection=4, heads=1, tied_init=False)
     assert not torch.equal(untied.doc_key.weight, untied.query_key.weight)
     with pytest.raises(SettingError, match="their widths must agree .*, got 6 and 12"):
-        MultiVectorAttention(6, 12, projection=4, tied_init=True)
+        MultiVectorAttention(6, 12, projection=4, heads=1, tied_init=True)
 
 
 def test_tied_init_scores_a_document_by_its_tokens_similarity_to_the_query():
     """With W_D = W_Q the untrained head compares the sides in one projected space: a document made of the query's
     own vectors outscores one of vectors orthogonal to them. (Independent projections give no such order.)"""
     torch.manual_seed(0)
-    head = MultiVectorAttention(16, 16, projection=16, tied_init=True).double()
+    head = MultiVectorAttention(16, 16, projection=16, heads=1, tied_init=True).double()
     with torch.no_grad():  # a well-conditioned shared projection (orthogonal, scaled up from N(0, 0.02))
         for name in ("query_key", "query_value", "doc_key", "doc_value"):
             getattr(head, name).weight.copy_(torch.eye(16, dtype=torch.float64))
@@ -334,7 +347,7 @@ def test_tied_init_scores_a_document_by_its_tokens_similarity_to_the_query():
 def test_gradients_repeat_when_a_query_scores_many_documents():
     """A training batch holds each query once and spreads it over its documents: the queries' gradients are the
     same sums, in the same order, on every run (64 pairs of 4 queries, spread keys of 65,536 floats)."""
-    model = MVA(small_bert().float(), cls_token_id=CLS, projection=32)
+    model = mva_model(small_bert().float(), cls_token_id=CLS, projection=32)
     torch.manual_seed(7)
     keys, values = (torch.randn(4, 32, 32, requires_grad=True) for _ in range(2))  # (Bq, t, Hp)
     keep = torch.ones(4, 32, dtype=torch.bool)
