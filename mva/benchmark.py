@@ -50,10 +50,10 @@ class Point(NamedTuple):
     query: int
     doc: int
     projection: int
-    heads: int = 1
+    heads: int
 
 
-POINTS = {"mva1": Point(QUERY_TIMESTEPS, 70, 128), "mva2": Point(8, 24, 64), "mva3": Point(8, 16, 32)}
+POINTS = {"mva1": Point(QUERY_TIMESTEPS, 70, 128, 1), "mva2": Point(8, 24, 64, 1), "mva3": Point(8, 16, 32, 1)}
 
 
 def cost(impl: str, size: BertSize) -> tuple[int, int, str]:

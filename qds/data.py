@@ -16,7 +16,7 @@ from common.data.samplers import POSITIVES, PointwiseSampler, training_table
 from common.data.specs import SourceSpec
 from common.encoders.tokenizers import resolved_tokenizer_task
 from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig, RerankingDataModule, TaskConfig
-from qds import LAYOUT, MAX_LENGTH
+from qds import LAYOUT, MAX_LENGTH, NEGATIVES, PATTERN, TOKENIZER
 from qds.batches import MAX_PASSAGES, MAX_SENTENCES, Encoder
 from qds.inputs import ALL_PATTERNS, InputLayout
 
@@ -54,14 +54,14 @@ class QDSDataModule(RerankingDataModule):
         train: SourceSpec = "builtin:train",
         dev: SourceSpec | None = "builtin:dev",
         test: SourceSpec | None = "builtin:test",
-        pattern: Literal[ALL_PATTERNS] = "qds",
-        tokenizer: str = "builtin",
+        pattern: Literal[ALL_PATTERNS] = PATTERN,
+        tokenizer: str = TOKENIZER,
         tokenizer_task: SourceSpec | None = None,
         max_length: PositiveInt = MAX_LENGTH,
         max_sentences: PositiveInt = MAX_SENTENCES,
         max_passages: PositiveInt = MAX_PASSAGES,
         layout: InputLayout = LAYOUT,
-        negatives: PositiveInt = 1,
+        negatives: PositiveInt = NEGATIVES,
         positives: Literal[POSITIVES] = "candidates",
         depth: PositiveInt = 100,
         dev_queries: PositiveInt | None = None,

@@ -19,7 +19,7 @@ from common.encoders.bert_reranking import count_parameters
 from common.encoders.tokenizers import vocabulary
 from common.portable import KEY
 from common.training.reranking import RerankingEvaluation
-from qds import MAX_LENGTH, WINDOW
+from qds import MAX_LENGTH, NEGATIVES, PATTERN, TOKENIZER, WINDOW
 from qds.inputs import ALL_PATTERNS
 from qds.model import Impl, Pattern, build_ranker
 from qds.portable import checkpoint_entry
@@ -60,9 +60,9 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
 
     def __init__(
         self,
-        pattern: Pattern = "qds",
+        pattern: Pattern = PATTERN,
         encoder: str | None = None,
-        tokenizer: str = "builtin",
+        tokenizer: str = TOKENIZER,
         tokenizer_task: str | dict | None = None,
         window: PositiveInt = WINDOW,
         num_layers: NonNegativeInt = 12,
@@ -74,7 +74,7 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         lr: NonNegativeFloat = 1e-5,
         betas: tuple[float, float] = (0.9, 0.999),
         weight_decay: NonNegativeFloat = 0.0,
-        negatives: PositiveInt = 1,
+        negatives: PositiveInt = NEGATIVES,
         balanced_loss: bool = True,
         impl: Impl = "auto",
     ):
