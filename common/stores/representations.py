@@ -210,25 +210,11 @@ class RepresentationStore:
     def open(cls, folder: str | os.PathLike, expect: dict | None = None, verify: bool = False) -> RepresentationStore:
         """Open the finished store in `folder`: its manifest, the shards' sizes and the mapped id table."""
         folder = Path(folder)
-        if not (folder / MANIFEST).is_file():
-            unfinished = " (an unfinished one: resume its build)" if (folder / PLAN).is_file() else ""
-            raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST}, which a build writes last)"
-                                    f"{unfinished}")
-        manifest = _read_json(folder / MANIFEST)
-        if manifest.get("format") != FORMAT:
-            raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
-                                    f"format {FORMAT} (rebuild the store)")
+        manifest = _finished_manifest(folder)
         if expect:
             _check_identity(folder, manifest["identity"], expect)
         if verify:
             verify_store(folder)
-        itemsize = np.dtype(manifest["dtype"]).itemsize
-        for shard in manifest["shards"]:
-            path = folder / shard["file"]
-            size = path.stat().st_size if path.is_file() else 0
-            if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
-                raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists; "
-                                        "rebuild the store")
         ids, locations = _id_table(folder, manifest["documents"])
         return cls(folder, manifest, ids, locations)
 
@@ -325,19 +311,10 @@ class RepresentationStore:
 def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Iterable] | None = None) -> dict:
     """Check every byte of the finished store in `folder` against its manifest."""
     folder = Path(folder)
-    if not (folder / MANIFEST).is_file():
-        raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST})")
-    manifest = _read_json(folder / MANIFEST)
-    if manifest.get("format") != FORMAT:
-        raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
-                                f"format {FORMAT} (rebuild the store)")
-    itemsize = np.dtype(manifest["dtype"]).itemsize
+    manifest = _finished_manifest(folder)
     offsets, rows = [], []
     for shard in (progress or iter)(manifest["shards"]):
         path = folder / shard["file"]
-        size = path.stat().st_size if path.is_file() else 0
-        if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
-            raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists")
         if file_sha256(path) != shard["sha256"]:
             raise CorruptStoreError(f"{path}: its checksum is not the manifest's (the file was changed or damaged)")
         index = _read_json(folder / shard["index"])
@@ -355,6 +332,26 @@ def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Itera
     if not (np.array_equal(locations[:, 1], np.array(offsets, dtype=np.int64)[positions])
             and np.array_equal(locations[:, 2], np.array(rows, dtype=np.int64)[positions])):
         raise CorruptStoreError(f"{folder / LOCATIONS}: not the rows the shards' indexes list")
+    return manifest
+
+
+def _finished_manifest(folder: Path) -> dict:
+    """The manifest of the finished store in `folder`, of this `FORMAT`, each shard file of the size it lists."""
+    if not (folder / MANIFEST).is_file():
+        unfinished = " (an unfinished one: resume its build)" if (folder / PLAN).is_file() else ""
+        raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST}, which a build writes last)"
+                                f"{unfinished}")
+    manifest = _read_json(folder / MANIFEST)
+    if manifest.get("format") != FORMAT:
+        raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
+                                f"format {FORMAT} (rebuild the store)")
+    itemsize = np.dtype(manifest["dtype"]).itemsize
+    for shard in manifest["shards"]:
+        path = folder / shard["file"]
+        size = path.stat().st_size if path.is_file() else 0
+        if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
+            raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists; "
+                                    "rebuild the store")
     return manifest
 
 
