@@ -42,15 +42,6 @@ class Document:
     url: str = ""
 
 
-@dataclass(frozen=True)
-class RunEntry:
-    qid: str
-    doc_id: str
-    rank: int
-    score: float
-    tag: str
-
-
 def _content_lines(path, fallback: str) -> Iterator[tuple[int, str]]:
     for number, line in _read(path, fallback):
         if line.strip() and not line.startswith("#"):
@@ -105,16 +96,16 @@ def read_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Qrels:
     return qrels
 
 
-def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, RunEntry]]:
+def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str, str, float]]:
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) < 6:
             raise DataFormatError(
                 path, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}: {line[:80]!r}"
             )
-        qid, _, doc_id, rank, score, tag = fields[:6]
+        qid, _, doc_id, rank, score = fields[:5]
         try:
-            rank_value = int(rank)
+            int(rank)
         except ValueError:
             raise DataFormatError(path, number, f"rank {rank!r} is not an integer") from None
         try:
@@ -123,17 +114,17 @@ def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[
             raise DataFormatError(path, number, f"score {score!r} is not a number") from None
         if math.isnan(score_value):
             raise DataFormatError(path, number, "score is NaN")
-        yield number, RunEntry(qid, doc_id, rank_value, score_value, tag)
+        yield number, qid, doc_id, score_value
 
 
 def read_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Run:
     """Read a run as ``{qid: {docid: score}}``; a repeated (qid, docid) is an error."""
     run: Run = {}
-    for number, entry in iter_run(path, fallback):
-        scores = run.setdefault(entry.qid, {})
-        if entry.doc_id in scores:
-            raise DataFormatError(path, number, f"document {entry.doc_id!r} retrieved twice for query {entry.qid!r}")
-        scores[entry.doc_id] = entry.score
+    for number, qid, doc_id, score in iter_run(path, fallback):
+        scores = run.setdefault(qid, {})
+        if doc_id in scores:
+            raise DataFormatError(path, number, f"document {doc_id!r} retrieved twice for query {qid!r}")
+        scores[doc_id] = score
     return run
 
 
