@@ -115,7 +115,15 @@ def _add_note(error: BaseException, dataset_id: str, part: str) -> None:
 
 def _unavailable(dataset_id: str, part: str, error: BaseException) -> DatasetUnavailableError:
     home = Path(os.environ.get("IR_DATASETS_HOME") or Path.home() / ".ir_datasets")  # as ir_datasets decides
-    return DatasetUnavailableError(dataset_id, part, home, _expected_files(error), _describe(error))
+    return DatasetUnavailableError(dataset_id, part, home, _expected_files(dataset_id, part), _describe(error))
+
+
+def _expected_files(dataset_id: str, part: str) -> list[str]:
+    """The files ir_datasets lacks for reading `part` of the dataset (`common.data.irds_files.needed_files`)."""
+    from common.data.irds_files import needed_files
+
+    needed = needed_files(load_dataset(dataset_id), "docs" if part == "documents" else part)
+    return [f"{n.path}  (from {' or '.join(n.urls)})" if n.urls else str(n.path) for n in needed if n.path]
 
 
 def _describe(error: BaseException, limit: int = 1000) -> str:
@@ -133,40 +141,6 @@ def _describe(error: BaseException, limit: int = 1000) -> str:
         root = inner
     text = f"{type(error).__name__}: {root}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _expected_files(error: BaseException) -> list[str]:
-    """The files ir_datasets was trying to get, read from the frames that raised `error`."""
-    found: list[str] = []
-    errors = [error]
-    if isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,) and len(error.args) > 1:
-        errors += [cause for _, cause in error.args[1] if isinstance(cause, BaseException)]
-    for err in errors:
-        tb = err.__traceback__
-        while tb is not None:
-            owner = tb.tb_frame.f_locals.get("self")
-            tb = tb.tb_next
-            mirrors = getattr(owner, "mirrors", None)
-            if isinstance(mirrors, list):
-                urls = [str(m.url) for m in mirrors if getattr(m, "url", None)]
-                local = [str(m._path) for m in mirrors if getattr(m, "_path", None) is not None]
-                target = getattr(owner, "_cache_path", None)
-                entry = str(target) if target is not None and target != os.devnull else None
-                if entry is None and local:
-                    entry = local[0]
-                local = [path for path in local if path != entry]
-                if entry is None:
-                    continue
-                if urls:
-                    entry += "  (from " + " or ".join(urls) + ")"
-                if local:
-                    entry += "  (or a copy at " + " or ".join(local) + ")"
-                found.append(entry)
-            elif owner is not None and type(owner).__name__ in ("LocalDownload", "ExpectedFile"):
-                path = getattr(owner, "_path", None)
-                if path is not None and not any(str(path) in f for f in found):
-                    found.append(str(path))
-    return list(dict.fromkeys(found))
 
 
 def query_text(query: Any, field: str | None = None) -> str:
