@@ -10,6 +10,7 @@ little-endian rows) with its ``.index.json``, ``ids.npy``/``locations.npy`` (sor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -172,15 +173,11 @@ class StoreWriter:
                 np.save(f, array, allow_pickle=False)
 
     def _write_plan(self) -> None:
-        path = self.folder / PLAN
         if self._planned:
             return
-        if not path.exists():
-            try:
-                _write_json(path, self.plan)
-            except FileExistsError:
-                pass
-        _check_plan(self.folder, _read_json(path), self.plan)
+        with contextlib.suppress(FileExistsError):  # another process wrote it first
+            _write_json(self.folder / PLAN, self.plan)
+        _check_plan(self.folder, _read_json(self.folder / PLAN), self.plan)
         self._planned = True
 
     def _shard_is_whole(self, shard: int, checksum: bool) -> bool:
@@ -227,9 +224,7 @@ class RepresentationStore:
     @property
     def doc_ids(self) -> list[str]:
         """Every doc id in the plan's order (reads the whole id table: for tools, not for the query path)."""
-        ordered = np.empty_like(self._ids)
-        ordered[self._locations[:, 0]] = self._ids
-        return [doc_id.decode("utf-8") for doc_id in ordered.tolist()]
+        return _plan_order(self._ids, self._locations)
 
     @property
     def width(self) -> int:
@@ -324,15 +319,20 @@ def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Itera
         rows += index["rows"]
     ids, locations = _id_table(folder, manifest["documents"])
     positions = locations[:, 0]
-    ordered = np.empty_like(ids)
-    ordered[positions] = ids
     if (not np.array_equal(np.sort(positions), np.arange(len(ids))) or (len(ids) > 1 and not (ids[1:] > ids[:-1]).all())
-            or _ids_sha256([d.decode("utf-8") for d in ordered.tolist()]) != manifest["doc_ids_sha256"]):
+            or _ids_sha256(_plan_order(ids, locations)) != manifest["doc_ids_sha256"]):
         raise CorruptStoreError(f"{folder / IDS}: not the plan's doc ids, sorted")
     if not (np.array_equal(locations[:, 1], np.array(offsets, dtype=np.int64)[positions])
             and np.array_equal(locations[:, 2], np.array(rows, dtype=np.int64)[positions])):
         raise CorruptStoreError(f"{folder / LOCATIONS}: not the rows the shards' indexes list")
     return manifest
+
+
+def _plan_order(ids: np.ndarray, locations: np.ndarray) -> list[str]:
+    """The sorted `ids` (N,) put back in the plan's order by their `locations` (N, 3)."""
+    ordered = np.empty_like(ids)
+    ordered[locations[:, 0]] = ids
+    return [doc_id.decode("utf-8") for doc_id in ordered.tolist()]
 
 
 def _finished_manifest(folder: Path) -> dict:
