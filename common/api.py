@@ -75,22 +75,14 @@ def _read_checkpoint(path: Path):
         raise PortableError(f"{path} is not a checkpoint torch can read ({type(error).__name__})") from None
     if not isinstance(state, dict) or "state_dict" not in state:
         raise PortableError(f"{path} is not a checkpoint of a train command (no state_dict)")
+    weights = {name.removeprefix("model."): tensor for name, tensor in state["state_dict"].items()
+               if name.startswith("model.")}
     if KEY in state:
-        portable = from_entry(state[KEY], str(path))
-    else:
-        portable = _entry_of_hyperparameters(state, path)
-    weights = {}
-    for name, tensor in state["state_dict"].items():
-        if name.startswith("model."):
-            weights[name[len("model."):]] = tensor
-    return portable, weights
-
-
-def _entry_of_hyperparameters(state: dict, path: Path) -> Portable:
+        return from_entry(state[KEY], str(path)), weights
     for package in PACKAGES:
         module = importlib.import_module(f"{package}.portable")
         if module.recognises(state):
-            return from_entry(module.checkpoint_entry(state), str(path))
+            return from_entry(module.checkpoint_entry(state), str(path)), weights
     raise PortableError(f"{path} is a checkpoint of none of {', '.join(PACKAGES)}")
 
 

@@ -111,17 +111,6 @@ class Scoring:
     open_store: Callable[[Any, Path], Callable[[list[str], list[str]], Any]] | None = None
 
 
-@dataclass(frozen=True)
-class FolderConfig:
-
-    package: str
-    format: int
-    version: str
-    config: dict
-    files: list[str]
-    training: dict
-
-
 def write_folder(folder: Path, portable: Portable, save_weights, card: str) -> None:
     """Write `portable` into the new folder `folder` at once (a temporary folder beside it, then renamed)."""
     folder = Path(folder)
@@ -133,9 +122,8 @@ def write_folder(folder: Path, portable: Portable, save_weights, card: str) -> N
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
     try:
-        config = FolderConfig(portable.package, FORMAT, portable.version, portable.config, sorted(portable.files),
-                              portable.training)
-        (tmp / CONFIG).write_text(json.dumps(config.__dict__, indent=2, sort_keys=True) + "\n")
+        config = {**portable.entry(), "files": sorted(portable.files)}
+        (tmp / CONFIG).write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
         for name, data in portable.files.items():
             (tmp / name).write_bytes(data)
         save_weights(tmp / WEIGHTS)

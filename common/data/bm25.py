@@ -139,20 +139,10 @@ class BM25Index:
                 for qid, text in tqdm(topics.items(), desc="retrieving", unit=" queries", disable=not progress)}
 
 
-def bm25_retrieve(
-    documents: Iterable[Document],
-    topics: Topics,
-    k: int = 100,
-    k1: float = DEFAULT_K1,
-    b: float = DEFAULT_B,
-    *,
-    stemmer: str | None = DEFAULT_STEMMER,
-    stopwords: str | list[str] | None = "english",
-    progress: bool = False,
-) -> Run:
-    """Index `documents` and return each topic's BM25 top-`k` (see the module docstring for the variant)."""
-    index = BM25Index.build(documents, k1=k1, b=b, stemmer=stemmer, stopwords=stopwords, progress=progress)
-    return index.retrieve(topics, k, progress=progress)
+def bm25_retrieve(documents: Iterable[Document], topics: Topics, k: int = 100, *, progress: bool = False,
+                  **options) -> Run:
+    """Each topic's BM25 top-`k` over `documents`, indexed with `options` (`BM25Index.build`'s k1, b, stemmer...)."""
+    return BM25Index.build(documents, progress=progress, **options).retrieve(topics, k, progress=progress)
 
 
 def _parser() -> argparse.ArgumentParser:

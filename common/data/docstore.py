@@ -105,11 +105,14 @@ class DocumentStore(Lookup):
     def _db(self) -> sqlite3.Connection:
         if self._connection is None or self._pid != os.getpid():
             connection = _read_only(self.path, check_same_thread=False)
-            try:
-                _check_schema(self.path, connection)
-            except StaleStoreError:
+            version = _stamped_version(connection)
+            if version != SCHEMA_VERSION:
                 connection.close()
-                raise
+                raise StaleStoreError(
+                    f"{self.path}: document store of schema version {version}, this code reads version "
+                    f"{SCHEMA_VERSION} (version 0 has no url column); rebuild it with DocumentStore.build(collection, "
+                    f"path, overwrite=True) (DocumentStore.for_collection rebuilds its cached stores by itself)"
+                )
             self._connection, self._pid = connection, os.getpid()
         return self._connection
 
@@ -175,12 +178,3 @@ def _read_only(path: str | os.PathLike, **options) -> sqlite3.Connection:
 def _stamped_version(db: sqlite3.Connection) -> int:
     return db.execute("PRAGMA user_version").fetchone()[0]
 
-
-def _check_schema(path: Path, db: sqlite3.Connection) -> None:
-    version = _stamped_version(db)
-    if version != SCHEMA_VERSION:
-        raise StaleStoreError(
-            f"{path}: document store of schema version {version}, this code reads version {SCHEMA_VERSION} "
-            f"(version 0 has no url column); rebuild it with DocumentStore.build(collection, path, overwrite=True) "
-            f"(DocumentStore.for_collection rebuilds its cached stores by itself)"
-        )

@@ -12,6 +12,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -40,15 +41,6 @@ class Document:
     text: str
     title: str = ""
     url: str = ""
-
-
-@dataclass(frozen=True)
-class RunEntry:
-    qid: str
-    doc_id: str
-    rank: int
-    score: float
-    tag: str
 
 
 def _content_lines(path, fallback: str) -> Iterator[tuple[int, str]]:
@@ -87,54 +79,51 @@ def iter_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tupl
         if len(fields) != 4:
             raise DataFormatError(path, number, f"expected 4 fields 'qid iter docid rel', got {len(fields)}: {line[:80]!r}")
         qid, _, doc_id, rel = fields
-        try:
-            label = int(rel)
-        except ValueError:
-            raise DataFormatError(path, number, f"relevance {rel!r} is not an integer") from None
-        yield number, qid, doc_id, label
+        yield number, qid, doc_id, _number(path, number, int, rel, "relevance")
 
 
 def read_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Qrels:
     """Read qrels as ``{qid: {docid: rel}}``; a repeated (qid, docid) is an error."""
-    qrels: Qrels = {}
-    for number, qid, doc_id, label in iter_qrels(path, fallback):
-        judged = qrels.setdefault(qid, {})
-        if doc_id in judged:
-            raise DataFormatError(path, number, f"duplicate judgment for query {qid!r}, document {doc_id!r}")
-        judged[doc_id] = label
-    return qrels
+    return _by_query(path, iter_qrels(path, fallback), "duplicate judgment for query {qid!r}, document {doc_id!r}")
 
 
-def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, RunEntry]]:
+def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str, str, float]]:
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) < 6:
             raise DataFormatError(
                 path, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}: {line[:80]!r}"
             )
-        qid, _, doc_id, rank, score, tag = fields[:6]
-        try:
-            rank_value = int(rank)
-        except ValueError:
-            raise DataFormatError(path, number, f"rank {rank!r} is not an integer") from None
-        try:
-            score_value = float(score)
-        except ValueError:
-            raise DataFormatError(path, number, f"score {score!r} is not a number") from None
+        qid, _, doc_id, rank, score = fields[:5]
+        _number(path, number, int, rank, "rank")
+        score_value = _number(path, number, float, score, "score")
         if math.isnan(score_value):
             raise DataFormatError(path, number, "score is NaN")
-        yield number, RunEntry(qid, doc_id, rank_value, score_value, tag)
+        yield number, qid, doc_id, score_value
 
 
 def read_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Run:
     """Read a run as ``{qid: {docid: score}}``; a repeated (qid, docid) is an error."""
-    run: Run = {}
-    for number, entry in iter_run(path, fallback):
-        scores = run.setdefault(entry.qid, {})
-        if entry.doc_id in scores:
-            raise DataFormatError(path, number, f"document {entry.doc_id!r} retrieved twice for query {entry.qid!r}")
-        scores[entry.doc_id] = entry.score
-    return run
+    return _by_query(path, iter_run(path, fallback), "document {doc_id!r} retrieved twice for query {qid!r}")
+
+
+def _number(path, number: int, kind: type, text: str, what: str):
+    try:
+        return kind(text)
+    except ValueError:
+        kind_name = "an integer" if kind is int else "a number"
+        raise DataFormatError(path, number, f"{what} {text!r} is not {kind_name}") from None
+
+
+def _by_query(path, records: Iterable[tuple[int, str, str, Any]], repeated: str) -> dict[str, dict[str, Any]]:
+    """``{qid: {docid: value}}`` of (line, qid, docid, value) `records`; a repeated pair is refused (`repeated`)."""
+    nested: dict[str, dict[str, Any]] = {}
+    for number, qid, doc_id, value in records:
+        inner = nested.setdefault(qid, {})
+        if doc_id in inner:
+            raise DataFormatError(path, number, repeated.format(qid=qid, doc_id=doc_id))
+        inner[doc_id] = value
+    return nested
 
 
 def collection_format(path) -> str:

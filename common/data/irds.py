@@ -70,11 +70,6 @@ class DatasetUnavailableError(RuntimeError):
         super().__init__(" ".join(" ".join(text.split()) for text in said))
 
 
-def ir_datasets_home() -> Path:
-    """Where ir_datasets keeps its files: ``$IR_DATASETS_HOME``, else ``~/.ir_datasets`` (as ir_datasets decides)."""
-    return Path(os.environ.get("IR_DATASETS_HOME") or Path.home() / ".ir_datasets")
-
-
 def close_matches(dataset_id: str, known: Iterable[str], n: int = 8) -> list[str]:
     """Registered ids close to `dataset_id`: difflib's best, then ids containing it (``robust04``)."""
     known = list(known)
@@ -119,12 +114,22 @@ def _add_note(error: BaseException, dataset_id: str, part: str) -> None:
 
 
 def _unavailable(dataset_id: str, part: str, error: BaseException) -> DatasetUnavailableError:
-    return DatasetUnavailableError(dataset_id, part, ir_datasets_home(), _expected_files(error), _describe(error))
+    home = Path(os.environ.get("IR_DATASETS_HOME") or Path.home() / ".ir_datasets")  # as ir_datasets decides
+    return DatasetUnavailableError(dataset_id, part, home, _expected_files(dataset_id, part), _describe(error))
+
+
+def _expected_files(dataset_id: str, part: str) -> list[str]:
+    """The files ir_datasets lacks for reading `part` of the dataset (`common.data.irds_files.needed_files`)."""
+    from common.data.irds_files import needed_files
+
+    needed = needed_files(load_dataset(dataset_id), "docs" if part == "documents" else part)
+    return [f"{n.path}  (from {' or '.join(n.urls)})" if n.urls else str(n.path) for n in needed if n.path]
 
 
 def _describe(error: BaseException, limit: int = 1000) -> str:
     if isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,) and len(error.args) > 1:
-        tried = "; ".join(f"{_where(mirror)}: {_describe(cause, 240)}" for mirror, cause in error.args[1])
+        tried = "; ".join(f"{getattr(m, 'url', None) or getattr(m, '_path', None) or type(m).__name__}: "
+                          f"{_describe(cause, 240)}" for m, cause in error.args[1])
         return f"{_ALL_SOURCES_FAILED}: {tried}"
     root = error
     for _ in range(8):
@@ -136,48 +141,6 @@ def _describe(error: BaseException, limit: int = 1000) -> str:
         root = inner
     text = f"{type(error).__name__}: {root}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _where(mirror: Any) -> str:
-    url = getattr(mirror, "url", None)
-    if url:
-        return str(url)
-    path = getattr(mirror, "_path", None)
-    return str(path) if path is not None else type(mirror).__name__
-
-
-def _expected_files(error: BaseException) -> list[str]:
-    """The files ir_datasets was trying to get, read from the frames that raised `error`."""
-    found: list[str] = []
-    errors = [error]
-    if isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,) and len(error.args) > 1:
-        errors += [cause for _, cause in error.args[1] if isinstance(cause, BaseException)]
-    for err in errors:
-        tb = err.__traceback__
-        while tb is not None:
-            owner = tb.tb_frame.f_locals.get("self")
-            tb = tb.tb_next
-            mirrors = getattr(owner, "mirrors", None)
-            if isinstance(mirrors, list):
-                urls = [str(m.url) for m in mirrors if getattr(m, "url", None)]
-                local = [str(m._path) for m in mirrors if getattr(m, "_path", None) is not None]
-                target = getattr(owner, "_cache_path", None)
-                entry = str(target) if target is not None and target != os.devnull else None
-                if entry is None and local:
-                    entry = local[0]
-                local = [path for path in local if path != entry]
-                if entry is None:
-                    continue
-                if urls:
-                    entry += "  (from " + " or ".join(urls) + ")"
-                if local:
-                    entry += "  (or a copy at " + " or ".join(local) + ")"
-                found.append(entry)
-            elif owner is not None and type(owner).__name__ in ("LocalDownload", "ExpectedFile"):
-                path = getattr(owner, "_path", None)
-                if path is not None and not any(str(path) in f for f in found):
-                    found.append(str(path))
-    return list(dict.fromkeys(found))
 
 
 def query_text(query: Any, field: str | None = None) -> str:
@@ -240,11 +203,6 @@ class IrDatasetsDocuments(Lookup):
         self._store: Any = None
         self._pid: int | None = None
 
-    @property
-    def _docstore(self) -> Any:
-        self.prepare()
-        return self._store
-
     def prepare(self) -> None:
         """Open the document store in this process, building it first where ir_datasets has not (`_built_store`)."""
         if self._store is None or self._pid != os.getpid():
@@ -255,8 +213,9 @@ class IrDatasetsDocuments(Lookup):
             self._pid = os.getpid()
 
     def _fetch(self, doc_ids: list[str]) -> dict[str, Any]:
+        self.prepare()
         with _reading(self.dataset_id, "documents"):
-            return self._docstore.get_many(doc_ids)
+            return self._store.get_many(doc_ids)
 
     def __getitem__(self, doc_id: str) -> Document:
         found = self._fetch([doc_id])

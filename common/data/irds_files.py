@@ -57,13 +57,13 @@ def missing_files(specs: Iterable[Any], options: Iterable[str],
              if isinstance(spec, str) and spec.startswith("irds:") and spec != "irds:"]
     if not tasks:
         return []
-    from common.data.irds import load_dataset
+    import ir_datasets
 
     users: dict[Needed, list[tuple[str, str, str]]] = {}
     for dataset_id, option, want in tasks:
         try:
-            dataset = load_dataset(dataset_id)
-        except ValueError:
+            dataset = ir_datasets.load(dataset_id)
+        except KeyError:  # an unknown id: the task's own check names it
             continue
         for part in want:
             if part not in TASK_PARTS:

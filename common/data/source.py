@@ -112,14 +112,13 @@ class FileSource:
         builder = TableBuilder(str(qrels), str(candidates))
         builder.add_qrels((qid, doc_id, label) for _, qid, doc_id, label in tqdm(
             iter_qrels(qrels), desc=f"tabling {qrels.name}", unit=" judgments"))
-        builder.add_candidates((entry.qid, entry.doc_id, entry.score) for _, entry in tqdm(
+        builder.add_candidates((qid, doc_id, score) for _, qid, doc_id, score in tqdm(
             iter_run(candidates), desc=f"tabling {candidates.name}", unit=" candidates"))
         try:
             return builder.table()
         except RepeatedPairError as error:
-            records = ((n, q, d) for n, q, d, _ in iter_qrels(qrels)) if error.path == str(qrels) else (
-                (n, entry.qid, entry.doc_id) for n, entry in iter_run(candidates))
-            seen = (n for n, qid, doc_id in records if (qid, doc_id) == (error.query_id, error.doc_id))
+            records = iter_qrels(qrels) if error.path == str(qrels) else iter_run(candidates)
+            seen = (n for n, qid, doc_id, _ in records if (qid, doc_id) == (error.query_id, error.doc_id))
             next(seen)
             raise DataFormatError(error.path, next(seen), error.reason) from None
 

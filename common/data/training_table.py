@@ -169,15 +169,15 @@ class TableBuilder:
     def add_qrels(self, records: Iterable[tuple[str, str, int]]) -> None:
         queries, docs, labels = self._qrels
         for qid, doc_id, label in records:
-            queries.append(self._code(self._queries, qid))
-            docs.append(self._code(self._docs, doc_id))
+            queries.append(self._queries.setdefault(qid, len(self._queries)))
+            docs.append(self._docs.setdefault(doc_id, len(self._docs)))
             labels.append(label)
 
     def add_candidates(self, records: Iterable[tuple[str, str, float]]) -> None:
         queries, docs, scores = self._candidates
         for qid, doc_id, score in records:
-            queries.append(self._code(self._queries, qid))
-            docs.append(self._code(self._docs, doc_id))
+            queries.append(self._queries.setdefault(qid, len(self._queries)))
+            docs.append(self._docs.setdefault(doc_id, len(self._docs)))
             scores.append(score)
             if len(self.distinct_scores) < 2:
                 self.distinct_scores.add(score)
@@ -208,13 +208,6 @@ class TableBuilder:
         return TrainingTable({"queries": queries, "docs": docs, "qrel_offsets": qrel_offsets,
                               "qrel_docs": d.astype(np.int32), "qrel_labels": labels.astype(np.int32),
                               "candidate_offsets": _offsets(cq, len(queries)), "candidate_docs": cd.astype(np.int32)})
-
-    @staticmethod
-    def _code(codes: dict[str, int], key: str) -> int:
-        code = codes.get(key)
-        if code is None:
-            code = codes[key] = len(codes)
-        return code
 
 
 def _sorted_ids(codes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:

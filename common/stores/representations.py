@@ -10,6 +10,7 @@ little-endian rows) with its ``.index.json``, ``ids.npy``/``locations.npy`` (sor
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -172,15 +173,11 @@ class StoreWriter:
                 np.save(f, array, allow_pickle=False)
 
     def _write_plan(self) -> None:
-        path = self.folder / PLAN
         if self._planned:
             return
-        if not path.exists():
-            try:
-                _write_json(path, self.plan)
-            except FileExistsError:
-                pass
-        _check_plan(self.folder, _read_json(path), self.plan)
+        with contextlib.suppress(FileExistsError):  # another process wrote it first
+            _write_json(self.folder / PLAN, self.plan)
+        _check_plan(self.folder, _read_json(self.folder / PLAN), self.plan)
         self._planned = True
 
     def _shard_is_whole(self, shard: int, checksum: bool) -> bool:
@@ -210,25 +207,11 @@ class RepresentationStore:
     def open(cls, folder: str | os.PathLike, expect: dict | None = None, verify: bool = False) -> RepresentationStore:
         """Open the finished store in `folder`: its manifest, the shards' sizes and the mapped id table."""
         folder = Path(folder)
-        if not (folder / MANIFEST).is_file():
-            unfinished = " (an unfinished one: resume its build)" if (folder / PLAN).is_file() else ""
-            raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST}, which a build writes last)"
-                                    f"{unfinished}")
-        manifest = _read_json(folder / MANIFEST)
-        if manifest.get("format") != FORMAT:
-            raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
-                                    f"format {FORMAT} (rebuild the store)")
+        manifest = _finished_manifest(folder)
         if expect:
             _check_identity(folder, manifest["identity"], expect)
         if verify:
             verify_store(folder)
-        itemsize = np.dtype(manifest["dtype"]).itemsize
-        for shard in manifest["shards"]:
-            path = folder / shard["file"]
-            size = path.stat().st_size if path.is_file() else 0
-            if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
-                raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists; "
-                                        "rebuild the store")
         ids, locations = _id_table(folder, manifest["documents"])
         return cls(folder, manifest, ids, locations)
 
@@ -241,9 +224,7 @@ class RepresentationStore:
     @property
     def doc_ids(self) -> list[str]:
         """Every doc id in the plan's order (reads the whole id table: for tools, not for the query path)."""
-        ordered = np.empty_like(self._ids)
-        ordered[self._locations[:, 0]] = self._ids
-        return [doc_id.decode("utf-8") for doc_id in ordered.tolist()]
+        return _plan_order(self._ids, self._locations)
 
     @property
     def width(self) -> int:
@@ -325,19 +306,10 @@ class RepresentationStore:
 def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Iterable] | None = None) -> dict:
     """Check every byte of the finished store in `folder` against its manifest."""
     folder = Path(folder)
-    if not (folder / MANIFEST).is_file():
-        raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST})")
-    manifest = _read_json(folder / MANIFEST)
-    if manifest.get("format") != FORMAT:
-        raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
-                                f"format {FORMAT} (rebuild the store)")
-    itemsize = np.dtype(manifest["dtype"]).itemsize
+    manifest = _finished_manifest(folder)
     offsets, rows = [], []
     for shard in (progress or iter)(manifest["shards"]):
         path = folder / shard["file"]
-        size = path.stat().st_size if path.is_file() else 0
-        if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
-            raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists")
         if file_sha256(path) != shard["sha256"]:
             raise CorruptStoreError(f"{path}: its checksum is not the manifest's (the file was changed or damaged)")
         index = _read_json(folder / shard["index"])
@@ -347,14 +319,39 @@ def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Itera
         rows += index["rows"]
     ids, locations = _id_table(folder, manifest["documents"])
     positions = locations[:, 0]
-    ordered = np.empty_like(ids)
-    ordered[positions] = ids
     if (not np.array_equal(np.sort(positions), np.arange(len(ids))) or (len(ids) > 1 and not (ids[1:] > ids[:-1]).all())
-            or _ids_sha256([d.decode("utf-8") for d in ordered.tolist()]) != manifest["doc_ids_sha256"]):
+            or _ids_sha256(_plan_order(ids, locations)) != manifest["doc_ids_sha256"]):
         raise CorruptStoreError(f"{folder / IDS}: not the plan's doc ids, sorted")
     if not (np.array_equal(locations[:, 1], np.array(offsets, dtype=np.int64)[positions])
             and np.array_equal(locations[:, 2], np.array(rows, dtype=np.int64)[positions])):
         raise CorruptStoreError(f"{folder / LOCATIONS}: not the rows the shards' indexes list")
+    return manifest
+
+
+def _plan_order(ids: np.ndarray, locations: np.ndarray) -> list[str]:
+    """The sorted `ids` (N,) put back in the plan's order by their `locations` (N, 3)."""
+    ordered = np.empty_like(ids)
+    ordered[locations[:, 0]] = ids
+    return [doc_id.decode("utf-8") for doc_id in ordered.tolist()]
+
+
+def _finished_manifest(folder: Path) -> dict:
+    """The manifest of the finished store in `folder`, of this `FORMAT`, each shard file of the size it lists."""
+    if not (folder / MANIFEST).is_file():
+        unfinished = " (an unfinished one: resume its build)" if (folder / PLAN).is_file() else ""
+        raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST}, which a build writes last)"
+                                f"{unfinished}")
+    manifest = _read_json(folder / MANIFEST)
+    if manifest.get("format") != FORMAT:
+        raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
+                                f"format {FORMAT} (rebuild the store)")
+    itemsize = np.dtype(manifest["dtype"]).itemsize
+    for shard in manifest["shards"]:
+        path = folder / shard["file"]
+        size = path.stat().st_size if path.is_file() else 0
+        if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
+            raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists; "
+                                    "rebuild the store")
     return manifest
 
 

@@ -41,11 +41,11 @@ def format_bytes(size: float) -> str:
     """``512 bytes``, ``17.58 MiB``, ``1.23 GiB``: binary units, two decimals past bytes."""
     if size < 1024:
         return f"{size:,.0f} bytes"
-    for unit in ("KiB", "MiB", "GiB", "TiB"):
+    for unit in ("KiB", "MiB", "GiB"):
         size /= 1024
-        if size < 1024 or unit == "TiB":
+        if size < 1024:
             return f"{size:,.2f} {unit}"
-    raise AssertionError("unreachable")
+    return f"{size / 1024:,.2f} TiB"
 
 
 def free_space(path: str | os.PathLike) -> tuple[Path, int]:
@@ -98,22 +98,16 @@ class StoreEstimate:
                 f"{self.width} x {self.itemsize} bytes, from a sample of {self.sample:,})")
 
 
-def sampled_rows(representation: Representation, encoder, documents, doc_ids: Sequence[str], *,
-                 sample: int = SAMPLE, seed: int = 0, batch_size: int = 128) -> np.ndarray:
-    """The rows `representation` keeps of each sampled document, from `encoder`'s token masks."""
-    positions = sample_positions(len(doc_ids), sample, seed)
-    counts = []
-    for start in range(0, len(positions), batch_size):
-        docs = documents.get_many([doc_ids[i] for i in positions[start : start + batch_size].tolist()])
-        counts.append(np.asarray(representation.rows(encoder.documents(docs)["doc_mask"]).cpu(), dtype=np.int64))
-    return np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
-
-
 def estimate_store(representation: Representation, encoder, documents, doc_ids: Sequence[str], *,
                    dtype: str = "float32", shard_size: int = 1000, sample: int = SAMPLE, seed: int = 0,
                    batch_size: int = 128) -> StoreEstimate:
     """The estimated size of the store `common.stores.writer.build_representations` would build."""
-    rows = sampled_rows(representation, encoder, documents, doc_ids, sample=sample, seed=seed, batch_size=batch_size)
+    positions = sample_positions(len(doc_ids), sample, seed)
+    counts = []  # the rows `representation` keeps of each sampled document, from `encoder`'s token masks
+    for start in range(0, len(positions), batch_size):
+        docs = documents.get_many([doc_ids[i] for i in positions[start : start + batch_size].tolist()])
+        counts.append(np.asarray(representation.rows(encoder.documents(docs)["doc_mask"]).cpu(), dtype=np.int64))
+    rows = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
     n, width, itemsize = len(doc_ids), representation.width, np.dtype(dtype).itemsize
     mean_rows = float(rows.mean()) if len(rows) else 0.0
     rows_bytes = round(n * mean_rows * width * itemsize)

@@ -75,17 +75,6 @@ def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(size, generator=generator).tolist()
 
 
-def _epoch_at(size: int, seed: int, state: torch.Tensor, limit: int = 10_000) -> int:
-    """The epoch whose permutation a generator in `state` draws next."""
-    generator = torch.Generator().manual_seed(seed)
-    for epoch in range(limit):
-        if torch.equal(generator.get_state(), state):
-            return epoch
-        torch.randperm(size, generator=generator)
-        torch.empty((), dtype=torch.int64).random_(generator=generator)
-    raise ValueError(f"no epoch of seed {seed} in the first {limit} starts at the sampler state saved")
-
-
 class GlobalBatchSampler(DistributedSampler):
     """Process `rank`'s share of each global batch, as ``(epoch, index)`` keys (module docstring)."""
 
@@ -137,9 +126,7 @@ class _EpochOrder(Iterator[tuple[int, int]]):
         return {"epoch": self.epoch, "yielded": self.yielded}
 
     def load_state_dict(self, state: dict) -> None:
-        epoch = state.get("epoch")
-        if epoch is None:
-            epoch = _epoch_at(len(self.sampler.dataset), self.sampler.seed, state["generator"])
+        epoch = state["epoch"]
         self._begin(epoch)
         self.yielded = state["yielded"]
         done = self.yielded == len(self.indices)

@@ -90,7 +90,7 @@ class _PresentDocuments:
         self._source, self._missing = source, missing
         self.name = source.name
 
-    def __getattr__(self, name: str):  # the source's files (topics_path, ...) for cache fingerprints
+    def __getattr__(self, name: str):  # topics, documents, the source's files (topics_path, ...)
         if name.startswith("_"):
             raise AttributeError(name)
         return getattr(self._source, name)
@@ -105,9 +105,6 @@ class _PresentDocuments:
                                    lambda: table.without(missing), {**table.meta.get("source", {}),
                                                                     "without_documents": len(missing)})
 
-    def topics(self) -> Topics:
-        return self._source.topics()
-
     def qrels(self) -> Qrels:
         return {qid: {d: label for d, label in labels.items() if d not in self._missing}
                 for qid, labels in self._source.qrels().items()}
@@ -115,9 +112,6 @@ class _PresentDocuments:
     def candidates(self) -> Run:
         return {qid: {d: score for d, score in scores.items() if d not in self._missing}
                 for qid, scores in self._source.candidates().items()}
-
-    def documents(self):
-        return self._source.documents()
 
 
 def _checked(source: RankingSource) -> bool:

@@ -187,17 +187,6 @@ def test_an_epochs_order_is_the_seeded_random_samplers_stream():
     assert [epoch_order(13, 3, epoch) for epoch in range(4)] == orders
 
 
-def test_a_state_of_the_seeded_random_sampler_resumes_on_one_process():
-    uninterrupted = epochs(seeded_random_loader(24, 4), 2)
-    before = seeded_random_loader(24, 4)
-    list(before)
-    iterator = iter(before)
-    seen = [next(iterator), next(iterator)]
-    resumed = loader(24, 4)
-    resumed.load_state_dict(before.state_dict())
-    assert [*seen, *resumed] == uninterrupted[1]
-
-
 # --------------------------------------------------------------------------- split_global_batch
 
 
