@@ -24,7 +24,6 @@ from __future__ import annotations
 from operator import attrgetter
 from pathlib import Path
 
-from common.commands.help import is_int
 from common.commands.train import TestModes, TrainCommand
 from conformer_kernel import hidden_size
 
@@ -38,21 +37,6 @@ PAPER = "conformer_kernel"
 DATASET = "trec-dl-2020-doc"
 #: Table 1's names of its measures.
 MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "ncg@100": "NCG@100", "map": "AP", "recip_rank": "RR"}
-
-
-def check_settings(config: dict) -> str | None:
-    """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
-    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model."""
-    model, data = config.get("model") or {}, config.get("data") or {}
-    if model.get("model") == "ndrm2":  # explicit matching only: no encoder
-        return None
-    heads, dim, window = model.get("num_heads"), data.get("embedding_dim"), model.get("conv_window")
-    if is_int(heads) and is_int(dim) and heads > 0 and hidden_size(dim) % heads:
-        return (f"--model.num_heads: must divide the hidden size {hidden_size(dim)} (2 x --data.embedding_dim), "
-                f"got {heads}")
-    if model.get("encoder") == "conformer" and is_int(window) and window % 2 == 0:
-        return f"--model.conv_window: must be odd (the convolution keeps the document's length), got {window}"
-    return None
 
 
 def links(parser) -> None:
@@ -135,7 +119,7 @@ COMMAND = TrainCommand(
     name="conformer_kernel.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml",
     model="conformer_kernel.ranker.ConformerKernelRanker", data="conformer_kernel.data.ConformerKernelDataModule",
     monitor="dev/ndcg_cut_10", run_name=lambda config: f"ck-{config.model.model}",
-    tested_name=attrgetter("hparams.model"), paper=PAPER, paper_tables=paper_tables, check=check_settings,
+    tested_name=attrgetter("hparams.model"), paper=PAPER, paper_tables=paper_tables,
     links=links, labels=MEASURE_LABELS,
     test_modes=TestModes(MODES, "evaluate the best checkpoint by re-ranking the test candidates and/or by full "
                                 "retrieval from a precomputed impact index (default: both)", tested_runs, DEPTH),

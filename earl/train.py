@@ -23,8 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from common.commands.help import is_int
-from common.commands.train import TrainCommand, check_bert_lengths, link_bert_inputs
+from common.commands.train import TrainCommand, link_bert_inputs
 
 #: The paper's id in results/reported.
 PAPER = "earl"
@@ -35,26 +34,6 @@ PAPER_METHODS = {
     "bert_ranker": "BERT ranker", "bert_siamese": "BERT-Siamese ranker", "earl_cls": "EARL ClsPool",
     "earl_mean": "EARL AvePool", "earl_cls_tied": "EARL ClsPool Tied", "earl_mean_tied": "EARL AvePool Tied",
 }  # fmt: skip
-
-
-def check_settings(config: dict) -> str | None:
-    """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
-    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model.
-    (``--compare_with``'s names: `common.commands.train.TrainCommand.check_settings`.)"""
-    model = config.get("model") or {}
-    heads, hidden, layers, query_layers = (model.get(k) for k in ("num_heads", "hidden_size", "num_layers",
-                                                                  "query_layers"))  # fmt: skip
-    if model.get("encoder") is None:  # a pretrained encoder has its own sizes
-        if is_int(heads) and is_int(hidden) and heads > 0 and hidden % heads:
-            return f"--model.num_heads: must divide --model.hidden_size ({hidden}), got {heads}"
-        if is_int(query_layers) and is_int(layers) and query_layers > layers:
-            return f"--model.query_layers: T_qry takes at most T_doc's {layers} layers (--model.num_layers), " \
-                   f"got {query_layers}"
-        if model.get("architecture", "earl") == "earl" and query_layers is None and is_int(layers) \
-                and is_int(model.get("num_blocks")) and model["num_blocks"] > layers:
-            return f"--model.num_blocks: l = L - K needs K at most --model.num_layers ({layers}), " \
-                   f"got {model['num_blocks']}"
-    return check_bert_lengths(config)
 
 
 def folder_name(config) -> str:
@@ -94,7 +73,7 @@ COMMAND = TrainCommand(
     name="earl.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml",
     model="earl.ranker.EARLRanker", data="earl.data.EARLDataModule",
     monitor="dev/mrr@10",  # MS MARCO's official measure (the paper does not say)
-    run_name=folder_name, paper=PAPER, paper_tables=paper_tables, check=check_settings, links=link_bert_inputs,
+    run_name=folder_name, paper=PAPER, paper_tables=paper_tables, links=link_bert_inputs,
     baselines=("bert_ranker", "bert_siamese"),
 )  # fmt: skip
 

@@ -1,42 +1,24 @@
-"""`RankerCLI`: the LightningCLI of every ``python -m <package>.train``, with the repository's conventions.
+"""`RankerCLI`: the LightningCLI of every ``python -m <package>.train``, with the repository's conventions (README,
+"Conventions every package follows").
 
-Conventions (README, "Conventions every package follows"):
+- With no ``--config`` the package's default config runs; ``--config FILE`` replaces it; the seed defaults to 0.
+- ``--output_dir DIR`` (default: a new ``outputs/<run name>-<time>``) receives ``config.yaml`` (resolved),
+  ``provenance.json`` (`common.commands.provenance`), ``checkpoints/`` (the best on the monitored dev measure and
+  ``last.ckpt`` every ``--save_every_n_steps``) and ``logs/metrics.csv`` (besides any ``--trainer.logger``); a
+  folder that is not empty is refused. ``--ckpt_path last --output_dir DIR`` resumes the run in DIR with the settings
+  of its ``config.yaml`` (`common.training.resume`); ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
+- Bad input ends in one line and exit status 2 (`common.refusals.usage_error`), before anything is written: the
+  parser's errors (`CommandParser`), a `common.refusals.SettingError` a class raises where it uses a setting, and
+  Lightning's ``MisconfigurationException`` while the trainer is built (`refused_settings`).
 
-- With no ``--config`` the package's embedded default config runs; ``--config FILE`` replaces it.
-  Every option is a LightningCLI flag; the seed defaults to 0 (a seed fixes everything).
-- ``--output_dir DIR`` (default: a new ``outputs/<run name>-<time>``, printed at the start)
-  receives ``config.yaml`` (resolved, `RankerCLI.write_config`), ``provenance.json`` (the command line, version and
-  commit: `common.commands.provenance`; a resumed run keeps its first), ``checkpoints/`` and
-  ``logs/metrics.csv``; a folder that is not empty is refused, so a run never writes over another.
-  ``--trainer.logger CLASS`` (``lightning.pytorch.loggers.TensorBoardLogger --trainer.logger.save_dir DIR``; or a
-  list) adds loggers, each writing under its own ``save_dir``, beside the run's own ``logs/metrics.csv``.
-- ``checkpoints/`` holds the best checkpoint on the monitored dev measure (``best-step=N.ckpt``,
-  mode max; `RankerCLI.checkpoint`) and ``last.ckpt``, written every ``--save_every_n_steps``
-  training steps (`common.training.resume.LastCheckpoint`). ``--ckpt_path last --output_dir DIR`` resumes
-  the run in DIR at its ``last.ckpt`` (mid-epoch included) with the settings of its ``config.yaml``
-  (flags given again must not change them) and ends as the uninterrupted run would, byte for byte,
-  wherever it was killed (`common.training.resume`); a finished run (its ``metrics.json`` written) says so.
-  ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
-
-On several processes (``--trainer.devices N``, whose launcher Lightning starts by running the command line again in
-N - 1 new processes when fitting begins; ``torchrun``; ``srun``), global rank zero alone checks, creates and writes
-the output folder and what is in it, told from the launcher's environment before any process group exists
-(`common.commands.run_folder.launched_as_global_zero`). The other processes never refuse the folder this launch
-made and write nothing; Lightning gives them rank zero's checkpoint folder (``ModelCheckpoint.setup`` broadcasts it)
-and its checkpoints are written behind a barrier, so they test the same checkpoint. A refusal that is not rank
-zero's alone stops every process, rank zero saying why (`RankerCLI._refuse`).
-
-A command passes its classes, default config, run name, monitored measure, and its own options and argument links
-(`arguments`); `common.commands.train.TrainCommand.cli` builds each package's. The CLI only builds
-(``run=False``): the command's main (`common.commands.train.TrainCommand.main`) calls `RankerCLI.fit_and_test`
-(`write_config`, ``trainer.fit``, then ``trainer.test`` of the best checkpoint) and writes its test outputs.
-
-Evaluate commands (``python -m <package>.evaluate``) are no LightningCLI: argparse (`common.refusals`) with the
-options of `common.commands.task_options`, the output folder included.
+On several processes global rank zero alone checks, creates and writes the output folder
+(`common.commands.run_folder.launched_as_global_zero`); a refusal not rank zero's alone stops every process
+(`RankerCLI._refuse`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -51,13 +33,13 @@ import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities import rank_zero_info
 
 from common.data.formats import DataFormatError
 from common.data.irds import DatasetUnavailableError
 from common.data.irds_files import refuse_missing_files
 from common.data.specs import TaskSpecError, check_spec
-from common.commands.help import replaces_default_config
 from common.io import atomic_write
 from common.commands.progress import progress_callback
 from common.commands.provenance import write_provenance
@@ -67,7 +49,7 @@ from common.training.resume import (AtomicCheckpointIO, LastCheckpoint, RunLogge
 from common.commands.run_folder import (CONFIG, LAST, launched_as_global_zero, restarts_in_place, resumed_run,
                                          slurm_restarts)
 from common.training.tasks import MissingDocumentsError, RerankingDataModule
-from common.refusals import input_errors, usage_error
+from common.refusals import SettingError, input_errors, usage_error
 
 #: Settings that say where a run is and how it was started, not what it is: a resumed run may differ in them.
 _RUN_KEYS = {"output_dir", "ckpt_path", "config"}
@@ -108,9 +90,7 @@ def one_line(message: str) -> str:
 
 
 class CommandHelpFormatter(DefaultHelpFormatter):
-    """``--help`` as committed beside each command (`common.commands.help`): the description keeps its docstring's
-    paragraphs, the repository's files are named relative to it (the same in every checkout), and docstrings'
-    reST quotes (``x``, `x`) are left out (a terminal shows them as they are)."""
+    """``--help``: the description keeps its docstring's paragraphs, without reST quotes or the checkout's path."""
 
     _root = str(Path(__file__).resolve().parents[2]) + os.sep
 
@@ -135,6 +115,23 @@ class CommandParser(LightningArgumentParser):
         usage_error(one_line(message))
 
 
+def replaces_default_config(given: list[str]) -> bool:
+    """Whether ``--config`` is on the command line `given`: its files then replace the command's default config."""
+    return any(arg == "--config" or arg.startswith("--config=") for arg in given)
+
+
+@contextlib.contextmanager
+def refused_settings():
+    """A `SettingError` (``error: --model.window: ...``) or Lightning's ``MisconfigurationException`` raised inside
+    the block ends the command in one line and exit status 2."""
+    try:
+        yield
+    except SettingError as error:
+        usage_error(f"--{error.option}: {error.message}")
+    except MisconfigurationException as error:
+        usage_error(" ".join(str(error).split()))
+
+
 def _command_text(command: str | None) -> dict:
     """The parser's program name, short usage and description for ``python -m command``: its module docstring."""
     if command is None:
@@ -144,28 +141,12 @@ def _command_text(command: str | None) -> dict:
 
 
 class RankerCLI(LightningCLI):
-    """LightningCLI with the output-folder, resume and checkpoint conventions (see the module docstring).
+    """LightningCLI with the conventions of the module docstring, built but not run: `fit_and_test` trains and tests.
 
-    Args:
-        model_class, datamodule_class: the package's LightningModule and LightningDataModule.
-        default_config: the config file used when no ``--config`` is given.
-        run_name: the name of a run from its parsed config (``qds-<pattern>``), the default
-            output folder being ``outputs/<run_name(config)>-<time>``.
-        monitor: the logged dev measure that selects the best checkpoint (higher is better).
-        command: the module ``python -m`` runs (``qds.train``): ``--help`` names it and shows its docstring.
-        check: what no single option's type rules out, on the parsed config as a dict (a ``config.yaml``): a
-            one-line problem naming the option, refused before anything is built, or None (`common.commands.help`).
-        arguments: ``arguments(parser)`` adds the command's own options and links the model's options to the
-            data module's, after the options every command has.
-        args: the command line (default: ``sys.argv[1:]``).
-        kwargs: further `LightningCLI` arguments.
-
-    After construction: `output_dir` (created), `resume_from` (None, a checkpoint file, or
-    ``output_dir/checkpoints/last.ckpt`` with ``--ckpt_path last``), `resuming` (whether it is the latter: the
-    test outputs a killed run left may then be replaced), `restarting` (whether SLURM runs the job again in a folder
-    whose run wrote no ``last.ckpt``: `common.commands.run_folder.restarts_in_place`), `checkpoint` (the best-on-dev
-    `ModelCheckpoint`), and LightningCLI's `config`, `model`, `datamodule`, `trainer`; after
-    `fit_and_test`, `tested_checkpoint`.
+    `arguments(parser)` adds the command's own options and links; `run_name(config)` names the default output
+    folder; `monitor` is the dev measure that selects the best checkpoint. After construction: `output_dir`,
+    `resume_from` (None, a checkpoint, or ``last.ckpt`` with ``--ckpt_path last``), `resuming`, `restarting` (SLURM
+    runs the job again in a folder without ``last.ckpt``), `checkpoint` (the best-on-dev `ModelCheckpoint`).
     """
 
     def __init__(
@@ -177,12 +158,11 @@ class RankerCLI(LightningCLI):
         run_name: Callable[[Namespace], str],
         monitor: str,
         command: str | None = None,
-        check: Callable[[dict], str | None] | None = None,
         arguments: Callable[[LightningArgumentParser], None] | None = None,
         args=None,
         **kwargs,
     ):
-        self.run_name, self.monitor, self.check, self.arguments = run_name, monitor, check, arguments
+        self.run_name, self.monitor, self.arguments = run_name, monitor, arguments
         given = sys.argv[1:] if args is None else args
         self.command, self.given = command, given
         explicit = replaces_default_config(given)
@@ -193,10 +173,11 @@ class RankerCLI(LightningCLI):
         parser_kwargs = {"default_config_files": [] if explicit else [str(default_config)], "allow_abbrev": False,
                          "formatter_class": CommandHelpFormatter, **_command_text(command)}
         parser_kwargs.update(kwargs.pop("parser_kwargs", None) or {})
-        super().__init__(
-            model_class, datamodule_class, args=args, run=False, save_config_callback=None,
-            seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser, **kwargs,
-        )  # fmt: skip
+        with refused_settings():
+            super().__init__(
+                model_class, datamodule_class, args=args, run=False, save_config_callback=None,
+                seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser, **kwargs,
+            )  # fmt: skip
 
     def add_core_arguments_to_parser(self, parser) -> None:
         """The model's and data module's options, then the trainer's: ``--help`` lists the package's own first."""
@@ -206,18 +187,12 @@ class RankerCLI(LightningCLI):
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
 
     def parse_arguments(self, parser, args) -> None:
-        """Parse, then refuse what `check` finds in the config (before anything is built or written).
-
-        Values of restricted types (``PositiveInt``...) become plain numbers: they end in checkpoints'
-        hyperparameters, which ``torch.load(weights_only=True)`` loads only of built-in types.
-        """
+        """Parse; values of restricted types (``PositiveInt``...) become plain numbers, as checkpoints'
+        hyperparameters must be for ``torch.load(weights_only=True)``."""
         super().parse_arguments(parser, args)
         for key, value in list(self.config.items()):
             if isinstance(value, (int, float)) and type(value) not in (int, float, bool):
                 self.config[key] = int(value) if isinstance(value, int) else float(value)
-        problem = self.check(self.config.as_dict()) if self.check else None
-        if problem:
-            usage_error(problem)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--output_dir", type=str | None, default=None,
