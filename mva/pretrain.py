@@ -353,11 +353,12 @@ def model_settings(args: argparse.Namespace) -> dict | None:
         settings[key] = value
     args.model_flags = given
     if args.architecture == "mva":
-        from mva.train import check_settings  # the fine-tuning's own check of the same settings (without torch)
-
-        problem = check_settings({"model": {"architecture": "mva", **settings}})
-        if problem:
-            usage_error(problem)
+        for side in ("query", "doc"):  # as mva.ranker.MVARanker refuses them
+            pooling = settings[f"{side}_pooling"]
+            if pooling in ("first_k", "cls") and settings[f"{side}_timesteps"] is None:
+                usage_error(f"--model.{side}_timesteps: {pooling} pooling keeps K timesteps: give K")
+            if pooling == "temporal" and settings[f"{side}_factor"] is None:
+                usage_error(f"--model.{side}_factor: temporal pooling needs its factor rho")
         widths = [settings[f"{side}_factor"] if settings[f"{side}_pooling"] == "temporal" else 1
                   for side in ("query", "doc")]  # fmt: skip
         if settings["tied_init"] and widths[0] != widths[1]:

@@ -28,8 +28,8 @@ tokens (or terms) a document is cut to, ``workers``.
 The loaders' workers run one torch thread each (torch's loader sets it); ``--threads`` is the main process's. Workers
 beyond the CPU's cores share them: the rows say how many logical CPUs the machine had.
 
-The paper packages' classes are named by import path and imported once the command line is checked, as
-`common.commands.help` names the training commands: `common` imports no paper package.
+The paper packages' classes are named by import path and imported once the command line is checked: `common`
+imports no paper package.
 """
 
 from __future__ import annotations
