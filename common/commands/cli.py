@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import re
 import sys
 import time
@@ -76,8 +75,7 @@ def _shown(value) -> str:
 
 
 def one_line(message: str) -> str:
-    """A parser error as one line naming the option: jsonargparse's own spreads over several (``Parser key
-    "model.window":``, then the reasons, indented; a Union's alternatives each with its own error)."""
+    """jsonargparse's error (``Parser key "model.window":``, then indented reasons) as one line naming the option."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     key = re.match(r'Parser key "([^"]+)":\s*', lines[0]) if lines else None
     if key is not None:
@@ -90,24 +88,15 @@ def one_line(message: str) -> str:
 
 
 class CommandHelpFormatter(DefaultHelpFormatter):
-    """``--help``: the description keeps its docstring's paragraphs, without reST quotes or the checkout's path."""
-
-    _root = str(Path(__file__).resolve().parents[2]) + os.sep
-
-    def _plain(self, text: str) -> str:
-        return text.replace(self._root, "").replace("`", "")
+    """``--help``'s description keeps its docstring's paragraphs, without reST quotes."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         fill = super()._fill_text
-        return "\n\n".join(fill(paragraph, width, indent) for paragraph in re.split(r"\n\s*\n", self._plain(text)))
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        return super()._split_lines(self._plain(text), width)
+        return "\n\n".join(fill(paragraph, width, indent) for paragraph in re.split(r"\n\s*\n", text.replace("`", "")))
 
 
 class CommandParser(LightningArgumentParser):
-    """The parser of a training command: an error is one line, ``error: <what>`` naming the option, with exit
-    status 2 (`common.refusals.usage_error`), instead of the usage and a message over several lines."""
+    """A training command's parser: an error is one line naming the option, exit status 2, without the usage."""
 
     def error(self, message: str, ex: Exception | None = None):
         if not self.exit_on_error:  # a nested parser: its caller catches the exception
@@ -122,8 +111,7 @@ def replaces_default_config(given: list[str]) -> bool:
 
 @contextlib.contextmanager
 def refused_settings():
-    """A `SettingError` (``error: --model.window: ...``) or Lightning's ``MisconfigurationException`` raised inside
-    the block ends the command in one line and exit status 2."""
+    """A `SettingError` or Lightning's ``MisconfigurationException`` inside the block ends the command in one line."""
     try:
         yield
     except SettingError as error:
@@ -133,7 +121,7 @@ def refused_settings():
 
 
 def _command_text(command: str | None) -> dict:
-    """The parser's program name, short usage and description for ``python -m command``: its module docstring."""
+    """The parser's program name, short usage and description (the module's docstring) for ``python -m command``."""
     if command is None:
         return {}
     return {"prog": f"python -m {command}", "description": import_module(command).__doc__,
@@ -205,8 +193,7 @@ class RankerCLI(LightningCLI):
             self.arguments(parser)
 
     def _set_seed(self) -> None:
-        # Lightning announces "Seed set to N" before the classes are built, so a bad input would not end in the one
-        # line it should; the seed is in config.yaml.
+        # Lightning's "Seed set to N" would precede a refusal's one line; the seed is in config.yaml.
         announcer = logging.getLogger("lightning.fabric.utilities.seed")
         level = announcer.level
         announcer.setLevel(logging.WARNING)
@@ -216,8 +203,8 @@ class RankerCLI(LightningCLI):
             announcer.setLevel(level)
 
     def before_instantiate_classes(self) -> None:
-        """Check the tasks (their form, then the files an ir_datasets task needs: `common.data.irds_files`) and the
-        output folder, before anything is built: one line and exit status 2 where they are wrong."""
+        """Refuse bad tasks (their form, an ir_datasets task's missing files) and output folder before anything is
+        built."""
         config = self.config
         specs, options = [], []
         for split in ("train", "dev", "test"):
@@ -276,12 +263,8 @@ class RankerCLI(LightningCLI):
                         f"{said}{more}")
 
     def instantiate_classes(self) -> None:
-        """Open and check the data module's tasks first (`common.training.tasks.RerankingDataModule.check_tasks`),
-        then build the classes: a task's bad file or missing documents end in one line, before anything is built or
-        written.
-
-        The checked data module is the one trained on (the parser's own, built from the same config, is dropped).
-        """
+        """Open and check the data module's tasks (refused in one line), then build the classes; the checked data
+        module is the one trained on."""
         checked = None
         if issubclass(self.datamodule_class, RerankingDataModule):
             with input_errors(*INPUT_ERRORS):
@@ -312,8 +295,7 @@ class RankerCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         folder = self.output_dir / "checkpoints"
-        # The best on dev, saved when validation ends (a resumed run rewrites the same file, hence no versions);
-        # and last.ckpt every few steps, to resume from (`common.training.resume`).
+        # The best on dev (a resumed run rewrites the same file, hence no versions), and last.ckpt to resume from.
         self.checkpoint = ModelCheckpoint(dirpath=folder, filename="best-{step}", monitor=self.monitor, mode="max",
                                           enable_version_counter=False)  # fmt: skip
         last = LastCheckpoint(folder, self.config.save_every_n_steps)
@@ -330,17 +312,14 @@ class RankerCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def _configured_loggers(self) -> list:
-        """The loggers ``--trainer.logger`` names (``lightning.pytorch.loggers.TensorBoardLogger`` ...), each writing
-        under its own ``save_dir``; none for ``true``, ``false`` or none given. They log beside the run's own
-        `RunLogger` (``logs/metrics.csv``), which is first (``trainer.logger``) and always there: resuming needs it."""
+        """The loggers ``--trainer.logger`` names, after the run's own `RunLogger` (resuming needs it)."""
         configured = self.config_init.trainer.get("logger")
         if isinstance(configured, bool) or configured is None:
             return []
         return list(configured) if isinstance(configured, (list, tuple)) else [configured]
 
     def _progress(self, configured: list) -> list:
-        """A step-counting bar in a terminal, progress lines otherwise (`common.commands.progress`); none where it is
-        off or one is configured (Lightning refuses both)."""
+        """The progress callback (`common.commands.progress`), unless off or one is configured."""
         wanted = self.config_init.trainer.get("enable_progress_bar") is not False
         if not wanted or any(isinstance(c, ProgressBar) for c in configured):
             return []
@@ -355,21 +334,14 @@ class RankerCLI(LightningCLI):
         return path
 
     def write_provenance(self) -> None:
-        """Write ``output_dir/provenance.json`` (global rank zero, atomically, if absent: `common.commands.provenance`)
-        for the command line this run was given."""
+        """Write ``output_dir/provenance.json`` (global rank zero, atomically, if absent)."""
         if self.trainer.is_global_zero and self.command is not None and isinstance(self.given, list):
             write_provenance(self.output_dir, self.command, self.given)
 
     def fit_and_test(self) -> bool:
-        """Every training command's sequence: `write_config` and `write_provenance`, fit (resuming from
-        `resume_from`), then test.
-
-        The test runs where the data module has a test split (``datamodule.has_split("test")``,
-        `common.training.tasks.RerankingDataModule`), on the checkpoint best on dev, else the last one, else the weights
-        as they are; its path is `tested_checkpoint` (None where there was none or no test), and the
-        model holds its weights afterwards. Returns whether this process goes on to write the test
-        outputs: False without a test split and in every process but global rank zero.
-        """
+        """`write_config`, `write_provenance`, fit (from `resume_from`), then test the best checkpoint on dev (else the
+        last, else the weights as they are: `tested_checkpoint`) where there is a test split. Returns whether this
+        process writes the test outputs (global rank zero, with a test split)."""
         trainer, model, data = self.trainer, self.model, self.datamodule
         self.write_config()
         self.write_provenance()

@@ -30,8 +30,9 @@ def test_help_is_prepares_description_then_trains_options(package, tmp_path):
     answer = run(f"{package}.prepare", "--help", cwd=tmp_path)
     assert answer.returncode == 0, answer.stderr
     assert answer.stdout.startswith(f"usage: python -m {package}.prepare [-h] ")
-    assert f"python -m {package}.prepare: build every cache python -m {package}.train reads" in answer.stdout
-    assert all(option in answer.stdout for option in ("--model.CONFIG", "--data.CONFIG", "--trainer.max_steps"))
+    text = " ".join(answer.stdout.split())
+    assert f"python -m {package}.prepare: build every cache python -m {package}.train reads" in text
+    assert all(option in text for option in ("--model CONFIG", "--data CONFIG", "--trainer.max_steps"))
     assert list(tmp_path.iterdir()) == []
 
 
