@@ -13,7 +13,7 @@ Independence", TREC 2020 Deep Learning track (../shared/papers/conformer-kernel.
 - ``python -m conformer_kernel.train``, ``python -m conformer_kernel.evaluate``, ``python -m conformer_kernel.index``,
   ``python -m conformer_kernel.benchmark`` (Figure 2).
 
-This module imports nothing: the train command's front door reads `hidden_size` before torch is imported.
+This module imports nothing: the train command's parser links `hidden_size` without importing the model.
 """
 
 

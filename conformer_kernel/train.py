@@ -1,22 +1,11 @@
 """``python -m conformer_kernel.train``: train NDRM1, NDRM2 or NDRM3, the Conformer-Kernel with query term
 independence (Mitra et al.: "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term
-Independence", TREC 2020 Deep Learning track), then re-rank and fully retrieve the test queries.
+Independence", TREC 2020 Deep Learning track), pick the checkpoint on dev NDCG@10 and test it in each of
+``--test_modes``: ``rerank`` (BM25's top 100) and ``fullrank`` (s_td precomputed over the test collection,
+`conformer_kernel.index`, into ``index/``; the paper's single-stage retrieval).
 
-With no ``--config`` the embedded default (`conformer_kernel/configs/builtin.yaml`) trains NDRM3
-on the built-in collection in a few CPU minutes. ``--config conformer_kernel/configs/<row>.yaml``
-runs one of Table 1's settings on TREC DL 2020 (MS MARCO documents through ir_datasets; ``-orcas``
-adds the ORCAS field; ``-rerank`` / ``-fullrank`` pick the evaluated setting). Every option is a
-LightningCLI flag (``--model.model ndrm1``, ``--trainer.devices 4``; ``--help``).
-
-After training, the checkpoint chosen on dev NDCG@10 is evaluated in each of ``--test_modes``:
-``rerank`` scores the test candidates (BM25's top 100); ``fullrank`` precomputes s_td for the test
-queries' terms over the whole test collection (`conformer_kernel.index`, into ``index/``) and
-retrieves each query's top 100 from it, the paper's single-stage retrieval.
-
-Outputs (``--output_dir``, default a new ``outputs/ck-<model>-<time>``): ``config.yaml``,
-``checkpoints/``, ``logs/metrics.csv``, ``run.rerank.trec``, ``run.fullrank.trec``, ``index/``,
-``metrics.json`` (with BM25's) and ``task.json`` (`conformer_kernel.train.paper_tables`, which also says when Table 1 is
-compared with). ``--ckpt_path last`` resumes the run in ``--output_dir``.
+Without ``--config`` NDRM3 trains on the built-in collection (`conformer_kernel/configs/builtin.yaml`);
+``--config conformer_kernel/configs/<row>.yaml`` runs a Table 1 setting. Outputs: `common.commands.cli.RankerCLI`.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """``python -m earl.train``: train EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with
 Pre-computed Representation", 2020) or a Table 2 baseline, pick the checkpoint on dev MRR@10, re-rank the test
-candidates, write the run and metrics, and print them next to BM25's.
+candidates, and write and print the run's metrics beside BM25's, each ``--compare_with`` baseline's and the paper's.
 
-With no ``--config`` the embedded default (`earl/configs/builtin.yaml`) runs: a small EARL (ClsPool, tied) trained
-from scratch on the built-in collection, then a BERT ranker of the same size trained the same way
-(``--compare_with bert_ranker``), in a few CPU minutes. ``--config earl/configs/<row>.yaml`` runs one of the paper's
-rows (MS MARCO passages through ir_datasets, from ``bert-base-uncased``; Tables 2, 4 and 5, and the ClueWeb09-B
-transfer); ``earl/configs/trec-dl-passages-minilm.yaml`` trains on TREC DL 2020 passages from the offline MiniLM
-and tests on DL 2019 (results/earl/README.md). Every option is a LightningCLI flag (``--model.pool mean``,
-``--model.tied true``, ``--model.num_blocks 3``, ``--trainer.devices 8``; ``--help``).
-
-Outputs (``--output_dir``, default a new ``outputs/earl-<variant>-<time>``; `common.commands.cli.RankerCLI`):
-``config.yaml`` (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv``,
-``run.trec``, ``metrics.json`` (with BM25's and each ``--compare_with`` baseline's, trained in
-``<output_dir>/<baseline>/``) and ``task.json`` (`common.commands.outputs`). ``--ckpt_path last`` resumes the run
-in ``--output_dir`` (its baselines too).
-A trained checkpoint's document representations are precomputed by ``python -m earl.index`` and re-used by
-``python -m earl.evaluate --store``.
+Without ``--config`` a small EARL and a BERT ranker train from scratch on the built-in collection
+(`earl/configs/builtin.yaml`); ``--config earl/configs/<row>.yaml`` runs a paper row. Outputs:
+`common.commands.cli.RankerCLI`; ``earl.index`` and ``earl.evaluate --store`` reuse the checkpoint.
 """
 
 from __future__ import annotations
@@ -45,12 +33,8 @@ def folder_name(config) -> str:
 
 
 def paper_tables(metrics: dict, task, dataset: str | None, data=None, relevance_level: int | None = None) -> str:
-    """Reproduced vs reported on `dataset` (one of `DATASETS`, Table 2), else a line saying there is nothing to
-    compare with.
-
-    Each row shows the relevance level of both numbers (`common.report.compare`): the paper's (Table 2's TREC DL
-    MRR and MAP count labels >= 1, results/earl/README.md) and the one `metrics` were measured at,
-    `relevance_level`, else that of `data` (the data module tested); a note follows where they differ."""
+    """Reproduced vs reported on `dataset` (Table 2), each row with both numbers' relevance level (`relevance_level`,
+    else `data`'s), or a line saying there is nothing to compare with."""
     from common.commands.outputs import nothing_to_compare, reproduced_vs_reported
     from common.report import compare, level_note, to_markdown
 

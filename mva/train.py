@@ -1,17 +1,9 @@
 """``python -m mva.train``: train MVA (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", 2021)
-or a baseline (DE, CA), pick the checkpoint on dev MRR@10, re-rank the test candidates, write the run and
-metrics, and print them next to BM25's.
+or a baseline (DE, CA), pick the checkpoint on dev MRR@10, re-rank the test candidates, and write and print the
+run's metrics beside BM25's, each ``--compare_with`` baseline's and the paper's.
 
-With no ``--config`` the embedded default (`mva/configs/builtin.yaml`) runs: a small MVA trained from scratch on
-the built-in collection, then a dual encoder and a cross-attention model of the same size trained the same way
-(``--compare_with [de, ca]``), in a few CPU minutes. Every option is a LightningCLI flag (``--model.projection
-32``, ``--model.doc_pooling cls --model.doc_timesteps 24``, ``--trainer.devices 8``; ``--help``).
-
-Outputs (``--output_dir``, default a new ``outputs/mva-<architecture>-<time>``; `common.commands.cli.RankerCLI`):
-``config.yaml`` (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv``,
-``run.trec``, ``metrics.json`` (with BM25's and each ``--compare_with`` baseline's, trained in
-``<output_dir>/<baseline>/``) and ``task.json`` (`common.commands.outputs`). ``--ckpt_path last`` resumes the run in
-``--output_dir`` (its baselines too).
+Without ``--config`` a small MVA, DE and CA train from scratch on the built-in collection
+(`mva/configs/builtin.yaml`). Outputs: `common.commands.cli.RankerCLI`.
 """
 
 from __future__ import annotations

@@ -1,17 +1,9 @@
 """``python -m qds.train``: train QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document Ranking with
 Query-Directed Sparse Transformer", Findings of EMNLP 2020) or a Table 2/4 variant, pick the checkpoint on dev
-MRR@10, re-rank the test candidates, write the run and metrics, and print them next to BM25's.
+MRR@10, re-rank the test candidates, and write and print the run's metrics beside BM25's and the paper's.
 
-With no ``--config`` the embedded default (`qds/configs/builtin.yaml`) runs: a small QDS trained
-from scratch on the built-in collection in a few CPU minutes. ``--config qds/configs/<row>.yaml``
-runs one of the paper's rows (TREC DL 2019, MS MARCO documents through ir_datasets). Every
-option is a LightningCLI flag (``--model.window 64``, ``--trainer.devices 8``; ``--help``).
-
-Outputs (``--output_dir``, default a new ``outputs/qds-<pattern>-<time>``; `common.commands.cli.RankerCLI`):
-``config.yaml`` (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv`` (training
-log), ``run.trec``, ``metrics.json`` and ``task.json`` (test; `qds.train.paper_tables`, which also says when the
-paper's Tables 2 and 4 are compared with). ``--ckpt_path last`` resumes the run in ``--output_dir`` at its last
-checkpoint (mid-epoch included) and ends as the uninterrupted run would.
+Without ``--config`` a small QDS trains from scratch on the built-in collection (`qds/configs/builtin.yaml`, CPU
+minutes); ``--config qds/configs/<row>.yaml`` runs a paper row. Outputs: `common.commands.cli.RankerCLI`.
 """
 
 from __future__ import annotations

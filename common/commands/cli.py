@@ -1,19 +1,10 @@
 """`RankerCLI`: the LightningCLI of every ``python -m <package>.train``, with the repository's conventions (README,
-"Conventions every package follows").
-
-- With no ``--config`` the package's default config runs; ``--config FILE`` replaces it; the seed defaults to 0.
-- ``--output_dir DIR`` (default: a new ``outputs/<run name>-<time>``) receives ``config.yaml`` (resolved),
-  ``provenance.json`` (`common.commands.provenance`), ``checkpoints/`` (the best on the monitored dev measure and
-  ``last.ckpt`` every ``--save_every_n_steps``) and ``logs/metrics.csv`` (besides any ``--trainer.logger``); a
-  folder that is not empty is refused. ``--ckpt_path last --output_dir DIR`` resumes the run in DIR with the settings
-  of its ``config.yaml`` (`common.training.resume`); ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
-- Bad input ends in one line and exit status 2 (`common.refusals.usage_error`), before anything is written: the
-  parser's errors (`CommandParser`), a `common.refusals.SettingError` a class raises where it uses a setting, and
-  Lightning's ``MisconfigurationException`` while the trainer is built (`refused_settings`).
-
-On several processes global rank zero alone checks, creates and writes the output folder
-(`common.commands.run_folder.launched_as_global_zero`); a refusal not rank zero's alone stops every process
-(`RankerCLI._refuse`).
+"Conventions every package follows"): the package's default config without ``--config``, seed 0, an output folder
+that is new or empty (``config.yaml``, ``provenance.json``, ``checkpoints/`` with the best on dev and ``last.ckpt``,
+``logs/metrics.csv``), ``--ckpt_path last`` resuming a run with its own settings (`common.training.resume`), global
+rank zero alone writing (`common.commands.run_folder.launched_as_global_zero`). Bad input ends in one line and exit
+status 2 before anything is written: the parser's errors (`CommandParser`), a `common.refusals.SettingError` a class
+raises where it uses a setting, Lightning's ``MisconfigurationException`` (`refused_settings`).
 """
 
 from __future__ import annotations
@@ -50,11 +41,11 @@ from common.commands.run_folder import (CONFIG, LAST, launched_as_global_zero, r
 from common.training.tasks import MissingDocumentsError, RerankingDataModule
 from common.refusals import SettingError, input_errors, usage_error
 
-#: Settings that say where a run is and how it was started, not what it is: a resumed run may differ in them.
+#: Settings a resumed run may change: where it is and how it was started.
 _RUN_KEYS = {"output_dir", "ckpt_path", "config"}
 _ABSENT = object()
 
-#: Bad data or task input, answered in one line with exit status 2 (`common.refusals.usage_error`).
+#: Bad data or task input, answered in one line.
 INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError, DatasetUnavailableError)
 
 
@@ -80,7 +71,6 @@ def one_line(message: str) -> str:
     key = re.match(r'Parser key "([^"]+)":\s*', lines[0]) if lines else None
     if key is not None:
         lines = [lines[0][key.end():], *lines[1:]]
-    # A Union's alternatives: its subtypes say enough without each one's error.
     reasons = [line for line in lines if line and not line.startswith(("Errors:", "- ", "Given value type:"))]
     text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", "; ".join(reasons)).replace("typing.", "")
     text = text[:1].lower() + text[1:]
@@ -99,7 +89,7 @@ class CommandParser(LightningArgumentParser):
     """A training command's parser: an error is one line naming the option, exit status 2, without the usage."""
 
     def error(self, message: str, ex: Exception | None = None):
-        if not self.exit_on_error:  # a nested parser: its caller catches the exception
+        if not self.exit_on_error:
             return super().error(message, ex)
         usage_error(one_line(message))
 
@@ -129,13 +119,8 @@ def _command_text(command: str | None) -> dict:
 
 
 class RankerCLI(LightningCLI):
-    """LightningCLI with the conventions of the module docstring, built but not run: `fit_and_test` trains and tests.
-
-    `arguments(parser)` adds the command's own options and links; `run_name(config)` names the default output
-    folder; `monitor` is the dev measure that selects the best checkpoint. After construction: `output_dir`,
-    `resume_from` (None, a checkpoint, or ``last.ckpt`` with ``--ckpt_path last``), `resuming`, `restarting` (SLURM
-    runs the job again in a folder without ``last.ckpt``), `checkpoint` (the best-on-dev `ModelCheckpoint`).
-    """
+    """LightningCLI built but not run (`fit_and_test` trains and tests): `arguments(parser)` adds the command's
+    options and links, `run_name(config)` names the default output folder, `monitor` selects the best checkpoint."""
 
     def __init__(
         self,
@@ -155,7 +140,7 @@ class RankerCLI(LightningCLI):
         self.command, self.given = command, given
         explicit = replaces_default_config(given)
         self.resumed_dir = resumed_run(given) if isinstance(given, list) else None
-        if self.resumed_dir is not None:  # the run's own settings, which flags given again must not change
+        if self.resumed_dir is not None:
             default_config = self.resumed_dir / CONFIG
         # No abbreviations (jsonargparse 5 drops them): --model.p would silently be --model.pattern.
         parser_kwargs = {"default_config_files": [] if explicit else [str(default_config)], "allow_abbrev": False,
@@ -218,27 +203,26 @@ class RankerCLI(LightningCLI):
                 specs.append(spec)
                 options.append(f"--data.{split}")
         parts = [None] * len(specs)
-        for name, read in getattr(self.datamodule_class, "other_tasks", {}).items():  # CK's ORCAS field
+        for name, read in getattr(self.datamodule_class, "other_tasks", {}).items():
             specs.append(config.data.get(name))
             options.append(f"--data.{name}")
             parts.append(read)
-        refuse_missing_files(specs, options, parts, quiet=not launched_as_global_zero())  # rank zero names them
+        refuse_missing_files(specs, options, parts, quiet=not launched_as_global_zero())
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
         self.resume_from = None
         self.resuming, self.restarting = config.ckpt_path == "last", False
         if self.resuming:
-            if self.resumed_dir is None:  # "last" came from a config file, not the command line
+            if self.resumed_dir is None:
                 usage_error("--ckpt_path last resumes a run: give it and the run's --output_dir on the command line")
             self.resume_from = self.output_dir / "checkpoints" / LAST
             self._check_same_settings()
             self._say_requeued("resuming it from its last checkpoint")
         else:
-            self.restarting = restarts_in_place(self.output_dir)  # SLURM ran the job again before any last.ckpt
+            self.restarting = restarts_in_place(self.output_dir)
             if self.restarting:
                 self._check_same_settings()
                 self._say_requeued("it wrote no checkpoint: starting it again")
-            # Global rank zero alone: the other processes find the folder this launch's rank zero made.
             elif launched_as_global_zero() and self.output_dir.exists() and any(self.output_dir.iterdir()):
                 usage_error(f"{self.output_dir} is not empty: choose a new --output_dir, or pass --ckpt_path last "
                             "to resume the run in it")
@@ -276,14 +260,14 @@ class RankerCLI(LightningCLI):
         if self.config.get("compare_with") and self.trainer.world_size > 1:
             self._refuse(f"--compare_with: baselines are trained on one process, this run has {self.trainer.world_size}"
                          ": give --compare_with [] and train each baseline as its own run (--model.architecture NAME)")
-        if isinstance(self.datamodule, RerankingDataModule):  # its batch_size is the global batch
+        if isinstance(self.datamodule, RerankingDataModule):
             split_global_batch(self.datamodule, self.trainer)
         if self.resume_from is not None:
             problem = resumable_here(checkpoint_contents(self.resume_from), self.trainer.world_size,
                                      self.trainer.accumulate_grad_batches)  # fmt: skip
             if problem:
                 self._refuse(f"--ckpt_path {self.config.ckpt_path}: {problem}")
-        if self.trainer.is_global_zero:  # the other processes' run folder is rank zero's (module docstring)
+        if self.trainer.is_global_zero:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         rank_zero_info(f"output folder: {self.output_dir}")
 
@@ -302,7 +286,7 @@ class RankerCLI(LightningCLI):
         configured = self.config_init.trainer.get("callbacks") or []
         resume_step = checkpoint_step(self.resume_from) if self.config.ckpt_path == "last" else None
         if self.restarting:
-            resume_step = 0  # the log of the attempt SLURM stopped: written again from its first row
+            resume_step = 0
         kwargs.update(
             default_root_dir=str(self.output_dir),
             logger=[RunLogger(self.output_dir, resume_step), *self._configured_loggers()],
@@ -330,7 +314,7 @@ class RankerCLI(LightningCLI):
         path = self.output_dir / CONFIG
         if self.trainer.is_global_zero and not path.exists():
             with atomic_write(path) as f:
-                f.write(self.parser.dump(self.config, skip_unset=False))  # nulls too: it is resumed from
+                f.write(self.parser.dump(self.config, skip_unset=False))
         return path
 
     def write_provenance(self) -> None:

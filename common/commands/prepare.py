@@ -24,7 +24,7 @@ class PrepareCLI(RankerCLI):
         with input_errors(*INPUT_ERRORS):
             data = self.datamodule_class(**self.config.data.as_dict())
             data.check_tasks()
-        self.config_init = self.parser.instantiate_classes(self.config)  # the model: its weights, its vocabulary
+        self.config_init = self.parser.instantiate_classes(self.config)
         self.model, self.datamodule = self._get(self.config_init, "model"), data
 
 
@@ -38,7 +38,7 @@ def run_prepare(command: TrainCommand, name: str, args: list[str] | None = None,
 
     quiet_lightning()
     with recorded_caches() as uses:
-        cli = command.cli(args, PrepareCLI, command=name)  # None: sys.argv, as train reads it
+        cli = command.cli(args, PrepareCLI, command=name)
         loaded = prepare_caches(cli.datamodule, cli.config, pretrained)
     print(report(uses, loaded, command.name))
     return uses
@@ -51,14 +51,14 @@ def prepare_caches(data: RerankingDataModule, config, pretrained: tuple[str, ...
     with input_errors(*INPUT_ERRORS):
         for split in SPLITS:
             if data.has_split(split):
-                data.source(split).documents().prepare()  # ir_datasets' stores of dev and test too
+                data.source(split).documents().prepare()
         data.prepare_data()
         data.setup("fit")
         if data.has_split("test"):
             data.setup("test")
         encoder = getattr(data, "encoder", None)
         if isinstance(encoder, LazyTokenizer):
-            encoder.tokenizer  # loaded (learnt first where it is builtin or train), as loader workers will load it
+            encoder.tokenizer
     named = {option: _option(config, option) for option in pretrained}
     return {option: value for option, value in named.items()
             if isinstance(value, str) and value not in (BUILTIN, TRAIN)}  # fmt: skip

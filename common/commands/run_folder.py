@@ -1,7 +1,6 @@
 """A training run's folder, and which run ``--ckpt_path`` names: told from the command line alone.
 
-Checked at a training command's front door (`common.commands.help`), before Lightning is imported, and again by
-`common.commands.cli.RankerCLI`: ``--ckpt_path last --output_dir DIR`` resumes the run in DIR, which needs its
+Checked by `common.commands.cli.RankerCLI`: ``--ckpt_path last --output_dir DIR`` resumes the run in DIR, which needs its
 ``config.yaml`` and ``checkpoints/last.ckpt``; a finished run (its ``metrics.json`` written) says so and exits
 with status 0; a ``--ckpt_path FILE`` to start from must be a checkpoint. Anything else is one line and exit
 status 2 (`common.refusals`), with nothing written.

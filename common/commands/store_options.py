@@ -18,7 +18,6 @@ from common.refusals import ArgumentParser, checkpoint_file, input_errors, posit
 #: ``--dtype`` -> how a store holds its rows.
 DTYPES = {"fp32": "float32", "fp16": "float16"}
 
-# --- a command and its checkpoint ---------------------------------------------------------------------------------
 
 
 def command_parser(prog: str, doc: str) -> ArgumentParser:
@@ -46,7 +45,6 @@ def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[st
     return state
 
 
-# --- an index command ---------------------------------------------------------------------------------------------
 
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
@@ -130,7 +128,6 @@ def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: s
     add_precision_arguments(parser)
 
 
-# --- --collection -------------------------------------------------------------------------------------------------
 
 
 def is_collection_task(text: str) -> bool:
@@ -170,7 +167,6 @@ def open_collection(text: str):
     return DocumentStore.for_collection(text)
 
 
-# --- --store ------------------------------------------------------------------------------------------------------
 
 
 def existing_store(index_command: str):

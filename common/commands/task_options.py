@@ -23,11 +23,11 @@ from common.refusals import nonnegative_int, output_folder_problem, positive_int
 
 #: ``--precision``'s choices (module docstring).
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
-#: The older names Lightning still reads in a run's config, as its connector maps them.
+#: The older names Lightning still reads.
 PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
 #: ``--accelerator``s of a command that computes in one process (`check_one_device`).
 ONE_DEVICE_ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
-#: ``--matmul_precision``'s choices: torch's float32 matrix product precision.
+#: ``--matmul_precision``'s choices.
 MATMUL_PRECISIONS = ("high", "highest")
 #: The key of a gradient scaler's state (``16-mixed``) in a Lightning checkpoint.
 SCALER_STATE = "MixedPrecision"
@@ -236,7 +236,7 @@ def read_checkpoint(path: str | Path, what: str, fits, option: str = "--checkpoi
 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError) as error:  # what it cannot unpickle; a zip it did not write
+    except (pickle.UnpicklingError, RuntimeError) as error:
         usage_error(f"{option}: {path} is not a checkpoint torch can read ({type(error).__name__})")
     if not isinstance(state, dict) or not fits(state):
         usage_error(f"{option}: {path} is not {what}")

@@ -24,11 +24,8 @@ from common.commands.run_folder import CONFIG, FINISHED, requeued
 
 @dataclass(frozen=True)
 class TestModes:
-    """Several ways to test the best checkpoint, chosen by ``--test_modes`` (default: all, in this order).
-
-    ``runs(cli, modes) -> {mode: run}`` makes the test run of each mode from the `RankerCLI` after
-    `RankerCLI.fit_and_test`; each run, and BM25's, is cut to ``depth`` documents per query.
-    """
+    """``--test_modes``: ``runs(cli, modes) -> {mode: run}`` after `RankerCLI.fit_and_test`, each run (and BM25's)
+    cut to ``depth`` documents per query."""
 
     choices: tuple[str, ...]
     help: str
@@ -93,19 +90,19 @@ def _imported(path: str):
 
 
 def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | None:
-    """Run `command` on command line `args` (None: ``sys.argv[1:]``; see the module docstring); returns the test
-    metrics (None without a test split, and in every process but global rank zero)."""
+    """Run `command` on `args` (None: ``sys.argv[1:]``); returns the test metrics (None without a test split, or
+    off global rank zero)."""
     if args is not None:
         args = requeued(args)  # a SLURM job run again resumes its run
-    else:  # the process's own command line, which Lightning's launcher runs again in its other processes
+    else:  # Lightning's launcher runs the process's own command line again in its other processes
         sys.argv[1:] = requeued(sys.argv[1:])
     import torch
 
     from common.commands.quiet import quiet_lightning
     from common.training.processes import leave_process_group_at_exit
 
-    quiet_lightning()  # Lightning's advertisements and two deprecation warnings of its own making
-    leave_process_group_at_exit()  # a gloo group left standing can abort the process at exit
+    quiet_lightning()
+    leave_process_group_at_exit()
 
     from common.commands.outputs import NO_QRELS, RUN, metrics_table, mode_run, write_mode_results, write_results
     from common.data.rerank import reranked_run
@@ -114,7 +111,7 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     torch.set_float32_matmul_precision("high")
     cli = command.cli(args)
     model, data, out = cli.model, cli.datamodule, cli.output_dir
-    if not cli.fit_and_test():  # no test split, or not global rank zero; else `model` holds the tested weights
+    if not cli.fit_and_test():  # else `model` holds the tested weights
         return None
     name, source, candidates = command.tested_name(model), data.source("test").name, data.candidates("test")
     if command.test_modes is None:
@@ -125,7 +122,7 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
         title = f"Test queries of {source} ({len(data.eval_queries('test'))})"
     others = {}
     for baseline in cli.config.get("compare_with") or []:
-        measured = train_baseline(command, out, baseline) or {}  # None: a test task without qrels
+        measured = train_baseline(command, out, baseline) or {}
         others.update({k: v for k, v in measured.items() if k != "bm25"})
     task = data.specs["test"]
     dataset = paper_dataset(command.paper, task)
@@ -139,7 +136,7 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
                                      depth=command.test_modes.depth, **settings)  # fmt: skip
         files = [out / mode_run(mode) for mode in runs]
     print()
-    if metrics is None:  # a test task without judgments
+    if metrics is None:
         print(f"{title}\n\n{NO_QRELS}")
     else:
         print(metrics_table(metrics, title, model.measures, command.labels))
@@ -152,9 +149,8 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
 
 
 def train_baseline(command: TrainCommand, output_dir: Path, architecture: str) -> dict | None:
-    """The test metrics of `command`'s model with ``--model.architecture`` `architecture`, trained with the settings
-    of ``output_dir/config.yaml`` into ``output_dir/<architecture>/``: read when that run finished, resumed when it
-    started, else trained; None where the test task has no qrels."""
+    """The test metrics of baseline `architecture` trained with ``output_dir/config.yaml`` into
+    ``output_dir/<architecture>/`` (read where finished, resumed where started)."""
     folder = output_dir / architecture
     if (folder / FINISHED).is_file():
         return json.loads((folder / FINISHED).read_text())
@@ -167,12 +163,8 @@ def train_baseline(command: TrainCommand, output_dir: Path, architecture: str) -
     return run_command(command, args)
 
 
-# --- links several commands declare ----------------------------------------------------------------
-
-
 def link_tokenizer(parser) -> None:
-    """Give the model the data module's tokenizer and the task a ``train`` tokenizer is learnt on
-    (`common.encoders.tokenizers.resolved_tokenizer_task`): the model's vocabulary is the inputs'."""
+    """The model's tokenizer (and the task a ``train`` tokenizer is learnt on) is the data module's."""
     from common.encoders.tokenizers import resolved_tokenizer_task
 
     parser.link_arguments("data.tokenizer", "model.tokenizer")
@@ -181,7 +173,6 @@ def link_tokenizer(parser) -> None:
 
 
 def link_bert_inputs(parser) -> None:
-    """A BERT-family model with baselines (EARL's, MVA's): the data module gets the model's architecture (whether it
-    encodes query and document apart or as one pair), the model the data module's tokenizer."""
+    """EARL's and MVA's: the data module gets the model's architecture, the model the data module's tokenizer."""
     parser.link_arguments("model.architecture", "data.architecture")
     link_tokenizer(parser)
