@@ -1,19 +1,8 @@
-"""Bad command-line input ends in one line and exit status 2 (argparse's status for usage errors), no traceback.
-
-Every command of every package answers bad input the same way, before it builds or writes anything:
-``error: <what>`` on stderr, naming the option, or the file and line, and exit status 2. This module holds
-what they share, importing only the standard library (a command's ``--help`` and its argument errors must
-not wait for torch or Lightning):
-
-- `usage_error`: print the line and exit;
-- `ArgumentParser`: argparse whose errors are that one line (argparse's own are the usage and then
-  ``prog: error: ...``, two lines);
-- `positive_int`, `nonnegative_int`, `positive_float`, `number_in`, `existing_file`, `checkpoint_file`,
-  `output_folder`: argparse types whose complaint argparse prefixes with the option (``argument --depth: must be
-  a positive integer, got 0``); `output_folder_problem` and `output_file_problem`, what keeps a command from
-  writing where it would, checked before the work rather than after it;
-- `input_errors`: a ``with`` block turning the errors that bad input files raise (a malformed line, a missing
-  file) into that one line.
+"""Bad command-line input ends in one line on stderr, ``error: <what>`` naming the option or the file and line, and
+exit status 2 (argparse's for usage errors), no traceback: `usage_error`, `ArgumentParser` (argparse whose errors are
+that line), `SettingError` (a setting refused where it is used), argparse types (`positive_int`, `existing_file`,
+`output_folder`...), what keeps a command from writing where it would, and `input_errors` (a bad input file's error
+as that line). Standard library only.
 """
 
 from __future__ import annotations
@@ -35,17 +24,14 @@ def usage_error(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-
 class SettingError(ValueError):
-    """A setting no type can refuse (an odd window, heads not dividing the hidden size), raised where it is used.
-
-    ``option`` is the command-line name (``model.window``); a command answers ``error: --model.window: <message>``
-    with exit status 2, and the Python API sees a ``ValueError``.
-    """
+    """A setting no type can refuse, raised where it is used; ``option`` is its command-line name (``model.window``),
+    answered as ``error: --model.window: <message>``."""
 
     def __init__(self, option: str, message: str):
         super().__init__(f"{option}: {message}")
         self.option, self.message = option, message
+
 
 class ArgumentParser(argparse.ArgumentParser):
     """An argparse parser whose errors are one line, ``error: argument --k: ...``, with exit status 2."""
@@ -112,7 +98,7 @@ def existing_file(text: str) -> Path:
 
 
 def checkpoint_file(text: str) -> Path:
-    """The path of a file that ``torch.save`` wrote (a zip archive), checked without importing torch."""
+    """The path of a file ``torch.save`` wrote (a zip archive)."""
     path = Path(text)
     if not path.is_file() and not path.is_dir():
         raise argparse.ArgumentTypeError(f"no such checkpoint file: {text}")
@@ -132,8 +118,7 @@ def _unwritable(nearest: Path) -> str | None:
 
 
 def output_folder_problem(path: Path) -> str | None:
-    """What keeps `path` from being a folder to write into, or None: an existing folder, or one that can be made
-    (made only once there is something to write, so that a refused command leaves no empty folder behind)."""
+    """What keeps `path` from being a folder to write into (existing, or one that can be made), or None."""
     return _unwritable(next(p for p in (path, *path.parents) if p.exists()))  # "." or "/" at the latest
 
 
@@ -146,8 +131,7 @@ def output_folder(text: str) -> Path:
 
 
 def output_file_problem(path: Path, overwrite: bool = False) -> str | None:
-    """What keeps a file from being written at `path`, or None: a folder there, a file there without `overwrite`, a
-    file where a folder above it should be, or a folder this process cannot write in."""
+    """What keeps a file from being written at `path` (a file there without `overwrite`...), or None."""
     if path.is_dir():
         return f"{path} is a folder, not a file"
     if path.exists() and not overwrite:
@@ -157,8 +141,8 @@ def output_file_problem(path: Path, overwrite: bool = False) -> str | None:
 
 @contextlib.contextmanager
 def input_errors(*errors: type[BaseException]) -> Iterator[None]:
-    """Inside the block, any of `errors` (exceptions whose message names the file and line, or the option) ends the
-    command with its message as the one line of `usage_error`."""
+    """Any of `errors` (whose message names the file and line, or the option) raised inside ends the command in one
+    line."""
     try:
         yield
     except errors as error:

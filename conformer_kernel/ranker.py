@@ -16,6 +16,7 @@ from lightning import pytorch as L
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
+from common.refusals import SettingError
 from common.training.reranking import RerankingEvaluation
 from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, pair_scores, ranker_from_settings
 from conformer_kernel.vocab import Resources
@@ -79,6 +80,12 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
         doc_padding: DocPadding = "official",
         lr: NonNegativeFloat = 1e-4,
     ):
+        if model != "ndrm2" and hidden_size % num_heads:  # NDRM2 matches terms explicitly: no encoder
+            raise SettingError("model.num_heads", f"must divide the hidden size {hidden_size} (2 x --data.embedding_dim),"
+                                                  f" got {num_heads}")  # fmt: skip
+        if model != "ndrm2" and encoder == "conformer" and conv_window % 2 == 0:
+            raise SettingError("model.conv_window", f"must be odd (the convolution keeps the document's length), got "
+                                                    f"{conv_window}")  # fmt: skip
         super().__init__()
         self.save_hyperparameters()
         self.model = ranker_from_settings(self.hparams)

@@ -1,22 +1,11 @@
 """``python -m conformer_kernel.train``: train NDRM1, NDRM2 or NDRM3, the Conformer-Kernel with query term
 independence (Mitra et al.: "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term
-Independence", TREC 2020 Deep Learning track), then re-rank and fully retrieve the test queries.
+Independence", TREC 2020 Deep Learning track), pick the checkpoint on dev NDCG@10 and test it in each of
+``--test_modes``: ``rerank`` (BM25's top 100) and ``fullrank`` (s_td precomputed over the test collection,
+`conformer_kernel.index`, into ``index/``; the paper's single-stage retrieval).
 
-With no ``--config`` the embedded default (`conformer_kernel/configs/builtin.yaml`) trains NDRM3
-on the built-in collection in a few CPU minutes. ``--config conformer_kernel/configs/trec-dl-2020/<row>.yaml``
-runs one of Table 1's settings on TREC DL 2020 (MS MARCO documents through ir_datasets; ``-orcas``
-adds the ORCAS field; ``-rerank`` / ``-fullrank`` pick the evaluated setting). Every option is a
-LightningCLI flag (``--model.model ndrm1``, ``--trainer.devices 4``; ``--help``).
-
-After training, the checkpoint chosen on dev NDCG@10 is evaluated in each of ``--test_modes``:
-``rerank`` scores the test candidates (BM25's top 100); ``fullrank`` precomputes s_td for the test
-queries' terms over the whole test collection (`conformer_kernel.index`, into ``index/``) and
-retrieves each query's top 100 from it, the paper's single-stage retrieval.
-
-Outputs (``--output_dir``, default a new ``outputs/ck-<model>-<time>``): ``config.yaml``,
-``checkpoints/``, ``logs/metrics.csv``, ``run.rerank.trec``, ``run.fullrank.trec``, ``index/``,
-``metrics.json`` (with BM25's) and ``task.json`` (`conformer_kernel.train.paper_tables`, which also says when Table 1 is
-compared with). ``--ckpt_path last`` resumes the run in ``--output_dir``.
+Without ``--config`` NDRM3 trains on the built-in collection (`conformer_kernel/configs/builtin.yaml`);
+``--config conformer_kernel/configs/trec-dl-2020/<row>.yaml`` runs a Table 1 setting. Outputs: `common.commands.cli.RankerCLI`.
 """
 
 from __future__ import annotations
@@ -24,7 +13,6 @@ from __future__ import annotations
 from operator import attrgetter
 from pathlib import Path
 
-from common.commands.help import is_int
 from common.commands.train import TestModes, TrainCommand
 from conformer_kernel import hidden_size
 
@@ -38,21 +26,6 @@ PAPER = "conformer_kernel"
 DATASET = "trec-dl-2020-doc"
 #: Table 1's names of its measures.
 MEASURE_LABELS = {"ndcg_cut_10": "NDCG@10", "ncg@100": "NCG@100", "map": "AP", "recip_rank": "RR"}
-
-
-def check_settings(config: dict) -> str | None:
-    """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
-    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model."""
-    model, data = config.get("model") or {}, config.get("data") or {}
-    if model.get("model") == "ndrm2":  # explicit matching only: no encoder
-        return None
-    heads, dim, window = model.get("num_heads"), data.get("embedding_dim"), model.get("conv_window")
-    if is_int(heads) and is_int(dim) and heads > 0 and hidden_size(dim) % heads:
-        return (f"--model.num_heads: must divide the hidden size {hidden_size(dim)} (2 x --data.embedding_dim), "
-                f"got {heads}")
-    if model.get("encoder") == "conformer" and is_int(window) and window % 2 == 0:
-        return f"--model.conv_window: must be odd (the convolution keeps the document's length), got {window}"
-    return None
 
 
 def links(parser) -> None:
@@ -135,7 +108,7 @@ COMMAND = TrainCommand(
     name="conformer_kernel.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml",
     model="conformer_kernel.ranker.ConformerKernelRanker", data="conformer_kernel.data.ConformerKernelDataModule",
     monitor="dev/ndcg_cut_10", run_name=lambda config: f"ck-{config.model.model}",
-    tested_name=attrgetter("hparams.model"), paper=PAPER, paper_tables=paper_tables, check=check_settings,
+    tested_name=attrgetter("hparams.model"), paper=PAPER, paper_tables=paper_tables,
     links=links, labels=MEASURE_LABELS,
     test_modes=TestModes(MODES, "evaluate the best checkpoint by re-ranking the test candidates and/or by full "
                                 "retrieval from a precomputed impact index (default: both)", tested_runs, DEPTH),

@@ -15,6 +15,7 @@ from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativ
 from torch import Tensor
 
 from common.encoders.bert_reranking import BertRerankingModule, bert_encoder
+from common.refusals import SettingError
 from earl import portable
 from earl.data import Architecture
 from earl.model import Loss, Pool
@@ -93,6 +94,12 @@ class EARLRanker(BertRerankingModule):
         weight_decay: NonNegativeFloat = 0.0,
         init_checkpoint: str | None = None,
     ):
+        if encoder is None and query_layers is not None and query_layers > num_layers:
+            raise SettingError("model.query_layers", f"T_qry takes at most T_doc's {num_layers} layers "
+                                                     f"(--model.num_layers), got {query_layers}")  # fmt: skip
+        if encoder is None and architecture == "earl" and query_layers is None and num_blocks > num_layers:
+            raise SettingError("model.num_blocks", f"l = L - K needs K at most --model.num_layers ({num_layers}), "
+                                                   f"got {num_blocks}")  # fmt: skip
         super().__init__()
         self.save_hyperparameters()
         bert = bert_encoder(encoder, tokenizer, tokenizer_task, num_layers=num_layers, hidden_size=hidden_size,

@@ -1,30 +1,17 @@
 """``python -m earl.train``: train EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with
 Pre-computed Representation", 2020) or a Table 2 baseline, pick the checkpoint on dev MRR@10, re-rank the test
-candidates, write the run and metrics, and print them next to BM25's.
+candidates, and write and print the run's metrics beside BM25's, each ``--compare_with`` baseline's and the paper's.
 
-With no ``--config`` the embedded default (`earl/configs/builtin.yaml`) runs: a small EARL (ClsPool, tied) trained
-from scratch on the built-in collection, then a BERT ranker of the same size trained the same way
-(``--compare_with bert_ranker``), in a few CPU minutes. ``--config earl/configs/msmarco/<row>.yaml`` runs one of
-the paper's rows (MS MARCO passages through ir_datasets, from ``bert-base-uncased``; Tables 2, 4 and 5, and the
-ClueWeb09-B transfer); ``earl/configs/trec-dl-passages-minilm.yaml`` trains on TREC DL 2020 passages from the
-offline MiniLM and tests on DL 2019 (results/earl/README.md). Every option is a LightningCLI flag
-(``--model.pool mean``, ``--model.tied true``, ``--model.num_blocks 3``, ``--trainer.devices 8``; ``--help``).
-
-Outputs (``--output_dir``, default a new ``outputs/earl-<variant>-<time>``; `common.commands.cli.RankerCLI`):
-``config.yaml`` (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv``,
-``run.trec``, ``metrics.json`` (with BM25's and each ``--compare_with`` baseline's, trained in
-``<output_dir>/<baseline>/``) and ``task.json`` (`common.commands.outputs`). ``--ckpt_path last`` resumes the run
-in ``--output_dir`` (its baselines too).
-A trained checkpoint's document representations are precomputed by ``python -m earl.index`` and re-used by
-``python -m earl.evaluate --store``.
+Without ``--config`` a small EARL and a BERT ranker train from scratch on the built-in collection
+(`earl/configs/builtin.yaml`); ``--config earl/configs/msmarco/<row>.yaml`` runs a paper row. Outputs:
+`common.commands.cli.RankerCLI`; ``earl.index`` and ``earl.evaluate --store`` reuse the checkpoint.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from common.commands.help import is_int
-from common.commands.train import TrainCommand, check_bert_lengths, link_bert_inputs
+from common.commands.train import TrainCommand, link_bert_inputs
 
 #: The paper's id in results/reported.
 PAPER = "earl"
@@ -37,26 +24,6 @@ PAPER_METHODS = {
 }  # fmt: skip
 
 
-def check_settings(config: dict) -> str | None:
-    """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
-    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model.
-    (``--compare_with``'s names: `common.commands.train.TrainCommand.check_settings`.)"""
-    model = config.get("model") or {}
-    heads, hidden, layers, query_layers = (model.get(k) for k in ("num_heads", "hidden_size", "num_layers",
-                                                                  "query_layers"))  # fmt: skip
-    if model.get("encoder") is None:  # a pretrained encoder has its own sizes
-        if is_int(heads) and is_int(hidden) and heads > 0 and hidden % heads:
-            return f"--model.num_heads: must divide --model.hidden_size ({hidden}), got {heads}"
-        if is_int(query_layers) and is_int(layers) and query_layers > layers:
-            return f"--model.query_layers: T_qry takes at most T_doc's {layers} layers (--model.num_layers), " \
-                   f"got {query_layers}"
-        if model.get("architecture", "earl") == "earl" and query_layers is None and is_int(layers) \
-                and is_int(model.get("num_blocks")) and model["num_blocks"] > layers:
-            return f"--model.num_blocks: l = L - K needs K at most --model.num_layers ({layers}), " \
-                   f"got {model['num_blocks']}"
-    return check_bert_lengths(config)
-
-
 def folder_name(config) -> str:
     """``earl-<variant>``: the default output folder is ``outputs/earl-<variant>-<time>``."""
     from earl.ranker import run_name
@@ -66,12 +33,8 @@ def folder_name(config) -> str:
 
 
 def paper_tables(metrics: dict, task, dataset: str | None, data=None, relevance_level: int | None = None) -> str:
-    """Reproduced vs reported on `dataset` (one of `DATASETS`, Table 2), else a line saying there is nothing to
-    compare with.
-
-    Each row shows the relevance level of both numbers (`common.report.compare`): the paper's (Table 2's TREC DL
-    MRR and MAP count labels >= 1, results/earl/README.md) and the one `metrics` were measured at,
-    `relevance_level`, else that of `data` (the data module tested); a note follows where they differ."""
+    """Reproduced vs reported on `dataset` (Table 2), each row with both numbers' relevance level (`relevance_level`,
+    else `data`'s), or a line saying there is nothing to compare with."""
     from common.commands.outputs import nothing_to_compare, reproduced_vs_reported
     from common.report import compare, level_note, to_markdown
 
@@ -94,7 +57,7 @@ COMMAND = TrainCommand(
     name="earl.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml",
     model="earl.ranker.EARLRanker", data="earl.data.EARLDataModule",
     monitor="dev/mrr@10",  # MS MARCO's official measure (the paper does not say)
-    run_name=folder_name, paper=PAPER, paper_tables=paper_tables, check=check_settings, links=link_bert_inputs,
+    run_name=folder_name, paper=PAPER, paper_tables=paper_tables, links=link_bert_inputs,
     baselines=("bert_ranker", "bert_siamese"),
 )  # fmt: skip
 

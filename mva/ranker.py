@@ -6,6 +6,9 @@ zero (BERT's). Dev MRR@10 selects the checkpoint.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor
 
@@ -88,9 +91,8 @@ class MVARanker(BertRerankingModule):
         init_checkpoint: str | None = None,
     ):
         super().__init__()
-        if encoder is None and hidden_size % num_heads:
-            raise SettingError("model.num_heads", f"must divide --model.hidden_size ({hidden_size}), got {num_heads}")
         self.save_hyperparameters()
+        refuse_pretraining_mismatch(self.hparams)
         bert = bert_encoder(encoder, tokenizer, tokenizer_task, num_layers=num_layers, hidden_size=hidden_size,
                             num_heads=num_heads, intermediate_size=intermediate_size, dropout=dropout)
         if init_encoder is not None:
@@ -103,3 +105,31 @@ class MVARanker(BertRerankingModule):
 
     def training_loss(self, scores: Tensor, batch: dict) -> Tensor:
         return softmax_loss(scores.view(-1, batch["group_size"]))  # (G, 1 + negatives), the positive first
+
+
+def refuse_pretraining_mismatch(model) -> None:
+    """Where ``init_checkpoint`` is an ``mva.pretrain`` output (its ``pretrain.json`` beside it), refuse a pooling,
+    projection or heads other than the pre-trained ones: first-K and all tokens (or two K of first-K) have the same
+    parameters, so strict loading alone would fine-tune on timesteps the head was not pre-trained for."""
+    checkpoint = model.get("init_checkpoint")
+    record = Path(checkpoint).parent / "pretrain.json" if checkpoint else None  # mva.pretrain.RECORD
+    if record is None or not record.is_file():
+        return
+    try:
+        pretrained = json.loads(record.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise SettingError("model.init_checkpoint", f"{record} is not readable JSON ({error})") from None
+    architecture = model.get("architecture", "mva")
+    if pretrained.get("architecture") != architecture:
+        raise SettingError("model.architecture", f"{checkpoint} was pre-trained as {pretrained.get('architecture')} "
+                                                 f"({record}), got {architecture}")  # fmt: skip
+    settings = pretrained.get("model") or {}
+    keys = ["projection", "heads"]
+    for side in ("query", "doc"):
+        pooling = settings.get(f"{side}_pooling", "all")
+        keys += [f"{side}_pooling", *([f"{side}_timesteps"] if pooling in ("first_k", "cls") else []),
+                 *([f"{side}_factor"] if pooling == "temporal" else [])]
+    for key in keys:
+        if key in settings and settings[key] != model.get(key):
+            raise SettingError(f"model.{key}", f"{checkpoint} was pre-trained with {key} {settings[key]} ({record}), "
+                                               f"got {model.get(key)}")  # fmt: skip

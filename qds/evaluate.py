@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")
     parser.add_argument("--batch_size", type=positive_int, default=16, help="pairs per batch (default 16)")
-    parser.add_argument("--impl", default=None, choices=_implementations(),
+    parser.add_argument("--impl", default=None, type=_implementation, metavar="IMPL",
                         help="sparse attention implementation (default: the checkpoint's)")
     parser.add_argument("--dataset", default=None, choices=DATASETS,
                         help="the paper's dataset the task is, to compare with (default: an irds: task's own, if the "
@@ -53,14 +53,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _implementations() -> list[str]:
-    """``--impl``'s choices, read from ``qds.train``'s committed option schema (without importing torch)."""
-    import yaml
+def _implementation(text: str) -> str:
+    """An argparse type: one of ``python -m qds.train --model.impl``'s choices (torch is imported only for it)."""
+    from common.kernels import IMPLEMENTATIONS
 
-    from common.commands.help import command_files
-
-    _, options = command_files("qds.train")
-    return yaml.safe_load(options.read_text())["options"]["--model.impl"]["choices"]
+    choices = ("auto", *IMPLEMENTATIONS)
+    if text not in choices:
+        raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(map(repr, choices))})")
+    return text
 
 
 def read_state(path) -> dict:

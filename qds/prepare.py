@@ -1,13 +1,5 @@
-"""``python -m qds.prepare``: build every cache that ``python -m qds.train`` reads with the same config and options
-(document stores, ir_datasets' too, the training table, the tokenizer, learnt first with ``--data.tokenizer train``
-or ``builtin``, and the pretrained encoder of ``--model.encoder`` through ``from_pretrained``), on a CPU node,
-without a GPU and without training, and print each, built or found built. ``python -m qds.train`` with those options
-then builds none of them.
-
-It takes every option of ``python -m qds.train`` (below) and refuses what train refuses, in one line; the options of
-training itself (steps, devices, nodes) change nothing here. What it builds, and what it leaves to the training job:
-`common.commands.prepare`.
-"""
+"""``python -m qds.prepare``: build every cache ``python -m qds.train`` reads with the same options (below), on a CPU
+node, without training (`common.commands.prepare`)."""
 
 from common.commands.prepare import run_prepare
 from qds.train import COMMAND

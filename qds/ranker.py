@@ -18,6 +18,7 @@ from torch import Tensor, nn
 from common.encoders.bert_reranking import count_parameters
 from common.encoders.tokenizers import vocabulary
 from common.portable import KEY
+from common.refusals import SettingError
 from common.training.reranking import RerankingEvaluation
 from qds import MAX_LENGTH, NEGATIVES, PATTERN, TOKENIZER, WINDOW
 from qds.inputs import ALL_PATTERNS
@@ -78,6 +79,10 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
         balanced_loss: bool = True,
         impl: Impl = "auto",
     ):
+        if encoder is None and hidden_size % num_heads:  # a pretrained encoder has its own sizes
+            raise SettingError("model.num_heads", f"must divide --model.hidden_size ({hidden_size}), got {num_heads}")
+        if not all(0 <= b < 1 for b in betas):
+            raise SettingError("model.betas", f"each must be at least 0 and below 1 (Adam's), got {list(betas)}")
         super().__init__()
         if pattern not in ALL_PATTERNS:
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")

@@ -1,17 +1,9 @@
 """``python -m qds.train``: train QDS-Transformer (Jiang, Xiong, Lee, Wang: "Long Document Ranking with
 Query-Directed Sparse Transformer", Findings of EMNLP 2020) or a Table 2/4 variant, pick the checkpoint on dev
-MRR@10, re-rank the test candidates, write the run and metrics, and print them next to BM25's.
+MRR@10, re-rank the test candidates, and write and print the run's metrics beside BM25's and the paper's.
 
-With no ``--config`` the embedded default (`qds/configs/builtin.yaml`) runs: a small QDS trained
-from scratch on the built-in collection in a few CPU minutes. ``--config qds/configs/trec-dl-2019/<row>.yaml``
-runs one of the paper's rows (TREC DL 2019, MS MARCO documents through ir_datasets). Every
-option is a LightningCLI flag (``--model.window 64``, ``--trainer.devices 8``; ``--help``).
-
-Outputs (``--output_dir``, default a new ``outputs/qds-<pattern>-<time>``; `common.commands.cli.RankerCLI`):
-``config.yaml`` (resolved), ``checkpoints/`` (``last.ckpt`` and the best on dev), ``logs/metrics.csv`` (training
-log), ``run.trec``, ``metrics.json`` and ``task.json`` (test; `qds.train.paper_tables`, which also says when the
-paper's Tables 2 and 4 are compared with). ``--ckpt_path last`` resumes the run in ``--output_dir`` at its last
-checkpoint (mid-epoch included) and ends as the uninterrupted run would.
+Without ``--config`` a small QDS trains from scratch on the built-in collection (`qds/configs/builtin.yaml`, CPU
+minutes); ``--config qds/configs/trec-dl-2019/<row>.yaml`` runs a paper row. Outputs: `common.commands.cli.RankerCLI`.
 """
 
 from __future__ import annotations
@@ -19,7 +11,6 @@ from __future__ import annotations
 from operator import attrgetter
 from pathlib import Path
 
-from common.commands.help import is_int
 from common.commands.train import TrainCommand, link_tokenizer
 
 #: The paper's id in results/reported.
@@ -32,22 +23,6 @@ PAPER_METHODS = {
     "sparse": "Sparse-Transformer", "longformer_qa": "Longformer-QA", "firstp": "RoBERTa (FirstP)",
     "maxp": "RoBERTa (MaxP)", "bm25": "BM25",
 }  # fmt: skip
-
-
-def check_settings(config: dict) -> str | None:
-    """What no single option's type rules out, in the resolved `config` (a ``config.yaml`` as a dict): one line
-    naming the option, or None. Checked before anything is built: each would otherwise fail inside the model."""
-    model = config.get("model") or {}
-    window, heads, hidden, betas = (model.get(k) for k in ("window", "num_heads", "hidden_size", "betas"))
-    if is_int(window) and window % 2:
-        return f"--model.window: must be even (Longformer's window spans w / 2 each side), got {window}"
-    # Only a from-scratch encoder takes these sizes; a pretrained one has its own.
-    if model.get("encoder") is None and is_int(heads) and is_int(hidden) and heads > 0 and hidden % heads:
-        return f"--model.num_heads: must divide --model.hidden_size ({hidden}), got {heads}"
-    if isinstance(betas, (list, tuple)) and all(isinstance(b, (int, float)) for b in betas) \
-            and not all(0 <= b < 1 for b in betas):
-        return f"--model.betas: each must be at least 0 and below 1 (Adam's), got {list(betas)}"
-    return None
 
 
 def links(parser) -> None:
@@ -128,7 +103,7 @@ COMMAND = TrainCommand(
     name="qds.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml", model="qds.ranker.QDSRanker",
     data="qds.data.QDSDataModule", monitor="dev/mrr@10",  # the paper's model selection (Sec. 5)
     run_name=lambda config: f"qds-{config.model.pattern}", tested_name=attrgetter("hparams.pattern"),
-    paper=PAPER, paper_tables=paper_tables, check=check_settings, links=links,
+    paper=PAPER, paper_tables=paper_tables, links=links,
 )  # fmt: skip
 
 #: Runs the command line (`common.commands.train.TrainCommand.main`).

@@ -15,7 +15,7 @@ COMMANDS = [
     "earl.train", "earl.evaluate", "earl.index", "earl.benchmark",
     "mva.train", "mva.evaluate", "mva.index", "mva.benchmark", "mva.pretrain", "mva.costs",
     "common.evaluate", "common.report", "common.data.bm25", "common.data.builtin", "common.kernels.benchmark",
-    "common.commands.help", "common.commands.loader_benchmark",
+    "common.commands.loader_benchmark",
 ]  # fmt: skip
 
 

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from common.commands.help import command_files
 from common.report import available_papers
 from tests.project import project_field
 from tests.qds.test_train import TINY
@@ -34,12 +33,10 @@ _NOT_BUILT = shutil.ignore_patterns(".git", "build", "dist", "outputs", ".cache"
 
 
 def files_a_run_reads() -> set[str]:
-    """Every file under the packages that a command opens, as named in the wheel: each training command's stored help
-    and options schema (which its evaluate command reads too) and configs, Conformer-Kernel's stopwords, and the
-    papers' reported CSVs (`common.report`)."""
+    """Every file under the packages that a command opens, as named in the wheel: each training command's configs,
+    Conformer-Kernel's stopwords, and the papers' reported CSVs (`common.report`)."""
     names = {f"common/reported/{paper}.csv" for paper in available_papers()}
     for package in PACKAGES:
-        names |= {str(path.relative_to(REPO)) for path in command_files(f"{package}.train")}
         names |= {str(path.relative_to(REPO)) for path in (REPO / package / "configs").rglob("*.yaml")}
     from conformer_kernel import text
 

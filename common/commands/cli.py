@@ -1,44 +1,16 @@
-"""`RankerCLI`: the LightningCLI of every ``python -m <package>.train``, with the repository's conventions.
-
-Conventions (README, "Conventions every package follows"):
-
-- With no ``--config`` the package's embedded default config runs; ``--config FILE`` replaces it.
-  Every option is a LightningCLI flag; the seed defaults to 0 (a seed fixes everything).
-- ``--output_dir DIR`` (default: a new ``outputs/<run name>-<time>``, printed at the start)
-  receives ``config.yaml`` (resolved, `RankerCLI.write_config`), ``provenance.json`` (the command line, version and
-  commit: `common.commands.provenance`; a resumed run keeps its first), ``checkpoints/`` and
-  ``logs/metrics.csv``; a folder that is not empty is refused, so a run never writes over another.
-  ``--trainer.logger CLASS`` (``lightning.pytorch.loggers.TensorBoardLogger --trainer.logger.save_dir DIR``; or a
-  list) adds loggers, each writing under its own ``save_dir``, beside the run's own ``logs/metrics.csv``.
-- ``checkpoints/`` holds the best checkpoint on the monitored dev measure (``best-step=N.ckpt``,
-  mode max; `RankerCLI.checkpoint`) and ``last.ckpt``, written every ``--save_every_n_steps``
-  training steps (`common.training.resume.LastCheckpoint`). ``--ckpt_path last --output_dir DIR`` resumes
-  the run in DIR at its ``last.ckpt`` (mid-epoch included) with the settings of its ``config.yaml``
-  (flags given again must not change them) and ends as the uninterrupted run would, byte for byte,
-  wherever it was killed (`common.training.resume`); a finished run (its ``metrics.json`` written) says so.
-  ``--ckpt_path FILE`` starts a fresh run from a checkpoint.
-
-On several processes (``--trainer.devices N``, whose launcher Lightning starts by running the command line again in
-N - 1 new processes when fitting begins; ``torchrun``; ``srun``), global rank zero alone checks, creates and writes
-the output folder and what is in it, told from the launcher's environment before any process group exists
-(`common.commands.run_folder.launched_as_global_zero`). The other processes never refuse the folder this launch
-made and write nothing; Lightning gives them rank zero's checkpoint folder (``ModelCheckpoint.setup`` broadcasts it)
-and its checkpoints are written behind a barrier, so they test the same checkpoint. A refusal that is not rank
-zero's alone stops every process, rank zero saying why (`RankerCLI._refuse`).
-
-A command passes its classes, default config, run name, monitored measure, and its own options and argument links
-(`arguments`); `common.commands.train.TrainCommand.cli` builds each package's. The CLI only builds
-(``run=False``): the command's main (`common.commands.train.TrainCommand.main`) calls `RankerCLI.fit_and_test`
-(`write_config`, ``trainer.fit``, then ``trainer.test`` of the best checkpoint) and writes its test outputs.
-
-Evaluate commands (``python -m <package>.evaluate``) are no LightningCLI: argparse (`common.refusals`) with the
-options of `common.commands.task_options`, the output folder included.
+"""`RankerCLI`: the LightningCLI of every ``python -m <package>.train``, with the repository's conventions (README,
+"Conventions every package follows"): the package's default config without ``--config``, seed 0, an output folder
+that is new or empty (``config.yaml``, ``provenance.json``, ``checkpoints/`` with the best on dev and ``last.ckpt``,
+``logs/metrics.csv``), ``--ckpt_path last`` resuming a run with its own settings (`common.training.resume`), global
+rank zero alone writing (`common.commands.run_folder.launched_as_global_zero`). Bad input ends in one line and exit
+status 2 before anything is written: the parser's errors (`CommandParser`), a `common.refusals.SettingError` a class
+raises where it uses a setting, Lightning's ``MisconfigurationException`` (`refused_settings`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import os
 import re
 import sys
 import time
@@ -51,13 +23,13 @@ import yaml
 from jsonargparse import DefaultHelpFormatter, Namespace
 from lightning.pytorch.callbacks import ModelCheckpoint, ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import MisconfigurationException
 from lightning.pytorch.utilities import rank_zero_info
 
 from common.data.formats import DataFormatError
 from common.data.irds import DatasetUnavailableError
 from common.data.irds_files import refuse_missing_files
 from common.data.specs import TaskSpecError, check_spec
-from common.commands.help import replaces_default_config
 from common.io import atomic_write
 from common.commands.progress import progress_callback
 from common.commands.provenance import write_provenance
@@ -67,13 +39,13 @@ from common.training.resume import (AtomicCheckpointIO, LastCheckpoint, RunLogge
 from common.commands.run_folder import (CONFIG, LAST, launched_as_global_zero, restarts_in_place, resumed_run,
                                          slurm_restarts)
 from common.training.tasks import MissingDocumentsError, RerankingDataModule
-from common.refusals import input_errors, usage_error
+from common.refusals import SettingError, input_errors, usage_error
 
-#: Settings that say where a run is and how it was started, not what it is: a resumed run may differ in them.
+#: Settings a resumed run may change: where it is and how it was started.
 _RUN_KEYS = {"output_dir", "ckpt_path", "config"}
 _ABSENT = object()
 
-#: Bad data or task input, answered in one line with exit status 2 (`common.refusals.usage_error`).
+#: Bad data or task input, answered in one line.
 INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError, DatasetUnavailableError)
 
 
@@ -94,13 +66,11 @@ def _shown(value) -> str:
 
 
 def one_line(message: str) -> str:
-    """A parser error as one line naming the option: jsonargparse's own spreads over several (``Parser key
-    "model.window":``, then the reasons, indented; a Union's alternatives each with its own error)."""
+    """jsonargparse's error (``Parser key "model.window":``, then indented reasons) as one line naming the option."""
     lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
     key = re.match(r'Parser key "([^"]+)":\s*', lines[0]) if lines else None
     if key is not None:
         lines = [lines[0][key.end():], *lines[1:]]
-    # A Union's alternatives: its subtypes say enough without each one's error.
     reasons = [line for line in lines if line and not line.startswith(("Errors:", "- ", "Given value type:"))]
     text = re.sub(r"<class '(?:[\w.]+\.)?(\w+)'>", r"\1", "; ".join(reasons)).replace("typing.", "")
     text = text[:1].lower() + text[1:]
@@ -108,35 +78,40 @@ def one_line(message: str) -> str:
 
 
 class CommandHelpFormatter(DefaultHelpFormatter):
-    """``--help`` as committed beside each command (`common.commands.help`): the description keeps its docstring's
-    paragraphs, the repository's files are named relative to it (the same in every checkout), and docstrings'
-    reST quotes (``x``, `x`) are left out (a terminal shows them as they are)."""
-
-    _root = str(Path(__file__).resolve().parents[2]) + os.sep
-
-    def _plain(self, text: str) -> str:
-        return text.replace(self._root, "").replace("`", "")
+    """``--help``'s description keeps its docstring's paragraphs, without reST quotes."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         fill = super()._fill_text
-        return "\n\n".join(fill(paragraph, width, indent) for paragraph in re.split(r"\n\s*\n", self._plain(text)))
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        return super()._split_lines(self._plain(text), width)
+        return "\n\n".join(fill(paragraph, width, indent) for paragraph in re.split(r"\n\s*\n", text.replace("`", "")))
 
 
 class CommandParser(LightningArgumentParser):
-    """The parser of a training command: an error is one line, ``error: <what>`` naming the option, with exit
-    status 2 (`common.refusals.usage_error`), instead of the usage and a message over several lines."""
+    """A training command's parser: an error is one line naming the option, exit status 2, without the usage."""
 
     def error(self, message: str, ex: Exception | None = None):
-        if not self.exit_on_error:  # a nested parser: its caller catches the exception
+        if not self.exit_on_error:
             return super().error(message, ex)
         usage_error(one_line(message))
 
 
+def replaces_default_config(given: list[str]) -> bool:
+    """Whether ``--config`` is on the command line `given`: its files then replace the command's default config."""
+    return any(arg == "--config" or arg.startswith("--config=") for arg in given)
+
+
+@contextlib.contextmanager
+def refused_settings():
+    """A `SettingError` or Lightning's ``MisconfigurationException`` inside the block ends the command in one line."""
+    try:
+        yield
+    except SettingError as error:
+        usage_error(f"--{error.option}: {error.message}")
+    except MisconfigurationException as error:
+        usage_error(" ".join(str(error).split()))
+
+
 def _command_text(command: str | None) -> dict:
-    """The parser's program name, short usage and description for ``python -m command``: its module docstring."""
+    """The parser's program name, short usage and description (the module's docstring) for ``python -m command``."""
     if command is None:
         return {}
     return {"prog": f"python -m {command}", "description": import_module(command).__doc__,
@@ -144,29 +119,8 @@ def _command_text(command: str | None) -> dict:
 
 
 class RankerCLI(LightningCLI):
-    """LightningCLI with the output-folder, resume and checkpoint conventions (see the module docstring).
-
-    Args:
-        model_class, datamodule_class: the package's LightningModule and LightningDataModule.
-        default_config: the config file used when no ``--config`` is given.
-        run_name: the name of a run from its parsed config (``qds-<pattern>``), the default
-            output folder being ``outputs/<run_name(config)>-<time>``.
-        monitor: the logged dev measure that selects the best checkpoint (higher is better).
-        command: the module ``python -m`` runs (``qds.train``): ``--help`` names it and shows its docstring.
-        check: what no single option's type rules out, on the parsed config as a dict (a ``config.yaml``): a
-            one-line problem naming the option, refused before anything is built, or None (`common.commands.help`).
-        arguments: ``arguments(parser)`` adds the command's own options and links the model's options to the
-            data module's, after the options every command has.
-        args: the command line (default: ``sys.argv[1:]``).
-        kwargs: further `LightningCLI` arguments.
-
-    After construction: `output_dir` (created), `resume_from` (None, a checkpoint file, or
-    ``output_dir/checkpoints/last.ckpt`` with ``--ckpt_path last``), `resuming` (whether it is the latter: the
-    test outputs a killed run left may then be replaced), `restarting` (whether SLURM runs the job again in a folder
-    whose run wrote no ``last.ckpt``: `common.commands.run_folder.restarts_in_place`), `checkpoint` (the best-on-dev
-    `ModelCheckpoint`), and LightningCLI's `config`, `model`, `datamodule`, `trainer`; after
-    `fit_and_test`, `tested_checkpoint`.
-    """
+    """LightningCLI built but not run (`fit_and_test` trains and tests): `arguments(parser)` adds the command's
+    options and links, `run_name(config)` names the default output folder, `monitor` selects the best checkpoint."""
 
     def __init__(
         self,
@@ -177,26 +131,26 @@ class RankerCLI(LightningCLI):
         run_name: Callable[[Namespace], str],
         monitor: str,
         command: str | None = None,
-        check: Callable[[dict], str | None] | None = None,
         arguments: Callable[[LightningArgumentParser], None] | None = None,
         args=None,
         **kwargs,
     ):
-        self.run_name, self.monitor, self.check, self.arguments = run_name, monitor, check, arguments
+        self.run_name, self.monitor, self.arguments = run_name, monitor, arguments
         given = sys.argv[1:] if args is None else args
         self.command, self.given = command, given
         explicit = replaces_default_config(given)
         self.resumed_dir = resumed_run(given) if isinstance(given, list) else None
-        if self.resumed_dir is not None:  # the run's own settings, which flags given again must not change
+        if self.resumed_dir is not None:
             default_config = self.resumed_dir / CONFIG
         # No abbreviations (jsonargparse 5 drops them): --model.p would silently be --model.pattern.
         parser_kwargs = {"default_config_files": [] if explicit else [str(default_config)], "allow_abbrev": False,
                          "formatter_class": CommandHelpFormatter, **_command_text(command)}
         parser_kwargs.update(kwargs.pop("parser_kwargs", None) or {})
-        super().__init__(
-            model_class, datamodule_class, args=args, run=False, save_config_callback=None,
-            seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser, **kwargs,
-        )  # fmt: skip
+        with refused_settings():
+            super().__init__(
+                model_class, datamodule_class, args=args, run=False, save_config_callback=None,
+                seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser, **kwargs,
+            )  # fmt: skip
 
     def add_core_arguments_to_parser(self, parser) -> None:
         """The model's and data module's options, then the trainer's: ``--help`` lists the package's own first."""
@@ -206,18 +160,12 @@ class RankerCLI(LightningCLI):
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
 
     def parse_arguments(self, parser, args) -> None:
-        """Parse, then refuse what `check` finds in the config (before anything is built or written).
-
-        Values of restricted types (``PositiveInt``...) become plain numbers: they end in checkpoints'
-        hyperparameters, which ``torch.load(weights_only=True)`` loads only of built-in types.
-        """
+        """Parse; values of restricted types (``PositiveInt``...) become plain numbers, as checkpoints'
+        hyperparameters must be for ``torch.load(weights_only=True)``."""
         super().parse_arguments(parser, args)
         for key, value in list(self.config.items()):
             if isinstance(value, (int, float)) and type(value) not in (int, float, bool):
                 self.config[key] = int(value) if isinstance(value, int) else float(value)
-        problem = self.check(self.config.as_dict()) if self.check else None
-        if problem:
-            usage_error(problem)
 
     def add_arguments_to_parser(self, parser) -> None:
         parser.add_argument("--output_dir", type=str | None, default=None,
@@ -230,8 +178,7 @@ class RankerCLI(LightningCLI):
             self.arguments(parser)
 
     def _set_seed(self) -> None:
-        # Lightning announces "Seed set to N" before the classes are built, so a bad input would not end in the one
-        # line it should; the seed is in config.yaml.
+        # Lightning's "Seed set to N" would precede a refusal's one line; the seed is in config.yaml.
         announcer = logging.getLogger("lightning.fabric.utilities.seed")
         level = announcer.level
         announcer.setLevel(logging.WARNING)
@@ -241,8 +188,8 @@ class RankerCLI(LightningCLI):
             announcer.setLevel(level)
 
     def before_instantiate_classes(self) -> None:
-        """Check the tasks (their form, then the files an ir_datasets task needs: `common.data.irds_files`) and the
-        output folder, before anything is built: one line and exit status 2 where they are wrong."""
+        """Refuse bad tasks (their form, an ir_datasets task's missing files) and output folder before anything is
+        built."""
         config = self.config
         specs, options = [], []
         for split in ("train", "dev", "test"):
@@ -256,27 +203,26 @@ class RankerCLI(LightningCLI):
                 specs.append(spec)
                 options.append(f"--data.{split}")
         parts = [None] * len(specs)
-        for name, read in getattr(self.datamodule_class, "other_tasks", {}).items():  # CK's ORCAS field
+        for name, read in getattr(self.datamodule_class, "other_tasks", {}).items():
             specs.append(config.data.get(name))
             options.append(f"--data.{name}")
             parts.append(read)
-        refuse_missing_files(specs, options, parts, quiet=not launched_as_global_zero())  # rank zero names them
+        refuse_missing_files(specs, options, parts, quiet=not launched_as_global_zero())
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
         self.resume_from = None
         self.resuming, self.restarting = config.ckpt_path == "last", False
         if self.resuming:
-            if self.resumed_dir is None:  # "last" came from a config file, not the command line
+            if self.resumed_dir is None:
                 usage_error("--ckpt_path last resumes a run: give it and the run's --output_dir on the command line")
             self.resume_from = self.output_dir / "checkpoints" / LAST
             self._check_same_settings()
             self._say_requeued("resuming it from its last checkpoint")
         else:
-            self.restarting = restarts_in_place(self.output_dir)  # SLURM ran the job again before any last.ckpt
+            self.restarting = restarts_in_place(self.output_dir)
             if self.restarting:
                 self._check_same_settings()
                 self._say_requeued("it wrote no checkpoint: starting it again")
-            # Global rank zero alone: the other processes find the folder this launch's rank zero made.
             elif launched_as_global_zero() and self.output_dir.exists() and any(self.output_dir.iterdir()):
                 usage_error(f"{self.output_dir} is not empty: choose a new --output_dir, or pass --ckpt_path last "
                             "to resume the run in it")
@@ -301,12 +247,8 @@ class RankerCLI(LightningCLI):
                         f"{said}{more}")
 
     def instantiate_classes(self) -> None:
-        """Open and check the data module's tasks first (`common.training.tasks.RerankingDataModule.check_tasks`),
-        then build the classes: a task's bad file or missing documents end in one line, before anything is built or
-        written.
-
-        The checked data module is the one trained on (the parser's own, built from the same config, is dropped).
-        """
+        """Open and check the data module's tasks (refused in one line), then build the classes; the checked data
+        module is the one trained on."""
         checked = None
         if issubclass(self.datamodule_class, RerankingDataModule):
             with input_errors(*INPUT_ERRORS):
@@ -318,14 +260,14 @@ class RankerCLI(LightningCLI):
         if self.config.get("compare_with") and self.trainer.world_size > 1:
             self._refuse(f"--compare_with: baselines are trained on one process, this run has {self.trainer.world_size}"
                          ": give --compare_with [] and train each baseline as its own run (--model.architecture NAME)")
-        if isinstance(self.datamodule, RerankingDataModule):  # its batch_size is the global batch
+        if isinstance(self.datamodule, RerankingDataModule):
             split_global_batch(self.datamodule, self.trainer)
         if self.resume_from is not None:
             problem = resumable_here(checkpoint_contents(self.resume_from), self.trainer.world_size,
                                      self.trainer.accumulate_grad_batches)  # fmt: skip
             if problem:
                 self._refuse(f"--ckpt_path {self.config.ckpt_path}: {problem}")
-        if self.trainer.is_global_zero:  # the other processes' run folder is rank zero's (module docstring)
+        if self.trainer.is_global_zero:
             self.output_dir.mkdir(parents=True, exist_ok=True)
         rank_zero_info(f"output folder: {self.output_dir}")
 
@@ -337,15 +279,14 @@ class RankerCLI(LightningCLI):
 
     def instantiate_trainer(self, **kwargs):
         folder = self.output_dir / "checkpoints"
-        # The best on dev, saved when validation ends (a resumed run rewrites the same file, hence no versions);
-        # and last.ckpt every few steps, to resume from (`common.training.resume`).
+        # The best on dev (a resumed run rewrites the same file, hence no versions), and last.ckpt to resume from.
         self.checkpoint = ModelCheckpoint(dirpath=folder, filename="best-{step}", monitor=self.monitor, mode="max",
                                           enable_version_counter=False)  # fmt: skip
         last = LastCheckpoint(folder, self.config.save_every_n_steps)
         configured = self.config_init.trainer.get("callbacks") or []
         resume_step = checkpoint_step(self.resume_from) if self.config.ckpt_path == "last" else None
         if self.restarting:
-            resume_step = 0  # the log of the attempt SLURM stopped: written again from its first row
+            resume_step = 0
         kwargs.update(
             default_root_dir=str(self.output_dir),
             logger=[RunLogger(self.output_dir, resume_step), *self._configured_loggers()],
@@ -355,17 +296,14 @@ class RankerCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def _configured_loggers(self) -> list:
-        """The loggers ``--trainer.logger`` names (``lightning.pytorch.loggers.TensorBoardLogger`` ...), each writing
-        under its own ``save_dir``; none for ``true``, ``false`` or none given. They log beside the run's own
-        `RunLogger` (``logs/metrics.csv``), which is first (``trainer.logger``) and always there: resuming needs it."""
+        """The loggers ``--trainer.logger`` names, after the run's own `RunLogger` (resuming needs it)."""
         configured = self.config_init.trainer.get("logger")
         if isinstance(configured, bool) or configured is None:
             return []
         return list(configured) if isinstance(configured, (list, tuple)) else [configured]
 
     def _progress(self, configured: list) -> list:
-        """A step-counting bar in a terminal, progress lines otherwise (`common.commands.progress`); none where it is
-        off or one is configured (Lightning refuses both)."""
+        """The progress callback (`common.commands.progress`), unless off or one is configured."""
         wanted = self.config_init.trainer.get("enable_progress_bar") is not False
         if not wanted or any(isinstance(c, ProgressBar) for c in configured):
             return []
@@ -376,25 +314,18 @@ class RankerCLI(LightningCLI):
         path = self.output_dir / CONFIG
         if self.trainer.is_global_zero and not path.exists():
             with atomic_write(path) as f:
-                f.write(self.parser.dump(self.config, skip_unset=False))  # nulls too: it is resumed from
+                f.write(self.parser.dump(self.config, skip_unset=False))
         return path
 
     def write_provenance(self) -> None:
-        """Write ``output_dir/provenance.json`` (global rank zero, atomically, if absent: `common.commands.provenance`)
-        for the command line this run was given."""
+        """Write ``output_dir/provenance.json`` (global rank zero, atomically, if absent)."""
         if self.trainer.is_global_zero and self.command is not None and isinstance(self.given, list):
             write_provenance(self.output_dir, self.command, self.given)
 
     def fit_and_test(self) -> bool:
-        """Every training command's sequence: `write_config` and `write_provenance`, fit (resuming from
-        `resume_from`), then test.
-
-        The test runs where the data module has a test split (``datamodule.has_split("test")``,
-        `common.training.tasks.RerankingDataModule`), on the checkpoint best on dev, else the last one, else the weights
-        as they are; its path is `tested_checkpoint` (None where there was none or no test), and the
-        model holds its weights afterwards. Returns whether this process goes on to write the test
-        outputs: False without a test split and in every process but global rank zero.
-        """
+        """`write_config`, `write_provenance`, fit (from `resume_from`), then test the best checkpoint on dev (else the
+        last, else the weights as they are: `tested_checkpoint`) where there is a test split. Returns whether this
+        process writes the test outputs (global rank zero, with a test split)."""
         trainer, model, data = self.trainer, self.model, self.datamodule
         self.write_config()
         self.write_provenance()

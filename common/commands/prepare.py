@@ -1,100 +1,80 @@
-"""One ``main`` for the four ``python -m <package>.prepare`` commands: every cache a training run needs, built ahead.
+"""One ``main`` for the four ``python -m <package>.prepare`` commands: every cache a training run reads, built ahead
+on a CPU node (document stores, ir_datasets' stores, the training table, a learnt tokenizer, the Conformer-Kernel's
+vocabulary and word2vec embeddings, pretrained weights in Hugging Face's cache), so that the training job finds them.
 
-A training job first builds what it reads (document stores, ir_datasets' stores, the training table, a learnt
-tokenizer, the Conformer-Kernel's vocabulary and word2vec embeddings, pretrained weights in Hugging Face's cache)
-while its GPUs wait; word2vec alone runs on one thread (`conformer_kernel.vocab`: more threads are not
-reproducible). ``python -m <package>.prepare`` takes the config and options of ``python -m <package>.train`` and
-builds all of them in one process, on a CPU node, without a GPU and without training, so that the training job
-finds every cache built:
-
-1. the command line is checked as train checks it, before torch or Lightning is imported (train's committed schema
-   and the command's own checks, `common.commands.help.check_command_line`): a bad option is one line on stderr and
-   exit status 2;
-2. train's parser reads it (`common.commands.prepare_cli.PrepareCLI`, a `common.commands.cli.RankerCLI`): the tasks
-   and the files an ir_datasets task needs are checked, and the run ``--ckpt_path last`` resumes and a used
-   ``--output_dir`` are refused, as train refuses them (so a command line that train would refuse fails here
-   first); the data module opens and checks its tasks (a task of files' document store and training table are built
-   here) and the model is made as train makes it, which loads its pretrained weights (``from_pretrained``) and its
-   tokenizer (learnt first where it is ``train`` or ``builtin``), and the Conformer-Kernel's vocabulary and
-   embeddings (whose size is the model's);
-3. `common.commands.prepare_cli.prepare_caches`: every split's document store (ir_datasets' too), the data
-   module's ``prepare_data`` (the training table) and its datasets for fitting and testing (the collection's ids a
-   sampler draws from, the Conformer-Kernel's ORCAS field), and the data module's tokenizer;
-4. each cache is printed, built (with the seconds it took) or found built (`common.io.recorded_caches`).
-
-Left to the training job: no trainer is made and no process started, so the options of devices, nodes and strategy
-are not checked here (a CPU node lacks the GPUs they name), nor ``--compare_with`` on several processes; no output
-folder is made. Kernels compiled on first use are built by the machine that runs them: the TVM kernel for the CPU
-it runs on (`common.kernels.tvm_kernel`, under ``EFFICIENT_RANKERS_CACHE``) and FlexAttention's Triton kernels on
-GPUs (``TRITON_CACHE_DIR``).
-
-``--help`` prints the package's ``prepare`` docstring and then train's options, from train's committed help
-(`prepare_help`), as fast as train answers; with ``--config`` or ``--ckpt_path`` the real parser answers (it shows
-their defaults), under prepare's name. Importing this module imports only the standard library and the front door.
+It parses train's command line with train's parser (`PrepareCLI`: bad input refused as train refuses it), opens and
+checks the data module and makes the model as train does, then builds the data module's caches (`prepare_caches`)
+and prints each, built or found built. No trainer is made: options of devices, nodes and strategy are left to the
+training job; kernels compiled on first use are built by the machine that runs them.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import re
-import sys
-import textwrap
-from importlib import import_module
-
-from common.commands.help import HELP_COLUMNS, check_command_line
+from common.commands.cli import INPUT_ERRORS, RankerCLI
 from common.commands.train import TrainCommand
+from common.encoders.tokenizers import BUILTIN, TRAIN, LazyTokenizer
+from common.refusals import input_errors
+from common.training.tasks import SPLITS, RerankingDataModule
 
-#: Where train's stored help leaves its own description: its default config, then its options.
-_OPTIONS_START = re.compile(r"^(default config file locations:|options:)$", re.MULTILINE)
+
+class PrepareCLI(RankerCLI):
+    """`RankerCLI` without a trainer or an output folder: the data module opened and checked, the model made."""
+
+    def instantiate_classes(self) -> None:
+        with input_errors(*INPUT_ERRORS):
+            data = self.datamodule_class(**self.config.data.as_dict())
+            data.check_tasks()
+        self.config_init = self.parser.instantiate_classes(self.config)
+        self.model, self.datamodule = self._get(self.config_init, "model"), data
 
 
 def run_prepare(command: TrainCommand, name: str, args: list[str] | None = None,
                 pretrained: tuple[str, ...] = ()) -> list:
-    """Build every cache that `command` (a package's train command) needs with command line `args` (None:
-    ``sys.argv[1:]``), as ``python -m <name>`` (``qds.prepare``), and print each (see the module docstring), and the
-    options of `pretrained` (``model.encoder``) that name a model loaded through ``from_pretrained``.
-    Returns the caches asked for (`common.io.CacheUse`, in order, a cache asked twice listed twice)."""
-    given = sys.argv[1:] if args is None else list(args)
-    _check_command_line(command, name, given)
-
-    from common.commands.prepare_cli import PrepareCLI, prepare_caches
+    """Build and print every cache `command` (a package's train command) reads with command line `args` (None:
+    ``sys.argv[1:]``), as ``python -m <name>``, and the options of `pretrained` (``model.encoder``) that name a model
+    loaded through ``from_pretrained``. Returns the caches asked for (`common.io.CacheUse`, in order)."""
     from common.commands.quiet import quiet_lightning
     from common.io import recorded_caches
 
     quiet_lightning()
     with recorded_caches() as uses:
-        cli = command.cli(args, PrepareCLI, command=name)  # None: sys.argv, as train passes it
+        cli = command.cli(args, PrepareCLI, command=name)
         loaded = prepare_caches(cli.datamodule, cli.config, pretrained)
     print(report(uses, loaded, command.name))
     return uses
 
 
-def _check_command_line(command: TrainCommand, name: str, given: list[str]) -> None:
-    """Train's front door on `given`; its ``--help`` (train's stored help) printed as prepare's (`prepare_help`)."""
-    printed = io.StringIO()
-    try:
-        with contextlib.redirect_stdout(printed):  # the front door prints nothing but help
-            check_command_line(command.name, given, command.default_config, command.check_settings)
-    except SystemExit as done:
-        if done.code in (0, None):
-            print(prepare_help(name, printed.getvalue()), end="")
-        raise
+def prepare_caches(data: RerankingDataModule, config, pretrained: tuple[str, ...] = ()) -> dict[str, str]:
+    """Build (or find built) what `data` reads in training and testing: each split's document store,
+    ``prepare_data``, the datasets of ``setup("fit")`` and ``setup("test")``, and its tokenizer. Returns the options
+    of `pretrained` that name a model loaded through ``from_pretrained`` in `config`, and their values."""
+    with input_errors(*INPUT_ERRORS):
+        for split in SPLITS:
+            if data.has_split(split):
+                data.source(split).documents().prepare()
+        data.prepare_data()
+        data.setup("fit")
+        if data.has_split("test"):
+            data.setup("test")
+        encoder = getattr(data, "encoder", None)
+        if isinstance(encoder, LazyTokenizer):
+            encoder.tokenizer
+    named = {option: _option(config, option) for option in pretrained}
+    return {option: value for option, value in named.items()
+            if isinstance(value, str) and value not in (BUILTIN, TRAIN)}  # fmt: skip
 
 
-def prepare_help(name: str, train_help: str) -> str:
-    """``python -m <name> --help``: its usage, the module's docstring as the parser would fill it, then the options
-    of `train_help` (train's stored help)."""
-    usage = f"usage: python -m {name} [-h] [-c CONFIG] [--print_config[=flags]] [--OPTION VALUE ...]"
-    paragraphs = re.split(r"\n\s*\n", import_module(name).__doc__.strip().replace("`", ""))
-    description = "\n\n".join(textwrap.fill(" ".join(p.split()), HELP_COLUMNS - 2) for p in paragraphs)
-    options = _OPTIONS_START.search(train_help)
-    return f"{usage}\n\n{description}\n\n{train_help[options.start() if options else 0:]}"
+def _option(config, option: str):
+    """The value of the dotted `option` in `config` (None where absent)."""
+    value = config.as_dict()
+    for key in option.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def report(uses: list, pretrained: dict[str, str], train: str) -> str:
-    """What `run_prepare` prints: each cache of `uses` once, built (and the seconds its builds took) or found
-    built, in the order first asked; the names of `pretrained` (option -> name) loaded through ``from_pretrained``."""
+    """What `run_prepare` prints: each cache of `uses` once, built (with the seconds its builds took) or found built,
+    in the order first asked; the names of `pretrained` (option -> name) loaded through ``from_pretrained``."""
     caches: dict = {}
     for use in uses:
         built, seconds = caches.get(use.path, (False, 0.0))

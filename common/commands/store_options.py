@@ -1,23 +1,7 @@
-"""Command-line pieces of the commands that build and read representation stores (`common.stores.representations`):
-``earl.index``/``earl.evaluate`` and ``mva.index``/``mva.evaluate`` (their skeletons: `common.commands.store_commands`).
-
-- A command's parser (`command_parser`: its module docstring as description and epilog) and its ``--checkpoint``,
-  read by `read_trained_checkpoint` (a checkpoint of the package's training command, of an architecture the
-  command can use).
-- An index command's options after its ``--checkpoint``: `add_index_arguments` (with the precision and loader
-  workers of `common.commands.task_options`), `check_index_args` (before anything is imported), `read_collection`.
-- An evaluate command's options: `add_evaluate_arguments` (the checkpoint, the task, the store) and
-  `add_rerank_arguments` (the output folder, depth, queries, batch size, paper's dataset, relevance level, the one
-  device it scores on, precision).
-
-- ``--collection``: the documents to store, a task's name (``builtin:<split>``, ``irds:<id>``) or a collection
-  file (docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok): `check_collection` before anything is imported,
-  `open_collection` to read it.
-- ``--store``: `existing_store` (an argparse type: a finished store's folder), `open_store` (built from this very
-  checkpoint file, else one line naming both), `check_candidates` (every candidate to re-rank has rows).
-
-Every refusal is one line naming the option, exit status 2 (`common.refusals`). Nothing here imports torch at
-module level.
+"""Command-line pieces of ``earl.index``/``earl.evaluate`` and ``mva.index``/``mva.evaluate`` (their skeletons:
+`common.commands.store_commands`): the parser and trained checkpoint, an index command's options and collection, an
+evaluate command's options and its ``--store`` (a finished store built from this very checkpoint). Every refusal is
+one line naming the option (`common.refusals`); nothing here imports torch at module level.
 """
 
 from __future__ import annotations
@@ -34,12 +18,10 @@ from common.refusals import ArgumentParser, checkpoint_file, input_errors, posit
 #: ``--dtype`` -> how a store holds its rows.
 DTYPES = {"fp32": "float32", "fp16": "float16"}
 
-# --- a command and its checkpoint ---------------------------------------------------------------------------------
 
 
 def command_parser(prog: str, doc: str) -> ArgumentParser:
-    """The parser of command `prog` (``python -m earl.index``): `doc`'s first paragraph as its description, the rest
-    as its epilog, as written."""
+    """The parser of `prog`: `doc`'s first paragraph as its description, the rest as its epilog."""
     return ArgumentParser(prog=prog, description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
                           formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
 
@@ -47,10 +29,8 @@ def command_parser(prog: str, doc: str) -> ArgumentParser:
 def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[str, ...],
                             architectures: tuple[str, ...], *, names: str | None = None,
                             why: dict[str, str] | None = None, option: str = "--checkpoint") -> dict:  # fmt: skip
-    """The contents of `path`, a checkpoint of `train_command` (``earl.train``: its hyper-parameters hold each of
-    `keys`) of one of `architectures` (`names`: how a refusal names them, default ``a or b``); any other file ends
-    the command in one line naming `option` and the file, with `why` the architecture it is of cannot serve (by
-    architecture). Imports torch."""
+    """The contents of `path`, a `train_command` checkpoint (its hyper-parameters hold `keys`) of one of
+    `architectures`; else refused, `why` saying why its architecture cannot serve."""
 
     def fits(state: dict) -> bool:
         hyper_parameters = state.get("hyper_parameters")
@@ -65,13 +45,10 @@ def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[st
     return state
 
 
-# --- an index command ---------------------------------------------------------------------------------------------
 
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--dtype``, ``--collection``, ``--output_dir``, ``--resume``, ``--verify``, ``--shard_size``, ``--batch_size``,
-    Lightning's ``--accelerator``, ``--devices``, ``--num_nodes``, ``--precision``, ``--matmul_precision`` and
-    ``--num_workers`` (`common.commands.task_options`)."""
+    """An index command's options after its ``--checkpoint``."""
     parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
     parser.add_argument("--collection", required=True,
                         help="the documents: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
@@ -93,8 +70,7 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_index_args(args: argparse.Namespace) -> None:
-    """What the option types do not check, before anything is imported or read: the collection (an ``irds:`` one's
-    files present or downloadable, `common.data.irds_files`) and an output folder to build the store into."""
+    """What the option types do not check: the collection's files and the store's output folder."""
     from common.data.irds_files import refuse_missing_files
     from common.stores.representations import store_output_problem
 
@@ -110,8 +86,7 @@ def check_index_args(args: argparse.Namespace) -> None:
 
 
 def read_collection(args: argparse.Namespace):
-    """The documents of ``--collection`` and their ids, in its order; a file that cannot be read, or holds no
-    document, ends the command in one line."""
+    """The documents of ``--collection`` and their ids, in its order."""
     from common.commands.cli import INPUT_ERRORS
     from common.data.formats import DataFormatError
 
@@ -125,8 +100,7 @@ def read_collection(args: argparse.Namespace):
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser, index_command: str, checkpoint_help: str,
                            store_help: str) -> None:  # fmt: skip
-    """``--checkpoint``, the task (`common.commands.task_options.add_task_arguments`), ``--store`` (a finished
-    store that `index_command` builds) and ``--compare_end_to_end``."""
+    """``--checkpoint``, the task, ``--store`` (built by `index_command`) and ``--compare_end_to_end``."""
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help=checkpoint_help)
     add_task_arguments(parser, "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
     parser.add_argument("--store", type=existing_store(index_command), default=None, help=store_help)
@@ -136,11 +110,8 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser, index_command: str, 
 
 def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: str, datasets: tuple[str, ...],
                          compared_with: str) -> None:  # fmt: skip
-    """``--output_dir`` (default ``outputs/<package>-evaluate-<time>``), ``--depth``, ``--test_queries``,
-    ``--batch_size`` (candidates per `batch`), ``--dataset`` (one of the paper's `datasets`, to compare with its
-    `compared_with`), ``--relevance_level``, ``--accelerator``, ``--devices`` and ``--num_nodes`` (one device:
-    `common.commands.task_options.check_one_device`), ``--precision`` and ``--matmul_precision``
-    (`common.commands.task_options`)."""
+    """An evaluate command's output folder, depth, queries, batch size, paper dataset, relevance level, device and
+    precision."""
     parser.add_argument("--output_dir", help=f"default: a new outputs/{package}-evaluate-<time>")
     parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 1000)")
@@ -157,7 +128,6 @@ def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: s
     add_precision_arguments(parser)
 
 
-# --- --collection -------------------------------------------------------------------------------------------------
 
 
 def is_collection_task(text: str) -> bool:
@@ -166,8 +136,7 @@ def is_collection_task(text: str) -> bool:
 
 
 def check_collection(text: str) -> None:
-    """``--collection``: a task's name that `common.data.specs.check_spec` accepts, or an existing file; else one
-    line naming the option."""
+    """Refuse a ``--collection`` that is neither a known task nor an existing file."""
     if is_collection_task(text):
         with input_errors(TaskSpecError):
             check_spec(text, "--collection")
@@ -198,12 +167,10 @@ def open_collection(text: str):
     return DocumentStore.for_collection(text)
 
 
-# --- --store ------------------------------------------------------------------------------------------------------
 
 
 def existing_store(index_command: str):
-    """An argparse type: the folder of a finished store (`common.stores.representations`: its manifest.json) that
-    `index_command` (e.g. ``earl.index``) builds."""
+    """An argparse type: the folder of a finished store that `index_command` builds."""
 
     def store_folder(text: str) -> Path:
         from common.stores.representations import MANIFEST, PLAN
@@ -222,8 +189,7 @@ def existing_store(index_command: str):
 
 
 def open_store(folder: Path, checkpoint: Path, index_command: str, strategies: tuple[str, ...]):
-    """The store in `folder`, which must have been built from `checkpoint` (its sha256) with one of `strategies`;
-    else one line naming both, and how to build the right one (`index_command`, e.g. ``earl.index``)."""
+    """The store in `folder`, refused unless built from `checkpoint` with one of `strategies`."""
     from common.stores.representations import (CorruptStoreError, RepresentationStore, StoreMismatchError,
                                                 checkpoint_hash)
 

@@ -1,39 +1,11 @@
-"""What an evaluate or index command line names, checked before anything is built: its task, checkpoint, devices,
-precision, loader workers and output folder.
+"""What an evaluate or index command line names, checked before anything is built: its task (`add_task_arguments`,
+`task_spec_from_args`), checkpoint (`read_checkpoint`), processes (`add_process_arguments`; one device:
+`check_one_device`), precision (`resolve_precision`), loader workers and output folder (`fresh_output_dir`). Bad input
+ends in one line naming the option (`common.refusals`).
 
-An evaluate command adds ``--task TASK`` (``builtin:<split>``, ``irds:<ir_datasets id>``) and, in a group of
-its own, ``--topics/--qrels/--run/--collection`` or ``--rank_llm/--qrels`` (`add_task_arguments`; ``--qrels``
-optional: a task without it is re-ranked and not measured), and reads the task back as a
-`common.data.specs.SourceSpec`, checked (`task_spec_from_args`). `lightning_devices` is the type of its
-``--devices`` (`add_process_arguments`, with ``--accelerator`` and ``--num_nodes``; every evaluate and index command
-takes these three, and one that computes in one process, EARL's and MVA's evaluate and ``mva.pretrain``, takes one
-device of them, `check_one_device` and `one_device`), `fresh_output_dir` its output
-folder (new or empty), and `read_checkpoint` reads its checkpoint, refusing a file of another kind. A missing file,
-an unknown split or id, a used folder, a foreign checkpoint end the command in one line naming the option
-(`common.refusals`).
-
-Precision (`add_precision_arguments`, `resolve_precision`): ``--precision`` is Lightning's, one of `PRECISIONS`,
-those under which the rankers keep their scores in float32 (`common.encoders.precision`: autocast's mixed
-precisions; a ``-true`` half precision would put the score layers themselves in half precision). Without it a
-command takes the precision the checkpoint's run trained with (`trained_precision`: the ``trainer.precision`` of the
-run folder's ``config.yaml`` beside ``checkpoints/``, else ``16-mixed`` where the checkpoint holds its gradient
-scaler), so that an evaluation scores as the run's own dev and test evaluations did; else, and where the run's
-precision needs a GPU that this run lacks (``16-mixed`` on a CPU), ``32-true``. ``--matmul_precision`` is torch's
-float32 matrix product precision, ``high`` (TF32 on GPUs that have it) as every training command sets it
-(`common.commands.train`), or ``highest`` for strict float32 (what comparing a store's scores with end-to-end ones to
-float rounding wants on a GPU).
-
-Loader workers (``--num_workers``, `add_workers_argument`): the processes that read and tokenise the documents while
-the model computes, as ``--data.num_workers`` in training.
-
-Several processes: under Lightning's own launcher (``--devices N``), ``torchrun`` or ``srun`` every process runs the
-command line, and only global rank zero checks, creates and writes the output folder
-(`common.commands.run_folder.launched_as_global_zero`, told from the launcher's environment before any process group
-exists): the other processes never look at it, so that a folder this launch has begun is never refused by its own
-processes.
-
-Importing it imports only the standard library and `common.data.source`, so that ``--help`` and these errors
-answer at once: torch comes with `read_checkpoint` and `resolve_precision`, once the arguments are checked.
+``--precision`` is one of `PRECISIONS`, under which the rankers keep their scores in float32; without it a command
+takes the precision the checkpoint's run trained with (`trained_precision`), else, or where that needs a GPU this
+machine lacks, ``32-true``. Imports only the standard library until torch is needed.
 """
 
 from __future__ import annotations
@@ -49,16 +21,15 @@ from common.data.specs import SourceSpec, TaskSpecError, check_spec
 from common.commands.run_folder import CONFIG, launched_as_global_zero
 from common.refusals import nonnegative_int, output_folder_problem, positive_int, usage_error
 
-#: ``--precision``'s choices: Lightning's precisions that keep the scores in float32 (module docstring).
+#: ``--precision``'s choices (module docstring).
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
-#: The older names Lightning still reads in a run's config, as its connector maps them.
+#: The older names Lightning still reads.
 PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
 #: ``--accelerator``s of a command that computes in one process (`check_one_device`).
 ONE_DEVICE_ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
-#: ``--matmul_precision``'s choices: torch's float32 matrix product precision.
+#: ``--matmul_precision``'s choices.
 MATMUL_PRECISIONS = ("high", "highest")
-#: What a Lightning checkpoint holds where its run trained with a gradient scaler (``16-mixed``): the precision
-#: plugin's state under its class name.
+#: The key of a gradient scaler's state (``16-mixed``) in a Lightning checkpoint.
 SCALER_STATE = "MixedPrecision"
 
 #: The files of a task given on an evaluate command line, and the `FileSource` field each fills.
@@ -67,8 +38,7 @@ TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates
 
 def add_task_arguments(parser: argparse.ArgumentParser,
                        help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:  # fmt: skip
-    """Add ``--task TASK`` (`help_text`) and, in a group "or a task from files", ``--topics --qrels --run --collection`` and ``--rank_llm`` (read
-    back by `task_spec_from_args`)."""
+    """``--task TASK`` or, "or a task from files", ``--topics --qrels --run --collection`` or ``--rank_llm``."""
     parser.add_argument("--task", help=help_text)
     files = parser.add_argument_group("or a task from files")
     for name, what in (("topics", "qid<TAB>text"),
@@ -83,15 +53,7 @@ def add_task_arguments(parser: argparse.ArgumentParser,
 
 
 def task_spec_from_args(args: argparse.Namespace) -> SourceSpec:
-    """The task of an evaluate command line (`add_task_arguments`): ``args.task`` where given, else the `FileSource`
-    mapping of ``--topics/--qrels/--run/--collection``, or the `RankLLMSource` mapping of ``--rank_llm/--qrels``.
-
-    A task from files needs the topics, the candidates it re-ranks (and whose queries it evaluates) and their text;
-    a rank_llm file holds all three. The qrels are optional: without them the task has no judgments
-    (`common.data.source`), and the command writes the re-ranked run without metrics
-    (`common.commands.outputs.write_results`). A file not given, a file that does not exist, an unknown split or
-    ir_datasets id end the command in one line naming the option (`common.refusals.usage_error`).
-    """
+    """The checked task spec of `add_task_arguments`' options (the qrels optional: without them no metrics)."""
     if args.task:
         spec, where = args.task, "--task"
     elif args.rank_llm:
@@ -111,8 +73,8 @@ def task_spec_from_args(args: argparse.Namespace) -> SourceSpec:
 
 
 def resolve_depth(depth: int | None, data_settings: dict, default: int = 100) -> tuple[int, str]:
-    """An evaluate command's re-ranking depth and where it comes from: `depth` (``--depth``), else the checkpoint's
-    data setting ``depth`` (how deep it was trained and evaluated), else `default` (the paper's top 100)."""
+    """The re-ranking depth and where it comes from: ``--depth``, else the checkpoint's ``data.depth``, else
+    `default`."""
     if depth is not None:
         return depth, "--depth"
     if data_settings.get("depth") is not None:
@@ -121,8 +83,7 @@ def resolve_depth(depth: int | None, data_settings: dict, default: int = 100) ->
 
 
 def lightning_devices(text: str) -> str:
-    """An argparse type: Lightning's ``devices`` as a command line gives them, ``auto``, a number of devices
-    (``-1``: all) or device indices (``0,1``; ``0,`` for index 0 alone); passed on as the text."""
+    """An argparse type: Lightning's ``devices``: ``auto``, a number (``-1``: all) or indices (``0,1``; ``0,``)."""
     indices = text.rstrip(",").split(",")
     if text == "auto" or re.fullmatch(r"-1|[1-9]\d*", text) or ("," in text and all(i.isdigit() for i in indices)):
         return text
@@ -131,18 +92,15 @@ def lightning_devices(text: str) -> str:
 
 
 def add_process_arguments(parser: argparse.ArgumentParser, devices_help: str = "Lightning devices") -> None:
-    """Lightning's ``--accelerator``, ``--devices`` (`lightning_devices`) and ``--num_nodes``: the processes a
-    command runs on (read back by `trainer_options`)."""
+    """Lightning's ``--accelerator``, ``--devices`` and ``--num_nodes`` (read back by `trainer_options`)."""
     parser.add_argument("--accelerator", default="auto", help="Lightning accelerator (default auto)")
     parser.add_argument("--devices", type=lightning_devices, default="auto", help=f"{devices_help} (default auto)")
     parser.add_argument("--num_nodes", type=positive_int, default=1, help="Lightning nodes (default 1)")
 
 
 def check_one_device(args: argparse.Namespace, command: str, why: str) -> None:
-    """`add_process_arguments`' options where `command` (``earl.evaluate``) computes in one process (`why`: how,
-    e.g. ``one query at a time, the paper's online setting``): ``--accelerator`` auto, cpu, gpu or cuda,
-    ``--devices`` one device (auto, 1, or an index such as ``0,``) and ``--num_nodes 1``; else one line naming the
-    option. Checked before torch is imported; `one_device` resolves them."""
+    """Refuse `add_process_arguments`' options naming more than one device, where `command` computes in one
+    process (`why`: how); `one_device` resolves them."""
     one = f"{command} computes in one process ({why})"
     if args.accelerator not in ONE_DEVICE_ACCELERATORS:
         usage_error(f"--accelerator: {command} computes on {', '.join(ONE_DEVICE_ACCELERATORS)}; got "
@@ -156,9 +114,8 @@ def check_one_device(args: argparse.Namespace, command: str, why: str) -> None:
 
 
 def one_device(args: argparse.Namespace):
-    """The torch device that `check_one_device`'s options name: the CPU, or the CUDA GPU of ``--devices``' index
-    (the first for auto and 1; ``--accelerator auto``: a GPU where there is one). A GPU this machine lacks ends the
-    command in one line. Imports torch."""
+    """The torch device `check_one_device`'s options name (auto: a GPU where there is one); a missing GPU is
+    refused."""
     import torch
 
     index = int(args.devices.rstrip(",")) if args.devices.endswith(",") else 0
@@ -172,9 +129,7 @@ def one_device(args: argparse.Namespace):
 
 
 def trainer_options(args: argparse.Namespace) -> dict:
-    """The ``lightning.Trainer`` options of `add_process_arguments`' options, of ``--precision`` once resolved
-    (`resolve_precision`), and the command's progress as training shows it (`common.commands.progress`: a bar in a
-    terminal, a line every 30 s in a file), a callback of its own each call. Imports Lightning."""
+    """The ``lightning.Trainer`` options of the process and precision options, with a progress callback."""
     from common.commands.progress import progress_callback
 
     options = {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes,
@@ -185,7 +140,7 @@ def trainer_options(args: argparse.Namespace) -> dict:
 
 
 def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--precision`` and ``--matmul_precision`` (module docstring; read back by `resolve_precision`)."""
+    """``--precision`` and ``--matmul_precision`` (read back by `resolve_precision`)."""
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="Lightning precision; scores stay float32 (default: the one the checkpoint's run trained "
                              "with, from its config.yaml, else 32-true)")  # fmt: skip
@@ -201,11 +156,8 @@ def add_workers_argument(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def trained_precision(checkpoint: str | Path, state: dict) -> str | None:
-    """The Lightning precision checkpoint `checkpoint` (its contents: `state`) was trained with, where it is told:
-    the ``trainer.precision`` of the run's ``config.yaml`` where the checkpoint lies in its run's ``checkpoints/``
-    (`common.commands.cli.RankerCLI`'s layout), else ``16-mixed`` where the checkpoint holds a gradient scaler's
-    state (Lightning saves none for the other precisions); else None. Older names are read as Lightning reads
-    them (`PRECISION_ALIASES`)."""
+    """The precision `checkpoint`'s run trained with: its run folder's ``trainer.precision``, else ``16-mixed``
+    where `state` holds a gradient scaler's state, else None."""
     import yaml
 
     folder = Path(checkpoint).resolve().parent
@@ -223,7 +175,7 @@ def trained_precision(checkpoint: str | Path, state: dict) -> str | None:
 
 
 def runs_on_cuda(accelerator: str) -> bool:
-    """Whether a command whose Lightning accelerator (or ``--device``) is `accelerator` computes on a CUDA GPU."""
+    """Whether Lightning accelerator (or ``--device``) `accelerator` computes on a CUDA GPU."""
     import torch
 
     if accelerator == "auto":
@@ -232,10 +184,8 @@ def runs_on_cuda(accelerator: str) -> bool:
 
 
 def resolve_precision(args: argparse.Namespace, checkpoint: str | Path, state: dict, cuda: bool) -> str:
-    """``args.precision`` set to the precision the command runs in (module docstring; `cuda`: whether it runs on a
-    CUDA GPU, `runs_on_cuda`) and torch's float32 matmul precision set to ``args.matmul_precision``; returns the
-    line saying both and why. ``--precision 16-mixed`` without a CUDA GPU ends the command in one line. Imports
-    torch."""
+    """Set ``args.precision`` (module docstring) and torch's float32 matmul precision; returns the line saying both
+    and why."""
     import torch
 
     if args.precision is not None:
@@ -258,8 +208,7 @@ def resolve_precision(args: argparse.Namespace, checkpoint: str | Path, state: d
 
 
 def autocast(precision: str, device_type: str):
-    """The autocast context of Lightning's `precision` on `device_type` (``cuda``, ``cpu``), as Lightning's
-    ``MixedPrecision`` plugin enters it; none for ``32-true``. For what scores outside a ``Trainer``."""
+    """The autocast context of Lightning's `precision` on `device_type`, as its ``MixedPrecision`` plugin enters it."""
     import torch
 
     if precision == "32-true":
@@ -268,14 +217,8 @@ def autocast(precision: str, device_type: str):
 
 
 def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
-    """An evaluate command's output folder: `path` (``--output_dir``), or ``outputs/<default_prefix>-<time>`` where
-    None.
-
-    One that exists and is not empty (a run never writes over another), or is a file, ends the command in one line.
-    It is not created here: the command creates it once its inputs have loaded, on global rank zero alone, which
-    alone checks it (`common.commands.run_folder.launched_as_global_zero`; the other processes of a launch write
-    nothing into it).
-    """
+    """``--output_dir`` (default ``outputs/<default_prefix>-<time>``), refused where it is used; not created here,
+    and checked by global rank zero alone."""
     out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
     if not launched_as_global_zero():
         return out
@@ -288,13 +231,12 @@ def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
 
 
 def read_checkpoint(path: str | Path, what: str, fits, option: str = "--checkpoint") -> dict:
-    """The contents of checkpoint file `path` (tensors on the CPU), where `fits` (contents -> bool) says it is
-    `what` (``a qds.train checkpoint``); else one line naming the `option` and the file. Imports torch."""
+    """The contents of checkpoint `path` on the CPU, refused where `fits(contents)` says it is not `what`."""
     import torch
 
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError) as error:  # what it cannot unpickle; a zip it did not write
+    except (pickle.UnpicklingError, RuntimeError) as error:
         usage_error(f"{option}: {path} is not a checkpoint torch can read ({type(error).__name__})")
     if not isinstance(state, dict) or not fits(state):
         usage_error(f"{option}: {path} is not {what}")
@@ -302,7 +244,7 @@ def read_checkpoint(path: str | Path, what: str, fits, option: str = "--checkpoi
 
 
 def _as_flags(message: str) -> str:
-    """`check_spec`'s message about a task from files (``task.topics_path: no such file``) in this command's flags."""
+    """`check_spec`'s message about a task from files in this command's flags."""
     for name, field in {**TASK_FILES, "rank_llm": "rank_llm_path"}.items():
         message = message.replace(f"task.{field}", f"--{name}")
     return message

@@ -18,6 +18,7 @@ from common.data.samplers import PointwiseSampler, training_table
 from common.data.specs import SourceSpec
 from common.encoders.bert_inputs import BertInputs
 from common.encoders.tokenizers import resolved_tokenizer_task
+from common.refusals import SettingError
 from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig, RerankingDataModule, TaskConfig
 
 
@@ -87,6 +88,10 @@ class BertTriplesDataModule(RerankingDataModule):
         num_workers: NonNegativeInt = 0,
         seed: int = 0,
     ):
+        for option, length in (("query_length", query_length), ("passage_length", passage_length)):
+            if length < 3:
+                raise SettingError(f"data.{option}", f"must leave room for [CLS], a token and [SEP] (at least 3), "
+                                                     f"got {length}")  # fmt: skip
         tokenizer_task = resolved_tokenizer_task(tokenizer, tokenizer_task, train)
         super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()

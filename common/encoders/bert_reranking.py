@@ -17,6 +17,7 @@ from common.encoders.dropout import use_fast_bert_dropout
 from common.encoders.pretrained import bert_config, load_bert
 from common.encoders.tokenizers import vocabulary
 from common.portable import KEY
+from common.refusals import SettingError
 from common.training.reranking import RerankingEvaluation, decay_groups
 from common.training.schedules import warmup_linear_decay
 
@@ -27,6 +28,8 @@ def bert_encoder(encoder: str | None, tokenizer: str, tokenizer_task, *, num_lay
         return load_bert(encoder, dropout)
     from transformers import BertModel
 
+    if hidden_size % num_heads:
+        raise SettingError("model.num_heads", f"must divide --model.hidden_size ({hidden_size}), got {num_heads}")
     vocab_size, pad_token_id = vocabulary(tokenizer, tokenizer_task)
     return BertModel(bert_config(vocab_size=vocab_size, pad_token_id=pad_token_id, num_layers=num_layers,
                                  hidden_size=hidden_size, num_heads=num_heads, intermediate_size=intermediate_size,

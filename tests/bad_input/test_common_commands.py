@@ -1,6 +1,5 @@
-"""``python -m common.data.bm25``, ``common.evaluate``, ``common.data.builtin``, ``common.report`` and
-``common.commands.help`` refuse bad input in one line naming the option, or the file (and line), before anything is
-built or written.
+"""``python -m common.data.bm25``, ``common.evaluate``, ``common.data.builtin`` and ``common.report`` refuse bad
+input in one line naming the option, or the file (and line), before anything is built or written.
 
 Each case runs the command on files under ``tmp_path/inputs`` (``{in}`` in the arguments and the expected text),
 which must be left as they were.
@@ -165,10 +164,9 @@ def test_report_refuses_a_malformed_reported_csv(tmp_path, inputs, monkeypatch, 
     refused("common.report", ["{in}/metrics.json", *REPORT], tmp_path, expect, inputs=inputs)
 
 
-@pytest.mark.parametrize("args, expect", [
-    ([], "one of the arguments --write --check is required"),
-    (["--write", "--check"], "argument --check: not allowed with argument --write"),
-    (["--check", "qds.train"], "unrecognized arguments: qds.train"),
+@pytest.mark.parametrize("module, expect", [
+    ("common.data.bm25", "the following arguments are required: --collection"),
+    ("common.report", "argument METRICS_JSON: no such file: 1"),
 ])  # fmt: skip
-def test_cli_help_refuses(tmp_path, args, expect):
-    refused("common.commands.help", args, tmp_path, expect)
+def test_a_fresh_process_exits_with_status_2(tmp_path, module, expect):
+    refused(module, ["--no_such_option", "1"], tmp_path, expect, fresh_process=True)

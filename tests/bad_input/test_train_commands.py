@@ -1,6 +1,6 @@
 """``python -m qds.train``, ``python -m conformer_kernel.train``, ``python -m earl.train`` and ``python -m mva.train``
-refuse bad options in one line, before anything is built or written: most at the front door (`common.commands.help`),
-the rest at the real parser or on its resolved config (`common.commands.cli.RankerCLI`)."""
+refuse bad options in one line, before anything is written: the parser's errors, a setting refused where it is used
+(`common.refusals.SettingError`), Lightning's misconfiguration errors (`common.commands.cli.RankerCLI`)."""
 
 import pytest
 
@@ -9,65 +9,71 @@ from tests.bad_input.refusal import refused
 pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
 
 QDS = [
-    (["--model.pattern", "nonsense"], "--model.pattern: must be one of sparse, longformer_qa, qds_s, qds_q, qds, "
-                                      "firstp, maxp, got nonsense"),
-    (["--data.max_length", "-5"], "--data.max_length: must be a positive integer, got -5"),
-    (["--model.window", "0"], "--model.window: must be a positive integer, got 0"),
-    (["--model.window", "33"], "--model.window: must be even"),
+    (["--model.pattern", "nonsense"], "--model.pattern: expected a Literal['sparse', 'longformer_qa', 'qds_s', "
+                                      "'qds_q', 'qds', 'firstp', 'maxp']. Got value: nonsense"),
+    (["--data.max_length", "-5"], "--data.max_length: not of type PositiveInt: -5 does not conform"),
+    (["--model.window", "0"], "--model.window: not of type PositiveInt: 0 does not conform"),
     (["--model.num_heads", "3"], "--model.num_heads: must divide --model.hidden_size (64), got 3"),
-    (["--model.patern", "qds"], "unknown option --model.patern (did you mean --model.pattern?)"),
-    (["--model.window", "wide"], "--model.window: must be a positive integer, got wide"),
-    (["--model.dropout", "1.5"], "--model.dropout: must be a number >= 0 and <= 1, got 1.5"),
+    (["--model.patern", "qds"], "unrecognized arguments: --model.patern qds"),
+    (["--model.window", "wide"], "--model.window: not of type PositiveInt"),
+    (["--model.dropout", "1.5"], "--model.dropout: not of type ClosedUnitInterval: 1.5 does not conform"),
     (["--model.betas", "[0.9, 1.5]"], "--model.betas: each must be at least 0 and below 1"),
-    (["--model.impl", "cuda"], "--model.impl: must be one of auto, reference, portable, tvm, flex, got cuda"),
-    (["--data.dev_queries", "0"], "--data.dev_queries: must be a positive integer or null, got 0"),
-    (["--data.missing_documents", "warn"], "--data.missing_documents: must be one of skip, error, got warn"),
-    (["--trainer.max_steps", "many"], "--trainer.max_steps: must be an integer, got many"),
-    (["--model.window"], "--model.window: expected a value"),
-    (["32"], "unrecognized argument 32"),
+    (["--model.impl", "cuda"], "--model.impl: expected a Literal['auto', 'reference', 'portable', 'tvm', 'flex']. "
+                                 "Got value: cuda"),
+    (["--data.dev_queries", "0"], "--data.dev_queries: does not validate against any of the Union subtypes"),
+    (["--data.missing_documents", "warn"], "--data.missing_documents: expected a Literal['skip', 'error']. "
+                                           "Got value: warn"),
+    (["--trainer.max_steps", "many"], "--trainer.max_steps: expected a int. Got value: many"),
+    (["--model.window"], "argument --model.window: expected one argument"),
+    (["32"], "unrecognized arguments: 32"),
+    (["--trainer.val_check_interval", "1.0"], "`val_check_interval` should be an integer or a time-based duration"),
 ]  # fmt: skip
 
 CK = [
-    (["--model.model", "ndrm9"], "--model.model: must be one of ndrm1, ndrm2, ndrm3, got ndrm9"),
-    (["--data.embedding_dim", "-4"], "--data.embedding_dim: must be a positive integer, got -4"),
-    (["--test_modes", "bogus"], "--test_modes: must be a list ([a, b]), each item one of rerank, fullrank, got bogus"),
-    (["--test_modes", "[rerank, everything]"], "--test_modes: must be a list"),
+    (["--model.model", "ndrm9"], "--model.model: expected a Literal['ndrm1', 'ndrm2', 'ndrm3']. Got value: ndrm9"),
+    (["--data.embedding_dim", "-4"], "--data.embedding_dim: not of type PositiveInt: -4 does not conform"),
+    (["--test_modes", "bogus"], "--test_modes: expected a list. Got value: bogus"),
+    (["--test_modes", "[rerank, everything]"], "--test_modes: expected a Literal['rerank', 'fullrank']. "
+                                               "Got value: everything"),
     (["--model.num_heads", "3"], "--model.num_heads: must divide the hidden size 64 (2 x --data.embedding_dim), "
                                  "got 3"),
     (["--model.conv_window", "30"], "--model.conv_window: must be odd"),
-    (["--data.group_size", "1"], "--data.group_size: must be an integer >= 2, got 1"),
-    (["--model.sigma", "0"], "--model.sigma: must be a positive number, got 0"),
-    (["--data.batch_size", "0"], "--data.batch_size: must be a positive integer, got 0"),
-    (["--model.head", "4"], "unknown option --model.head (did you mean --model.num_heads?)"),
+    (["--data.group_size", "1"], "--data.group_size: not of type GroupSize: 1 does not conform"),
+    (["--model.sigma", "0"], "--model.sigma: not of type PositiveFloat: 0 does not conform"),
+    (["--data.batch_size", "0"], "--data.batch_size: not of type PositiveInt: 0 does not conform"),
+    (["--model.head", "4"], "unrecognized arguments: --model.head 4"),
 ]  # fmt: skip
 
 EARL = [
-    (["--model.architecture", "colbert"], "--model.architecture: must be one of earl, bert_ranker, bert_siamese, "
-                                          "got colbert"),
-    (["--model.pool", "max"], "--model.pool: must be one of cls, mean, got max"),
-    (["--model.num_blocks", "0"], "--model.num_blocks: must be a positive integer, got 0"),
+    (["--model.architecture", "colbert"], "--model.architecture: expected a Literal['earl', 'bert_ranker', "
+                                          "'bert_siamese']. Got value: colbert"),
+    (["--model.pool", "max"], "--model.pool: expected a Literal['cls', 'mean']. Got value: max"),
+    (["--model.num_blocks", "0"], "--model.num_blocks: not of type PositiveInt: 0 does not conform"),
     (["--model.num_heads", "3"], "--model.num_heads: must divide --model.hidden_size (64), got 3"),
     (["--model.query_layers", "5"], "--model.query_layers: T_qry takes at most T_doc's 2 layers (--model.num_layers), "
                                     "got 5"),
-    (["--model.loss", "softmax"], "--model.loss: must be one of hinge, cross_entropy, got softmax"),
-    (["--data.passage_length", "0"], "--data.passage_length: must be a positive integer, got 0"),
+    (["--model.loss", "softmax"], "--model.loss: expected a Literal['hinge', 'cross_entropy']. Got value: softmax"),
+    (["--data.passage_length", "0"], "--data.passage_length: not of type PositiveInt: 0 does not conform"),
     (["--data.query_length", "2"], "--data.query_length: must leave room for [CLS], a token and [SEP] (at least 3), "
                                    "got 2"),
-    (["--compare_with", "null"], "--compare_with: must be a list ([a, b]), each item a string, got null"),
-    (["--compare_with", "[colbert]"], "--compare_with: must list bert_ranker and/or bert_siamese, got colbert"),
+    (["--compare_with", "null"], "--compare_with: expected a list. Got value: None"),
+    (["--compare_with", "[colbert]"], "--compare_with: expected a Literal['bert_ranker', 'bert_siamese']. Got value: "
+                                    "colbert"),
 ]  # fmt: skip
 
 
 MVA = [
-    (["--model.architecture", "colbert"], "--model.architecture: must be one of mva, de, ca, got colbert"),
-    (["--model.doc_pooling", "max"], "--model.doc_pooling: must be one of all, first_k, cls, temporal, got max"),
+    (["--model.architecture", "colbert"], "--model.architecture: expected a Literal['mva', 'de', 'ca']. "
+                                          "Got value: colbert"),
+    (["--model.doc_pooling", "max"], "--model.doc_pooling: expected a Literal['all', 'first_k', 'cls', 'temporal']. "
+                                      "Got value: max"),
     (["--model.doc_pooling", "cls"], "--model.doc_timesteps: cls pooling keeps K timesteps: give K"),
     (["--model.query_pooling", "temporal"], "--model.query_factor: temporal pooling needs its factor rho"),
-    (["--model.projection", "0"], "--model.projection: must be a positive integer, got 0"),
+    (["--model.projection", "0"], "--model.projection: not of type PositiveInt: 0 does not conform"),
     (["--model.num_heads", "3"], "--model.num_heads: must divide --model.hidden_size (64), got 3"),
     (["--data.query_length", "2"], "--data.query_length: must leave room for [CLS], a token and [SEP] (at least 3), "
                                    "got 2"),
-    (["--compare_with", "[earl]"], "--compare_with: must list de and/or ca, got earl"),
+    (["--compare_with", "[earl]"], "--compare_with: expected a Literal['de', 'ca']. Got value: earl"),
 ]  # fmt: skip
 
 
@@ -110,3 +116,13 @@ def test_what_only_the_resolved_config_shows_is_refused_before_anything_is_built
 @pytest.mark.parametrize("args, expect", MVA)
 def test_mva_train_refuses(tmp_path, args, expect):
     refused("mva.train", args, tmp_path, expect)
+
+
+@pytest.mark.parametrize("module, args, expect", [
+    ("qds.train", ["--model.window", "0"], "--model.window: not of type PositiveInt"),
+    ("conformer_kernel.train", ["--model.model", "ndrm9"], "--model.model: expected a Literal"),
+    ("earl.train", ["--model.patern", "qds"], "unrecognized arguments: --model.patern qds"),
+    ("mva.train", ["--compare_with", "[earl]"], "--compare_with: expected a Literal['de', 'ca']"),
+])  # fmt: skip
+def test_a_fresh_process_exits_with_status_2(tmp_path, module, args, expect):
+    refused(module, args, tmp_path, expect, fresh_process=True)

@@ -280,18 +280,23 @@ def test_fine_tuning_with_other_settings_than_the_pretrained_head_is_refused(cha
 
 def test_first_k_and_all_tokens_have_the_same_weights_so_the_record_tells_them_apart(tmp_path):
     """The case strict loading cannot catch: a head pre-trained on the first K document timesteps (or another K)
-    loads into one of all tokens without a shape error; `train.check_settings` reads the record."""
+    loads into one of all tokens without a shape error; `mva.ranker.refuse_pretraining_mismatch` reads the record."""
+    from common.refusals import SettingError
+    from mva.ranker import refuse_pretraining_mismatch
+
     (tmp_path / pretrain.RECORD).write_text(json.dumps({"architecture": "mva", "model": settings(
         "mva", projection=8, doc_pooling="first_k", doc_timesteps=16)}))
     model = {"architecture": "mva", "init_checkpoint": str(tmp_path / pretrain.CHECKPOINT), "projection": 8,
              "heads": 1, "query_pooling": "all", "doc_pooling": "first_k", "doc_timesteps": 16}
-    assert train.check_settings({"model": model}) is None
-    assert train.check_settings({"model": {**model, "doc_pooling": "all"}}).startswith(
-        "--model.doc_pooling: ")
-    assert train.check_settings({"model": {**model, "doc_timesteps": 32}}).startswith(
-        f"--model.doc_timesteps: {tmp_path / pretrain.CHECKPOINT} was pre-trained with doc_timesteps 16")
+    refuse_pretraining_mismatch(model)
+    with pytest.raises(SettingError) as refused:
+        refuse_pretraining_mismatch({**model, "doc_pooling": "all"})
+    assert refused.value.option == "model.doc_pooling"
+    with pytest.raises(SettingError, match=f"{tmp_path / pretrain.CHECKPOINT} was pre-trained with doc_timesteps 16"):
+        refuse_pretraining_mismatch({**model, "doc_timesteps": 32})
     (tmp_path / pretrain.RECORD).write_text("{not json")
-    assert "is not readable JSON" in train.check_settings({"model": model})
+    with pytest.raises(SettingError, match="is not readable JSON"):
+        refuse_pretraining_mismatch(model)
 
 
 def test_the_command_names_the_fine_tuning_that_starts_from_it(tmp_path, capsys):
