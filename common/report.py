@@ -269,10 +269,8 @@ def compare(
     """`reproduced` (``{run: {measure: 0-1 value}}`` or a ``metrics.json``) beside the paper's reported rows, runs
     matched by `method_map` (else by their name), measures by `metric_map`: one row per match, ``reproduced`` and
     ``diff`` in the row's scale; with `include_missing`, the matched methods' rows the run lacks too (NaN)."""
-    if isinstance(reproduced, (str, os.PathLike)):
-        reproduced = load_metrics(reproduced)
-    else:
-        reproduced = _validate_metrics(reproduced)
+    is_path = isinstance(reproduced, (str, os.PathLike))
+    reproduced = load_metrics(reproduced) if is_path else _validate_metrics(reproduced)
     method_map = dict(method_map or {})
     metric_map = dict(metric_map or {})
 
@@ -280,7 +278,7 @@ def compare(
     if reported.empty:
         everything = load_reported(paper, root=root)
         raise ReportError(
-            f"no reported rows for paper {_paper_id(paper, root)}"
+            f"no reported rows for paper {paper}"
             f"{' table ' + ','.join(_as_list(tables)) if tables is not None else ''}"
             f"{' dataset ' + ','.join(_as_list(dataset)) if dataset is not None else ''}; "
             f"tables: {', '.join(dict.fromkeys(everything['table']))}; "
@@ -382,26 +380,19 @@ def _dataset_note(metrics_path: str, info: Mapping | None, datasets: list[str], 
 def _fmt_float(x: float) -> str:
     if math.isnan(x):
         return "n/a"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == int(x) and abs(x) < 1e15:
+    if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
         return str(int(x))
     return f"{x:.6g}"
 
 
 def _cell(value: Any, float_format: Callable[[float], str]) -> str:
-    if value is None:
-        return "n/a"
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
         text = float_format(value)
+    elif pd.api.types.is_scalar(value) and pd.isna(value):  # None, pd.NA, NaT
+        return "n/a"
     else:
-        try:
-            if pd.isna(value):
-                return "n/a"
-        except (TypeError, ValueError):
-            pass
         text = str(value)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
@@ -475,29 +466,19 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_output(out: str | None, overwrite: bool) -> None:
-    """Refuse an --output that cannot be written before comparing anything."""
-    if out is None:
-        return
-    problem = output_file_problem(Path(out), overwrite)
-    if problem:
-        raise ReportError(f"--output: {problem}")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        _check_output(args.output, args.overwrite)
+        problem = args.output and output_file_problem(Path(args.output), args.overwrite)
+        if problem:  # refused before comparing anything
+            raise ReportError(f"--output: {problem}")
         metrics = load_metrics(args.metrics_json)
         method_map = _parse_map(args.map)
         metric_map = _parse_map(args.metric_map)
         paper = _paper_id(args.paper)
-        level = args.relevance_level
-        if level is None:
-            level = read_relevance_level(args.metrics_json)
-        df = compare(metrics, paper, tables=args.table, dataset=args.dataset,
-                     method_map=method_map, metric_map=metric_map,
-                     include_missing=args.include_missing, relevance_level=level)
+        level = read_relevance_level(args.metrics_json) if args.relevance_level is None else args.relevance_level
+        df = compare(metrics, paper, tables=args.table, dataset=args.dataset, method_map=method_map,
+                     metric_map=metric_map, include_missing=args.include_missing, relevance_level=level)
         if df.empty:
             known = load_reported(paper, table=args.table, dataset=args.dataset)
             print(

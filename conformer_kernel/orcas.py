@@ -15,8 +15,9 @@ import hashlib
 import os
 import re
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,6 @@ ORCAS_PARTS = ("queries", "qrels")
 FORMAT_VERSION = 1
 #: The ir_datasets id of ORCAS.
 DEFAULT_DATASET_ID = "msmarco-document/orcas"
-
-_BATCH = 100_000
 
 
 class OrcasField:
@@ -154,17 +153,6 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "orcas"
 
 
-def _batched(rows: Iterable, size: int = _BATCH) -> Iterator[list]:
-    batch = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _build_from_files(path: Path, topics_path, qrels_path, progress: bool) -> None:
     """`_build` of a topics file (the queries) and a qrels file (the clicks)."""
     topics_label, qrels_label = str(topics_path), str(qrels_path)
@@ -204,17 +192,11 @@ def _build_from_irds(path: Path, dataset_id: str, progress: bool) -> None:
 
 def _build(path: Path, queries: Iterable[tuple[int, str, str]], clicks: Iterable[tuple[int, str, str, int]], *,
            duplicate_query, unknown_query, source: str, name: str, progress: bool) -> None:
-    """Write the field of `clicks` over `queries` to `path`, staged in a scratch database beside it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = []
-    for suffix in (".tmp", ".stage.tmp"):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-        os.close(fd)
-        scratch.append(tmp)
-    tmp, stage = scratch
+    """Write the field of `clicks` over `queries` to `path` (`built_once`'s own), staged in a database beside it."""
+    stage = path.with_name(f"{path.name}.stage")  # built_once's temporary `path` is unique, so is this
     try:
-        with contextlib.closing(sqlite3.connect(tmp)) as db:
-            db.execute("ATTACH DATABASE ? AS stage", (stage,))
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute("ATTACH DATABASE ? AS stage", (str(stage),))
             for schema in ("main", "stage"):
                 db.execute(f"PRAGMA {schema}.journal_mode = OFF")
                 db.execute(f"PRAGMA {schema}.synchronous = OFF")
@@ -231,8 +213,7 @@ def _build(path: Path, queries: Iterable[tuple[int, str, str]], clicks: Iterable
 
             kept = ((qid, doc_id, number) for number, qid, doc_id, rel
                     in tqdm(clicks, desc=f"ORCAS clicks ({name})", unit=" clicks", disable=not progress) if rel > 0)
-            for batch in _batched(kept):
-                db.executemany("INSERT INTO stage.clicks VALUES (?, ?, ?)", batch)
+            db.executemany("INSERT INTO stage.clicks VALUES (?, ?, ?)", kept)
 
             unknown = db.execute("SELECT c.number, c.qid FROM stage.clicks AS c WHERE NOT EXISTS (SELECT 1 FROM "
                                  "stage.queries AS q WHERE q.qid = c.qid) ORDER BY c.rowid LIMIT 1").fetchone()
@@ -248,40 +229,23 @@ def _build(path: Path, queries: Iterable[tuple[int, str, str]], clicks: Iterable
                               "ON q.qid = c.qid ORDER BY c.doc_id, c.number")
             fields = tqdm(_fields(rows), total=documents, desc=f"ORCAS field ({name})", unit=" docs",
                           disable=not progress)
-            written = 0
-            for batch in _batched(fields):
-                db.cursor().executemany("INSERT INTO field VALUES (?, ?)", batch)
-                written += len(batch)
+            db.executemany("INSERT INTO field VALUES (?, ?)", fields)
             (total_clicks,) = db.execute("SELECT COUNT(*) FROM stage.clicks").fetchone()
+            (written,) = db.execute("SELECT COUNT(*) FROM field").fetchone()
             meta = [("source", source), ("format_version", str(FORMAT_VERSION)), ("clicks", str(total_clicks)),
                     ("documents", str(written))]
             db.executemany("INSERT INTO meta VALUES (?, ?)", meta)
             db.commit()
             db.execute("DETACH DATABASE stage")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stage)
+        stage.unlink(missing_ok=True)
 
 
 def _fields(rows: Iterable[tuple[str, str, str]]) -> Iterator[tuple[str, str]]:
     """``(doc_id, text)`` from rows sorted by document then click order: each query once, joined by spaces."""
-    current: str | None = None
-    seen: set[str] = set()
-    texts: list[str] = []
-    for doc_id, qid, text in rows:
-        if doc_id != current:
-            if current is not None and texts:
-                yield current, " ".join(texts)
-            current, seen, texts = doc_id, set(), []
-        if qid in seen:
-            continue
-        seen.add(qid)
-        if text:
-            texts.append(text)
-    if current is not None and texts:
-        yield current, " ".join(texts)
+    for doc_id, clicks in groupby(rows, key=itemgetter(0)):
+        texts: dict[str, str] = {}
+        for _, qid, text in clicks:
+            texts.setdefault(qid, text)  # each query at its first click
+        if any(texts.values()):
+            yield doc_id, " ".join(text for text in texts.values() if text)
