@@ -155,23 +155,16 @@ class IndexEstimate:
                 f"shards, {format_bytes(self.shard_bytes)}, beside the merged index)")
 
 
-def nonzero_terms(model: ConformerKernelRanker, featurizer: Featurizer, terms: Sequence[str]) -> set[str] | None:
-    """The terms whose s_td may be nonzero in a document that lacks them (NDRM2's: those with an IDF), else None."""
-    if model.hparams.model != "ndrm2":
-        return None
-    return {t for t in terms if featurizer.resources.idf.get(t, 0.0) != 0}
-
-
 def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: Sequence[str],
                    terms: Sequence[str], shard_size: int, sample: int | None = None, seed: int = 0) -> IndexEstimate:
     """The estimated size of the index `build_index` writes (NDRM2's postings counted in a sample of documents)."""
     from common.stores.size import SAMPLE, npy_bytes, sample_positions
 
     n, t = len(doc_ids), len(terms)
-    scored, drawn = nonzero_terms(model, featurizer, terms), 0
-    if scored is None:
-        postings = n * t
-    else:
+    if model.hparams.model != "ndrm2":  # NDRM1's and NDRM3's rows are dense
+        postings, drawn = n * t, 0
+    else:  # NDRM2's s_td is nonzero only for the document's terms with an IDF
+        scored = {term for term in terms if featurizer.resources.idf.get(term, 0.0) != 0}
         positions = sample_positions(n, SAMPLE if sample is None else sample, seed)
         counts = [len(scored.intersection(featurizer.document_terms(doc)))
                   for doc in documents.get_many([doc_ids[i] for i in positions.tolist()])]  # fmt: skip
@@ -185,9 +178,8 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
     index_bytes = (npy_bytes(np.float32, (postings,)) + npy_bytes(index_dtype, (postings,))
                    + npy_bytes(index_dtype, (t + 1,)) + listing)  # fmt: skip
     full, last = divmod(n, shard_size)
-    shard_bytes = full * npy_bytes(np.float32, (shard_size, t)) + meta_bytes
-    if last:
-        shard_bytes += npy_bytes(np.float32, (last, t))
+    shard_bytes = full * npy_bytes(np.float32, (shard_size, t)) + (last and npy_bytes(np.float32, (last, t)))
+    shard_bytes += meta_bytes
     return IndexEstimate(t, n, postings, drawn, index_bytes, shard_bytes)
 
 
@@ -214,12 +206,8 @@ class DocumentShards(Dataset):
         for start in range(0, len(docs), self.batch_size):
             part = order[start : start + self.batch_size]
             f = self.featurizer.batch([self.terms], [[docs[i] for i in part]])  # one pseudo-query
-            batches.append((torch.tensor(part), tuple(getattr(f, name) for name in FEATURE_FIELDS)))
+            batches.append((torch.tensor(part), tuple(getattr(f, name) for name in Features.__dataclass_fields__)))
         return shard, len(docs), batches
-
-
-#: The fields of `Features`, in order: a `DocumentShards` batch carries them as a tuple.
-FEATURE_FIELDS = tuple(Features.__dataclass_fields__)
 
 
 class TermDocumentScorer(L.LightningModule):
