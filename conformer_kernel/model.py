@@ -394,9 +394,8 @@ class NDRM2(nn.Module):
         self.eps = eps
         self.scale_tf, self.scale_length = BatchScale(), BatchScale()
         self.length = nn.Linear(1, 1)
-        with torch.no_grad():
-            self.length.weight.fill_(1.0)
-            self.length.bias.zero_()
+        nn.init.ones_(self.length.weight)
+        nn.init.zeros_(self.length.bias)
 
     def term_scores(self, f: Features) -> Tensor:
         length = F.relu(self.length(self.scale_length(f.doc_length)[..., None]))  # (Q, D, 1)

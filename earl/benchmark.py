@@ -91,11 +91,6 @@ def candidate_ids(positions) -> list[str]:
     return [f"d{position}" for position in positions.tolist()]
 
 
-def store_files(store) -> list[Path]:
-    """Every file of `store`'s folder: its shards, id table and manifest."""
-    return sorted(path for path in store.folder.iterdir() if path.is_file())
-
-
 def build_models(size: Size, seed: int):
     """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's T_doc
     (Sec. 3.4)."""
@@ -209,20 +204,22 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
     draws = [draw_candidates(documents, args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
     *timed, warm_up = [candidate_ids(positions) for positions in draws]
     scorer = EarlScorer(model, store, impl, n, min(earl_batch_size(args), args.candidates))
-    files, records, warm = store_files(store), [], []
-    with torch.inference_mode():
-        scorer.warm_up(tokens, mask, warm_up)
-        evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
-        cached = cached_fraction(files)
+    files = sorted(path for path in store.folder.iterdir() if path.is_file())  # its shards, id table and manifest
+
+    def queries() -> list[dict]:  # each timed query's wall and CPU milliseconds and parts
+        records = []
         for ids in timed:
             wall, cpu = time.perf_counter(), time.process_time()
             scorer(tokens, mask, ids)
             records.append({"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
                             **scorer.parts.ms})
-        for ids in timed:
-            wall = time.perf_counter()
-            scorer(tokens, mask, ids)
-            warm.append({"ms": (time.perf_counter() - wall) * 1000, **scorer.parts.ms})
+        return records
+
+    with torch.inference_mode():
+        scorer.warm_up(tokens, mask, warm_up)
+        evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
+        cached = cached_fraction(files)
+        records, warm = queries(), queries()  # cold, then the same queries warm
         flops = earl_flops(scorer, tokens, mask, timed[0], args.candidates)
     median, warm_median = median_query(records), median_query(warm)
     shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
