@@ -93,14 +93,6 @@ class ImpactIndex:
         return {qid: self.search(featurizer.query_terms(text), k) for qid, text in tqdm(
             sorted(topics.items()), desc="retrieving", unit=" queries")}
 
-    def save(self, folder: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write the index's files into `folder` (the layout of the module docstring)."""
-        folder = Path(folder)
-        for name, array in zip(ARRAY_FILES, (self.matrix.data, self.matrix.indices, self.matrix.indptr)):
-            with atomic_write(folder / name, "wb", overwrite=overwrite) as f:
-                np.save(f, array)
-        _write_listing(folder, self.terms, self.doc_ids, self.meta, overwrite)
-
     @classmethod
     def load(cls, folder: str | os.PathLike) -> ImpactIndex:
         """The index in `folder`, its arrays memory-mapped (read-only), not read."""
@@ -285,7 +277,12 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
     if not trainer.is_global_zero:
         return None
     merge_shards(folder, shards, len(terms), len(doc_ids))
-    _write_listing(folder, terms, doc_ids, meta, overwrite=True)  # a killed merge may have written some
+    for name, lines in (("terms.txt", terms), ("doc_ids.txt", doc_ids)):  # replacing a killed merge's
+        with atomic_write(folder / name, overwrite=True) as f:
+            f.writelines(f"{line}\n" for line in lines)
+    with atomic_write(folder / "meta.json", overwrite=True) as f:  # last: it marks a finished index
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
     shutil.rmtree(folder / "shards")
     return ImpactIndex.load(folder)
 
@@ -389,20 +386,6 @@ def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) ->
     model = ConformerKernelRanker.load_from_checkpoint(checkpoint, map_location="cpu").eval()
     featurizer = Featurizer(model.resources, *(data.get(name, default) for name, default in INPUTS.items()), field)
     return model, featurizer
-
-
-def _write_listing(folder: Path, terms: Sequence[str], doc_ids: Sequence[str], meta: dict, overwrite: bool) -> None:
-    """The index's text files, meta.json last: it marks a finished index."""
-    _write_lines(folder / "terms.txt", terms, overwrite)
-    _write_lines(folder / "doc_ids.txt", doc_ids, overwrite)
-    with atomic_write(folder / "meta.json", overwrite=overwrite) as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-
-def _write_lines(path: Path, lines: Iterable[str], overwrite: bool) -> None:
-    with atomic_write(path, overwrite=overwrite) as f:
-        f.writelines(f"{line}\n" for line in lines)
 
 
 def _read_lines(path: Path) -> list[str]:

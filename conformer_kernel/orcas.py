@@ -1,7 +1,7 @@
 """The ORCAS "clicked queries" document field of the Conformer-Kernel's "NDRM3 + ORCAS" runs (Mitra et al. 2021,
 Sec. 4, "Model variants"; Table 1), as the official ``data_utils.py`` builds it: per document, the text of its
 clicked queries in click order joined by spaces (``""`` for a document nobody clicked); the featuriser keeps its
-first 2,000 terms. `OrcasField` is that read-only mapping ``doc_id -> text``, read from topics and qrels files or
+first 2,000 terms. `OrcasField` is that read-only lookup ``doc_id -> text``, read from topics and qrels files or
 ir_datasets' ``msmarco-document/orcas``, built once into an SQLite cache under ``$EFFICIENT_RANKERS_CACHE/orcas``.
 
 Differences from the official code: each query counts once per document (its first click), clicks of relevance <= 0
@@ -36,7 +36,7 @@ DEFAULT_DATASET_ID = "msmarco-document/orcas"
 
 
 class OrcasField:
-    """Read-only mapping ``doc_id -> clicked-queries text`` (``""`` if unclicked) in SQLite, usable after a fork."""
+    """Read-only lookup ``doc_id -> clicked-queries text`` (``""`` if unclicked) in SQLite, usable after a fork."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -77,41 +77,20 @@ class OrcasField:
             self._pid = os.getpid()
         return self._connection
 
-    def _lookup(self, doc_id: object) -> str | None:
-        if not isinstance(doc_id, str):
-            return None
-        row = self._db.execute("SELECT text FROM field WHERE doc_id = ?", (doc_id,)).fetchone()
-        return None if row is None else row[0]
-
-    def __getitem__(self, doc_id: str) -> str:
-        if not isinstance(doc_id, str):
-            raise TypeError(f"document ids are str, not {type(doc_id).__name__}")
-        text = self._lookup(doc_id)
-        return "" if text is None else text
-
     def get(self, doc_id: str, default: Any = "") -> Any:
-        text = self._lookup(doc_id)
-        return default if text is None else text
-
-    def __contains__(self, doc_id: object) -> bool:
-        return self._lookup(doc_id) is not None
+        """`doc_id`'s clicked-queries text, `default` where nobody clicked it."""
+        row = self._db.execute("SELECT text FROM field WHERE doc_id = ?", (doc_id,)).fetchone()
+        return default if row is None else row[0]
 
     def __len__(self) -> int:
+        """The clicked documents."""
         return self._db.execute("SELECT COUNT(*) FROM field").fetchone()[0]
-
-    def __iter__(self) -> Iterator[str]:
-        """The clicked documents' ids, in id order."""
-        for (doc_id,) in self._db.execute("SELECT doc_id FROM field ORDER BY doc_id"):
-            yield doc_id
 
     @property
     def source(self) -> str:
         """What the field was built from (``files: ...`` or ``irds:<id>``)."""
         row = self._db.execute("SELECT value FROM meta WHERE key = 'source'").fetchone()
         return "" if row is None else row[0]
-
-    def __repr__(self) -> str:
-        return f"OrcasField({str(self.path)!r})"
 
     def __getstate__(self) -> dict:
         return {"path": self.path}
