@@ -92,13 +92,6 @@ def available_papers(root: str | os.PathLike | None = None) -> list[str]:
     return sorted(p.stem for p in reported_dir(root).glob("*.csv"))
 
 
-def _paper_id(paper: str, root: str | os.PathLike | None = None) -> str:
-    papers = available_papers(root)
-    if paper not in papers:
-        raise ReportError(f"unknown paper {paper!r}; known papers: {', '.join(papers)}")
-    return paper
-
-
 def _as_list(value: Any) -> list[str] | None:
     if value is None:
         return None
@@ -145,9 +138,10 @@ def load_reported(
 ) -> pd.DataFrame:
     """Reported numbers as a DataFrame with `COLUMNS` (``value`` float). Each filter takes a value or a list and
     matches exactly, but ``table=3`` also selects ``3a`` and ``3b``."""
-    folder = reported_dir(root)
-    papers = [_paper_id(paper, root)] if paper is not None else available_papers(root)
-    frames = [_read_csv(folder / f"{p}.csv") for p in papers]
+    papers = available_papers(root)
+    if paper is not None and paper not in papers:
+        raise ReportError(f"unknown paper {paper!r}; known papers: {', '.join(papers)}")
+    frames = [_read_csv(reported_dir(root) / f"{p}.csv") for p in ([paper] if paper is not None else papers)]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     tables = _as_list(table)
     if tables is not None:
@@ -196,15 +190,8 @@ def _validate_metrics(data: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def measure_kind(metric: str, scale: str) -> str:
-    """``binary`` (depends on the relevance level), ``graded`` or ``-`` (a ``raw`` one: timings, sizes)."""
-    if scale == "raw":
-        return "-"
-    return "binary" if _BINARY.match(metric) else "graded"
-
-
 def reported_level(paper: str, dataset: str, kind: str) -> str:
-    """The relevance level of a reported number of `kind` (`measure_kind`): the level where known (``"1"``),
+    """The relevance level of a reported number of `kind` (``binary``, ``graded`` or ``-``): the level where known (``"1"``),
     ``"not stated"`` for a binary measure where not, else `kind`."""
     if kind != "binary":
         return kind
@@ -295,7 +282,8 @@ def compare(
             if val is None and not include_missing:
                 continue
             repro = float("nan") if val is None else round(val * SCALES[rec["scale"]], _DECIMALS)
-            kind = measure_kind(rec["metric"], rec["scale"])
+            # binary (depends on the relevance level), graded, or - for a raw one (timings, sizes)
+            kind = "-" if rec["scale"] == "raw" else "binary" if _BINARY.match(rec["metric"]) else "graded"
             rows.append({
                 **{c: rec[c] for c in KEY_COLUMNS},
                 "run": run,
@@ -475,7 +463,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics = load_metrics(args.metrics_json)
         method_map = _parse_map(args.map)
         metric_map = _parse_map(args.metric_map)
-        paper = _paper_id(args.paper)
+        paper = args.paper
         level = read_relevance_level(args.metrics_json) if args.relevance_level is None else args.relevance_level
         df = compare(metrics, paper, tables=args.table, dataset=args.dataset, method_map=method_map,
                      metric_map=metric_map, include_missing=args.include_missing, relevance_level=level)

@@ -101,16 +101,10 @@ class ImpactIndex:
             raise FileNotFoundError(f"{folder}: no complete index (meta.json is written last)")
         terms, doc_ids = _read_lines(folder / "terms.txt"), _read_lines(folder / "doc_ids.txt")
         data, indices, indptr = (np.load(folder / name, mmap_mode="r") for name in ARRAY_FILES)
-        matrix = _csr_of(data, indices, indptr, (len(terms), len(doc_ids)))
+        matrix = sp.csr_matrix((len(terms), len(doc_ids)), dtype=data.dtype)  # given these very arrays: memory maps
+        matrix.data, matrix.indices, matrix.indptr = data, indices, indptr  # stay maps (scipy's constructor reads them)
+        matrix.check_format(full_check=False)  # lengths and shapes: reads indptr's ends only
         return cls(terms, doc_ids, matrix, json.loads((folder / "meta.json").read_text()))
-
-
-def _csr_of(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
-    """The CSR matrix of these very arrays (memory maps stay memory maps; scipy's constructor would read them)."""
-    matrix = sp.csr_matrix(shape, dtype=data.dtype)
-    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
-    matrix.check_format(full_check=False)  # lengths and shapes: reads indptr's ends only
-    return matrix
 
 
 def index_terms(topic_sets: Iterable[Topics], featurizer: Featurizer, vocabulary: bool = False) -> list[str]:
