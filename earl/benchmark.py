@@ -290,17 +290,7 @@ def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
 
 def parse_args(argv: list[str] | None):
     parser = benchmark_parser(
-        "python -m earl.benchmark", "EARL Table 3: milliseconds to rank one query (16 tokens) against N candidates "
-        "with the BERT ranker, EARL S1 (stores D) and EARL S2 (stores D'), by document length, with the speed-ups "
-        "beside Table 1's analytic cost ratio and the counted FLOP ratio. EARL runs earl.evaluate's own calls "
-        "(earl.query_scorer.QueryScorer: T_qry once, EARL.document_keys_values for S1, the judge). The ranker reads "
-        "at most 512 tokens: at d = 512 its document is cut to 495 words (16 query tokens + 495 + [SEP]), while EARL's "
-        "stored documents hold 512. Batches: both score a query's candidates in batches of --batch_size "
-        f"({BATCH_SIZE}, earl.evaluate's default). EARL's candidates are drawn at random "
-        "over a store of --store_documents documents, afresh for each query, and read cold (dropped from the page "
-        "cache first): read_ms beside compute_ms. Disk: one store at a time, at most --store_gb (4 GB by default; "
-        "at the defaults base S1 at d = 128 holds 20,345 documents, the larger rows fewer), under --store_dir or "
-        "$TMPDIR.", results="earl",
+        "python -m earl.benchmark", __doc__.split("\n\n")[0], results="earl",
         writes="speed.csv, speed.jsonl and speed.png", repeats=3, repeats_help="timed queries (the median is reported)",
         devices=False, seed="seeds the weights, the token ids, the noise and the candidates' draws")
     add = parser.add_argument

@@ -130,13 +130,8 @@ def update(root: Path | None = None, tables: dict[str, Table] | None = None) -> 
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="python -m common.report_tables",
-        description="Write the marked tables of results/*/README.md again from the files beside them (runs/*/"
-                    "metrics.json, the benchmarks' CSV and JSON files); --check only compares.",
-        epilog="Exit status: 0 every table agrees (or was written), 1 --check found a table that differs, "
-               "2 a marker, the registry or a file is wrong.",
-    )
+    parser = ArgumentParser(prog="python -m common.report_tables", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each README and table that differs from its files")
     parser.add_argument("--results", type=Path, default=None, metavar="DIR",
