@@ -105,19 +105,16 @@ def build_models(size: Size, seed: int):
 
 
 class EarlScorer:
-    """Scores one query against candidates from a store with `earl.query_scorer.QueryScorer`'s own calls, as
-    ``earl.evaluate`` does, the candidates' rows read into a preallocated tensor; ``parts.ms`` holds each part's
-    milliseconds (`PARTS`)."""
+    """Scores one query against candidates from a store of n-row documents (S1 or S2, as the store is) with
+    `earl.query_scorer.QueryScorer`'s own calls, as ``earl.evaluate`` does, the candidates' rows read into a
+    preallocated tensor; ``parts.ms`` holds each part's milliseconds (`PARTS`)."""
 
-    def __init__(self, model, store, impl: str, n: int, batch_size: int):
+    def __init__(self, model, store, n: int, batch_size: int):
         import torch
 
         from earl.query_scorer import QueryScorer
 
-        if impl not in STRATEGY or STRATEGY[impl] != store.identity["strategy"]:
-            raise ValueError(f"EarlScorer scores earl_s1 from an S1 store or earl_s2 from an S2 store, not {impl!r} "
-                             f"from an {store.identity['strategy'].upper()} store")
-        self.model, self.store, self.impl, self.n, self.batch_size = model, store, impl, n, batch_size
+        self.store, self.batch_size = store, batch_size
         self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)
         stored = torch.float16 if store.dtype == "float16" else torch.float32
         self.rows = torch.zeros(batch_size, n, store.width, dtype=stored)
@@ -194,8 +191,8 @@ def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
             "batch_size": min(args.batch_size, measured)}
 
 
-def measure_earl(model, store, impl: str, n: int, args) -> dict:
-    """Time EARL S1 or S2 (`impl`) on N candidates drawn afresh for each query, cold (a warm-up, then the store
+def measure_earl(model, store, n: int, args) -> dict:
+    """Time EARL S1 or S2 (as `store` is) on N candidates drawn afresh for each query, cold (a warm-up, then the store
     dropped from the page cache), then the same queries warm; the median query's times and parts."""
     import numpy as np
     import torch
@@ -203,7 +200,7 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
     (tokens, mask), documents = bert_query(QUERY_LENGTH, args.seed), len(store)
     draws = [draw_candidates(documents, args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
     *timed, warm_up = [candidate_ids(positions) for positions in draws]
-    scorer = EarlScorer(model, store, impl, n, min(earl_batch_size(args), args.candidates))
+    scorer = EarlScorer(model, store, n, min(earl_batch_size(args), args.candidates))
     files = sorted(path for path in store.folder.iterdir() if path.is_file())  # its shards, id table and manifest
 
     def queries() -> list[dict]:  # each timed query's wall and CPU milliseconds and parts
@@ -372,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                                               checkpoint=weights, strategies=[strategy], n=n, count=count,
                                               dtype=args.dtype, documents=args.documents, seed=args.seed,
                                               shard_size=SHARD_SIZE, batch_size=args.batch_size)[strategy]
-                        result = measure_earl(model, store, impl, n, args)
+                        result = measure_earl(model, store, n, args)
                         del store
                     rows.append(emit(make_row(impl, size_name, n, result, bert, args)))
         return session.finish(rows, plot=plot, table=TABLE)
