@@ -21,10 +21,10 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -373,11 +373,11 @@ def _fmt_float(x: float) -> str:
     return f"{x:.6g}"
 
 
-def _cell(value: Any, float_format: Callable[[float], str]) -> str:
+def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
-        text = float_format(value)
+        text = _fmt_float(value)
     elif pd.api.types.is_scalar(value) and pd.isna(value):  # None, pd.NA, NaT
         return "n/a"
     else:
@@ -385,13 +385,11 @@ def _cell(value: Any, float_format: Callable[[float], str]) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
-def to_markdown(df: pd.DataFrame, float_format: Callable[[float], str] | None = None,
-                columns: Iterable[str] | None = None) -> str:
+def to_markdown(df: pd.DataFrame) -> str:
     """Render ``df`` as a GitHub-flavoured markdown table (numeric columns right-aligned)."""
-    fmt = float_format or _fmt_float
-    cols = list(columns) if columns is not None else list(df.columns)
-    header = [_cell(str(c), fmt) for c in cols]
-    body = [[_cell(v, fmt) for v in rec] for rec in df[cols].itertuples(index=False, name=None)]
+    cols = list(df.columns)
+    header = [_cell(str(c)) for c in cols]
+    body = [[_cell(v) for v in rec] for rec in df.itertuples(index=False, name=None)]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols]
     widths = [max([3, len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(header)]
 
