@@ -73,12 +73,8 @@ class ReportError(Exception):
 def reported_dir(root: str | os.PathLike | None = None) -> Path:
     """The folder of the reported CSVs: `root`, else ``$EFFICIENT_RANKERS_REPORTED``, else the package data
     ``common/reported``."""
-    if root is not None:
-        path = Path(root)
-    elif os.environ.get(ENV_VAR):
-        path = Path(os.environ[ENV_VAR])
-    else:
-        path = Path(str(files("common") / "reported")).resolve()
+    given = root if root is not None else os.environ.get(ENV_VAR)
+    path = Path(given) if given else Path(str(files("common") / "reported")).resolve()
     if not path.is_dir():
         raise FileNotFoundError(
             f"reported results not found at {path}: load_reported reads the papers' CSVs there "
@@ -210,8 +206,6 @@ def reproduced_level(kind: str, relevance_level: int | None) -> str:
 
 def level_note(frame: pd.DataFrame) -> str | None:
     """The ``note:`` line for a `compare` frame's rows whose two relevance levels are known and differ, or None."""
-    if frame.empty or "reported_level" not in frame:
-        return None
     known = frame["reported_level"].str.isdigit() & frame["reproduced_level"].str.isdigit()
     differ = frame[known & (frame["reported_level"] != frame["reproduced_level"])]
     if differ.empty:
