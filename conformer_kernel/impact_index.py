@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from common.data.formats import Run, Topics
 from common.io import atomic_write, renamed_on_success
+from common.metrics.ordering import exact_ranking
 from common.stores.writer import HostCopies, loader_options
 from conformer_kernel.features import Featurizer
 from conformer_kernel.index_folder import ARRAY_FILES, PLAN, output_problem
@@ -80,13 +81,11 @@ class ImpactIndex:
         scores = self.score_all(query_terms)
         if k <= 0:
             return {}
-        if k < len(scores):
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            top = np.flatnonzero(scores >= kth)
-        else:
-            top = np.arange(len(scores))
-        top = sorted(top, key=lambda i: (scores[i], self.doc_ids[i]), reverse=True)[:k]
-        return {self.doc_ids[i]: float(scores[i]) for i in top}
+        top = range(len(scores))
+        if k < len(scores):  # the documents scoring at least the k-th largest score
+            top = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
+        found = {self.doc_ids[i]: float(scores[i]) for i in top}
+        return {doc_id: found[doc_id] for doc_id in exact_ranking(found)[:k]}
 
     def retrieve(self, topics: Topics, featurizer: Featurizer, k: int = 100) -> Run:
         """A run of every topic's top-`k` documents (full retrieval, the paper's "fullrank")."""
