@@ -21,10 +21,10 @@ import math
 import os
 import re
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pandas as pd
 
@@ -73,12 +73,8 @@ class ReportError(Exception):
 def reported_dir(root: str | os.PathLike | None = None) -> Path:
     """The folder of the reported CSVs: `root`, else ``$EFFICIENT_RANKERS_REPORTED``, else the package data
     ``common/reported``."""
-    if root is not None:
-        path = Path(root)
-    elif os.environ.get(ENV_VAR):
-        path = Path(os.environ[ENV_VAR])
-    else:
-        path = Path(str(files("common") / "reported")).resolve()
+    given = root if root is not None else os.environ.get(ENV_VAR)
+    path = Path(given) if given else Path(str(files("common") / "reported")).resolve()
     if not path.is_dir():
         raise FileNotFoundError(
             f"reported results not found at {path}: load_reported reads the papers' CSVs there "
@@ -90,13 +86,6 @@ def reported_dir(root: str | os.PathLike | None = None) -> Path:
 def available_papers(root: str | os.PathLike | None = None) -> list[str]:
     """Paper ids with a CSV in `reported_dir`."""
     return sorted(p.stem for p in reported_dir(root).glob("*.csv"))
-
-
-def _paper_id(paper: str, root: str | os.PathLike | None = None) -> str:
-    papers = available_papers(root)
-    if paper not in papers:
-        raise ReportError(f"unknown paper {paper!r}; known papers: {', '.join(papers)}")
-    return paper
 
 
 def _as_list(value: Any) -> list[str] | None:
@@ -145,9 +134,10 @@ def load_reported(
 ) -> pd.DataFrame:
     """Reported numbers as a DataFrame with `COLUMNS` (``value`` float). Each filter takes a value or a list and
     matches exactly, but ``table=3`` also selects ``3a`` and ``3b``."""
-    folder = reported_dir(root)
-    papers = [_paper_id(paper, root)] if paper is not None else available_papers(root)
-    frames = [_read_csv(folder / f"{p}.csv") for p in papers]
+    papers = available_papers(root)
+    if paper is not None and paper not in papers:
+        raise ReportError(f"unknown paper {paper!r}; known papers: {', '.join(papers)}")
+    frames = [_read_csv(reported_dir(root) / f"{p}.csv") for p in ([paper] if paper is not None else papers)]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     tables = _as_list(table)
     if tables is not None:
@@ -196,15 +186,8 @@ def _validate_metrics(data: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def measure_kind(metric: str, scale: str) -> str:
-    """``binary`` (depends on the relevance level), ``graded`` or ``-`` (a ``raw`` one: timings, sizes)."""
-    if scale == "raw":
-        return "-"
-    return "binary" if _BINARY.match(metric) else "graded"
-
-
 def reported_level(paper: str, dataset: str, kind: str) -> str:
-    """The relevance level of a reported number of `kind` (`measure_kind`): the level where known (``"1"``),
+    """The relevance level of a reported number of `kind` (``binary``, ``graded`` or ``-``): the level where known (``"1"``),
     ``"not stated"`` for a binary measure where not, else `kind`."""
     if kind != "binary":
         return kind
@@ -223,8 +206,6 @@ def reproduced_level(kind: str, relevance_level: int | None) -> str:
 
 def level_note(frame: pd.DataFrame) -> str | None:
     """The ``note:`` line for a `compare` frame's rows whose two relevance levels are known and differ, or None."""
-    if frame.empty or "reported_level" not in frame:
-        return None
     known = frame["reported_level"].str.isdigit() & frame["reproduced_level"].str.isdigit()
     differ = frame[known & (frame["reported_level"] != frame["reproduced_level"])]
     if differ.empty:
@@ -269,10 +250,8 @@ def compare(
     """`reproduced` (``{run: {measure: 0-1 value}}`` or a ``metrics.json``) beside the paper's reported rows, runs
     matched by `method_map` (else by their name), measures by `metric_map`: one row per match, ``reproduced`` and
     ``diff`` in the row's scale; with `include_missing`, the matched methods' rows the run lacks too (NaN)."""
-    if isinstance(reproduced, (str, os.PathLike)):
-        reproduced = load_metrics(reproduced)
-    else:
-        reproduced = _validate_metrics(reproduced)
+    is_path = isinstance(reproduced, (str, os.PathLike))
+    reproduced = load_metrics(reproduced) if is_path else _validate_metrics(reproduced)
     method_map = dict(method_map or {})
     metric_map = dict(metric_map or {})
 
@@ -280,7 +259,7 @@ def compare(
     if reported.empty:
         everything = load_reported(paper, root=root)
         raise ReportError(
-            f"no reported rows for paper {_paper_id(paper, root)}"
+            f"no reported rows for paper {paper}"
             f"{' table ' + ','.join(_as_list(tables)) if tables is not None else ''}"
             f"{' dataset ' + ','.join(_as_list(dataset)) if dataset is not None else ''}; "
             f"tables: {', '.join(dict.fromkeys(everything['table']))}; "
@@ -297,7 +276,8 @@ def compare(
             if val is None and not include_missing:
                 continue
             repro = float("nan") if val is None else round(val * SCALES[rec["scale"]], _DECIMALS)
-            kind = measure_kind(rec["metric"], rec["scale"])
+            # binary (depends on the relevance level), graded, or - for a raw one (timings, sizes)
+            kind = "-" if rec["scale"] == "raw" else "binary" if _BINARY.match(rec["metric"]) else "graded"
             rows.append({
                 **{c: rec[c] for c in KEY_COLUMNS},
                 "run": run,
@@ -382,37 +362,28 @@ def _dataset_note(metrics_path: str, info: Mapping | None, datasets: list[str], 
 def _fmt_float(x: float) -> str:
     if math.isnan(x):
         return "n/a"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == int(x) and abs(x) < 1e15:
+    if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
         return str(int(x))
     return f"{x:.6g}"
 
 
-def _cell(value: Any, float_format: Callable[[float], str]) -> str:
-    if value is None:
-        return "n/a"
+def _cell(value: Any) -> str:
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float):
-        text = float_format(value)
+        text = _fmt_float(value)
+    elif pd.api.types.is_scalar(value) and pd.isna(value):  # None, pd.NA, NaT
+        return "n/a"
     else:
-        try:
-            if pd.isna(value):
-                return "n/a"
-        except (TypeError, ValueError):
-            pass
         text = str(value)
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
-def to_markdown(df: pd.DataFrame, float_format: Callable[[float], str] | None = None,
-                columns: Iterable[str] | None = None) -> str:
+def to_markdown(df: pd.DataFrame) -> str:
     """Render ``df`` as a GitHub-flavoured markdown table (numeric columns right-aligned)."""
-    fmt = float_format or _fmt_float
-    cols = list(columns) if columns is not None else list(df.columns)
-    header = [_cell(str(c), fmt) for c in cols]
-    body = [[_cell(v, fmt) for v in rec] for rec in df[cols].itertuples(index=False, name=None)]
+    cols = list(df.columns)
+    header = [_cell(str(c)) for c in cols]
+    body = [[_cell(v) for v in rec] for rec in df.itertuples(index=False, name=None)]
     numeric = [pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]) for c in cols]
     widths = [max([3, len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(header)]
 
@@ -475,29 +446,19 @@ def _build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _check_output(out: str | None, overwrite: bool) -> None:
-    """Refuse an --output that cannot be written before comparing anything."""
-    if out is None:
-        return
-    problem = output_file_problem(Path(out), overwrite)
-    if problem:
-        raise ReportError(f"--output: {problem}")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _build_parser().parse_args(argv)
     try:
-        _check_output(args.output, args.overwrite)
+        problem = args.output and output_file_problem(Path(args.output), args.overwrite)
+        if problem:  # refused before comparing anything
+            raise ReportError(f"--output: {problem}")
         metrics = load_metrics(args.metrics_json)
         method_map = _parse_map(args.map)
         metric_map = _parse_map(args.metric_map)
-        paper = _paper_id(args.paper)
-        level = args.relevance_level
-        if level is None:
-            level = read_relevance_level(args.metrics_json)
-        df = compare(metrics, paper, tables=args.table, dataset=args.dataset,
-                     method_map=method_map, metric_map=metric_map,
-                     include_missing=args.include_missing, relevance_level=level)
+        paper = args.paper
+        level = read_relevance_level(args.metrics_json) if args.relevance_level is None else args.relevance_level
+        df = compare(metrics, paper, tables=args.table, dataset=args.dataset, method_map=method_map,
+                     metric_map=metric_map, include_missing=args.include_missing, relevance_level=level)
         if df.empty:
             known = load_reported(paper, table=args.table, dataset=args.dataset)
             print(

@@ -216,9 +216,7 @@ def report(rows: list[dict], fitted: dict) -> str:
 def parse_args(argv: list[str] | None):
     """The options, checked (a bad one ends the command in one line), with the device and ``--repeats`` resolved."""
     parser = benchmark_parser(
-        "python -m conformer_kernel.benchmark", "Conformer-Kernel Figure 2 (RQ2): peak memory of one NDRM1 training "
-        "step with Transformer layers (tk) vs Conformer layers (ck) as the document length n grows, with linear (ck) "
-        "and quadratic (tk) fits and the TK/CK ratio at each n and at n = 4000.", results="conformer_kernel",
+        "python -m conformer_kernel.benchmark", __doc__.split("\n\n")[0], results="conformer_kernel",
         writes="memory.csv/.jsonl/.png and memory_fits.json (memory_cuda.* on CUDA)", repeats=None,
         repeats_help="timed steps, the median is reported (default: 1 on CPU, 5 on CUDA)", threads=os.cpu_count(),
         seed="seeds the weights and the token ids", timeout=1800, child=True)

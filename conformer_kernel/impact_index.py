@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from common.data.formats import Run, Topics
 from common.io import atomic_write, renamed_on_success
+from common.metrics.ordering import exact_ranking
 from common.stores.writer import HostCopies, loader_options
 from conformer_kernel.features import Featurizer
 from conformer_kernel.index_folder import ARRAY_FILES, PLAN, output_problem
@@ -80,26 +81,16 @@ class ImpactIndex:
         scores = self.score_all(query_terms)
         if k <= 0:
             return {}
-        if k < len(scores):
-            kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-            top = np.flatnonzero(scores >= kth)
-        else:
-            top = np.arange(len(scores))
-        top = sorted(top, key=lambda i: (scores[i], self.doc_ids[i]), reverse=True)[:k]
-        return {self.doc_ids[i]: float(scores[i]) for i in top}
+        top = range(len(scores))
+        if k < len(scores):  # the documents scoring at least the k-th largest score
+            top = np.flatnonzero(scores >= np.partition(scores, len(scores) - k)[len(scores) - k])
+        found = {self.doc_ids[i]: float(scores[i]) for i in top}
+        return {doc_id: found[doc_id] for doc_id in exact_ranking(found)[:k]}
 
     def retrieve(self, topics: Topics, featurizer: Featurizer, k: int = 100) -> Run:
         """A run of every topic's top-`k` documents (full retrieval, the paper's "fullrank")."""
         return {qid: self.search(featurizer.query_terms(text), k) for qid, text in tqdm(
             sorted(topics.items()), desc="retrieving", unit=" queries")}
-
-    def save(self, folder: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write the index's files into `folder` (the layout of the module docstring)."""
-        folder = Path(folder)
-        for name, array in zip(ARRAY_FILES, (self.matrix.data, self.matrix.indices, self.matrix.indptr)):
-            with atomic_write(folder / name, "wb", overwrite=overwrite) as f:
-                np.save(f, array)
-        _write_listing(folder, self.terms, self.doc_ids, self.meta, overwrite)
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> ImpactIndex:
@@ -109,16 +100,10 @@ class ImpactIndex:
             raise FileNotFoundError(f"{folder}: no complete index (meta.json is written last)")
         terms, doc_ids = _read_lines(folder / "terms.txt"), _read_lines(folder / "doc_ids.txt")
         data, indices, indptr = (np.load(folder / name, mmap_mode="r") for name in ARRAY_FILES)
-        matrix = _csr_of(data, indices, indptr, (len(terms), len(doc_ids)))
+        matrix = sp.csr_matrix((len(terms), len(doc_ids)), dtype=data.dtype)  # given these very arrays: memory maps
+        matrix.data, matrix.indices, matrix.indptr = data, indices, indptr  # stay maps (scipy's constructor reads them)
+        matrix.check_format(full_check=False)  # lengths and shapes: reads indptr's ends only
         return cls(terms, doc_ids, matrix, json.loads((folder / "meta.json").read_text()))
-
-
-def _csr_of(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray, shape: tuple[int, int]) -> sp.csr_matrix:
-    """The CSR matrix of these very arrays (memory maps stay memory maps; scipy's constructor would read them)."""
-    matrix = sp.csr_matrix(shape, dtype=data.dtype)
-    matrix.data, matrix.indices, matrix.indptr = data, indices, indptr
-    matrix.check_format(full_check=False)  # lengths and shapes: reads indptr's ends only
-    return matrix
 
 
 def index_terms(topic_sets: Iterable[Topics], featurizer: Featurizer, vocabulary: bool = False) -> list[str]:
@@ -155,23 +140,16 @@ class IndexEstimate:
                 f"shards, {format_bytes(self.shard_bytes)}, beside the merged index)")
 
 
-def nonzero_terms(model: ConformerKernelRanker, featurizer: Featurizer, terms: Sequence[str]) -> set[str] | None:
-    """The terms whose s_td may be nonzero in a document that lacks them (NDRM2's: those with an IDF), else None."""
-    if model.hparams.model != "ndrm2":
-        return None
-    return {t for t in terms if featurizer.resources.idf.get(t, 0.0) != 0}
-
-
 def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: Sequence[str],
                    terms: Sequence[str], shard_size: int, sample: int | None = None, seed: int = 0) -> IndexEstimate:
     """The estimated size of the index `build_index` writes (NDRM2's postings counted in a sample of documents)."""
     from common.stores.size import SAMPLE, npy_bytes, sample_positions
 
     n, t = len(doc_ids), len(terms)
-    scored, drawn = nonzero_terms(model, featurizer, terms), 0
-    if scored is None:
-        postings = n * t
-    else:
+    if model.hparams.model != "ndrm2":  # NDRM1's and NDRM3's rows are dense
+        postings, drawn = n * t, 0
+    else:  # NDRM2's s_td is nonzero only for the document's terms with an IDF
+        scored = {term for term in terms if featurizer.resources.idf.get(term, 0.0) != 0}
         positions = sample_positions(n, SAMPLE if sample is None else sample, seed)
         counts = [len(scored.intersection(featurizer.document_terms(doc)))
                   for doc in documents.get_many([doc_ids[i] for i in positions.tolist()])]  # fmt: skip
@@ -185,9 +163,8 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
     index_bytes = (npy_bytes(np.float32, (postings,)) + npy_bytes(index_dtype, (postings,))
                    + npy_bytes(index_dtype, (t + 1,)) + listing)  # fmt: skip
     full, last = divmod(n, shard_size)
-    shard_bytes = full * npy_bytes(np.float32, (shard_size, t)) + meta_bytes
-    if last:
-        shard_bytes += npy_bytes(np.float32, (last, t))
+    shard_bytes = full * npy_bytes(np.float32, (shard_size, t)) + (last and npy_bytes(np.float32, (last, t)))
+    shard_bytes += meta_bytes
     return IndexEstimate(t, n, postings, drawn, index_bytes, shard_bytes)
 
 
@@ -214,12 +191,8 @@ class DocumentShards(Dataset):
         for start in range(0, len(docs), self.batch_size):
             part = order[start : start + self.batch_size]
             f = self.featurizer.batch([self.terms], [[docs[i] for i in part]])  # one pseudo-query
-            batches.append((torch.tensor(part), tuple(getattr(f, name) for name in FEATURE_FIELDS)))
+            batches.append((torch.tensor(part), tuple(getattr(f, name) for name in Features.__dataclass_fields__)))
         return shard, len(docs), batches
-
-
-#: The fields of `Features`, in order: a `DocumentShards` batch carries them as a tuple.
-FEATURE_FIELDS = tuple(Features.__dataclass_fields__)
 
 
 class TermDocumentScorer(L.LightningModule):
@@ -297,7 +270,12 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
     if not trainer.is_global_zero:
         return None
     merge_shards(folder, shards, len(terms), len(doc_ids))
-    _write_listing(folder, terms, doc_ids, meta, overwrite=True)  # a killed merge may have written some
+    for name, lines in (("terms.txt", terms), ("doc_ids.txt", doc_ids)):  # replacing a killed merge's
+        with atomic_write(folder / name, overwrite=True) as f:
+            f.writelines(f"{line}\n" for line in lines)
+    with atomic_write(folder / "meta.json", overwrite=True) as f:  # last: it marks a finished index
+        json.dump(meta, f, indent=2, sort_keys=True)
+        f.write("\n")
     shutil.rmtree(folder / "shards")
     return ImpactIndex.load(folder)
 
@@ -401,20 +379,6 @@ def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) ->
     model = ConformerKernelRanker.load_from_checkpoint(checkpoint, map_location="cpu").eval()
     featurizer = Featurizer(model.resources, *(data.get(name, default) for name, default in INPUTS.items()), field)
     return model, featurizer
-
-
-def _write_listing(folder: Path, terms: Sequence[str], doc_ids: Sequence[str], meta: dict, overwrite: bool) -> None:
-    """The index's text files, meta.json last: it marks a finished index."""
-    _write_lines(folder / "terms.txt", terms, overwrite)
-    _write_lines(folder / "doc_ids.txt", doc_ids, overwrite)
-    with atomic_write(folder / "meta.json", overwrite=overwrite) as f:
-        json.dump(meta, f, indent=2, sort_keys=True)
-        f.write("\n")
-
-
-def _write_lines(path: Path, lines: Iterable[str], overwrite: bool) -> None:
-    with atomic_write(path, overwrite=overwrite) as f:
-        f.writelines(f"{line}\n" for line in lines)
 
 
 def _read_lines(path: Path) -> list[str]:

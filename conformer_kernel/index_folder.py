@@ -8,7 +8,7 @@ from pathlib import Path
 
 #: A finished index's CSR arrays (memory-mapped by `conformer_kernel.impact_index.ImpactIndex.load`).
 ARRAY_FILES = ("data.npy", "indices.npy", "indptr.npy")
-#: A finished index's files (`conformer_kernel.impact_index.ImpactIndex.save`); meta.json, written last, marks one.
+#: A finished index's files (`conformer_kernel.impact_index.build_index`); meta.json, written last, marks one.
 INDEX_FILES = (*ARRAY_FILES, "terms.txt", "doc_ids.txt", "meta.json")
 #: An unfinished index's plan (what it indexes, with which model), written before its first shard.
 PLAN = "shards/plan.json"

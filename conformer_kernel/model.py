@@ -48,13 +48,6 @@ class Features:
         return Features(*(getattr(self, f).to(device) for f in self.__dataclass_fields__))
 
 
-def official_init(in_proj: nn.Linear, out_proj: nn.Linear) -> None:
-    """``_reset_parameters`` (conformer.py:315-329): Xavier-uniform ``in_proj`` weight, zero biases."""
-    nn.init.xavier_uniform_(in_proj.weight)
-    nn.init.zeros_(in_proj.bias)
-    nn.init.zeros_(out_proj.bias)
-
-
 class SelfAttention(nn.Module):
     """Both attentions' ``in_proj`` (`projections` x H), ``out_proj`` and attention dropout."""
 
@@ -65,7 +58,9 @@ class SelfAttention(nn.Module):
         self.num_heads = num_heads
         self.in_proj = nn.Linear(hidden_size, projections * hidden_size)
         self.out_proj = nn.Linear(hidden_size, hidden_size)
-        official_init(self.in_proj, self.out_proj)
+        nn.init.xavier_uniform_(self.in_proj.weight)  # _reset_parameters (conformer.py:315-329)
+        nn.init.zeros_(self.in_proj.bias)
+        nn.init.zeros_(self.out_proj.bias)
         self.dropout = Dropout(dropout)
 
 
@@ -381,11 +376,6 @@ class NDRM1(nn.Module):
         return F.pad(scores * f.query_mask[:, :used], (0, f.query_ids.shape[-1] - used))
 
 
-def pair_scores(model: nn.Module, f: Features) -> Tensor:
-    """(Q,) scores of batch `f` of one document per query row (D = 1): column 0 of `model`'s (Q, D) scores."""
-    return model(f)[:, 0]
-
-
 def used_slots(query_mask: Tensor) -> int:
     """The query slots up to the last real term of any query, (Q, Tq) -> int."""
     used = query_mask.any(0).nonzero()
@@ -404,9 +394,8 @@ class NDRM2(nn.Module):
         self.eps = eps
         self.scale_tf, self.scale_length = BatchScale(), BatchScale()
         self.length = nn.Linear(1, 1)
-        with torch.no_grad():
-            self.length.weight.fill_(1.0)
-            self.length.bias.zero_()
+        nn.init.ones_(self.length.weight)
+        nn.init.zeros_(self.length.bias)
 
     def term_scores(self, f: Features) -> Tensor:
         length = F.relu(self.length(self.scale_length(f.doc_length)[..., None]))  # (Q, D, 1)

@@ -1,7 +1,7 @@
 """The ORCAS "clicked queries" document field of the Conformer-Kernel's "NDRM3 + ORCAS" runs (Mitra et al. 2021,
 Sec. 4, "Model variants"; Table 1), as the official ``data_utils.py`` builds it: per document, the text of its
 clicked queries in click order joined by spaces (``""`` for a document nobody clicked); the featuriser keeps its
-first 2,000 terms. `OrcasField` is that read-only mapping ``doc_id -> text``, read from topics and qrels files or
+first 2,000 terms. `OrcasField` is that read-only lookup ``doc_id -> text``, read from topics and qrels files or
 ir_datasets' ``msmarco-document/orcas``, built once into an SQLite cache under ``$EFFICIENT_RANKERS_CACHE/orcas``.
 
 Differences from the official code: each query counts once per document (its first click), clicks of relevance <= 0
@@ -15,8 +15,9 @@ import hashlib
 import os
 import re
 import sqlite3
-import tempfile
 from collections.abc import Iterable, Iterator
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +34,9 @@ FORMAT_VERSION = 1
 #: The ir_datasets id of ORCAS.
 DEFAULT_DATASET_ID = "msmarco-document/orcas"
 
-_BATCH = 100_000
-
 
 class OrcasField:
-    """Read-only mapping ``doc_id -> clicked-queries text`` (``""`` if unclicked) in SQLite, usable after a fork."""
+    """Read-only lookup ``doc_id -> clicked-queries text`` (``""`` if unclicked) in SQLite, usable after a fork."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -78,41 +77,20 @@ class OrcasField:
             self._pid = os.getpid()
         return self._connection
 
-    def _lookup(self, doc_id: object) -> str | None:
-        if not isinstance(doc_id, str):
-            return None
-        row = self._db.execute("SELECT text FROM field WHERE doc_id = ?", (doc_id,)).fetchone()
-        return None if row is None else row[0]
-
-    def __getitem__(self, doc_id: str) -> str:
-        if not isinstance(doc_id, str):
-            raise TypeError(f"document ids are str, not {type(doc_id).__name__}")
-        text = self._lookup(doc_id)
-        return "" if text is None else text
-
     def get(self, doc_id: str, default: Any = "") -> Any:
-        text = self._lookup(doc_id)
-        return default if text is None else text
-
-    def __contains__(self, doc_id: object) -> bool:
-        return self._lookup(doc_id) is not None
+        """`doc_id`'s clicked-queries text, `default` where nobody clicked it."""
+        row = self._db.execute("SELECT text FROM field WHERE doc_id = ?", (doc_id,)).fetchone()
+        return default if row is None else row[0]
 
     def __len__(self) -> int:
+        """The clicked documents."""
         return self._db.execute("SELECT COUNT(*) FROM field").fetchone()[0]
-
-    def __iter__(self) -> Iterator[str]:
-        """The clicked documents' ids, in id order."""
-        for (doc_id,) in self._db.execute("SELECT doc_id FROM field ORDER BY doc_id"):
-            yield doc_id
 
     @property
     def source(self) -> str:
         """What the field was built from (``files: ...`` or ``irds:<id>``)."""
         row = self._db.execute("SELECT value FROM meta WHERE key = 'source'").fetchone()
         return "" if row is None else row[0]
-
-    def __repr__(self) -> str:
-        return f"OrcasField({str(self.path)!r})"
 
     def __getstate__(self) -> dict:
         return {"path": self.path}
@@ -154,17 +132,6 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "orcas"
 
 
-def _batched(rows: Iterable, size: int = _BATCH) -> Iterator[list]:
-    batch = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _build_from_files(path: Path, topics_path, qrels_path, progress: bool) -> None:
     """`_build` of a topics file (the queries) and a qrels file (the clicks)."""
     topics_label, qrels_label = str(topics_path), str(qrels_path)
@@ -204,17 +171,11 @@ def _build_from_irds(path: Path, dataset_id: str, progress: bool) -> None:
 
 def _build(path: Path, queries: Iterable[tuple[int, str, str]], clicks: Iterable[tuple[int, str, str, int]], *,
            duplicate_query, unknown_query, source: str, name: str, progress: bool) -> None:
-    """Write the field of `clicks` over `queries` to `path`, staged in a scratch database beside it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    scratch = []
-    for suffix in (".tmp", ".stage.tmp"):
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
-        os.close(fd)
-        scratch.append(tmp)
-    tmp, stage = scratch
+    """Write the field of `clicks` over `queries` to `path` (`built_once`'s own), staged in a database beside it."""
+    stage = path.with_name(f"{path.name}.stage")  # built_once's temporary `path` is unique, so is this
     try:
-        with contextlib.closing(sqlite3.connect(tmp)) as db:
-            db.execute("ATTACH DATABASE ? AS stage", (stage,))
+        with contextlib.closing(sqlite3.connect(path)) as db:
+            db.execute("ATTACH DATABASE ? AS stage", (str(stage),))
             for schema in ("main", "stage"):
                 db.execute(f"PRAGMA {schema}.journal_mode = OFF")
                 db.execute(f"PRAGMA {schema}.synchronous = OFF")
@@ -231,8 +192,7 @@ def _build(path: Path, queries: Iterable[tuple[int, str, str]], clicks: Iterable
 
             kept = ((qid, doc_id, number) for number, qid, doc_id, rel
                     in tqdm(clicks, desc=f"ORCAS clicks ({name})", unit=" clicks", disable=not progress) if rel > 0)
-            for batch in _batched(kept):
-                db.executemany("INSERT INTO stage.clicks VALUES (?, ?, ?)", batch)
+            db.executemany("INSERT INTO stage.clicks VALUES (?, ?, ?)", kept)
 
             unknown = db.execute("SELECT c.number, c.qid FROM stage.clicks AS c WHERE NOT EXISTS (SELECT 1 FROM "
                                  "stage.queries AS q WHERE q.qid = c.qid) ORDER BY c.rowid LIMIT 1").fetchone()
@@ -248,40 +208,23 @@ def _build(path: Path, queries: Iterable[tuple[int, str, str]], clicks: Iterable
                               "ON q.qid = c.qid ORDER BY c.doc_id, c.number")
             fields = tqdm(_fields(rows), total=documents, desc=f"ORCAS field ({name})", unit=" docs",
                           disable=not progress)
-            written = 0
-            for batch in _batched(fields):
-                db.cursor().executemany("INSERT INTO field VALUES (?, ?)", batch)
-                written += len(batch)
+            db.executemany("INSERT INTO field VALUES (?, ?)", fields)
             (total_clicks,) = db.execute("SELECT COUNT(*) FROM stage.clicks").fetchone()
+            (written,) = db.execute("SELECT COUNT(*) FROM field").fetchone()
             meta = [("source", source), ("format_version", str(FORMAT_VERSION)), ("clicks", str(total_clicks)),
                     ("documents", str(written))]
             db.executemany("INSERT INTO meta VALUES (?, ?)", meta)
             db.commit()
             db.execute("DETACH DATABASE stage")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(stage)
+        stage.unlink(missing_ok=True)
 
 
 def _fields(rows: Iterable[tuple[str, str, str]]) -> Iterator[tuple[str, str]]:
     """``(doc_id, text)`` from rows sorted by document then click order: each query once, joined by spaces."""
-    current: str | None = None
-    seen: set[str] = set()
-    texts: list[str] = []
-    for doc_id, qid, text in rows:
-        if doc_id != current:
-            if current is not None and texts:
-                yield current, " ".join(texts)
-            current, seen, texts = doc_id, set(), []
-        if qid in seen:
-            continue
-        seen.add(qid)
-        if text:
-            texts.append(text)
-    if current is not None and texts:
-        yield current, " ".join(texts)
+    for doc_id, clicks in groupby(rows, key=itemgetter(0)):
+        texts: dict[str, str] = {}
+        for _, qid, text in clicks:
+            texts.setdefault(qid, text)  # each query at its first click
+        if any(texts.values()):
+            yield doc_id, " ".join(text for text in texts.values() if text)

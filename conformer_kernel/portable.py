@@ -18,7 +18,7 @@ from typing import get_args
 
 from common.portable import Scoring, portable_entry
 from conformer_kernel.features import Featurizer, OrcasDocument, encode_pairs
-from conformer_kernel.model import SETTINGS, ModelName, pair_scores, ranker_from_settings
+from conformer_kernel.model import SETTINGS, ModelName, ranker_from_settings
 from conformer_kernel.vocab import Resources
 
 PACKAGE = "conformer_kernel"
@@ -52,7 +52,7 @@ def build(config: dict, folder: Path) -> Scoring:
                             inputs["max_orcas_terms"], {} if inputs["orcas"] else None)  # fmt: skip
 
     def score(model, batch: dict):  # (B,): `ConformerKernelRanker.evaluation_scores`
-        return pair_scores(model, batch["features"])
+        return model(batch["features"])[:, 0]
 
     return Scoring(ranker_from_settings(config["model"]), partial(encode_pairs, featurizer), score=score)
 

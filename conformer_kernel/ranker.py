@@ -18,7 +18,7 @@ from torch import Tensor, nn
 
 from common.refusals import SettingError
 from common.training.reranking import RerankingEvaluation
-from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, pair_scores, ranker_from_settings
+from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, ranker_from_settings
 from conformer_kernel.vocab import Resources
 
 #: Table 1's measures; runs are 100 deep, so AP and RR are at rank 100.
@@ -97,7 +97,7 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
         return self.model(features)  # (Q, D)
 
     def evaluation_scores(self, batch: dict) -> Tensor:
-        return pair_scores(self.model, batch["features"])  # (B,): evaluation batches hold one document per query row
+        return self.model(batch["features"])[:, 0]  # (B,): evaluation batches hold one document per query row
 
     def use_resources(self, resources: Resources) -> None:
         """Take the vocabulary and IDFs, and the pretrained embeddings when there are some (a fresh model)."""

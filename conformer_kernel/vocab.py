@@ -14,8 +14,6 @@ import itertools
 import json
 import math
 import os
-import shutil
-import tempfile
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
@@ -103,23 +101,15 @@ class Resources:
         return cls.load(folder)
 
     def save(self, folder: str | os.PathLike, meta: dict | None = None) -> None:
-        """Write ``terms.txt``, ``idf.tsv``, ``embeddings.npy`` and ``meta.json`` into a new `folder`, atomically."""
+        """Write ``terms.txt``, ``idf.tsv``, ``embeddings.npy`` and ``meta.json`` into a new `folder` (`cached`'s
+        `built_once` publishes it atomically)."""
         folder = Path(folder)
-        if folder.exists():
-            raise FileExistsError(f"{folder} already exists; refusing to overwrite it")
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-        try:
-            for name, data in self.text_files().items():
-                (tmp / name).write_bytes(data)
-            if self.embeddings is not None:
-                np.save(tmp / "embeddings.npy", self.embeddings)
-            (tmp / "meta.json").write_text(json.dumps(meta or {}, indent=2, sort_keys=True) + "\n")
-            tmp.chmod(0o755)
-            os.replace(tmp, folder)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        folder.mkdir(parents=True)
+        for name, data in self.text_files().items():
+            (folder / name).write_bytes(data)
+        if self.embeddings is not None:
+            np.save(folder / "embeddings.npy", self.embeddings)
+        (folder / "meta.json").write_text(json.dumps(meta or {}, indent=2, sort_keys=True) + "\n")
 
     def text_files(self) -> dict[str, bytes]:
         """``terms.txt`` (by id) and ``idf.tsv`` (term, tab, the IDF's ``repr``), name -> bytes."""
@@ -130,10 +120,8 @@ class Resources:
     def load(cls, folder: str | os.PathLike) -> Resources:
         folder = Path(folder)
         terms = (folder / "terms.txt").read_text(encoding="utf-8").splitlines()
-        idf = {}
-        for line in (folder / "idf.tsv").read_text(encoding="utf-8").splitlines():
-            term, value = line.split("\t")
-            idf[term] = float(value)
+        lines = (folder / "idf.tsv").read_text(encoding="utf-8").splitlines()
+        idf = {term: float(value) for term, value in (line.split("\t") for line in lines)}
         embeddings = np.load(folder / "embeddings.npy") if (folder / "embeddings.npy").is_file() else None
         return cls(terms, idf, embeddings)
 

@@ -91,11 +91,6 @@ def candidate_ids(positions) -> list[str]:
     return [f"d{position}" for position in positions.tolist()]
 
 
-def store_files(store) -> list[Path]:
-    """Every file of `store`'s folder: its shards, id table and manifest."""
-    return sorted(path for path in store.folder.iterdir() if path.is_file())
-
-
 def build_models(size: Size, seed: int):
     """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's T_doc
     (Sec. 3.4)."""
@@ -110,19 +105,16 @@ def build_models(size: Size, seed: int):
 
 
 class EarlScorer:
-    """Scores one query against candidates from a store with `earl.query_scorer.QueryScorer`'s own calls, as
-    ``earl.evaluate`` does, the candidates' rows read into a preallocated tensor; ``parts.ms`` holds each part's
-    milliseconds (`PARTS`)."""
+    """Scores one query against candidates from a store of n-row documents (S1 or S2, as the store is) with
+    `earl.query_scorer.QueryScorer`'s own calls, as ``earl.evaluate`` does, the candidates' rows read into a
+    preallocated tensor; ``parts.ms`` holds each part's milliseconds (`PARTS`)."""
 
-    def __init__(self, model, store, impl: str, n: int, batch_size: int):
+    def __init__(self, model, store, n: int, batch_size: int):
         import torch
 
         from earl.query_scorer import QueryScorer
 
-        if impl not in STRATEGY or STRATEGY[impl] != store.identity["strategy"]:
-            raise ValueError(f"EarlScorer scores earl_s1 from an S1 store or earl_s2 from an S2 store, not {impl!r} "
-                             f"from an {store.identity['strategy'].upper()} store")
-        self.model, self.store, self.impl, self.n, self.batch_size = model, store, impl, n, batch_size
+        self.store, self.batch_size = store, batch_size
         self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)
         stored = torch.float16 if store.dtype == "float16" else torch.float32
         self.rows = torch.zeros(batch_size, n, store.width, dtype=stored)
@@ -199,8 +191,8 @@ def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
             "batch_size": min(args.batch_size, measured)}
 
 
-def measure_earl(model, store, impl: str, n: int, args) -> dict:
-    """Time EARL S1 or S2 (`impl`) on N candidates drawn afresh for each query, cold (a warm-up, then the store
+def measure_earl(model, store, n: int, args) -> dict:
+    """Time EARL S1 or S2 (as `store` is) on N candidates drawn afresh for each query, cold (a warm-up, then the store
     dropped from the page cache), then the same queries warm; the median query's times and parts."""
     import numpy as np
     import torch
@@ -208,21 +200,23 @@ def measure_earl(model, store, impl: str, n: int, args) -> dict:
     (tokens, mask), documents = bert_query(QUERY_LENGTH, args.seed), len(store)
     draws = [draw_candidates(documents, args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
     *timed, warm_up = [candidate_ids(positions) for positions in draws]
-    scorer = EarlScorer(model, store, impl, n, min(earl_batch_size(args), args.candidates))
-    files, records, warm = store_files(store), [], []
-    with torch.inference_mode():
-        scorer.warm_up(tokens, mask, warm_up)
-        evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
-        cached = cached_fraction(files)
+    scorer = EarlScorer(model, store, n, min(earl_batch_size(args), args.candidates))
+    files = sorted(path for path in store.folder.iterdir() if path.is_file())  # its shards, id table and manifest
+
+    def queries() -> list[dict]:  # each timed query's wall and CPU milliseconds and parts
+        records = []
         for ids in timed:
             wall, cpu = time.perf_counter(), time.process_time()
             scorer(tokens, mask, ids)
             records.append({"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
                             **scorer.parts.ms})
-        for ids in timed:
-            wall = time.perf_counter()
-            scorer(tokens, mask, ids)
-            warm.append({"ms": (time.perf_counter() - wall) * 1000, **scorer.parts.ms})
+        return records
+
+    with torch.inference_mode():
+        scorer.warm_up(tokens, mask, warm_up)
+        evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
+        cached = cached_fraction(files)
+        records, warm = queries(), queries()  # cold, then the same queries warm
         flops = earl_flops(scorer, tokens, mask, timed[0], args.candidates)
     median, warm_median = median_query(records), median_query(warm)
     shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
@@ -293,17 +287,7 @@ def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
 
 def parse_args(argv: list[str] | None):
     parser = benchmark_parser(
-        "python -m earl.benchmark", "EARL Table 3: milliseconds to rank one query (16 tokens) against N candidates "
-        "with the BERT ranker, EARL S1 (stores D) and EARL S2 (stores D'), by document length, with the speed-ups "
-        "beside Table 1's analytic cost ratio and the counted FLOP ratio. EARL runs earl.evaluate's own calls "
-        "(earl.query_scorer.QueryScorer: T_qry once, EARL.document_keys_values for S1, the judge). The ranker reads "
-        "at most 512 tokens: at d = 512 its document is cut to 495 words (16 query tokens + 495 + [SEP]), while EARL's "
-        "stored documents hold 512. Batches: both score a query's candidates in batches of --batch_size "
-        f"({BATCH_SIZE}, earl.evaluate's default). EARL's candidates are drawn at random "
-        "over a store of --store_documents documents, afresh for each query, and read cold (dropped from the page "
-        "cache first): read_ms beside compute_ms. Disk: one store at a time, at most --store_gb (4 GB by default; "
-        "at the defaults base S1 at d = 128 holds 20,345 documents, the larger rows fewer), under --store_dir or "
-        "$TMPDIR.", results="earl",
+        "python -m earl.benchmark", __doc__.split("\n\n")[0], results="earl",
         writes="speed.csv, speed.jsonl and speed.png", repeats=3, repeats_help="timed queries (the median is reported)",
         devices=False, seed="seeds the weights, the token ids, the noise and the candidates' draws")
     add = parser.add_argument
@@ -385,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
                                               checkpoint=weights, strategies=[strategy], n=n, count=count,
                                               dtype=args.dtype, documents=args.documents, seed=args.seed,
                                               shard_size=SHARD_SIZE, batch_size=args.batch_size)[strategy]
-                        result = measure_earl(model, store, impl, n, args)
+                        result = measure_earl(model, store, n, args)
                         del store
                     rows.append(emit(make_row(impl, size_name, n, result, bert, args)))
         return session.finish(rows, plot=plot, table=TABLE)

@@ -77,15 +77,11 @@ def _blocks(text: str, readme: str) -> list[tuple[str, int, int]]:
     return found
 
 
-def _readmes(root: Path) -> dict[str, tuple[Path, str]]:
-    return {f"results/{p.parent.name}/README.md": (p, p.read_text(encoding="utf-8"))
-            for p in sorted(root.glob("*/README.md"))}
-
-
 def _regenerated(root: Path, tables: dict[str, Table]) -> dict[str, tuple[Path, str, str, list[str]]]:
     """Each README: (path, its text, its text with every marked table made again, the ids that changed)."""
     out, seen = {}, {}
-    for name, (path, text) in _readmes(root).items():
+    for path in sorted(root.glob("*/README.md")):
+        name, text = f"results/{path.parent.name}/README.md", path.read_text(encoding="utf-8")
         lines = text.split("\n")
         changed = []
         for table_id, first, end in reversed(_blocks(text, name)):
@@ -116,11 +112,9 @@ def check(root: Path | None = None, tables: dict[str, Table] | None = None) -> l
     problems = []
     for name, (_, text, new, changed) in _regenerated(root or results_dir(), tables or TABLES).items():
         for table_id in changed:
-            old_lines, new_lines = text.split("\n"), new.split("\n")
-            diff = [d for d in difflib.unified_diff(old_lines, new_lines, lineterm="", n=0)
+            diff = [d for d in difflib.unified_diff(text.split("\n"), new.split("\n"), lineterm="", n=0)
                     if d[:1] in "+-" and d[:3] not in ("+++", "---")]
-            shown = "; ".join(diff[:4])
-            problems.append(f"{name}: table {table_id} differs from its files ({shown})")
+            problems.append(f"{name}: table {table_id} differs from its files ({'; '.join(diff[:4])})")
     return problems
 
 
@@ -136,13 +130,8 @@ def update(root: Path | None = None, tables: dict[str, Table] | None = None) -> 
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="python -m common.report_tables",
-        description="Write the marked tables of results/*/README.md again from the files beside them (runs/*/"
-                    "metrics.json, the benchmarks' CSV and JSON files); --check only compares.",
-        epilog="Exit status: 0 every table agrees (or was written), 1 --check found a table that differs, "
-               "2 a marker, the registry or a file is wrong.",
-    )
+    parser = ArgumentParser(prog="python -m common.report_tables", description=__doc__,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 naming each README and table that differs from its files")
     parser.add_argument("--results", type=Path, default=None, metavar="DIR",

@@ -54,10 +54,6 @@ class Files:
             raise TableError(f"{self._name(folder)}: no {COMMAND} (every run folder names its command and seed)")
         return folder
 
-    def _note_pending(self, relative: str) -> None:
-        if relative not in self.pending:
-            self.pending.append(relative)
-
     def json(self, relative: str) -> Any:
         """A JSON file of the folder (a TableError where it is missing or not JSON)."""
         path = self._path(relative)
@@ -72,7 +68,8 @@ class Files:
         """``runs/<run>/<name>`` (JSON, or a CSV's rows), or None (noted as pending) where not written yet."""
         relative = f"{self._run_folder(run)}/{name}"
         if not self._path(relative).is_file():
-            self._note_pending(relative)
+            if relative not in self.pending:
+                self.pending.append(relative)
             return None
         return self.csv(relative) if name.endswith(".csv") else self.json(relative)
 

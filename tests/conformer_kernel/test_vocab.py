@@ -194,7 +194,7 @@ def test_save_load_round_trip(resources, tmp_path):
     np.testing.assert_array_equal(loaded.embeddings, resources.embeddings)
     assert loaded.id("fish") == resources.id("fish") and loaded.id("zebra") == 0
 
-    with pytest.raises(FileExistsError, match="already exists"):
+    with pytest.raises(FileExistsError):
         resources.save(folder)
     assert Resources.load(folder).terms == resources.terms  # untouched
 

@@ -165,7 +165,7 @@ def test_the_timed_path_scores_what_earl_forward_scores(tiny, impl):
     """Batches of 2 over 5 candidates (the last one short), from the memory-mapped store, as timed."""
     model, _, stores, n, count = tiny
     tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
-    scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=2)
+    scorer = benchmark.EarlScorer(model, stores[impl], n, batch_size=2)
     assert stores[impl].doc_ids == [f"d{i}" for i in range(count)]
     with torch.inference_mode():
         scores = scorer(tokens, mask, stores[impl].doc_ids)
@@ -196,7 +196,7 @@ def test_the_timed_path_is_earl_evaluates(tiny, impl, monkeypatch):
                         (EARL, "document_keys_values")]:
         spy(owner, name)
     tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
-    scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=2)
+    scorer = benchmark.EarlScorer(model, stores[impl], n, batch_size=2)
     with torch.inference_mode():
         scores = scorer(tokens, mask, stores[impl].doc_ids)
     per_batch = ["stored_rows", *(["document_keys_values"] if impl == "earl_s1" else []), "score"]
@@ -204,8 +204,6 @@ def test_the_timed_path_is_earl_evaluates(tiny, impl, monkeypatch):
     encoder = type("Encoder", (), {"queries": lambda self, texts: {"query_tokens": tokens, "query_mask": mask}})()
     evaluated = QueryScorer(model, encoder, batch_size=2, store=stores[impl])("a query", stores[impl].doc_ids)
     torch.testing.assert_close(scores.double(), evaluated, atol=1e-6, rtol=0)
-    with pytest.raises(ValueError, match="earl_s1 from an S1 store"):
-        benchmark.EarlScorer(model, stores["earl_s2"], "earl_s1", n, batch_size=2)
 
 
 def test_the_ranker_reads_at_most_512_tokens():
@@ -269,7 +267,7 @@ def test_fp16_rows_are_converted_and_score_close_to_fp32(tiny, tmp_path):
     half = build_stores(tmp_path, model, ["earl_s2"], n, count, dtype="fp16")["earl_s2"]
     tokens, mask = bert_query(benchmark.QUERY_LENGTH, 0)
     with torch.inference_mode():
-        scores = benchmark.EarlScorer(model, half, "earl_s2", n, batch_size=2)(tokens, mask, half.doc_ids)
+        scores = benchmark.EarlScorer(model, half, n, batch_size=2)(tokens, mask, half.doc_ids)
     assert scores.dtype == torch.float32
     torch.testing.assert_close(scores, forward_scores(model, n, count), atol=2e-2, rtol=0)
 
@@ -291,7 +289,7 @@ def test_flop_counts_agree_with_the_counted_analytic_cost(tiny):
     candidates, batch = 7, 2
     calls = math.ceil(candidates / batch)
     for impl in ("earl_s1", "earl_s2"):
-        scorer = benchmark.EarlScorer(model, stores[impl], impl, n, batch_size=batch)
+        scorer = benchmark.EarlScorer(model, stores[impl], n, batch_size=batch)
         with torch.inference_mode():
             flops = benchmark.earl_flops(scorer, tokens, mask, stores[impl].doc_ids, candidates)
         skipped = (q - 1) * (2 * h * h + 2 * q * h + 2 * TINY.intermediate * h)  # ClsPool's last block
@@ -392,7 +390,7 @@ def test_the_timed_reads_are_exactly_the_rows_written(tiny, tmp_path, dtype):
         store = stores[benchmark.STRATEGY[impl]]
         assert (len(store), store.manifest["shard_size"], len(store.manifest["shards"])) == (count, 1000, 3)
         positions = draw_candidates(count, 7, seed=3, repeat=0)
-        scorer = benchmark.EarlScorer(model, store, impl, n, batch_size=7)
+        scorer = benchmark.EarlScorer(model, store, n, batch_size=7)
         rows = scorer.read(benchmark.candidate_ids(positions))
         written = np.stack([noise_documents(3 * 1_000_003 + n, p, 1, n, store.width, ROW_TYPES[dtype])[0]
                             for p in positions.tolist()])
