@@ -77,7 +77,7 @@ def check_room(args: argparse.Namespace, representation, encoder, documents, doc
 
 
 def queries_progress(label: str):
-    from common.commands.loop_progress import tracked
+    from common.commands.progress import tracked
 
     return functools.partial(tracked, what="query", desc=label)
 
