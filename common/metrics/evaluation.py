@@ -148,37 +148,18 @@ def _msmarco_rr(qrels: Qrels, run: Run, request: MsMarcoRRRequest, depth: int | 
     return values
 
 
-def evaluate_run(
-    qrels: Qrels,
-    run: Run,
-    measures: str | Iterable[str] = DEFAULT_MEASURES,
-    *,
-    relevance_level: int = 1,
-    complete: bool = False,
-    depth: int | None = None,
-) -> dict[str, float]:
-    """``{measure: summary value}`` (trec_eval's ``all`` lines; gdeval's ``amean``), unrounded."""
-    results = evaluate(qrels, run, measures, relevance_level=relevance_level, complete=complete, depth=depth)
-    return {name: result.summary for name, result in results.items()}
+def evaluate_run(qrels: Qrels, run: Run, measures: str | Iterable[str] = DEFAULT_MEASURES,
+                 **options) -> dict[str, float]:
+    """``{measure: summary value}`` (trec_eval's ``all`` lines; gdeval's ``amean``), unrounded; `options`: as in
+    `evaluate`."""
+    return {name: result.summary for name, result in evaluate(qrels, run, measures, **options).items()}
 
 
-def per_query(
-    qrels: Qrels,
-    run: Run,
-    measures: str | Iterable[str] = DEFAULT_MEASURES,
-    *,
-    relevance_level: int = 1,
-    complete: bool = False,
-    depth: int | None = None,
-) -> pd.DataFrame:
-    """One row per (query, measure), columns ``qid, measure, value``, in request and tool order; with ``complete``
-    the qrels queries the run lacks too, with the value the summary averages in for them."""
+def per_query(qrels: Qrels, run: Run, measures: str | Iterable[str] = DEFAULT_MEASURES, **options) -> pd.DataFrame:
+    """One row per (query, measure), columns ``qid, measure, value``, in request and tool order (`options`:
+    `evaluate`'s); with ``complete`` the qrels queries the run lacks too, with the value the summary averages in."""
     import pandas as pd
 
-    results = evaluate(qrels, run, measures, relevance_level=relevance_level, complete=complete, depth=depth)
-    rows = [
-        (qid, name, value)
-        for name, result in results.items()
-        for qid, value in (*result.values.items(), *result.missing.items())
-    ]
+    rows = [(qid, name, value) for name, result in evaluate(qrels, run, measures, **options).items()
+            for qid, value in (*result.values.items(), *result.missing.items())]
     return pd.DataFrame(rows, columns=list(COLUMNS)).astype({"qid": str, "measure": str, "value": float})
