@@ -1,15 +1,8 @@
 """``python -m common.scale``: what the training table and the representation stores cost as the data grows toward MS
 MARCO's size, measured on synthetic inputs of its shape and extrapolated.
 
-- ``training``: ``--candidates`` lines of a synthetic ``scoreddocs`` file read through ir_datasets: the table built
-  (``build``), opened with a sampler over it (``train``: private memory, time to draw a group), and the sampler over
-  the task read as dicts (``dicts``).
-- ``store``: a store of ``--documents`` documents of ``--width`` fp16 columns written, opened and read (``read``:
-  candidates scattered as a BM25 top 1,000 or contiguous, the page cache dropped before each pass).
-
-Each measurement runs in a fresh process; each measure is fitted linearly in the size (`polyfit`) and evaluated at
-MS MARCO's sizes (``extrapolation.json``), flat measures given at the largest size. Memory in MiB. docs/scale.md has
-the details.
+``training`` and ``store`` each measured in a fresh process; each measure fitted linearly in the size (`polyfit`) and
+evaluated at MS MARCO's sizes (``extrapolation.json``). Memory in MiB. docs/scale.md has the details.
 """
 
 from __future__ import annotations
