@@ -100,10 +100,8 @@ def tracked(items: Iterable, what: str, *, desc: str, **options) -> Iterator:
     progress.close()
 
 
-def progress_callback(monitor: str | None = None, *, loss: str = LOSS, terminal: bool | None = None) -> ProgressBar:
-    if terminal is None:
-        terminal = terminal_output()
-    return StepProgressBar(monitor, loss=loss) if terminal else ProgressLog(monitor, loss=loss)
+def progress_callback(monitor: str | None = None, *, terminal: bool | None = None) -> ProgressBar:
+    return StepProgressBar(monitor) if (terminal_output() if terminal is None else terminal) else ProgressLog(monitor)
 
 
 def total_steps(trainer) -> int | None:
@@ -111,19 +109,18 @@ def total_steps(trainer) -> int | None:
     return int(total) if math.isfinite(total) and total > 0 else None
 
 
-def latest(trainer, loss: str, monitor: str | None) -> dict[str, float]:
-    """The loss of the last training step as ``loss`` and the monitored measure of the last validation, where logged."""
+def latest(trainer, monitor: str | None) -> dict[str, float]:
+    """The last training step's `LOSS` as ``loss`` and the monitored measure of the last validation, where logged."""
     metrics = trainer.callback_metrics
-    return {shown: float(metrics[key]) for shown, key in (("loss", loss), (monitor, monitor)) if key in metrics}
+    return {shown: float(metrics[key]) for shown, key in (("loss", LOSS), (monitor, monitor)) if key in metrics}
 
 
 class StepProgressBar(TQDMProgressBar):
     """Lightning's tqdm bar, its training bar counting global steps out of the run's total."""
 
-    def __init__(self, monitor: str | None = None, *, loss: str = LOSS, every: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(self, monitor: str | None = None, *, every: float = 1.0, clock: Callable[[], float] = time.monotonic):
         super().__init__()
-        self.monitor, self.loss, self.every, self.clock = monitor, loss, every, clock
+        self.monitor, self.every, self.clock = monitor, every, clock
         self._drawn = -math.inf
 
     @property
@@ -150,7 +147,7 @@ class StepProgressBar(TQDMProgressBar):
             bar.set_postfix(self.get_metrics(trainer, pl_module))
 
     def get_metrics(self, trainer, pl_module) -> dict[str, float]:
-        return latest(trainer, self.loss, self.monitor)
+        return latest(trainer, self.monitor)
 
 
 class ProgressLog(ProgressBar):
@@ -160,10 +157,10 @@ class ProgressLog(ProgressBar):
     `clock`: a monotonic clock (injectable for tests). Time left is estimated from this run's own rate.
     """
 
-    def __init__(self, monitor: str | None = None, *, loss: str = LOSS, every: float | None = None,
+    def __init__(self, monitor: str | None = None, *, every: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
         super().__init__()
-        self.monitor, self.loss, self.clock = monitor, loss, clock
+        self.monitor, self.clock = monitor, clock
         self.every = LOG_EVERY if every is None else every
         self._enabled = True
         self._last = self._started = self._stage_started = 0.0
@@ -187,7 +184,7 @@ class ProgressLog(ProgressBar):
     def status(self, trainer, *, done: bool = False) -> str:
         """``step 120/600 · loss 0.512 · dev/mrr@10 0.431 · 1m23s elapsed · ~5m10s left`` (or ``· done``)."""
         return status_line("step", trainer.global_step, self._total, self.clock() - self._started,
-                           first=self._first_step, done=done, shown=latest(trainer, self.loss, self.monitor))
+                           first=self._first_step, done=done, shown=latest(trainer, self.monitor))
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._started, self._first_step, self._total = self.clock(), trainer.global_step, total_steps(trainer)
