@@ -164,11 +164,9 @@ class StoreEvaluation:
         else:
             print(metrics_table(metrics, title, ranker.measures))
             for table in [*self.tables(metrics), self.paper_tables(metrics, task, dataset)]:
-                print()
-                print(table)
+                print(f"\n{table}")
         if report is not None:
-            print()
-            print(exactness_line(scorer.label, report))
+            print(f"\n{exactness_line(scorer.label, report)}")
         files = [out / "run.trec", *written, *([] if metrics is None else [out / "metrics.json"]), out / "task.json"]
         if report is not None:
             files.append(out / "exactness.json")

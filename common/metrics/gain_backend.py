@@ -5,13 +5,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
 
 from common.metrics.gdeval import check_gdeval_labels, gdeval_topic
 from common.metrics.ordering import exact_ranking
 from common.metrics.registry import GainRequest
-
-T = TypeVar("T")
 
 
 def gain_per_query(
@@ -55,8 +52,8 @@ def by_gdeval_topic(
     return merged_qrels, merged_run
 
 
-def _merge_by_topic(table: Mapping[str, Mapping[str, T]]) -> dict[str, dict[str, T]]:
-    merged: dict[str, dict[str, T]] = {}
+def _merge_by_topic(table: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    merged: dict[str, dict[str, float]] = {}
     for qid, docs in table.items():
         target = merged.setdefault(gdeval_topic(qid), {})
         shared = target.keys() & docs.keys()
