@@ -54,9 +54,10 @@ TREC_EVAL_MEASURES: dict[str, TrecEvalMeasure] = {
     name: TrecEvalMeasure(name, Aggregation.SUM if name.startswith("num_") else
                           Aggregation.GEOMETRIC if name.startswith("gm_") else Aggregation.MEAN,
                           _PARAMS.get(name, ParamKind.NONE))
-    for name in ("num_q num_ret num_rel num_rel_ret map gm_map Rprec bpref recip_rank iprec_at_recall P recall infAP "
-                 "gm_bpref Rprec_mult utility 11pt_avg binG G ndcg ndcg_rel Rndcg ndcg_cut map_cut relative_P "
-                 "success set_P set_relative_P set_recall set_map set_F num_nonrel_judged_ret").split()
+    for name in ("num_q", "num_ret", "num_rel", "num_rel_ret", "map", "gm_map", "Rprec", "bpref", "recip_rank",
+                 "iprec_at_recall", "P", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility", "11pt_avg", "binG",
+                 "G", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "relative_P", "success", "set_P",
+                 "set_relative_P", "set_recall", "set_map", "set_F", "num_nonrel_judged_ret")
 }  # fmt: skip
 
 #: trec_eval's measure groups (``-m all_trec`` ...), without its non-numeric ``runid`` and ``relstring``.
