@@ -1,15 +1,8 @@
 """``python -m common.scale``: what the training table and the representation stores cost as the data grows toward MS
 MARCO's size, measured on synthetic inputs of its shape and extrapolated.
 
-- ``training``: ``--candidates`` lines of a synthetic ``scoreddocs`` file read through ir_datasets: the table built
-  (``build``), opened with a sampler over it (``train``: private memory, time to draw a group), and the sampler over
-  the task read as dicts (``dicts``).
-- ``store``: a store of ``--documents`` documents of ``--width`` fp16 columns written, opened and read (``read``:
-  candidates scattered as a BM25 top 1,000 or contiguous, the page cache dropped before each pass).
-
-Each measurement runs in a fresh process; each measure is fitted linearly in the size (`polyfit`) and evaluated at
-MS MARCO's sizes (``extrapolation.json``), flat measures given at the largest size. Memory in MiB. docs/scale.md has
-the details.
+``training`` and ``store`` each measured in a fresh process; each measure fitted linearly in the size (`polyfit`) and
+evaluated at MS MARCO's sizes (``extrapolation.json``). Memory in MiB. docs/scale.md has the details.
 """
 
 from __future__ import annotations
@@ -25,6 +18,7 @@ from pathlib import Path
 from common.benchmarks.fits import fit_value, polyfit
 from common.benchmarks.fresh_process import answer, measure_in_child
 from common.benchmarks.machine import describe_machine, machine
+from common.benchmarks.memory import status_mb
 from common.benchmarks.options import benchmark_parser, parse
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, significant
@@ -37,7 +31,6 @@ PASSAGES, CANDIDATES, TRAIN_QUERIES, TRAIN_TOPICS = 8_841_823, 478_002_393, 502_
 SHARD_SIZE = 1000
 #: Stores at the papers' widths (fp32 bytes per row, rows per passage): EARL S1's D, S2's 2K keys and values (Eq. 25),
 #: MVA¹'s 70 and MVA²'s 8 timesteps of [D_K | D_V], DE's one vector.
-EARL_S1_ROWS = 76
 PAPER_STORES = {"earl_s1": (768 * 4, 76), "earl_s2": (4 * 768 * 4, 76), "mva1": (256 * 4, 70), "mva2": (256 * 4, 8),
                 "de": (768 * 4, 1)}
 #: Private memory above which 8 processes (one per GPU) would not fit 1 TB beside the page cache's share.
@@ -92,19 +85,11 @@ def synthetic_matrices(start: int, count: int, width: int, rows: int, seed: int,
     return out
 
 
-def _status_mb(key: str) -> float:
-    with open("/proc/self/status") as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
-
-
-def _folder_bytes(folder: Path) -> int:
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
 def measure_training_build(paths: dict, cache: str) -> dict:
     os.environ["EFFICIENT_RANKERS_CACHE"] = cache
     from common.data.irds import IrDatasetsSource
     from common.data.training_table import ARRAYS
+    from common.stores.size import written_bytes
 
     source = IrDatasetsSource(register_training_task(paths))
     start = time.perf_counter()
@@ -112,7 +97,7 @@ def measure_training_build(paths: dict, cache: str) -> dict:
     seconds = time.perf_counter() - start
     folder = next(p for p in (Path(cache) / "training").iterdir() if p.is_dir())
     columns = [name for name in ARRAYS if name not in ("queries", "docs")]  # the rest: the ids and table.json
-    return {"build_s": seconds, "peak_mb": _status_mb("VmHWM:"), "bytes": _folder_bytes(folder),
+    return {"build_s": seconds, "peak_mb": status_mb("VmHWM:"), "bytes": written_bytes(folder),
             "column_bytes": sum((folder / f"{name}.npy").stat().st_size for name in columns),
             "queries": len(table), "documents": len(table.docs),
             "query_id_bytes": table.queries.dtype.itemsize, "doc_id_bytes": table.docs.dtype.itemsize}
@@ -127,28 +112,29 @@ def measure_training_process(paths: dict, cache: str, dicts: bool, draws: int) -
     from common.data.samplers import PointwiseSampler
 
     source = IrDatasetsSource(register_training_task(paths))
-    before = _status_mb("RssAnon:")
+    before = status_mb("RssAnon:")
     start = time.perf_counter()
     if dicts:
         sampler = PointwiseSampler.of(source.qrels(), source.candidates(), negatives=1)
     else:
         sampler = PointwiseSampler(source.training_table(), negatives=1)
     ready_s = time.perf_counter() - start
-    held = _status_mb("RssAnon:") - before
+    held = status_mb("RssAnon:") - before
     indices = np.random.default_rng(0).choice(len(sampler), size=min(draws, len(sampler)), replace=False)
     start = time.perf_counter()
     for i in indices.tolist():
         sampler[i]
     draw_us = (time.perf_counter() - start) / len(indices) * 1e6
-    after_draws = _status_mb("RssAnon:") - before
+    after_draws = status_mb("RssAnon:") - before
     topics = source.topics()  # every training process holds the queries' text too
     return {"ready_s": ready_s, "private_mb": held, "private_after_draws_mb": after_draws, "draw_us": draw_us,
-            "anchors": len(sampler), "topics_mb": _status_mb("RssAnon:") - before - after_draws,
+            "anchors": len(sampler), "topics_mb": status_mb("RssAnon:") - before - after_draws,
             "topics": len(topics)}
 
 
 def measure_store_build(folder: str, documents: int, width: int, rows: int, seed: int, dtype: str) -> dict:
     from common.stores.representations import StoreWriter
+    from common.stores.size import written_bytes
 
     ids = [str(i) for i in range(documents)]
     start = time.perf_counter()
@@ -162,7 +148,7 @@ def measure_store_build(folder: str, documents: int, width: int, rows: int, seed
         writer.write_shard(shard, arrays)
     store = writer.finish()
     seconds = time.perf_counter() - start - compute_s
-    return {"build_s": seconds, "peak_mb": _status_mb("VmHWM:"), "bytes": _folder_bytes(Path(folder)),
+    return {"build_s": seconds, "peak_mb": status_mb("VmHWM:"), "bytes": written_bytes(Path(folder)),
             "rows": store.manifest["rows"], "row_bytes": store.manifest["bytes"]}
 
 
@@ -173,11 +159,11 @@ def measure_store_reads(folder: str, queries: int, per_query: int, seed: int) ->
     from common.stores.representations import RepresentationStore
 
     folder = Path(folder)
-    before = _status_mb("RssAnon:")
+    before = status_mb("RssAnon:")
     start = time.perf_counter()
     store = RepresentationStore.open(folder)
     open_s = time.perf_counter() - start
-    opened_mb = _status_mb("RssAnon:") - before
+    opened_mb = status_mb("RssAnon:") - before
     count, take = len(store), min(per_query, len(store))
     rng = np.random.default_rng(seed)
     scattered = [rng.choice(count, size=take, replace=False) for _ in range(queries)]
@@ -199,7 +185,7 @@ def measure_store_reads(folder: str, queries: int, per_query: int, seed: int) ->
     scattered_cold, scattered_warm = cold_then_warm(scattered)
     contiguous_cold, contiguous_warm = cold_then_warm(contiguous)
     _, lru_warm = cold_then_warm(scattered, kept=64)
-    return {"open_s": open_s, "private_mb": opened_mb, "private_after_reads_mb": _status_mb("RssAnon:") - before,
+    return {"open_s": open_s, "private_mb": opened_mb, "private_after_reads_mb": status_mb("RssAnon:") - before,
             "scattered_cold_ms": scattered_cold, "contiguous_cold_ms": contiguous_cold,
             "scattered_ms": scattered_warm, "contiguous_ms": contiguous_warm, "lru64_ms": lru_warm,
             "scatter_ratio": scattered_warm / contiguous_warm, "scatter_ratio_cold": scattered_cold / contiguous_cold,
@@ -210,10 +196,6 @@ def measure_store_reads(folder: str, queries: int, per_query: int, seed: int) ->
 
 MEASURES = {"training_build": measure_training_build, "training_process": measure_training_process,
             "store_build": measure_store_build, "store_reads": measure_store_reads}
-
-
-def measure(kind: str, **spec) -> dict:
-    return MEASURES[kind](**spec)
 
 
 def extrapolate(rows: list[dict]) -> dict:
@@ -301,7 +283,7 @@ def build_parser():
 def main(argv: list[str] | None = None) -> int:
     args = parse(build_parser(), argv)
     if args._one:
-        return answer(args._one, measure)
+        return answer(args._one, lambda kind, **spec: MEASURES[kind](**spec))
     paths = output_paths(args.output_dir, "scale", ("csv", "jsonl", "png", "json"))
     paths["json"] = args.output_dir / "extrapolation.json"
     with Session(args, paths) as session:
@@ -347,7 +329,7 @@ def training_row(n: int, args, work: Path) -> dict:
 
 def store_row(n: int, args, work: Path, paper: bool = False) -> dict:
     folder = str(work / f"store-{n}")
-    width, rows, dtype = (768, EARL_S1_ROWS, "float32") if paper else (args.width, args.rows, "float16")
+    width, rows, dtype = (768, PAPER_STORES["earl_s1"][1], "float32") if paper else (args.width, args.rows, "float16")
     row = {"part": "paper_store" if paper else "store", "documents": n, "width": width, "mean_rows": rows,
            "dtype": dtype, **machine()}
     row |= measure_in_child(MODULE, {"kind": "store_build", "folder": folder, "documents": n, "width": width,

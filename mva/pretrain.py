@@ -25,7 +25,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from common.commands.loop_progress import LoopProgress
+from common.commands.progress import LoopProgress
 from common.commands.store_options import check_collection, is_collection_task, open_collection
 from common.commands.task_options import add_process_arguments, check_one_device, one_device
 from common.data.formats import DataFormatError

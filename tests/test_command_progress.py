@@ -1,5 +1,5 @@
 """The evaluate and index commands show their progress as training does where the output is no terminal: a line
-when a loop starts and ends and, between, one every `common.commands.loop_progress.LOG_EVERY` seconds (0 here: one
+when a loop starts and ends and, between, one every `common.commands.commands_progress.LOG_EVERY` seconds (0 here: one
 after every batch or query) counting what is done out of the total, the time elapsed and the time left.
 
 The tiny checkpoints are `tests/fixtures/checkpoints`' (tests/fixtures/checkpoints/README.md)."""
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from common.commands import loop_progress
+from common.commands import progress as commands_progress
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/conftest.py
 
@@ -27,7 +27,7 @@ def counted(lines: list[str], what: str) -> list[tuple[int, int]]:
 
 @pytest.fixture
 def every_batch(monkeypatch):
-    monkeypatch.setattr(loop_progress, "LOG_EVERY", 0.0)
+    monkeypatch.setattr(commands_progress, "LOG_EVERY", 0.0)
 
 
 def test_conformer_kernel_evaluate_counts_its_test_and_index_batches(every_batch, tmp_path, capsys):

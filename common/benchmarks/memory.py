@@ -16,22 +16,18 @@ MB = 2**20
 def peak_mb(step: Callable[[], object], device: str) -> float:
     """Peak memory in MB of one call of `step` above what was in use before it."""
     if device == "cuda":
-        return cuda_peak_mb(step)
+        import torch
+
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step()
+        torch.cuda.synchronize()
+        return (torch.cuda.max_memory_allocated() - before) / MB
     reset = reset_peak_rss()
     before = rss_mb()
     step()
     return max((peak_rss_mb() if reset else max_rss_mb()) - before, 0.0)
-
-
-def cuda_peak_mb(step: Callable[[], object]) -> float:
-    import torch
-
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    step()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - before) / MB
 
 
 def rss_mb() -> float:
@@ -56,24 +52,25 @@ def reset_peak_rss() -> bool:
         return False
 
 
-def peak_rss_mb() -> float:
-    return _status_kb("VmHWM:") / 1024
-
-
-def _status_kb(key: str, path: str = "/proc/self/status") -> int:
+def status_mb(key: str, path: str = "/proc/self/status") -> float:
+    """The `key` line of Linux's `path` (kB), in MB."""
     with open(path) as f:
-        return next(int(line.split()[1]) for line in f if line.startswith(key))
+        return next(int(line.split()[1]) for line in f if line.startswith(key)) / 1024
+
+
+def peak_rss_mb() -> float:
+    return status_mb("VmHWM:")
 
 
 def available_mb() -> float:
     """MemAvailable of /proc/meminfo (what the kernel can give without swapping), in MB."""
-    return _status_kb("MemAvailable:", "/proc/meminfo") / 1024
+    return status_mb("MemAvailable:", "/proc/meminfo")
 
 
 def limit_data_segment(share: float) -> None:
     """RLIMIT_DATA = this process's data segment + `share` of MemAvailable: an allocation beyond it is an error in
     this process, not the OOM killer."""
-    limit = _status_kb("VmData:") * 1024 + int(share * available_mb() * MB)
+    limit = int(status_mb("VmData:") * MB) + int(share * available_mb() * MB)
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)

@@ -64,12 +64,10 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     if default is not None and args.output_dir == Path(default):
         args.output_dir = Path(default.replace(_START_TIME, time.strftime("%Y%m%d-%H%M%S")))
     for action in parser._actions:
-        if action.nargs == "+":
-            seen = set()
-            for value in getattr(args, action.dest):
-                if value in seen:
-                    usage_error(f"argument {action.option_strings[0]}: {value} is given twice")
-                seen.add(value)
+        values = getattr(args, action.dest) if action.nargs == "+" else []
+        twice = next((value for i, value in enumerate(values) if value in values[:i]), None)
+        if twice is not None:
+            usage_error(f"argument {action.option_strings[0]}: {twice} is given twice")
     return args
 
 

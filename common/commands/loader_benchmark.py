@@ -1,12 +1,8 @@
 """``python -m common.commands.loader_benchmark``: how many examples a second each package's training and index
-loaders make on the CPU, with 0, 2 and 4 loader workers (``results/loaders/``), to read against a model's step.
-
-The loaders exactly as the commands build them, on the built-in collection: ``<package>.train`` with the settings of
-the package's embedded default (an example: a (query, document) pair), ``earl.index``, ``mva.index`` and
-``conformer_kernel.index`` over ``builtin:test``'s documents (an example: a document). Each (loader, workers) is
-measured ``--repeats`` times on a new loader: ``startup_s`` to its first batch, ``examples_per_s`` over ``--batches``
-batches, ``ms`` per model step's worth; ``peak_mb`` the rise of this process's peak resident set. The paper packages'
-classes are named by import path (`common` imports no paper package). docs/loader_benchmark.md has the details.
+loaders make on the CPU, with 0, 2 and 4 loader workers (``results/loaders/``), to read against a model's step: the
+loaders exactly as the commands build them, on the built-in collection, each (loader, workers) timed ``--repeats``
+times on a new loader. The paper packages' classes are named by import path (`common` imports no paper package).
+docs/loader_benchmark.md has the details.
 """
 
 from __future__ import annotations

@@ -30,28 +30,24 @@ def top(run: Run, depth: int) -> Run:
 
 
 def write_results(output_dir: Path, name: str, run: Run, qrels: Qrels, candidates: Run, relevance_level: int, *,
-                  measures: tuple[str, ...], task, dataset: str | None, others: dict | None = None,
-                  overwrite: bool = False) -> dict | None:
+                  measures: tuple[str, ...], task, dataset: str | None, others: dict | None = None) -> dict | None:
     """Write ``run.trec``, ``task.json`` and, last, ``metrics.json``."""
-    return _write(output_dir, {RUN: (name, run)}, qrels, candidates, relevance_level, measures=measures, task=task,
-                  dataset=dataset, others=others, overwrite=overwrite)
+    return _write(output_dir, {RUN: (name, run)}, qrels, candidates, relevance_level, measures, task, dataset, others)
 
 
 def write_mode_results(output_dir: Path, name: str, runs: dict[str, Run], qrels: Qrels, candidates: Run,
                        relevance_level: int, *, measures: tuple[str, ...], task, dataset: str | None, depth: int,
-                       others: dict | None = None, overwrite: bool = False) -> dict | None:
+                       others: dict | None = None) -> dict | None:
     named = {mode_run(mode): (f"{name}-{mode}", top(run, depth)) for mode, run in runs.items()}
-    return _write(output_dir, named, qrels, candidates, relevance_level, measures=measures, task=task,
-                  dataset=dataset, others=others, depth=depth, overwrite=overwrite)
+    return _write(output_dir, named, qrels, candidates, relevance_level, measures, task, dataset, others, depth)
 
 
 def _write(output_dir: Path, runs: dict[str, tuple[str, Run]], qrels: Qrels, candidates: Run, relevance_level: int,
-           *, measures: tuple[str, ...], task, dataset: str | None, others: dict | None = None,
-           depth: int | None = None, overwrite: bool = False) -> dict | None:
+           measures: tuple[str, ...], task, dataset: str | None, others: dict | None, depth: int | None = None):
     for file, (name, run) in runs.items():
-        write_run(output_dir / file, run, tag=name, overwrite=overwrite)
+        write_run(output_dir / file, run, tag=name)
     if not qrels:
-        write_task_info(output_dir, task, dataset, overwrite=overwrite)
+        write_task_info(output_dir, task, dataset)
         return None
     metrics = {name: evaluate_run(qrels, run, measures, relevance_level=relevance_level) for name, run in runs.values()}
     queries = dict.fromkeys(qid for _, run in runs.values() for qid in run)
@@ -59,8 +55,8 @@ def _write(output_dir: Path, runs: dict[str, tuple[str, Run]], qrels: Qrels, can
     metrics["bm25"] = evaluate_run(qrels, bm25 if depth is None else top(bm25, depth), measures,
                                    relevance_level=relevance_level)
     metrics.update(others or {})
-    write_task_info(output_dir, task, dataset, overwrite=overwrite)
-    with atomic_write(output_dir / "metrics.json", overwrite=overwrite) as f:
+    write_task_info(output_dir, task, dataset)
+    with atomic_write(output_dir / "metrics.json") as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
         f.write("\n")
     return metrics

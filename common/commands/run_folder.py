@@ -61,14 +61,11 @@ def resumed_run(given: list[str]) -> Path | None:
 def requeued(given: list[str]) -> list[str]:
     """`given` with ``--ckpt_path last`` added where SLURM reruns it in its run's folder."""
     out = flag(given, "output_dir")
-    if not slurm_restarts() or flag(given, "ckpt_path") is not None or out is None:
-        return given
-    folder = Path(out)
-    if not (folder / CONFIG).is_file():
-        return given
-    if not ((folder / "checkpoints" / LAST).is_file() or (folder / FINISHED).is_file()):
-        return given
-    return [*given, "--ckpt_path", "last"]
+    folder = Path(out or ".")
+    if (slurm_restarts() and flag(given, "ckpt_path") is None and out is not None and (folder / CONFIG).is_file()
+            and ((folder / "checkpoints" / LAST).is_file() or (folder / FINISHED).is_file())):
+        return [*given, "--ckpt_path", "last"]
+    return given
 
 
 def restarts_in_place(folder: Path) -> bool:

@@ -77,7 +77,7 @@ def check_room(args: argparse.Namespace, representation, encoder, documents, doc
 
 
 def queries_progress(label: str):
-    from common.commands.loop_progress import tracked
+    from common.commands.progress import tracked
 
     return functools.partial(tracked, what="query", desc=label)
 
@@ -164,11 +164,9 @@ class StoreEvaluation:
         else:
             print(metrics_table(metrics, title, ranker.measures))
             for table in [*self.tables(metrics), self.paper_tables(metrics, task, dataset)]:
-                print()
-                print(table)
+                print(f"\n{table}")
         if report is not None:
-            print()
-            print(exactness_line(scorer.label, report))
+            print(f"\n{exactness_line(scorer.label, report)}")
         files = [out / "run.trec", *written, *([] if metrics is None else [out / "metrics.json"]), out / "task.json"]
         if report is not None:
             files.append(out / "exactness.json")

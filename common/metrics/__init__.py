@@ -10,17 +10,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
-from common.metrics.evaluation import MeasureResult, evaluate, evaluate_run
+from common.metrics.evaluation import MeasureResult, evaluate, evaluate_run, per_query
 from common.metrics.registry import DEFAULT_MEASURES, GAIN_MEASURES, parse_measures
 from common.metrics.trec_eval_measures import TREC_EVAL_MEASURES, Aggregation
 
 if TYPE_CHECKING:
-    from common.metrics.per_query_table import per_query
     from common.metrics.ranking_metric import RankingMetrics
     from common.metrics.significance import PairedTTest, paired_ttest
 
 _LAZY = {
-    "per_query": "common.metrics.per_query_table",
     "paired_ttest": "common.metrics.significance",
     "PairedTTest": "common.metrics.significance",
     "RankingMetrics": "common.metrics.ranking_metric",

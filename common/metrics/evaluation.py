@@ -9,12 +9,14 @@ query. trec_eval's fatal "no queries with both results and relevance info" is a 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from common.metrics.gain_backend import gain_per_query
-from common.metrics.msmarco_rr import msmarco_rr_per_query
+from common.metrics.ordering import msmarco_ranking
 from common.metrics.pytrec_eval_backend import request_names, trec_eval_per_query
 from common.metrics.registry import (
     DEFAULT_MEASURES,
@@ -27,9 +29,14 @@ from common.metrics.registry import (
 )
 from common.metrics.trec_eval_measures import MIN_GEO_MEAN, Aggregation
 
+if TYPE_CHECKING:
+    import pandas as pd
+
 # Read-only views of common.data.formats.Qrels / Run (the layout pytrec_eval takes).
 Qrels = Mapping[str, Mapping[str, int]]
 Run = Mapping[str, Mapping[str, float]]
+#: The columns of `per_query`'s frame.
+COLUMNS = ("qid", "measure", "value")
 
 
 @dataclass(frozen=True)
@@ -40,9 +47,26 @@ class MeasureResult:
     name: str
     values: dict[str, float]
     missing: dict[str, float]
-    summary: float
     aggregation: Aggregation
     digits: int
+
+    @functools.cached_property
+    def summary(self) -> float:
+        """The summary over all queries, summed in query order by a plain loop as the tools do (Python 3.12's sum()
+        compensates rounding)."""
+        count = len(self.values) + len(self.missing)
+        total = 0.0
+        for value in self.values.values():
+            total += value
+        if self.aggregation is Aggregation.GEOMETRIC:
+            # meas_avg.c adds the absent queries' log(MIN_GEO_MEAN) as one product.
+            total += len(self.missing) * math.log(MIN_GEO_MEAN)
+            return math.exp(total / count) if count else 0.0
+        for value in self.missing.values():
+            total += value
+        if self.aggregation is Aggregation.SUM:
+            return total
+        return total / count if count else 0.0
 
     @property
     def printed_per_query(self) -> bool:
@@ -96,58 +120,46 @@ def _results(
     if isinstance(request, GainRequest):
         values, absent_topics = gain_per_query(qrels, run, request, depth=depth)
         missing = dict.fromkeys(absent_topics, 0.0) if complete else {}
-        yield request.name, _result(request.name, values, missing, Aggregation.MEAN, request.measure.digits)
+        yield request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, request.measure.digits)
         return
     absent = sorted(qrels.keys() - run.keys())
     if isinstance(request, MsMarcoRRRequest):
-        values = msmarco_rr_per_query(qrels, run, request, depth=depth)
+        values = _msmarco_rr(qrels, run, request, depth)
         missing = dict.fromkeys(absent, 0.0)
-        yield request.name, _result(request.name, values, missing, Aggregation.MEAN, TREC_EVAL_DIGITS)
+        yield request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, TREC_EVAL_DIGITS)
         return
     measure = request.measure
     level = relevance_level if request.relevance_level is None else request.relevance_level
     counted = absent if complete or request.complete else []
     missing = {qid: measure.missing_value(qrels[qid], level) for qid in counted}
     for name in request_names(request):
-        yield name, _result(name, trec_eval_values[name], missing, measure.aggregation, TREC_EVAL_DIGITS)
+        yield name, MeasureResult(name, trec_eval_values[name], missing, measure.aggregation, TREC_EVAL_DIGITS)
 
 
-def _result(
-    name: str, values: dict[str, float], missing: dict[str, float], aggregation: Aggregation, digits: int
-) -> MeasureResult:
-    return MeasureResult(
-        name, values, missing, summarize(aggregation, values.values(), missing.values()), aggregation, digits
-    )
+def _msmarco_rr(qrels: Qrels, run: Run, request: MsMarcoRRRequest, depth: int | None) -> dict[str, float]:
+    """ir_measures' ``RR@K`` (MS MARCO's ``compute_metrics``) for the queries of both, in trec_eval's query order: the
+    reciprocal rank of the first relevant document in the top ``min(k, depth)``, ties by docid ascending, else 0."""
+    cut = request.k if depth is None else min(request.k, depth)
+    values = {}
+    for qid in sorted(run.keys() & qrels.keys()):
+        relevant = {doc for doc, label in qrels[qid].items() if label >= request.relevance_level}
+        top = msmarco_ranking(run[qid])[:cut]
+        values[qid] = next((1.0 / rank for rank, doc in enumerate(top, start=1) if doc in relevant), 0.0)
+    return values
 
 
-def summarize(aggregation: Aggregation, evaluated: Iterable[float], missing: Iterable[float]) -> float:
-    """The summary over all queries, summed in query order by a plain loop as the tools do (Python 3.12's sum()
-    compensates rounding)."""
-    evaluated, missing = list(evaluated), list(missing)
-    count = len(evaluated) + len(missing)
-    total = 0.0
-    for value in evaluated:
-        total += value
-    if aggregation is Aggregation.GEOMETRIC:
-        # meas_avg.c adds the absent queries' log(MIN_GEO_MEAN) as one product.
-        total += len(missing) * math.log(MIN_GEO_MEAN)
-        return math.exp(total / count) if count else 0.0
-    for value in missing:
-        total += value
-    if aggregation is Aggregation.SUM:
-        return total
-    return total / count if count else 0.0
+def evaluate_run(qrels: Qrels, run: Run, measures: str | Iterable[str] = DEFAULT_MEASURES,
+                 **options) -> dict[str, float]:
+    """``{measure: summary value}`` (trec_eval's ``all`` lines; gdeval's ``amean``), unrounded; `options`: as in
+    `evaluate`."""
+    return {name: result.summary for name, result in evaluate(qrels, run, measures, **options).items()}
 
 
-def evaluate_run(
-    qrels: Qrels,
-    run: Run,
-    measures: str | Iterable[str] = DEFAULT_MEASURES,
-    *,
-    relevance_level: int = 1,
-    complete: bool = False,
-    depth: int | None = None,
-) -> dict[str, float]:
-    """``{measure: summary value}`` (trec_eval's ``all`` lines; gdeval's ``amean``), unrounded."""
-    results = evaluate(qrels, run, measures, relevance_level=relevance_level, complete=complete, depth=depth)
-    return {name: result.summary for name, result in results.items()}
+def per_query(qrels: Qrels, run: Run, measures: str | Iterable[str] = DEFAULT_MEASURES, **options) -> pd.DataFrame:
+    """One row per (query, measure), columns ``qid, measure, value``, in request and tool order (`options`:
+    `evaluate`'s); with ``complete`` the qrels queries the run lacks too, with the value the summary averages in."""
+    import pandas as pd
+
+    rows = [(qid, name, value) for name, result in evaluate(qrels, run, measures, **options).items()
+            for qid, value in (*result.values.items(), *result.missing.items())]
+    return pd.DataFrame(rows, columns=list(COLUMNS)).astype({"qid": str, "measure": str, "value": float})

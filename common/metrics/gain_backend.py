@@ -5,13 +5,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar
 
-from common.metrics.gdeval import check_gdeval_labels, gdeval_topic, gdeval_topic_order
+from common.metrics.gdeval import check_gdeval_labels, gdeval_topic
 from common.metrics.ordering import exact_ranking
 from common.metrics.registry import GainRequest
-
-T = TypeVar("T")
 
 
 def gain_per_query(
@@ -27,7 +24,7 @@ def gain_per_query(
     if measure.gdeval_topics:
         check_gdeval_labels(qrels)
         qrels, run = by_gdeval_topic(qrels, run)
-        order = gdeval_topic_order
+        order = int  # gdeval.pl orders and groups topics numerically
     else:
         order = str
     judged = {qid: [label for label in labels.values() if label > 0] for qid, labels in qrels.items()}
@@ -50,13 +47,13 @@ def by_gdeval_topic(
     merged_qrels, merged_run = _merge_by_topic(qrels), _merge_by_topic(run)
     numbers: dict[int, str] = {}
     for topic in merged_qrels.keys() | merged_run.keys():
-        if numbers.setdefault(gdeval_topic_order(topic), topic) != topic:
+        if numbers.setdefault(int(topic), topic) != topic:
             raise ValueError(f"gdeval topic ids {topic!r} and {numbers[int(topic)]!r} are the same number")
     return merged_qrels, merged_run
 
 
-def _merge_by_topic(table: Mapping[str, Mapping[str, T]]) -> dict[str, dict[str, T]]:
-    merged: dict[str, dict[str, T]] = {}
+def _merge_by_topic(table: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+    merged: dict[str, dict[str, float]] = {}
     for qid, docs in table.items():
         target = merged.setdefault(gdeval_topic(qid), {})
         shared = target.keys() & docs.keys()

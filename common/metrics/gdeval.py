@@ -48,11 +48,6 @@ def gdeval_topic(qid: str) -> str:
     return topic
 
 
-def gdeval_topic_order(topic: str) -> int:
-    """gdeval.pl orders and groups topics numerically."""
-    return int(topic)
-
-
 def check_gdeval_labels(qrels: Mapping[str, Mapping[str, int]]) -> None:
     """gdeval.pl refuses a qrels file with a label above MAX_JUDGMENT."""
     for qid, judged in qrels.items():

@@ -6,9 +6,10 @@ pytrec_eval 0.5.11) on the score as a C ``float``, ties by docid descending (`tr
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 import numpy as np
+
 
 def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
     """One query's ``(docid, score)`` pairs in trec_eval 9.0.8's order (float32 score, then docid, descending)."""
@@ -17,7 +18,8 @@ def ranked(scores: Mapping[str, float]) -> list[tuple[str, float]]:
     return [(doc_id, scores[doc_id]) for _, doc_id in order]
 
 
-def with_unscored_below(run: dict[str, dict[str, float]], candidates: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
+def with_unscored_below(run: dict[str, dict[str, float]],
+                        candidates: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, float]]:
     """`run` (re-ranked scores), changed in place, with each query's other `candidates` below in first-stage order
     (score = lowest re-ranked score - rank below it)."""
     for qid, scored in run.items():
@@ -26,9 +28,6 @@ def with_unscored_below(run: dict[str, dict[str, float]], candidates: Mapping[st
         for rank, doc_id in enumerate(rest, start=1):
             scored[doc_id] = floor - rank
     return run
-
-
-Ranking = Callable[[Mapping[str, float]], list[str]]
 
 
 def trec_eval_ranking(scores: Mapping[str, float]) -> list[str]:
@@ -46,15 +45,11 @@ def msmarco_ranking(scores: Mapping[str, float]) -> list[str]:
     return [doc for doc, _ in sorted(scores.items(), key=lambda item: (-item[1], item[0]))]
 
 
-def cut_run(
-    run: Mapping[str, Mapping[str, float]], depth: int | None, ranking: Ranking = trec_eval_ranking
-) -> Mapping[str, Mapping[str, float]]:
-    """Each query's top `depth` documents under `ranking`, with their scores (trec_eval ``-M``); None: `run`."""
+def cut_run(run: Mapping[str, Mapping[str, float]], depth: int | None) -> Mapping[str, Mapping[str, float]]:
+    """Each query's top `depth` documents in trec_eval's order, with their scores (trec_eval ``-M``); None: `run`."""
     if depth is None:
         return run
-    if depth < 1:
-        raise ValueError(f"depth must be a positive number of documents, got {depth}")
     return {
-        qid: scores if len(scores) <= depth else {doc: scores[doc] for doc in ranking(scores)[:depth]}
+        qid: scores if len(scores) <= depth else {doc: scores[doc] for doc in trec_eval_ranking(scores)[:depth]}
         for qid, scores in run.items()
     }

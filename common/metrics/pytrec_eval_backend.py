@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import pytrec_eval
 
-from common.metrics.ordering import cut_run, trec_eval_ranking
+from common.metrics.ordering import cut_run
 from common.metrics.registry import TrecEvalRequest
 
 
@@ -33,12 +33,6 @@ def request_names(request: TrecEvalRequest) -> tuple[str, ...]:
     return (request.alias,) if request.alias else output_names(request.spec)
 
 
-def effective_depth(request: TrecEvalRequest, depth: int | None) -> int | None:
-    """The smaller of the global ``-M`` and the request's own depth (None = unlimited)."""
-    depths = [d for d in (depth, request.depth) if d is not None]
-    return min(depths) if depths else None
-
-
 def trec_eval_per_query(
     qrels: Mapping[str, Mapping[str, int]],
     run: Mapping[str, Mapping[str, float]],
@@ -52,11 +46,12 @@ def trec_eval_per_query(
     groups: dict[tuple[int | None, int], list[TrecEvalRequest]] = {}
     for request in requests:
         level = relevance_level if request.relevance_level is None else request.relevance_level
-        groups.setdefault((effective_depth(request, depth), level), []).append(request)
+        depths = [d for d in (depth, request.depth) if d is not None]  # the smaller of -M and the request's own
+        groups.setdefault((min(depths, default=None), level), []).append(request)
 
     values: dict[str, dict[str, float]] = {}
     for (group_depth, level), group in groups.items():
-        ranked = cut_run(run, group_depth, trec_eval_ranking)
+        ranked = cut_run(run, group_depth)
         for specs, members in _passes(group):
             evaluator = pytrec_eval.RelevanceEvaluator(qrels, specs, relevance_level=level)
             per_query = evaluator.evaluate(ranked)

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from common.metrics.gdeval import gdeval_err, gdeval_ndcg
-from common.metrics.ncg import ncg
 from common.metrics.trec_eval_measures import NICKNAMES, TREC_EVAL_MEASURES, ParamKind, TrecEvalMeasure
 
 #: The TREC Deep Learning track's measures; what ``python -m common.evaluate`` prints without ``-m``.
@@ -26,6 +25,12 @@ DEFAULT_MEASURES: tuple[str, ...] = ("ndcg_cut_10", "map", "recip_rank", "mrr@10
 
 #: trec_eval prints 4 decimals.
 TREC_EVAL_DIGITS = 4
+
+
+def ncg(gains: Sequence[int], judged: Sequence[int], k: int) -> float:
+    """NCG@k (Rosset et al., SIGIR 2018; Mitra et al.'s NCG@100, TREC DL 2020 in the Conformer-Kernel paper): the sum
+    of max(label, 0) over the top k over the same sum for the k highest labels of the qrels, no rank discount."""
+    return sum(gains[:k]) / sum(sorted(judged, reverse=True)[:k])
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,12 @@
-"""`common.commands.loop_progress`: the lines a loop without Lightning prints where the output is no terminal, and
+"""`common.commands.progress.LoopProgress`: the lines a loop without Lightning prints where the output is no terminal, and
 its bar in a terminal."""
 
 import io
 
 import pytest
 
-from common.commands import loop_progress
-from common.commands.loop_progress import LoopProgress, status_line, tracked
+from common.commands import progress as commands_progress
+from common.commands.progress import LoopProgress, status_line, tracked
 
 
 class Ticks:
@@ -41,7 +41,7 @@ def test_shown_values_and_an_unknown_total():
 
 
 def test_tracked_yields_every_item_and_reads_log_every_when_it_starts(monkeypatch, capsys):
-    monkeypatch.setattr(loop_progress, "LOG_EVERY", 0.0)
+    monkeypatch.setattr(commands_progress, "LOG_EVERY", 0.0)
     assert list(tracked({"q1": 1, "q2": 2}.items(), "query", desc="re-rank", terminal=False)) == [("q1", 1), ("q2", 2)]
     lines = capsys.readouterr().err.splitlines()
     assert [line.split(" · ")[0] for line in lines] == ["query 1/2", "query 2/2", "query 2/2"]
@@ -66,4 +66,4 @@ def test_a_terminal_shows_a_bar_and_no_lines(monkeypatch, capsys):
 @pytest.mark.parametrize("every", [None, 5.0])
 def test_the_interval_is_log_every_unless_given(every):
     progress = LoopProgress(1, "query", desc="x", terminal=False, every=every)
-    assert progress.every == (loop_progress.LOG_EVERY if every is None else every) and loop_progress.LOG_EVERY == 30.0
+    assert progress.every == (commands_progress.LOG_EVERY if every is None else every) and commands_progress.LOG_EVERY == 30.0

@@ -30,8 +30,6 @@ def test_one_run_is_run_trec_beside_bm25_and_the_baselines(tmp_path):
     with pytest.raises(FileExistsError):  # never over a finished run's files
         write_results(tmp_path, "mine", run, QRELS, CANDIDATES, 1, measures=MEASURES, task="builtin:test",
                       dataset=None)  # fmt: skip
-    write_results(tmp_path, "mine", run, QRELS, CANDIDATES, 1, measures=MEASURES, task="builtin:test", dataset=None,
-                  overwrite=True)  # fmt: skip
 
 
 def test_several_runs_are_cut_to_the_depth_and_so_is_bm25(tmp_path):

@@ -15,7 +15,7 @@ from lightning.pytorch.callbacks.progress.tqdm_progress import Tqdm
 from torch import nn
 from torch.utils.data import DataLoader, IterableDataset
 
-from common.commands.durations import duration
+from common.commands.progress import duration
 from common.commands.progress import ProgressLog, StepProgressBar, progress_callback
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
