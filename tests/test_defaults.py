@@ -1,5 +1,6 @@
 """Every hyper-parameter's default is written once: within a package, no two signatures (or dataclass fields) give
-the same setting a literal default. A setting's one default is its LightningCLI class's (`<pkg>.ranker`,
+a setting the same literal default (the same name with another value is another quantity: an index command's batch
+size is not the data module's). A setting's one default is its LightningCLI class's (`<pkg>.ranker`,
 `<pkg>.data`), or a constant both the model and the data module read; inner modules take the value they are given."""
 
 import ast
@@ -26,8 +27,8 @@ def hyper_parameters(package: str) -> set[str]:
     return names
 
 
-def literal_defaults(path: Path, names: set[str]) -> list[tuple[str, str]]:
-    """(name, where) for each literal default of a parameter or field named in `names` in the file `path`."""
+def literal_defaults(path: Path, names: set[str]) -> list[tuple[tuple, str]]:
+    """((name, value), where) for each literal default of a parameter or field named in `names` in the file `path`."""
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -35,11 +36,11 @@ def literal_defaults(path: Path, names: set[str]) -> list[tuple[str, str]]:
             positional = args.posonlyargs + args.args
             pairs = [*zip(positional[len(positional) - len(args.defaults):], args.defaults),
                      *((a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None)]
-            found += [(a.arg, f"{path.relative_to(REPO)}:{node.lineno} {node.name}") for a, d in pairs
+            found += [((a.arg, d.value), f"{path.relative_to(REPO)}:{node.lineno} {node.name}") for a, d in pairs
                       if a.arg in names and isinstance(d, ast.Constant) and d.value is not None]
         elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id in names \
                 and isinstance(node.value, ast.Constant) and node.value.value is not None:
-            found.append((node.target.id, f"{path.relative_to(REPO)}:{node.lineno}"))
+            found.append(((node.target.id, node.value.value), f"{path.relative_to(REPO)}:{node.lineno}"))
     return found
 
 
