@@ -23,6 +23,7 @@ from torch import Tensor, nn
 
 from common.encoders.dropout import attention
 from common.encoders.precision import full_precision
+from earl import COPY_CROSS, LOSS, POOL, TIED
 
 #: Pool of Eq. 22: the [CLS] position (ClsPool) or the mean over real query tokens (AvePool).
 Pool = Literal["cls", "mean"]
@@ -108,7 +109,7 @@ class JudgeBlock(nn.Module):
         return self.ffn(selfed)  # Eq. 19
 
     @torch.no_grad()
-    def copy_bert_layer(self, layer, copy_cross: bool = True) -> None:
+    def copy_bert_layer(self, layer, copy_cross: bool) -> None:
         """Initialise from a ``BertLayer`` (Sec. 3.4); `copy_cross`: its self-attention into the cross-attention too."""
         targets = [self.self_attention] + ([self.cross] if copy_cross else [])
         source = layer.attention
@@ -139,8 +140,7 @@ def pool(hidden: Tensor, mask: Tensor, kind: str) -> Tensor:
 class EARL(nn.Module):
     """T_doc, T_qry and K judge blocks: `encode_documents` offline, `encode_queries` per query, `judge` per document."""
 
-    def __init__(self, doc_encoder: nn.Module, query_encoder: nn.Module, blocks: nn.ModuleList, pool: Pool = "cls",
-                 loss: Loss = "hinge"):  # fmt: skip
+    def __init__(self, doc_encoder: nn.Module, query_encoder: nn.Module, blocks: nn.ModuleList, pool: Pool, loss: Loss):
         super().__init__()
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool must be cls or mean, got {pool!r}")
@@ -204,8 +204,8 @@ class EARL(nn.Module):
                           batch["query_index"])  # fmt: skip
 
 
-def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: bool = False,
-               copy_from_bert: bool = True, copy_cross: bool = True, pool: Pool = "cls", loss: Loss = "hinge") -> EARL:
+def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: bool = TIED,
+               copy_from_bert: bool = True, copy_cross: bool = COPY_CROSS, pool: Pool = POOL, loss: Loss = LOSS) -> EARL:
     """EARL over an L-layer ``BertModel`` `bert` (T_doc, not copied), Sec. 3.4: T_qry its first `query_layers` l
     (default L - K; `tied`: the very modules), judge block i from layer l + i (`copy_from_bert`; `copy_cross` also
     into the cross-attention), else as BERT initialises a fresh layer."""

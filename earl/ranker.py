@@ -16,7 +16,7 @@ from torch import Tensor
 
 from common.encoders.bert_reranking import BertRerankingModule, bert_encoder
 from common.refusals import SettingError
-from earl import portable
+from earl import COPY_CROSS, LOSS, MARGIN, POOL, TIED, portable
 from earl.data import Architecture
 from earl.model import Loss, Pool
 
@@ -24,12 +24,12 @@ from earl.model import Loss, Pool
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
 
 
-def hinge_loss(positive: Tensor, negative: Tensor, margin: float = 1.0) -> Tensor:
+def hinge_loss(positive: Tensor, negative: Tensor, margin: float) -> Tensor:
     """Pairwise hinge loss (Sec. 3.4): mean of max(0, margin - s(q, d+) + s(q, d-))."""
     return torch.clamp(margin - positive + negative, min=0).mean()
 
 
-def run_name(architecture: str, pool: str = "cls", tied: bool = False) -> str:
+def run_name(architecture: str, pool: str, tied: bool) -> str:
     """The name of a run and its metrics: ``earl_cls``, ``earl_mean_tied``, ``bert_ranker``, ``bert_siamese``."""
     if architecture != "earl":
         return architecture
@@ -83,11 +83,11 @@ class EARLRanker(BertRerankingModule):
         intermediate_size: PositiveInt = 3072,
         num_blocks: PositiveInt = 2,
         query_layers: NonNegativeInt | None = None,
-        pool: Pool = "cls",
-        tied: bool = False,
-        copy_cross: bool = True,
-        loss: Loss = "hinge",
-        margin: PositiveFloat = 1.0,
+        pool: Pool = POOL,
+        tied: bool = TIED,
+        copy_cross: bool = COPY_CROSS,
+        loss: Loss = LOSS,
+        margin: PositiveFloat = MARGIN,
         dropout: ClosedUnitInterval = 0.1,
         lr: NonNegativeFloat = 3e-5,
         warmup_steps: NonNegativeInt = 1000,

@@ -429,7 +429,7 @@ def test_tied_training_step_updates_shared_layers_identically():
         before = [p.detach().clone() for p in model.doc_encoder.encoder.layer[:2].parameters()]
         optimizer = torch.optim.SGD(model.parameters(), lr=1.0)
         scores = model(earl_batch())  # documents 0 and 2 share query 1: positive 0, negative 2
-        hinge_loss(scores[:1], scores[2:]).backward()
+        hinge_loss(scores[:1], scores[2:], margin=1.0).backward()
         optimizer.step()
         after_doc = list(model.doc_encoder.encoder.layer[:2].parameters())
         after_query = list(model.query_encoder.encoder.layer.parameters())
