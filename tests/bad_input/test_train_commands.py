@@ -104,8 +104,7 @@ def test_a_bad_value_in_a_config_file_is_the_real_parsers_one_line(tmp_path, mod
 
 
 def test_what_only_the_resolved_config_shows_is_refused_before_anything_is_built(tmp_path):
-    """A section's own config file (``--model FILE``) is not resolved at the front door: the parsed config is
-    checked before the classes are built."""
+    """A section's own config file (``--model FILE``) is refused as the flag would be."""
     inputs = tmp_path / "inputs"
     inputs.mkdir()
     (inputs / "model.yaml").write_text("num_heads: 3\n")

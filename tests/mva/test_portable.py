@@ -253,9 +253,9 @@ def test_recognises_mva_checkpoints_only():
 
 
 @pytest.mark.parametrize("name", ["mva", "mva-de", "mva-ca"])
-def test_an_old_checkpoint_scores_its_expected_run(monkeypatch, name):
-    """The MVA fixtures (weights under ``ranker.``, no entry: rebuilt from their hyper-parameters) against the run
-    ``mva.evaluate`` wrote when they were made, within tests/test_old_checkpoints.py's 1e-5 (another CPU's sums)."""
+def test_a_fixture_checkpoint_scores_its_expected_run(monkeypatch, name):
+    """The MVA fixtures (no entry: rebuilt from their hyper-parameters) against the run ``mva.evaluate`` wrote when
+    they were made, within 1e-5 (another CPU's sums)."""
     monkeypatch.setattr(common.api, "PACKAGES", ("earl", "mva"))  # the packages of these tests
     expected = run_scores(FIXTURES / "expected" / name)
     data = MVADataModule(train=None, dev=None, test="builtin:test", depth=10, test_queries=10, passage_length=48)
