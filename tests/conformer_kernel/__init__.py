@@ -1,5 +1,6 @@
 """The Conformer-Kernel's inner modules as the tests build them: over the LightningCLI classes' defaults (the
-model's read from `ConformerKernelRanker`'s signature), `given` over them."""
+model's read from `ConformerKernelRanker`'s signature, the featuriser's limits from `conformer_kernel`), `given`
+over them."""
 
 import inspect
 
@@ -19,3 +20,10 @@ def ndrm1_options(**given) -> dict:
     del settings["encoder"]
     return {**settings, "separable": True, **given}
 
+
+def featurizer_of(resources, **given):
+    """A `Featurizer` of `resources` with the data module's limits (`conformer_kernel.portable.INPUTS`)."""
+    from conformer_kernel.features import Featurizer
+    from conformer_kernel.portable import INPUTS
+
+    return Featurizer(resources, **{**INPUTS, **given})
