@@ -58,15 +58,21 @@ def make_batch(n: int, queries: int, docs: int, query_terms: int, vocab_size: in
 
 
 def build_model(impl: str, n: int, settings: dict):
-    """NDRM1 with Transformer (``tk``) or Conformer (``ck``) layers, seeded, in train mode."""
+    """NDRM1 with Transformer (``tk``) or Conformer (``ck``) layers, seeded, in train mode; `settings` over the
+    ranker's defaults."""
+    import inspect
+
     import torch
 
     from conformer_kernel.model import build_ranker
+    from conformer_kernel.ranker import ConformerKernelRanker
 
+    defaults = inspect.signature(ConformerKernelRanker).parameters
     torch.manual_seed(settings["seed"])
     model = build_ranker("ndrm1", settings["vocab_size"], encoder=ENCODERS[impl], conv_window=settings["conv_window"],
                          **{k: settings[k] for k in ("hidden_size", "num_heads", "num_layers", "dropout", "kernels",
                                                      "pool_window", "pool_stride")},
+                         sigma=defaults["sigma"].default, identity_init=defaults["identity_init"].default,
                          max_doc_terms=max(n, 4000),  # the positional table must hold n
                          # Documents of exactly n terms, as the official code with max_terms_doc = n: no padding
                          # to read, where "official" would add the convolution's reach (30 padded positions).

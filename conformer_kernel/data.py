@@ -18,6 +18,7 @@ from common.data.samplers import from_source
 from common.data.source import RankingSource
 from common.data.specs import SourceSpec, source_fingerprint, source_from_spec
 from common.training.tasks import MISSING_DOCUMENTS, LoaderConfig, RerankingDataModule, SamplerGroups, TaskConfig
+from conformer_kernel import MAX_DOC_TERMS, MAX_ORCAS_TERMS, MAX_QUERY_TERMS, NUM_WORKERS
 from conformer_kernel.features import Featurizer, encode_pairs
 from conformer_kernel.orcas import ORCAS_PARTS, orcas_from_spec
 from conformer_kernel.vocab import EmbeddingOptions, Resources
@@ -86,9 +87,9 @@ class ConformerKernelDataModule(RerankingDataModule):
         test: SourceSpec | None = "builtin:test",
         orcas: SourceSpec | None = None,
         collections: list[SourceSpec] | None = None,
-        max_query_terms: PositiveInt = 20,
-        max_doc_terms: PositiveInt = 4000,
-        max_orcas_terms: PositiveInt = 2000,
+        max_query_terms: PositiveInt = MAX_QUERY_TERMS,
+        max_doc_terms: PositiveInt = MAX_DOC_TERMS,
+        max_orcas_terms: PositiveInt = MAX_ORCAS_TERMS,
         embedding_dim: PositiveInt = 128,
         embedding_window: PositiveInt = 10,
         min_count: NonNegativeInt = 100,
@@ -102,7 +103,7 @@ class ConformerKernelDataModule(RerankingDataModule):
         missing_documents: Literal[MISSING_DOCUMENTS] = "skip",
         batch_size: PositiveInt = 32,
         eval_batch_size: PositiveInt = 64,
-        num_workers: NonNegativeInt = 0,
+        num_workers: NonNegativeInt = NUM_WORKERS,
         seed: int = 0,
     ):
         super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))

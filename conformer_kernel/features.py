@@ -39,8 +39,8 @@ def content_key(doc: Document) -> bytes:
 class Featurizer:
     """Analyses queries and documents into padded `Features`; `orcas`: doc_id -> clicked queries, or None."""
 
-    def __init__(self, resources: Resources, max_query_terms: int = 20, max_doc_terms: int = 4000,
-                 max_orcas_terms: int = 2000, orcas: Mapping[str, str] | None = None, cache_size: int = 50_000):
+    def __init__(self, resources: Resources, max_query_terms: int, max_doc_terms: int, max_orcas_terms: int,
+                 orcas: Mapping[str, str] | None = None, cache_size: int = 50_000):
         self.resources = resources
         self.max_query_terms, self.max_doc_terms, self.max_orcas_terms = max_query_terms, max_doc_terms, max_orcas_terms
         self.orcas = orcas

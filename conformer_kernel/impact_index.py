@@ -34,6 +34,7 @@ from common.data.formats import Run, Topics
 from common.io import atomic_write, renamed_on_success
 from common.metrics.ordering import exact_ranking
 from common.stores.writer import HostCopies, loader_options
+from conformer_kernel import NUM_WORKERS
 from conformer_kernel.features import Featurizer
 from conformer_kernel.index_folder import ARRAY_FILES, PLAN, output_problem
 from conformer_kernel.model import Features
@@ -141,7 +142,7 @@ class IndexEstimate:
 
 
 def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: Sequence[str],
-                   terms: Sequence[str], shard_size: int, sample: int | None = None, seed: int = 0) -> IndexEstimate:
+                   terms: Sequence[str], shard_size: int, sample: int | None = None) -> IndexEstimate:
     """The estimated size of the index `build_index` writes (NDRM2's postings counted in a sample of documents)."""
     from common.stores.size import SAMPLE, npy_bytes, sample_positions
 
@@ -150,7 +151,7 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
         postings, drawn = n * t, 0
     else:  # NDRM2's s_td is nonzero only for the document's terms with an IDF
         scored = {term for term in terms if featurizer.resources.idf.get(term, 0.0) != 0}
-        positions = sample_positions(n, SAMPLE if sample is None else sample, seed)
+        positions = sample_positions(n, SAMPLE if sample is None else sample)
         counts = [len(scored.intersection(featurizer.document_terms(doc)))
                   for doc in documents.get_many([doc_ids[i] for i in positions.tolist()])]  # fmt: skip
         drawn = len(counts)
@@ -237,7 +238,8 @@ def shard_path(folder: Path, shard: int) -> Path:
 
 def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents, doc_ids: list[str], terms: list[str],
                 folder: str | os.PathLike, *, shard_size: int = 256, batch_size: int = 8, term_chunk: int = 64,
-                resume: bool = False, trainer_options: dict | None = None, num_workers: int = 0) -> ImpactIndex | None:
+                resume: bool = False, trainer_options: dict | None = None,
+                num_workers: int = NUM_WORKERS) -> ImpactIndex | None:
     """Compute (or with `resume` finish) the index into `folder`: the index on global rank zero, else None."""
     folder = Path(folder)
     meta = {"terms": len(terms), "documents": len(doc_ids), "shard_size": shard_size,
@@ -352,7 +354,7 @@ def evaluated_topics(data) -> Topics:
 
 def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, folder: str | os.PathLike,
                  trainer_options: dict | None = None, index: ImpactIndex | None = None, *,
-                 resume: bool = False, num_workers: int = 0) -> Run | None:
+                 resume: bool = False, num_workers: int = NUM_WORKERS) -> Run | None:
     """The top 100 of each evaluated test query from `index` or one built into `folder`; None off rank zero."""
     topics = evaluated_topics(data)
     folder = Path(folder)

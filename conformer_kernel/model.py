@@ -180,7 +180,7 @@ class DocumentEncoder(nn.Module):
     """Positions, then `num_layers` Conformer (CK) or Transformer (TK) layers, all starting as copies of one."""
 
     def __init__(self, hidden_size: int, num_heads: int, num_layers: int, dropout: float, max_len: int,
-                 conv_window: int | None = 31, separable: bool = True, doc_padding: DocPadding = "official"):
+                 conv_window: int | None, separable: bool, doc_padding: DocPadding):
         super().__init__()
         if doc_padding not in get_args(DocPadding):
             raise ValueError(f"doc_padding must be 'official' or 'zeroed', got {doc_padding!r}")
@@ -300,10 +300,9 @@ class BatchNorm(nn.BatchNorm1d):
 class NDRM1(nn.Module):
     """Conformer-Kernel with QTI (Fig. 1b): latent matching of non-contextual query terms."""
 
-    def __init__(self, vocab_size: int, hidden_size: int = 256, num_heads: int = 32, num_layers: int = 2,
-                 dropout: float = 0.2, conv_window: int | None = 31, separable: bool = True, kernels: int = 10,
-                 sigma: float = 0.1, pool_window: int = 300, pool_stride: int = 100, max_doc_terms: int = 4000,
-                 identity_init: bool = False, doc_padding: DocPadding = "official"):
+    def __init__(self, vocab_size: int, hidden_size: int, num_heads: int, num_layers: int, dropout: float,
+                 conv_window: int | None, separable: bool, kernels: int, sigma: float, pool_window: int,
+                 pool_stride: int, max_doc_terms: int, identity_init: bool, doc_padding: DocPadding):
         super().__init__()
         self.embed = nn.Embedding(vocab_size, hidden_size)
         self.query_proj = nn.Linear(hidden_size, hidden_size)
@@ -443,8 +442,7 @@ ModelName = Literal["ndrm1", "ndrm2", "ndrm3"]
 EncoderName = Literal["conformer", "transformer"]
 
 
-def build_ranker(kind: ModelName, vocab_size: int, encoder: EncoderName = "conformer", conv_window: int = 31,
-                 **options) -> nn.Module:
+def build_ranker(kind: ModelName, vocab_size: int, encoder: EncoderName, conv_window: int, **options) -> nn.Module:
     """NDRM1, NDRM2 or NDRM3; ``encoder="transformer"`` gives the TK variant (no convolution, Eq. 1)."""
     if encoder not in get_args(EncoderName):
         raise ValueError(f"encoder must be 'conformer' or 'transformer', got {encoder!r}")

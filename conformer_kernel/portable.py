@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import get_args
 
 from common.portable import Scoring, portable_entry
+from conformer_kernel import MAX_DOC_TERMS, MAX_ORCAS_TERMS, MAX_QUERY_TERMS
 from conformer_kernel.features import Featurizer, OrcasDocument, encode_pairs
 from conformer_kernel.model import SETTINGS, ModelName, ranker_from_settings
 from conformer_kernel.vocab import Resources
@@ -25,7 +26,7 @@ PACKAGE = "conformer_kernel"
 PAPER = ('"Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence", Mitra, '
          "Hofstätter, Zamani and Craswell, TREC 2020 Deep Learning track (arXiv:2104.09393, 2021)")  # fmt: skip
 #: The featuriser's settings a checkpoint's data module holds, and evaluate's defaults where it holds none.
-INPUTS = {"max_query_terms": 20, "max_doc_terms": 4000, "max_orcas_terms": 2000}
+INPUTS = {"max_query_terms": MAX_QUERY_TERMS, "max_doc_terms": MAX_DOC_TERMS, "max_orcas_terms": MAX_ORCAS_TERMS}
 
 
 def recognises(checkpoint: dict) -> bool:

@@ -18,6 +18,7 @@ from torch import Tensor, nn
 
 from common.refusals import SettingError
 from common.training.reranking import RerankingEvaluation
+from conformer_kernel import MAX_DOC_TERMS
 from conformer_kernel.model import DocPadding, EncoderName, Features, ModelName, ranker_from_settings
 from conformer_kernel.vocab import Resources
 
@@ -75,7 +76,7 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
         sigma: PositiveFloat = 0.1,
         pool_window: PositiveInt = 300,
         pool_stride: PositiveInt = 100,
-        max_doc_terms: PositiveInt = 4000,
+        max_doc_terms: PositiveInt = MAX_DOC_TERMS,
         identity_init: bool = False,
         doc_padding: DocPadding = "official",
         lr: NonNegativeFloat = 1e-4,

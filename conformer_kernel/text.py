@@ -40,7 +40,7 @@ def analyze(text: str) -> list[str]:
     return [stem(w) for w in _DROP.sub(" ", text.lower()).split() if w not in STOPWORDS]
 
 
-def document_terms(doc: Document, orcas: str = "", max_orcas_terms: int = 2000) -> list[str]:
+def document_terms(doc: Document, orcas: str, max_orcas_terms: int) -> list[str]:
     """``<S>`` + first `max_orcas_terms` ORCAS terms + URL, title and body terms + ``</S>`` (untruncated)."""
     fields = " ".join(part for part in (getattr(doc, "url", ""), doc.title, doc.text) if part)
     return [START, *analyze(orcas)[:max_orcas_terms], *analyze(fields), END]

@@ -33,14 +33,15 @@ UNK = 0
 
 @dataclass(frozen=True)
 class EmbeddingOptions:
-    """word2vec settings (paper: dim 128 per direction, window 10, 5 epochs, min count 100)."""
+    """word2vec settings: the data module's (`conformer_kernel.data`: embedding_dim, embedding_window, min_count,
+    embedding_epochs, seed, embedding_workers)."""
 
-    dim: int = 128
-    window: int = 10
-    min_count: int = 100
-    epochs: int = 5
-    seed: int = 0
-    workers: int = 1
+    dim: int
+    window: int
+    min_count: int
+    epochs: int
+    seed: int
+    workers: int
 
 
 @dataclass

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from common.data.formats import Document
-from conformer_kernel.features import Featurizer, OrcasDocument
+from conformer_kernel.features import OrcasDocument
 from conformer_kernel.vocab import Resources
+from tests.conformer_kernel import featurizer_of
 
 
 def _resources() -> Resources:
@@ -13,7 +14,7 @@ def _resources() -> Resources:
 
 
 def test_batch_hand_example():
-    featurizer = Featurizer(_resources(), max_doc_terms=4)
+    featurizer = featurizer_of(_resources(), max_doc_terms=4)
     query = ["cat", "bird", "dog"]
     doc0 = ["<S>", "cat", "dog", "cat", "bird", "cat", "</S>"]  # 7 terms, the model reads the first 4
     doc1 = ["<S>", "dog", "</S>"]
@@ -40,7 +41,7 @@ def test_batch_hand_example():
 
 
 def test_batch_two_queries_pad_to_longest_document():
-    featurizer = Featurizer(_resources(), max_doc_terms=4000)
+    featurizer = featurizer_of(_resources(), max_doc_terms=4000)
     f = featurizer.batch([["dog"], ["cat", "cat"]], [[["<S>", "dog", "</S>"]], [["<S>", "cat", "dog", "cat", "</S>"]]])
     assert f.doc_ids.shape == (2, 1, 5)
     assert torch.equal(f.doc_ids, torch.tensor([[[1, 4, 2, 0, 0]], [[1, 3, 4, 3, 2]]]))
@@ -53,7 +54,7 @@ def test_batch_two_queries_pad_to_longest_document():
 
 
 def test_long_pseudo_query_is_not_truncated():
-    featurizer = Featurizer(_resources())
+    featurizer = featurizer_of(_resources())
     terms = ["cat", "dog"] * 13  # 26 terms
     f = featurizer.batch([terms], [[["<S>", "cat", "</S>"]]])
     assert f.query_ids.shape == (1, 26) and f.query_mask.sum().item() == 26
@@ -61,7 +62,7 @@ def test_long_pseudo_query_is_not_truncated():
 
 
 def test_query_and_document_terms():
-    featurizer = Featurizer(_resources(), max_query_terms=20,
+    featurizer = featurizer_of(_resources(), max_query_terms=20,
                             orcas={"D1": "cat videos"}, max_orcas_terms=1)
     text = " ".join(f"t{i}" for i in range(30))
     assert featurizer.query_terms(text) == [f"t{i}" for i in range(20)]
@@ -72,7 +73,7 @@ def test_query_and_document_terms():
 
 
 def test_documents_of_one_id_are_cached_by_their_content():
-    featurizer = Featurizer(_resources())
+    featurizer = featurizer_of(_resources())
     assert featurizer.document_terms(Document("d1", "cats and dog")) == ["<S>", "cat", "dog", "</S>"]
     assert featurizer.document_terms(Document("d1", "birds")) == ["<S>", "bird", "</S>"]
     assert featurizer.document_terms(Document("d1", "birds", url="http://cat")) == ["<S>", "http", "cat", "bird",
@@ -82,13 +83,13 @@ def test_documents_of_one_id_are_cached_by_their_content():
 
 
 def test_the_orcas_field_comes_from_the_data_or_the_document():
-    data = Featurizer(_resources(), orcas={"d1": "dog bird"})
+    data = featurizer_of(_resources(), orcas={"d1": "dog bird"})
     assert data.document_terms(Document("d1", "cat")) == ["<S>", "dog", "bird", "cat", "</S>"]
     assert data.document_terms(Document("d2", "cat")) == ["<S>", "cat", "</S>"]  # nobody clicked it
     assert data.document_terms(OrcasDocument("d1", "cat", orcas="bird")) == ["<S>", "bird", "cat", "</S>"]
-    given = Featurizer(_resources(), orcas={})
+    given = featurizer_of(_resources(), orcas={})
     assert given.document_terms(OrcasDocument("d1", "cat", orcas="dog")) == ["<S>", "dog", "cat", "</S>"]
     assert given.document_terms(OrcasDocument("d1", "cat", orcas="")) == ["<S>", "cat", "</S>"]
     assert given.document_terms(Document("d1", "cat")) == ["<S>", "cat", "</S>"]
-    without = Featurizer(_resources())
+    without = featurizer_of(_resources())
     assert without.document_terms(OrcasDocument("d1", "cat", orcas="dog")) == ["<S>", "cat", "</S>"]

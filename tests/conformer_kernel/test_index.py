@@ -34,6 +34,7 @@ from conformer_kernel.index_folder import ARRAY_FILES, INDEX_FILES
 from conformer_kernel.ranker import ConformerKernelRanker, ranknet_loss
 from conformer_kernel.text import analyze
 from conformer_kernel.vocab import EmbeddingOptions, Resources
+from tests.conformer_kernel import featurizer_of
 
 #: 30 words that the analysis keeps as they are (checked below), drawn Zipf-like so that documents overlap.
 WORDS = ("river mountain forest apple banana garden ocean island castle bridge dragon engine rocket planet violin "
@@ -79,9 +80,9 @@ def corpus():
     assert analyze(" ".join(WORDS)) == WORDS
     # Resources from q1-q3 only: 'quasar' (q4) is out of the vocabulary and has no IDF
     resources = Resources.build([TOPICS[q] for q in ("q1", "q2", "q3")], docs,
-                                EmbeddingOptions(dim=8, min_count=1, epochs=2, seed=0), progress=False)
+                                EmbeddingOptions(dim=8, window=10, min_count=1, epochs=2, seed=0, workers=1), progress=False)
     assert resources.id("quasar") == 0 and "quasar" not in resources.idf
-    featurizer = Featurizer(resources, max_doc_terms=200)
+    featurizer = featurizer_of(resources, max_doc_terms=200)
     terms = index_terms([TOPICS], featurizer)
     assert len(terms) >= 20
     order = [str(d) for d in np.random.default_rng(1).permutation([d.doc_id for d in docs])]  # another column order

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 
 from common.encoders.length_batches import length_batches
-from conformer_kernel.features import Featurizer
 from conformer_kernel.model import (
     NDRM1,
     NDRM2,
@@ -23,6 +22,7 @@ from conformer_kernel.model import (
 from conformer_kernel.ranker import ranknet_loss
 from conformer_kernel.vocab import Resources
 
+from tests.conformer_kernel import featurizer_of, model_settings, ndrm1_options
 from tests.gradients import assert_same_gradients
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -168,11 +168,11 @@ def _trained(kind: str, encoder: str = "conformer", doc_padding: str = "official
     """A ranker after one RankNet step in train mode (BatchScale / BatchNorm statistics non-trivial),
     in eval mode; cached across tests, which only read it."""
     res = _resources()
-    featurizer = Featurizer(res, max_doc_terms=200)
+    featurizer = featurizer_of(res, max_doc_terms=200)
     docs = _documents()
     torch.manual_seed(0)
     options = {} if kind == "ndrm2" else {"doc_padding": doc_padding}
-    model = build_ranker(kind, len(res), encoder=encoder, dropout=0.2, **SMALL, **options)
+    model = build_ranker(kind, len(res), **model_settings(encoder=encoder, dropout=0.2, **SMALL, **options))
     f = featurizer.batch(QUERIES, docs)
     labels = torch.tensor([[1.0, 0.0, 0.0]] * 3)
     model.train()
@@ -192,10 +192,10 @@ def _pad_documents(f: Features, length: int) -> Features:
 
 def test_ndrm3_is_batchnorm_then_linear_over_ndrm1_and_ndrm2():
     res = _resources()
-    featurizer = Featurizer(res, max_doc_terms=200)
+    featurizer = featurizer_of(res, max_doc_terms=200)
     f = featurizer.batch(QUERIES, _documents())
     torch.manual_seed(0)
-    model = NDRM3(len(res), dropout=0.0, **SMALL)
+    model = NDRM3(len(res), **ndrm1_options(dropout=0.0, **SMALL))
     captured = []
     model.norm.register_forward_hook(lambda module, args, out: captured.append(args[0].detach().clone()))
     model.train()
@@ -279,7 +279,7 @@ def test_documents_encoded_by_length_equal_one_padded_batch(doc_padding):
     """Batches of similar length (and, in evaluation, each distinct document once) give every document's vectors
     as the whole batch padded to its longest document does, and the same gradients."""
     torch.manual_seed(0)
-    model = NDRM1(30, num_layers=2, dropout=0.0, doc_padding=doc_padding, **SMALL).double()
+    model = NDRM1(30, **ndrm1_options(num_layers=2, dropout=0.0, doc_padding=doc_padding, **SMALL)).double()
     lengths = [3, 180, 7, 60, 61, 2, 150, 7]
     ids, mask = _documents_of_lengths(lengths)
     ids[7], mask[7] = ids[2], mask[2]  # a document twice, as when it is a candidate of two queries
@@ -298,9 +298,9 @@ def test_only_the_used_query_slots_are_pooled():
     """The term scores of the query slots up to the last real term, zeros after, equal pooling all 20 slots and
     multiplying by the mask (the official computation), with the same gradients."""
     res = _resources()
-    f = Featurizer(res, max_doc_terms=200).batch(QUERIES, _documents())
+    f = featurizer_of(res, max_doc_terms=200).batch(QUERIES, _documents())
     torch.manual_seed(0)
-    model = NDRM1(len(res), dropout=0.0, **SMALL).double()
+    model = NDRM1(len(res), **ndrm1_options(dropout=0.0, **SMALL)).double()
     Q, D, Td = f.doc_ids.shape
     got = model.term_scores(f)
     docs = model.encode_documents(f.doc_ids.view(Q * D, Td), f.doc_mask.view(Q * D, Td)).view(Q, D, Td, -1)
@@ -317,24 +317,24 @@ def test_term_scores_sum_to_the_score():
 
 
 def test_build_ranker():
-    assert isinstance(build_ranker("ndrm2", 10), NDRM2)
-    m1 = build_ranker("ndrm1", 10, **SMALL)
+    assert isinstance(build_ranker("ndrm2", 10, **model_settings()), NDRM2)
+    m1 = build_ranker("ndrm1", 10, **model_settings(**SMALL))
     assert isinstance(m1, NDRM1) and all(layer.conv.kernel_size == (31,) for layer in m1.encoder.layers)
     assert m1.encoder.layers[0].conv.groups == 4
-    tk = build_ranker("ndrm1", 10, encoder="transformer", **SMALL)
+    tk = build_ranker("ndrm1", 10, **model_settings(encoder="transformer", **SMALL))
     assert all(layer.conv is None and isinstance(layer.attn, DotProductSelfAttention) for layer in tk.encoder.layers)
-    m3 = build_ranker("ndrm3", 10, conv_window=5, **SMALL)
+    m3 = build_ranker("ndrm3", 10, **model_settings(conv_window=5, **SMALL))
     assert isinstance(m3, NDRM3) and m3.ndrm1.encoder.layers[1].conv.padding == (2,)
     with pytest.raises(ValueError, match="unknown model"):
-        build_ranker("ndrm4", 10)
+        build_ranker("ndrm4", 10, **model_settings())
     with pytest.raises(ValueError, match="encoder"):
-        build_ranker("ndrm1", 10, encoder="lstm")
+        build_ranker("ndrm1", 10, **model_settings(encoder="lstm"))
 
 
 def test_identity_init_matches_a_term_with_itself_at_cosine_one():
     torch.manual_seed(0)
-    model = NDRM1(30, hidden_size=16, num_heads=4, num_layers=1, dropout=0.0, max_doc_terms=50, pool_window=10,
-                  pool_stride=5, identity_init=True).eval()
+    model = NDRM1(30, **ndrm1_options(hidden_size=16, num_heads=4, num_layers=1, dropout=0.0, max_doc_terms=50,
+                                      pool_window=10, pool_stride=5, identity_init=True)).eval()
     ids = torch.tensor([[5, 7, 9, 5]])
     with torch.no_grad():
         docs = model.encode_documents(ids, torch.ones(1, 4))  # (1, 4, H)
@@ -342,5 +342,6 @@ def test_identity_init_matches_a_term_with_itself_at_cosine_one():
         cosine = terms @ docs[0].T  # (2, 4)
     assert cosine[0, 0].item() == pytest.approx(1.0, abs=1e-6) and cosine[0, 3].item() == pytest.approx(1.0, abs=1e-6)
     assert abs(cosine[1, 0].item()) < 0.9  # another term's embedding: not the same direction
-    default = NDRM1(30, hidden_size=16, num_heads=4, num_layers=1, max_doc_terms=50, pool_window=10, pool_stride=5)
+    default = NDRM1(30, **ndrm1_options(hidden_size=16, num_heads=4, num_layers=1, max_doc_terms=50, pool_window=10,
+                                        pool_stride=5))
     assert not torch.equal(default.query_proj.weight, torch.eye(16))

@@ -23,6 +23,7 @@ from conformer_kernel.model import (
     SameConv1d,
     SeparableSelfAttention,
 )
+from tests.conformer_kernel import ndrm1_options
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -243,7 +244,7 @@ def test_transformer_kernel_layer_equals_the_official_layer():
     want = official_layer(x.transpose(0, 1), padding, official_weights(layer), nhead=2, conv=False).transpose(0, 1)
     with torch.no_grad():
         torch.testing.assert_close(layer(x, padding), want, rtol=0, atol=1e-10)
-    encoder = DocumentEncoder(16, 4, 2, 0.2, 100, conv_window=None, separable=False)
+    encoder = DocumentEncoder(16, 4, 2, 0.2, 100, conv_window=None, separable=False, doc_padding="official")
     assert all(lyr.conv is None and isinstance(lyr.attn, DotProductSelfAttention) for lyr in encoder.layers)
     assert encoder.padded_length(10) == 10  # without a convolution the padding reaches no term
 
@@ -256,8 +257,9 @@ MAX_DOC_TERMS, POOL, STRIDE = 40, 10, 5  # 7 pooling windows
 
 def _ndrm1(doc_padding: str) -> NDRM1:
     torch.manual_seed(0)
-    model = NDRM1(30, hidden_size=8, num_heads=2, num_layers=2, dropout=0.2, conv_window=5, max_doc_terms=MAX_DOC_TERMS,
-                  pool_window=POOL, pool_stride=STRIDE, doc_padding=doc_padding)
+    model = NDRM1(30, **ndrm1_options(hidden_size=8, num_heads=2, num_layers=2, dropout=0.2, conv_window=5,
+                                      max_doc_terms=MAX_DOC_TERMS, pool_window=POOL, pool_stride=STRIDE,
+                                      doc_padding=doc_padding))
     return _randomised(model, seed=3, scale=0.3)  # the UNK / padding row 0 too, as after training
 
 
@@ -314,8 +316,8 @@ def test_zeroed_padding_is_not_the_official_computation():
 
 def test_zeroed_padding_does_not_depend_on_what_the_padding_holds():
     torch.manual_seed(3)
-    encoder = DocumentEncoder(hidden_size=16, num_heads=4, num_layers=2, dropout=0.2, max_len=200,
-                              doc_padding="zeroed").eval()
+    encoder = DocumentEncoder(hidden_size=16, num_heads=4, num_layers=2, dropout=0.2, max_len=200, conv_window=31,
+                              separable=True, doc_padding="zeroed").eval()
     g = torch.Generator().manual_seed(4)
     length = 23
     doc = torch.randn(1, length, 16, generator=g)
@@ -327,7 +329,7 @@ def test_zeroed_padding_does_not_depend_on_what_the_padding_holds():
     encoder.doc_padding = "official"
     assert (encoder(long_x, long_mask)[:, :length] - short).abs().max() > 1e-2
     with pytest.raises(ValueError, match="doc_padding"):
-        DocumentEncoder(16, 4, 2, 0.2, 200, doc_padding="masked")
+        DocumentEncoder(16, 4, 2, 0.2, 200, conv_window=31, separable=True, doc_padding="masked")
 
 
 # --- initialisation (official conformer.py:313-329, 408-409, 426) -----------------------------------------
@@ -336,7 +338,8 @@ def test_zeroed_padding_does_not_depend_on_what_the_padding_holds():
 def test_layers_start_as_copies_of_one_layer():
     """``ConformerEncoder`` deep-copies one ``ConformerEncoderLayer`` (``_get_clones``, conformer.py:408-409,
     426): the two layers start with equal weights, in separate tensors."""
-    encoder = DocumentEncoder(hidden_size=16, num_heads=4, num_layers=2, dropout=0.2, max_len=50)
+    encoder = DocumentEncoder(hidden_size=16, num_heads=4, num_layers=2, dropout=0.2, max_len=50, conv_window=31,
+                              separable=True, doc_padding="official")
     first, second = (dict(layer.named_parameters()) for layer in encoder.layers)
     assert first.keys() == second.keys() and len(first) == 14  # conv, in/out projections, FF, 2 LayerNorms
     for name in first:

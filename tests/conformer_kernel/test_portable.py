@@ -28,8 +28,9 @@ from common.metrics.ordering import ranked
 from common.portable import KEY, PortableError
 from conformer_kernel import evaluate, hidden_size, portable
 from conformer_kernel.data import ConformerKernelDataModule
-from conformer_kernel.features import Featurizer, OrcasDocument, encode_pairs
+from conformer_kernel.features import OrcasDocument, encode_pairs
 from conformer_kernel.ranker import ConformerKernelRanker
+from tests.conformer_kernel import featurizer_of
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -318,13 +319,13 @@ def test_an_orcas_model_reads_the_field_of_an_orcas_document(trained, tmp_path):
     checkpoint = save(model, data, tmp_path / "orcas.ckpt", orcas="irds:msmarco-document/orcas")
     queries, documents = candidate_pairs(4)
     field = {documents[0].doc_id: CLICKS, documents[2].doc_id: CLICKS}
-    official = Featurizer(data.resources, orcas=field)  # evaluate's, with ORCAS data naming two documents
+    official = featurizer_of(data.resources, orcas=field)  # evaluate's, with ORCAS data naming two documents
     expected = model.evaluation_scores(encode_pairs(official, queries, documents)).detach().numpy()
     given = [OrcasDocument(d.doc_id, d.text, d.title, d.url, field.get(d.doc_id, "")) for d in documents]
     ranker = load(checkpoint)
     assert ranker.config["inputs"]["orcas"] is True
     np.testing.assert_allclose(ranker.score_pairs(queries, given), expected, **TOLERANCE)
-    unclicked = model.evaluation_scores(encode_pairs(Featurizer(data.resources, orcas={}), queries, documents))
+    unclicked = model.evaluation_scores(encode_pairs(featurizer_of(data.resources, orcas={}), queries, documents))
     np.testing.assert_allclose(ranker.score_pairs(queries, documents), unclicked.detach().numpy(), **TOLERANCE)
     assert abs(expected[0] - unclicked[0].item()) > 1e-4  # the clicks count
 

@@ -1,6 +1,7 @@
 """Text processing of the Conformer-Kernel (official model_utils.clean_text) and document terms."""
 
 from common.data.formats import Document
+from conformer_kernel import MAX_ORCAS_TERMS
 from conformer_kernel.text import END, START, STOPWORDS, analyze, document_terms, stem
 
 SENTENCE = "The PONIES' documents, ranked in 2020: Neural-models aren't retrieving 3rd-party queries (U.S.A.)!"
@@ -28,22 +29,22 @@ def test_analyze_edge_cases():
 def test_document_terms_order_and_markers():
     doc = Document("D1", text="Body of the documents", title="Ponies Running", url="https://example.com/ponies")
     # url: https -> http, example and com are stop words; title; body
-    assert document_terms(doc) == [START, "http", "pony", "pony", "running", "body", "document", END]
+    assert document_terms(doc, "", MAX_ORCAS_TERMS) == [START, "http", "pony", "pony", "running", "body", "document", END]
     assert (START, END) == ("<S>", "</S>")
     # ORCAS terms first, after <S>, truncated to max_orcas_terms (after analysis)
     assert document_terms(doc, "cheap flights cheap tickets", max_orcas_terms=3) == [
         START, "cheap", "flight", "cheap", "http", "pony", "pony", "running", "body", "document", END]
-    assert document_terms(doc, "cheap flights cheap tickets") == [
+    assert document_terms(doc, "cheap flights cheap tickets", MAX_ORCAS_TERMS) == [
         START, "cheap", "flight", "cheap", "ticket", "http", "pony", "pony", "running", "body", "document", END]
     # stop words do not count toward the ORCAS limit
     assert document_terms(doc, "the cheap the flights", max_orcas_terms=1)[:3] == [START, "cheap", "http"]
 
 
 def test_document_terms_missing_fields_and_no_truncation():
-    assert document_terms(Document("D2", "text only")) == [START, "text", END]
-    assert document_terms(Document("D3", "", title="")) == [START, END]
+    assert document_terms(Document("D2", "text only"), "", MAX_ORCAS_TERMS) == [START, "text", END]
+    assert document_terms(Document("D3", "", title=""), "", MAX_ORCAS_TERMS) == [START, END]
     long = Document("D4", " ".join(f"word{i}" for i in range(5000)))
-    terms = document_terms(long)
+    terms = document_terms(long, "", MAX_ORCAS_TERMS)
     assert len(terms) == 5002 and terms[-2] == "word4999"  # untruncated (the featuriser truncates)
 
 

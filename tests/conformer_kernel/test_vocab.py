@@ -142,7 +142,7 @@ def _random_corpus(seed: int = 0) -> list[Document]:
 
 def test_trained_out_vectors_and_seed():
     docs = _random_corpus()
-    options = EmbeddingOptions(dim=6, window=5, min_count=2, epochs=2, seed=1)
+    options = EmbeddingOptions(dim=6, window=5, min_count=2, epochs=2, seed=1, workers=1)
     res = Resources.build(["w1x w2x"], docs, options, progress=False)
     assert res.embeddings.shape == (len(res), 12)
     assert (np.abs(res.embeddings[3:, 6:]).sum(axis=1) > 0).all()  # every OUT vector was trained
@@ -150,7 +150,7 @@ def test_trained_out_vectors_and_seed():
     _check_in_and_out(res, _word2vec(sentences, options), 6, res.terms[3:])
     again = Resources.build(["w1x w2x"], docs, options, progress=False)
     np.testing.assert_array_equal(again.embeddings, res.embeddings)
-    other = Resources.build(["w1x w2x"], docs, EmbeddingOptions(dim=6, window=5, min_count=2, epochs=2, seed=2),
+    other = Resources.build(["w1x w2x"], docs, EmbeddingOptions(dim=6, window=5, min_count=2, epochs=2, seed=2, workers=1),
                             progress=False)
     assert other.terms == res.terms
     assert not np.allclose(other.embeddings[3:, :6], res.embeddings[3:, :6])
@@ -161,14 +161,14 @@ def test_build_is_a_function_of_the_seed(resources):
     again = Resources.build(QUERIES, iter(DOCUMENTS), OPTIONS, progress=False)  # any iterable of documents
     assert again.terms == resources.terms and again.idf == resources.idf
     np.testing.assert_array_equal(again.embeddings, resources.embeddings)
-    other = Resources.build(QUERIES, DOCUMENTS, EmbeddingOptions(dim=8, min_count=2, seed=4), progress=False)
+    other = Resources.build(QUERIES, DOCUMENTS, EmbeddingOptions(dim=8, window=10, min_count=2, epochs=5, seed=4, workers=1), progress=False)
     assert other.terms == resources.terms and other.idf == resources.idf  # only the vectors depend on the seed
     assert not np.allclose(other.embeddings[3:], resources.embeddings[3:])
     np.testing.assert_array_equal(other.embeddings[:3], 0.0)
 
 
 def test_min_count_one_keeps_every_word():
-    res = Resources.build(QUERIES, DOCUMENTS, EmbeddingOptions(dim=4, min_count=1, epochs=1), progress=False)
+    res = Resources.build(QUERIES, DOCUMENTS, EmbeddingOptions(dim=4, window=10, min_count=1, epochs=1, seed=0, workers=1), progress=False)
     words = {t for s in _sentences() for t in s}
     assert set(res.terms[3:]) == words and len(res) == 3 + len(words)
     assert res.embeddings.shape == (3 + len(words), 8)
@@ -242,7 +242,7 @@ def test_cached_builds_once_per_key(resources, tmp_path, monkeypatch):
     assert len(calls) == 2
     assert len(_folders(root)) == 2
     with pytest.raises(AssertionError, match="rebuilt"):  # other options are another key too
-        Resources.cached({"corpus": "a"}, QUERIES, DOCUMENTS, EmbeddingOptions(dim=8, min_count=2, seed=4))
+        Resources.cached({"corpus": "a"}, QUERIES, DOCUMENTS, EmbeddingOptions(dim=8, window=10, min_count=2, epochs=5, seed=4, workers=1))
     Resources.cached({"corpus": "a"}, QUERIES, DOCUMENTS, OPTIONS)
     Resources.cached({"corpus": "b"}, QUERIES, DOCUMENTS, OPTIONS)
     assert len(calls) == 3 and len(_folders(root)) == 2  # the failed build left none
