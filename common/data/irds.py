@@ -122,7 +122,8 @@ def _expected_files(dataset_id: str, part: str) -> list[str]:
     """The files ir_datasets lacks for reading `part` of the dataset (`common.data.irds_files.needed_files`)."""
     from common.data.irds_files import needed_files
 
-    needed = needed_files(load_dataset(dataset_id), "docs" if part == "documents" else part)
+    dataset, part = load_dataset(dataset_id), "docs" if part == "documents" else part
+    needed = needed_files(dataset, part) if hasattr(dataset, f"{part}_handler") else []
     return [f"{n.path}  (from {' or '.join(n.urls)})" if n.urls else str(n.path) for n in needed if n.path]
 
 
