@@ -31,14 +31,10 @@ CANDIDATES = 1000
 MVA_POINTS = {"MVA1": (QUERY_TIMESTEPS, DOC_TIMESTEPS, 128, 1), "MVA2": (8, 24, 64, 1), "MVA3": (8, 16, 32, 1)}
 
 
-def mva_attention_macs(query_timesteps: int, doc_timesteps: int, projection: int, heads: int) -> int:
-    """MVA's two attention products, Q_K D_K^T and softmax(.) D_V (Sec. 2.1): ``2 q d H p``."""
-    return 2 * query_timesteps * doc_timesteps * heads * projection
-
-
 def mva_macs(query_timesteps: int, doc_timesteps: int, projection: int, heads: int) -> int:
-    """MVA's score (Sec. 2.1): the attention products and the q dot products with Q_V, ``H (2 q d p + q p)``."""
-    return mva_attention_macs(query_timesteps, doc_timesteps, projection, heads) + query_timesteps * heads * projection
+    """MVA's score (Sec. 2.1): the attention products Q_K D_K^T and softmax(.) D_V (``2 q d H p``) and the q dot
+    products with Q_V (``q H p``)."""
+    return (2 * query_timesteps * doc_timesteps + query_timesteps) * heads * projection
 
 
 def mva_storage(doc_timesteps: int, projection: int, heads: int) -> int:
