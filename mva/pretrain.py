@@ -19,7 +19,6 @@ import json
 import math
 import os
 import random
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -310,17 +309,13 @@ def load_backbone(args: argparse.Namespace):
 
 
 def scored_model(masked_lm, tokenizer, architecture: str, settings: dict):
-    """``ModuleDict(masked_lm=masked_lm, scorer=...)``, the scorer `BertSiamese` or `mva.model.MVA`."""
+    """``ModuleDict(masked_lm=masked_lm, scorer=...)``, the scorer `BertSiamese` or `mva.model.MVA` as
+    `mva.portable.model_of` builds it."""
     from torch import nn
 
-    if architecture == "de":
-        from common.encoders.bert_rankers import BertSiamese
+    from mva.portable import model_of
 
-        scorer = BertSiamese(masked_lm.bert, pooling=settings["de_pooling"], cosine_scale=settings["de_cosine_scale"])
-    else:
-        from mva.model import MVA
-
-        scorer = MVA(masked_lm.bert, cls_token_id=tokenizer.cls_token_id, **settings)
+    scorer = model_of(masked_lm.bert, {"architecture": architecture, **settings}, cls_token_id=tokenizer.cls_token_id)
     return nn.ModuleDict({"masked_lm": masked_lm, "scorer": scorer})
 
 
@@ -510,16 +505,12 @@ def write_atomically(output: Path, write) -> None:
     from common.io import umask
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
-    try:
-        tmp.chmod(0o777 & ~umask())  # mkdtemp's is private
-        write(tmp)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.", ignore_cleanup_errors=True) as tmp:
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp's is private
+        write(Path(tmp))
         if output.is_dir() and not any(output.iterdir()):
             output.rmdir()
-        os.rename(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        os.rename(tmp, output)  # nothing left to clean up
 
 
 def main(argv=None) -> dict:
