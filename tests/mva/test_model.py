@@ -116,7 +116,7 @@ def test_timesteps_drop_sep_and_padding():
 
 def test_first_k_keeps_the_first_positions():
     hidden = torch.arange(2 * 5 * 1.0).view(2, 5, 1)
-    bert = lambda input_ids, attention_mask: SimpleNamespace(last_hidden_state=hidden)  # noqa: E731
+    bert = lambda input_ids, attention_mask: SimpleNamespace(last_hidden_state=hidden)
     mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
     pooled, real = SidePooling("first_k", timesteps=3)(bert, torch.zeros_like(mask), mask)
     assert pooled.squeeze(-1).tolist() == [[0, 1, 2], [5, 6, 7]]
