@@ -33,7 +33,7 @@ from common.benchmarks.store_reads import (
 )
 from common.benchmarks.timing import median_ms
 from common.refusals import positive_int
-from mva.costs import PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs, mva_macs, mva_storage
+from mva.costs import MVA_POINTS, PAIR_TOKENS, QUERY_TIMESTEPS, bert_macs, dual_encoder_macs, mva_macs, mva_storage
 
 IMPLS = ("de", "mva1", "mva2", "mva3", "ca")
 LABELS = {"de": "DE", "mva1": "MVA1", "mva2": "MVA2", "mva3": "MVA3", "ca": "CA"}
@@ -53,7 +53,7 @@ class Point(NamedTuple):
     heads: int
 
 
-POINTS = {"mva1": Point(QUERY_TIMESTEPS, 70, 128, 1), "mva2": Point(8, 24, 64, 1), "mva3": Point(8, 16, 32, 1)}
+POINTS = {name.lower(): Point(*point) for name, point in MVA_POINTS.items()}
 
 
 def cost(impl: str, size: BertSize) -> tuple[int, int, str]:
@@ -64,8 +64,7 @@ def cost(impl: str, size: BertSize) -> tuple[int, int, str]:
         return (bert_macs(PAIR_TOKENS, size.layers, size.hidden, size.intermediate), 0,
                 f"BERT ({size.describe()}) over {PAIR_TOKENS} pair tokens")
     q, d, p, heads = POINTS[impl]
-    return (mva_macs(q, d, p, heads), mva_storage(d, p, heads),
-            f"q = {q}, d = {d}, p = {p}" + (f", H = {heads}" if heads > 1 else ""))
+    return mva_macs(q, d, p, heads), mva_storage(d, p, heads), f"q = {q}, d = {d}, p = {p}"
 
 
 def store_shape(impl: str, size: BertSize) -> tuple[int, int]:

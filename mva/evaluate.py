@@ -124,9 +124,8 @@ class MVAEvaluation(StoreEvaluation):
 
         args, out, name, scorer, queries = self.args, self.out, self.ranker.name, self.scorer, self.queries
         stored = scorer.bytes_per_document if self.ranker.hparams.architecture != "ca" else 0.0
-        costs = {name: {"first_pass": name, "rescored": 0, "joint_mmacs": scorer.macs / max(queries, 1) / 1e6,
-                        "bytes_per_document": stored, "seconds": scorer.seconds}}
-        self.costs = costs
+        costs = self.costs = {name: {"first_pass": name, "rescored": 0, "joint_mmacs": scorer.macs / max(queries, 1)
+                                     / 1e6, "bytes_per_document": stored, "seconds": scorer.seconds}}
         written = []
         if self.rescore_state is not None:
             rescorer_ranker = load_ranker(self.rescore_state).to(self.device)

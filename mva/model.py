@@ -37,11 +37,6 @@ def timestep_mask(mask: Tensor) -> Tensor:
     return keep
 
 
-def first_k(hidden: Tensor, keep: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """First-K (Sec. 2.2): the first `k` output positions of `hidden` (B, n, h) and which are real."""
-    return hidden[:, :k], keep[:, :k]
-
-
 def temporal_pool(hidden: Tensor, keep: Tensor, factor: int) -> tuple[Tensor, Tensor]:
     """Temporal pooling (Sec. 2.2): (B, n, h) -> (B, ceil(n / rho), rho h), real where any of its rho is."""
     batch, n, h = hidden.shape
@@ -88,7 +83,7 @@ class SidePooling(nn.Module):
         hidden = bert(input_ids=tokens, attention_mask=mask).last_hidden_state  # (B, n, h)
         keep = timestep_mask(mask)
         if self.kind == "first_k":
-            return first_k(hidden, keep, self.timesteps)
+            return hidden[:, : self.timesteps], keep[:, : self.timesteps]  # First-K (Sec. 2.2)
         if self.kind == "temporal":
             return temporal_pool(hidden, keep, self.factor)
         return hidden, keep

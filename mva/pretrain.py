@@ -19,7 +19,6 @@ import json
 import math
 import os
 import random
-import shutil
 import tempfile
 import time
 from collections.abc import Iterator
@@ -237,16 +236,15 @@ def quiet_transformers():
             logging.enable_progress_bar()
 
 
-def scratch_model(tokenizer, *, nsp: bool, num_layers: int, hidden_size: int, num_heads: int,
-                  intermediate_size: int, dropout: float):
-    """A BERT from scratch, ``BertForPreTraining`` with `nsp`, else ``BertForMaskedLM``, sized as mva.train's."""
+def scratch_model(tokenizer, *, nsp: bool, **sizes):
+    """A BERT from scratch, ``BertForPreTraining`` with `nsp`, else ``BertForMaskedLM``, of `sizes` (`SCRATCH`'s
+    and ``dropout``)."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
     from common.encoders.pretrained import bert_config
 
-    config = bert_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, num_layers=num_layers,
-                         hidden_size=hidden_size, num_heads=num_heads, intermediate_size=intermediate_size,
-                         dropout=dropout, max_length=SCRATCH_POSITIONS)
+    config = bert_config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id, **sizes,
+                         max_length=SCRATCH_POSITIONS)
     return (BertForPreTraining if nsp else BertForMaskedLM)(config)
 
 
@@ -266,6 +264,10 @@ def pretrained_model(name_or_path: str, nsp: str):
     return model, False, sorted(info["missing_keys"])
 
 
+def scratch_sizes(args: argparse.Namespace) -> dict:
+    return {name: getattr(args, name) for name in (*SCRATCH, "dropout")}
+
+
 def load_backbone(args: argparse.Namespace):
     """``(model, tokenizer, uses_nsp, note)`` the options name, torch seeded first."""
     import torch
@@ -283,9 +285,7 @@ def load_backbone(args: argparse.Namespace):
             if tokenizer.mask_token is None:
                 usage_error(f"--tokenizer: {args.tokenizer} has no mask token: MLM cannot mask with it")
             uses_nsp = nsp != "off"
-            model = scratch_model(tokenizer, nsp=uses_nsp, num_layers=args.num_layers, hidden_size=args.hidden_size,
-                                  num_heads=args.num_heads, intermediate_size=args.intermediate_size,
-                                  dropout=args.dropout)
+            model = scratch_model(tokenizer, nsp=uses_nsp, **scratch_sizes(args))
             note = (f"a BERT from scratch ({args.num_layers} layers, hidden {args.hidden_size}, {args.num_heads} "
                     f"heads, FFN {args.intermediate_size}), tokenizer {args.tokenizer},")
         else:
@@ -309,17 +309,13 @@ def load_backbone(args: argparse.Namespace):
 
 
 def scored_model(masked_lm, tokenizer, architecture: str, settings: dict):
-    """``ModuleDict(masked_lm=masked_lm, scorer=...)``, the scorer `BertSiamese` or `mva.model.MVA`."""
+    """``ModuleDict(masked_lm=masked_lm, scorer=...)``, the scorer `BertSiamese` or `mva.model.MVA` as
+    `mva.portable.model_of` builds it."""
     from torch import nn
 
-    if architecture == "de":
-        from common.encoders.bert_rankers import BertSiamese
+    from mva.portable import model_of
 
-        scorer = BertSiamese(masked_lm.bert, pooling=settings["de_pooling"], cosine_scale=settings["de_cosine_scale"])
-    else:
-        from mva.model import MVA
-
-        scorer = MVA(masked_lm.bert, cls_token_id=tokenizer.cls_token_id, **settings)
+    scorer = model_of(masked_lm.bert, {"architecture": architecture, **settings}, cls_token_id=tokenizer.cls_token_id)
     return nn.ModuleDict({"masked_lm": masked_lm, "scorer": scorer})
 
 
@@ -400,13 +396,6 @@ class PretrainingExamples:
                 "special_tokens_mask": [1] + [0] * (len(ids) - 2) + [1]}
 
 
-def collator(tokenizer, mlm_probability: float, seed: int):
-    """Hugging Face's MLM masking (BERT's 80/10/10) with its own generator seeded with `seed`."""
-    from transformers import DataCollatorForLanguageModeling
-
-    return DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=mlm_probability, seed=seed)
-
-
 def mask_apart(masking, examples: list[dict]) -> dict:
     """A batch of pairs read apart, each side padded and masked by `masking`: ``query_tokens``/``_mask``/``_labels``
     (B, q), ``doc_*`` (B, d), ``query_index`` (B,) and ``next_sentence_label`` (B,)."""
@@ -458,14 +447,6 @@ def apart_losses(model, batch: dict) -> dict:
             "nsp": binary_cross_entropy_with_logits(scores, targets)}
 
 
-def step_loss(model, batch: dict):
-    """MLM + NSP, each a mean (``BertForPreTraining``'s sum), or MLM alone (``BertForMaskedLM``)."""
-    if "query_tokens" in batch:
-        losses = apart_losses(model, batch)
-        return losses["mlm"] + losses["nsp"]
-    return model(**batch).loss
-
-
 def probe_losses(model, batch: dict) -> dict[str, float]:
     """The MLM (and NSP) loss of `batch` in eval mode, without gradients; the model's mode is restored."""
     import torch
@@ -502,7 +483,8 @@ def train(model, stream: Iterator[dict], *, steps: int, lr: float, warmup_steps:
     losses = []
     for step in range(1, steps + 1):
         batch = {k: v.to(device) for k, v in next(stream).items()}
-        loss = step_loss(model, batch)
+        # MLM + NSP, each a mean (as BertForPreTraining's), or MLM alone (BertForMaskedLM)
+        loss = sum(apart_losses(model, batch).values()) if "query_tokens" in batch else model(**batch).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -523,16 +505,12 @@ def write_atomically(output: Path, write) -> None:
     from common.io import umask
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=output.parent, prefix=f".{output.name}."))
-    try:
-        tmp.chmod(0o777 & ~umask())  # mkdtemp's is private
-        write(tmp)
+    with tempfile.TemporaryDirectory(dir=output.parent, prefix=f".{output.name}.", ignore_cleanup_errors=True) as tmp:
+        os.chmod(tmp, 0o777 & ~umask())  # mkdtemp's is private
+        write(Path(tmp))
         if output.is_dir() and not any(output.iterdir()):
             output.rmdir()
-        os.rename(tmp, output)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        os.rename(tmp, output)  # nothing left to clean up
 
 
 def main(argv=None) -> dict:
@@ -543,6 +521,8 @@ def main(argv=None) -> dict:
         parser.error(f"unrecognized arguments: {' '.join(model_flags)}")
     check_args(args, model_flags)
     started = time.monotonic()
+
+    from transformers import DataCollatorForLanguageModeling
 
     model, tokenizer, uses_nsp, note = load_backbone(args)
     apart = args.architecture != "ca"
@@ -565,8 +545,8 @@ def main(argv=None) -> dict:
     pool = order[args.batch_size :] or order  # the probe passages left out where there are others
     examples = PretrainingExamples(documents, tokenizer, args.max_length, uses_nsp, apart=apart)
 
-    def masking(seed: int):
-        masked = collator(tokenizer, args.mlm_probability, seed)
+    def masking(seed: int):  # Hugging Face's MLM masking (BERT's 80/10/10), its own generator seeded with `seed`
+        masked = DataCollatorForLanguageModeling(tokenizer, mlm=True, mlm_probability=args.mlm_probability, seed=seed)
         return functools.partial(mask_apart, masked) if apart else masked
 
     with input_errors(*INPUT_ERRORS):
@@ -587,8 +567,7 @@ def main(argv=None) -> dict:
     record = {
         "command": "mva.pretrain", "architecture": args.architecture, "collection": args.collection,
         "encoder": args.encoder, "init": args.init, "config": args.config, "model": args.model,
-        "from_scratch": None if args.encoder or args.init else {name: getattr(args, name) for name in
-                                                                (*SCRATCH, "dropout")},
+        "from_scratch": None if args.encoder or args.init else scratch_sizes(args),
         "tokenizer": args.tokenizer or args.init or args.encoder, "objectives": objectives.lower().replace(" ", ""),
         "nsp": uses_nsp, "steps": args.steps, "batch_size": args.batch_size, "lr": args.lr,
         "warmup_steps": args.warmup_steps, "max_length": args.max_length, "mlm_probability": args.mlm_probability,

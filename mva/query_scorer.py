@@ -13,7 +13,6 @@ from common.encoders.bert_inputs import BertInputs
 from common.encoders.bert_rankers import BertSiamese
 from common.stores.representations import RepresentationStore
 from common.stores.scoring import StoreScorer
-from mva import STORED
 from mva.costs import dual_encoder_macs, mva_macs
 from mva.model import MVA
 
@@ -26,12 +25,10 @@ def architecture(model: nn.Module) -> str:
 
 
 def store_width(model: nn.Module) -> int:
-    """Columns of a row: 2·H·p for MVA ([D_K | D_V]), h for DE."""
+    """Columns of a row: 2·H·p for MVA ([D_K | D_V]), h for DE (CA stores nothing: its commands refuse it first)."""
     if architecture(model) == "mva":
         return 2 * model.head.heads * model.head.projection
-    if architecture(model) == "de":
-        return model.bert.config.hidden_size
-    raise ValueError(f"{architecture(model)} has no document representation to store (only {', '.join(STORED)})")
+    return model.bert.config.hidden_size
 
 
 def document_rows(model: nn.Module, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:

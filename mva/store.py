@@ -6,6 +6,7 @@ re-scores a first pass's top K (`CrossScorer`, Table 6). Scoring itself: `mva.qu
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 
@@ -16,6 +17,7 @@ from common.encoders.bert_inputs import BertInputs
 from common.stores.representations import RepresentationStore
 from common.stores.scoring import load_module
 from common.stores.writer import Representation
+from mva import PASSAGE_LENGTH, QUERY_LENGTH
 from mva.costs import bert_macs
 from mva.model import temporal_pool, timestep_mask
 from mva.query_scorer import architecture, document_rows, store_width
@@ -29,8 +31,9 @@ def load_ranker(state: dict) -> MVARanker:
 
 def data_encoder(data_settings: dict, pairs: bool = False) -> BertInputs:
     """The `BertInputs` of a checkpoint's data settings: inputs cut as in training (concatenated for CA: `pairs`)."""
-    return BertInputs(pairs, data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 32),
-                      data_settings.get("passage_length", 112), data_settings.get("tokenizer_task"))
+    get = data_settings.get
+    return BertInputs(pairs, get("tokenizer", "builtin"), get("query_length", QUERY_LENGTH),
+                      get("passage_length", PASSAGE_LENGTH), get("tokenizer_task"))
 
 
 def document_row_counts(model, mask: Tensor) -> Tensor:
@@ -56,15 +59,8 @@ def representation(ranker: MVARanker, encoder: BertInputs) -> Representation:
     if architecture(ranker.model) == "mva":
         extra |= {"projection": settings.projection, "heads": settings.heads, "doc_pooling": settings.doc_pooling,
                   "doc_timesteps": settings.doc_timesteps, "doc_factor": settings.doc_factor}
-
-    def represent(tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-        return document_rows(ranker.model, tokens, mask)
-
-    def rows(mask: Tensor) -> Tensor:
-        return document_row_counts(ranker.model, mask)
-
-    return Representation(ranker.model, represent, store_width(ranker.model), architecture(ranker.model), extra,
-                          rows=rows)
+    return Representation(ranker.model, functools.partial(document_rows, ranker.model), store_width(ranker.model),
+                          architecture(ranker.model), extra, rows=functools.partial(document_row_counts, ranker.model))
 
 
 def storage_report(store: RepresentationStore) -> str:
@@ -83,8 +79,6 @@ class CrossScorer:
 
     def __init__(self, ranker: MVARanker, encoder: BertInputs, documents, *, batch_size: int,
                  device: torch.device | str = "cpu"):
-        if architecture(ranker.model) != "ca":
-            raise ValueError(f"the re-scoring pass is CA's, not {architecture(ranker.model)}'s")
         self.ranker, self.encoder, self.documents = ranker, encoder, documents
         self.batch_size, self.device = batch_size, torch.device(device)
         self.seconds, self.macs = 0.0, 0

@@ -3,6 +3,7 @@ single heads, and the whole model, end to end and through a store's rows, agains
 (`tests.mva.by_hand`: the BertModel itself as the encoder, the pooling, projections and score in loops)."""
 
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -11,7 +12,7 @@ from common.encoders.pretrained import bert_config
 from common.refusals import SettingError
 import inspect
 
-from mva.model import MVA, MultiVectorAttention, SidePooling, cls_starts, first_k, temporal_pool, timestep_mask
+from mva.model import MVA, MultiVectorAttention, SidePooling, cls_starts, temporal_pool, timestep_mask
 from mva.portable import MVA_KEYS
 from mva.ranker import MVARanker
 from tests.gradients import assert_repeatable_gradients
@@ -115,8 +116,9 @@ def test_timesteps_drop_sep_and_padding():
 
 def test_first_k_keeps_the_first_positions():
     hidden = torch.arange(2 * 5 * 1.0).view(2, 5, 1)
-    keep = timestep_mask(torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]]))
-    pooled, real = first_k(hidden, keep, 3)
+    bert = lambda input_ids, attention_mask: SimpleNamespace(last_hidden_state=hidden)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
+    pooled, real = SidePooling("first_k", timesteps=3)(bert, torch.zeros_like(mask), mask)
     assert pooled.squeeze(-1).tolist() == [[0, 1, 2], [5, 6, 7]]
     assert real.tolist() == [[True, True, True], [True, True, False]]  # row 2's third position is its [SEP]
 

@@ -53,8 +53,7 @@ def test_masking_is_the_hugging_face_collators(documents, builtin_tokenizer):
     """Labels are the original ids at the masked positions and -100 elsewhere; special tokens and padding are never
     masked; about 15% of the other tokens are, 80% of those replaced by the mask token; the rest is unchanged."""
     tok = builtin_tokenizer
-    masking = pretrain.collator(tok, 0.15, seed=1)
-    assert isinstance(masking, DataCollatorForLanguageModeling) and masking.mlm_probability == 0.15
+    masking = DataCollatorForLanguageModeling(tok, mlm=True, mlm_probability=0.15, seed=1)  # as mva.pretrain's
     examples = pretrain.PretrainingExamples(documents, tok, max_length=64, nsp=False)
     ids = list(documents)[:128]
     plain = examples.examples(ids, random.Random(0))
@@ -107,7 +106,8 @@ def test_the_mlm_loss_of_a_fixed_batch_decreases(documents, builtin_tokenizer):
     model = pretrain.scratch_model(builtin_tokenizer, nsp=True, num_layers=1, hidden_size=32, num_heads=2,
                                    intermediate_size=64, dropout=0.1)
     examples = pretrain.PretrainingExamples(documents, builtin_tokenizer, max_length=32, nsp=True)
-    batch = pretrain.collator(builtin_tokenizer, 0.15, seed=0)(examples.examples(list(documents)[:8], random.Random(0)))
+    masking = DataCollatorForLanguageModeling(builtin_tokenizer, mlm=True, mlm_probability=0.15, seed=0)
+    batch = masking(examples.examples(list(documents)[:8], random.Random(0)))
     before = pretrain.probe_losses(model, batch)
     losses = pretrain.train(model, itertools.repeat(batch), steps=10, lr=3e-3, warmup_steps=0, device="cpu")
     after = pretrain.probe_losses(model, batch)
