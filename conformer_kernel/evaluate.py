@@ -87,7 +87,7 @@ def main(argv=None) -> dict | None:
     precision = resolve_precision(args, args.checkpoint, state, runs_on_cuda(args.accelerator))
     data = ConformerKernelDataModule(train=None, dev=None, test=task, depth=depth, test_queries=args.test_queries,
                                      eval_batch_size=args.batch_size, num_workers=args.num_workers,
-                                     relevance_level=args.relevance_level)  # fmt: skip
+                                     relevance_level=args.relevance_level)
     with input_errors(*INPUT_ERRORS):  # the task's files and the ORCAS field's, before anything is built or written
         data.check_tasks()
         model, featurizer = load_for_inference(args.checkpoint, args.orcas, data_settings)
@@ -106,7 +106,7 @@ def main(argv=None) -> dict | None:
     runs = {}
     if "rerank" in args.modes:
         trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out,
-                            enable_model_summary=False)  # fmt: skip
+                            enable_model_summary=False)
         trainer.test(model, datamodule=data)
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.source("test").candidates())
     if "fullrank" in args.modes:  # its index built by every process, its retrieval on global rank zero (else None)
@@ -118,7 +118,7 @@ def main(argv=None) -> dict | None:
     dataset = args.dataset or paper_dataset(PAPER, task)
     test = data.source("test")
     metrics = write_mode_results(out, name, runs, test.qrels(), test.candidates(), args.relevance_level,
-                                 measures=model.measures, task=task, dataset=dataset, depth=DEPTH)  # fmt: skip
+                                 measures=model.measures, task=task, dataset=dataset, depth=DEPTH)
     title = f"{data.source('test').name}: {len(data.eval_queries('test'))} queries"
     written = ", ".join(str(out / mode_run(m)) for m in runs)
     if metrics is None:

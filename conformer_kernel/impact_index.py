@@ -153,7 +153,7 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
         scored = {term for term in terms if featurizer.resources.idf.get(term, 0.0) != 0}
         positions = sample_positions(n, SAMPLE if sample is None else sample)
         counts = [len(scored.intersection(featurizer.document_terms(doc)))
-                  for doc in documents.get_many([doc_ids[i] for i in positions.tolist()])]  # fmt: skip
+                  for doc in documents.get_many([doc_ids[i] for i in positions.tolist()])]
         drawn = len(counts)
         postings = round(n * sum(counts) / drawn) if drawn else 0
     index_dtype = sp.get_index_dtype(maxval=max(postings, n, t))
@@ -162,7 +162,7 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
     meta_bytes = len(json.dumps(meta, indent=2, sort_keys=True).encode())
     listing = sum(len(item.encode("utf-8")) + 1 for item in (*terms, *doc_ids)) + meta_bytes + 1
     index_bytes = (npy_bytes(np.float32, (postings,)) + npy_bytes(index_dtype, (postings,))
-                   + npy_bytes(index_dtype, (t + 1,)) + listing)  # fmt: skip
+                   + npy_bytes(index_dtype, (t + 1,)) + listing)
     full, last = divmod(n, shard_size)
     shard_bytes = full * npy_bytes(np.float32, (shard_size, t)) + (last and npy_bytes(np.float32, (last, t)))
     shard_bytes += meta_bytes
@@ -173,7 +173,7 @@ class DocumentShards(Dataset):
     """Item i: shard ``todo[i]``; `collate` makes its ``(shard, documents, [(positions, Features' tensors)])``."""
 
     def __init__(self, doc_ids: list[str], documents, featurizer: Featurizer, terms: list[str], shard_size: int,
-                 batch_size: int, todo: list[int]):  # fmt: skip
+                 batch_size: int, todo: list[int]):
         self.doc_ids, self.documents, self.featurizer, self.terms = doc_ids, documents, featurizer, terms
         self.shard_size, self.batch_size, self.todo = shard_size, batch_size, todo
 
@@ -252,7 +252,7 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
     options = dict(trainer_options or {})  # its callbacks (a command's progress) beside the shards' writer
     trainer = L.Trainer(logger=False, enable_checkpointing=False, enable_model_summary=False,
                         callbacks=[ShardWriter(folder), *options.pop("callbacks", [])], default_root_dir=folder,
-                        **options)  # fmt: skip
+                        **options)
     if trainer.is_global_zero:  # the folder is rank zero's: the others would find the plan it has just written
         problem = output_problem(folder, resume)
         if problem:
@@ -266,7 +266,7 @@ def build_index(model: ConformerKernelRanker, featurizer: Featurizer, documents,
     if todo:
         dataset = DocumentShards(doc_ids, documents, featurizer, terms, shard_size, batch_size, todo)
         loader = torch.utils.data.DataLoader(dataset, batch_size=1, collate_fn=dataset.collate,
-                                             **loader_options(trainer, num_workers))  # fmt: skip
+                                             **loader_options(trainer, num_workers))
         trainer.predict(TermDocumentScorer(model, terms, term_chunk), loader, return_predictions=False)
     trainer.strategy.barrier()
     if not trainer.is_global_zero:

@@ -465,4 +465,4 @@ SETTINGS = ("model", "vocab_size", "encoder", "conv_window", "hidden_size", "num
 def ranker_from_settings(settings: Mapping) -> nn.Module:
     """The model of `settings` (`SETTINGS`), with fresh weights."""
     return build_ranker(settings["model"], settings["vocab_size"],
-                        **{name: settings[name] for name in SETTINGS[2:] if name in settings})  # fmt: skip
+                        **{name: settings[name] for name in SETTINGS[2:] if name in settings})

@@ -24,7 +24,7 @@ from conformer_kernel.vocab import Resources
 
 PACKAGE = "conformer_kernel"
 PAPER = ('"Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence", Mitra, '
-         "Hofstätter, Zamani and Craswell, TREC 2020 Deep Learning track (arXiv:2104.09393, 2021)")  # fmt: skip
+         "Hofstätter, Zamani and Craswell, TREC 2020 Deep Learning track (arXiv:2104.09393, 2021)")
 #: The featuriser's settings a checkpoint's data module holds, and evaluate's defaults where it holds none.
 INPUTS = {"max_query_terms": MAX_QUERY_TERMS, "max_doc_terms": MAX_DOC_TERMS, "max_orcas_terms": MAX_ORCAS_TERMS}
 
@@ -50,7 +50,7 @@ def build(config: dict, folder: Path) -> Scoring:
     """The model of `config` (fresh weights) and its inputs, featurised with the vocabulary and IDFs of `folder`."""
     inputs = config["inputs"]
     featurizer = Featurizer(Resources.load(folder), inputs["max_query_terms"], inputs["max_doc_terms"],
-                            inputs["max_orcas_terms"], {} if inputs["orcas"] else None)  # fmt: skip
+                            inputs["max_orcas_terms"], {} if inputs["orcas"] else None)
 
     def score(model, batch: dict):  # (B,): `ConformerKernelRanker.evaluation_scores`
         return model(batch["features"])[:, 0]

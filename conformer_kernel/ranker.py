@@ -83,10 +83,10 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
     ):
         if model != "ndrm2" and hidden_size % num_heads:  # NDRM2 matches terms explicitly: no encoder
             raise SettingError("model.num_heads", f"must divide the hidden size {hidden_size} (2 x --data.embedding_dim),"
-                                                  f" got {num_heads}")  # fmt: skip
+                                                  f" got {num_heads}")
         if model != "ndrm2" and encoder == "conformer" and conv_window % 2 == 0:
             raise SettingError("model.conv_window", f"must be odd (the convolution keeps the document's length), got "
-                                                    f"{conv_window}")  # fmt: skip
+                                                    f"{conv_window}")
         super().__init__()
         self.save_hyperparameters()
         self.model = ranker_from_settings(self.hparams)

@@ -63,7 +63,7 @@ def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
     if dataset == DATASET:
         return comparison_table(metrics, orcas=data is not None and bool(data.featurizer.orcas))
     text = nothing_to_compare(task, f"is not {DATASET}, Table 1's dataset (conformer_kernel.evaluate --dataset "
-                                    "names it for a task from files)")  # fmt: skip
+                                    "names it for a task from files)")
     if is_builtin(task):
         text += f"\n\n{reported_table()}"
     return text
@@ -112,7 +112,7 @@ COMMAND = TrainCommand(
     links=links, labels=MEASURE_LABELS,
     test_modes=TestModes(MODES, "evaluate the best checkpoint by re-ranking the test candidates and/or by full "
                                 "retrieval from a precomputed impact index (default: both)", tested_runs, DEPTH),
-)  # fmt: skip
+)
 
 #: Runs the command line (`common.commands.train.TrainCommand.main`).
 main = COMMAND.main

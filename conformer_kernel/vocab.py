@@ -115,7 +115,7 @@ class Resources:
     def text_files(self) -> dict[str, bytes]:
         """``terms.txt`` (by id) and ``idf.tsv`` (term, tab, the IDF's ``repr``), name -> bytes."""
         return {"terms.txt": "".join(f"{t}\n" for t in self.terms).encode(),
-                "idf.tsv": "".join(f"{t}\t{v!r}\n" for t, v in sorted(self.idf.items())).encode()}  # fmt: skip
+                "idf.tsv": "".join(f"{t}\t{v!r}\n" for t, v in sorted(self.idf.items())).encode()}
 
     @classmethod
     def load(cls, folder: str | os.PathLike) -> Resources:

@@ -60,7 +60,7 @@ class EARLEvaluation(StoreEvaluation):
         from earl.store import data_encoder
 
         return QueryScorer(self.ranker.model, data_encoder(self.data_settings), batch_size=self.args.batch_size,
-                           device=self.device, store=store, documents=self.documents)  # fmt: skip
+                           device=self.device, store=store, documents=self.documents)
 
     def describe(self) -> str:
         return self.scorer.label

@@ -34,7 +34,7 @@ def read_trained(path: str | Path) -> dict:
     """The contents of `path`, an `earl.train` checkpoint of EARL, else one line naming it."""
     why = ": only EARL's document side is computed without the query, so only EARL has representations to store"
     return read_trained_checkpoint(path, "earl.train", RANKER_KEYS, ("earl",), names="EARL",
-                                   why=dict.fromkeys(("bert_ranker", "bert_siamese"), why))  # fmt: skip
+                                   why=dict.fromkeys(("bert_ranker", "bert_siamese"), why))
 
 
 def main(argv=None):

@@ -99,7 +99,7 @@ class JudgeBlock(nn.Module):
         return torch.cat([self.cross.key(documents), self.cross.value(documents)], dim=-1)
 
     def forward(self, hidden: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
-                cross_queries: Tensor | None = None, first_only: bool = False) -> Tensor:  # fmt: skip
+                cross_queries: Tensor | None = None, first_only: bool = False) -> Tensor:
         """H_i = Judge(H_{i-1}, D) for (B, q, h) `hidden` and the block's (B, d, 2h) `keys_values`;
         `cross_queries`: H_{i-1} W_X if already computed; `first_only`: H_i at [CLS] alone, (B, 1, h)."""
         keys, values = keys_values.chunk(2, dim=-1)
@@ -178,7 +178,7 @@ class EARL(nn.Module):
         return out
 
     def judge(self, queries: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
-              query_index: Tensor | None = None) -> Tensor:  # fmt: skip
+              query_index: Tensor | None = None) -> Tensor:
         """Scores (B,) of B documents from their (B, d, 2 K h) `keys_values` and (B, d) `doc_mask` against
         `queries` (Bq, q, h) ``[query_index]`` (default: query j); with ClsPool the last block computes [CLS] alone."""
         h = self.hidden_size
@@ -190,7 +190,7 @@ class EARL(nn.Module):
         for i, block in enumerate(self.blocks):  # Eqs. 20-21
             hidden = block(hidden, query_mask, keys_values[..., 2 * h * i : 2 * h * (i + 1)], doc_mask,
                            cross_queries=first if i == 0 else None,
-                           first_only=self.pool == "cls" and i == self.num_blocks - 1)  # fmt: skip
+                           first_only=self.pool == "cls" and i == self.num_blocks - 1)
         # Eq. 22, in the parameters' precision under autocast too (`common.encoders.precision`)
         out = full_precision(self.score, pool(hidden, query_mask, self.pool), dtype=self.score.weight.dtype)
         return out[:, 1] - out[:, 0] if out.shape[-1] == 2 else out.squeeze(-1)
@@ -201,7 +201,7 @@ class EARL(nn.Module):
         documents = self.encode_documents(batch["doc_tokens"], batch["doc_mask"])  # (B, d, h)
         queries = self.encode_queries(batch["query_tokens"], batch["query_mask"])  # (Bq, q, h)
         return self.judge(queries, batch["query_mask"].bool(), self.document_keys_values(documents), doc_mask,
-                          batch["query_index"])  # fmt: skip
+                          batch["query_index"])
 
 
 def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: bool = TIED,

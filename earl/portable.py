@@ -18,7 +18,7 @@ from earl.query_scorer import QueryScorer, store_width
 
 PACKAGE = "earl"
 PAPER = ("EARL: Speedup Transformer-based Rankers with Pre-computed Representation (Gao, Dai, Callan, "
-         "arXiv 2020)")  # fmt: skip
+         "arXiv 2020)")
 #: The hyper-parameters that shape the model (the others train it).
 MODEL_KEYS = ("architecture", "num_blocks", "query_layers", "tied", "copy_cross", "pool", "loss")
 #: The inputs' lengths ``earl.evaluate`` takes where the data settings give none (`earl.data`'s defaults).
@@ -36,7 +36,7 @@ def model_of(bert, config: dict, *, copy_from_bert: bool):
     if config["architecture"] == "earl":
         return build_earl(bert, num_blocks=config["num_blocks"], query_layers=config["query_layers"],
                           tied=config["tied"], copy_from_bert=copy_from_bert, copy_cross=config["copy_cross"],
-                          pool=config["pool"], loss=config["loss"])  # fmt: skip
+                          pool=config["pool"], loss=config["loss"])
     if config["architecture"] == "bert_ranker":
         return BertRanker(bert, logits=2 if config["loss"] == "cross_entropy" else 1)
     return BertSiamese(bert)
@@ -46,7 +46,7 @@ def checkpoint_entry(checkpoint: dict) -> dict:
     """The `common.portable` entry of an `earl.train` checkpoint (module docstring)."""
     hparams = checkpoint["hyper_parameters"]
     inputs = inputs_config(checkpoint, pairs=hparams["architecture"] == "bert_ranker", query_length=QUERY_LENGTH,
-                           passage_length=PASSAGE_LENGTH)  # fmt: skip
+                           passage_length=PASSAGE_LENGTH)
     return bert_checkpoint_entry(PACKAGE, checkpoint, {k: hparams[k] for k in MODEL_KEYS}, inputs)
 
 
@@ -59,9 +59,9 @@ def build(config: dict, folder: Path) -> Scoring:
     def open_store(model, store: Path):
         if config["architecture"] != "earl":
             raise PortableError(f"{store}: the {config['architecture']} stores nothing; only EARL's document side is "
-                                "computed without the query")  # fmt: skip
+                                "computed without the query")
         opened = open_representations(store, widths={s: store_width(model, s) for s in STRATEGIES},
-                                      passage_length=inputs["passage_length"])  # fmt: skip
+                                      passage_length=inputs["passage_length"])
         return pairs_from_store(lambda batch_size: QueryScorer(model, encoder, batch_size=batch_size,
                                                                device=model_device(model), store=opened))
 

@@ -27,13 +27,13 @@ class QueryScorer(StoreScorer):
     """One query's candidates: T_qry once, then the judge over keys and values from `store` or T_doc."""
 
     def __init__(self, model: EARL, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
-                 store: RepresentationStore | None = None, documents=None):  # fmt: skip
+                 store: RepresentationStore | None = None, documents=None):
         self.model = model
         self.strategy = store.identity["strategy"] if store is not None else None
         width, width_name = (None, "width") if store is None else (store_width(model, self.strategy),
-                                                                   f"{self.strategy.upper()} width")  # fmt: skip
+                                                                   f"{self.strategy.upper()} width")
         super().__init__(encoder, width=width, width_name=width_name, batch_size=batch_size, device=device,
-                         store=store, documents=documents)  # fmt: skip
+                         store=store, documents=documents)
         self._keys_values = torch.empty(0, device=self.device)  # S1's output buffer, reused (`stored_rows`)
 
     def encode_query(self, tokens: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:

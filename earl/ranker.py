@@ -96,10 +96,10 @@ class EARLRanker(BertRerankingModule):
     ):
         if encoder is None and query_layers is not None and query_layers > num_layers:
             raise SettingError("model.query_layers", f"T_qry takes at most T_doc's {num_layers} layers "
-                                                     f"(--model.num_layers), got {query_layers}")  # fmt: skip
+                                                     f"(--model.num_layers), got {query_layers}")
         if encoder is None and architecture == "earl" and query_layers is None and num_blocks > num_layers:
             raise SettingError("model.num_blocks", f"l = L - K needs K at most --model.num_layers ({num_layers}), "
-                                                   f"got {num_blocks}")  # fmt: skip
+                                                   f"got {num_blocks}")
         super().__init__()
         self.save_hyperparameters()
         bert = bert_encoder(encoder, tokenizer, tokenizer_task, num_layers=num_layers, hidden_size=hidden_size,

@@ -57,13 +57,13 @@ def evidence(data_dir: str | Path) -> list[dict]:
             for level in LEVELS:
                 values = evaluate_run(qrels, ordered, MEASURES, relevance_level=level)
                 rows.append({"run": name, "ranking": ranking, "level": level,
-                             **{m: f"{values[m]:.4f}" for m in MEASURES}})  # fmt: skip
+                             **{m: f"{values[m]:.4f}" for m in MEASURES}})
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(prog="python -m earl.relevance_level", description=__doc__.split("\n\n")[0],
-                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data_dir", default="../shared/data/trec_dl", type=Path,
                         help="the TREC DL data folder (qrels/, runs/; default: %(default)s)")
     parser.add_argument("--output", default="results/earl/relevance_level.csv", type=Path,

@@ -34,7 +34,7 @@ def load_ranker(state: dict) -> EARLRanker:
 def data_encoder(data_settings: dict) -> BertInputs:
     """The `BertInputs` of a checkpoint's data settings: queries and passages cut as in training."""
     return BertInputs(False, data_settings.get("tokenizer", "builtin"), data_settings.get("query_length", 16),
-                      data_settings.get("passage_length", 128), data_settings.get("tokenizer_task"))  # fmt: skip
+                      data_settings.get("passage_length", 128), data_settings.get("tokenizer_task"))
 
 
 def representation(ranker: EARLRanker, encoder: BertInputs, strategy: str) -> Representation:
@@ -48,7 +48,7 @@ def representation(ranker: EARLRanker, encoder: BertInputs, strategy: str) -> Re
 
     extra = {"model": ranker.name, "num_blocks": model.num_blocks, "hidden_size": model.hidden_size,
              "heads": model.doc_encoder.config.num_attention_heads, "passage_length": encoder.passage_length,
-             "tokenizer": encoder.tokenizer_name}  # fmt: skip
+             "tokenizer": encoder.tokenizer_name}
     return Representation(model, represent, width, strategy, extra, rows=document_row_counts)
 
 
@@ -95,7 +95,7 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
         extra = {"judge_blocks": model.num_blocks, "heads": model.doc_encoder.config.num_attention_heads}
         writers[strategy] = StoreWriter(folder, doc_ids=[f"d{i}" for i in range(count)], dtype=ROW_TYPES[dtype],
                                         shard_size=shard_size, width=store_width(model, strategy), identity=identity,
-                                        extra=extra, resume=True)  # fmt: skip
+                                        extra=extra, resume=True)
     for writer in writers.values() if documents == "random" else ():
         for shard in writer.pending():
             first, last = shard * shard_size, min(shard * shard_size + shard_size, count)

@@ -21,7 +21,7 @@ DATASETS = ("msmarco-passage-dev", "trec-dl-2019-passage")
 PAPER_METHODS = {
     "bert_ranker": "BERT ranker", "bert_siamese": "BERT-Siamese ranker", "earl_cls": "EARL ClsPool",
     "earl_mean": "EARL AvePool", "earl_cls_tied": "EARL ClsPool Tied", "earl_mean_tied": "EARL AvePool Tied",
-}  # fmt: skip
+}
 
 
 def folder_name(config) -> str:
@@ -40,7 +40,7 @@ def paper_tables(metrics: dict, task, dataset: str | None, data=None, relevance_
 
     if dataset is None:
         return nothing_to_compare(task, f"is none of its datasets ({', '.join(DATASETS)}; earl.evaluate --dataset "
-                                        "names the one a task from files is)")  # fmt: skip
+                                        "names the one a task from files is)")
     if relevance_level is None and data is not None:
         relevance_level = data.tasks.relevance_level
     method_map = {run: PAPER_METHODS[run] for run in metrics if run in PAPER_METHODS}
@@ -59,7 +59,7 @@ COMMAND = TrainCommand(
     monitor="dev/mrr@10",  # MS MARCO's official measure (the paper does not say)
     run_name=folder_name, paper=PAPER, paper_tables=paper_tables, links=link_bert_inputs,
     baselines=("bert_ranker", "bert_siamese"),
-)  # fmt: skip
+)
 
 #: Runs the command line (`common.commands.train.TrainCommand.main`).
 main = COMMAND.main

@@ -122,7 +122,7 @@ def refuse_pretraining_mismatch(model) -> None:
     architecture = model.get("architecture", "mva")
     if pretrained.get("architecture") != architecture:
         raise SettingError("model.architecture", f"{checkpoint} was pre-trained as {pretrained.get('architecture')} "
-                                                 f"({record}), got {architecture}")  # fmt: skip
+                                                 f"({record}), got {architecture}")
     settings = pretrained.get("model") or {}
     keys = ["projection", "heads"]
     for side in ("query", "doc"):
@@ -132,4 +132,4 @@ def refuse_pretraining_mismatch(model) -> None:
     for key in keys:
         if key in settings and settings[key] != model.get(key):
             raise SettingError(f"model.{key}", f"{checkpoint} was pre-trained with {key} {settings[key]} ({record}), "
-                                               f"got {model.get(key)}")  # fmt: skip
+                                               f"got {model.get(key)}")

@@ -47,7 +47,7 @@ COMMAND = TrainCommand(
     monitor="dev/mrr@10",  # the measure of every table of the paper
     run_name=folder_name, paper=PAPER, paper_tables=paper_tables, links=link_bert_inputs,
     baselines=("de", "ca"),
-)  # fmt: skip
+)
 
 #: Runs the command line (`common.commands.train.TrainCommand.main`).
 main = COMMAND.main

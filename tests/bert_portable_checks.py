@@ -25,7 +25,7 @@ def save_as_trainer(ranker, data: dict, path: Path) -> Path:
     """`ranker`'s checkpoint as a trainer writes it, as far as loading reads it: weights, hyper-parameters, the
     data module's `data` and what ``on_save_checkpoint`` adds (the portable entry among them)."""
     state = {"state_dict": ranker.state_dict(), "hyper_parameters": dict(ranker.hparams),
-             "datamodule_hyper_parameters": data, "pytorch-lightning_version": L.__version__}  # fmt: skip
+             "datamodule_hyper_parameters": data, "pytorch-lightning_version": L.__version__}
     ranker.on_save_checkpoint(state)
     torch.save(state, path)
     return path
@@ -44,7 +44,7 @@ def spread_weights(ranker, seed: int):
 def run_scores(folder: Path) -> dict[tuple[str, str], float]:
     """Every (qid, docid) score of ``run.trec`` in `folder` (written with repr: every digit of the float)."""
     return {(qid, doc_id): score for qid, scores in read_run(folder / "run.trec").items()
-            for doc_id, score in scores.items()}  # fmt: skip
+            for doc_id, score in scores.items()}
 
 
 def pair_texts(task: str, pairs: list[tuple[str, str]]) -> tuple[list[str], list[Document]]:
@@ -78,7 +78,7 @@ def scores_in_fresh_process(*jobs: tuple[Path, Path | None, list[str], list]) ->
     )
     payload = json.dumps([[str(folder), None if store is None else str(store), queries,
                            [d if isinstance(d, str) else [d.doc_id, d.text, d.title] for d in documents]]
-                          for folder, store, queries, documents in jobs])  # fmt: skip
+                          for folder, store, queries, documents in jobs])
     result = subprocess.run([sys.executable, "-c", code], input=payload, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     return json.loads(result.stdout.strip().splitlines()[-1])

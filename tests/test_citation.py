@@ -16,7 +16,7 @@ APACHE_2_0_SHA256 = "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc5
 #: The top-level keys of CFF 1.2.0 (its schema.json's ``properties``) and those it requires.
 CFF_KEYS = {"abstract", "authors", "cff-version", "commit", "contact", "date-released", "doi", "identifiers",
             "keywords", "license", "license-url", "message", "preferred-citation", "references", "repository",
-            "repository-artifact", "repository-code", "title", "type", "url", "version"}  # fmt: skip
+            "repository-artifact", "repository-code", "title", "type", "url", "version"}
 CFF_REQUIRED = {"authors", "cff-version", "message", "title"}
 #: What the schema requires of each reference.
 REFERENCE_REQUIRED = {"authors", "title", "type"}
@@ -38,6 +38,6 @@ def test_citation_cff_is_cff_1_2_and_cites_this_version():
     assert isinstance(released, datetime.date) and DATE.match(released.isoformat())
     assert citation["type"] in ("software", "dataset")
     assert all(isinstance(author, dict) and ("name" in author or "family-names" in author)
-               for author in citation["authors"])  # fmt: skip
+               for author in citation["authors"])
     for reference in citation.get("references", []):
         assert REFERENCE_REQUIRED <= set(reference), reference.get("title")

@@ -35,7 +35,7 @@ def test_conformer_kernel_evaluate_counts_its_test_and_index_batches(every_batch
 
     evaluate.main(["--checkpoint", str(FIXTURES / "conformer_kernel.ckpt"), "--task", "builtin:test", "--modes",
                    "rerank", "fullrank", "--depth", "10", "--test_queries", "3", "--devices", "1",
-                   "--output_dir", str(tmp_path / "eval")])  # fmt: skip
+                   "--output_dir", str(tmp_path / "eval")])
     lines = capsys.readouterr().err.splitlines()
 
     (start,) = [line for line in lines if line.startswith("test: ")]

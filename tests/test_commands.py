@@ -16,7 +16,7 @@ COMMANDS = [
     "mva.train", "mva.evaluate", "mva.index", "mva.benchmark", "mva.pretrain", "mva.costs",
     "common.evaluate", "common.report", "common.data.bm25", "common.data.builtin", "common.kernels.benchmark",
     "common.commands.loader_benchmark",
-]  # fmt: skip
+]
 
 
 def run(command: str, *args: str, cwd) -> subprocess.CompletedProcess:

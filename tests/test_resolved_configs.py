@@ -20,7 +20,7 @@ SECTIONS = ("trainer", "model", "data")
 
 def configs() -> list[str]:
     return sorted(str(path.relative_to(REPO)) for package in PACKAGES
-                  for path in (REPO / package / "configs").rglob("*.yaml"))  # fmt: skip
+                  for path in (REPO / package / "configs").rglob("*.yaml"))
 
 
 def test_every_config_has_its_expected_values():

@@ -51,7 +51,7 @@ def installed(tmp_path_factory) -> Path:
     shutil.copytree(REPO, root / "source", symlinks=True, ignore=_NOT_BUILT)
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                             str(root / "source"), "-w", str(root / "wheel")],
-                           capture_output=True, text=True)  # fmt: skip
+                           capture_output=True, text=True)
     assert built.returncode == 0, built.stderr
     (wheel,) = (root / "wheel").glob("efficient_rankers-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -60,7 +60,7 @@ def installed(tmp_path_factory) -> Path:
     assert not missing, f"not in the wheel: {sorted(missing)}"
     assert licenses, "no LICENSE in the wheel's metadata"
     done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
-                           str(root / "site"), str(wheel)], capture_output=True, text=True)  # fmt: skip
+                           str(root / "site"), str(wheel)], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     return root / "site"
 
@@ -73,7 +73,7 @@ def _from(site: Path, args: list[str], cwd: Path) -> subprocess.CompletedProcess
 def test_the_commands_are_imported_from_the_wheel(installed, tmp_path):
     imported = _from(installed, ["-c", "import common, qds, conformer_kernel, earl, mva; "
                                        "print(*(m.__file__ for m in (common, qds, conformer_kernel, earl, mva)))"],
-                     tmp_path)  # fmt: skip
+                     tmp_path)
     assert imported.returncode == 0, imported.stderr
     assert all(Path(f).is_relative_to(installed) for f in imported.stdout.split())
 

@@ -15,7 +15,7 @@ TINY_RUN = [
     "--data.depth", "10", "--data.dev_queries", "3", "--data.dev_depth", "5", "--data.test_queries", "4",
     "--data.batch_size", "2", "--data.eval_batch_size", "16", "--trainer.max_steps", "6",
     "--trainer.val_check_interval", "3", "--trainer.enable_progress_bar", "false", "--save_every_n_steps", "2",
-]  # fmt: skip
+]
 
 
 def tiny_run(main, args: list[str]):

@@ -29,7 +29,7 @@ def unjudged_task(folder: Path, queries: int = 2, per_query: int = 3) -> tuple[l
     write_topics(folder / "topics.tsv", texts)
     write_run(folder / "candidates.trec", candidates)
     flags = ["--topics", str(folder / "topics.tsv"), "--run", str(folder / "candidates.trec"),
-             "--collection", str(source.collection_path)]  # fmt: skip
+             "--collection", str(source.collection_path)]
     return flags, candidates
 
 

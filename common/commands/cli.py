@@ -150,7 +150,7 @@ class RankerCLI(LightningCLI):
             super().__init__(
                 model_class, datamodule_class, args=args, run=False, save_config_callback=None,
                 seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser, **kwargs,
-            )  # fmt: skip
+            )
 
     def add_core_arguments_to_parser(self, parser) -> None:
         """The model's and data module's options, then the trainer's: ``--help`` lists the package's own first."""
@@ -231,17 +231,17 @@ class RankerCLI(LightningCLI):
     def _say_requeued(self, what: str) -> None:
         if slurm_restarts() and launched_as_global_zero():
             print(f"SLURM ran this job again (restart {slurm_restarts()}) on the run in {self.output_dir}: {what}",
-                  flush=True)  # fmt: skip
+                  flush=True)
 
     def _check_same_settings(self) -> None:
         """A resumed run keeps the settings in its ``config.yaml``: flags given again that change one are refused."""
         saved = _flat(yaml.safe_load((self.output_dir / CONFIG).read_text()))
         now = _flat(yaml.safe_load(self.parser.dump(self.config, skip_unset=False)))
         changed = [k for k in sorted(saved.keys() | now.keys())
-                   if k not in _RUN_KEYS and saved.get(k, _ABSENT) != now.get(k, _ABSENT)]  # fmt: skip
+                   if k not in _RUN_KEYS and saved.get(k, _ABSENT) != now.get(k, _ABSENT)]
         if changed:
             said = "; ".join(f"{k}: {_shown(saved.get(k, _ABSENT))} there, {_shown(now.get(k, _ABSENT))} here"
-                             for k in changed[:3])  # fmt: skip
+                             for k in changed[:3])
             more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
             usage_error(f"--ckpt_path last resumes {self.output_dir} with its {CONFIG}; other settings given: "
                         f"{said}{more}")
@@ -264,7 +264,7 @@ class RankerCLI(LightningCLI):
             split_global_batch(self.datamodule, self.trainer)
         if self.resume_from is not None:
             problem = resumable_here(checkpoint_contents(self.resume_from), self.trainer.world_size,
-                                     self.trainer.accumulate_grad_batches)  # fmt: skip
+                                     self.trainer.accumulate_grad_batches)
             if problem:
                 self._refuse(f"--ckpt_path {self.config.ckpt_path}: {problem}")
         if self.trainer.is_global_zero:
@@ -281,7 +281,7 @@ class RankerCLI(LightningCLI):
         folder = self.output_dir / "checkpoints"
         # The best on dev (a resumed run rewrites the same file, hence no versions), and last.ckpt to resume from.
         self.checkpoint = ModelCheckpoint(dirpath=folder, filename="best-{step}", monitor=self.monitor, mode="max",
-                                          enable_version_counter=False)  # fmt: skip
+                                          enable_version_counter=False)
         last = LastCheckpoint(folder, self.config.save_every_n_steps)
         configured = self.config_init.trainer.get("callbacks") or []
         resume_step = checkpoint_step(self.resume_from) if self.config.ckpt_path == "last" else None

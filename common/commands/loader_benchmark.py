@@ -38,7 +38,7 @@ TRAINING = {
     "mva.train": ("mva.data.MVADataModule",
                   {"architecture": "mva", "tokenizer": "builtin", "query_length": 32, "passage_length": 112,
                    "negatives": 7, "depth": 30, "batch_size": 16}),
-}  # fmt: skip
+}
 #: Each index loader: the training loader whose data module encodes its documents, and its command's batch size.
 INDEX = {"conformer_kernel.index": ("conformer_kernel.train", 8), "earl.index": ("earl.train", 128),
          "mva.index": ("mva.train", 128)}
@@ -59,7 +59,7 @@ def data_module(loader: str, workers: int):
     path, settings = TRAINING[loader]
     module, name = path.rsplit(".", 1)
     data = getattr(import_module(module), name)(train="builtin:train", dev=None, test="builtin:test",
-                                                num_workers=workers, **settings)  # fmt: skip
+                                                num_workers=workers, **settings)
     data.prepare_data()
     data.setup("fit")
     return data
@@ -88,7 +88,7 @@ def make_loader(loader: str, workers: int, shard_size: int) -> tuple[object, Cal
         from common.stores.writer import EncodedShards
 
         dataset = EncodedShards(shards, lambda s: doc_ids[s * shard_size : (s + 1) * shard_size], documents,
-                                data.encoder, batch_size)  # fmt: skip
+                                data.encoder, batch_size)
         count = lambda batch: sum(len(positions) for positions, _, _ in batch[1])  # noqa: E731  (shard, batches)
     return DataLoader(dataset, batch_size=1, collate_fn=dataset.collate, **loader_options(None, workers)), count
 
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                    "batch_size": batch_size(loader), "skipped": result.get("skipped"), "cpus": os.cpu_count(),
                    **{key: None for key in ("ms", "ms_min", "ms_max", "examples_per_s", "startup_s", "peak_mb")},
                    **{key: significant(value) if isinstance(value, float) else value
-                      for key, value in result.items() if key != "skipped"}, **machine()}  # fmt: skip
+                      for key, value in result.items() if key != "skipped"}, **machine()}
             progress = (f"skipped: {row['skipped']}" if row["ms"] is None else
                         f"{row['examples_per_s']:.1f} examples/s, {row['ms']:.1f} ms a batch")
             rows.append(session.emit(row, f"{loader:>22} {workers} workers: {progress}"))

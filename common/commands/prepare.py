@@ -61,7 +61,7 @@ def prepare_caches(data: RerankingDataModule, config, pretrained: tuple[str, ...
             encoder.tokenizer
     named = {option: _option(config, option) for option in pretrained}
     return {option: value for option, value in named.items()
-            if isinstance(value, str) and value not in (BUILTIN, TRAIN)}  # fmt: skip
+            if isinstance(value, str) and value not in (BUILTIN, TRAIN)}
 
 
 def _option(config, option: str):

@@ -23,12 +23,12 @@ DTYPES = {"fp32": "float32", "fp16": "float16"}
 def command_parser(prog: str, doc: str) -> ArgumentParser:
     """The parser of `prog`: `doc`'s first paragraph as its description, the rest as its epilog."""
     return ArgumentParser(prog=prog, description=doc.split("\n\n")[0], epilog=doc.split("\n\n", 1)[1],
-                          formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[str, ...],
                             architectures: tuple[str, ...], *, names: str | None = None,
-                            why: dict[str, str] | None = None, option: str = "--checkpoint") -> dict:  # fmt: skip
+                            why: dict[str, str] | None = None, option: str = "--checkpoint") -> dict:
     """The contents of `path`, a `train_command` checkpoint (its hyper-parameters hold `keys`) of one of
     `architectures`; else refused, `why` saying why its architecture cannot serve."""
 
@@ -53,7 +53,7 @@ def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--collection", required=True,
                         help="the documents: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
                              "(docid<TAB>[title<TAB>]text TSV or JSONL) or a rank_llm candidate file (.json: "
-                             "the text of its hits)")  # fmt: skip
+                             "the text of its hits)")
     parser.add_argument("--output_dir", required=True,
                         help="a new folder for the store (or an unfinished one with --resume)")
     parser.add_argument("--resume", action="store_true", help="finish an interrupted build in --output_dir")
@@ -99,7 +99,7 @@ def read_collection(args: argparse.Namespace):
 
 
 def add_evaluate_arguments(parser: argparse.ArgumentParser, index_command: str, checkpoint_help: str,
-                           store_help: str) -> None:  # fmt: skip
+                           store_help: str) -> None:
     """``--checkpoint``, the task, ``--store`` (built by `index_command`) and ``--compare_end_to_end``."""
     parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help=checkpoint_help)
     add_task_arguments(parser, "task to re-rank: builtin:<split> or irds:<ir_datasets id>")
@@ -109,7 +109,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser, index_command: str, 
 
 
 def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: str, datasets: tuple[str, ...],
-                         compared_with: str) -> None:  # fmt: skip
+                         compared_with: str) -> None:
     """An evaluate command's output folder, depth, queries, batch size, paper dataset, relevance level, device and
     precision."""
     parser.add_argument("--output_dir", help=f"default: a new outputs/{package}-evaluate-<time>")
@@ -120,7 +120,7 @@ def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: s
     parser.add_argument("--batch_size", type=positive_int, default=128, help=f"candidates per {batch} (default 128)")
     parser.add_argument("--dataset", default=None, choices=datasets,
                         help=f"the paper's dataset the task is, to compare with {compared_with} (default: an irds: "
-                             "task's own; files and builtin: none)")  # fmt: skip
+                             "task's own; files and builtin: none)")
     parser.add_argument("--relevance_level", type=int, default=None,
                         help="lowest relevant label for MAP/MRR (default: the checkpoint's data setting, else 1)")
     add_process_arguments(parser, "one device, where to score: auto (a GPU if there is one), 1, or a GPU's index "
@@ -180,9 +180,9 @@ def existing_store(index_command: str):
             raise argparse.ArgumentTypeError(f"no such folder: {text}")
         if not (folder / MANIFEST).is_file():
             unfinished = (f" (an unfinished one: finish it with {index_command} --resume)"
-                          if (folder / PLAN).is_file() else "")  # fmt: skip
+                          if (folder / PLAN).is_file() else "")
             raise argparse.ArgumentTypeError(f"{text} holds no finished {index_command} store (no {MANIFEST})"
-                                             f"{unfinished}")  # fmt: skip
+                                             f"{unfinished}")
         return folder
 
     return store_folder

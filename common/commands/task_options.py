@@ -37,14 +37,14 @@ TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates
 
 
 def add_task_arguments(parser: argparse.ArgumentParser,
-                       help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:  # fmt: skip
+                       help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:
     """``--task TASK`` or, "or a task from files", ``--topics --qrels --run --collection`` or ``--rank_llm``."""
     parser.add_argument("--task", help=help_text)
     files = parser.add_argument_group("or a task from files")
     for name, what in (("topics", "qid<TAB>text"),
                        ("qrels", "qid iter docid label; without it the run is written and no metrics computed"),
                        ("run", "the candidates to re-rank: qid Q0 docid rank score tag"),
-                       ("collection", "docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok")):  # fmt: skip
+                       ("collection", "docid<TAB>[title<TAB>]text TSV or JSONL, .gz ok")):
         files.add_argument(f"--{name}", metavar="FILE", help=what)
     files.add_argument("--rank_llm", metavar="FILE",
                        help="a rank_llm candidate file (queries, first-stage hits and their text, e.g. ../shared/data/"
@@ -120,7 +120,7 @@ def one_device(args: argparse.Namespace):
 
     index = int(args.devices.rstrip(",")) if args.devices.endswith(",") else 0
     if args.accelerator == "cpu" or (args.accelerator == "auto" and not torch.cuda.is_available()
-                                     and not args.devices.endswith(",")):  # fmt: skip
+                                     and not args.devices.endswith(",")):
         return torch.device("cpu")
     if index >= torch.cuda.device_count():
         option = "--devices" if args.devices.endswith(",") else "--accelerator"
@@ -133,7 +133,7 @@ def trainer_options(args: argparse.Namespace) -> dict:
     from common.commands.progress import progress_callback
 
     options = {"accelerator": args.accelerator, "devices": args.devices, "num_nodes": args.num_nodes,
-               "callbacks": [progress_callback()]}  # fmt: skip
+               "callbacks": [progress_callback()]}
     if getattr(args, "precision", None) is not None:
         options["precision"] = args.precision
     return options
@@ -143,10 +143,10 @@ def add_precision_arguments(parser: argparse.ArgumentParser) -> None:
     """``--precision`` and ``--matmul_precision`` (read back by `resolve_precision`)."""
     parser.add_argument("--precision", choices=PRECISIONS, default=None,
                         help="Lightning precision; scores stay float32 (default: the one the checkpoint's run trained "
-                             "with, from its config.yaml, else 32-true)")  # fmt: skip
+                             "with, from its config.yaml, else 32-true)")
     parser.add_argument("--matmul_precision", choices=MATMUL_PRECISIONS, default="high",
                         help="torch's float32 matmul precision: high (TF32 on GPUs, as training) or highest "
-                             "(default high)")  # fmt: skip
+                             "(default high)")
 
 
 def add_workers_argument(parser: argparse.ArgumentParser, what: str) -> None:

@@ -60,7 +60,7 @@ class TrainCommand:
         if self.baselines:
             parser.add_argument("--compare_with", type=list[Literal[self.baselines]], default=[],
                                 help="baselines trained the same way after the model, each into OUTPUT_DIR/<name> "
-                                     f"and printed beside it: any of {', '.join(self.baselines)}")  # fmt: skip
+                                     f"and printed beside it: any of {', '.join(self.baselines)}")
         if self.test_modes is not None:
             modes = self.test_modes.choices
             parser.add_argument("--test_modes", type=list[Literal[modes]], default=list(modes),
@@ -80,7 +80,7 @@ class TrainCommand:
             _imported(self.model), _imported(self.data), command=command or self.name,
             default_config=self.default_config, run_name=self.run_name, monitor=self.monitor,
             arguments=self.add_arguments, args=args,
-        )  # fmt: skip
+        )
 
 
 def _imported(path: str):
@@ -127,14 +127,14 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     task = data.specs["test"]
     dataset = paper_dataset(command.paper, task)
     settings = {"measures": model.measures, "task": task, "dataset": dataset, "others": others,
-                "overwrite": cli.resuming}  # fmt: skip
+                "overwrite": cli.resuming}
     if command.test_modes is None:
         metrics = write_results(out, name, run, data.source("test").qrels(), candidates, data.tasks.relevance_level,
                                 **settings)
         files = [out / RUN]
     else:
         metrics = write_mode_results(out, name, runs, data.source("test").qrels(), candidates,
-                                     data.tasks.relevance_level, depth=command.test_modes.depth, **settings)  # fmt: skip
+                                     data.tasks.relevance_level, depth=command.test_modes.depth, **settings)
         files = [out / mode_run(mode) for mode in runs]
     print()
     if metrics is None:
@@ -159,7 +159,7 @@ def train_baseline(command: TrainCommand, output_dir: Path, architecture: str) -
         args = ["--ckpt_path", "last", "--output_dir", str(folder)]
     else:
         args = ["--config", str(output_dir / CONFIG), "--model.architecture", architecture, "--compare_with", "[]",
-                "--output_dir", str(folder)]  # fmt: skip
+                "--output_dir", str(folder)]
     print(f"\ntraining the {architecture} baseline the same way into {folder}")
     return run_command(command, args)
 
@@ -170,7 +170,7 @@ def link_tokenizer(parser) -> None:
 
     parser.link_arguments("data.tokenizer", "model.tokenizer")
     parser.link_arguments(("data.tokenizer", "data.tokenizer_task", "data.train"), "model.tokenizer_task",
-                          compute_fn=resolved_tokenizer_task)  # fmt: skip
+                          compute_fn=resolved_tokenizer_task)
 
 
 def link_bert_inputs(parser) -> None:

@@ -91,7 +91,7 @@ class BertTriplesDataModule(RerankingDataModule):
         for option, length in (("query_length", query_length), ("passage_length", passage_length)):
             if length < 3:
                 raise SettingError(f"data.{option}", f"must leave room for [CLS], a token and [SEP] (at least 3), "
-                                                     f"got {length}")  # fmt: skip
+                                                     f"got {length}")
         tokenizer_task = resolved_tokenizer_task(tokenizer, tokenizer_task, train)
         super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()

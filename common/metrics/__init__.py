@@ -27,7 +27,7 @@ _LAZY = {
 __all__ = [
     "DEFAULT_MEASURES", "GAIN_MEASURES", "TREC_EVAL_MEASURES", "Aggregation", "MeasureResult", "PairedTTest",
     "RankingMetrics", "evaluate", "evaluate_run", "paired_ttest", "parse_measures", "per_query",
-]  # fmt: skip
+]
 
 
 def __getattr__(name: str):

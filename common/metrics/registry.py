@@ -185,7 +185,7 @@ def _split_trec_eval_name(name: str) -> tuple[str, tuple[str, ...]]:
 def _known() -> str:
     ir_measures = [f"{n}@K" if m.cutoff_required else f"{n}[@K]" if m.cut_family else n for n, m in IR_MEASURES.items()]
     return (", ".join([*TREC_EVAL_MEASURES, *NICKNAMES, "mrr@K", *(f"{p}@K" for p in GAIN_MEASURES)])
-            + "; ir_measures' " + ", ".join(ir_measures) + ", each also as Name(rel=N)")  # fmt: skip
+            + "; ir_measures' " + ", ".join(ir_measures) + ", each also as Name(rel=N)")
 
 
 def _ir_measures_request(name: str, match: re.Match) -> MeasureRequest:
@@ -194,7 +194,7 @@ def _ir_measures_request(name: str, match: re.Match) -> MeasureRequest:
     k = None if match["k"] is None else int(match["k"])
     if k is not None and (measure.cut_family is None or k < 1):
         raise ValueError(f"measure {name!r}: " + ("the cutoff must be at least 1" if measure.cut_family
-                                                  else f"{match['name']} takes no @K"))  # fmt: skip
+                                                  else f"{match['name']} takes no @K"))
     if k is None and measure.cutoff_required:
         raise ValueError(f"measure {name!r}: {match['name']} needs a cutoff, e.g. {match['name']}@10")
     level = 1
@@ -208,4 +208,4 @@ def _ir_measures_request(name: str, match: re.Match) -> MeasureRequest:
         return MsMarcoRRRequest(name, k, level)
     family, params = (measure.family, ()) if k is None else (measure.cut_family, (str(k),))
     return TrecEvalRequest(TREC_EVAL_MEASURES[family], params, alias=name,
-                           relevance_level=level if measure.takes_rel else None, complete=True)  # fmt: skip
+                           relevance_level=level if measure.takes_rel else None, complete=True)

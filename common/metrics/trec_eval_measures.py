@@ -58,7 +58,7 @@ TREC_EVAL_MEASURES: dict[str, TrecEvalMeasure] = {
                  "iprec_at_recall", "P", "recall", "infAP", "gm_bpref", "Rprec_mult", "utility", "11pt_avg", "binG",
                  "G", "ndcg", "ndcg_rel", "Rndcg", "ndcg_cut", "map_cut", "relative_P", "success", "set_P",
                  "set_relative_P", "set_recall", "set_map", "set_F", "num_nonrel_judged_ret")
-}  # fmt: skip
+}
 
 #: trec_eval's measure groups (``-m all_trec`` ...), without its non-numeric ``runid`` and ``relstring``.
 NICKNAMES: dict[str, tuple[str, ...]] = {
@@ -66,4 +66,4 @@ NICKNAMES: dict[str, tuple[str, ...]] = {
     "official": tuple(TREC_EVAL_MEASURES)[:11],  # num_q to P
     "set": ("num_q", "num_ret", "num_rel", "num_rel_ret", "utility", "set_P", "set_relative_P", "set_recall",
             "set_map", "set_F"),
-}  # fmt: skip
+}

@@ -28,7 +28,7 @@ END = "<!-- /table -->"
 
 def _registry() -> dict[str, Table]:
     from common.report_tables import (conformer_kernel_tables, earl_tables, kernels_tables, loaders_tables, mva_tables,
-                                      qds_tables, scale_tables)  # fmt: skip
+                                      qds_tables, scale_tables)
 
     tables: dict[str, Table] = {}
     for module in (mva_tables, earl_tables, qds_tables, conformer_kernel_tables, kernels_tables, scale_tables,

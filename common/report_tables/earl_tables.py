@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from common.report import load_reported
 from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, TableError, bold, fixed, markdown,
-                                        metric, metrics_table, number, rounded)  # fmt: skip
+                                        metric, metrics_table, number, rounded)
 
 MEASURES = [NDCG, MAP, MRR, MRR10]
 
@@ -174,7 +174,7 @@ def _bar(files: Files) -> str:
         for impl, bar in (("earl_s1", 30), ("earl_s2", 120)):
             r = rows[impl]
             compute, warm, warm_read, cold = (number(r[key]) for key in ("compute_ms", "warm_ms", "warm_read_ms",
-                                                                          "ms"))  # fmt: skip
+                                                                          "ms"))
             cells.append([str(threads), impl[-2:].upper(), f"{ranker / 1000:.2f}", fixed(0)(warm),
                           fixed(0)(warm_read), fixed(0)(cold), _times(ranker / compute),
                           (bold if ranker / warm >= bar else str)(_times(ranker / warm)), _times(ranker / cold),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import textwrap
 
 from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, by_size, fixed, markdown, metric,
-                                        metrics_table, number, value)  # fmt: skip
+                                        metrics_table, number, value)
 
 MEASURES = [NDCG, MAP, MRR, MRR10]
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from common.report_tables.cells import (MAP, MRR10, NDCG, Files, Table, bold, markdown, metric, metrics_table, number,
-                                        value)  # fmt: skip
+                                        value)
 
 MEASURES = [NDCG, MAP, MRR10]
 

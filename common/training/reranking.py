@@ -40,7 +40,7 @@ class RerankingEvaluation:
             if split not in self.metrics and data.has_split(split) and data.source(split).qrels():
                 self.metrics[split] = RankingMetrics(data.source(split).qrels(), self.measures,
                                                      relevance_level=data.tasks.relevance_level,
-                                                     candidates=data.source(split).candidates())  # fmt: skip
+                                                     candidates=data.source(split).candidates())
 
     def validation_step(self, batch: dict, batch_idx: int) -> None:
         self.metrics["dev"].update(batch["qids"], batch["doc_ids"], self.evaluation_scores(batch))

@@ -148,7 +148,7 @@ class LoaderConfig(_Options):
         # the workers' base seed from a generator of its own (the global one is dropout's)
         return self._loader(dataset, self.process_batch_size, trainer, sampler=sampler,
                             generator=torch.Generator().manual_seed(self.seed),
-                            persistent_workers=self.num_workers > 0)  # fmt: skip
+                            persistent_workers=self.num_workers > 0)
 
     def evaluation(self, dataset: Dataset, trainer: L.Trainer | None = None):
         """`dataset`'s evaluation loader for `trainer`, in order."""

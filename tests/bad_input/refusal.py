@@ -71,7 +71,7 @@ def refused(module: str, args: list[str], tmp_path: Path, expect: str, *, inputs
     if fresh_process:
         done = subprocess.run([sys.executable, "-m", module, *args], cwd=work, capture_output=True, text=True,
                               env={**os.environ, "EFFICIENT_RANKERS_CACHE": str(tmp_path / "cache"), **(env or {})},
-                              timeout=timeout)  # fmt: skip
+                              timeout=timeout)
         code, stdout, stderr = done.returncode, done.stdout, done.stderr
     else:
         code, stdout, stderr = _run_in_process(module, args, work, env or {})

@@ -48,7 +48,7 @@ QDS = [
     (["--device", "tpu"], "argument --device: invalid choice: 'tpu' (choose from 'cpu', 'cuda')"),
     pytest.param(["--device", "cuda"], "argument --device: cuda is not available here", marks=CUDA),
     (["2048"], "unrecognized arguments: 2048"),
-]  # fmt: skip
+]
 
 CK = [
     (["--lengths", "0"], "argument --lengths: must be a positive integer, got 0"),
@@ -78,7 +78,7 @@ CK = [
     pytest.param(["--device", "cuda"], "argument --device: cuda is not available here", marks=CUDA),
     (["--lengths", "500", "1000", "tk"], "argument --lengths: must be a positive integer, got tk"),
     (["ck"], "unrecognized arguments: ck"),
-]  # fmt: skip
+]
 
 KERNELS = [
     (["--lengths", "0"], "argument --lengths: must be a positive integer, got 0"),
@@ -99,7 +99,7 @@ KERNELS = [
     (["--lengths", "8192", "--impls", "reference"], "nothing to measure at --lengths 8192: reference: (n, n) scores, "
                                                     "above --max_quadratic_n 4096"),
     (["8192"], "unrecognized arguments: 8192"),
-]  # fmt: skip
+]
 
 EARL = [
     (["--candidates", "0"], "argument --candidates: must be a positive integer, got 0"),
@@ -123,7 +123,7 @@ EARL = [
     (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
     (["--threads", "0"], "argument --threads: must be a positive integer, got 0"),
     (["512"], "unrecognized arguments: 512"),
-]  # fmt: skip
+]
 
 MVA = [
     (["--candidates", "0"], "argument --candidates: must be a positive integer, got 0"),
@@ -134,7 +134,7 @@ MVA = [
     (["--store_documents", "0"], "argument --store_documents: must be a positive integer, got 0"),
     (["--candidates", "20", "--store_documents", "19"], "argument --store_documents: a query draws --candidates 20 "
                                                         "distinct documents; got 19"),
-]  # fmt: skip
+]
 
 LOADERS = [
     (["--loaders", "qds.index"], "argument --loaders: invalid choice: 'qds.index' (choose from 'qds.train', "
@@ -146,7 +146,7 @@ LOADERS = [
     (["--shard_size", "none"], "argument --shard_size: must be a positive integer, got none"),
     (["--repeats", "0"], "argument --repeats: must be a positive integer, got 0"),
     (["--device", "cpu"], "unrecognized arguments: --device cpu"),
-]  # fmt: skip
+]
 
 #: Each command and the name of a file it would write on CPU into its ``--output_dir`` (one name for them all).
 COMMANDS = {"qds.benchmark": "efficiency_cpu.csv", "conformer_kernel.benchmark": "memory.csv",

@@ -68,7 +68,7 @@ BM25_CASES = [
     (["--output", "{in}/run.trec"], "{in}/run.trec already exists; pass --overwrite to replace it"),
     (["--output", "{in}", "--overwrite"], "argument --output: {in} is a folder, not a file"),
     (["--output", "{in}/docs.tsv/run.trec"], "argument --output: {in}/docs.tsv is a file, not a folder"),
-]  # fmt: skip
+]
 
 EVALUATE_CASES = [
     (["{in}", "{in}/run.trec"], "argument qrels: {in} is a folder, not a file"),
@@ -84,7 +84,7 @@ EVALUATE_CASES = [
     (["-m", "nope", "{in}/qrels.txt", "{in}/run.trec"], "argument -m/--measure: unknown measure 'nope'"),
     (["-l", "two", "{in}/qrels.txt", "{in}/run.trec"], "argument -l/--relevance_level: invalid int value: 'two'"),
     (["{in}/qrels.txt"], "give both QRELS and RUN, or neither"),
-]  # fmt: skip
+]
 
 BUILTIN_CASES = [
     (["--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
@@ -95,7 +95,7 @@ BUILTIN_CASES = [
                                      "(no manifest.json); remove it, or pass --overwrite"),
     (["--output_dir", "{in}/no_collection"], "{in}/no_collection/collection.jsonl: no such file"),
     (["--output_dir", "{in}/bad_collection"], "{in}/bad_collection/collection.jsonl:1: invalid JSON"),
-]  # fmt: skip
+]
 
 REPORT = ["--paper", "qds", "--table", "2", "--map", "qds=QDS-Transformer"]
 REPORT_CASES = [
@@ -117,7 +117,7 @@ REPORT_CASES = [
      "--output: {in}/docs.tsv is a file, not a folder"),
     (["{in}/with_task/metrics.json", *REPORT],
      '{in}/with_task/task.json: expected {"test": TASK, "dataset": DATASET or null}'),
-]  # fmt: skip
+]
 
 HEADER = "paper,table,dataset,split,setting,method,metric,value,scale,note\n"
 REPORTED_CASES = [
@@ -127,7 +127,7 @@ REPORTED_CASES = [
      "{in}/reported/qds.csv: not a CSV pandas can read (Error tokenizing data. C error: Expected 10 fields in line 3"),
     ("paper,method,value\nqds,QDS-Transformer,0.3\n", "{in}/reported/qds.csv: expected columns"),
     ("", "{in}/reported/qds.csv: not a CSV pandas can read (No columns to parse from file)"),
-]  # fmt: skip
+]
 
 
 @pytest.fixture
@@ -167,6 +167,6 @@ def test_report_refuses_a_malformed_reported_csv(tmp_path, inputs, monkeypatch, 
 @pytest.mark.parametrize("module, expect", [
     ("common.data.bm25", "the following arguments are required: --collection"),
     ("common.report", "argument METRICS_JSON: no such file: 1"),
-])  # fmt: skip
+])
 def test_a_fresh_process_exits_with_status_2(tmp_path, module, expect):
     refused(module, ["--no_such_option", "1"], tmp_path, expect, fresh_process=True)

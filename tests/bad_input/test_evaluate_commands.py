@@ -42,7 +42,7 @@ CHECKPOINTS = {
 }
 
 TASK = ["--topics", "{in}/topics.tsv", "--qrels", "{in}/qrels.txt", "--run", "{in}/run.trec",
-        "--collection", "{in}/docs.tsv"]  # fmt: skip
+        "--collection", "{in}/docs.tsv"]
 QDS = ["--checkpoint", "{in}/qds.ckpt", "--task", "builtin:test"]
 #: What every evaluate and index command answers to a precision that is not one of its choices, or bad workers.
 PRECISION = "argument --precision: invalid choice: 'bf16' (choose from '32-true', 'bf16-mixed', '16-mixed')"
@@ -76,7 +76,7 @@ QDS_CASES = [
                             "'16-mixed')"),
     (["--matmul_precision", "medium"], MATMUL_PRECISION),
     (["--num_workers", "-1"], NUM_WORKERS),
-]  # fmt: skip
+]
 QDS_TASK_CASES = [
     ([], "give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics)"),
     (["--topics", "{in}/topics.tsv", "--run", "{in}/run.trec"],
@@ -109,7 +109,7 @@ CK_CASES = [
     (["--task", "", "--topics", "{in}/topics.tsv"], "give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics)"),
     (["--precision", "bf16"], PRECISION),
     (["--num_workers", "-1"], NUM_WORKERS),
-]  # fmt: skip
+]
 INDEX = ["--checkpoint", "{in}/ck.ckpt", "--collection", "builtin:test", "--query_tasks", "builtin:test", "--output_dir", "idx"]
 INDEX_CASES = [
     (["--checkpoint", "{in}/notackpt.txt"], "argument --checkpoint: {in}/notackpt.txt is not a checkpoint"),
@@ -127,7 +127,7 @@ INDEX_CASES = [
     (["--precision", "bf16"], PRECISION),
     (["--matmul_precision", "medium"], MATMUL_PRECISION),
     (["--num_workers", "-1"], NUM_WORKERS),
-]  # fmt: skip
+]
 #: Refused once the checkpoint is read (torch imported) or the task opened (Lightning too): seconds each.
 READ_CASES = [
     ("qds.evaluate", [*QDS, "--checkpoint", "{in}/ck.ckpt"],
@@ -150,7 +150,7 @@ READ_CASES = [
     ("qds.evaluate", [*QDS, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
     ("conformer_kernel.evaluate", [*CK, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
     ("conformer_kernel.index", [*INDEX, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
-]  # fmt: skip
+]
 #: Each command, and the paper its help names at the top.
 NDRM = "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence"
 PAPERS = {"qds.evaluate": "Long Document Ranking with Query-Directed Sparse Transformer",
@@ -197,7 +197,7 @@ def test_conformer_kernel_index_refuses(tmp_path, inputs, args, expect):
 def test_conformer_kernel_index_needs_something_to_index(tmp_path, inputs):
     refused("conformer_kernel.index", ["--checkpoint", str(inputs / "ck.ckpt"), "--collection", "builtin:test",
                                        "--output_dir", "idx"], tmp_path,
-            "nothing to index: give --query_tasks TASK [TASK ...] and/or --vocabulary", inputs=inputs)  # fmt: skip
+            "nothing to index: give --query_tasks TASK [TASK ...] and/or --vocabulary", inputs=inputs)
 
 
 @pytest.mark.parametrize("module, args, expect", READ_CASES)
@@ -219,9 +219,9 @@ def test_help_names_the_command_and_its_paper_at_the_top(module):
 @pytest.mark.parametrize("args", [["--help"], ["--checkpoint"]])
 def test_help_and_option_errors_import_neither_torch_nor_lightning(module, args):
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, *args], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+                          timeout=60)
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
-                if line.startswith("import time:")}  # fmt: skip
+                if line.startswith("import time:")}
     assert done.returncode in (0, 2) and "typing" in imported, done.stderr[-2000:]
     assert not imported & HEAVY
 
@@ -235,7 +235,7 @@ EARL_CHECKPOINTS = {
                   "datamodule_hyper_parameters": {"tokenizer": "builtin"}},
     "earl_bert_ranker.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "bert_ranker", **EARL_HPARAMS}},
     "earl_bert_siamese.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "bert_siamese", **EARL_HPARAMS}},
-}  # fmt: skip
+}
 EARL_FILES = {
     "unfinished_store/plan.json": "{}\n",
     "finished_store/manifest.json": "{}\n",
@@ -266,7 +266,7 @@ EARL_INDEX_CASES = [
     (["--devices", "gpu"], "argument --devices: must be auto, a number of devices"),
     (["--precision", "bf16"], PRECISION),
     (["--num_workers", "-1"], NUM_WORKERS),
-]  # fmt: skip
+]
 EARL_EVALUATE = ["--checkpoint", "{in}/earl.ckpt", "--task", "builtin:test"]
 EARL_EVALUATE_CASES = [
     (["--task", "builtin:nope"], "--task: unknown built-in split 'nope'"),
@@ -289,7 +289,7 @@ EARL_EVALUATE_CASES = [
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
     (["--precision", "bf16"], PRECISION),
     (["--matmul_precision", "medium"], MATMUL_PRECISION),
-]  # fmt: skip
+]
 #: Refused once the checkpoint is read or the store opened (torch imported, not Lightning): seconds each.
 EARL_READ_CASES = [
     ("earl.index", [*EARL_INDEX, "--checkpoint", "{in}/qds.ckpt"],
@@ -302,7 +302,7 @@ EARL_READ_CASES = [
      "--store: {in}/other_store was built from checkpoint 000000000000…; this needs checkpoint "),
     ("earl.index", [*EARL_INDEX, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
     ("earl.evaluate", [*EARL_EVALUATE, "--precision", "16-mixed", "--accelerator", "cpu"], NO_CUDA),
-]  # fmt: skip
+]
 EARL_PAPER = "EARL: Speedup Transformer-based Rankers with Pre-computed Representation"
 
 
@@ -322,7 +322,7 @@ def test_earl_index_refuses(tmp_path, earl_inputs, args, expect):
 def test_earl_index_needs_a_strategy(tmp_path, earl_inputs):
     refused("earl.index", ["--checkpoint", str(earl_inputs / "earl.ckpt"), "--collection", "builtin:test",
                            "--output_dir", "store"], tmp_path,
-            "the following arguments are required: --strategy", inputs=earl_inputs)  # fmt: skip
+            "the following arguments are required: --strategy", inputs=earl_inputs)
 
 
 @pytest.mark.parametrize("args, expect", EARL_EVALUATE_CASES)
@@ -348,9 +348,9 @@ def test_earl_help_names_the_command_and_its_paper_at_the_top(module):
 @pytest.mark.parametrize("args", [["--help"], ["--checkpoint"]])
 def test_earl_help_and_option_errors_import_neither_torch_nor_lightning(module, args):
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, *args], capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
+                          timeout=60)
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
-                if line.startswith("import time:")}  # fmt: skip
+                if line.startswith("import time:")}
     assert done.returncode in (0, 2) and "typing" in imported, done.stderr[-2000:]
     assert not imported & HEAVY
 
@@ -364,7 +364,7 @@ MVA_CHECKPOINTS = {
                  "datamodule_hyper_parameters": {"tokenizer": "builtin"}},
     "mva_ca.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "ca", **MVA_HPARAMS}},
     "mva_de.ckpt": {"state_dict": {}, "hyper_parameters": {"architecture": "de", **MVA_HPARAMS}},
-}  # fmt: skip
+}
 MVA_FILES = {
     "unfinished_store/plan.json": "{}\n",
     "other_store/manifest.json": '{"format": 2, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "mva"}}\n',
@@ -380,7 +380,7 @@ MVA_INDEX_CASES = [
     (["--output_dir", "{in}/unfinished_store"], "--output_dir: {in}/unfinished_store holds an unfinished store; resume it, "
                                             "or choose a new folder (pass --resume to finish it)"),
     (["--shard_size", "0"], "argument --shard_size: must be a positive integer, got 0"),
-]  # fmt: skip
+]
 MVA_EVALUATE = ["--checkpoint", "{in}/mva.ckpt", "--task", "builtin:test"]
 MVA_EVALUATE_CASES = [
     (["--task", "builtin:nope"], "--task: unknown built-in split 'nope'"),
@@ -401,7 +401,7 @@ MVA_EVALUATE_CASES = [
     (["--output_dir", "{in}/used"], "--output_dir: {in}/used is not empty: choose a new one"),
     (["--precision", "bf16"], PRECISION),
     (["--matmul_precision", "medium"], MATMUL_PRECISION),
-]  # fmt: skip
+]
 #: Refused once the checkpoint is read or the store opened (torch imported, not Lightning): seconds each.
 MVA_READ_CASES = [
     ("mva.index", [*MVA_INDEX, "--checkpoint", "{in}/qds.ckpt"],
@@ -415,7 +415,7 @@ MVA_READ_CASES = [
      "--store: {in}/mva_ca.ckpt is CA's, which stores nothing: it reads query and document together"),
     ("mva.evaluate", [*MVA_EVALUATE, "--store", "{in}/other_store"],
      "--store: {in}/other_store was built from checkpoint 000000000000…; this needs checkpoint "),
-]  # fmt: skip
+]
 MVA_PAPER = "Multi-Vector Attention Models for Deep Re-ranking"
 
 
@@ -453,8 +453,8 @@ def test_mva_help_names_the_command_and_its_paper_at_the_top(module):
 @pytest.mark.parametrize("module", ["mva.index", "mva.evaluate"])
 def test_mva_help_and_option_errors_import_neither_torch_nor_lightning(module):
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "--checkpoint"], capture_output=True,
-                          text=True, timeout=60)  # fmt: skip
+                          text=True, timeout=60)
     imported = {line.rsplit("|", 1)[-1].strip().split(".")[0] for line in done.stderr.splitlines()
-                if line.startswith("import time:")}  # fmt: skip
+                if line.startswith("import time:")}
     assert done.returncode == 2 and "typing" in imported, done.stderr[-2000:]
     assert not imported & HEAVY

@@ -27,7 +27,7 @@ QDS = [
     (["--model.window"], "argument --model.window: expected one argument"),
     (["32"], "unrecognized arguments: 32"),
     (["--trainer.val_check_interval", "1.0"], "`val_check_interval` should be an integer or a time-based duration"),
-]  # fmt: skip
+]
 
 CK = [
     (["--model.model", "ndrm9"], "--model.model: expected a Literal['ndrm1', 'ndrm2', 'ndrm3']. Got value: ndrm9"),
@@ -42,7 +42,7 @@ CK = [
     (["--model.sigma", "0"], "--model.sigma: not of type PositiveFloat: 0 does not conform"),
     (["--data.batch_size", "0"], "--data.batch_size: not of type PositiveInt: 0 does not conform"),
     (["--model.head", "4"], "unrecognized arguments: --model.head 4"),
-]  # fmt: skip
+]
 
 EARL = [
     (["--model.architecture", "colbert"], "--model.architecture: expected a Literal['earl', 'bert_ranker', "
@@ -59,7 +59,7 @@ EARL = [
     (["--compare_with", "null"], "--compare_with: expected a list. Got value: None"),
     (["--compare_with", "[colbert]"], "--compare_with: expected a Literal['bert_ranker', 'bert_siamese']. Got value: "
                                     "colbert"),
-]  # fmt: skip
+]
 
 
 MVA = [
@@ -74,7 +74,7 @@ MVA = [
     (["--data.query_length", "2"], "--data.query_length: must leave room for [CLS], a token and [SEP] (at least 3), "
                                    "got 2"),
     (["--compare_with", "[earl]"], "--compare_with: expected a Literal['de', 'ca']. Got value: earl"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("args, expect", QDS)
@@ -95,7 +95,7 @@ def test_earl_train_refuses(tmp_path, args, expect):
 @pytest.mark.parametrize("module, config, expect", [
     ("qds.train", "model:\n  window: 0\n", "--model.window: not of type PositiveInt: 0 does not conform"),
     ("conformer_kernel.train", "data:\n  group_size: 1\n", "--data.group_size: not of type GroupSize"),
-])  # fmt: skip
+])
 def test_a_bad_value_in_a_config_file_is_the_real_parsers_one_line(tmp_path, module, config, expect):
     inputs = tmp_path / "inputs"
     inputs.mkdir()
@@ -122,6 +122,6 @@ def test_mva_train_refuses(tmp_path, args, expect):
     ("conformer_kernel.train", ["--model.model", "ndrm9"], "--model.model: expected a Literal"),
     ("earl.train", ["--model.patern", "qds"], "unrecognized arguments: --model.patern qds"),
     ("mva.train", ["--compare_with", "[earl]"], "--compare_with: expected a Literal['de', 'ca']"),
-])  # fmt: skip
+])
 def test_a_fresh_process_exits_with_status_2(tmp_path, module, args, expect):
     refused(module, args, tmp_path, expect, fresh_process=True)

@@ -236,14 +236,14 @@ def test_a_bar_chart_and_a_table_of_columns_are_written(tmp_path, capsys):
 BENCHMARKS = {"common.kernels.benchmark": "kernels", "common.scale": "scale",
               "common.commands.loader_benchmark": "loaders", "qds.benchmark": "qds",
               "conformer_kernel.benchmark": "conformer_kernel", "earl.benchmark": "earl",
-              "mva.benchmark": "mva"}  # fmt: skip
+              "mva.benchmark": "mva"}
 
 
 def test_every_benchmark_is_listed():
     repo = Path(__file__).resolve().parents[2]
     calls = {".".join(p.relative_to(repo).with_suffix("").parts) for top in ("common", "qds", "conformer_kernel",
                                                                               "earl", "mva")
-             for p in (repo / top).rglob("*.py") if "benchmark_parser(" in p.read_text()}  # fmt: skip
+             for p in (repo / top).rglob("*.py") if "benchmark_parser(" in p.read_text()}
     assert calls - {"common.benchmarks.options"} == set(BENCHMARKS)
 
 
@@ -284,7 +284,7 @@ def test_no_default_store_takes_more_than_a_few_gb():
     args = earl.parse_args([])
     stores = [(size, strategy, n) for size in earl.SIZES.values() for strategy in ("s1", "s2") for n in args.lengths]
     assert max(earl.store_documents(*store, args) * earl.store_bytes_per_document(*store, args.dtype)
-               for store in stores) <= 4e9  # fmt: skip
+               for store in stores) <= 4e9
     assert earl.store_documents(earl.SIZES["base"], "s2", 512, args) == 4_000_000_000 // 3_145_728 == 1271
     assert args.candidates == 1000
     # MVA1's rows: 70 document timesteps of [D_K | D_V] (2 x 128 fp32), 71,680 bytes a document.

@@ -57,7 +57,7 @@ def test_trec_eval_option_syntax(shared_data, capsys):
     code, out, _ = run_main(
         capsys, "-l2", "-M10", "-mndcg_cut.10", "-m", "recall.100,1000", "-m", "num_rel_ret", shared_data / QRELS,
         shared_data / RUN,
-    )  # fmt: skip
+    )
     assert code == 0
     # -M10 leaves 10 documents per query: recall_100 = recall_1000 = recall at 10; 43 queries x 10 retrieved
     values = summary(out)
@@ -87,7 +87,7 @@ def test_help_explains_every_option():
     done = cli("--help")
     assert done.returncode == 0
     for text in ("-m MEASURE", "-q", "-l LEVEL", "-c", "-M DEPTH", "mrr@K", "gdeval_ndcg@K", "gdeval_err@K", "ncg@K",
-                 "ndcg_cut.10,20", " ".join(DEFAULT_MEASURES), "4 decimals", "Exit status 2"):  # fmt: skip
+                 "ndcg_cut.10,20", " ".join(DEFAULT_MEASURES), "4 decimals", "Exit status 2"):
         assert text in done.stdout
 
 

@@ -25,7 +25,7 @@ def frames(task):
     """The task's topics, qrels and candidate run as PyTerrier's frames, and its documents' text by id."""
     topics = pd.DataFrame([(q, t) for q, t in read_topics(task["topics_path"]).items()], columns=["qid", "query"])
     qrels = pd.DataFrame([(q, d, r) for q, docs in read_qrels(task["qrels_path"]).items() for d, r in docs.items()],
-                         columns=["qid", "docno", "label"])  # fmt: skip
+                         columns=["qid", "docno", "label"])
     run = read_run(task["candidates_path"])
     first = pd.DataFrame([(q, d, s) for q, docs in run.items() for d, s in docs.items()], columns=["qid", "docno", "score"])
     documents = source_from_spec(task).documents()
@@ -40,13 +40,13 @@ def test_a_pipeline_measures_what_evaluate_writes(task, tmp_path):
     out = tmp_path / "eval"
     evaluate.main(["--checkpoint", str(checkpoint), "--topics", task["topics_path"], "--qrels", task["qrels_path"],
                    "--run", task["candidates_path"], "--collection", task["collection_path"], "--depth", str(DEPTH),
-                   "--output_dir", str(out), "--devices", "1", "--accelerator", "cpu"])  # fmt: skip
+                   "--output_dir", str(out), "--devices", "1", "--accelerator", "cpu"])
     expected = json.loads((out / "metrics.json").read_text())["qds"]
 
     topics, qrels, first, documents = frames(task)
     bm25 = pt.Transformer.from_df(pt.model.add_ranks(first.merge(topics, on="qid")), uniform=True)
     text = pt.apply.generic(lambda frame: frame.assign(text=[documents[d].text for d in frame["docno"]],
-                                                       title=[documents[d].title for d in frame["docno"]]))  # fmt: skip
+                                                       title=[documents[d].title for d in frame["docno"]]))
     ranker = PyTerrierRanker(load(checkpoint))
     pipeline = (bm25 % DEPTH >> text >> ranker) ^ bm25
     table = pt.Experiment([pipeline], topics, qrels, eval_metrics=[nDCG @ 10, AP, RR @ 10], names=["qds"])
@@ -64,5 +64,5 @@ def test_a_pipeline_measures_what_evaluate_writes(task, tmp_path):
         assert ours == theirs
         reordered += ours != first[first.qid == qid].sort_values("score", ascending=False)["docno"].tolist()[:DEPTH]
         np.testing.assert_allclose(rows.sort_values("rank")["score"].to_numpy()[:DEPTH],
-                                   [run[qid][d] for d in theirs], rtol=1e-6, atol=1e-6)  # fmt: skip
+                                   [run[qid][d] for d in theirs], rtol=1e-6, atol=1e-6)
     assert reordered  # the ranker changed the first stage's order somewhere: the check above could fail

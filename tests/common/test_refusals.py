@@ -27,7 +27,7 @@ def test_a_parser_error_is_one_line_with_status_2(capsys):
 
 @pytest.mark.parametrize("low, high, above_low, text, value", [
     (0, 1, False, "0", 0.0), (0, 1, False, "1", 1.0), (0, 1, True, "0.5", 0.5), (0, math.inf, False, "1e3", 1000.0),
-])  # fmt: skip
+])
 def test_a_number_in_its_bounds_is_taken(low, high, above_low, text, value):
     assert number_in(low, high, above_low=above_low)(text) == value
 
@@ -39,7 +39,7 @@ def test_a_number_in_its_bounds_is_taken(low, high, above_low, text, value):
     (0, math.inf, False, "inf", "must be a number >= 0, got inf"),
     (0, 1, False, "nan", "must be a number >= 0 and <= 1, got nan"),
     (0, 1, False, "half", "must be a number >= 0 and <= 1, got half"),
-])  # fmt: skip
+])
 def test_a_number_out_of_its_bounds_is_named(low, high, above_low, text, message):
     with pytest.raises(argparse.ArgumentTypeError, match=f"^{message}$"):
         number_in(low, high, above_low=above_low)(text)
@@ -73,7 +73,7 @@ def test_where_an_output_can_go(tmp_path):
 @pytest.mark.parametrize("error, line", [
     (ValueError("docs.tsv:3: duplicate topic id '1'"), "error: docs.tsv:3: duplicate topic id '1'\n"),
     (KeyError("Stemming algorithm 'x' not found"), "error: Stemming algorithm 'x' not found\n"),
-])  # fmt: skip
+])
 def test_an_input_error_becomes_its_message_whole(capsys, error, line):
     def fail():
         with input_errors(ValueError, KeyError):

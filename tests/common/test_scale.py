@@ -53,7 +53,7 @@ def test_a_tiny_sweep_end_to_end(tmp_path):
 @pytest.mark.parametrize("argv, message", [
     (["--candidates", "0"], "argument --candidates: must be a positive integer, got 0"),
     (["--documents", "10", "10"], "argument --documents: 10 is given twice"),
-])  # fmt: skip
+])
 def test_bad_options_are_refused_in_one_line(tmp_path, argv, message):
     done = subprocess.run([sys.executable, "-m", "common.scale", *argv, "--output_dir", str(tmp_path / "out")],
                           capture_output=True, text=True, timeout=120)

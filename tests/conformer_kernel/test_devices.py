@@ -15,10 +15,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: Tiny sizes: two layers, several pooling windows over 24 terms and the empty window of the 30-term layout.
 TINY = dict(vocab_size=20, hidden_size=8, num_heads=2, num_layers=2, conv_window=3, kernels=3, pool_window=10,
-            pool_stride=5, max_doc_terms=30, dropout=0.1)  # fmt: skip
+            pool_stride=5, max_doc_terms=30, dropout=0.1)
 #: Each architecture once per encoder (NDRM2 has none).
 MODELS = [("ndrm1", "conformer"), ("ndrm1", "transformer"), ("ndrm2", "conformer"), ("ndrm3", "conformer"),
-          ("ndrm3", "transformer")]  # fmt: skip
+          ("ndrm3", "transformer")]
 
 
 def features(queries: int = 2, documents: int = 3) -> Features:

@@ -129,7 +129,7 @@ def test_reranking_without_qrels_writes_the_run_of_every_query_and_no_metrics(ch
     flags, candidates = unjudged_task(tmp_path)
     out = tmp_path / "out"
     assert evaluate.main(["--checkpoint", str(checkpoint), *flags, "--modes", "rerank", "--depth", "3",
-                          "--output_dir", str(out), "--devices", "1"]) is None  # fmt: skip
+                          "--output_dir", str(out), "--devices", "1"]) is None
     printed = capsys.readouterr().out
     assert NO_QRELS in printed and "Nothing in the paper" not in printed
     assert_reranked_without_metrics(out, candidates, "run.rerank.trec")

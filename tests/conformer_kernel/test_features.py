@@ -77,7 +77,7 @@ def test_documents_of_one_id_are_cached_by_their_content():
     assert featurizer.document_terms(Document("d1", "cats and dog")) == ["<S>", "cat", "dog", "</S>"]
     assert featurizer.document_terms(Document("d1", "birds")) == ["<S>", "bird", "</S>"]
     assert featurizer.document_terms(Document("d1", "birds", url="http://cat")) == ["<S>", "http", "cat", "bird",
-                                                                                    "</S>"]  # fmt: skip
+                                                                                    "</S>"]
     assert featurizer.document_terms(Document("", "dog")) == ["<S>", "dog", "</S>"]
     assert featurizer.document_terms(Document("", "cats")) == ["<S>", "cat", "</S>"]
 

@@ -597,9 +597,9 @@ def test_loader_workers_build_the_same_index(built, corpus, tmp_path):
     _, model, index, _ = built
     _, lookup, _, featurizer, terms, order = corpus
     again = build_index(model, featurizer, lookup, order, terms, tmp_path / "workers", shard_size=SHARD,
-                        batch_size=BATCH, term_chunk=CHUNK, trainer_options=TRAINER, num_workers=2)  # fmt: skip
+                        batch_size=BATCH, term_chunk=CHUNK, trainer_options=TRAINER, num_workers=2)
     for mine, reference in zip((again.matrix.data, again.matrix.indices, again.matrix.indptr),
-                               (index.matrix.data, index.matrix.indices, index.matrix.indptr)):  # fmt: skip
+                               (index.matrix.data, index.matrix.indices, index.matrix.indptr)):
         np.testing.assert_array_equal(mine, reference)
 
 

@@ -56,12 +56,12 @@ def estimates(monkeypatch):
 def args(checkpoint, output, *extra: str) -> list[str]:
     return ["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--query_tasks", "builtin:test", "--output_dir",
             str(output), "--shard_size", "500", "--batch_size", "32", "--accelerator", "cpu", "--devices", "1",
-            *extra]  # fmt: skip
+            *extra]
 
 
 @pytest.mark.parametrize("kind", ["ndrm1", "ndrm2"])  # NDRM3's postings are dense as NDRM1's
 def test_the_estimates_are_within_10_percent_of_the_index_and_the_peak(checkpoints, tmp_path, estimates,
-                                                                       monkeypatch, capsys, kind):  # fmt: skip
+                                                                       monkeypatch, capsys, kind):
     output, peaks = tmp_path / "index", []
     rmtree = shutil.rmtree
 
@@ -92,10 +92,10 @@ def test_the_estimates_are_within_10_percent_of_the_index_and_the_peak(checkpoin
 
 
 def test_no_room_for_the_peak_is_refused_in_one_line_before_anything_is_written(checkpoints, tmp_path, estimates,
-                                                                                monkeypatch, capsys):  # fmt: skip
+                                                                                monkeypatch, capsys):
     output = tmp_path / "index"
     monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(total=2**40, used=2**40 - 2**20,
-                                                                           free=2**20))  # fmt: skip
+                                                                           free=2**20))
     with pytest.raises(SystemExit) as exit_info:
         main(args(checkpoints["ndrm2"], output))
     assert exit_info.value.code == 2

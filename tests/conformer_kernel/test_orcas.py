@@ -85,7 +85,7 @@ MALFORMED = [
      r"orcas-qrels.tsv:3: query id 'q9' is not in the topics file"),
     ("topics", "q1\tcheap flights\nq1\tagain\n", r"orcas-queries.tsv:2: duplicate topic id 'q1'"),
     ("topics", "q1\tcheap flights\nq2 no tab\n", r"orcas-queries.tsv:2: expected 'qid<TAB>text'"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize("which, text, message", MALFORMED)

@@ -55,7 +55,7 @@ def training_files(folder: Path) -> dict:
     shutil.copy(source.topics_path, folder / "topics.tsv")
     return {"topics_path": str(folder / "topics.tsv"), "qrels_path": str(folder / "qrels.txt"),
             "candidates_path": str(folder / "run.trec"), "collection_path": str(folder / "collection.jsonl"),
-            "name": "train-600"}  # fmt: skip
+            "name": "train-600"}
 
 
 def candidate_pairs(n: int = 8) -> tuple[list[str], list[Document]]:
@@ -71,7 +71,7 @@ def make_ranker(data: ConformerKernelDataModule, **options) -> ConformerKernelRa
     training-mode batches, in eval mode."""
     torch.manual_seed(0)
     model = ConformerKernelRanker(vocab_size=data.vocab_size, hidden_size=hidden_size(16), num_heads=4, num_layers=1,
-                                  identity_init=True, **options)  # fmt: skip
+                                  identity_init=True, **options)
     model.use_resources(data.resources)
     queries, documents = candidate_pairs()
     model.train()
@@ -85,7 +85,7 @@ def save(model: ConformerKernelRanker, data: ConformerKernelDataModule, path: Pa
     """`model` saved as a trainer saves it (`on_save_checkpoint` with the data module's settings)."""
     state = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
              "pytorch-lightning_version": L.__version__,
-             "datamodule_hyper_parameters": dict(data.hparams) | data_settings}  # fmt: skip
+             "datamodule_hyper_parameters": dict(data.hparams) | data_settings}
     model.on_save_checkpoint(state)
     torch.save(state, path)
     return path
@@ -96,7 +96,7 @@ def trained(tmp_path_factory):
     """(checkpoint, its data module, its ranker, the training task's folder)."""
     folder = tmp_path_factory.mktemp("ck-portable")
     data = ConformerKernelDataModule(train=training_files(folder / "train"), dev=None, test=None, min_count=2,
-                                     embedding_dim=16, depth=100)  # fmt: skip
+                                     embedding_dim=16, depth=100)
     model = make_ranker(data)
     return save(model, data, folder / "best.ckpt"), data, model, folder / "train"
 
@@ -106,7 +106,7 @@ def evaluated(trained, tmp_path_factory):
     """The scores `conformer_kernel.evaluate` writes for the checkpoint: {(query text, document): score}."""
     out = tmp_path_factory.mktemp("ck-evaluate") / "eval"
     evaluate.main(["--checkpoint", str(trained[0]), "--task", "builtin:test", "--modes", "rerank", "--test_queries",
-                   str(QUERIES), "--output_dir", str(out), "--devices", "1"])  # fmt: skip
+                   str(QUERIES), "--output_dir", str(out), "--devices", "1"])
     run = read_run(out / "run.rerank.trec")  # every score as Python's repr of the float32 score: exact
     source = builtin_source("test")
     assert len(run) == QUERIES and all(len(scores) == 100 for scores in run.values())
@@ -170,7 +170,7 @@ def test_a_checkpoint_saved_outside_a_trainer_scores_with_evaluates_defaults(tra
     torch.save(state, tmp_path / "bare.ckpt")
     ranker = load(tmp_path / "bare.ckpt")
     assert ranker.config["inputs"] == {"max_query_terms": 20, "max_doc_terms": 4000, "max_orcas_terms": 2000,
-                                       "orcas": False}  # fmt: skip
+                                       "orcas": False}
     queries, documents = candidate_pairs()
     expected = model.evaluation_scores(encode_pairs(data.featurizer, queries, documents)).detach().numpy()
     np.testing.assert_allclose(ranker.score_pairs(queries, documents), expected, **TOLERANCE)
@@ -211,10 +211,10 @@ def test_an_exported_folder_scores_the_same_in_a_process_without_lightning(train
     ranker = load(trained[0])
     folder = ranker.export(tmp_path / "ck")
     assert sorted(p.name for p in folder.iterdir()) == ["README.md", "config.json", "idf.tsv", "model.safetensors",
-                                                        "terms.txt"]  # fmt: skip
+                                                        "terms.txt"]
     pairs = json.dumps([queries, [[d.doc_id, d.text, d.title, d.url] for d in documents]])
     done = subprocess.run([sys.executable, "-c", LOAD_ELSEWHERE, str(folder), pairs], capture_output=True,
-                          text=True, check=True)  # fmt: skip
+                          text=True, check=True)
     np.testing.assert_allclose(json.loads(done.stdout), ranker.score_pairs(queries, documents), **TOLERANCE)
 
 
@@ -251,15 +251,15 @@ def test_the_entry_carries_the_vocabulary_and_the_featuriser_settings(trained):
     idf = dict(line.split("\t") for line in entry["files"]["idf.tsv"].decode().splitlines())
     assert {t: float(v) for t, v in idf.items()} == resources.idf
     assert entry["config"]["inputs"] == {"max_query_terms": 20, "max_doc_terms": 4000, "max_orcas_terms": 2000,
-                                         "orcas": False}  # fmt: skip
+                                         "orcas": False}
     assert entry["config"]["model"]["vocab_size"] == len(resources) and "lr" not in entry["config"]["model"]
 
 
 def test_only_conformer_kernel_checkpoints_are_recognised():
     found = {name: portable.recognises(torch.load(FIXTURES / f"{name}.ckpt", weights_only=True))
-             for name in ("conformer_kernel", "qds", "earl", "mva", "mva-de", "mva-ca")}  # fmt: skip
+             for name in ("conformer_kernel", "qds", "earl", "mva", "mva-de", "mva-ca")}
     assert found == {"conformer_kernel": True, "qds": False, "earl": False, "mva": False, "mva-de": False,
-                     "mva-ca": False}  # fmt: skip
+                     "mva-ca": False}
 
 
 # --- documents ------------------------------------------------------------------------------------------------
@@ -271,7 +271,7 @@ def test_rerank_sorts_each_query_by_the_pairs_scores(trained):
     frame = pd.DataFrame({"qid": ["b", "b", "b", "a", "a", "a"],
                           "query": [queries[0]] * 3 + ["the market near the river"] * 3,
                           "docno": [d.doc_id for d in documents], "text": [d.text for d in documents],
-                          "title": [d.title for d in documents]})  # fmt: skip
+                          "title": [d.title for d in documents]})
     scores = ranker.score_pairs(frame["query"].tolist(), documents)
     out = ranker.rerank(frame)
     assert out["qid"].tolist() == ["a"] * 3 + ["b"] * 3 and out["rank"].tolist() == [0, 1, 2] * 2
@@ -335,4 +335,4 @@ def test_a_model_without_orcas_ignores_an_orcas_documents_field(trained):
     ranker = load(trained[0])
     given = [OrcasDocument(d.doc_id, d.text, d.title, d.url, CLICKS) for d in documents]
     np.testing.assert_allclose(ranker.score_pairs(queries, given), ranker.score_pairs(queries, documents),
-                               **TOLERANCE)  # fmt: skip
+                               **TOLERANCE)

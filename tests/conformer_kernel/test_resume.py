@@ -21,7 +21,7 @@ SMALL = [
     "--data.min_count", "2", "--data.depth", "10", "--data.dev_queries", "10", "--data.test_queries", "25",
     "--trainer.max_steps", "8", "--trainer.val_check_interval", "4", "--save_every_n_steps", "2",
     "--trainer.enable_progress_bar", "false",
-]  # fmt: skip
+]
 KILLS = [("train-batch:3", 2), ("index-shard", 8), ("writing-outputs", 8)]
 KILL_RUN = Path(__file__).parents[1] / "tools" / "kill_run.py"
 OUTPUTS = ("run.rerank.trec", "run.fullrank.trec", "metrics.json", "logs/metrics.csv", "index/data.npy",
@@ -30,7 +30,7 @@ OUTPUTS = ("run.rerank.trec", "run.fullrank.trec", "metrics.json", "logs/metrics
 
 def _run(args: list[str], cwd: Path, kill: str | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, str(KILL_RUN), "conformer_kernel.train", kill] if kill else [
-        sys.executable, "-m", "conformer_kernel.train"]  # fmt: skip
+        sys.executable, "-m", "conformer_kernel.train"]
     return subprocess.run([*command, *args], cwd=cwd, capture_output=True, text=True, timeout=600)
 
 

@@ -92,7 +92,7 @@ def test_train_evaluate_and_index_agree(tmp_path, capsys):
     for qid, scores in read_run(tmp_path / "eval" / "run.rerank.trec").items():
         top = sorted(scores, key=lambda d: -scores[d])[:10]  # the 10 documents the model scored
         np.testing.assert_allclose(ranker.score(topics[qid], documents.get_many(top)), [scores[d] for d in top],
-                                   rtol=1e-6, atol=1e-6)  # fmt: skip
+                                   rtol=1e-6, atol=1e-6)
 
     # An index built for other queries (the 25 evaluated above) is refused in one line, before anything is written.
     with pytest.raises(SystemExit) as exit:

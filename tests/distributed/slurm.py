@@ -22,9 +22,9 @@ def srun_tasks(command: list[str], cwd: Path, env: dict | None = None) -> list[s
                 "SLURM_NTASKS_PER_NODE": "2", "SLURM_NNODES": "1", "SLURM_PROCID": str(rank),
                 "SLURM_LOCALID": str(rank), "SLURM_NODEID": "0", "SLURM_NODELIST": "localhost",
                 "SLURM_JOB_ID": "4242", "SLURM_JOB_NAME": "train", "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port)}  # fmt: skip
+                "MASTER_PORT": str(port)}
         procs.append(subprocess.Popen(command, cwd=cwd, env=task, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True))  # fmt: skip
+                                      text=True))
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=600)

@@ -43,7 +43,7 @@ def run_slice(rank: int, init: str, out: str) -> None:
     weight_grad = norm.weight.grad.clone()
     dist.all_reduce(weight_grad)  # what DDP adds (before its mean) over the processes
     torch.save({"outputs": outputs, "grads": grads, "weight_grad": weight_grad, "norm": norm.state_dict(),
-                "scale": scale.state_dict()}, f"{out}/rank{rank}.pt")  # fmt: skip
+                "scale": scale.state_dict()}, f"{out}/rank{rank}.pt")
     dist.barrier()  # both results are saved
     dist.destroy_process_group()
     # Leave without the interpreter's teardown: under load a gloo worker thread still joinable there aborts the
@@ -69,7 +69,7 @@ def test_batch_norm_is_the_whole_batchs(two_processes):
         got = torch.cat([two_processes[r]["outputs"][step] for r in range(PROCESSES)])
         torch.testing.assert_close(got, y.detach(), rtol=0, atol=1e-12)
         torch.testing.assert_close(torch.cat([two_processes[r]["grads"][step] for r in range(PROCESSES)]), x.grad,
-                                   rtol=0, atol=1e-12)  # fmt: skip
+                                   rtol=0, atol=1e-12)
     for rank in range(PROCESSES):
         torch.testing.assert_close(two_processes[rank]["weight_grad"], reference.weight.grad, rtol=0, atol=1e-12)
         for key, value in reference.state_dict().items():

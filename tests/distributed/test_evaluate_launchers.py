@@ -51,7 +51,7 @@ def launch(module: str, args: list[str], how: str, cwd: Path) -> subprocess.Comp
         return zero
     if how == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                   "-m", module, *args]  # fmt: skip
+                   "-m", module, *args]
     else:
         command = [sys.executable, "-m", module, *args]
     done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
@@ -93,7 +93,7 @@ def root(tmp_path_factory) -> Path:
 def qds_evaluate(root: Path, how: str) -> Path:
     out = root / f"qds-{how}"
     launch("qds.evaluate", ["--checkpoint", str(CHECKPOINTS / "qds.ckpt"), "--task", "builtin:test", *DEPTH,
-                            *devices(how), "--output_dir", str(out)], how, root)  # fmt: skip
+                            *devices(how), "--output_dir", str(out)], how, root)
     return out
 
 
@@ -119,7 +119,7 @@ def test_a_two_process_launch_still_refuses_a_folder_holding_another_run(root):
     done = subprocess.run([sys.executable, "-m", "qds.evaluate", "--checkpoint", str(CHECKPOINTS / "qds.ckpt"),
                            "--task", "builtin:test", "--devices", "2", "--output_dir", str(out)],
                           cwd=root, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+                          timeout=300)
     assert done.returncode == 2
     assert done.stderr.count(f"--output_dir: {out} is not empty") == 1
     assert sorted(files(out)) == ["run.trec"]
@@ -129,7 +129,7 @@ def conformer_kernel_evaluate(root: Path, how: str) -> Path:
     out = root / f"ck-{how}"
     launch("conformer_kernel.evaluate", ["--checkpoint", str(CHECKPOINTS / "conformer_kernel.ckpt"), "--task",
                                          "builtin:test", "--modes", "rerank", "fullrank", *DEPTH, *QUERIES,
-                                         *devices(how), "--output_dir", str(out)], how, root)  # fmt: skip
+                                         *devices(how), "--output_dir", str(out)], how, root)
     return out
 
 
@@ -147,7 +147,7 @@ def test_conformer_kernel_evaluate_on_two_processes_writes_what_one_writes(root,
 def conformer_kernel_index_args(out: Path, how: str) -> list[str]:
     return ["--checkpoint", str(CHECKPOINTS / "conformer_kernel.ckpt"), "--collection", "builtin:test", "--query_tasks",
             "builtin:test", "--shard_size", "500", "--accelerator", "cpu", *devices(how),
-            "--output_dir", str(out)]  # fmt: skip
+            "--output_dir", str(out)]
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def test_conformer_kernel_index_on_two_processes_builds_what_one_builds(root, co
 def test_a_killed_index_resumed_on_two_processes_is_the_one_built_by_one(root, conformer_kernel_index):
     out = root / "ck-index-resumed"
     kill_at_third_shard("conformer_kernel.index", conformer_kernel_index_args(out, "single"),
-                        "conformer_kernel.impact_index.TermDocumentScorer", "batch[0]", root)  # fmt: skip
+                        "conformer_kernel.impact_index.TermDocumentScorer", "batch[0]", root)
     assert sorted(files(out)) == ["shards/0000000.npy", "shards/0000001.npy", "shards/plan.json"]
     launch("conformer_kernel.index", [*conformer_kernel_index_args(out, "torchrun"), "--resume"], "torchrun", root)
     assert_same_files(conformer_kernel_index, out)
@@ -187,10 +187,10 @@ def kill_at_third_shard(module: str, args: list[str], scorer: str, shard: str, c
             f"    if {shard} == 2:\n"
             "        os.kill(os.getpid(), signal.SIGKILL)\n"
             "    return step(self, batch, batch_idx)\n"
-            f"{name}.predict_step = dying\nmain({args!r})\n")  # fmt: skip
+            f"{name}.predict_step = dying\nmain({args!r})\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+                          timeout=600)
     assert done.returncode == -signal.SIGKILL, (done.stdout + done.stderr)[-3000:]
 
 
@@ -226,7 +226,7 @@ STORES = {"earl": ("lightning", "torchrun", ["--strategy", "s2"]), "mva": ("torc
 def store_args(package: str, collection: Path, out: Path, how: str) -> list[str]:
     return ["--checkpoint", str(CHECKPOINTS / f"{package}.ckpt"), *STORES[package][2], "--collection",
             str(collection), "--shard_size", "8", "--batch_size", "3", "--accelerator", "cpu", *devices(how),
-            "--output_dir", str(out)]  # fmt: skip
+            "--output_dir", str(out)]
 
 
 @pytest.fixture(scope="module")
@@ -255,9 +255,9 @@ def test_a_killed_store_resumed_on_two_processes_is_the_one_built_by_one(root, c
     how = STORES[package][1]
     out = root / f"{package}-store-resumed"
     kill_at_third_shard(f"{package}.index", store_args(package, collection, out, "single"),
-                        "common.stores.writer.DocumentIndexer", "batch[0]", root)  # fmt: skip
+                        "common.stores.writer.DocumentIndexer", "batch[0]", root)
     assert sorted(files(out)) == ["plan.json", "shard-00000.bin", "shard-00000.index.json", "shard-00001.bin",
-                                  "shard-00001.index.json"]  # fmt: skip
+                                  "shard-00001.index.json"]
     launch(f"{package}.index", [*store_args(package, collection, out, how), "--resume"], how, root)
     assert_same_files(stores[package, "single"], out)
 
@@ -270,6 +270,6 @@ def test_store_evaluation_launched_as_two_processes_writes_what_one_writes(root,
         outs[run] = root / f"{package}-evaluate-{run}"
         launch(f"{package}.evaluate", ["--checkpoint", str(CHECKPOINTS / f"{package}.ckpt"), "--task", "builtin:test",
                                        *QUERIES, *DEPTH, "--accelerator", "cpu", "--store", str(stores[package, run]),
-                                       "--output_dir", str(outs[run])], launcher, root)  # fmt: skip
+                                       "--output_dir", str(outs[run])], launcher, root)
     # mva's costs.json holds the seconds it took
     assert_same_files(outs["single"], outs[how], ("run.trec", "metrics.json", "task.json"))

@@ -30,10 +30,10 @@ TINY = [
     "--model.intermediate_size", "64", "--model.window", "8", "--model.impl", "portable",
     "--data.max_length", "192", *TINY_RUN, "--model.dropout", "0", "--data.batch_size", "4",
     "--trainer.max_steps", "4", "--trainer.accelerator", "cpu",
-]  # fmt: skip
+]
 TWO = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-            "-m", "qds.train"]  # fmt: skip
+            "-m", "qds.train"]
 
 
 class StepRecorder(L.Callback):
@@ -116,7 +116,7 @@ def test_the_first_steps_gradients_are_one_processs(runs, run):
     ("one", "global batch 4 = 1 process x 4"), ("two", "global batch 4 = 2 processes x 2"),
     ("torchrun", "global batch 4 = 2 processes x 2"),
     ("accumulated", "global batch 4 = 2 processes x 1 x 2 accumulated"),
-])  # fmt: skip
+])
 def test_the_split_is_printed_once(runs, run, printed):
     _, _, done = runs[run]
     assert done.stdout.splitlines().count(printed) == 1

@@ -29,7 +29,7 @@ QDS_CHECKPOINT = REPO / "tests" / "fixtures" / "checkpoints" / "qds.ckpt"
 CK_CHECKPOINT = REPO / "tests" / "fixtures" / "checkpoints" / "conformer_kernel.ckpt"
 #: The tasks of the QDS paper configs, and the entries of ir_datasets' download list each reads.
 PAPER_TASKS = {"--data.train": "msmarco-document/train", "--data.dev": "msmarco-document/dev",
-               "--data.test": "msmarco-document/trec-dl-2019/judged"}  # fmt: skip
+               "--data.test": "msmarco-document/trec-dl-2019/judged"}
 ENTRIES = {"--data.train": "train", "--data.dev": "dev", "--data.test": "trec-dl-2019"}
 PARTS = ("queries", "qrels", "scoreddocs")
 
@@ -96,7 +96,7 @@ def test_evaluate_without_its_data_names_every_missing_file(tmp_path, refusing_p
     done = command(["-m", "qds.evaluate", "--checkpoint", str(QDS_CHECKPOINT), "--task",
                     f"irds:{PAPER_TASKS['--data.test']}", "--output_dir", str(out)], tmp_path / "irds", refusing_proxy)
     expected = {path: (url, {"--task"}) for path, (url, _) in
-                expected_missing(tmp_path / "irds", ["--data.test"]).items()}  # fmt: skip
+                expected_missing(tmp_path / "irds", ["--data.test"]).items()}
     check_refusal(done, expected)
     assert not out.exists()
 
@@ -110,7 +110,7 @@ def test_ck_evaluate_asks_of_orcas_only_its_queries_and_clicks(tmp_path, refusin
     keys = {"docs": "--task", **{f"trec-dl-2020/{p}": "--task" for p in PARTS},
             "orcas/queries": "--orcas", "orcas/qrels": "--orcas"}  # not orcas/scoreddocs: the field reads no run
     check_refusal(done, {str(home / "msmarco-document" / entries[key]["cache_path"]): (entries[key]["url"], {option})
-                         for key, option in keys.items()})  # fmt: skip
+                         for key, option in keys.items()})
     assert not out.exists()
 
 
@@ -121,9 +121,9 @@ def test_a_ck_orcas_config_names_the_orcas_files_with_the_tasks(tmp_path, refusi
     entries = download_list()
     splits = {"--data.train": "train", "--data.dev": "trec-dl-2019", "--data.test": "trec-dl-2020"}
     keys = {"docs": set(splits), **{f"{entry}/{p}": {option} for option, entry in splits.items() for p in PARTS},
-            "orcas/queries": {"--data.orcas"}, "orcas/qrels": {"--data.orcas"}}  # fmt: skip
+            "orcas/queries": {"--data.orcas"}, "orcas/qrels": {"--data.orcas"}}
     check_refusal(done, {str(home / "msmarco-document" / entries[key]["cache_path"]): (entries[key]["url"], options)
-                         for key, options in keys.items()})  # fmt: skip
+                         for key, options in keys.items()})
     assert not out.exists()
 
 
@@ -147,7 +147,7 @@ def test_a_passage_config_names_extracted_files_and_local_copies(tmp_path, refus
             (f"ir_datasets makes it from {web}/msmarco-test2019-queries.tsv.gz", {test}),
         str(passage / "trec-dl-2019" / "qrels"): ("https://trec.nist.gov/data/deep/2019qrels-pass.txt", {test}),
         str(copies / "ec9e012746aa9763c7ff10b3336a3ce1"): (f"{web}/msmarco-passagetest2019-top1000.tsv.gz", {test}),
-    })  # fmt: skip
+    })
     assert not out.exists()
 
 
@@ -168,7 +168,7 @@ def fake_msmarco_document(home: Path) -> None:
         source, entry = builtin_source(split), ENTRIES[option]
         put(f"{entry}/queries", "".join(f"{qid}\t{text}\n" for qid, text in source.topics().items()))
         put(f"{entry}/qrels", "".join(f"{qid} 0 {d} {label}\n" for qid, labels in source.qrels().items()
-                                      for d, label in labels.items()))  # fmt: skip
+                                      for d, label in labels.items()))
         put(f"{entry}/scoreddocs", "".join(
             f"{qid} Q0 {d} {rank} {score} bm25\n" for qid, scores in source.candidates().items()
             for rank, (d, score) in enumerate(sorted(scores.items(), key=lambda item: -item[1]), 1)))

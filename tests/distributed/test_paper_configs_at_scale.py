@@ -23,9 +23,9 @@ pytestmark = pytest.mark.slow
 #: Every run: the built-in training task alone, one step, no dev or test, no loader workers.
 STEP = ["--data.train", "builtin:train", "--data.dev", "null", "--data.test", "null", "--data.num_workers", "0",
         "--trainer.max_steps", "1", "--trainer.accelerator", "cpu", "--trainer.enable_progress_bar", "false",
-        "--trainer.enable_model_summary", "false", "--save_every_n_steps", "1"]  # fmt: skip
+        "--trainer.enable_model_summary", "false", "--save_every_n_steps", "1"]
 BERT = ["--model.encoder", "null", "--data.tokenizer", "builtin", "--model.num_layers", "1", "--model.hidden_size",
-        "32", "--model.num_heads", "2", "--model.intermediate_size", "64", "--data.passage_length", "24"]  # fmt: skip
+        "32", "--model.num_heads", "2", "--model.intermediate_size", "64", "--data.passage_length", "24"]
 #: Config -> (its package's train command, the tiny model's flags, the paper's global batch).
 CONFIGS = {
     "qds/configs/trec-dl-2019.yaml": ("qds.train", [
@@ -42,7 +42,7 @@ CONFIGS = {
        for model in ("ndrm1", "ndrm2", "ndrm3")},
     "earl/configs/msmarco/earl-cls.yaml": ("earl.train", [*BERT, "--model.num_blocks", "1"], 128),
     "mva/configs/msmarco/mva-all-p128.yaml": ("mva.train", [*BERT, "--model.projection", "8"], 256),
-}  # fmt: skip
+}
 WORLDS = (1, 2, 8, 24)
 REPO = Path(__file__).parents[2]
 
@@ -61,7 +61,7 @@ def simulate(monkeypatch, world: int) -> None:
 @pytest.mark.parametrize("world", WORLDS)
 @pytest.mark.parametrize("config", list(CONFIGS))
 def test_a_paper_config_takes_a_step_with_its_global_batch_or_says_what_to_change(config, world, monkeypatch,
-                                                                                 tmp_path, capsys):  # fmt: skip
+                                                                                 tmp_path, capsys):
     from importlib import import_module
 
     command, tiny, batch = CONFIGS[config]
@@ -90,7 +90,7 @@ def test_a_paper_config_takes_a_step_with_its_global_batch_or_says_what_to_chang
 
 #: Every paper config: the four packages' but the built-in defaults and the TREC DL passage runs on ../shared/data.
 PAPER_CONFIGS = sorted(str(p.relative_to(REPO)) for p in REPO.glob("*/configs/**/*.yaml")
-                       if not p.name.startswith(("builtin", "trec-dl-passages")))  # fmt: skip
+                       if not p.name.startswith(("builtin", "trec-dl-passages")))
 
 
 @pytest.mark.parametrize("config", PAPER_CONFIGS)
@@ -109,4 +109,4 @@ def test_every_paper_config_resolves_and_divides_its_batch_or_says_what_to_chang
     assert shared == ([1] if one_gpu else [1, 2, 8])
     assert resolved["trainer"]["devices"] == (1 if one_gpu else "auto")
     assert all("give --data.batch_size" in batch_problem(batch, world, accumulate)
-               for world in WORLDS if world not in shared)  # fmt: skip
+               for world in WORLDS if world not in shared)

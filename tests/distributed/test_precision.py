@@ -42,7 +42,7 @@ SCORE_ATOL = 2**-8
 
 #: Two steps, the dev check and a checkpoint at the second, the test re-ranking of 4 queries' top 10.
 STEPS = ["--trainer.max_steps", "2", "--trainer.val_check_interval", "2", "--save_every_n_steps", "2",
-         "--trainer.log_every_n_steps", "1", "--trainer.accelerator", "cpu", "--model.lr", "0"]  # fmt: skip
+         "--trainer.log_every_n_steps", "1", "--trainer.accelerator", "cpu", "--model.lr", "0"]
 
 
 def _tiny(package: str) -> tuple[list[str], str]:
@@ -51,7 +51,7 @@ def _tiny(package: str) -> tuple[list[str], str]:
         from tests.conformer_kernel.test_train import SMALL
 
         return [*SMALL, "--data.min_count", "2", "--data.depth", "10", "--data.dev_queries", "3",
-                "--data.test_queries", "4", "--trainer.enable_progress_bar", "false"], "run.rerank.trec"  # fmt: skip
+                "--data.test_queries", "4", "--trainer.enable_progress_bar", "false"], "run.rerank.trec"
     tiny = __import__(f"tests.{package}.test_train", fromlist=["TINY"]).TINY
     baselines = ["--compare_with", "[]"] if "--compare_with" in tiny else []
     return [*tiny, *baselines], "run.trec"
@@ -104,7 +104,7 @@ def test_bf16_evaluation_scores_match_fp32(runs):
     scale = max(abs(a) for a, _ in pairs)
     worst = max(abs(a - b) for a, b in pairs)
     distinct = {name: [len({run[q][d] for d in top[q]}) for q in sorted(top)] for name, run in
-                (("fp32", fp32), ("bf16", bf16))}  # fmt: skip
+                (("fp32", fp32), ("bf16", bf16))}
     print(f"{package}: {len(pairs)} scores, largest |fp32| {scale:.4g}, largest |bf16 - fp32| {worst:.3g}, "
           f"distinct scores per query {distinct}")
     assert worst <= SCORE_TOLERANCE * scale + SCORE_ATOL
@@ -170,7 +170,7 @@ def test_longformer_attention_under_autocast_matches_fp32():
 
     torch.manual_seed(0)
     config = LongformerConfig(hidden_size=32, num_attention_heads=2, attention_window=8,
-                              attention_probs_dropout_prob=0.0)  # fmt: skip
+                              attention_probs_dropout_prob=0.0)
     layer = QDSLongformerSelfAttention(config, 0, impl="portable").eval()
     hidden = torch.randn(2, 40, 32)
     mask = torch.zeros(2, 40)

@@ -28,14 +28,14 @@ CASES = {
                                                                     "tokenizers"}),
     "conformer_kernel": ([*RUNS["conformer_kernel"][0], *TWO], {"builtin", "digests", "docstore", "training",
                                                                  "conformer_kernel"}),
-}  # fmt: skip
+}
 
 
 def _files(*folders: Path) -> dict[str, tuple[int, int, int]]:
     """Every file under `folders` but lock files, by path: its inode, modification time and size."""
     return {str(path): (stat.st_ino, stat.st_mtime_ns, stat.st_size) for folder in folders
             for path in sorted(folder.rglob("*")) if path.is_file() and path.suffix != ".lock"
-            for stat in [path.stat()]}  # fmt: skip
+            for stat in [path.stat()]}
 
 
 @pytest.mark.parametrize("package", CASES)
@@ -43,11 +43,11 @@ def test_train_after_prepare_builds_no_cache(package, tmp_path):
     args, kinds = CASES[package]
     cache, home = tmp_path / "cache", tmp_path / "ir_datasets"
     env = {**os.environ, "EFFICIENT_RANKERS_CACHE": str(cache), "IR_DATASETS_HOME": str(home),
-           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}  # fmt: skip
+           "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
 
     def run(command: str, *more: str) -> subprocess.CompletedProcess:
         done = subprocess.run([sys.executable, "-m", f"{package}.{command}", *args, *more], cwd=tmp_path, env=env,
-                              capture_output=True, text=True, timeout=600)  # fmt: skip
+                              capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
         return done
 

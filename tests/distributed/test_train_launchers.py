@@ -38,9 +38,9 @@ TINY_RUN = [
     "--data.depth", "10", "--data.dev_queries", "3", "--data.test_queries", "4", "--data.batch_size", "2",
     "--data.eval_batch_size", "16", "--trainer.max_steps", "6", "--trainer.val_check_interval", "3",
     "--trainer.enable_progress_bar", "false", "--save_every_n_steps", "2", "--trainer.accelerator", "cpu",
-]  # fmt: skip
+]
 BERT = ["--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "2",
-        "--model.intermediate_size", "64", "--data.passage_length", "48", "--data.dev_depth", "5"]  # fmt: skip
+        "--model.intermediate_size", "64", "--data.passage_length", "48", "--data.dev_depth", "5"]
 MVA = [*BERT, "--model.projection", "8", "--model.doc_pooling", "temporal", "--model.doc_factor", "2", *TINY_RUN]
 #: Each package's tiny run (tests/<package>/test_train.py's) and the test outputs it writes.
 RUNS = {
@@ -56,7 +56,7 @@ RUNS = {
     "earl": ([*BERT, "--model.num_blocks", "1", "--model.query_layers", "1", *TINY_RUN, "--compare_with", "[]"],
              ["run.trec"]),
     "mva": ([*MVA, "--compare_with", "[]"], ["run.trec"]),
-}  # fmt: skip
+}
 FROZEN = ["--model.lr", "0"]
 TWO = ["--trainer.devices", "2", "--trainer.strategy", "ddp"]
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
@@ -83,7 +83,7 @@ def _dev_log(out: Path) -> list[dict]:
     with open(out / "logs" / "metrics.csv", newline="") as f:
         rows = list(csv.DictReader(f))
     return [{k: v for k, v in row.items() if k == "step" or k.startswith("dev/")} for row in rows
-            if any(row[k] for k in row if k.startswith("dev/"))]  # fmt: skip
+            if any(row[k] for k in row if k.startswith("dev/"))]
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def test_a_used_folder_is_still_refused_on_two_processes(frozen):
     done = _run([sys.executable, "-m", "qds.train", *RUNS["qds"][0], *TWO, "--output_dir", str(out)])
     assert done.returncode == 2
     assert done.stderr.splitlines()[-1] == (f"error: {out} is not empty: choose a new --output_dir, or pass "
-                                            "--ckpt_path last to resume the run in it")  # fmt: skip
+                                            "--ckpt_path last to resume the run in it")
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before
 
 

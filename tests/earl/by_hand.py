@@ -91,7 +91,7 @@ def judge_block(block, q: Tensor, d: Tensor, heads: int, act: str, printed: Prin
     ``cross``, ``self_attention`` and ``ffn`` parts are read for their weights and LayerNorms only."""
     q_cross = layer_norm(multi_head(block.cross, q, d, heads, printed) + q, block.cross.norm)  # Eq. 17
     q_self = layer_norm(multi_head(block.self_attention, q_cross, q_cross, heads, printed) + q_cross,
-                        block.self_attention.norm)  # Eq. 18  # fmt: skip
+                        block.self_attention.norm)  # Eq. 18
     ffn = feed_forward(block.ffn, q_self, act, printed)
     if printed.norm_before_residual:
         return layer_norm(ffn, block.ffn.norm) + q_self  # Eq. 19 as printed

@@ -38,9 +38,9 @@ def msmarco_training() -> dict:
     examples, batch, lr, warmup = quoted(
         r"the model were trained (\d+)M training examples\. We use stochastic gradient descent to train the model "
         r"with a batch size of (\d+)\. We use AdamW optimizer with a learning rate of (\d+e-\d+), a warm-up of "
-        r"(\d+) steps and a linear learning rate scheduler\.")  # fmt: skip
+        r"(\d+) steps and a linear learning rate scheduler\.")
     return {"examples": int(examples) * 1_000_000, "batch_size": int(batch), "lr": float(lr),
-            "warmup_steps": int(warmup)}  # fmt: skip
+            "warmup_steps": int(warmup)}
 
 
 def clueweb_training() -> dict:
@@ -59,7 +59,7 @@ def layers() -> dict:
     """Sec. 4.2: T_doc's 12 layers, T_qry's 10 and K = 2 judge blocks by default."""
     (doc,) = quoted(r"All EARL variants have document understanding module of (\d+) transformer layers")
     query, blocks = quoted(r"By default, the query understating module uses (\d+) transformer layers, and the "
-                           r"relevance judging module uses (\d+) layers of the judger blocks")  # fmt: skip
+                           r"relevance judging module uses (\d+) layers of the judger blocks")
     return {"doc": int(doc), "query": int(query), "blocks": int(blocks)}
 
 
@@ -112,7 +112,7 @@ def model_of_method(method: str) -> dict:
     found = re.fullmatch(r"EARL (ClsPool|AvePool)( Tied)?", method)
     assert found, method
     return {"architecture": "earl", "pool": {"ClsPool": "cls", "AvePool": "mean"}[found.group(1)],
-            "tied": bool(found.group(2))}  # fmt: skip
+            "tied": bool(found.group(2))}
 
 
 def default_blocks() -> int:
@@ -120,7 +120,7 @@ def default_blocks() -> int:
     default, `layers`)."""
     (blocks,) = {int(found.group(1)) for row in reported() if row["table"] == "4"
                  for found in [re.search(r"(\d+) blocks is the default configuration of Table 2", row["note"])]
-                 if found}  # fmt: skip
+                 if found}
     return blocks
 
 
@@ -161,7 +161,7 @@ CONFIG_ROWS = {
     **{f"clueweb09b/{row}.yaml": _table2(method) for row, method in (
         ("earl-cls", "EARL ClsPool"), ("earl-cls-tied", "EARL ClsPool Tied"), ("earl-mean", "EARL AvePool"),
         ("earl-mean-tied", "EARL AvePool Tied"), ("bert-ranker", "BERT ranker"))},
-}  # fmt: skip
+}
 
 
 def paper_configs() -> list[str]:
@@ -176,7 +176,7 @@ def named_rows(name: str) -> list[dict]:
     for table, method, printed in CONFIG_ROWS[name]:
         found = [row for row in reported() if row["table"] == table and row["method"] == method
                  and (f"printed as '{printed}'" in row["note"] if printed is not None
-                      else (row["dataset"] == "clueweb09b") == clueweb)]  # fmt: skip
+                      else (row["dataset"] == "clueweb09b") == clueweb)]
         assert found, (name, table, method, printed)
         rows += found
     return rows

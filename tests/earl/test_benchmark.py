@@ -136,7 +136,7 @@ def build_stores(root, model, impls, n, count, dtype="fp32", documents="encoded"
     """`random_stores` of `impls` (``earl_s1``, ``earl_s2``) as the benchmark builds them, by implementation."""
     stores = random_stores(root, model, name="tiny", checkpoint="random weights, seed 0, size tiny",
                            strategies=[benchmark.STRATEGY[impl] for impl in impls], n=n, count=count, dtype=dtype,
-                           documents=documents, seed=0, shard_size=2, batch_size=2)  # fmt: skip
+                           documents=documents, seed=0, shard_size=2, batch_size=2)
     return {impl: stores[benchmark.STRATEGY[impl]] for impl in impls}
 
 
@@ -308,7 +308,7 @@ def test_help_is_fast_and_lists_the_options():
     import subprocess
 
     done = subprocess.run([sys.executable, "-m", "earl.benchmark", "--help"], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+                          timeout=120)
     assert done.returncode == 0 and done.stderr == ""
     for option in ("--size", "--lengths", "--candidates", "--ranker_candidates", "--batch_size", "--earl_batch_size",
                    "--dtype", "--repeats", "--output_dir", "--json", "--overwrite", "--store_dir", "--store_documents",

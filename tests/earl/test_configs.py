@@ -115,7 +115,7 @@ def check_paper_model(model: dict, data: dict) -> None:
     layers = paper.layers()
     assert layers["blocks"] == paper.default_blocks() and layers["query"] + layers["blocks"] == layers["doc"]
     paper.quoted(r"for a\s+\$l\$\s+layer query understanding module, we use the first\s+\$l\$\s+layers of a "
-                 r"pre-trained BERT")  # fmt: skip
+                 r"pre-trained BERT")
     paper.quoted(LOSSES[model["architecture"]][1])
     paper.quoted(paper.POOLS)
     paper.quoted(r"the pairwise hinge loss")
@@ -132,15 +132,15 @@ def test_each_msmarco_row_parses_into_the_paper_setting(name):
     check_paper_model(model, data)
     training = paper.msmarco_training()
     assert (model["lr"], model["warmup_steps"], data["batch_size"]) == (training["lr"], training["warmup_steps"],
-                                                                        training["batch_size"])  # fmt: skip
+                                                                        training["batch_size"])
     assert trainer["max_steps"] * data["batch_size"] == training["examples"]
     assert (data["train"], data["dev"], data["test"]) == (TRAIN, DEV, TEST)
     tested = {row["dataset"] for row in paper.reported() if row["table"] == "2" and row["split"] == "test"
-              and row["dataset"] != "clueweb09b"}  # fmt: skip
+              and row["dataset"] != "clueweb09b"}
     assert {paper_dataset(PAPER, data["test"])} == tested
     assert paper_dataset(PAPER, data["dev"]) is None  # selection on none of Table 2's datasets
     paper.quoted(r"the rankers were tested to re-rank the top %d documents of the MS MARCO official BM25 retrieval "
-                 r"results" % data["depth"])  # fmt: skip
+                 r"results" % data["depth"])
     assert data["dev_depth"] is None and data["dev_queries"] is None  # all 200 held-out queries, at full depth
     assert data["query_length"] == paper.speed_test_query_length()
     assert trainer["max_steps"] % trainer["val_check_interval"] == 0  # the last validation is at the last step
@@ -183,7 +183,7 @@ def test_a_clueweb_fold_is_passed_as_flags():
         assert data[split] == {"topics_path": f"{folder}/{split}.topics.tsv",
                                "qrels_path": f"{folder}/{split}.qrels.txt",
                                "candidates_path": f"{folder}/{split}.run.txt",
-                               "collection_path": "../shared/data/clueweb09b/firstp.jsonl"}  # fmt: skip
+                               "collection_path": "../shared/data/clueweb09b/firstp.jsonl"}
     assert data["batch_size"] == config("clueweb09b/earl-cls.yaml")["data"]["batch_size"]
 
 
@@ -238,7 +238,7 @@ def test_every_reported_row_has_a_config_and_every_config_a_row():
             covered.setdefault(tuple(row[k] for k in key), set()).add(name)
     assert set(covered) == {tuple(row[k] for k in key) for row in rows}
     written = {str(path.relative_to(CONFIGS)) for folder in ("msmarco", "clueweb09b")
-               for path in (CONFIGS / folder).glob("*.yaml")}  # fmt: skip
+               for path in (CONFIGS / folder).glob("*.yaml")}
     assert written == set(paper.paper_configs()) == set(MSMARCO) | set(CLUEWEB)
     for names in covered.values():
         first, *others = sorted(names)

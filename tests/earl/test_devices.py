@@ -18,10 +18,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: A tiny from-scratch model over the built-in vocabulary: L = 2, h = 8, K = 1 judge block, l = 1.
 TINY = {"num_layers": 2, "hidden_size": 8, "num_heads": 2, "intermediate_size": 16, "num_blocks": 1,
-        "query_layers": 1, "tokenizer": "builtin"}  # fmt: skip
+        "query_layers": 1, "tokenizer": "builtin"}
 #: Every architecture and variant: (architecture, pool, tied).
 VARIANTS = [("earl", "cls", False), ("earl", "cls", True), ("earl", "mean", False), ("earl", "mean", True),
-            ("bert_ranker", "cls", False), ("bert_siamese", "cls", False)]  # fmt: skip
+            ("bert_ranker", "cls", False), ("bert_siamese", "cls", False)]
 
 
 def training_batch() -> dict:
@@ -32,7 +32,7 @@ def training_batch() -> dict:
     return {"query_tokens": query_tokens, "query_mask": query_mask, "doc_tokens": doc_tokens, "doc_mask": doc_mask,
             "query_index": torch.tensor([0, 0, 1, 1]), "pair_tokens": pair_tokens, "pair_mask": pair_mask,
             "pair_types": (torch.arange(9) >= 4).long().expand(4, 9), "labels": torch.tensor([1.0, 0.0, 1.0, 0.0]),
-            "group_size": 2}  # fmt: skip
+            "group_size": 2}
 
 
 @pytest.mark.parametrize("loss", ["hinge", "cross_entropy"])
@@ -63,7 +63,7 @@ def tiny_store(folder, model, strategy: str, doc_ids: list[str]):
     """A store of `strategy`'s width for `doc_ids`, 3 rows each: the rows' values do not matter here."""
     width = store_width(model, strategy)
     writer = StoreWriter(folder, doc_ids=doc_ids, width=width, dtype="float32", shard_size=len(doc_ids),
-                         identity={"checkpoint": "tiny", "strategy": strategy})  # fmt: skip
+                         identity={"checkpoint": "tiny", "strategy": strategy})
     writer.write_shard(0, [torch.randn(3, width) for _ in doc_ids])
     return writer.finish()
 
@@ -77,7 +77,7 @@ def test_scoring_from_a_store_or_end_to_end_stays_on_the_device(tmp_path, collec
     model = EARLRanker(**TINY).model.eval()
     store = None if strategy is None else tiny_store(tmp_path / strategy, model, strategy, doc_ids)
     scorer = QueryScorer(model.to(META), data_encoder({"query_length": 8, "passage_length": 12}), batch_size=3,
-                         device=META, store=store, documents=documents)  # fmt: skip
+                         device=META, store=store, documents=documents)
     with on_meta():
         scores = scorer(query, doc_ids)
     assert scores.shape == (4,) and scores.dtype == torch.float64 and scores.device.type == "cpu"

@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/
 HIDDEN, BLOCKS = 8, 2
 DATA = {"train": "builtin:train", "dev": None, "test": "builtin:test", "architecture": "earl", "tokenizer": "builtin",
         "tokenizer_task": None, "query_length": 12, "passage_length": 96, "depth": 10, "relevance_level": 1,
-        "seed": 0}  # fmt: skip
+        "seed": 0}
 QUERIES, DEPTH = 5, 10
 CPU = ["--accelerator", "cpu", "--devices", "1"]
 
@@ -55,7 +55,7 @@ def save_checkpoint(path: Path, architecture: str = "earl", seed: int = 0) -> Pa
     matrix redrawn with a large spread), its hyper-parameters and the data settings."""
     torch.manual_seed(seed)
     ranker = EARLRanker(architecture=architecture, num_layers=1, hidden_size=HIDDEN, num_heads=2, intermediate_size=16,
-                        num_blocks=BLOCKS, query_layers=1)  # fmt: skip
+                        num_blocks=BLOCKS, query_layers=1)
     with torch.no_grad():
         for parameter in ranker.parameters():
             if parameter.ndim > 1:
@@ -67,12 +67,12 @@ def save_checkpoint(path: Path, architecture: str = "earl", seed: int = 0) -> Pa
 
 def build(checkpoint: Path, strategy: str, output: Path, collection: str, *extra: str):
     return index.main(["--checkpoint", str(checkpoint), "--strategy", strategy, "--collection", collection,
-                       "--output_dir", str(output), *extra, *CPU])  # fmt: skip
+                       "--output_dir", str(output), *extra, *CPU])
 
 
 def run_evaluate(checkpoint: Path, output: Path, *extra: str) -> dict:
     return evaluate.main(["--checkpoint", str(checkpoint), "--task", "builtin:test", "--test_queries", str(QUERIES),
-                          "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
+                          "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,7 @@ def built(tmp_path_factory, one_thread):
     root = tmp_path_factory.mktemp("earl")
     checkpoint = save_checkpoint(root / "earl.ckpt")
     stores = {s: build(checkpoint, s, root / s, "builtin:test", "--shard_size", "1000", "--batch_size", "256")
-              for s in ("s1", "s2")}  # fmt: skip
+              for s in ("s1", "s2")}
     data = EARLDataModule(**{**DATA, "train": None, "test_queries": QUERIES})
     pairs = data.eval_pairs("test")
     documents = source_from_spec("builtin:test").documents()
@@ -91,7 +91,7 @@ def built(tmp_path_factory, one_thread):
     write_collection(subset, documents.get_many(sorted({d for _, d in pairs})))
     for dtype in ("fp32", "fp16"):
         stores[f"subset_{dtype}"] = build(checkpoint, "s1", root / f"subset_{dtype}", str(subset), "--dtype", dtype,
-                                          "--shard_size", "8", "--batch_size", "3")  # fmt: skip
+                                          "--shard_size", "8", "--batch_size", "3")
     yield {"root": root, "checkpoint": checkpoint, "stores": stores, "pairs": pairs, "subset": subset}
     DocumentStore.for_collection(subset).path.unlink()  # the collection file's cached document store
 
@@ -136,7 +136,7 @@ def test_fp32_stores_score_as_end_to_end(built, end_to_end, strategy, capsys):
     folder, metrics = end_to_end
     stored = built["root"] / f"evaluate_{strategy}"
     store_metrics = run_evaluate(built["checkpoint"], stored, "--store", str(built["root"] / strategy),
-                                 "--compare_end_to_end")  # fmt: skip
+                                 "--compare_end_to_end")
     printed = capsys.readouterr().out
     assert f"{strategy.upper()} store (float32) vs end to end, 50 pairs of 5 queries: largest |score difference|" in printed
     pairs = built["pairs"]
@@ -153,7 +153,7 @@ def test_fp32_stores_score_as_end_to_end(built, end_to_end, strategy, capsys):
     assert report["max_abs_score_difference"] < 1e-5 and report["queries_reordered"] == 0
     assert report["ndcg_cut_10_change"] == pytest.approx(0, abs=1e-12)
     assert sorted(p.name for p in stored.iterdir()) == ["exactness.json", "metrics.json", "provenance.json", "run.trec",
-                                                        "task.json"]  # fmt: skip
+                                                        "task.json"]
 
 
 def test_the_run_files_scores_are_earl_written_out(built, end_to_end):
@@ -180,7 +180,7 @@ def test_the_run_files_scores_are_earl_written_out(built, end_to_end):
         query = encoder.queries([topics[qid]])
         passage = encoder.documents(documents.get_many([doc_id]))
         expected = model_score(model, query["query_tokens"][0][query["query_mask"][0].bool()],
-                               passage["doc_tokens"][0][passage["doc_mask"][0].bool()], "cls")  # fmt: skip
+                               passage["doc_tokens"][0][passage["doc_mask"][0].bool()], "cls")
         for name, run in runs.items():
             assert run[(qid, doc_id)] == pytest.approx(expected, abs=1e-5), (name, qid, doc_id)
 
@@ -211,7 +211,7 @@ def test_s2_costs_2k_times_s1(built, capsys):
     assert s1.manifest["rows"] < 3000 * DATA["passage_length"]
     assert s1.identity == {"checkpoint": checkpoint_hash(built["checkpoint"]), "strategy": "s1"}
     assert s1.manifest["extra"] == {"model": "earl_cls", "num_blocks": BLOCKS, "hidden_size": HIDDEN, "heads": 2,
-                                    "passage_length": 96, "tokenizer": "builtin"}  # fmt: skip
+                                    "passage_length": 96, "tokenizer": "builtin"}
     from earl.store import storage_report
 
     per_document = s1.bytes_per_document
@@ -241,7 +241,7 @@ def test_a_documents_rows_are_d_and_d_prime_over_its_real_tokens(built):
         assert s1.get(doc_id).shape == (length, HIDDEN) and s2.get(doc_id).shape == (length, 2 * BLOCKS * HIDDEN)
         torch.testing.assert_close(torch.from_numpy(s1.get(doc_id).copy()), d[i, :length], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(torch.from_numpy(s2.get(doc_id).copy()), d_prime[i, :length], rtol=1e-5,
-                                   atol=1e-5)  # fmt: skip
+                                   atol=1e-5)
 
 
 # --- resuming ----------------------------------------------------------------------------------------------
@@ -250,7 +250,7 @@ def test_a_documents_rows_are_d_and_d_prime_over_its_real_tokens(built):
 def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, capsys):
     folder = tmp_path / "killed"
     args = ["--checkpoint", str(built["checkpoint"]), "--strategy", "s1", "--collection", str(built["subset"]),
-            "--output_dir", str(folder), "--shard_size", "8", "--batch_size", "3", *CPU]  # fmt: skip
+            "--output_dir", str(folder), "--shard_size", "8", "--batch_size", "3", *CPU]
     code = ("import os, signal, torch; torch.set_num_threads(1)\n"
             "from common.stores import writer\n"
             "from earl import index\n"
@@ -261,10 +261,10 @@ def test_a_killed_build_resumes_to_the_uninterrupted_store(built, tmp_path, caps
             f"writer.DocumentIndexer.predict_step = dying\nindex.main({args!r})\n")
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     killed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env,
-                            cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+                            cwd=Path(__file__).resolve().parents[2])
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     assert sorted(os.listdir(folder)) == ["plan.json", "shard-00000.bin", "shard-00000.index.json",
-                                          "shard-00001.bin", "shard-00001.index.json"]  # fmt: skip
+                                          "shard-00001.bin", "shard-00001.index.json"]
 
     with pytest.raises(SystemExit) as exit_info:  # without --resume, refused
         index.main(args)
@@ -296,7 +296,7 @@ def test_a_store_of_another_checkpoint_is_refused_in_process(built, tmp_path, ca
                                    str(built["root"] / "s1"), "--output_dir", str(output)], capsys,
                    f"--store: {built['root'] / 's1'} was built from checkpoint "
                    f"{checkpoint_hash(built['checkpoint'])[:12]}…; this needs checkpoint "
-                   f"{checkpoint_hash(other)[:12]}… (--checkpoint {other})")  # fmt: skip
+                   f"{checkpoint_hash(other)[:12]}… (--checkpoint {other})")
     assert line.startswith("error: --store:")
     assert not output.exists()
 
@@ -309,7 +309,7 @@ def test_without_qrels_every_query_is_reranked_from_the_store_and_nothing_measur
     out = tmp_path / "out"
     assert evaluate.main(["--checkpoint", str(built["checkpoint"]), *flags, "--depth", "3", "--store",
                           str(built["root"] / "s1"), "--compare_end_to_end", "--accelerator", "cpu",
-                          "--output_dir", str(out)]) is None  # fmt: skip
+                          "--output_dir", str(out)]) is None
     printed = capsys.readouterr().out
     assert NO_QRELS in printed and "S1 store (float32) vs end to end, 9 pairs of 3 queries" in printed
     assert "NDCG@10" not in printed and "Nothing in the paper" not in printed
@@ -323,7 +323,7 @@ def test_a_candidate_missing_from_the_store_is_refused_in_process(built, tmp_pat
     refused_in_process(evaluate.main, ["--checkpoint", str(built["checkpoint"]), "--task", "builtin:test", "--test_queries",
                             str(QUERIES), "--depth", str(2 * DEPTH), "--store", str(built["root"] / "subset_fp32"),
                             "--output_dir", str(output)], capsys,
-            f"--store: {built['root'] / 'subset_fp32'} has no representation of document ")  # fmt: skip
+            f"--store: {built['root'] / 'subset_fp32'} has no representation of document ")
     assert not output.exists()
 
 
@@ -340,11 +340,11 @@ def test_index_refusals(built, tmp_path, capsys):
     fresh = tmp_path / "fresh"
     refused_in_process(index.main, ["--checkpoint", str(ranker), "--strategy", "s1", "--collection", "builtin:test", "--output_dir",
                          str(fresh)], capsys,
-            f"--checkpoint: {ranker} is an earl.train checkpoint of bert_ranker, not of EARL")  # fmt: skip
+            f"--checkpoint: {ranker} is an earl.train checkpoint of bert_ranker, not of EARL")
     assert not fresh.exists()
     refused_in_process(index.main, [*base[:-1], str(fresh), "--strategy", "s1", "--collection", str(tmp_path / "none.tsv")],
             capsys, f"--collection: {tmp_path / 'none.tsv'} is neither builtin:<split>, irds:<ir_datasets id> nor "
-                    "a collection file")  # fmt: skip
+                    "a collection file")
 
 
 def test_evaluate_refusals_before_anything_is_read(built, tmp_path, capsys):
@@ -398,7 +398,7 @@ def test_a_store_built_in_bf16_mixed_holds_rows_near_fp32s(built, tmp_path):
     not the same."""
     fp32 = built["stores"]["subset_fp32"]
     bf16 = build(built["checkpoint"], "s1", tmp_path / "bf16", str(built["subset"]), "--shard_size", "8",
-                 "--batch_size", "3", "--precision", "bf16-mixed")  # fmt: skip
+                 "--batch_size", "3", "--precision", "bf16-mixed")
     assert bf16.dtype == "float32" and bf16.manifest["rows"] == fp32.manifest["rows"]
     scale = max(float(abs(fp32.get(doc_id)).max()) for doc_id in fp32.doc_ids)
     difference = max(float(abs(bf16.get(doc_id) - fp32.get(doc_id)).max()) for doc_id in fp32.doc_ids)
@@ -409,7 +409,7 @@ def test_loader_workers_build_the_same_store(built, tmp_path):
     """``--num_workers 2``: the documents read and tokenised in two worker processes; the shards are the same bytes
     as the store built in the main process (`built`'s)."""
     build(built["checkpoint"], "s1", tmp_path / "workers", str(built["subset"]), "--shard_size", "8",
-          "--batch_size", "3", "--num_workers", "2")  # fmt: skip
+          "--batch_size", "3", "--num_workers", "2")
     reference = built["stores"]["subset_fp32"].folder
     shards = sorted(p.name for p in reference.iterdir() if p.name.startswith("shard-"))
     assert len(shards) > 4
@@ -426,7 +426,7 @@ def test_on_a_gpu_a_store_built_from_pinned_batches_is_the_cpu_ones(built, tmp_p
     gpu = index.main(["--checkpoint", str(built["checkpoint"]), "--strategy", "s1", "--collection",
                       str(built["subset"]), "--output_dir", str(tmp_path / "gpu"), "--shard_size", "8", "--batch_size",
                       "3", "--num_workers", "2", "--matmul_precision", "highest", "--accelerator", "gpu",
-                      "--devices", "1"])  # fmt: skip
+                      "--devices", "1"])
     assert gpu.manifest["rows"] == fp32.manifest["rows"]
     for doc_id in fp32.doc_ids:
         assert abs(gpu.get(doc_id) - fp32.get(doc_id)).max() < 1e-4, doc_id

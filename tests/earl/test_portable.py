@@ -43,16 +43,16 @@ from tests.bert_portable_checks import (assert_cache_keyed_by_content, assert_cl
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TINY = {"num_layers": 1, "hidden_size": 8, "num_heads": 2, "intermediate_size": 16, "num_blocks": 1,
-        "query_layers": 1}  # fmt: skip
+        "query_layers": 1}
 #: Each architecture's settings beside TINY.
 MODELS = {"earl_cls": {"architecture": "earl", "pool": "cls"},
           "earl_mean_tied": {"architecture": "earl", "pool": "mean", "tied": True},
           "bert_ranker": {"architecture": "bert_ranker", "loss": "cross_entropy"},
-          "bert_siamese": {"architecture": "bert_siamese"}}  # fmt: skip
+          "bert_siamese": {"architecture": "bert_siamese"}}
 QUERIES, DEPTH = 2, 5
 DATA = {"train": "builtin:train", "dev": None, "test": "builtin:test", "tokenizer": "builtin", "tokenizer_task": None,
         "query_length": 12, "passage_length": 48, "depth": DEPTH, "test_queries": QUERIES, "relevance_level": 1,
-        "seed": 0}  # fmt: skip
+        "seed": 0}
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 
 
@@ -65,7 +65,7 @@ def make_ranker(name: str, seed: int = 0, **settings) -> EARLRanker:
 def checkpoints(tmp_path_factory, one_thread) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("earl_portable")
     return {name: save_as_trainer(make_ranker(name), DATA | {"architecture": MODELS[name]["architecture"]},
-                                  root / f"{name}.ckpt") for name in MODELS}  # fmt: skip
+                                  root / f"{name}.ckpt") for name in MODELS}
 
 
 @pytest.fixture(scope="module")
@@ -76,7 +76,7 @@ def evaluated(checkpoints, tmp_path_factory) -> dict:
     for name, path in checkpoints.items():
         if MODELS[name]["architecture"] == "earl":
             evaluate.main(["--checkpoint", str(path), "--task", "builtin:test", "--test_queries", str(QUERIES),
-                           "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(root / name)])  # fmt: skip
+                           "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(root / name)])
             run = run_scores(root / name)  # the re-ranked pairs, then the other candidates below them
             scores[name] = {pair: run[pair] for pair in evaluated_pairs()}
         else:
@@ -97,7 +97,7 @@ def trained_test_scores(path: Path) -> dict[tuple[str, str], float]:
     ranker.load_state_dict(state["state_dict"])
     data = EARLDataModule(**{**state["datamodule_hyper_parameters"], "train": None, "eval_batch_size": 4})
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-                        enable_progress_bar=False, enable_model_summary=False)  # fmt: skip
+                        enable_progress_bar=False, enable_model_summary=False)
     trainer.test(ranker, datamodule=data, verbose=False)
     pairs = data.test_pairs()  # the order ``index`` refers to (``earl.train``'s run.trec reads them so)
     return {pairs[int(i)]: score for i, score in ranker.test_scores.tolist()}
@@ -120,7 +120,7 @@ def test_the_checkpoint_carries_the_entry_a_trainer_saves(checkpoints):
     entry = state[KEY]
     assert entry["package"] == "earl" and entry["config"]["tied"] is True and entry["config"]["pool"] == "mean"
     assert entry["config"]["inputs"] == {"pairs": False, "query_length": 12, "passage_length": 48,
-                                         "tokenizer": "builtin"}  # fmt: skip
+                                         "tokenizer": "builtin"}
     assert entry["config"]["encoder"]["num_hidden_layers"] == 1 and "tokenizer.json" in entry["files"]
     assert sum(map(len, entry["files"].values())) < 4 * 2**20
     assert torch.load(checkpoints["bert_ranker"], weights_only=True)[KEY]["config"]["inputs"]["pairs"] is True
@@ -141,10 +141,10 @@ def stores(checkpoints, evaluated, tmp_path_factory):
     for strategy in ("s1", "s2"):
         index.main(["--checkpoint", str(checkpoints["earl_cls"]), "--strategy", strategy, "--collection", str(subset),
                     "--output_dir", str(root / strategy), "--shard_size", "4", "--batch_size", "3", "--accelerator",
-                    "cpu", "--devices", "1"])  # fmt: skip
+                    "cpu", "--devices", "1"])
         evaluate.main(["--checkpoint", str(checkpoints["earl_cls"]), "--task", "builtin:test", "--test_queries",
                        str(QUERIES), "--depth", str(DEPTH), "--accelerator", "cpu", "--store", str(root / strategy),
-                       "--output_dir", str(root / f"evaluated_{strategy}")])  # fmt: skip
+                       "--output_dir", str(root / f"evaluated_{strategy}")])
         run = run_scores(root / f"evaluated_{strategy}")
         built[strategy] = (root / strategy, {pair: run[pair] for pair in pairs})
     yield built
@@ -214,7 +214,7 @@ def test_rerank_sorts_each_query_by_its_scores(exported):
     frame = pd.DataFrame({"qid": ["1", "1", "1", "2", "2"], "query": ["fleas"] * 3 + ["market prices"] * 2,
                           "docno": ["a", "b", "c", "a", "d"],
                           "text": ["fleas feed on blood", "a flea market", "cats and dogs", "fleas feed on blood",
-                                   "prices at the market"]})  # fmt: skip
+                                   "prices at the market"]})
     ranker = load(exported)
     expected = ranker.score_pairs(frame["query"].tolist(), frame["text"].tolist())
     ranked = ranker.rerank(frame)
@@ -233,7 +233,7 @@ def test_a_builtin_tokenizer_travels_in_the_checkpoint(checkpoints, evaluated, t
     queries, documents = pair_texts("builtin:test", pairs)  # read before the cache moves
     monkeypatch.setenv("EFFICIENT_RANKERS_CACHE", str(tmp_path / "empty"))
     assert_close(load(checkpoints["bert_siamese"]).score_pairs(queries, documents),
-                 [evaluated["bert_siamese"][p] for p in pairs])  # fmt: skip
+                 [evaluated["bert_siamese"][p] for p in pairs])
     assert not (tmp_path / "empty" / "tokenizers").exists()  # nothing learnt again
 
 
@@ -249,9 +249,9 @@ def test_a_tokenizer_learnt_on_the_training_files_travels_in_the_checkpoint(tmp_
     torch.manual_seed(0)
     ranker = spread_weights(EARLRanker(**TINY, **MODELS["earl_cls"], tokenizer="train", tokenizer_task=task), 0)
     path = save_as_trainer(ranker, DATA | {"architecture": "earl", "tokenizer": "train", "tokenizer_task": task},
-                           tmp_path / "train.ckpt")  # fmt: skip
+                           tmp_path / "train.ckpt")
     documents = [Document("x", "fleas feed on the blood of mammals"), Document("y", "a market of old things"),
-                 Document("z", "the cat sleeps")]  # fmt: skip
+                 Document("z", "the cat sleeps")]
     queries = ["what do fleas eat"] * 3
     here = load(path).score_pairs(queries, documents)
     shutil.rmtree(task_dir)
@@ -276,7 +276,7 @@ def test_a_pretrained_encoder_is_rebuilt_from_the_config_in_the_checkpoint(tmp_p
     path = save_as_trainer(ranker, DATA | {"architecture": "bert_siamese", "tokenizer": MINILM}, tmp_path / "m.ckpt")
     queries = ["what do fleas eat"] * 3
     documents = [Document("x", "fleas feed on the blood of mammals"), Document("y", "a flea market sells old things"),
-                 Document("z", "the cat sleeps on the sofa")]  # fmt: skip
+                 Document("z", "the cat sleeps on the sofa")]
     with torch.no_grad():
         expected = ranker.model(BertInputs(False, MINILM, 12, 48)(queries, documents)).numpy()
 
@@ -292,9 +292,9 @@ def test_a_pretrained_encoder_is_rebuilt_from_the_config_in_the_checkpoint(tmp_p
 
 def test_recognises_earl_checkpoints_only():
     found = {path.stem: portable.recognises(torch.load(path, weights_only=True, map_location="cpu"))
-             for path in sorted(FIXTURES.glob("*.ckpt"))}  # fmt: skip
+             for path in sorted(FIXTURES.glob("*.ckpt"))}
     assert found == {"conformer_kernel": False, "earl": True, "mva": False, "mva-ca": False, "mva-de": False,
-                     "qds": False}  # fmt: skip
+                     "qds": False}
 
 
 def test_the_fixture_checkpoint_scores_its_expected_run(monkeypatch):

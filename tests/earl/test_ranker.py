@@ -24,7 +24,7 @@ def test_hinge_loss_by_hand():
 
 #: A tiny from-scratch model over the built-in vocabulary (no download): L = 2, h = 16, K = 2 judge blocks, l = 1.
 TINY = {"num_layers": 2, "hidden_size": 16, "num_heads": 2, "intermediate_size": 32, "num_blocks": 2,
-        "query_layers": 1, "tokenizer": "builtin"}  # fmt: skip
+        "query_layers": 1, "tokenizer": "builtin"}
 
 
 def training_groups(data) -> tuple[list, dict]:
@@ -68,7 +68,7 @@ def pair_by_pair(ranker, data, groups) -> list[list[tuple[float, Tensor]]]:
     try:
         with torch.no_grad():
             out = [[(ranker(data.encoder([topics[g.qid]], documents.get_many([doc_id]))).item(), heads[-1])
-                    for doc_id in g.doc_ids] for g in groups]  # fmt: skip
+                    for doc_id in g.doc_ids] for g in groups]
     finally:
         if hook:
             hook.remove()
@@ -94,7 +94,7 @@ def test_a_hinge_training_step_is_the_mean_over_every_positive_negative_pair(arc
     from earl.data import EARLDataModule
 
     data = EARLDataModule(train="builtin:train", dev=None, test=None, architecture=architecture, negatives=2,
-                          batch_size=4, query_length=12, passage_length=24)  # fmt: skip
+                          batch_size=4, query_length=12, passage_length=24)
     groups, batch = training_groups(data)
     assert batch["group_size"] == 3 and batch["labels"].tolist() == [1.0, 0.0, 0.0] * 4
     ranker = spread_ranker(architecture, "hinge")
@@ -121,7 +121,7 @@ def test_a_cross_entropy_training_step_is_the_2_class_softmax_cross_entropy_over
     from earl.data import EARLDataModule
 
     data = EARLDataModule(train="builtin:train", dev=None, test=None, architecture=architecture, negatives=2,
-                          batch_size=4, query_length=12, passage_length=24)  # fmt: skip
+                          batch_size=4, query_length=12, passage_length=24)
     groups, batch = training_groups(data)
     batch["labels"] = batch["labels"].double()  # float64 throughout (float32 labels would round the loss)
     ranker = spread_ranker(architecture, "cross_entropy")
@@ -131,7 +131,7 @@ def test_a_cross_entropy_training_step_is_the_2_class_softmax_cross_entropy_over
     labels = torch.tensor([1, 0, 0] * 4)
     expected = F.cross_entropy(logits, labels).item()
     torch.testing.assert_close(torch.tensor([s for row in rows for s, _ in row], dtype=torch.float64),
-                               logits[:, 1] - logits[:, 0], atol=1e-12, rtol=0)  # fmt: skip
+                               logits[:, 1] - logits[:, 0], atol=1e-12, rtol=0)
     assert step_loss(ranker, batch) == pytest.approx(expected, abs=1e-10)
     assert abs(expected - F.cross_entropy(logits, 1 - labels).item()) > 1e-2  # the labels' direction matters
 
@@ -149,7 +149,7 @@ def configured(steps: int, **settings):
 
 
 @pytest.mark.parametrize("settings", [{"tied": True, "loss": "hinge"}, {"tied": False, "loss": "cross_entropy"},
-                                      {"architecture": "bert_ranker", "loss": "cross_entropy"}])  # fmt: skip
+                                      {"architecture": "bert_ranker", "loss": "cross_entropy"}])
 def test_weight_decay_spares_biases_and_layer_norms_and_covers_every_parameter_once(settings):
     """AdamW's groups with weight_decay 0.01: the parameters of every ``nn.LayerNorm`` (BERT's ``LayerNorm`` s and the
     judge blocks' ``norm`` s) and every bias without decay, every other parameter (matrices, embeddings, the score's

@@ -36,7 +36,7 @@ def checkpoint(tmp_path_factory, one_thread):
 
 def args(checkpoint, strategy: str, output, *extra: str) -> list[str]:
     return ["--checkpoint", str(checkpoint), "--strategy", strategy, "--collection", "builtin:test", "--output_dir",
-            str(output), "--batch_size", "500", *extra, *CPU]  # fmt: skip
+            str(output), "--batch_size", "500", *extra, *CPU]
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ def test_rows_are_the_keep_masks_sum(checkpoint, strategy):
 
 @pytest.mark.parametrize("strategy, dtype", [("s1", "fp32"), ("s2", "fp16")])
 def test_the_estimate_is_within_10_percent_of_the_built_store(checkpoint, tmp_path, estimates, capsys, strategy,
-                                                              dtype):  # fmt: skip
+                                                              dtype):
     output = tmp_path / "store"
     store = index.main(args(checkpoint, strategy, output, "--dtype", dtype))
     (estimate,) = estimates
@@ -75,7 +75,7 @@ def test_the_estimate_is_within_10_percent_of_the_built_store(checkpoint, tmp_pa
     line = next(line for line in printed if line.startswith("estimated size: "))
     assert line.startswith(f"estimated size: {format_bytes(estimate.bytes)} (3,000 documents x mean "
                            f"{estimate.mean_rows:,.1f} rows x width {store.width} x {estimate.itemsize} bytes, from a "
-                           f"sample of 1,000); free on {tmp_path}: ")  # fmt: skip
+                           f"sample of 1,000); free on {tmp_path}: ")
     assert printed.index(line) == printed.index(next(p for p in printed if p.startswith("building "))) + 1
     with capsys.disabled():
         print(f"\nEARL {strategy.upper()} {dtype}: estimated {estimate.bytes:,} bytes, built {actual:,} "
@@ -87,7 +87,7 @@ def free(monkeypatch, nbytes: int) -> None:
 
 
 def test_no_room_is_refused_in_one_line_before_anything_is_written(checkpoint, tmp_path, estimates, monkeypatch,
-                                                                   capsys):  # fmt: skip
+                                                                   capsys):
     output = tmp_path / "new" / "store"
     free(monkeypatch, 1000)
     with pytest.raises(SystemExit) as exit_info:

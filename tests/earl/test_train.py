@@ -15,7 +15,7 @@ TINY = [
     "--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "2",
     "--model.intermediate_size", "64", "--model.num_blocks", "1", "--model.query_layers", "1",
     "--data.passage_length", "48", *TINY_RUN, "--compare_with", "[bert_siamese]",
-]  # fmt: skip
+]
 
 
 trained = tiny_run(train.main, TINY)

@@ -81,7 +81,7 @@ def doc_projections(head, documents: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def score_projected(query_keys: Tensor, query_values: Tensor, doc_keys: Tensor, doc_values: Tensor, projection: int,
-                    heads: int) -> float:  # fmt: skip
+                    heads: int) -> float:
     """(1/q) sum_i sum_heads Q_V,i . softmax(Q_K,i D_K^T / sqrt(p)) D_V of (q, Hp) Q_K, Q_V and (d, Hp) D_K, D_V,
     every timestep given real, in Python floats."""
     qk, qv, dk, dv = (m.tolist() for m in (query_keys, query_values, doc_keys, doc_values))

@@ -39,7 +39,7 @@ def lengths() -> tuple[int, int]:
 def fine_tuning() -> tuple[int, float]:
     """Sec. 3: fine-tuning's batch size in triples and Adam's learning rate (256, 3e-5)."""
     batch, lr = quoted(r"We fine-tune on MS-MARCO using a batch size of (\d+) triples and Adam with learning rate "
-                       r"(\d+(?:\.\d+)?e-\d+)\.")  # fmt: skip
+                       r"(\d+(?:\.\d+)?e-\d+)\.")
     return int(batch), float(lr)
 
 

@@ -34,7 +34,7 @@ FIELDS = ["bench", "impl", "size", "candidates", "timed_candidates", "extrapolat
           "ca_compute_ratio", "ca_macs_ratio", "storage_floats", "bytes_per_document", "store_documents",
           "shard_size", "candidate_shards", "store_cached", "setting", "query_timesteps", "doc_timesteps",
           "projection", "heads", "hidden_size", "num_layers", "intermediate_size", "pair_tokens", "batch_size",
-          "repeats", "device", "gpu", "cpu", "threads", "load_1min"]  # fmt: skip
+          "repeats", "device", "gpu", "cpu", "threads", "load_1min"]
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_each_timed_mva_step_is_table5s_head_doing_the_reported_work(impl, monke
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
         scores = step(documents)
     products = sum(n for op, n in counter.get_flop_counts()["Global"].items()
-                   if op in (torch.ops.aten.mm, torch.ops.aten.bmm))  # fmt: skip
+                   if op in (torch.ops.aten.mm, torch.ops.aten.bmm))
     assert products == counter.get_total_flops() == 3 * 2 * (2 * q * d * heads * p)
     macs, floats, _ = benchmark.cost(impl, benchmark.SIZES["base"])
     assert macs == products // 2 // 3 + q * heads * p and floats == documents[0].numel()
@@ -179,7 +179,7 @@ def test_files_hold_the_same_rows_and_are_not_overwritten(run):
         written = list(csv.DictReader(f))
     assert list(written[0]) == FIELDS
     assert [(w["impl"], int(w["macs"]), float(w["ms"])) for w in written] == [(r["impl"], r["macs"], r["ms"])
-                                                                              for r in rows]  # fmt: skip
+                                                                              for r in rows]
     assert (out / "speed.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert_refuses_to_overwrite(benchmark.main, [*CLI, "--output_dir", str(out)], out)
 
@@ -203,7 +203,7 @@ def test_the_timed_de_step_scores_every_candidate():
     (["--size", "small", "small"], "error: argument --size: small is given twice"),
     (["--candidates", "20", "--store_documents", "19"], "error: argument --store_documents: a query draws "
                                                         "--candidates 20 distinct documents; got 19"),
-])  # fmt: skip
+])
 def test_bad_options_exit_2_in_one_line_without_torch(tmp_path, args, message):
     code = (f"import sys\nfrom mva.benchmark import main\ntry:\n    main({[*args, '--output_dir', str(tmp_path)]!r})\n"
             "except SystemExit as e:\n    print(e.code, 'torch' in sys.modules)\n")
@@ -216,7 +216,7 @@ def test_bad_options_exit_2_in_one_line_without_torch(tmp_path, args, message):
 @slow
 def test_help_lists_the_options():
     done = subprocess.run([sys.executable, "-m", "mva.benchmark", "--help"], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+                          timeout=120)
     assert done.returncode == 0 and done.stderr == ""
     assert done.stdout.startswith("usage: python -m mva.benchmark ")
     for option in ("--size", "--candidates", "--ca_candidates", "--device", "--repeats", "--output_dir", "--json",

@@ -70,7 +70,7 @@ def rows_of(name: str) -> list[tuple[str, str]]:
 
 #: The model arguments (`mva.ranker.MVARanker`) that an MVA row fixes; DE's and CA's rows fix the architecture alone.
 MVA_KEYS = ("architecture", "projection", "heads", "query_pooling", "query_timesteps", "query_factor", "doc_pooling",
-            "doc_timesteps", "doc_factor")  # fmt: skip
+            "doc_timesteps", "doc_factor")
 ALL = ("all", None, None)  # a side's (pooling, K, rho): every token
 
 
@@ -141,7 +141,7 @@ def printed_rows(name: str) -> list[tuple[str, dict]]:
     """The printed MRR@10 rows (table, row) that `name` stands for (ROWS)."""
     keys = set(rows_of(name))
     found = [(row["table"], row) for row in paper.reported() if row["metric"] == "mrr@10"
-             and (row["table"], label(SimpleNamespace(**row))) in keys]  # fmt: skip
+             and (row["table"], label(SimpleNamespace(**row))) in keys]
     assert len(found) == len(keys), (name, keys)
     return found
 
@@ -169,7 +169,7 @@ def test_each_config_has_the_papers_fine_tuning(name):
     batch_size, lr = paper.fine_tuning()
     assert (data["batch_size"], model["lr"], model["weight_decay"]) == (batch_size, lr, 0.0)
     paper.quoted(r"fine-tuned using a softmax loss with the <query, positive document, negative document> training "
-                 r"triples")  # fmt: skip
+                 r"triples")
     assert data["negatives"] == 1  # a triple: the positive and one negative
     (depth,) = paper.quoted(r"the MS-MARCO top-(\d+) candidates \(originally retrieved by BM25\)")
     assert data["depth"] == int(depth)
@@ -185,12 +185,12 @@ def test_the_defaults_are_the_papers():
     assert (data["query_length"].default, data["passage_length"].default) == paper.lengths()
     assert (data["batch_size"].default, ranker["lr"].default) == paper.fine_tuning()
     layers, heads, hidden = paper.quoted(r"We use a (\d+)-layer Transformer model with (\d+) attention heads and "
-                                         r"hidden size (\d+)")  # fmt: skip
+                                         r"hidden size (\d+)")
     assert (ranker["num_layers"].default, ranker["num_heads"].default, ranker["hidden_size"].default) == (
-        int(layers), int(heads), int(hidden))  # fmt: skip
+        int(layers), int(heads), int(hidden))
     assert (costs.LAYERS, costs.HIDDEN) == (int(layers), int(hidden))
     assert (costs.QUERY_TIMESTEPS, costs.DOC_TIMESTEPS) == (paper.all_tokens_query_timesteps(),
-                                                            paper.average_lengths()[1])  # fmt: skip
+                                                            paper.average_lengths()[1])
     (candidates,) = paper.quoted(r"the MS-MARCO top-(\d+) candidates")
     assert costs.CANDIDATES == int(candidates)
 

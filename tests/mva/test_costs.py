@@ -121,7 +121,7 @@ def test_flop_counter_on_the_scoring_head_counts_the_attention_products():
     documents = torch.randn(candidates, d, 2 * heads * p)
     with FlopCounterMode(display=False) as counter:
         head.score(*queries, torch.ones(candidates, q, dtype=torch.bool), documents,
-                   torch.ones(candidates, d, dtype=torch.bool))  # fmt: skip
+                   torch.ones(candidates, d, dtype=torch.bool))
     attention_macs = 2 * q * d * heads * p  # Q_K D_K^T and softmax(.) D_V
     assert counter.get_total_flops() == 2 * candidates * attention_macs
     assert mva_macs(q, d, p, heads) - attention_macs == q * heads * p
@@ -164,7 +164,7 @@ def test_flop_counter_on_a_bert_equals_bert_macs():
 
     layers, hidden, intermediate, n = 2, 32, 64, 12
     config = bert_config(vocab_size=50, pad_token_id=0, num_layers=layers, hidden_size=hidden, num_heads=4,
-                         intermediate_size=intermediate, dropout=0.0)  # fmt: skip
+                         intermediate_size=intermediate, dropout=0.0)
     config._attn_implementation = "eager"
     bert = BertModel(config, add_pooling_layer=False).eval()
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
@@ -176,12 +176,12 @@ def test_json_prints_one_row_per_table_row(capsys):
     main(["--json"])
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["method"] for r in lines if r["table"] == 5] == ["BERT_base", "ColBERT", "CA", "DE", "MVA1", "MVA2",
-                                                               "MVA3"]  # fmt: skip
+                                                               "MVA3"]
     mva1 = next(r for r in lines if r["method"] == "MVA1")
     assert mva1["storage_floats"] == 17_920 and math.isclose(mva1["joint_mflops"], 126.336)
     assert [(r["method"], r["reranked"]) for r in lines if r["table"] == 6] == [
         ("N/A", 1000), ("DE", 1), ("DE", 10), ("DE", 50), ("MVA (D=24, P=64)", 1), ("MVA (D=24, P=64)", 10),
-        ("MVA (D=24, P=64)", 50)]  # fmt: skip
+        ("MVA (D=24, P=64)", 50)]
     main(["--candidates", "100"])
     assert "| MVA1 | q = 7, d = 70, p = 128 | 12.6 | 130.0 |" in capsys.readouterr().out
 
@@ -190,6 +190,6 @@ def test_json_prints_one_row_per_table_row(capsys):
     (["--candidates", "0"], "argument --candidates: must be a positive integer, got 0"),
     (["--candidates", "many"], "argument --candidates: must be a positive integer, got many"),
     (["--table", "5"], "unrecognized arguments: --table 5"),
-])  # fmt: skip
+])
 def test_bad_options_are_refused(tmp_path, args, expect):
     refused("mva.costs", args, tmp_path, expect)

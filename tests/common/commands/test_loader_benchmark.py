@@ -14,7 +14,7 @@ from tests.benchmark_runs import assert_refuses_to_overwrite, run_main
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 CLI = ["--loaders", "earl.train", "earl.index", "--workers", "0", "1", "--batches", "2", "--repeats", "1",
-       "--shard_size", "50", "--threads", "1"]  # fmt: skip
+       "--shard_size", "50", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +29,7 @@ def test_the_rows_count_what_the_loaders_make(run):
     assert code == 0
     rows = [json.loads(line) for line in (out / "loaders.jsonl").read_text().splitlines()]
     assert [(r["impl"], r["workers"]) for r in rows] == [("earl.train", 0), ("earl.train", 1), ("earl.index", 0),
-                                                         ("earl.index", 1)]  # fmt: skip
+                                                         ("earl.index", 1)]
     for row in rows:
         assert row["skipped"] is None and row["batches"] == 2
         assert row["examples_per_s"] > 0 and row["startup_s"] > 0 and row["ms_min"] <= row["ms"] <= row["ms_max"]

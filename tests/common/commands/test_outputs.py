@@ -18,7 +18,7 @@ def test_one_run_is_run_trec_beside_bm25_and_the_baselines(tmp_path):
     run = {"q1": {"d1": 3.0, "d2": 2.0, "d3": 1.0}}
     baseline = {"recip_rank": 0.5, "map": 0.5}
     metrics = write_results(tmp_path, "mine", run, QRELS, CANDIDATES, 1, measures=MEASURES, task="builtin:test",
-                            dataset=None, others={"other": baseline})  # fmt: skip
+                            dataset=None, others={"other": baseline})
     # relevant first: RR = AP = 1; BM25's third: RR = AP = 1/3
     assert metrics == {"mine": {"recip_rank": 1.0, "map": 1.0},
                        "bm25": {"recip_rank": pytest.approx(1 / 3), "map": pytest.approx(1 / 3)}, "other": baseline}
@@ -29,13 +29,13 @@ def test_one_run_is_run_trec_beside_bm25_and_the_baselines(tmp_path):
     assert json.loads((tmp_path / "task.json").read_text()) == {"test": "builtin:test", "dataset": None}
     with pytest.raises(FileExistsError):  # never over a finished run's files
         write_results(tmp_path, "mine", run, QRELS, CANDIDATES, 1, measures=MEASURES, task="builtin:test",
-                      dataset=None)  # fmt: skip
+                      dataset=None)
 
 
 def test_several_runs_are_cut_to_the_depth_and_so_is_bm25(tmp_path):
     runs = {"rerank": {"q1": {"d1": 3.0, "d2": 2.0, "d3": 1.0}}, "fullrank": {"q1": {"d2": 3.0, "d3": 2.0, "d1": 1.0}}}
     metrics = write_mode_results(tmp_path, "ndrm3", runs, QRELS, CANDIDATES, 1, measures=MEASURES,
-                                 task="builtin:test", dataset=None, depth=2)  # fmt: skip
+                                 task="builtin:test", dataset=None, depth=2)
     assert list(metrics) == ["ndrm3-rerank", "ndrm3-fullrank", "bm25"]
     assert metrics["ndrm3-rerank"] == {"recip_rank": 1.0, "map": 1.0}
     # d1 is third in the full ranking and in BM25's: below the depth, found by neither (uncut: 1/3)
@@ -50,13 +50,13 @@ def test_without_qrels_the_runs_and_task_json_are_written_and_no_metrics(tmp_pat
     run = {"q1": {"d1": 3.0, "d2": 2.0, "d3": 1.0}, "q2": {"d4": 1.0}}
     task = {"topics_path": "t.tsv", "candidates_path": "r.trec", "collection_path": "c.jsonl"}
     assert write_results(tmp_path / "one", "mine", run, {}, CANDIDATES, 1, measures=MEASURES, task=task,
-                         dataset=None) is None  # fmt: skip
+                         dataset=None) is None
     assert read_run(tmp_path / "one" / "run.trec") == run
     assert json.loads((tmp_path / "one" / "task.json").read_text()) == {"test": task, "dataset": None}
     assert sorted(p.name for p in (tmp_path / "one").iterdir()) == ["run.trec", "task.json"]
     runs = {"rerank": run, "fullrank": {"q1": {"d2": 3.0, "d3": 2.0, "d1": 1.0}}}
     assert write_mode_results(tmp_path / "modes", "ndrm3", runs, {}, CANDIDATES, 1, measures=MEASURES, task=task,
-                              dataset=None, depth=2) is None  # fmt: skip
+                              dataset=None, depth=2) is None
     assert read_run(tmp_path / "modes" / "run.rerank.trec") == {"q1": {"d1": 3.0, "d2": 2.0}, "q2": {"d4": 1.0}}
     assert sorted(p.name for p in (tmp_path / "modes").iterdir()) == ["run.fullrank.trec", "run.rerank.trec",
                                                                       "task.json"]

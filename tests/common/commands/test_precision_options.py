@@ -40,7 +40,7 @@ def matmul_precision():
 
 @pytest.mark.parametrize("written, read", [("bf16-mixed", "bf16-mixed"), ("16-mixed", "16-mixed"),
                                            ("bf16", "bf16-mixed"), (16, "16-mixed"), ("32", "32-true"),
-                                           ("bf16-true", "bf16-true"), (None, None)])  # fmt: skip
+                                           ("bf16-true", "bf16-true"), (None, None)])
 def test_the_trained_precision_is_the_run_folders_config(tmp_path, written, read):
     assert trained_precision(run_folder(tmp_path, written), {}) == read
 
@@ -60,7 +60,7 @@ def test_without_a_run_folder_a_gradient_scaler_says_16_mixed(tmp_path):
     ("16-mixed", False, "32-true", "its run trained in 16-mixed, which needs a CUDA GPU"),
     ("bf16-true", True, "32-true", "its run trained in bf16-true, not one of 32-true, bf16-mixed, 16-mixed"),
     (None, True, "32-true", "the checkpoint does not say what its run trained with"),
-])  # fmt: skip
+])
 def test_the_default_precision(tmp_path, trained, cuda, chosen, why):
     args = parse()
     line = resolve_precision(args, run_folder(tmp_path, trained), {}, cuda)

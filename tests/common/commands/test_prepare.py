@@ -18,7 +18,7 @@ PACKAGES = ("qds", "conformer_kernel", "earl", "mva")
 #: A tiny QDS from scratch on a task of files, with a tokenizer learnt on it.
 TINY_QDS = ["--data.dev", "null", "--data.test", "null", "--data.tokenizer", "train", "--model.num_layers", "1",
             "--model.hidden_size", "32", "--model.num_heads", "1", "--model.intermediate_size", "64",
-            "--model.window", "8", "--model.impl", "portable", "--data.max_length", "64"]  # fmt: skip
+            "--model.window", "8", "--model.impl", "portable", "--data.max_length", "64"]
 
 
 def run(command: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -54,11 +54,11 @@ def task(tmp_path, monkeypatch):
     (files / "topics.tsv").write_text("".join(f"q{q}\tquery about topic {q}\n" for q in range(5)))
     (files / "qrels.txt").write_text("".join(f"q{q} 0 d{q * 6} 1\n" for q in range(5)))
     (files / "run.txt").write_text("".join(f"q{q} Q0 d{q * 6 + r} {r + 1} {10 - r}.0 bm25\n"
-                                           for q in range(5) for r in range(6)))  # fmt: skip
+                                           for q in range(5) for r in range(6)))
     (files / "docs.tsv").write_text("".join(f"d{i}\ttitle {i}\tdocument {i} is about topic {i // 6}. It is short.\n"
-                                            for i in range(30)))  # fmt: skip
+                                            for i in range(30)))
     return [f"--data.train.{key}_path={files / name}" for key, name in (("topics", "topics.tsv"),
-            ("qrels", "qrels.txt"), ("candidates", "run.txt"), ("collection", "docs.tsv"))]  # fmt: skip
+            ("qrels", "qrels.txt"), ("candidates", "run.txt"), ("collection", "docs.tsv"))]
 
 
 def test_prepare_builds_each_cache_once_and_then_finds_it_built(task, tmp_path, capsys, monkeypatch):
@@ -110,7 +110,7 @@ def test_what_train_refuses_is_refused_alike(task, tmp_path, capsys):
     (used / "config.yaml").write_text("")
     refused_in_process(main, [*task, *TINY_QDS, "--output_dir", str(used)], capsys,
                        f"{used} is not empty: choose a new --output_dir, or pass --ckpt_path last to resume the run "
-                       "in it")  # fmt: skip
+                       "in it")
     assert not (tmp_path / "cache").exists()  # refused before anything was built
 
 
@@ -130,7 +130,7 @@ def test_an_ir_datasets_task_has_its_store_table_and_ids_built(tmp_path, monkeyp
         uses = main([f"--data.train=irds:{dataset_id}", "--data.dev", "null", "--data.test", "null",
                      "--data.group_size", "2", "--data.embedding_dim", "8", "--data.min_count", "1",
                      "--data.embedding_epochs", "1", "--model.model", "ndrm1", "--model.num_heads", "2",
-                     "--model.num_layers", "1"])  # fmt: skip
+                     "--model.num_layers", "1"])
     finally:
         ir_datasets.registry._registered.pop(dataset_id, None)  # the Registry has no public unregister
     built = {use.path for use in uses if use.built}

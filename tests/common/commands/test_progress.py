@@ -19,7 +19,7 @@ from common.commands.progress import duration
 from common.commands.progress import ProgressLog, StepProgressBar, progress_callback
 
 pytestmark = [pytest.mark.usefixtures("one_thread"),
-              pytest.mark.filterwarnings("ignore:The '\\w+_dataloader' does not have many workers")]  # fmt: skip
+              pytest.mark.filterwarnings("ignore:The '\\w+_dataloader' does not have many workers")]
 
 MONITOR = "dev/mrr@10"
 ROWS = torch.randn(16, 4, generator=torch.Generator().manual_seed(0))
@@ -70,7 +70,7 @@ class StepClock:
 def trainer_with(callback, tmp_path, clock: StepClock | None = None, **options) -> L.Trainer:
     settings = dict(max_steps=10, val_check_interval=5, check_val_every_n_epoch=None, log_every_n_steps=1,
                     logger=False, enable_checkpointing=False, enable_model_summary=False, accelerator="cpu",
-                    default_root_dir=tmp_path)  # fmt: skip
+                    default_root_dir=tmp_path)
     trainer = L.Trainer(callbacks=[callback], **{**settings, **options})
     if clock is not None:
         clock.trainer = trainer
@@ -139,7 +139,7 @@ def test_a_run_bounded_by_epochs(tmp_path, capsys):
 def test_a_run_of_unknown_length(tmp_path, capsys):
     # Neither max_steps nor the number of batches: steps without a total, and no estimate.
     model, _ = fit(tmp_path, every=4, max_steps=-1, max_epochs=1, train=Unsized(), val_check_interval=None,
-                   check_val_every_n_epoch=1, num_sanity_val_steps=0)  # fmt: skip
+                   check_val_every_n_epoch=1, num_sanity_val_steps=0)
 
     lines = log_lines(capsys)
     assert lines[0] == "training from step 0"
@@ -288,7 +288,7 @@ class BatchClock:
 
 def evaluation_trainer(callback, tmp_path) -> L.Trainer:
     return L.Trainer(callbacks=[callback], logger=False, enable_model_summary=False, accelerator="cpu",
-                     default_root_dir=tmp_path)  # fmt: skip
+                     default_root_dir=tmp_path)
 
 
 @pytest.mark.parametrize("stage", ["test", "predict"])

@@ -37,7 +37,7 @@ def test_the_command_line_is_shell_quoted_and_the_version_is_pyprojects(monkeypa
     record = provenance.provenance("qds.train", ["--output_dir", "a run", "--model.window", "8", "--x=it's"])
     version = project_field("version")
     assert record == {"command": "python -m qds.train --output_dir 'a run' --model.window 8 '--x=it'\"'\"'s'",
-                      "version": version, "commit": None, "dirty": None}  # fmt: skip
+                      "version": version, "commit": None, "dirty": None}
 
 
 @needs_git

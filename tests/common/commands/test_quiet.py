@@ -55,7 +55,7 @@ def shown(tmp_path, capfd, caplog, monkeypatch):
             before()
             for stage in ("fit", "test"):
                 trainer = L.Trainer(max_steps=2, default_root_dir=tmp_path, logger=False, enable_model_summary=False,
-                                    enable_progress_bar=False, accelerator="cpu")  # fmt: skip
+                                    enable_progress_bar=False, accelerator="cpu")
                 getattr(trainer, stage)(module(), StatefulDataLoader(rows, batch_size=4))
         printed = capfd.readouterr()
         return "\n".join([printed.out, printed.err, caplog.text, *(str(w.message) for w in caught)])

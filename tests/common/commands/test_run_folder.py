@@ -19,7 +19,7 @@ def folder(tmp_path):
     ("0", "checkpoints/last.ckpt", [], False),  # not requeued
     ("", "checkpoints/last.ckpt", [], False),
     ("1", "checkpoints/last.ckpt", ["--ckpt_path", "other.ckpt"], False),  # a checkpoint named already
-])  # fmt: skip
+])
 def test_a_requeued_job_resumes_its_folder(folder, monkeypatch, restarts, written, extra, continues):
     monkeypatch.setenv("SLURM_RESTART_COUNT", restarts)
     if written:

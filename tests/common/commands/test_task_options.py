@@ -179,13 +179,13 @@ LAUNCHED = {
               "SLURM_JOB_NAME": "rank", "SLURM_NTASKS_PER_NODE": "2"},
              {"SLURM_NTASKS": "2", "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
               "SLURM_JOB_NAME": "rank", "SLURM_NTASKS_PER_NODE": "2"}),
-}  # fmt: skip
+}
 
 
 def _launched(monkeypatch, variables: dict[str, str]) -> None:
     """This process as a launcher would have started it: only `variables` of the launchers' set."""
     for name in (*LAUNCHER_VARIABLES, "WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_LOCALID",
-                 "SLURM_NODEID", "SLURM_JOB_NAME", "SLURM_NTASKS_PER_NODE"):  # fmt: skip
+                 "SLURM_NODEID", "SLURM_JOB_NAME", "SLURM_NTASKS_PER_NODE"):
         monkeypatch.delenv(name, raising=False)
     for name, value in variables.items():
         monkeypatch.setenv(name, value)

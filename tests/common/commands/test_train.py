@@ -12,7 +12,7 @@ from common.commands.train import TrainCommand
 
 def declared(baselines=()) -> TrainCommand:
     return TrainCommand(name="x.train", default_config=Path("x.yaml"), model="x.M", data="x.D", monitor="dev/m",
-                        run_name=str, paper="x", paper_tables=lambda *a: "", baselines=baselines)  # fmt: skip
+                        run_name=str, paper="x", paper_tables=lambda *a: "", baselines=baselines)
 
 
 def test_compare_with_takes_the_declared_baselines_only():
@@ -34,7 +34,7 @@ def test_without_baselines_there_is_no_compare_with():
 @pytest.mark.parametrize("command, baselines, modes", [
     ("qds.train", (), None), ("conformer_kernel.train", (), ("rerank", "fullrank")),
     ("earl.train", ("bert_ranker", "bert_siamese"), None), ("mva.train", ("de", "ca"), None),
-])  # fmt: skip
+])
 def test_each_command_declares_its_baselines_and_test_modes(command, baselines, modes):
     declaration = importlib.import_module(command).COMMAND
     assert declaration.name == command and declaration.baselines == baselines

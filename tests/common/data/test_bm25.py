@@ -59,7 +59,7 @@ def test_no_stemming_and_duplicate_ids():
 @pytest.mark.parametrize("documents, message", [
     ([], "no document to index"),
     ([Document("d1", "the a on"), Document("d2", "x y", title="and")], "no document has an indexable term"),
-])  # fmt: skip
+])
 def test_a_collection_with_nothing_to_index_is_refused_before_bm25s_sees_it(documents, message):
     with pytest.raises(UnindexableError, match=message):
         BM25Index.build(documents)

@@ -24,7 +24,7 @@ URL = "https://data.example.invalid/tiny"
 QUERIES, QRELS, RUN = "q1\tcats\nq2\tdogs\n", "q1 0 d1 1\nq2 0 d2 1\n", "q1 Q0 d1 1 2.5 bm25\nq2 Q0 d2 1 1.5 bm25\n"
 DOCS = "d1\tcats purr\nd2\tdogs bark\n"
 FILES = {"queries": ("queries.tsv", QUERIES), "qrels": ("qrels.txt", QRELS), "scoreddocs": ("run.txt", RUN),
-         "docs": ("docs.tsv", DOCS)}  # fmt: skip
+         "docs": ("docs.tsv", DOCS)}
 
 
 pytestmark = pytest.mark.usefixtures("network")  # offline; `network`, `register`: conftest.py
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("network")  # offline; `network`, `register
 def downloads(home):
     """A dataset of four downloads, each saved under `home` as ir_datasets' DownloadConfig would; none written."""
     dl = {part: Download([RequestsDownload(f"{URL}/{name}")], cache_path=str(home / name))
-          for part, (name, _) in FILES.items()}  # fmt: skip
+          for part, (name, _) in FILES.items()}
     return Dataset(TsvQueries(dl["queries"]), TrecQrels(dl["qrels"], {1: "relevant"}), TrecScoredDocs(dl["scoreddocs"]),
                    TsvDocs(dl["docs"]))
 

@@ -23,7 +23,7 @@ def test_rerank_pairs_takes_each_querys_top_depth_in_trec_eval_order():
         ("q1", "a"), ("q1", "b"),  # queries sorted; q1 has only two candidates
         ("q2", "d3"), ("q2", "d2"), ("q2", "d1"),  # the tie at 5.0 broken by docid descending
         ("q3", "x"),
-    ]  # fmt: skip
+    ]
 
 
 def test_rerank_pairs_cuts_at_the_depth_inside_a_float32_tie():
@@ -100,7 +100,7 @@ class _Scorer(L.LightningModule):
 def _gathered(record: bool) -> torch.Tensor:
     model = _Scorer(record)
     trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False,
-                        enable_model_summary=False, enable_checkpointing=False)  # fmt: skip
+                        enable_model_summary=False, enable_checkpointing=False)
     trainer.test(model, dataloaders=torch.utils.data.DataLoader(torch.arange(5), batch_size=2), verbose=False)
     return model.gathered
 
@@ -152,7 +152,7 @@ def test_rerank_pairs_dataset_orders_the_pairs_by_document_length_then_by_pair()
         ("q1", "short"), ("q2", "short"),  # 3 characters
         ("q1", "mid"), ("q1", "tie"), ("q2", "mid"),  # 14: ties by (qid, docid)
         ("q1", "long"),  # 21
-    ]  # fmt: skip
+    ]
     assert len(dataset) == 6 and [dataset[i] for i in range(6)] == list(range(6))  # item = position in `pairs`
 
 

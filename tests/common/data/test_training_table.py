@@ -69,7 +69,7 @@ def test_document_codes_and_the_table_without_some_worked_by_hand():
 
 @pytest.mark.parametrize("qrels, run, message", [
     ({"q": {"a": 1}}, {"q": {"a": float("nan")}}, "NaN score"),
-])  # fmt: skip
+])
 def test_nan_scores_are_refused(qrels, run, message):
     with pytest.raises(DataFormatError, match=message):
         TrainingTable.from_dicts(qrels, run)

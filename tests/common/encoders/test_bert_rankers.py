@@ -71,5 +71,5 @@ def test_gradients_repeat_when_a_query_scores_many_documents():
     encoder = EmbeddingEncoder(50, 64)
     batch = {"query_tokens": torch.randint(1, 50, (4, 5)), "query_mask": torch.ones(4, 5, dtype=torch.long),
              "query_index": torch.arange(1024) % 4, "doc_tokens": torch.randint(1, 50, (1024, 3)),
-             "doc_mask": torch.ones(1024, 3, dtype=torch.long)}  # fmt: skip
+             "doc_mask": torch.ones(1024, 3, dtype=torch.long)}
     assert_repeatable_gradients(lambda: BertSiamese(encoder)(batch).sum(), list(encoder.parameters()))

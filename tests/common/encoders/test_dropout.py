@@ -119,7 +119,7 @@ def small_bert_pair():
     from transformers import BertConfig, BertModel
 
     config = BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=16)  # fmt: skip
+                        intermediate_size=32, max_position_embeddings=16)
     torch.manual_seed(8)
     stock = BertModel(config, add_pooling_layer=False)
     fast = BertModel(config, add_pooling_layer=False)
@@ -137,7 +137,7 @@ def test_fast_bert_dropout_leaves_evaluation_bit_for_bit_and_draws_no_bernoulli_
     stock, fast, tokens, mask = small_bert_pair()
     stock.eval(), fast.eval()
     assert torch.equal(fast(tokens, attention_mask=mask).last_hidden_state,
-                       stock(tokens, attention_mask=mask).last_hidden_state)  # fmt: skip
+                       stock(tokens, attention_mask=mask).last_hidden_state)
     fast.train()
     assert not any(type(m) is nn.Dropout for m in fast.modules())
     with torch.profiler.profile() as profile:

@@ -17,7 +17,7 @@ NAMES = [
     "nDCG@10", "nDCG", "NDCG@2", "AP", "AP(rel=2)", "MAP(rel=2)", "AP@2", "RR", "RR(rel=2)", "RR@10", "RR@1",
     "RR(rel=2)@10", "MRR(rel=2)@2", "R@1000", "R(rel=2)@2", "Recall@1", "P@10", "P(rel=2)@2", "Precision@1",
     "Success@1", "Success(rel=2)@2", "Bpref", "BPref(rel=2)",
-]  # fmt: skip
+]
 
 # q1: b (2.0) above a and c tied at 1.0; q2 judged but absent from the run; q3 judged, none relevant; q9 unjudged.
 QRELS = {"q1": {"a": 1, "b": 0, "c": 2, "d": 1}, "q2": {"x": 1}, "q3": {"y": 0}}
@@ -81,7 +81,7 @@ def test_a_name_takes_its_own_relevance_level_and_prints_as_given():
     ("AP@0", "the cutoff must be at least 1"),
     ("ERR@10", "unknown measure 'ERR@10'"),
     ("Rprec(rel=2)", "unknown measure 'Rprec(rel=2)'"),
-])  # fmt: skip
+])
 def test_refusals(name, message):
     if message is None:
         assert [r.spec for r in parse_measures([name])] == ["P"]

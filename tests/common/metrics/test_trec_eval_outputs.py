@@ -62,7 +62,7 @@ def test_measure_parameters_as_in_trec_eval_quicktest(shared_data):
     measures = [
         "iprec_at_recall..10,.20,.25,.75,.50", "P.5,7,3", "recall.20,2000", "Rprec_mult.5.0,0.2,0.35",
         "ndcg_cut.10,20", "success.2,5,20",
-    ]  # fmt: skip
+    ]
     ours = our_output(inputs / "qrels.test", inputs / "results.test", measures, True)
     expected = numeric_lines(shared_data / "trec_eval_test" / "expected_v9.0.8" / "out.test.meas_params")
     unsupported = re.compile(r"^(utility_|11pt_avg_|ndcg_1=|ndcg_cut_23)")

@@ -66,7 +66,7 @@ def test_round_trip_float32(tmp_path):
     store = _build(tmp_path / "store", matrices=matrices)
     assert sorted(os.listdir(tmp_path / "store")) == [
         "ids.npy", "locations.npy", "manifest.json", "plan.json", "shard-00000.bin", "shard-00000.index.json", "shard-00001.bin",
-        "shard-00001.index.json", "shard-00002.bin", "shard-00002.index.json"]  # fmt: skip
+        "shard-00001.index.json", "shard-00002.bin", "shard-00002.index.json"]
     assert len(store) == 10 and store.doc_ids == IDS and "D004" in store and "D010" not in store
     assert (store.width, store.dtype, store.identity) == (WIDTH, "float32", IDENTITY)
     for doc_id, matrix in zip(IDS, matrices):
@@ -98,7 +98,7 @@ def test_round_trip_float32(tmp_path):
     assert plan["doc_ids_sha256"] == hashlib.sha256(json.dumps(IDS).encode()).hexdigest()
     assert [(s["file"], s["documents"], s["rows"], s["bytes"]) for s in manifest["shards"]] == [
         ("shard-00000.bin", 4, 11, 11 * WIDTH * 4), ("shard-00001.bin", 4, 12, 12 * WIDTH * 4),
-        ("shard-00002.bin", 2, 0, 0)]  # fmt: skip
+        ("shard-00002.bin", 2, 0, 0)]
     for shard in manifest["shards"]:
         data = (tmp_path / "store" / shard["file"]).read_bytes()
         assert len(data) == shard["bytes"] and hashlib.sha256(data).hexdigest() == shard["sha256"]
@@ -193,7 +193,7 @@ def test_write_shard_checks_its_arrays(tmp_path):
     (dict(shard_size=2.5), "shard_size must be a positive integer"),
     (dict(dtype="int8"), "dtype must be one of float32, float16"),
     (dict(identity={"checkpoint": CHECKPOINT}), "identity lacks strategy"),
-])  # fmt: skip
+])
 def test_bad_plans_are_refused(tmp_path, settings, message):
     with pytest.raises(ValueError, match=message):
         _writer(tmp_path / "store", **settings)
@@ -325,7 +325,7 @@ def test_a_store_of_another_checkpoint_or_strategy_is_refused(tmp_path):
     (dict(dtype="float16"), "dtype float32; this build has dtype float16"),
     (dict(shard_size=5), "shard_size 4; this build has shard_size 5"),
     (dict(extra={"heads": 4}), "extra.heads 2; this build has extra.heads 4"),
-])  # fmt: skip
+])
 def test_resuming_another_plan_is_refused(tmp_path, change, difference):
     _write(_writer(tmp_path / "store"), _matrices(), [0])
     with pytest.raises(StoreMismatchError, match=f"holds an unfinished store planned with {difference}"):

@@ -175,7 +175,7 @@ def test_workers_draw_the_loops_epoch_persistent_or_not(persistent):
     in_process = epochs(config.train(EpochItems(12)), 3)
     workers = StatefulDataLoader(EpochItems(12), batch_size=4, collate_fn=Items.collate, num_workers=2,
                                  persistent_workers=persistent,
-                                 sampler=config.train(EpochItems(12)).sampler)  # fmt: skip
+                                 sampler=config.train(EpochItems(12)).sampler)
     assert epochs(workers, 3) == in_process
     assert in_process[2][0][0] >= 200
 
@@ -211,7 +211,7 @@ def trainer(devices: int, accumulate: int = 1) -> L.Trainer:
     (2, 1, "global batch 8 = 2 processes x 4", 4),
     (2, 2, "global batch 8 = 2 processes x 2 x 2 accumulated", 2),
     (1, 1, "global batch 8 = 1 process x 8", 8),
-])  # fmt: skip
+])
 def test_the_global_batch_is_divided_and_the_split_printed_once(devices, accumulate, printed, per_process, capsys):
     data, run = Data(8), trainer(devices, accumulate)
     split_global_batch(data, run)
@@ -243,7 +243,7 @@ def test_a_global_batch_the_processes_do_not_divide_is_refused_in_one_line(capsy
     (12, 8, 1, "give --data.batch_size 8 or 16, or keep 12 on 6 processes"),
     (12, 4, 2, "give --data.batch_size 8 or 16, or keep 12 on 3 processes"),  # 3 x 2 accumulated
     (9, 2, 2, "give --data.batch_size 8 or 12"),  # no number of processes accumulating 2 shares 9
-])  # fmt: skip
+])
 def test_a_refusal_names_the_nearest_batches_and_the_most_processes_that_keep_the_batch(batch, world, accumulate,
                                                                                        nearest):
     from common.training.global_batch import batch_problem

@@ -25,6 +25,6 @@ SCRIPT = textwrap.dedent("""
 @pytest.mark.parametrize("leave", [True, False])
 def test_the_group_is_destroyed_at_exit(leave):
     done = subprocess.run([sys.executable, "-c", SCRIPT.format(leave=leave)], capture_output=True, text=True,
-                          timeout=120)  # fmt: skip
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"group at exit: {not leave}"]

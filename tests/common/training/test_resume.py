@@ -51,7 +51,7 @@ def _saved_steps(tmp_path, *, dev: bool, every: int, val_every: int = 4, steps: 
 
     trainer = L.Trainer(max_steps=steps, val_check_interval=val_every, check_val_every_n_epoch=None,
                         num_sanity_val_steps=0, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                        callbacks=[Recorded(tmp_path, every)], plugins=[AtomicCheckpointIO()])  # fmt: skip
+                        callbacks=[Recorded(tmp_path, every)], plugins=[AtomicCheckpointIO()])
     trainer.fit(Tiny(), datamodule=Rows(dev))
     return saved
 
@@ -95,7 +95,7 @@ def test_lightning_skips_an_epoch_when_resumed_from_an_epochs_last_step(tmp_path
 
         save = ModelCheckpoint(tmp_path, filename="at-{step}", every_n_train_steps=20, save_top_k=-1)
         trainer = L.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
-                            callbacks=[save], limit_val_batches=0)  # fmt: skip
+                            callbacks=[save], limit_val_batches=0)
         trainer.fit(Counted(), datamodule=StatefulRows(False), ckpt_path=ckpt_path)
         return len(trained)
 
