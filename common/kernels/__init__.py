@@ -20,14 +20,13 @@ from torch import Tensor
 
 from common.kernels.reference import WINDOW, reference_attention
 
-IMPLEMENTATIONS = ("reference", "portable", "tvm", "flex")
-
 _MODULES = {
     "reference": ("common.kernels.reference", "reference_attention"),
     "portable": ("common.kernels.portable", "portable_attention"),
     "tvm": ("common.kernels.tvm_kernel", "tvm_attention"),
     "flex": ("common.kernels.flex", "flex_attention_qds"),
 }
+IMPLEMENTATIONS = tuple(_MODULES)
 
 
 class KernelUnavailableError(RuntimeError):

@@ -42,11 +42,10 @@ def make_inputs(n: int, device: str, requires_grad: bool, seed: int = 0) -> dict
     from common.kernels.patterns import global_tokens, synthetic_layout
 
     generator = torch.Generator().manual_seed(seed)
-    tensors = [torch.randn(1, HEADS, n, HEAD_DIM, generator=generator).to(device) for _ in range(3)]
-    for t in tensors:
-        t.requires_grad_(requires_grad)
+    q, k, v = (torch.randn(1, HEADS, n, HEAD_DIM, generator=generator).to(device).requires_grad_(requires_grad)
+               for _ in range(3))
     is_global = global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY))[None].to(device)
-    return dict(q=tensors[0], k=tensors[1], v=tensors[2], is_global=is_global, window=WINDOW)
+    return dict(q=q, k=k, v=v, is_global=is_global, window=WINDOW)
 
 
 def build(impl: str, inputs: dict):
