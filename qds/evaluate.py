@@ -139,12 +139,12 @@ def main(argv=None) -> dict | None:
     trainer.test(model, datamodule=data)
     if not trainer.is_global_zero:
         return None
-    run = reranked_run(data.test_pairs(), model.test_scores, data.source("test").candidates())
-    dataset = args.dataset or paper_dataset(PAPER, task)
     test = data.source("test")
+    run = reranked_run(data.test_pairs(), model.test_scores, test.candidates())
+    dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_results(out, pattern, run, test.qrels(), test.candidates(), data.tasks.relevance_level,
                             measures=model.measures, task=task, dataset=dataset)  # fmt: skip
-    title = f"{data.source('test').name}: {len(run)} queries, top {depth} re-ranked"
+    title = f"{test.name}: {len(run)} queries, top {depth} re-ranked"
     if metrics is None:
         print(f"{title}\n\n{NO_QRELS}\n\nwritten: {out / RUN}, {out / 'task.json'}")
         return None

@@ -82,6 +82,8 @@ def _hf_longformer(x: torch.Tensor, is_global: torch.Tensor):
     module = LongformerSelfAttention(config, layer_id=0).to(x.device)
     for name in ("query", "key", "value", "query_global", "key_global", "value_global"):
         setattr(module, name, nn.Identity())
+    if n % WINDOW:
+        raise ValueError(f"LongformerSelfAttention needs n to be a multiple of the window ({WINDOW}), got {n}")
     mask = torch.where(is_global, 10000.0, 0.0).to(x.dtype)
     masked = torch.zeros_like(is_global)
     any_global = bool(is_global.any())
@@ -224,20 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args._one:
         return answer(args._one, measure)
-    from common.kernels.patterns import density, global_tokens, synthetic_layout
-
     with Session(args, output_paths(args.output_dir, f"bench_{args.device}")) as session:
         import torch
 
         cpu, threads = cpu_description(), torch.get_num_threads()
         session.say(f"cpu: {cpu}; {threads} threads")
-        for row in densities(args.lengths):
+        pattern_densities = densities(args.lengths)
+        for row in pattern_densities:
             session.say(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  "
                         f"ideal speed-up {row['ideal_speedup']:.1f}x")
         rows = []
         impls = sorted(args.impls, key=lambda impl: impl != "sdpa_dense")
         for n in args.lengths:
-            d = density(global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
+            d = next(r["density"] for r in pattern_densities if (r["n"], r["pattern"]) == (n, "qds"))
             dense = {}
             for impl in impls:
                 reason = unmeasurable(impl, n, args.device, args.max_quadratic_n)
