@@ -90,13 +90,12 @@ class Context:
 
 @dataclass(frozen=True)
 class Check:
-    """One check: its name, what it shows, the command lines it runs (for the dry run) and how it runs."""
+    """One check: its name, what it shows, how it runs and the command lines it runs (None: in process, dry run too)."""
 
     name: str
     what: str
     run: Callable[[Context], dict]
-    commands: Callable[[Context], list[list[str]]] = lambda context: []
-    in_process: bool = False
+    commands: Callable[[Context], list[list[str]]] | None = None
 
 
 def _flex(context: Context) -> dict:
@@ -144,11 +143,6 @@ def _accelerator(context: Context) -> list[str]:
     return ["--trainer.accelerator", "gpu" if context.device == "cuda" else "cpu", "--trainer.devices", "1"]
 
 
-def _train_args(package: str, precision: str, context: Context, folder: Path) -> list[str]:
-    return ["-m", f"{package}.train", *TINY[package], *_accelerator(context), "--trainer.precision", precision,
-            "--output_dir", str(folder)]
-
-
 def _finite_metrics(folder: Path) -> dict:
     metrics = json.loads((folder / "metrics.json").read_text())
     values = [v for system in metrics.values() for v in system.values()]
@@ -157,36 +151,37 @@ def _finite_metrics(folder: Path) -> dict:
     return metrics
 
 
-def _train(package: str, precision: str) -> Check:
-    def commands(context: Context) -> list[list[str]]:
-        return [_train_args(package, precision, context, context.out / "runs" / f"{package}-{precision}")]
+def _run(name: str, what: str, folder: str, args: Callable[[Context, Path], list[str]], gpus: int = 0) -> Check:
+    """A check running ``python *args(context, out)`` (on `gpus` GPUs or more) whose ``out/metrics.json`` is finite."""
+    def command(context: Context) -> list[str]:
+        return args(context, context.out / "runs" / folder)
 
     def run(context: Context) -> dict:
-        if precision == "16-mixed":
-            context.needs_gpu()
-        (command,) = commands(context)
-        context.command(command, timeout=300)
-        return {"metrics": _finite_metrics(context.out / "runs" / f"{package}-{precision}")}
+        if gpus:
+            context.needs_gpu(gpus)
+        context.command(command(context), timeout=300)
+        return {"metrics": _finite_metrics(context.out / "runs" / folder)}
 
-    return Check(f"train-{package}-{precision}", f"{package}.train's tiny run in {precision}", run, commands)
+    return Check(name, what, run, lambda context: [command(context)])
 
 
-def _evaluate_args(package: str, context: Context) -> list[str]:
-    checkpoint = context.out / "runs" / f"{package}-bf16-mixed" / "checkpoints" / "last.ckpt"
-    task = ["--task", "builtin:test"]
-    device = ["--accelerator", "gpu" if context.device == "cuda" else "cpu", "--devices", "1"]
-    modes = ["--modes", "rerank"] if package == "conformer_kernel" else []
-    return ["-m", f"{package}.evaluate", "--checkpoint", str(checkpoint), *task, *modes, "--depth", "10",
-            "--precision", "bf16-mixed", *device, "--output_dir", str(context.out / "runs" / f"{package}-evaluate")]
+def _train(package: str, precision: str) -> Check:
+    return _run(f"train-{package}-{precision}", f"{package}.train's tiny run in {precision}", f"{package}-{precision}",
+                lambda context, out: ["-m", f"{package}.train", *TINY[package], *_accelerator(context),
+                                      "--trainer.precision", precision, "--output_dir", str(out)],
+                gpus=int(precision == "16-mixed"))  # fmt: skip
 
 
 def _evaluate(package: str) -> Check:
-    def run(context: Context) -> dict:
-        context.command(_evaluate_args(package, context), timeout=300)
-        return {"metrics": _finite_metrics(context.out / "runs" / f"{package}-evaluate")}
+    def args(context: Context, out: Path) -> list[str]:
+        checkpoint = context.out / "runs" / f"{package}-bf16-mixed" / "checkpoints" / "last.ckpt"
+        device = ["--accelerator", "gpu" if context.device == "cuda" else "cpu", "--devices", "1"]
+        modes = ["--modes", "rerank"] if package == "conformer_kernel" else []
+        return ["-m", f"{package}.evaluate", "--checkpoint", str(checkpoint), "--task", "builtin:test", *modes,
+                "--depth", "10", "--precision", "bf16-mixed", *device, "--output_dir", str(out)]
 
-    return Check(f"evaluate-{package}", f"{package}.evaluate of the bf16 run's checkpoint, in bf16-mixed", run,
-                 lambda context: [_evaluate_args(package, context)])  # fmt: skip
+    return _run(f"evaluate-{package}", f"{package}.evaluate of the bf16 run's checkpoint, in bf16-mixed",
+                f"{package}-evaluate", args)
 
 
 #: The resumed run: the portable kernel (its kernels deterministic), 6 steps, last.ckpt every 2.
@@ -247,26 +242,18 @@ def _benchmark(context: Context) -> dict:
 
 def _two_gpus(package: str) -> Check:
     extra = {"qds": ["--data.batch_size", "2"], "conformer_kernel": ["--model.model", "ndrm2"]}[package]
-
-    def args(context: Context) -> list[str]:
-        return ["-m", f"{package}.train", *TINY[package], *extra, "--trainer.accelerator", "gpu", "--trainer.devices",
-                "2", "--trainer.strategy", "ddp", "--output_dir", str(context.out / "runs" / f"{package}-2-gpus")]
-
-    def run(context: Context) -> dict:
-        context.needs_gpu(2)
-        context.command(args(context), timeout=300)
-        return {"metrics": _finite_metrics(context.out / "runs" / f"{package}-2-gpus")}
-
     what = {"qds": "QDS-Transformer", "conformer_kernel": "NDRM2"}[package]
-    return Check(f"two-gpus-{package}", f"{what} trained on 2 GPUs (DDP)", run, lambda context: [args(context)])
+    return _run(f"two-gpus-{package}", f"{what} trained on 2 GPUs (DDP)", f"{package}-2-gpus",
+                lambda context, out: ["-m", f"{package}.train", *TINY[package], *extra, "--trainer.accelerator", "gpu",
+                                      "--trainer.devices", "2", "--trainer.strategy", "ddp", "--output_dir", str(out)],
+                gpus=2)  # fmt: skip
 
 
 CHECKS = [
-    Check("kernels-flex", "FlexAttention against the reference: output and gradients, float32 and bfloat16", _flex,
-          in_process=True),
-    Check("kernels-auto", "impl='auto' picks FlexAttention on a GPU", _auto, in_process=True),
+    Check("kernels-flex", "FlexAttention against the reference: output and gradients, float32 and bfloat16", _flex),
+    Check("kernels-auto", "impl='auto' picks FlexAttention on a GPU", _auto),
     Check("kernels-compilations", f"one compiled graph for {len(SHAPES)} shapes, never the dense fallback",
-          _compilations, in_process=True),
+          _compilations),
     *[_train(package, precision) for package in PACKAGES for precision in PRECISIONS],
     *[_evaluate(package) for package in PACKAGES],
     Check("resume", "a QDS run killed after its first last.ckpt resumes to the uninterrupted run's bytes", _resume,
@@ -297,7 +284,7 @@ def run_checks(context: Context, checks: list[Check] = CHECKS) -> dict:
     for check in checks:
         entry = {"name": check.name, "what": check.what}
         start = time.monotonic()
-        if context.dry_run and not check.in_process:
+        if context.dry_run and check.commands is not None:
             entry |= {"status": "planned", "commands": [["python", *c] for c in check.commands(context)]}
         else:
             try:
@@ -312,15 +299,12 @@ def run_checks(context: Context, checks: list[Check] = CHECKS) -> dict:
                 entry |= {"status": "failed", "why": f"{type(error).__name__}: {error}"}
         entry["seconds"] = round(time.monotonic() - start, 1)
         report["checks"].append(entry)
-        print(f"{entry['status']:>8}  {check.name}  ({entry['seconds']} s){_why(entry)}", flush=True)
+        why = f": {entry['why']}" if "why" in entry else ""
+        print(f"{entry['status']:>8}  {check.name}  ({entry['seconds']} s){why}", flush=True)
         for command in entry.get("commands", []):
             print(f"          {' '.join(command)}", flush=True)
         write_report(context.out, report)
     return report
-
-
-def _why(entry: dict) -> str:
-    return f": {entry['why']}" if "why" in entry else ""
 
 
 def write_report(out: Path, report: dict) -> None:

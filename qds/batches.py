@@ -13,7 +13,7 @@ from common.data.formats import Document
 from common.data.specs import SourceSpec
 from common.encoders.tokenizers import LazyTokenizer
 from qds import LAYOUT, MAX_LENGTH
-from qds.inputs import ALL_PATTERNS, BASELINES, LAYOUTS, build_qds_input, pad, pair_input, passages
+from qds.inputs import BASELINES, build_qds_input, pad, pair_input, passages
 from qds.sentences import split_sentences
 
 #: Document sentences read (official code: 256) and MaxP passages scored (16: about QDS's 2048 tokens), by default.
@@ -28,10 +28,6 @@ class Encoder(LazyTokenizer):
     def __init__(self, pattern: str, tokenizer: str, max_length: int = MAX_LENGTH, max_sentences: int = MAX_SENTENCES,
                  max_passages: int = MAX_PASSAGES, tokenizer_task: SourceSpec | None = None,
                  layout: str = LAYOUT):
-        if pattern not in ALL_PATTERNS:
-            raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
-        if layout not in LAYOUTS:
-            raise ValueError(f"unknown input layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
         super().__init__(tokenizer, tokenizer_task)
         self.pattern, self.layout = pattern, layout
         self.max_length = min(max_length, 512) if pattern in BASELINES else max_length

@@ -14,14 +14,13 @@ import torch
 from qds.ranker import QDSRanker
 
 _HEAD = {"hidden_layer.": "model.head.hidden.", "final_layer.": "model.head.out."}
-_IGNORED = ("base.embeddings.position_ids",)
 
 
 def from_official(state_dict: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The official checkpoint's state dict renamed to `QDSRanker`'s (see the module docstring)."""
     mapped, unknown = {}, []
     for key, value in state_dict.items():
-        if key in _IGNORED:
+        if key == "base.embeddings.position_ids":
             continue
         if key.startswith("base."):
             mapped["model.encoder." + key[len("base.") :]] = value

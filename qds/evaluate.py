@@ -67,14 +67,12 @@ def read_state(path) -> dict:
     """The contents of checkpoint `path`, the official release or a `qds.train` checkpoint, else one line."""
     from qds.checkpoint import is_official
 
+    def trained(state: dict) -> bool:  # a Lightning checkpoint of a model with a pattern
+        hyper_parameters = state.get("hyper_parameters")
+        return "state_dict" in state and isinstance(hyper_parameters, dict) and "pattern" in hyper_parameters
+
     return read_checkpoint(path, "a qds.train checkpoint or the official QDS-Transformer release",
-                           lambda state: is_official(state) or _trained(state))
-
-
-def _trained(state: dict) -> bool:
-    """Whether checkpoint contents `state` are `qds.train`'s: a Lightning checkpoint of a model with a pattern."""
-    hyper_parameters = state.get("hyper_parameters")
-    return "state_dict" in state and isinstance(hyper_parameters, dict) and "pattern" in hyper_parameters
+                           lambda state: is_official(state) or trained(state))
 
 
 def checkpoint_settings(args, state: dict) -> tuple[str, dict]:
@@ -87,18 +85,17 @@ def checkpoint_settings(args, state: dict) -> tuple[str, dict]:
 
 
 def load_model(args, state: dict | None = None):
-    """The `QDSRanker` of `args.checkpoint` and its data settings; `state`: the checkpoint's contents, if read."""
+    """The `QDSRanker` of `args.checkpoint`; `state`: the checkpoint's contents, if read."""
     from qds.checkpoint import is_official, load_official
     from qds.ranker import QDSRanker
 
     state = read_state(args.checkpoint) if state is None else state
-    _, data_settings = checkpoint_settings(args, state)
     if is_official(state):
         model = QDSRanker(pattern="qds", encoder=args.encoder, tokenizer=args.tokenizer, window=args.window,
-                               impl=args.impl or "auto")
-        return load_official(model, args.checkpoint), data_settings
+                          impl=args.impl or "auto")
+        return load_official(model, args.checkpoint)
     overrides = {"impl": args.impl} if args.impl else {}
-    return QDSRanker.load_from_checkpoint(args.checkpoint, map_location="cpu", **overrides), data_settings
+    return QDSRanker.load_from_checkpoint(args.checkpoint, map_location="cpu", **overrides)
 
 
 def main(argv=None) -> dict | None:
@@ -133,7 +130,7 @@ def main(argv=None) -> dict | None:
                          eval_batch_size=args.batch_size, num_workers=args.num_workers, **settings)
     with input_errors(*INPUT_ERRORS):
         data.check_tasks()
-    model, _ = load_model(args, state)
+    model = load_model(args, state)
     if launched_as_global_zero():
         print(f"re-ranking the top {depth} candidates per query ({depth_source}); {precision}")
         out.mkdir(parents=True, exist_ok=True)
@@ -142,12 +139,12 @@ def main(argv=None) -> dict | None:
     trainer.test(model, datamodule=data)
     if not trainer.is_global_zero:
         return None
-    run = reranked_run(data.test_pairs(), model.test_scores, data.source("test").candidates())
-    dataset = args.dataset or paper_dataset(PAPER, task)
     test = data.source("test")
+    run = reranked_run(data.test_pairs(), model.test_scores, test.candidates())
+    dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_results(out, pattern, run, test.qrels(), test.candidates(), data.tasks.relevance_level,
                             measures=model.measures, task=task, dataset=dataset)  # fmt: skip
-    title = f"{data.source('test').name}: {len(run)} queries, top {depth} re-ranked"
+    title = f"{test.name}: {len(run)} queries, top {depth} re-ranked"
     if metrics is None:
         print(f"{title}\n\n{NO_QRELS}\n\nwritten: {out / RUN}, {out / 'task.json'}")
         return None

@@ -167,8 +167,5 @@ def passages(words: Sequence[str], size: int = 150, stride: int = 75, max_passag
 
 def pad(sequences: Sequence[Sequence[int]], value: int) -> Tensor:
     """(B, N) long tensor of `sequences` right-padded with `value` to the longest one."""
-    n = max(len(s) for s in sequences)
-    out = torch.full((len(sequences), n), value, dtype=torch.long)
-    for row, sequence in enumerate(sequences):
-        out[row, : len(sequence)] = torch.as_tensor(sequence, dtype=torch.long)
-    return out
+    rows = [torch.as_tensor(sequence, dtype=torch.long) for sequence in sequences]
+    return torch.nn.utils.rnn.pad_sequence(rows, batch_first=True, padding_value=value)

@@ -89,22 +89,20 @@ def build_encoder(
     if encoder is None and hidden_size % num_heads:
         raise SettingError("model.num_heads", f"must divide --model.hidden_size ({hidden_size}), got {num_heads}")
     common = dict(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    baseline = pattern in BASELINES
     if isinstance(encoder, dict):
-        if pattern in BASELINES:
-            config = RobertaConfig.from_dict(dict(encoder), attn_implementation="sdpa")
-            return RobertaModel(config, add_pooling_layer=True)
-        model = LongformerModel(LongformerConfig.from_dict(dict(encoder)), add_pooling_layer=True)
-        return use_qds_attention(model, impl=impl)
-    if pattern in BASELINES:
-        if encoder is not None:
-            return RobertaModel.from_pretrained(encoder, attn_implementation="sdpa", **common)
-        config = RobertaConfig(
-            vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
-            num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
-            max_position_embeddings=512 + pad_token_id + 1, type_vocab_size=1, **common,
-        )  # fmt: skip
-        return RobertaModel(config, add_pooling_layer=True)
-    if encoder is not None:
+        config = (RobertaConfig.from_dict(dict(encoder), attn_implementation="sdpa") if baseline
+                  else LongformerConfig.from_dict(dict(encoder)))  # fmt: skip
+    elif encoder is None:
+        sizes = dict(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
+                     num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
+                     type_vocab_size=1, **common)  # fmt: skip
+        config = (RobertaConfig(max_position_embeddings=512 + pad_token_id + 1, **sizes) if baseline else
+                  LongformerConfig(max_position_embeddings=max_length + pad_token_id + 1, attention_window=window,
+                                   **sizes))  # fmt: skip
+    elif baseline:
+        return RobertaModel.from_pretrained(encoder, attn_implementation="sdpa", **common)
+    else:
         from transformers import AutoConfig
 
         from common.encoders.pretrained import resolve
@@ -115,15 +113,9 @@ def build_encoder(
             model = longformer_from_bert(encoder, attention_window=window, max_length=max_length, dropout=dropout)
         else:
             model = LongformerModel.from_pretrained(encoder, attention_window=window, **common)
-    else:
-        config = LongformerConfig(
-            vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
-            num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
-            max_position_embeddings=max_length + pad_token_id + 1, type_vocab_size=1, attention_window=window,
-            **common,
-        )  # fmt: skip
-        model = LongformerModel(config, add_pooling_layer=True)
-    return use_qds_attention(model, impl=impl)  # Eq. 2 with A = A_local (Eq. 7) ∪ the pattern's global tokens
+        return use_qds_attention(model, impl=impl)
+    model = (RobertaModel if baseline else LongformerModel)(config, add_pooling_layer=True)
+    return model if baseline else use_qds_attention(model, impl=impl)  # Eq. 2, A = A_local (Eq. 7) ∪ the globals
 
 
 class Ranker(nn.Module):

@@ -49,8 +49,6 @@ def longformer_config(source, *, attention_window: int, max_length: int, dropout
     if getattr(source, "position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"only absolute position embeddings convert to Longformer's, got "
                          f"{source.position_embedding_type!r}")
-    if max_length <= 0:
-        raise ValueError(f"max_length has to be positive, got {max_length}")
     pad = source.pad_token_id if source.pad_token_id is not None else 0
     return LongformerConfig(
         vocab_size=source.vocab_size, hidden_size=source.hidden_size, num_hidden_layers=source.num_hidden_layers,

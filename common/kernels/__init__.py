@@ -20,14 +20,13 @@ from torch import Tensor
 
 from common.kernels.reference import WINDOW, reference_attention
 
-IMPLEMENTATIONS = ("reference", "portable", "tvm", "flex")
-
 _MODULES = {
     "reference": ("common.kernels.reference", "reference_attention"),
     "portable": ("common.kernels.portable", "portable_attention"),
     "tvm": ("common.kernels.tvm_kernel", "tvm_attention"),
     "flex": ("common.kernels.flex", "flex_attention_qds"),
 }
+IMPLEMENTATIONS = tuple(_MODULES)
 
 
 class KernelUnavailableError(RuntimeError):
@@ -64,19 +63,13 @@ def qds_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
 
 
 def auto_implementation(device: torch.device, head_dim: int) -> str:
-    """What ``impl="auto"`` runs on `device`: ``tvm`` on CPU, ``flex`` where `flex_compiles`, else ``portable``."""
+    """What ``impl="auto"`` runs on `device` (module docstring)."""
     if device.type == "cpu":
         return "tvm"
-    if device.type == "cuda" and flex_compiles(device, head_dim):
+    if (device.type == "cuda" and importlib.util.find_spec("triton") is not None and head_dim >= 16
+            and torch.cuda.get_device_capability(device) >= (7, 0)):  # fmt: skip
         return "flex"
     return "portable"
-
-
-def flex_compiles(device: torch.device, head_dim: int) -> bool:
-    """Whether torch.compile can build FlexAttention here: Triton, compute capability >= 7.0, head_dim >= 16."""
-    if importlib.util.find_spec("triton") is None or head_dim < 16:
-        return False
-    return torch.cuda.get_device_capability(device) >= (7, 0)
 
 
 def _warn_fallback(reason: str) -> None:
@@ -88,5 +81,5 @@ def _warn_fallback(reason: str) -> None:
 _WARNED: set[str] = set()
 
 
-__all__ = ["IMPLEMENTATIONS", "KernelUnavailableError", "auto_implementation", "flex_compiles", "get_implementation",
-           "qds_attention", "reference_attention"]
+__all__ = ["IMPLEMENTATIONS", "KernelUnavailableError", "auto_implementation", "get_implementation", "qds_attention",
+           "reference_attention"]

@@ -42,11 +42,10 @@ def make_inputs(n: int, device: str, requires_grad: bool, seed: int = 0) -> dict
     from common.kernels.patterns import global_tokens, synthetic_layout
 
     generator = torch.Generator().manual_seed(seed)
-    tensors = [torch.randn(1, HEADS, n, HEAD_DIM, generator=generator).to(device) for _ in range(3)]
-    for t in tensors:
-        t.requires_grad_(requires_grad)
+    q, k, v = (torch.randn(1, HEADS, n, HEAD_DIM, generator=generator).to(device).requires_grad_(requires_grad)
+               for _ in range(3))
     is_global = global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY))[None].to(device)
-    return dict(q=tensors[0], k=tensors[1], v=tensors[2], is_global=is_global, window=WINDOW)
+    return dict(q=q, k=k, v=v, is_global=is_global, window=WINDOW)
 
 
 def build(impl: str, inputs: dict):
@@ -227,20 +226,19 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args._one:
         return answer(args._one, measure)
-    from common.kernels.patterns import density, global_tokens, synthetic_layout
-
     with Session(args, output_paths(args.output_dir, f"bench_{args.device}")) as session:
         import torch
 
         cpu, threads = cpu_description(), torch.get_num_threads()
         session.say(f"cpu: {cpu}; {threads} threads")
-        for row in densities(args.lengths):
+        pattern_densities = densities(args.lengths)
+        for row in pattern_densities:
             session.say(f"density n={row['n']:<5} {row['pattern']:<14} {row['density']:.4%}  "
                         f"ideal speed-up {row['ideal_speedup']:.1f}x")
         rows = []
         impls = sorted(args.impls, key=lambda impl: impl != "sdpa_dense")
         for n in args.lengths:
-            d = density(global_tokens("qds", synthetic_layout(n, QUERY_LEN, SENTENCE_EVERY)), WINDOW)
+            d = next(r["density"] for r in pattern_densities if (r["n"], r["pattern"]) == (n, "qds"))
             dense = {}
             for impl in impls:
                 reason = unmeasurable(impl, n, args.device, args.max_quadratic_n)

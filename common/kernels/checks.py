@@ -78,38 +78,30 @@ def auto_choice(device: torch.device | str, heads: int = 12, head_dim: int = 64,
     return ("portable", reason) if reason else ("flex", None)
 
 
-class CountingBackend:
-    """A dynamo backend counting the graphs it compiles (`graphs`) and their calls (`calls`)."""
-
-    def __init__(self, backend: str | Callable = "inductor"):
-        self.backend, self.graphs, self.calls = backend, 0, 0
-
-    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list) -> Callable:
-        from torch._dynamo.backends.registry import lookup_backend
-
-        self.graphs += 1
-        compiled = lookup_backend(self.backend)(graph, example_inputs) if isinstance(self.backend, str) else \
-            self.backend(graph, example_inputs)
-
-        def run(*args):
-            self.calls += 1
-            return compiled(*args)
-
-        return run
-
-
 def count_compilations(shapes: Iterable[tuple[int, int]], device: torch.device | str = "cpu",
                        dtype: torch.dtype = torch.float32, heads: int = 4, head_dim: int = 64,
                        backend: str | Callable = "inductor", gradients: bool = False) -> dict:
     """Run ``impl="flex"`` on a fresh `FlexKernel` over (B, N) `shapes`; the graphs compiled and calls run."""
+    from torch._dynamo.backends.registry import lookup_backend
+
     device = torch.device(device)
-    counter = CountingBackend(backend)
-    kernel = FlexKernel(counter, compiled_on=(device.type,))
-    calls, worst = 0, 0.0
+    counts = dict(graphs=0, graph_calls=0, flex_calls=0)
+
+    def counting(graph: torch.fx.GraphModule, example_inputs: list) -> Callable:  # a dynamo backend
+        counts["graphs"] += 1
+        compiled = (lookup_backend(backend) if isinstance(backend, str) else backend)(graph, example_inputs)
+
+        def run(*args):
+            counts["graph_calls"] += 1
+            return compiled(*args)
+
+        return run
+
+    kernel = FlexKernel(counting, compiled_on=(device.type,))
+    worst = 0.0
 
     def counted(*args, **kwargs) -> Tensor:
-        nonlocal calls
-        calls += 1
+        counts["flex_calls"] += 1
         return kernel(*args, **kwargs)
 
     for seed, (batch, n) in enumerate(shapes):
@@ -117,7 +109,7 @@ def count_compilations(shapes: Iterable[tuple[int, int]], device: torch.device |
         out = _output_and_gradients(flex_attention_qds, inputs, gradients, kernel=counted)[0]
         with torch.no_grad():
             worst = max(worst, _relative(out, reference_attention(**_mapped(inputs, Tensor.float))))
-    return dict(graphs=counter.graphs, graph_calls=counter.calls, flex_calls=calls, max_error=worst)
+    return dict(counts, max_error=worst)
 
 
 def _relative(got: Tensor, want: Tensor) -> float:

@@ -271,20 +271,16 @@ def _failed_anywhere(failed: bool, device: torch.device) -> bool:
 
 
 def _failed(device: torch.device, error: BaseException) -> str:
-    """The reason a compiled FlexAttention cannot be used, naming `error`."""
-    return f"FlexAttention failed to compile or run on {device} ({_summary(error)})"
-
-
-def _summary(error: BaseException) -> str:
-    """The exception's type and first line, and its root cause's (dynamo wraps compiler errors)."""
+    """Why a compiled FlexAttention cannot be used: `error`'s type and first line, and its root cause's."""
     def line(exception: BaseException) -> str:
         lines = str(exception).strip().splitlines()
         return f"{type(exception).__name__}: {lines[0][:300]}" if lines else type(exception).__name__
 
     root = error
-    while (inner := root.__cause__ or getattr(root, "inner_exception", None)) is not None:
+    while (inner := root.__cause__ or getattr(root, "inner_exception", None)) is not None:  # dynamo wraps errors
         root = inner
-    return line(error) if root is error else f"{type(error).__name__}, from {line(root)}"
+    summary = line(error) if root is error else f"{type(error).__name__}, from {line(root)}"
+    return f"FlexAttention failed to compile or run on {device} ({summary})"
 
 
 #: The kernel `flex_attention_qds` runs unless given another: compiled on CUDA with inductor.

@@ -19,34 +19,34 @@ from torch import Tensor
 
 T = TypeVar("T")
 
-_SCOPES = threading.local()
+
+class _Scopes(threading.local):
+    def __init__(self):
+        self.stack: list[dict] = []
+
+
+_SCOPES = _Scopes()
 
 
 def open_scope(*_) -> None:
     """Start sharing layouts (until `close_scope`); the signature of a forward pre-hook."""
-    _stack().append({})
+    _SCOPES.stack.append({})
 
 
 def close_scope(*_) -> None:
     """Stop the innermost scope, dropping what it holds; the signature of a forward hook."""
-    _stack().pop()
+    _SCOPES.stack.pop()
 
 
 def shared(build: Callable[..., T], *args) -> T:
     """``build(*args)``, built once per scope for the same arguments (module docstring)."""
-    stack = _stack()
+    stack = _SCOPES.stack
     if not stack:
         return build(*args)
     key = (build, *((id(a), "tensor") if isinstance(a, Tensor) else a for a in args))
     if key not in stack[-1]:
         stack[-1][key] = (args, build(*args))
     return stack[-1][key][1]
-
-
-def _stack() -> list[dict]:
-    if not hasattr(_SCOPES, "stack"):
-        _SCOPES.stack = []
-    return _SCOPES.stack
 
 
 @dataclass(frozen=True)

@@ -34,12 +34,8 @@ class QDSLongformerSelfAttention(nn.Module):
         self.head_dim = config.hidden_size // config.num_attention_heads
         self.embed_dim = config.hidden_size
 
-        self.query = nn.Linear(config.hidden_size, self.embed_dim)
-        self.key = nn.Linear(config.hidden_size, self.embed_dim)
-        self.value = nn.Linear(config.hidden_size, self.embed_dim)
-        self.query_global = nn.Linear(config.hidden_size, self.embed_dim)
-        self.key_global = nn.Linear(config.hidden_size, self.embed_dim)
-        self.value_global = nn.Linear(config.hidden_size, self.embed_dim)
+        for name in ("query", "key", "value", "query_global", "key_global", "value_global"):
+            setattr(self, name, nn.Linear(config.hidden_size, self.embed_dim))
 
         self.dropout = config.attention_probs_dropout_prob
         self.output_dropout = nn.Dropout(self.dropout)

@@ -21,6 +21,7 @@ import os
 import tempfile
 import threading
 import warnings
+from collections import namedtuple
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from common.io import cache_root
+from common.io import cache_root, renamed_on_success
 from common.kernels import KernelUnavailableError
 from common.kernels.layouts import global_tokens_of, shared
 from common.kernels.reference import WINDOW, check_inputs
@@ -95,7 +96,9 @@ def tvm_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
             global_qkv = tuple(x.to(dtype).contiguous() for x in global_qkv)
         needs_grad = torch.is_grad_enabled() and any(x.requires_grad for x in (q_, k_, v_, *(global_qkv or ())))
         if not needs_grad:
-            out = kernels.ordinary_rows(q_, k_, v_, layout, heads)
+            q3, k3, v3 = _flat(q_, k_, v_)
+            out = kernels.attend(q3, k3, v3, kernels._gather(k3, layout.index, heads, transposed=True),
+                                 kernels._gather(v3, layout.index, heads), layout, q_.shape)
         else:
             index = layout.index[:, None, :, None].expand(batch, heads, -1, head_dim)  # (B, H, Gp, D)
             k_global, v_global = k_.gather(2, index), v_.gather(2, index)
@@ -107,10 +110,6 @@ def tvm_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
 
 def load_kernels(window: int, head_dim: int, dtype: torch.dtype = torch.float32) -> _Kernels:
     """The compiled kernels of one shape family: from this process, else from the disk cache, else compiled."""
-    if window < 0 or head_dim <= 0:
-        raise ValueError(f"window must be >= 0 and head_dim > 0, got window={window}, head_dim={head_dim}")
-    if dtype not in (torch.float32, torch.float64):
-        raise ValueError(f"the TVM kernels compute in float32 or float64, not {dtype}")
     tvm, te = _import_tvm()
     family = (window // 2, head_dim, dtype, cache_root())
     kernels = _KERNELS.get(family)
@@ -127,7 +126,11 @@ def load_kernels(window: int, head_dim: int, dtype: torch.dtype = torch.float32)
             digest = hashlib.sha256(b"\0".join([Path(__file__).read_bytes(), tvm.__version__.encode(),
                                                 str(target).encode(), name.encode()])).hexdigest()[:20]
             path = cache_root() / "tvm" / f"qds-band-{name}-{digest}.so"
-            module = _load_cached(tvm, path)
+            module = None
+            if path.is_file():
+                with contextlib.suppress(Exception):  # an unreadable cache entry is compiled again
+                    module = tvm.runtime.load_module(str(path))
+                    _STATS["loaded"] += 1
             if module is None:
                 module = _compile(tvm, te, target, geometry, type_name)
                 _save_cached(module, path)
@@ -146,12 +149,8 @@ def _cpu_target():
     return Target({"kind": "llvm"})
 
 
-@dataclass(frozen=True)
-class _VectorUnit:
-    """fp32 lanes per vector register and the register count: the micro-kernels' accumulators must fit."""
-
-    lanes: int
-    registers: int
+#: fp32 lanes per vector register and the register count: the micro-kernels' accumulators must fit.
+_VectorUnit = namedtuple("_VectorUnit", "lanes registers")
 
 
 def _vector_unit(target) -> _VectorUnit:
@@ -164,32 +163,17 @@ def _vector_unit(target) -> _VectorUnit:
     return _VectorUnit(8, 16)
 
 
-def _load_cached(tvm, path: Path):
-    if not path.is_file():
-        return None
-    try:
-        module = tvm.runtime.load_module(str(path))
-    except Exception:
-        return None
-    _STATS["loaded"] += 1
-    return module
-
-
 def _save_cached(module, path: Path) -> None:
     """Export the library atomically (temporary file + rename) so concurrent processes never see half a file."""
-    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp.so")
         os.close(fd)
-        module.export_library(tmp)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        with renamed_on_success(Path(tmp), path):
+            module.export_library(tmp)
+            os.chmod(tmp, 0o644)
     except Exception as error:
         warnings.warn(f"could not write the TVM kernel cache {path}: {error}", RuntimeWarning, stacklevel=3)
-        if tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
 
 
 @dataclass(frozen=True)
@@ -403,40 +387,31 @@ class _Builder:
                          * (dpg[b, self.row(u, r), s] - rowdot[b, u, r]) * scale, name="DSG")
         return _Definition([pb, pg, dpb, dpg, rowdot, dsb, dsg, self.gq], "RD", ("RB", "RG"), ("DS", "DSG"))
 
-    def frame_rows(self) -> _Definition:
-        """XF[b, j] = X[b, j - offset] inside [0, n), else 0: the frame (offset h), or a zero-padded tail (0)."""
-        x, offset = self.tensor((self.bh, self.n, self.geometry.head_dim), "X"), self.te.var("offset", "int64")
-        out = self.te.compute((self.bh, self.frame, self.geometry.head_dim),
-                              lambda b, j, e: self._shifted(x, b, j - offset, e), name="XF")
-        return _Definition([x, out, offset], "XF")
+    def frame_rows(self, transposed: bool = False) -> _Definition:
+        """XF[b, j] = X[b, j - offset] inside [0, n), else 0 (the frame: offset h); `transposed`: XT[b, e, j]."""
+        tirx, D = self.tirx, self.geometry.head_dim
+        x, offset = self.tensor((self.bh, self.n, D), "X"), self.te.var("offset", "int64")
 
-    def frame_cols(self) -> _Definition:
-        """The transposed frame, XT[b, e, j] = X[b, j - offset, e] inside [0, n), else 0."""
-        x, offset = self.tensor((self.bh, self.n, self.geometry.head_dim), "X"), self.te.var("offset", "int64")
-        out = self.te.compute((self.bh, self.geometry.head_dim, self.frame),
-                              lambda b, e, j: self._shifted(x, b, j - offset, e), name="XT")
-        return _Definition([x, out, offset], "XT")
+        def value(b, j, e):
+            i = j - offset
+            return tirx.Select(tirx.all(i >= 0, i < self.n), x[b, tirx.max(tirx.min(i, self.n - 1), 0), e], self.zero)
 
-    def _shifted(self, x, b, i, e):
-        inside = self.tirx.all(i >= 0, i < self.n)
-        return self.tirx.Select(inside, x[b, self.tirx.max(self.tirx.min(i, self.n - 1), 0), e], self.zero)
+        out = (self.te.compute((self.bh, D, self.frame), lambda b, e, j: value(b, j, e), name="XT") if transposed
+               else self.te.compute((self.bh, self.frame, D), value, name="XF"))
+        return _Definition([x, out, offset], out.op.name)
 
-    def gather_rows(self) -> _Definition:
-        """XG[b, s] = X[b, index[b // heads, s]]: the global tokens' rows."""
-        x, index = self.tensor((self.bh, self.n, self.geometry.head_dim), "X"), self.index()
-        out = self.te.compute((self.bh, self.count, self.geometry.head_dim),
-                              lambda b, s, e: x[b, index[b // self.heads, s], e], name="XG")
-        return _Definition([x, index, out, self.heads], "XG")
+    def gather_rows(self, transposed: bool = False) -> _Definition:
+        """XG[b, s] = X[b, index[b // heads, s]]: the global tokens' rows; `transposed`: XGT[b, e, s], the keys."""
+        D = self.geometry.head_dim
+        x, index = self.tensor((self.bh, self.n, D), "X"), self.te.placeholder((self.nb, self.count), "int64",
+                                                                               name="INDEX")
 
-    def gather_cols(self) -> _Definition:
-        """XGT[b, e, s] = X[b, index[b // heads, s], e]: the global keys, transposed for the scores."""
-        x, index = self.tensor((self.bh, self.n, self.geometry.head_dim), "X"), self.index()
-        out = self.te.compute((self.bh, self.geometry.head_dim, self.count),
-                              lambda b, e, s: x[b, index[b // self.heads, s], e], name="XGT")
-        return _Definition([x, index, out, self.heads], "XGT")
+        def value(b, s, e):
+            return x[b, index[b // self.heads, s], e]
 
-    def index(self):
-        return self.te.placeholder((self.nb, self.count), "int64", name="INDEX")
+        out = (self.te.compute((self.bh, D, self.count), lambda b, e, s: value(b, s, e), name="XGT") if transposed
+               else self.te.compute((self.bh, self.count, D), value, name="XG"))
+        return _Definition([x, index, out, self.heads], out.op.name)
 
     def band_qk(self) -> _Definition:
         """Band tiles of A . B (B as the transposed frame BT[b, d, j + h] = B[b, j, d])."""
@@ -586,7 +561,9 @@ _KERNEL_NAMES = ("attend", "band_qk", "softmax_fwd", "band_pv", "band_tpv", "sof
 
 
 def _scheduled(tvm, te, name: str, geometry: _Geometry, dtype: str, unit: _VectorUnit):
-    definition = getattr(_Builder(te, geometry, dtype), name)()
+    builder = _Builder(te, geometry, dtype)
+    definition = (getattr(builder, name.replace("_cols", "_rows"))(transposed=name.endswith("_cols"))
+                  if name in _MOVES else getattr(builder, name)())  # fmt: skip
     sch = tvm.s_tir.Schedule(te.create_prim_func(definition.arguments, index_dtype_override="int64"))
     if name == "attend":
         _schedule_cpu_attend(sch, geometry, unit)
@@ -647,32 +624,15 @@ class _Kernels:
         self.functions["gather_cols" if transposed else "gather_rows"](x, index, out, heads)
         return out
 
-    def ordinary_rows(self, q: Tensor, k: Tensor, v: Tensor, layout: _GlobalLayout, heads: int) -> Tensor:
-        """Inference: the ordinary rows of (B, H, N, D) inputs by TVM kernels only; global rows left to the caller."""
-        q3, k3, v3 = _flat(q, k, v)
-        n = q3.shape[1]
-        out = q.new_empty(q.shape)
-        whole = n % _TILE == 0
-        rows = self.attend(q3, k3, v3, self._gather(k3, layout.index, heads, transposed=True),
-                           self._gather(v3, layout.index, heads), layout, heads, _flat(out)[0] if whole else None)
-        if not whole:
-            _flat(out)[0].copy_(rows[:, :n])
-        return out
-
     def attend(self, q: Tensor, k: Tensor, v: Tensor, k_global_t: Tensor, v_global: Tensor, layout: _GlobalLayout,
-               heads: int, rows: Tensor | None = None) -> Tensor:
-        """Ordinary rows of (BH, N, D) inputs as whole row tiles (BH, nt * R, D), into `rows` if given."""
+               shape: torch.Size) -> Tensor:
+        """The ordinary rows (global rows left to the caller): (BH, N, D) q, k, v -> (B, H, N, D) `shape`."""
         bh, n, head_dim = q.shape
-        rows = q.new_empty(bh, self.geometry.tiles(n) * _TILE, head_dim) if rows is None else rows
+        rows = q.new_empty(*shape[:2], self.geometry.tiles(n) * _TILE, head_dim)  # (B, H, nt * R, D)
         self.functions["attend"](q, self._frame(k, transposed=True), self._frame(v), k_global_t, v_global,
                                  layout.key_ok, layout.row_ok, layout.global_ok, rows.view(bh, -1, _TILE, head_dim),
-                                 heads, k_global_t.shape[2] // _LANES)
-        return rows
-
-    def probabilities(self, q: Tensor, k: Tensor, k_global_t: Tensor, layout: _GlobalLayout,
-                      heads: int) -> tuple[Tensor, Tensor]:
-        """The softmax weights of the ordinary rows: band tiles and (BH, nt * R, Gp) global columns."""
-        return self.softmax_fwd(self.band_qk(q, k), torch.bmm(q, k_global_t), layout, heads)
+                                 shape[1], k_global_t.shape[2] // _LANES)
+        return rows if n % _TILE == 0 else rows[:, :, :n].contiguous()
 
     def band_qk(self, a: Tensor, b: Tensor) -> Tensor:
         """(BH, N, D) x (BH, N, D) -> band tiles: a[:, i] . b[:, j] for the keys j of row i's band."""
@@ -761,13 +721,7 @@ class _BandAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, k_global, v_global, layout: _GlobalLayout, kernels: _Kernels):
         q3, k3, v3, kg3, vg3 = _flat(q, k, v, k_global, v_global)
-        n = q.shape[2]
-        out = q.new_empty(q.shape)
-        whole = n % _TILE == 0
-        rows = kernels.attend(q3, k3, v3, kg3.transpose(1, 2).contiguous(), vg3, layout, q.shape[1],
-                              _flat(out)[0] if whole else None)
-        if not whole:
-            _flat(out)[0].copy_(rows[:, :n])
+        out = kernels.attend(q3, k3, v3, kg3.transpose(1, 2).contiguous(), vg3, layout, q.shape)
         ctx.save_for_backward(q, k, v, k_global, v_global)
         ctx.layout, ctx.kernels = layout, kernels
         return out
@@ -778,7 +732,8 @@ class _BandAttention(torch.autograd.Function):
             q, k, v, k_global, v_global = ctx.saved_tensors
             kernels, n = ctx.kernels, q.shape[2]
             q3, k3, v3, kg3, vg3, g3 = _flat(q, k, v, k_global, v_global, grad.contiguous())
-            p, pg = kernels.probabilities(q3, k3, kg3.transpose(1, 2), ctx.layout, q.shape[1])
+            p, pg = kernels.softmax_fwd(kernels.band_qk(q3, k3), torch.bmm(q3, kg3.transpose(1, 2)), ctx.layout,
+                                        q.shape[1])
             dp = kernels.band_qk(g3, v3)
             dpg = torch.bmm(g3, vg3.transpose(1, 2))  # (BH, N, Gp)
             ds, dsg = kernels.softmax_bwd(p, pg, dp, dpg)

@@ -145,7 +145,7 @@ def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
     ])  # fmt: skip
     assert set(metrics) == {"qds", "bm25"} and 0 <= metrics["qds"]["ndcg_cut_10"] <= 1
     # the loaded weights are the official ones, not the folder's
-    reloaded, _ = evaluate.load_model(evaluate.build_parser().parse_args([
+    reloaded = evaluate.load_model(evaluate.build_parser().parse_args([
         "--checkpoint", str(tmp_path / "model.QDST.best.pt"), "--encoder", str(tmp_path / "longformer"),
         "--tokenizer", str(builtin_tokenizer_path()), "--window", "8", "--impl", "portable"]))
     assert torch.equal(reloaded.model.head.out.weight, state["final_layer.weight"])

@@ -103,7 +103,7 @@ def test_an_encoder_call_builds_each_layout_once(impl, with_global, monkeypatch)
     # Without global tokens, the Longformer module needs none, and the reference kernel no layout.
     global_builds = {"global tokens": 2} if with_global or impl != "reference" else {}
     assert builds == Counter({**global_builds, **kernel_layouts.get(impl, {})})
-    assert layouts._stack() == []
+    assert layouts._SCOPES.stack == []
 
 
 class _HostSyncs(TorchDispatchMode):
@@ -146,4 +146,4 @@ def test_the_scope_closes_when_the_forward_raises():
     model = _model("reference")
     with pytest.raises(NotImplementedError, match="never form the attention probabilities"):
         model(**_batch(), output_attentions=True)
-    assert layouts._stack() == []
+    assert layouts._SCOPES.stack == []
