@@ -42,7 +42,7 @@ TINY = {
                          "--test_modes", "[rerank]", *RUN[:4], *RUN[6:], "--data.batch_size", "8"],
     "earl": [*BERT, "--model.num_blocks", "1", "--model.query_layers", "1", *RUN],
     "mva": [*BERT, "--model.projection", "8", *RUN],
-}  # fmt: skip
+}
 #: The largest relative error of FlexAttention's output and gradients against the reference: float32 (its matmuls
 #: may run in TF32, 10 bits of mantissa) and bfloat16 (8 bits).
 FLEX_TOLERANCE = {"float32": 5e-3, "bfloat16": 5e-2}
@@ -81,7 +81,7 @@ class Context:
         if left <= 0:
             raise Skipped("the time budget is spent")
         done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=min(timeout, left), env={**os.environ, **self.env})  # fmt: skip
+                              timeout=min(timeout, left), env={**os.environ, **self.env})
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
             raise CheckFailed(f"python {' '.join(args[:3])} ... exited with {done.returncode}: " + " | ".join(tail))
@@ -123,7 +123,7 @@ def _auto(context: Context) -> dict:
     wanted = "flex" if context.device == "cuda" else "tvm"
     if chosen != wanted:
         raise CheckFailed(f"impl='auto' runs {chosen} on {context.device}, not {wanted}" + (f": {reason}" if reason
-                                                                                          else ""))  # fmt: skip
+                                                                                          else ""))
     return {"auto": chosen}
 
 
@@ -133,7 +133,7 @@ def _compilations(context: Context) -> dict:
     gpu = context.device == "cuda"
     found = count_compilations(SHAPES, context.device, backend="inductor" if gpu else "eager", gradients=gpu)
     if not (found["graphs"] <= 2 and found["graph_calls"] == found["flex_calls"]
-            and found["max_error"] <= FLEX_TOLERANCE["float32"]):  # fmt: skip
+            and found["max_error"] <= FLEX_TOLERANCE["float32"]):
         raise CheckFailed(f"FlexAttention over {len(SHAPES)} shapes: {found} (at most 2 graphs, every call one of "
                           "them, within the float32 tolerance)")
     return found
@@ -169,7 +169,7 @@ def _train(package: str, precision: str) -> Check:
     return _run(f"train-{package}-{precision}", f"{package}.train's tiny run in {precision}", f"{package}-{precision}",
                 lambda context, out: ["-m", f"{package}.train", *TINY[package], *_accelerator(context),
                                       "--trainer.precision", precision, "--output_dir", str(out)],
-                gpus=int(precision == "16-mixed"))  # fmt: skip
+                gpus=int(precision == "16-mixed"))
 
 
 def _evaluate(package: str) -> Check:
@@ -205,7 +205,7 @@ def _resume(context: Context) -> dict:
         raise CheckFailed(f"two uninterrupted runs differ in {differ}: the run is not deterministic on this device")
     killed = root / "killed"
     process = subprocess.Popen([sys.executable, *_resume_args(context, killed)], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, env={**os.environ, **context.env})  # fmt: skip
+                               stderr=subprocess.DEVNULL, env={**os.environ, **context.env})
     last = killed / "checkpoints" / "last.ckpt"
     while process.poll() is None and not last.exists():
         time.sleep(0.05)
@@ -220,7 +220,7 @@ def _resume(context: Context) -> dict:
     differ = [o for o in OUTPUTS if (killed / o).read_bytes() != (root / "whole" / o).read_bytes()]
     if differ:
         raise CheckFailed(f"killed after step {step} and resumed, the run differs from the uninterrupted one in "
-                          f"{differ}")  # fmt: skip
+                          f"{differ}")
     return {"killed_after_step": step, "equal": list(OUTPUTS)}
 
 
@@ -246,7 +246,7 @@ def _two_gpus(package: str) -> Check:
     return _run(f"two-gpus-{package}", f"{what} trained on 2 GPUs (DDP)", f"{package}-2-gpus",
                 lambda context, out: ["-m", f"{package}.train", *TINY[package], *extra, "--trainer.accelerator", "gpu",
                                       "--trainer.devices", "2", "--trainer.strategy", "ddp", "--output_dir", str(out)],
-                gpus=2)  # fmt: skip
+                gpus=2)
 
 
 CHECKS = [
@@ -263,7 +263,7 @@ CHECKS = [
           lambda context: [_benchmark_args(context)]),
     _two_gpus("conformer_kernel"),
     _two_gpus("qds"),
-]  # fmt: skip
+]
 
 
 def machine(device: str) -> dict:
@@ -271,7 +271,7 @@ def machine(device: str) -> dict:
     import torch
 
     found = {"python": platform.python_version(), "torch": torch.__version__, "cpu": platform.processor() or
-             platform.machine(), "device": device, "cuda": torch.version.cuda}  # fmt: skip
+             platform.machine(), "device": device, "cuda": torch.version.cuda}
     if device == "cuda" and torch.cuda.is_available():
         found |= {"gpu": torch.cuda.get_device_name(), "gpus": torch.cuda.device_count(),
                   "capability": ".".join(map(str, torch.cuda.get_device_capability()))}
@@ -316,14 +316,14 @@ def write_report(out: Path, report: dict) -> None:
     lines = ["# GPU check", "", "| | |", "|---|---|", *[f"| {k} | {v} |" for k, v in report["machine"].items()], "",
              "| check | status | seconds | |", "|---|---|---:|---|",
              *[f"| {c['name']} | {c['status']} | {c['seconds']} | {c.get('why', c['what'])} |"
-               for c in report["checks"]]]  # fmt: skip
+               for c in report["checks"]]]
     with atomic_write(out / "report.md", overwrite=True) as f:
         f.write("\n".join(lines) + "\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="python -m common.gpu_check", description=__doc__.split("\n\n")[0],
-                            epilog="Checks: " + ", ".join(c.name for c in CHECKS))  # fmt: skip
+                            epilog="Checks: " + ", ".join(c.name for c in CHECKS))
     parser.add_argument("--output_dir", default=None, help="default: a new outputs/gpu-check-<time>")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
                         help="cuda (default), or cpu to run the harness without a GPU (GPU-only checks skipped)")
@@ -352,7 +352,7 @@ def main(argv=None) -> dict:
     report = run_checks(context, checks)
     failed = [c["name"] for c in report["checks"] if c["status"] == "failed"]
     print(f"\n{len(report['checks']) - len(failed)} of {len(report['checks'])} checks did not fail; report: "
-          f"{out / 'report.md'}")  # fmt: skip
+          f"{out / 'report.md'}")
     if failed:
         raise SystemExit(1)
     return report

@@ -43,7 +43,7 @@ class Encoder(LazyTokenizer):
             build_qds_input(q, self._sentences(d), bos=bos, eos=eos, max_length=self.max_length,
                             max_sentences=self.max_sentences, layout=self.layout)
             for q, d in zip(query_ids, documents)
-        ]  # fmt: skip
+        ]
         input_ids = pad([x.input_ids for x in inputs], pad_id)
         return {
             "input_ids": input_ids,  # (B, N)

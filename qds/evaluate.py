@@ -143,7 +143,7 @@ def main(argv=None) -> dict | None:
     run = reranked_run(data.test_pairs(), model.test_scores, test.candidates())
     dataset = args.dataset or paper_dataset(PAPER, task)
     metrics = write_results(out, pattern, run, test.qrels(), test.candidates(), data.tasks.relevance_level,
-                            measures=model.measures, task=task, dataset=dataset)  # fmt: skip
+                            measures=model.measures, task=task, dataset=dataset)
     title = f"{test.name}: {len(run)} queries, top {depth} re-ranked"
     if metrics is None:
         print(f"{title}\n\n{NO_QRELS}\n\nwritten: {out / RUN}, {out / 'task.json'}")

@@ -17,7 +17,7 @@ from qds.benchmark import SYSTEMS, WINDOW_TYPE
 
 TRECDL = "../shared/data/trec_dl"
 TOPICS = [f"{TRECDL}/topics/topics.msmarco-doc.dev.txt", f"{TRECDL}/topics/topics.dl19-doc.txt",
-          f"{TRECDL}/topics/topics.dl20.txt"]  # fmt: skip
+          f"{TRECDL}/topics/topics.dl20.txt"]
 CANDIDATES = f"{TRECDL}/candidates_with_text/rank_llm.BM25.retrieve_results_dl19.json"
 OUTPUT = Path(__file__).resolve().parents[1] / "results" / "qds" / "input_statistics.json"
 PATTERNS = tuple(s for s in SYSTEMS if s != "dense")
@@ -42,7 +42,7 @@ def sentence_words(path: Path, top: int) -> dict:
 
     task = read_rank_llm(path)
     words = [len(sentence.split()) for hits in task.candidates.values() for doc_id in list(hits)[:top]
-             for sentence in split_sentences(task.documents[doc_id].text)]  # fmt: skip
+             for sentence in split_sentences(task.documents[doc_id].text)]
     return {"queries": len(task.candidates), "passages_per_query": top, **lengths(words)}
 
 
@@ -51,7 +51,7 @@ def densities(n: int, window: int, query_tokens: int, sentence_tokens: int) -> d
     from qds.inputs import LAYOUTS, exact_density
 
     return {layout: {p: round(exact_density(p, n, query_tokens, sentence_tokens, window, layout), 6) for p in PATTERNS}
-            for layout in LAYOUTS}  # fmt: skip
+            for layout in LAYOUTS}
 
 
 def builtin_pairs(depth: int) -> dict:

@@ -92,14 +92,14 @@ def build_encoder(
     baseline = pattern in BASELINES
     if isinstance(encoder, dict):
         config = (RobertaConfig.from_dict(dict(encoder), attn_implementation="sdpa") if baseline
-                  else LongformerConfig.from_dict(dict(encoder)))  # fmt: skip
+                  else LongformerConfig.from_dict(dict(encoder)))
     elif encoder is None:
         sizes = dict(vocab_size=vocab_size, hidden_size=hidden_size, num_hidden_layers=num_layers,
                      num_attention_heads=num_heads, intermediate_size=intermediate_size, pad_token_id=pad_token_id,
-                     type_vocab_size=1, **common)  # fmt: skip
+                     type_vocab_size=1, **common)
         config = (RobertaConfig(max_position_embeddings=512 + pad_token_id + 1, **sizes) if baseline else
                   LongformerConfig(max_position_embeddings=max_length + pad_token_id + 1, attention_window=window,
-                                   **sizes))  # fmt: skip
+                                   **sizes))
     elif baseline:
         return RobertaModel.from_pretrained(encoder, attn_implementation="sdpa", **common)
     else:

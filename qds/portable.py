@@ -18,7 +18,7 @@ from qds.model import build_ranker, encoder_config
 
 PACKAGE = "qds"
 PAPER = ('Jiang, Xiong, Lee, Wang: "Long Document Ranking with Query-Directed Sparse Transformer", '
-         "Findings of EMNLP 2020")  # fmt: skip
+         "Findings of EMNLP 2020")
 #: The encoder's sizes (a from-scratch one's `qds.ranker.QDSRanker` hyper-parameters) and their Hugging Face names.
 SIZES = {"num_layers": "num_hidden_layers", "hidden_size": "hidden_size", "num_heads": "num_attention_heads",
          "intermediate_size": "intermediate_size"}
@@ -38,22 +38,22 @@ def checkpoint_entry(checkpoint: dict) -> dict:
     data = checkpoint.get("datamodule_hyper_parameters") or {}
     pattern = model["pattern"]
     config = {"pattern": pattern, "encoder": model["encoder"], "window": model["window"], "max_length":
-              model["max_length"], "dropout": model["dropout"], "impl": model.get("impl", "auto")}  # fmt: skip
+              model["max_length"], "dropout": model["dropout"], "impl": model.get("impl", "auto")}
     if model["encoder"] is None:
         vocab_size, pad_token_id = vocabulary(model["tokenizer"], model.get("tokenizer_task"))
         config.update({name: model[name] for name in SIZES}, encoder_config=None, vocab_size=vocab_size,
-                      pad_token_id=pad_token_id)  # fmt: skip
+                      pad_token_id=pad_token_id)
     else:
         hf = encoder_config(pattern, model["encoder"], window=model["window"], max_length=model["max_length"],
-                            dropout=model["dropout"])  # fmt: skip
+                            dropout=model["dropout"])
         config.update({name: hf[key] for name, key in SIZES.items()}, encoder_config=hf, vocab_size=hf["vocab_size"],
-                      pad_token_id=hf["pad_token_id"])  # fmt: skip
+                      pad_token_id=hf["pad_token_id"])
     tokenizer = data.get("tokenizer", model["tokenizer"])
     task = resolved_tokenizer_task(tokenizer, data.get("tokenizer_task", model.get("tokenizer_task")), None)
     config["inputs"] = {"max_length": data.get("max_length", model["max_length"]),
                         "max_sentences": data.get("max_sentences", MAX_SENTENCES),
                         "max_passages": data.get("max_passages", MAX_PASSAGES),
-                        "layout": data.get("layout", LAYOUT)}  # fmt: skip
+                        "layout": data.get("layout", LAYOUT)}
     files = tokenizer_files(load_tokenizer(tokenizer, task=task))
     return portable_entry(PACKAGE, config, files, data)
 
@@ -65,8 +65,8 @@ def build(config: dict, folder: Path) -> Scoring:
         pad_token_id=config["pad_token_id"], max_length=config["max_length"], window=config["window"],
         num_layers=config["num_layers"], hidden_size=config["hidden_size"], num_heads=config["num_heads"],
         intermediate_size=config["intermediate_size"], impl=config["impl"],
-    )  # fmt: skip
+    )
     inputs = config["inputs"]
     encode = Encoder(config["pattern"], str(folder), inputs["max_length"], inputs["max_sentences"],
-                     inputs["max_passages"], layout=inputs["layout"])  # fmt: skip
+                     inputs["max_passages"], layout=inputs["layout"])
     return Scoring(model, encode)

@@ -57,7 +57,7 @@ def longformer_config(source, *, attention_window: int, max_length: int, dropout
         initializer_range=source.initializer_range, pad_token_id=pad,
         max_position_embeddings=max_length + pad + 1, attention_window=[attention_window] * source.num_hidden_layers,
         hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
-    )  # fmt: skip
+    )
 
 
 def longformer_positions(bert_positions: torch.Tensor, *, max_length: int, pad_token_id: int) -> torch.Tensor:

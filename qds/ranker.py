@@ -92,7 +92,7 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
             pattern, encoder, vocab_size=vocab_size, pad_token_id=pad_token_id, max_length=max_length, window=window,
             num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads, intermediate_size=intermediate_size,
             dropout=dropout, impl=impl,
-        )  # fmt: skip
+        )
         # A pretrained encoder comes in eval mode (`from_pretrained`, `qds.pretrained`) and Lightning keeps modules'
         # modes: without this its dropout would be off in training (the official loop calls model.train()).
         self.model.train()

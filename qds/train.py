@@ -22,7 +22,7 @@ PAPER_METHODS = {
     "qds": "QDS-Transformer", "qds_q": "QDS-Transformer (Q)", "qds_s": "QDS-Transformer (S)",
     "sparse": "Sparse-Transformer", "longformer_qa": "Longformer-QA", "firstp": "RoBERTa (FirstP)",
     "maxp": "RoBERTa (MaxP)", "bm25": "BM25",
-}  # fmt: skip
+}
 
 
 def links(parser) -> None:
@@ -45,7 +45,7 @@ def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
     if dataset is not None:
         return comparison_table(metrics, dataset)
     text = nothing_to_compare(task, f"is none of its datasets ({', '.join(DATASETS)}; qds.evaluate --dataset names "
-                                    "the one a task from files is)")  # fmt: skip
+                                    "the one a task from files is)")
     if is_builtin(task):
         text += f"\n\n{reported_table(metrics)}"
     return text
@@ -104,7 +104,7 @@ COMMAND = TrainCommand(
     data="qds.data.QDSDataModule", monitor="dev/mrr@10",  # the paper's model selection (Sec. 5)
     run_name=lambda config: f"qds-{config.model.pattern}", tested_name=attrgetter("hparams.pattern"),
     paper=PAPER, paper_tables=paper_tables, links=links,
-)  # fmt: skip
+)
 
 #: Runs the command line (`common.commands.train.TrainCommand.main`).
 main = COMMAND.main

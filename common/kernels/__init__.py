@@ -67,7 +67,7 @@ def auto_implementation(device: torch.device, head_dim: int) -> str:
     if device.type == "cpu":
         return "tvm"
     if (device.type == "cuda" and importlib.util.find_spec("triton") is not None and head_dim >= 16
-            and torch.cuda.get_device_capability(device) >= (7, 0)):  # fmt: skip
+            and torch.cuda.get_device_capability(device) >= (7, 0)):
         return "flex"
     return "portable"
 

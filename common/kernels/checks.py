@@ -27,7 +27,7 @@ def qds_inputs(batch: int, n: int, heads: int, head_dim: int, device: torch.devi
     generator = torch.Generator().manual_seed(seed)
     is_global = torch.stack([global_tokens("qds", synthetic_layout(n, query_len=4 + 7 * b % 20,
                                                                    sentence_every=20 + 9 * b % 30))
-                             for b in range(batch)])  # fmt: skip
+                             for b in range(batch)])
     padding = torch.zeros(batch, n, dtype=torch.bool)
     if batch > 1:
         padding[1, n - n // 3:] = True

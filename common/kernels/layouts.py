@@ -75,6 +75,6 @@ def _global_tokens(is_global: Tensor, key_padding_mask: Tensor | None) -> Global
     counts = glob.sum(1)  # (B,)
     total, widest, fewest, padded = (
         torch.stack([counts.sum(), counts.max(), counts.min(), (~valid).any().long()]).tolist() if counts.numel()
-        else (0, 0, 0, False))  # fmt: skip
+        else (0, 0, 0, False))
     batch, position = torch.nonzero_static(glob, size=total).unbind(1)
     return GlobalTokens(valid, glob, counts, total, widest, fewest, bool(padded), batch, position)

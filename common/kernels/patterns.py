@@ -61,10 +61,10 @@ def nonzeros(is_global: Tensor, window: int, key_padding_mask: Tensor | None = N
     is_global = is_global.reshape(-1)
     n, device = is_global.numel(), is_global.device
     valid = (torch.ones(n, dtype=torch.bool, device=device) if key_padding_mask is None
-             else ~key_padding_mask.reshape(-1).to(device))  # fmt: skip
+             else ~key_padding_mask.reshape(-1).to(device))
     is_global = is_global & valid
     local_key = torch.cat([torch.zeros(1, dtype=torch.long, device=device),
-                           torch.cumsum((valid & ~is_global).long(), 0)])  # fmt: skip
+                           torch.cumsum((valid & ~is_global).long(), 0)])
     position = torch.arange(n, device=device)
     low, high = (position - window // 2).clamp(min=0), (position + window // 2).clamp(max=n - 1) + 1
     band = local_key[high] - local_key[low]

@@ -563,7 +563,7 @@ _KERNEL_NAMES = ("attend", "band_qk", "softmax_fwd", "band_pv", "band_tpv", "sof
 def _scheduled(tvm, te, name: str, geometry: _Geometry, dtype: str, unit: _VectorUnit):
     builder = _Builder(te, geometry, dtype)
     definition = (getattr(builder, name.replace("_cols", "_rows"))(transposed=name.endswith("_cols"))
-                  if name in _MOVES else getattr(builder, name)())  # fmt: skip
+                  if name in _MOVES else getattr(builder, name)())
     sch = tvm.s_tir.Schedule(te.create_prim_func(definition.arguments, index_dtype_override="int64"))
     if name == "attend":
         _schedule_cpu_attend(sch, geometry, unit)

@@ -42,10 +42,10 @@ def test_the_dry_run_plans_every_check_and_runs_the_kernel_checks_on_the_cpu(tmp
 
 def test_cuda_without_a_gpu_is_refused_in_one_line(tmp_path):
     done = subprocess.run([sys.executable, "-m", "common.gpu_check", "--output_dir", str(tmp_path / "check")],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)  # fmt: skip
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 2
     assert done.stderr.splitlines() == ["error: --device cuda: no CUDA device is visible (--device cpu runs the "
-                                        "harness on the CPU)"]  # fmt: skip
+                                        "harness on the CPU)"]
     assert not (tmp_path / "check").exists()
 
 
@@ -65,7 +65,7 @@ def test_a_failed_a_skipped_and_a_crashed_check_are_reported_and_the_failure_end
     report = run_checks(context, checks)
     assert [(c["status"], c.get("why")) for c in report["checks"]] == [
         ("failed", "found 2, wanted 1"), ("failed", "KeyError: 'absent'"), ("skipped", "needs a CUDA device"),
-        ("passed", None)]  # fmt: skip
+        ("passed", None)]
     assert report["checks"][3]["x"] == 1
     monkeypatch.setattr(gpu_check, "CHECKS", checks)
     with pytest.raises(SystemExit) as exit:
@@ -87,7 +87,7 @@ def test_the_harness_runs_on_the_cpu_with_the_gpu_only_checks_skipped(tmp_path):
              "two-gpus-conformer_kernel"]
     done = subprocess.run([sys.executable, "-m", "common.gpu_check", "--device", "cpu", "--budget", "1500",
                            "--output_dir", str(tmp_path / "check"), "--checks", *names], cwd=REPO,
-                          capture_output=True, text=True, timeout=1800)  # fmt: skip
+                          capture_output=True, text=True, timeout=1800)
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads((tmp_path / "check" / "report.json").read_text())
     status = {c["name"]: c["status"] for c in report["checks"]}

@@ -48,7 +48,7 @@ def test_one_layer_sees_exactly_the_equations_adjacency(layout, pattern, impl):
     encoder = build_encoder(
         pattern, None, vocab_size=80, pad_token_id=1, max_length=32, window=WINDOW, num_layers=1, hidden_size=16,
         num_heads=2, intermediate_size=32, dropout=0.0, impl=impl,
-    ).eval()  # fmt: skip
+    ).eval()
     ids = torch.tensor([example.input_ids])
     global_mask = torch.tensor([example.global_mask(pattern)]).long()
 

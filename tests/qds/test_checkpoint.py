@@ -26,7 +26,7 @@ from qds.checkpoint import from_official, load_official
 from qds.ranker import QDSRanker
 
 SIZES = dict(pattern="qds", tokenizer="builtin", window=8, num_layers=1, hidden_size=16, num_heads=1,
-             intermediate_size=32, max_length=64, impl="portable")  # fmt: skip
+             intermediate_size=32, max_length=64, impl="portable")
 BASE = dict(layers=12, hidden=768, intermediate=3072, vocab=50265, positions=4098)  # longformer-base-4096
 
 
@@ -131,7 +131,7 @@ def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
     vocab = len(load_tokenizer("builtin"))
     config = LongformerConfig(vocab_size=vocab, hidden_size=16, num_hidden_layers=1, num_attention_heads=1,
                               intermediate_size=32, max_position_embeddings=2050, attention_window=8, type_vocab_size=1,
-                              pad_token_id=1)  # fmt: skip
+                              pad_token_id=1)
     torch.manual_seed(0)
     LongformerModel(config).save_pretrained(tmp_path / "longformer")
     model = QDSRanker(pattern="qds", encoder=str(tmp_path / "longformer"), tokenizer="builtin", window=8,
@@ -142,7 +142,7 @@ def test_evaluate_runs_the_official_release_from_a_local_longformer(tmp_path):
         "--checkpoint", str(tmp_path / "model.QDST.best.pt"), "--encoder", str(tmp_path / "longformer"),
         "--tokenizer", str(builtin_tokenizer_path()), "--window", "8", "--impl", "portable",
         "--task", "builtin:test", "--depth", "3", "--output_dir", str(tmp_path / "eval"),
-    ])  # fmt: skip
+    ])
     assert set(metrics) == {"qds", "bm25"} and 0 <= metrics["qds"]["ndcg_cut_10"] <= 1
     # the loaded weights are the official ones, not the folder's
     reloaded = evaluate.load_model(evaluate.build_parser().parse_args([

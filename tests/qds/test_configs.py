@@ -12,7 +12,7 @@ ROWS = {
     "trec-dl-2019.yaml": "qds", "trec-dl-2019/qds-s.yaml": "qds_s", "trec-dl-2019/qds-q.yaml": "qds_q",
     "trec-dl-2019/sparse.yaml": "sparse", "trec-dl-2019/longformer-qa.yaml": "longformer_qa",
     "trec-dl-2019/firstp.yaml": "firstp", "trec-dl-2019/maxp.yaml": "maxp",
-}  # fmt: skip
+}
 
 
 def resolved(capsys, *args) -> dict:
@@ -95,7 +95,7 @@ def test_the_multi_gpu_variant_differs_from_the_qds_row_in_its_batch_alone(capsy
     row = resolved(capsys, "--config", str(CONFIGS / "trec-dl-2019.yaml"))
     variant = resolved(capsys, "--config", str(CONFIGS / MULTI_GPU))
     changed = {"trainer.devices": ("auto", 1), "data.batch_size": (8, 1), "trainer.val_check_interval": (188, 1500),
-               "save_every_n_steps": (250, 2000)}  # fmt: skip
+               "save_every_n_steps": (250, 2000)}
     for key, (theirs, rows) in changed.items():
         assert (value(variant, key), value(row, key)) == (theirs, rows), key
         *parents, last = key.split(".")

@@ -151,7 +151,7 @@ def test_evaluate_without_qrels_writes_the_run_of_every_query_and_no_metrics(che
     flags, candidates = unjudged_task(tmp_path)
     out = tmp_path / "out"
     assert evaluate.main(["--checkpoint", str(checkpoint), *flags, "--depth", "3", "--output_dir", str(out),
-                          "--devices", "1"]) is None  # fmt: skip
+                          "--devices", "1"]) is None
     printed = capsys.readouterr().out
     assert NO_QRELS in printed and "Nothing in the paper" not in printed
     assert_reranked_without_metrics(out, candidates)
@@ -161,7 +161,7 @@ def test_the_command_prints_no_lightning_tips_nor_their_deprecation_warnings(che
     """`common.commands.quiet.quiet_lightning`: the run's output is about the run."""
     done = subprocess.run([sys.executable, "-m", "qds.evaluate", "--checkpoint", str(checkpoint), "--task",
                            "builtin:test", "--output_dir", str(tmp_path / "out"), "--devices", "1"],
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0 and "written: " in done.stdout, done.stderr
     for noise in ("Tip:", "set_vital", "LeafSpec"):
         assert noise not in done.stdout + done.stderr
@@ -191,7 +191,7 @@ def test_bf16_mixed_scores_near_fp32_and_is_the_default_of_a_run_that_trained_so
     common = ["--task", "builtin:test", "--depth", "3", "--devices", "1", "--accelerator", "cpu"]
     for precision in ("32-true", "bf16-mixed"):
         evaluate.main(["--checkpoint", str(checkpoint), *common, "--precision", precision,
-                       "--output_dir", str(tmp_path / precision)])  # fmt: skip
+                       "--output_dir", str(tmp_path / precision)])
     assert "precision bf16-mixed (--precision); float32 matmuls: high" in capsys.readouterr().out
     fp32, bf16 = _scores(tmp_path / "32-true"), _scores(tmp_path / "bf16-mixed")
     assert fp32.keys() == bf16.keys()
@@ -203,7 +203,7 @@ def test_bf16_mixed_scores_near_fp32_and_is_the_default_of_a_run_that_trained_so
     shutil.copy(checkpoint, run / "checkpoints" / "best-step=1.ckpt")
     (run / "config.yaml").write_text(yaml.safe_dump({"trainer": {"precision": "bf16-mixed"}}))
     evaluate.main(["--checkpoint", str(run / "checkpoints" / "best-step=1.ckpt"), *common,
-                   "--output_dir", str(tmp_path / "default")])  # fmt: skip
+                   "--output_dir", str(tmp_path / "default")])
     assert "precision bf16-mixed (as the checkpoint's run trained)" in capsys.readouterr().out
     assert (tmp_path / "default" / "run.trec").read_bytes() == (tmp_path / "bf16-mixed" / "run.trec").read_bytes()
 
@@ -214,9 +214,9 @@ def test_16_mixed_on_a_gpu_scores_near_fp32(checkpoint, tmp_path):
     within `BF16_SCORE_TOLERANCE` (float16 keeps 11 significant bits, more than bfloat16's 8)."""
     common = ["--task", "builtin:test", "--depth", "3", "--devices", "1", "--num_workers", "2"]
     evaluate.main(["--checkpoint", str(checkpoint), *common, "--accelerator", "cpu", "--precision", "32-true",
-                   "--output_dir", str(tmp_path / "cpu")])  # fmt: skip
+                   "--output_dir", str(tmp_path / "cpu")])
     evaluate.main(["--checkpoint", str(checkpoint), *common, "--accelerator", "gpu", "--precision", "16-mixed",
-                   "--output_dir", str(tmp_path / "gpu")])  # fmt: skip
+                   "--output_dir", str(tmp_path / "gpu")])
     cpu, gpu = _scores(tmp_path / "cpu"), _scores(tmp_path / "gpu")
     assert cpu.keys() == gpu.keys()
     assert max(abs(gpu[pair] - cpu[pair]) for pair in cpu) < BF16_SCORE_TOLERANCE

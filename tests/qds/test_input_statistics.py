@@ -15,7 +15,7 @@ HITS = [  # the first hit of each query is read at --top 1: sentences of 4 and 3
         {"qid": 1, "docid": "b", "rank": 2, "score": 1.0, "content": "Never read at top one."}]},
     {"query": "q two", "hits": [
         {"qid": 2, "docid": "c", "rank": 1, "score": 3.0, "content": "Five words are in here."}]},
-]  # fmt: skip
+]
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def inputs(tmp_path):
 def statistics(inputs, tmp_path, *extra: str) -> dict:
     out = tmp_path / "out" / "statistics.json"
     assert input_statistics.main(["--topics", str(inputs / "topics.tsv"), "--rank_llm", str(inputs / "hits.json"),
-                                  "--top", "1", "--depth", "1", "--output", str(out), *extra]) == 0  # fmt: skip
+                                  "--top", "1", "--depth", "1", "--output", str(out), *extra]) == 0
     return json.loads(out.read_text())
 
 
@@ -34,7 +34,7 @@ def test_words_per_query_and_per_sentence_on_hand_made_files(inputs, tmp_path):
     stats = statistics(inputs, tmp_path)
     assert stats["queries"] == {str(inputs / "topics.tsv"): {"count": 3, "mean": 2.0, "max": 3}}
     assert stats["sentences"] == {"candidates": str(inputs / "hits.json"), "queries": 2, "passages_per_query": 1,
-                                  "count": 3, "mean": 4.0, "max": 5}  # fmt: skip
+                                  "count": 3, "mean": 4.0, "max": 5}
 
 
 def test_sparse_transformer_density_is_the_band_s_closed_form(inputs, tmp_path):
@@ -70,7 +70,7 @@ def test_builtin_pairs_count_the_official_layout_by_hand(inputs, tmp_path):
         lengths.append(4 + words(topics[qid]) + sum(words(s) + 3 for s in [doc.title, *split_sentences(doc.text)]))
     assert max(lengths) < 2048
     assert stats == {"depth": 1, "max_length": 2048, "count": len(candidates),
-                     "mean": round(sum(lengths) / len(lengths), 4), "max": max(lengths)}  # fmt: skip
+                     "mean": round(sum(lengths) / len(lengths), 4), "max": max(lengths)}
 
 
 def test_refusals_write_nothing(inputs, tmp_path, capsys):
@@ -102,10 +102,10 @@ def test_the_real_files_hold_the_counts_sources_md_gives(shared_data, tmp_path):
     trec_dl = shared_data / "trec_dl"
     out = tmp_path / "statistics.json"
     topics = [trec_dl / "topics" / name for name in ("topics.msmarco-doc.dev.txt", "topics.dl19-doc.txt",
-                                                      "topics.dl20.txt")]  # fmt: skip
+                                                      "topics.dl20.txt")]
     input_statistics.main(["--topics", *map(str, topics), "--rank_llm",
                            str(trec_dl / "candidates_with_text" / "rank_llm.BM25.retrieve_results_dl19.json"),
-                           "--depth", "1", "--output", str(out)])  # fmt: skip
+                           "--depth", "1", "--output", str(out)])
     stats = json.loads(out.read_text())
     assert [stats["queries"][str(path)]["count"] for path in topics] == [5193, 43, 200]
     assert stats["sentences"]["queries"] == 43 and stats["sentences"]["passages_per_query"] == 20

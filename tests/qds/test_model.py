@@ -14,7 +14,7 @@ from qds.model import Ranker, RankingHead, build_encoder
 from tests.gradients import assert_same_gradients
 
 SIZES = dict(vocab_size=64, pad_token_id=1, max_length=64, window=4, num_layers=2, hidden_size=16, num_heads=2,
-             intermediate_size=32)  # fmt: skip
+             intermediate_size=32)
 
 
 def test_head_is_dropout_dense_tanh_dropout_linear():
@@ -89,7 +89,7 @@ def test_maxp_is_the_max_over_each_documents_passages():
 def test_table8_parameter_counts_at_base_size():
     """Table 8: QDS-Transformer 149M (longformer-base-4096 + head), RoBERTa (FirstP/MaxP) 124M."""
     base = dict(vocab_size=50265, pad_token_id=1, num_layers=12, hidden_size=768, num_heads=12,
-                intermediate_size=3072, dropout=0.1, impl="portable")  # fmt: skip
+                intermediate_size=3072, dropout=0.1, impl="portable")
     with torch.device("meta"):
         qds = Ranker(build_encoder("qds", None, max_length=4096, window=512, **base), RankingHead(768, 0.1), "qds")
         roberta = Ranker(build_encoder("firstp", None, max_length=512, window=512, **base), RankingHead(768, 0.1),
@@ -105,7 +105,7 @@ def _batch_of_lengths(pattern: str) -> dict:
         ids = pad(sequences, 1)
         return {"input_ids": ids, "attention_mask": (ids != 1).long()}
     inputs = [build_qds_input([10, 11], [[20 + s, 21, 22] for s in range(sentences)], bos=0, eos=2)
-              for sentences in (9, 1, 5, 2, 7, 3)]  # fmt: skip
+              for sentences in (9, 1, 5, 2, 7, 3)]
     ids = pad([x.input_ids for x in inputs], 1)
     return {"input_ids": ids, "attention_mask": (ids != 1).long(),
             "global_attention_mask": pad([x.global_mask(pattern) for x in inputs], 0)}

@@ -53,17 +53,17 @@ def task(tmp_path_factory) -> dict:
 
 
 def save_checkpoint(path, *, pattern="qds", tokenizer="builtin", tokenizer_task=None, impl="portable",
-                    encoder=None, data=None, sizes=SIZES):  # fmt: skip
+                    encoder=None, data=None, sizes=SIZES):
     """A `qds.train`-shaped checkpoint of an untrained model (seed 0), with the entry `QDSRanker.on_save_checkpoint`
     adds where Lightning saves it (``datamodule_hyper_parameters``: `data`, by default `INPUTS`, the official layout
     and `tokenizer`); returns its ranker."""
     torch.manual_seed(0)
     model = QDSRanker(pattern=pattern, encoder=encoder, tokenizer=tokenizer, tokenizer_task=tokenizer_task,
-                      impl=impl, **sizes)  # fmt: skip
+                      impl=impl, **sizes)
     data = {"tokenizer": tokenizer, "tokenizer_task": tokenizer_task, "layout": "official", "depth": DEPTH,
-            **INPUTS} if data is None else data  # fmt: skip
+            **INPUTS} if data is None else data
     checkpoint = {"state_dict": model.state_dict(), "hyper_parameters": dict(model.hparams),
-                  "pytorch-lightning_version": L.__version__, "datamodule_hyper_parameters": data}  # fmt: skip
+                  "pytorch-lightning_version": L.__version__, "datamodule_hyper_parameters": data}
     model.on_save_checkpoint(checkpoint)
     torch.save(checkpoint, path)
     return model
@@ -91,7 +91,7 @@ def evaluate_scores(checkpoint, task, out) -> list[float]:
 
     evaluate.main(["--checkpoint", str(checkpoint), "--topics", task["topics_path"], "--qrels", task["qrels_path"],
                    "--run", task["candidates_path"], "--collection", task["collection_path"], "--depth", str(DEPTH),
-                   "--output_dir", str(out), "--devices", "1", "--accelerator", "cpu"])  # fmt: skip
+                   "--output_dir", str(out), "--devices", "1", "--accelerator", "cpu"])
     run = read_run(out / "run.trec")
     return [run[q][d] for q, d in pairs_of(task)[2]]
 
@@ -110,7 +110,7 @@ def test_load_scores_what_evaluate_writes(pattern, task, tmp_path):
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
     first = [i for i, q in enumerate(queries) if q == queries[0]]
     np.testing.assert_allclose(ranker.score(queries[0], [documents[i] for i in first]),
-                               [expected[i] for i in first], rtol=1e-6, atol=1e-6)  # fmt: skip
+                               [expected[i] for i in first], rtol=1e-6, atol=1e-6)
 
 
 def test_mixed_precision_scores_in_float32_from_bfloat16_layers(checkpoint, task):
@@ -158,7 +158,7 @@ def test_an_exported_folder_loads_with_the_checkpoints_weights_and_scores(checkp
         assert torch.equal(tensor, weights[name]), name
     queries, documents, _ = pairs_of(task)
     np.testing.assert_allclose(again.score_pairs(queries, documents), ranker.score_pairs(queries, documents),
-                               rtol=1e-6, atol=1e-6)  # fmt: skip
+                               rtol=1e-6, atol=1e-6)
 
 
 def test_a_folder_of_another_package_or_format_is_refused_in_one_line(checkpoint, tmp_path):
@@ -188,7 +188,7 @@ def test_an_exported_folder_scores_in_a_process_without_lightning(task, tmp_path
             f"ranker = load({str(folder)!r})\n"
             "scores = ranker.score_pairs([p[0] for p in pairs], [Document(*p[1:]) for p in pairs])\n"
             "assert not {'lightning', 'lightning_fabric', 'torchmetrics'} & set(sys.modules)\n"
-            "print(json.dumps(scores.tolist()))\n")  # fmt: skip
+            "print(json.dumps(scores.tolist()))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     np.testing.assert_allclose(json.loads(done.stdout.splitlines()[-1]), want, rtol=1e-6, atol=1e-6)
@@ -231,7 +231,7 @@ def test_a_pretrained_longformer_rebuilds_from_its_config_alone(task, tmp_path):
     tokenizer = load_tokenizer("builtin")
     config = LongformerConfig(vocab_size=len(tokenizer), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                               intermediate_size=32, max_position_embeddings=400, attention_window=8,
-                              type_vocab_size=1, pad_token_id=tokenizer.pad_token_id)  # fmt: skip
+                              type_vocab_size=1, pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(1)
     LongformerModel(config).save_pretrained(tmp_path / "longformer")
     checkpoint = tmp_path / "best.ckpt"
@@ -272,7 +272,7 @@ def test_the_minilm_converted_to_a_longformer_rebuilds_without_reading_the_bert(
 def test_rerank_adds_the_scores_and_sorts_each_query_rank_0_first(checkpoint, task):
     queries, documents, pairs = pairs_of(task)
     frame = pd.DataFrame({"qid": [q for q, _ in pairs], "query": queries, "docno": [d for _, d in pairs],
-                          "text": [d.text for d in documents], "title": [d.title for d in documents]})  # fmt: skip
+                          "text": [d.text for d in documents], "title": [d.title for d in documents]})
     ranker = load(checkpoint)
     scores = dict(zip(pairs, ranker.score_pairs(queries, documents).tolist()))
     ranked = ranker.rerank(frame.sample(frac=1, random_state=0))

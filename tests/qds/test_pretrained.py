@@ -96,7 +96,7 @@ def test_the_config_follows_bert_with_the_given_window_and_dropout(models):
     assert config.hidden_dropout_prob == config.attention_probs_dropout_prob == 0.1
     assert config.max_position_embeddings == 512 + 0 + 1  # max_length + pad + 1, BERT's [PAD] = 0
     for key in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                "layer_norm_eps", "hidden_act", "type_vocab_size", "pad_token_id"):  # fmt: skip
+                "layer_norm_eps", "hidden_act", "type_vocab_size", "pad_token_id"):
         assert getattr(config, key) == getattr(bert.config, key), key
     assert not longformer.training
 
@@ -144,12 +144,12 @@ def test_bert_tokenizer_gets_cls_sep_as_bos_eos_without_growing():
     sos = build_qds_input(query, sentences, bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id, layout="sos")
     assert tokenizer.convert_ids_to_tokens(sos.input_ids) == [
         "[CLS]", "flea", "bites", "[SEP]", "[CLS]", "flea", "##s", "bite", ".", "[CLS]", "dogs", "scratch", ".", "[SEP]"
-    ]  # fmt: skip
+    ]
     official = build_qds_input(query, sentences, bos=tokenizer.bos_token_id, eos=tokenizer.eos_token_id)
     assert tokenizer.convert_ids_to_tokens(official.input_ids) == [
         "[CLS]", "[CLS]", "flea", "bites", "[SEP]", "[CLS]", "[CLS]", "flea", "##s", "bite", ".", "[SEP]",
         "[CLS]", "[CLS]", "dogs", "scratch", ".", "[SEP]", "[SEP]",
-    ]  # fmt: skip
+    ]
 
 
 def test_missing_package_names_the_extra(monkeypatch):

@@ -31,7 +31,7 @@ def test_training_step_is_the_official_weighted_bce(negatives, balanced, positiv
     model.model = FixedScores(scores)
     labels = torch.tensor([1.0] + [0.0] * negatives)
     by_hand = (positive_weight * math.log(1 + math.exp(-2.0))
-               + sum(math.log(1 + math.exp(s)) for s in scores[1:])) / len(scores)  # fmt: skip
+               + sum(math.log(1 + math.exp(s)) for s in scores[1:])) / len(scores)
     loss = model.training_step({"labels": labels}, 0)
     assert loss.item() == pytest.approx(by_hand, abs=1e-6)
 
@@ -43,7 +43,7 @@ def test_a_pretrained_encoder_trains_with_its_dropout(tmp_path):
 
     config = LongformerConfig(vocab_size=50, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
                               intermediate_size=16, max_position_embeddings=70, attention_window=4, pad_token_id=1,
-                              hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)  # fmt: skip
+                              hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1)
     LongformerModel(config).save_pretrained(tmp_path)
     assert not LongformerModel.from_pretrained(tmp_path).training  # what the ranker is given
     model = QDSRanker(encoder=str(tmp_path), tokenizer="builtin", window=4, max_length=64)

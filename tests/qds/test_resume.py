@@ -46,9 +46,9 @@ TINY = [
     # 0.400, 0.417, 0.417 at steps 20, 40, 60; a tie keeps the earlier), the one a kill interrupts. The official
     # layout and positives, or seed 0, make it step 20's, before any kill.
     "--data.layout", "sos", "--data.positives", "qrels", "--seed_everything", "5",
-]  # fmt: skip
+]
 KILLS = [("train-batch:15", 10), ("validation-start:20", 10), ("validation-batch:40", 30), ("writing-last:41", 30),
-         ("train-batch-start:42", 41), ("test-batch", 60), ("writing-outputs", 60)]  # fmt: skip
+         ("train-batch-start:42", 41), ("test-batch", 60), ("writing-outputs", 60)]
 KILL_RUN = Path(__file__).parents[1] / "tools" / "kill_run.py"
 OUTPUTS = ("run.trec", "metrics.json", "logs/metrics.csv")
 
@@ -113,7 +113,7 @@ def slurm_job(restarts: int) -> dict:
     """What srun sets for a job of one task (Lightning's SLURMEnvironment reads it), run `restarts` times again."""
     return {"SLURM_JOB_ID": "4243", "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_NTASKS_PER_NODE": "1",
             "SLURM_NNODES": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0", "SLURM_NODEID": "0",
-            "SLURM_NODELIST": "localhost", "SLURM_RESTART_COUNT": str(restarts)}  # fmt: skip
+            "SLURM_NODELIST": "localhost", "SLURM_RESTART_COUNT": str(restarts)}
 
 
 @pytest.mark.parametrize("kill, resumes", [("train-batch:15", True), ("train-batch:5", False)],
@@ -142,7 +142,7 @@ def test_a_requeued_job_refuses_a_folder_of_other_settings(runs, tmp_path):
     shutil.copytree(runs[1], folder)
     (folder / "metrics.json").unlink()
     line = refused("qds.train", [*TINY, "--model.window", "16", "--output_dir", str(folder)], tmp_path,
-                   "model.window: 8 there, 16 here", inputs=folder, env=slurm_job(1))  # fmt: skip
+                   "model.window: 8 there, 16 here", inputs=folder, env=slurm_job(1))
     assert line.startswith(f"error: --ckpt_path last resumes {folder} with its config.yaml")
 
 
@@ -152,7 +152,7 @@ def test_a_resumed_run_refuses_other_settings(runs, tmp_path):
     shutil.copytree(runs[1], unfinished)
     (unfinished / "metrics.json").unlink()
     line = refused("qds.train", [*TINY, "--model.window", "16", "--output_dir", str(unfinished), "--ckpt_path",
-                                 "last"], tmp_path, "model.window: 8 there, 16 here", inputs=unfinished)  # fmt: skip
+                                 "last"], tmp_path, "model.window: 8 there, 16 here", inputs=unfinished)
     assert line.startswith(f"error: --ckpt_path last resumes {unfinished} with its config.yaml; other settings given")
 
 
@@ -167,7 +167,7 @@ EPOCHS_RUN = [
     "--data.layout", "sos", "--data.positives", "qrels", "--trainer.max_epochs", "3", "--trainer.max_steps", "-1",
     "--trainer.val_check_interval", "10", "--trainer.log_every_n_steps", "2", "--trainer.enable_progress_bar", "false",
     "--save_every_n_steps", "4",
-]  # fmt: skip
+]
 #: Killed in the middle of epoch 1; right after the save due at epoch 1's last step, made at the next (epoch 2's
 #: first: `common.training.resume.LastCheckpoint`); in the middle of epoch 2; during the test, after the last epoch.
 #: Each resumed run killed again.
@@ -193,7 +193,7 @@ def _small_training_task(folder: Path) -> list[str]:
     write_collection(folder / "docs.jsonl", source.documents().get_many(needed))
     return ["--data.train.topics_path", str(folder / "topics.tsv"), "--data.train.qrels_path",
             str(folder / "qrels.txt"), "--data.train.candidates_path", str(folder / "run.trec"),
-            "--data.train.collection_path", str(folder / "docs.jsonl"), "--data.train.name", "small"]  # fmt: skip
+            "--data.train.collection_path", str(folder / "docs.jsonl"), "--data.train.name", "small"]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ TINY = [
     "--model.num_layers", "1", "--model.hidden_size", "32", "--model.num_heads", "1",
     "--model.intermediate_size", "64", "--model.window", "8", "--model.impl", "portable",
     "--data.max_length", "192", *TINY_RUN,
-]  # fmt: skip
+]
 
 
 trained = tiny_run(train.main, TINY)
@@ -59,7 +59,7 @@ def test_evaluate_re_ranks_with_the_best_checkpoint(trained, tmp_path):
     assert set(metrics) == {"qds", "bm25"}
     evaluated = json.loads((tmp_path / "eval" / "provenance.json").read_text())
     assert evaluated["command"] == (f"python -m qds.evaluate --checkpoint {best} --task builtin:test --depth 10 "
-                                    f"--output_dir {tmp_path / 'eval'}")  # fmt: skip
+                                    f"--output_dir {tmp_path / 'eval'}")
     assert evaluated["commit"] == json.loads((out / "provenance.json").read_text())["commit"]
 
 
@@ -106,7 +106,7 @@ def test_loggers_given_write_beside_the_runs_own_log(trained, tmp_path):
                 "--trainer.logger+", "lightning.pytorch.loggers.CSVLogger",
                 "--trainer.logger.save_dir", str(tmp_path / "csv"),
                 "--trainer.logger+", "lightning.pytorch.loggers.TensorBoardLogger",
-                "--trainer.logger.save_dir", str(tmp_path / "tb")])  # fmt: skip
+                "--trainer.logger.save_dir", str(tmp_path / "tb")])
     assert (out / "logs" / "metrics.csv").read_bytes() == (alone / "logs" / "metrics.csv").read_bytes()
     with open(alone / "logs" / "metrics.csv", newline="") as f:
         dev = {int(r["step"]): float(r["dev/mrr@10"]) for r in csv.DictReader(f) if r["dev/mrr@10"]}

@@ -17,14 +17,14 @@ pytestmark = pytest.mark.slow
 
 #: test_resume's tiny run cut to 12 steps, dev every 6, the loss logged every 2.
 RUN = [*TINY, "--trainer.max_steps", "12", "--trainer.val_check_interval", "6", "--trainer.log_every_n_steps", "2",
-       "--save_every_n_steps", "4"]  # fmt: skip
+       "--save_every_n_steps", "4"]
 
 
 def test_two_loader_workers_give_the_run_of_none(tmp_path):
     for workers in (0, 2):
         done = subprocess.run([sys.executable, "-m", "qds.train", *RUN, "--data.num_workers", str(workers),
                                "--output_dir", f"w{workers}"], cwd=tmp_path, capture_output=True, text=True,
-                              timeout=600)  # fmt: skip
+                              timeout=600)
         assert done.returncode == 0, done.stderr
     for output in OUTPUTS:
         assert (tmp_path / "w2" / output).read_bytes() == (tmp_path / "w0" / output).read_bytes(), output

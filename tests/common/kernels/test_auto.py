@@ -49,7 +49,7 @@ def test_cuda_runs_flex_where_it_compiles(gpu):
     "capability, triton, head_dim, why",
     [((6, 1), True, 64, "Pascal: no Triton backend"), ((8, 0), False, 64, "Triton not installed"),
      ((8, 0), True, 8, "head_dim under 16: Triton's tl.dot")],
-)  # fmt: skip
+)
 def test_cuda_runs_portable_where_flex_cannot_compile(gpu, capability, triton, head_dim, why):
     gpu.update(capability=capability, triton=triton)
     assert auto_implementation(CUDA, head_dim) == "portable", why

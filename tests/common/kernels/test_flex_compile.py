@@ -165,7 +165,7 @@ def test_the_processes_agree(auto_flex, monkeypatch, recwarn, other_succeeded):
     warned = [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)]
     assert warned == ([] if other_succeeded else
                       ["impl='auto' falls back to the portable kernel: FlexAttention failed to compile on another "
-                       "process of this job"])  # fmt: skip
+                       "process of this job"])
 
 
 def _process(rank: int, init: str, out: str) -> None:
@@ -179,7 +179,7 @@ def _process(rank: int, init: str, out: str) -> None:
         warnings.simplefilter("always")
         outputs = [qds_attention(**inputs, impl="auto") for _ in range(2)]
     torch.save({"outputs": outputs, "portable": portable_attention(**inputs), "warnings": [str(w.message) for w in
-                warned]}, f"{out}/rank{rank}.pt")  # fmt: skip
+                warned]}, f"{out}/rank{rank}.pt")
     dist.barrier()
     dist.destroy_process_group()
     os._exit(0)  # as tests/distributed do: no interpreter teardown with gloo threads still joinable
