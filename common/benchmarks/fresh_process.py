@@ -26,10 +26,13 @@ def guarded(measure: Callable[..., dict], /, *args, **kwargs) -> dict:
             torch.cuda.empty_cache()
 
 
-def measure_in_child(module: str, spec: dict, timeout: float) -> dict:
-    """``python -m module --_one SPEC`` (`spec` as JSON: the measurement's keyword arguments): its result, or
-    ``{"skipped": reason}``."""
-    result = run_isolated([sys.executable, "-m", module, "--_one", json.dumps(spec)], timeout)
+def measure_in_child(module: str, spec: dict, timeout: float, env: dict[str, object] | None = None) -> dict:
+    """``python -m module --_one SPEC`` (`spec` as JSON: the measurement's keyword arguments) with the variables
+    `env` set: its result, or ``{"skipped": reason}``."""
+    command = [sys.executable, "-m", module, "--_one", json.dumps(spec)]
+    if env:
+        command = ["env", *(f"{key}={value}" for key, value in env.items()), *command]
+    result = run_isolated(command, timeout)
     if result.get("skipped", "").startswith("over the"):
         result["skipped"] += " (--timeout)"
     return result
