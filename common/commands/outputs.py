@@ -30,24 +30,28 @@ def top(run: Run, depth: int) -> Run:
 
 
 def write_results(output_dir: Path, name: str, run: Run, qrels: Qrels, candidates: Run, relevance_level: int, *,
-                  measures: tuple[str, ...], task, dataset: str | None, others: dict | None = None) -> dict | None:
+                  measures: tuple[str, ...], task, dataset: str | None, others: dict | None = None,
+                  overwrite: bool = False) -> dict | None:
     """Write ``run.trec``, ``task.json`` and, last, ``metrics.json``."""
-    return _write(output_dir, {RUN: (name, run)}, qrels, candidates, relevance_level, measures, task, dataset, others)
+    return _write(output_dir, {RUN: (name, run)}, qrels, candidates, relevance_level, measures=measures, task=task,
+                  dataset=dataset, others=others, overwrite=overwrite)
 
 
 def write_mode_results(output_dir: Path, name: str, runs: dict[str, Run], qrels: Qrels, candidates: Run,
                        relevance_level: int, *, measures: tuple[str, ...], task, dataset: str | None, depth: int,
-                       others: dict | None = None) -> dict | None:
+                       others: dict | None = None, overwrite: bool = False) -> dict | None:
     named = {mode_run(mode): (f"{name}-{mode}", top(run, depth)) for mode, run in runs.items()}
-    return _write(output_dir, named, qrels, candidates, relevance_level, measures, task, dataset, others, depth)
+    return _write(output_dir, named, qrels, candidates, relevance_level, measures=measures, task=task,
+                  dataset=dataset, others=others, depth=depth, overwrite=overwrite)
 
 
 def _write(output_dir: Path, runs: dict[str, tuple[str, Run]], qrels: Qrels, candidates: Run, relevance_level: int,
-           measures: tuple[str, ...], task, dataset: str | None, others: dict | None, depth: int | None = None):
+           *, measures: tuple[str, ...], task, dataset: str | None, others: dict | None = None,
+           depth: int | None = None, overwrite: bool = False) -> dict | None:
     for file, (name, run) in runs.items():
-        write_run(output_dir / file, run, tag=name)
+        write_run(output_dir / file, run, tag=name, overwrite=overwrite)
     if not qrels:
-        write_task_info(output_dir, task, dataset)
+        write_task_info(output_dir, task, dataset, overwrite=overwrite)
         return None
     metrics = {name: evaluate_run(qrels, run, measures, relevance_level=relevance_level) for name, run in runs.values()}
     queries = dict.fromkeys(qid for _, run in runs.values() for qid in run)
@@ -55,8 +59,8 @@ def _write(output_dir: Path, runs: dict[str, tuple[str, Run]], qrels: Qrels, can
     metrics["bm25"] = evaluate_run(qrels, bm25 if depth is None else top(bm25, depth), measures,
                                    relevance_level=relevance_level)
     metrics.update(others or {})
-    write_task_info(output_dir, task, dataset)
-    with atomic_write(output_dir / "metrics.json") as f:
+    write_task_info(output_dir, task, dataset, overwrite=overwrite)
+    with atomic_write(output_dir / "metrics.json", overwrite=overwrite) as f:
         json.dump(metrics, f, indent=2, sort_keys=True)
         f.write("\n")
     return metrics

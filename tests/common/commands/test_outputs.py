@@ -30,6 +30,8 @@ def test_one_run_is_run_trec_beside_bm25_and_the_baselines(tmp_path):
     with pytest.raises(FileExistsError):  # never over a finished run's files
         write_results(tmp_path, "mine", run, QRELS, CANDIDATES, 1, measures=MEASURES, task="builtin:test",
                       dataset=None)
+    write_results(tmp_path, "mine", run, QRELS, CANDIDATES, 1, measures=MEASURES, task="builtin:test", dataset=None,
+                  overwrite=True)  # a resumed run's test, which a kill interrupted after its first files
 
 
 def test_several_runs_are_cut_to_the_depth_and_so_is_bm25(tmp_path):
