@@ -1,6 +1,6 @@
 """``python -m conformer_kernel.evaluate --checkpoint CKPT --task TASK``: re-rank (``--modes rerank``, the top
 ``--depth``) and/or fully retrieve (``--modes fullrank``, the top 100 from an impact index built into
-``OUTPUT_DIR/index`` or read from ``--index``) with a trained NDRM, and compare with Table 1 of Mitra et al. 2021.
+``OUTPUT_DIR/index`` or read from ``--index``) with a trained NDRM, and compare with Table 1 of Mitra et al., "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence" (TREC 2020).
 
 ``TASK``: ``irds:msmarco-document/trec-dl-2020/judged``, ``builtin:test``, ``--topics/--qrels/--run/--collection``
 files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.<mode>.trec``, ``task.json`` and, with qrels, ``metrics.json``

@@ -1,5 +1,5 @@
 """``python -m conformer_kernel.index --checkpoint CKPT --collection TASK --query_tasks TASK --output_dir DIR``:
-precompute the impact index of a trained NDRM (s_td for every term and document, `conformer_kernel.impact_index`) for
+precompute the impact index of a trained NDRM (Mitra et al., "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence"; s_td for every term and document, `conformer_kernel.impact_index`) for
 full retrieval (``python -m conformer_kernel.evaluate --index DIR``).
 
 The terms: every analysed term of the ``--query_tasks``' topics (the first 20 of each, as the official code), and

@@ -1,5 +1,6 @@
 """``python -m earl.evaluate --checkpoint CKPT --task TASK [--store DIR]``: re-rank a candidate run with a trained
-EARL (Gao, Dai, Callan 2020) and compare with Table 2: T_qry once per query, then the judge blocks over the top
+EARL (Gao, Dai, Callan 2020, "EARL: Speedup Transformer-based Rankers with Pre-computed Representation") and
+compare with Table 2: T_qry once per query, then the judge blocks over the top
 ``--depth`` candidates in batches, their keys and values read from an ``earl.index`` store (S2), computed from its
 D (S1), or end to end through T_doc without ``--store``. ``--compare_end_to_end`` also scores end to end and writes
 the largest score difference and the NDCG@10 change to ``exactness.json``.

@@ -1,5 +1,6 @@
 """``python -m earl.index --checkpoint CKPT --strategy s1|s2 --collection TASK --output_dir DIR``: precompute the
-document representations of a trained EARL (Gao, Dai, Callan 2020, Sec. 3.3) for ``python -m earl.evaluate --store``.
+document representations of a trained EARL (Gao, Dai, Callan 2020, "EARL: Speedup Transformer-based Rankers with
+Pre-computed Representation", Sec. 3.3) for ``python -m earl.evaluate --store``.
 
 S1 stores D = T_doc(doc), h numbers per token; S2 stores D' of Eq. 25, each judge block's keys and values of D,
 2·K·h per token. A document's rows are its real tokens ([CLS] and [SEP] included), tokenised as in training; every

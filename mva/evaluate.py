@@ -1,5 +1,5 @@
 """``python -m mva.evaluate --checkpoint CKPT --task TASK [--store DIR] [--rescore CA_CKPT]``: re-rank a candidate
-run with a trained MVA, dual encoder (DE) or cross-attention model (CA) (Zhou and Devlin 2021), from the ``--store``
+run with a trained MVA, dual encoder (DE) or cross-attention model (CA) (Zhou and Devlin 2021, "Multi-Vector Attention Models for Deep Re-ranking"), from the ``--store``
 ``mva.index`` built from this checkpoint or end to end (``--compare_end_to_end``: both, differences in
 ``exactness.json``), optionally followed by CA re-scoring the first pass's top K for each ``--rescore_top`` K
 (Table 6: ``run.<first>+ca@K.trec``; K at or beyond the depth is CA alone).

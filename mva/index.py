@@ -1,5 +1,5 @@
 """``python -m mva.index --checkpoint CKPT --collection TASK --output_dir DIR``: store the document representations of
-a trained MVA ([D_K | D_V] of each kept timestep, 2·H·p floats, Sec. 2.1 and Table 5) or dual encoder ([CLS], h
+a trained MVA (Zhou and Devlin 2021, "Multi-Vector Attention Models for Deep Re-ranking") ([D_K | D_V] of each kept timestep, 2·H·p floats, Sec. 2.1 and Table 5) or dual encoder ([CLS], h
 floats), so that ``python -m mva.evaluate --store DIR`` re-ranks without encoding a document at query time.
 
 Every document of ``--collection`` is stored in its order, tokenised as in training, in shards of ``--shard_size``

@@ -1,4 +1,5 @@
-"""``python -m qds.evaluate --checkpoint CKPT --task TASK``: re-rank a candidate run with a trained QDS-Transformer.
+"""``python -m qds.evaluate --checkpoint CKPT --task TASK``: re-rank a candidate run with a trained QDS-Transformer
+(Jiang et al., "Long Document Ranking with Query-Directed Sparse Transformer", Findings of EMNLP 2020).
 
 ``CKPT``: a `qds.train` checkpoint or the official release (`qds.checkpoint`, with ``--encoder`` and
 ``--tokenizer``). Writes ``run.trec``, ``metrics.json`` and ``task.json`` into ``--output_dir``, re-ranking

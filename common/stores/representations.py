@@ -207,9 +207,7 @@ class RepresentationStore:
     def open(cls, folder: str | os.PathLike, expect: dict | None = None, verify: bool = False) -> RepresentationStore:
         """Open the finished store in `folder`: its manifest, the shards' sizes and the mapped id table."""
         folder = Path(folder)
-        manifest = _finished_manifest(folder)
-        if expect:
-            _check_identity(folder, manifest["identity"], expect)
+        manifest = _finished_manifest(folder, expect)
         if verify:
             verify_store(folder)
         ids, locations = _id_table(folder, manifest["documents"])
@@ -335,8 +333,9 @@ def _plan_order(ids: np.ndarray, locations: np.ndarray) -> list[str]:
     return [doc_id.decode("utf-8") for doc_id in ordered.tolist()]
 
 
-def _finished_manifest(folder: Path) -> dict:
-    """The manifest of the finished store in `folder`, of this `FORMAT`, each shard file of the size it lists."""
+def _finished_manifest(folder: Path, expect: dict | None = None) -> dict:
+    """The manifest of the finished store in `folder`, of this `FORMAT`, built as `expect` says (where given), each
+    shard file of the size it lists."""
     if not (folder / MANIFEST).is_file():
         unfinished = " (an unfinished one: resume its build)" if (folder / PLAN).is_file() else ""
         raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST}, which a build writes last)"
@@ -345,6 +344,8 @@ def _finished_manifest(folder: Path) -> dict:
     if manifest.get("format") != FORMAT:
         raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
                                 f"format {FORMAT} (rebuild the store)")
+    if expect:
+        _check_identity(folder, manifest["identity"], expect)
     itemsize = np.dtype(manifest["dtype"]).itemsize
     for shard in manifest["shards"]:
         path = folder / shard["file"]

@@ -32,7 +32,6 @@ FILES = {
     "unfinished/shards/plan.json": "{}\n",
     **{f"index/{name}": "" for name in ("data.npy", "indices.npy", "indptr.npy", "terms.txt", "doc_ids.txt",
                                         "meta.json")},
-    **{f"old_index/{name}": "" for name in ("index.npz", "terms.txt", "doc_ids.txt", "meta.json")},
 }
 #: Checkpoint contents, each just enough to pass (or fail) the check of its kind.
 CHECKPOINTS = {
@@ -92,8 +91,6 @@ CK_CASES = [
     (["--index", "{in}/not_an_index"], "argument --index: {in}/not_an_index holds no finished conformer_kernel.index "
                                        "index (no data.npy, indices.npy, indptr.npy, terms.txt, doc_ids.txt, "
                                        "meta.json)"),
-    (["--index", "{in}/old_index"], "argument --index: {in}/old_index holds an index built by an older version of "
-                                    "conformer_kernel.index (index.npz); build it again"),
     (["--modes", "rerank", "--index", "{in}/index"],
      "--index: only fullrank reads an index; add it to --modes, or leave --index out"),
     (["--test_queries", "0"], "argument --test_queries: must be a positive integer, got 0"),

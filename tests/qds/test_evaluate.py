@@ -1,6 +1,7 @@
 """`qds.evaluate` and `qds.train.paper_tables`: the re-ranking depth a checkpoint carries, task.json, and the paper's
 tables compared only on the paper's dataset (a built-in or file task says there is nothing to compare with)."""
 
+import argparse
 import json
 import subprocess
 import sys
@@ -45,7 +46,9 @@ def test_datasets_are_those_of_tables_2_and_4():
 def test_the_choices_the_parser_reads_without_torch_are_the_papers_and_the_models():
     usage = evaluate.build_parser().format_usage()
     assert f"--dataset {{{','.join(DATASETS)}}}" in usage
-    assert f"--impl {{{','.join(get_args(Impl))}}}" in usage
+    assert [evaluate._implementation(impl) for impl in get_args(Impl)] == list(get_args(Impl))
+    with pytest.raises(argparse.ArgumentTypeError, match="invalid choice: 'cuda'"):
+        evaluate._implementation("cuda")
 
 
 def test_a_builtin_task_has_nothing_to_compare_with_but_shows_the_reported_rows_as_another_datasets():

@@ -30,9 +30,8 @@ def test_help_explains_the_task_forms(tmp_path):
     result = _train("--help", cwd=tmp_path)
     text = " ".join(result.stdout.split())
     assert result.returncode == 0
-    for words in ("--data.train.topics_path", "--data.train.rank_llm_path", "irds:<ir_datasets id>",
-                  "builtin:<split>", "train: one trained on the training task's collection and queries",
-                  "error stops"):
+    for words in ("--data.train TRAIN", "builtin:<split>", "irds:<id>", "TREC files or a rank_llm file",
+                  '(README, "Your own data")'):
         assert words in text, words
 
 
