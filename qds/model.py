@@ -126,7 +126,7 @@ class Ranker(nn.Module):
         self.encoder, self.head, self.pattern = encoder, head, pattern
 
     def forward(self, batch: dict[str, Tensor]) -> Tensor:
-        """`batch` from `qds.data.collate`; returns (B,) scores, one per document."""
+        """`batch` from `qds.batches.Encoder`; returns (B,) scores, one per document."""
         scores = self.head(self.pooled(batch))  # (B,), or (P,) one per passage for the baselines
         if self.pattern == "maxp":
             doc = batch["passage_doc"]  # (P,) document index of each passage
