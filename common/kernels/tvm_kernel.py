@@ -632,7 +632,7 @@ class _Kernels:
         self.functions["attend"](q, self._frame(k, transposed=True), self._frame(v), k_global_t, v_global,
                                  layout.key_ok, layout.row_ok, layout.global_ok, rows.view(bh, -1, _TILE, head_dim),
                                  shape[1], k_global_t.shape[2] // _LANES)
-        return rows if n % _TILE == 0 else rows[:, :, :n].contiguous()
+        return rows if n % _TILE == 0 else rows[:, :, :n].clone(memory_format=torch.contiguous_format)  # not a view
 
     def band_qk(self, a: Tensor, b: Tensor) -> Tensor:
         """(BH, N, D) x (BH, N, D) -> band tiles: a[:, i] . b[:, j] for the keys j of row i's band."""

@@ -102,6 +102,14 @@ def test_sequence_shorter_than_window(n):
     check_matches_reference(q, k, v, is_global, global_qkv=global_qkv)
 
 
+def test_one_example_of_one_head_with_a_partial_tile():
+    """The ordinary rows of a (1, 1, N, D) input cut to N are contiguous: the output must still be its own tensor,
+    which the global rows are then written into (autograd refuses a view of a custom Function's output)."""
+    q, k, v, global_qkv = _inputs(1, 1, 33, seed=7)
+    is_global = _random_globals(1, 33, [3], torch.Generator().manual_seed(7))
+    check_matches_reference(q, k, v, is_global, global_qkv=global_qkv)
+
+
 @pytest.mark.parametrize("n", [16, 33, 47, 81])
 def test_length_not_a_multiple_of_the_tile(n):
     """16 fills the row tiles exactly; the others leave a partial last tile (and partial key tiles)."""
