@@ -82,8 +82,17 @@ def test_qds_train_refuses(tmp_path, args, expect):
     refused("qds.train", args, tmp_path, expect)
 
 
+@pytest.fixture(scope="module")
+def conformer_kernel_caches():
+    """The default's vocabulary and features built once (``conformer_kernel.prepare``): the model's checks run once
+    the data module has given it its vocabulary, and a cold cache prints its build's progress before the refusal."""
+    from conformer_kernel import prepare
+
+    prepare.main([])
+
+
 @pytest.mark.parametrize("args, expect", CK)
-def test_conformer_kernel_train_refuses(tmp_path, args, expect):
+def test_conformer_kernel_train_refuses(tmp_path, args, expect, conformer_kernel_caches):
     refused("conformer_kernel.train", args, tmp_path, expect)
 
 
