@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from common.data.formats import Document
-from common.portable import (CARD, KEY, Portable, PortableError, check_package, from_entry, materialized,
+from common.portable import (KEY, Portable, PortableError, check_package, from_entry, materialized,
                              read_folder, write_folder)
 
 PACKAGES = ("qds", "conformer_kernel", "earl", "mva")

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from common.metrics.ordering import ranked, with_unscored_below
 from common.io import DEFAULT_FALLBACK_ENCODING, atomic_write, read_lines

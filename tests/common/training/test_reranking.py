@@ -1,6 +1,5 @@
 """`common.training.reranking`: AdamW's parameter groups."""
 
-import torch
 from torch import nn
 
 from common.training.reranking import decay_groups
