@@ -1,8 +1,8 @@
 """Shared fixtures: the real evaluation data in ../shared/data, when present; one torch thread for tiny models.
 
-Under pytest-xdist (``-n 2``, as `.ci/run` runs the slow tier) each worker and every command it starts runs on one
-thread (``OMP_NUM_THREADS=1``, set before torch is imported): two workers of torch's default two threads each would
-put four spinning OpenMP threads on two cores.
+Under pytest-xdist (``-n 2``, as the README's test line and `.ci/run` run both tiers) each worker and every command it
+starts runs on one thread (``OMP_NUM_THREADS=1``, set before torch is imported): two workers of torch's default two
+threads each would put four spinning OpenMP threads on two cores.
 
 Every test starts with torch's own thread count (a benchmark's ``main(["--threads", "1"])`` called in-process
 would otherwise leave the rest of the session on one thread), and TVM's thread pool is sized from that count
@@ -24,6 +24,14 @@ SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 THREADS = torch.get_num_threads()
 if "OMP_NUM_THREADS" not in os.environ:
     os.environ.setdefault("TVM_NUM_THREADS", str(THREADS))
+
+
+def pytest_collection_modifyitems(items):
+    """The whole runs first, then the multi-process and kill-and-resume files, then the rest in collection order:
+    with ``--dist loadfile --no-loadscope-reorder`` (`.ci/run`'s slow tier) xdist hands files to its workers in this
+    order, so the longest start first and the short files fill the end."""
+    items.sort(key=lambda item: 0 if item.get_closest_marker("whole_run")
+               else 1 if "distributed" in item.path.parts or item.path.name == "test_resume.py" else 2)
 
 
 @pytest.fixture(autouse=True)
