@@ -52,17 +52,12 @@ def _costs_cells(files: Files, run: str | None, key: str) -> list[str]:
     return [by_size(value(costs, "joint_mmacs")), fixed(0)(value(costs, "bytes_per_document"))]
 
 
-def _default(files: Files) -> str:
-    rows = [("MVA (small, from scratch)", "default", "mva"), ("CA (same size, same training)", "default", "ca"),
-            ("DE (same size, same training)", "default", "de"), ("BM25 (the candidates)", "default", "bm25")]
-    return metrics_table(files, "run", rows, MEASURES)
-
-
-def _depth_100(files: Files) -> str:
-    rows = [("MVA, 400 steps (the default's)", "default-depth100", "mva"),
-            ("MVA, 800 steps", "default-depth100-800-steps", "mva"),
-            ("BM25 (the candidates)", "default-depth100", "bm25")]
-    return metrics_table(files, "trained and re-ranking BM25's top 100", rows, [NDCG, MRR10])
+_default = metrics_table("run", MEASURES, [
+    ("MVA (small, from scratch)", "default", "mva"), ("CA (same size, same training)", "default", "ca"),
+    ("DE (same size, same training)", "default", "de"), ("BM25 (the candidates)", "default", "bm25")])
+_depth_100 = metrics_table("trained and re-ranking BM25's top 100", [NDCG, MRR10], [
+    ("MVA, 400 steps (the default's)", "default-depth100", "mva"),
+    ("MVA, 800 steps", "default-depth100-800-steps", "mva"), ("BM25 (the candidates)", "default-depth100", "bm25")])
 
 
 def _default_multipass(files: Files) -> str:
@@ -97,10 +92,9 @@ TREC_DL = [
 ]
 
 
-def _trec_dl(files: Files) -> str:
-    return metrics_table(files, "run", [(label, run, key) for label, run, key, _ in TREC_DL], MEASURES,
-                         bold_best=True, more=("joint compute (M MACs / query)", "bytes / document"),
-                         more_cells=lambda i: _costs_cells(files, TREC_DL[i][3], TREC_DL[i][2]))
+_trec_dl = metrics_table("run", MEASURES, [(label, run, key) for label, run, key, _ in TREC_DL], bold_best=True,
+                         more=("joint compute (M MACs / query)", "bytes / document"),
+                         more_cells=lambda files, i: _costs_cells(files, TREC_DL[i][3], TREC_DL[i][2]))
 
 
 #: The [CLS]-start ablation: model, query side, start, run folder.
@@ -123,22 +117,18 @@ def _cls_starts(files: Files) -> str:
     return markdown(header, "lllrrrrl", cells)
 
 
-def _mva1_settings(files: Files) -> str:
-    rows = [("the config (tied_init, lr 2e-5)", "mva1", "mva"),
-            ("independent projections, lr 1e-4 (EARL's real-data rate)", "mva1-independent-lr1e-4",
-             "mva"),
-            ("independent projections, lr 2e-5", "mva1-independent", "mva"),
-            ("tied_init, lr 1e-4", "mva1-lr1e-4", "mva"),
-            ("tied_init, lr 2e-5, encoder from the fine-tuned DE", "mva1-from-de", "mva"),
-            ("no training (tied_init; `--trainer.max_steps 0`)", "mva1-untrained", "mva"),
-            ("DE, no training (`--trainer.max_steps 0`)", "de-untrained", "de")]
-    return metrics_table(files, "change", rows, [NDCG])
+_mva1_settings = metrics_table("change", [NDCG], [
+    ("the config (tied_init, lr 2e-5)", "mva1", "mva"),
+    ("independent projections, lr 1e-4 (EARL's real-data rate)", "mva1-independent-lr1e-4", "mva"),
+    ("independent projections, lr 2e-5", "mva1-independent", "mva"), ("tied_init, lr 1e-4", "mva1-lr1e-4", "mva"),
+    ("tied_init, lr 2e-5, encoder from the fine-tuned DE", "mva1-from-de", "mva"),
+    ("no training (tied_init; `--trainer.max_steps 0`)", "mva1-untrained", "mva"),
+    ("DE, no training (`--trainer.max_steps 0`)", "de-untrained", "de")])
 
 
 def _pretrained(files: Files) -> str:
-    rows = [("MVA¹ from all-MiniLM-L6-v2 (the config)", "mva1", "mva"),
-            ("MVA¹ from `mva.pretrain`'s model", "mva1-pretrained", "mva")]
-    table = metrics_table(files, "run", rows, MEASURES)
+    table = metrics_table("run", MEASURES, [("MVA¹ from all-MiniLM-L6-v2 (the config)", "mva1", "mva"),
+                                            ("MVA¹ from `mva.pretrain`'s model", "mva1-pretrained", "mva")])(files)
     record = files.run_file("mva1-pretrained", "pretrain.json")
     if record is None:
         return table
@@ -154,18 +144,18 @@ CHAIN_STEPS = {"de": "DE", "mva2": "MVA²", "mva3": "MVA³"}
 def _chain(files: Files) -> str:
     """Sec. 3's chain (DE pre-trained, MVA pre-trained from it, then fine-tuned) against MVA² and MVA³ from the
     MiniLM."""
-    rows = [("MVA² from all-MiniLM-L6-v2 (the config)", "mva2", "mva"),
-            ("MVA² from the chain (`mva.pretrain` DE, then MVA)", "mva2-chain", "mva"),
-            ("MVA³ from all-MiniLM-L6-v2 (the config)", "mva3", "mva"),
-            ("MVA³ from the chain (the same DE)", "mva3-chain", "mva")]
-    table = metrics_table(files, "run", rows, MEASURES)
+    table = metrics_table("run", MEASURES, [
+        ("MVA² from all-MiniLM-L6-v2 (the config)", "mva2", "mva"),
+        ("MVA² from the chain (`mva.pretrain` DE, then MVA)", "mva2-chain", "mva"),
+        ("MVA³ from all-MiniLM-L6-v2 (the config)", "mva3", "mva"),
+        ("MVA³ from the chain (the same DE)", "mva3-chain", "mva")])(files)
     losses = []
     for run, step in (("mva2-chain", "de"), ("mva2-chain", "mva2"), ("mva3-chain", "mva3")):
         record = files.run_file(run, f"pretrain-{step}.json")
         if record is not None:
             before, after = record["probe_loss"]["before"], record["probe_loss"]["after"]
-            losses.append(f"{CHAIN_STEPS[step]} MLM {before['mlm']:.2f} -> {after['mlm']:.2f}, NSP {before['nsp']:.2f} -> "
-                          f"{after['nsp']:.2f}")
+            losses.append(f"{CHAIN_STEPS[step]} MLM {before['mlm']:.2f} -> {after['mlm']:.2f}, "
+                          f"NSP {before['nsp']:.2f} -> {after['nsp']:.2f}")
     if not losses:
         return table
     text = f"The probe batches' losses before and after pre-training (`runs/mva*-chain`): {'; '.join(losses)}."
