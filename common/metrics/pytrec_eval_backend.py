@@ -33,14 +33,9 @@ def request_names(request: TrecEvalRequest) -> tuple[str, ...]:
     return (request.alias,) if request.alias else output_names(request.spec)
 
 
-def trec_eval_per_query(
-    qrels: Mapping[str, Mapping[str, int]],
-    run: Mapping[str, Mapping[str, float]],
-    requests: Sequence[TrecEvalRequest],
-    *,
-    relevance_level: int,
-    depth: int | None,
-) -> dict[str, dict[str, float]]:
+def trec_eval_per_query(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
+                        requests: Sequence[TrecEvalRequest], *, relevance_level: int,
+                        depth: int | None) -> dict[str, dict[str, float]]:
     """``{printed name: {qid: value}}`` for every query in both the run and the qrels, in as few pytrec_eval passes
     as depths, relevance levels and parameter lists allow."""
     groups: dict[tuple[int | None, int], list[TrecEvalRequest]] = {}

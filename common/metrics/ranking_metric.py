@@ -30,17 +30,9 @@ class RankingMetrics(Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(
-        self,
-        qrels: Qrels,
-        measures: str | Iterable[str] = DEFAULT_MEASURES,
-        *,
-        relevance_level: int = 1,
-        complete: bool = False,
-        depth: int | None = None,
-        candidates: dict[str, dict[str, float]] | None = None,
-        **kwargs,
-    ) -> None:
+    def __init__(self, qrels: Qrels, measures: str | Iterable[str] = DEFAULT_MEASURES, *, relevance_level: int = 1,
+                 complete: bool = False, depth: int | None = None,
+                 candidates: dict[str, dict[str, float]] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.qrels = {str(qid): dict(labels) for qid, labels in qrels.items()}
         self.measures = (measures,) if isinstance(measures, str) else tuple(measures)
@@ -71,14 +63,8 @@ class RankingMetrics(Metric):
             run.setdefault(qid, {}).setdefault(docid, score)
         if self.candidates is not None:
             run = with_unscored_below(run, self.candidates)
-        values = evaluate_run(
-            self.qrels,
-            run,
-            self.measures,
-            relevance_level=self.relevance_level,
-            complete=self.complete,
-            depth=self.depth,
-        )
+        values = evaluate_run(self.qrels, run, self.measures, relevance_level=self.relevance_level,
+                              complete=self.complete, depth=self.depth)
         return {name: torch.tensor(value, dtype=torch.float64) for name, value in values.items()}
 
 
