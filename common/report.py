@@ -72,10 +72,8 @@ def reported_dir(root: str | os.PathLike | None = None) -> Path:
     given = root if root is not None else os.environ.get(ENV_VAR)
     path = Path(given) if given else Path(str(files("common") / "reported")).resolve()
     if not path.is_dir():
-        raise FileNotFoundError(
-            f"reported results not found at {path}: load_reported reads the papers' CSVs there "
-            f"(results/reported/*.csv of the repository); pass root=..., or set {ENV_VAR}"
-        )
+        raise FileNotFoundError(f"reported results not found at {path}: load_reported reads the papers' CSVs there "
+                                f"(results/reported/*.csv of the repository); pass root=..., or set {ENV_VAR}")
     return path
 
 
@@ -158,21 +156,16 @@ def _validate_metrics(data: Any) -> dict[str, dict[str, float]]:
     return out
 
 
-def reported_level(paper: str, dataset: str, kind: str) -> str:
-    """The relevance level of a reported number of `kind` (``binary``, ``graded`` or ``-``): the level where known
-    (``"1"``), ``"not stated"`` for a binary measure where not, else `kind`."""
-    if kind != "binary":
-        return kind
-    level = REPORTED_RELEVANCE_LEVELS.get((paper, dataset), 1 if dataset in BINARY_DATASETS else None)
-    return "not stated" if level is None else str(level)
-
-
-def reproduced_level(kind: str, relevance_level: int | None) -> str:
-    """The relevance level of a reproduced number of `kind`: `relevance_level` (``"not given"`` where None) for a
-    binary measure, else `kind`."""
-    if kind != "binary":
-        return kind
-    return "not given" if relevance_level is None else str(int(relevance_level))
+def _levels(rec: Mapping[str, Any], relevance_level: int | None) -> dict[str, str]:
+    """The relevance levels of a reported row and of its reproduced number: for a binary measure, the lowest label
+    counted relevant (``not stated``, ``not given`` where unknown); else ``graded``, or ``-`` for a raw number."""
+    if rec["scale"] == "raw" or not _BINARY.match(rec["metric"]):
+        kind = "-" if rec["scale"] == "raw" else "graded"
+        return {"reported_level": kind, "reproduced_level": kind}
+    reported = REPORTED_RELEVANCE_LEVELS.get((rec["paper"], rec["dataset"]), 1 if rec["dataset"] in BINARY_DATASETS
+                                             else None)
+    return {"reported_level": "not stated" if reported is None else str(reported),
+            "reproduced_level": "not given" if relevance_level is None else str(int(relevance_level))}
 
 
 def level_note(frame: pd.DataFrame) -> str | None:
@@ -218,13 +211,11 @@ def compare(reproduced: Mapping[str, Mapping[str, float]] | str | os.PathLike, p
     reported = load_reported(paper, table=tables, dataset=dataset, root=root)
     if reported.empty:
         everything = load_reported(paper, root=root)
-        raise ReportError(
-            f"no reported rows for paper {paper}"
-            f"{' table ' + ','.join(_as_list(tables)) if tables is not None else ''}"
-            f"{' dataset ' + ','.join(_as_list(dataset)) if dataset is not None else ''}; "
-            f"tables: {', '.join(dict.fromkeys(everything['table']))}; "
-            f"datasets: {', '.join(dict.fromkeys(everything['dataset']))}"
-        )
+        raise ReportError(f"no reported rows for paper {paper}"
+                          f"{' table ' + ','.join(_as_list(tables)) if tables is not None else ''}"
+                          f"{' dataset ' + ','.join(_as_list(dataset)) if dataset is not None else ''}; "
+                          f"tables: {', '.join(dict.fromkeys(everything['table']))}; "
+                          f"datasets: {', '.join(dict.fromkeys(everything['dataset']))}")
     out_cols = [*KEY_COLUMNS, "run", "reported", "reproduced", "diff", "scale", "reported_level", "reproduced_level",
                 "note"]
     rows: list[dict[str, Any]] = []
@@ -235,12 +226,8 @@ def compare(reproduced: Mapping[str, Mapping[str, float]] | str | os.PathLike, p
             if val is None and not include_missing:
                 continue
             repro = float("nan") if val is None else round(val * SCALES[rec["scale"]], _DECIMALS)
-            # binary (depends on the relevance level), graded, or - for a raw one (timings, sizes)
-            kind = "-" if rec["scale"] == "raw" else "binary" if _BINARY.match(rec["metric"]) else "graded"
             rows.append({**rec, "run": run, "reported": rec["value"], "reproduced": repro,
-                         "diff": round(repro - rec["value"], _DECIMALS),
-                         "reported_level": reported_level(rec["paper"], rec["dataset"], kind),
-                         "reproduced_level": reproduced_level(kind, relevance_level)})
+                         "diff": round(repro - rec["value"], _DECIMALS), **_levels(rec, relevance_level)})
     return pd.DataFrame(rows, columns=out_cols)
 
 
@@ -252,9 +239,7 @@ def paper_dataset(paper: str, task: Any, root: str | os.PathLike | None = None) 
     ident = task[len("irds:"):]
     dataset = next((d for prefix, d in IRDS_DATASETS.items() if ident == prefix or ident.startswith(prefix + "/")),
                    None)
-    if dataset is None or dataset not in set(load_reported(paper, root=root)["dataset"]):
-        return None
-    return dataset
+    return dataset if dataset is not None and dataset in set(load_reported(paper, root=root)["dataset"]) else None
 
 
 def task_label(task: Any) -> str:

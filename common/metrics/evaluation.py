@@ -93,24 +93,22 @@ def evaluate(qrels: Qrels, run: Run, measures: str | Iterable[str] = DEFAULT_MEA
 
 
 def _results(request: MeasureRequest, qrels: Qrels, run: Run, trec_eval_values: dict[str, dict[str, float]],
-             relevance_level: int, complete: bool, depth: int | None) -> Iterable[tuple[str, MeasureResult]]:
+             relevance_level: int, complete: bool, depth: int | None) -> list[tuple[str, MeasureResult]]:
     if isinstance(request, GainRequest):
         values, absent_topics = gain_per_query(qrels, run, request, depth=depth)
         missing = dict.fromkeys(absent_topics, 0.0) if complete else {}
-        yield request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, request.measure.digits)
-        return
+        return [(request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, request.measure.digits))]
     absent = sorted(qrels.keys() - run.keys())
     if isinstance(request, MsMarcoRRRequest):
-        values = _msmarco_rr(qrels, run, request, depth)
         missing = dict.fromkeys(absent, 0.0)
-        yield request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, TREC_EVAL_DIGITS)
-        return
+        values = _msmarco_rr(qrels, run, request, depth)
+        return [(request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, TREC_EVAL_DIGITS))]
     measure = request.measure
     level = relevance_level if request.relevance_level is None else request.relevance_level
     counted = absent if complete or request.complete else []
     missing = {qid: measure.missing_value(qrels[qid], level) for qid in counted}
-    for name in request_names(request):
-        yield name, MeasureResult(name, trec_eval_values[name], missing, measure.aggregation, TREC_EVAL_DIGITS)
+    return [(name, MeasureResult(name, trec_eval_values[name], missing, measure.aggregation, TREC_EVAL_DIGITS))
+            for name in request_names(request)]
 
 
 def _msmarco_rr(qrels: Qrels, run: Run, request: MsMarcoRRRequest, depth: int | None) -> dict[str, float]:

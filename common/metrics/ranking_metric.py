@@ -37,8 +37,7 @@ class RankingMetrics(Metric):
         self.qrels = {str(qid): dict(labels) for qid, labels in qrels.items()}
         self.measures = (measures,) if isinstance(measures, str) else tuple(measures)
         parse_measures(self.measures)  # an unknown measure fails here, not at the end of an epoch
-        self.relevance_level, self.complete, self.depth = relevance_level, complete, depth
-        self.candidates = candidates
+        self.relevance_level, self.complete, self.depth, self.candidates = relevance_level, complete, depth, candidates
         for name in _STATES:
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
@@ -82,8 +81,5 @@ def _cat(state: Tensor | list[Tensor]) -> Tensor:
 def _decode(data: Tensor, lengths: Tensor) -> list[str]:
     # a rank without data gives an empty float32 tensor, to which cat promotes the others
     raw = data.to(device="cpu", dtype=torch.uint8).numpy().tobytes()
-    ids, start = [], 0
-    for length in lengths.to(device="cpu", dtype=torch.int64).tolist():
-        ids.append(raw[start : start + length].decode("utf-8"))
-        start += length
-    return ids
+    ends = lengths.to(device="cpu", dtype=torch.int64).cumsum(0).tolist()
+    return [raw[start:end].decode("utf-8") for start, end in zip([0, *ends], ends)]

@@ -42,10 +42,9 @@ _trec_dl_tried = metrics_table("change from the config", MEASURES, [
 
 
 def _stores(files: Files) -> str:
-    rows = [("S1 fp32 (D)", "store-s1-fp32"), ("S1 fp16", "store-s1-fp16"), ("S2 fp32 (D', Eq. 25)", "store-s2-fp32"),
-            ("S2 fp16", "store-s2-fp16")]
     cells, end_to_end = [], []
-    for label, run in rows:
+    for label, run in (("S1 fp32 (D)", "store-s1-fp32"), ("S1 fp16", "store-s1-fp16"),
+                       ("S2 fp32 (D', Eq. 25)", "store-s2-fp32"), ("S2 fp16", "store-s2-fp16")):
         report = files.run_file(run, "exactness.json")
         if report is None:
             cells.append([label, "", "", "", "", ""])
@@ -61,12 +60,11 @@ def _stores(files: Files) -> str:
     return markdown(header, "lrrrrr", cells)
 
 
+_PUBLISHED = ("OPEN_AI_ADA2", "D_BERT_KD_TASB", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL")  # re-ranked and as published
 #: relevance_level.csv's rows the README shows, in its order: (run, ranking).
 LEVEL_ROWS = [("BM25 top 1000 (Anserini)", "as published")] + [
-    (f"{run} top 100", "reranking BM25 top 1000")
-    for run in ("BM25_RM3", "OPEN_AI_ADA2", "D_BERT_KD_TASB", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL")
-] + [(f"{run} top 100", "as published")
-     for run in ("OPEN_AI_ADA2", "D_BERT_KD_TASB", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL")]
+    (f"{run} top 100", "reranking BM25 top 1000") for run in ("BM25_RM3", *_PUBLISHED)] + [
+    (f"{run} top 100", "as published") for run in _PUBLISHED]
 RANKINGS = {"as published": "as published", "reranking BM25 top 1000": "re-ordering BM25's top 1,000"}
 
 
@@ -121,8 +119,7 @@ def _speed(folder: str, size: str, paper: bool):
         paper_speedups = _paper_speedups() if paper else {}
         cells = []
         for n in lengths:
-            ranker = by["bert_ranker", n]
-            line = [str(n), f"{number(ranker['ms']) / 1000:.1f}"]
+            line = [str(n), f"{number(by['bert_ranker', n]['ms']) / 1000:.1f}"]
             for impl in ("earl_s1", "earl_s2"):
                 r = by[impl, n]
                 seconds = f"{number(r['ms']) / 1000:.2f}"
@@ -157,9 +154,8 @@ def _bar(files: Files) -> str:
         rows = {r["impl"]: r for r in files.csv(f"bar/threads{threads}/speed.csv")}
         ranker = number(rows["bert_ranker"]["ms"])
         for impl, bar in (("earl_s1", 30), ("earl_s2", 120)):
-            r = rows[impl]
-            compute, warm, warm_read, cold = (number(r[key]) for key in ("compute_ms", "warm_ms", "warm_read_ms",
-                                                                          "ms"))
+            compute, warm, warm_read, cold = (number(rows[impl][key]) for key in ("compute_ms", "warm_ms",
+                                                                                  "warm_read_ms", "ms"))
             cells.append([str(threads), impl[-2:].upper(), f"{ranker / 1000:.2f}", fixed(0)(warm),
                           fixed(0)(warm_read), fixed(0)(cold), _times(ranker / compute),
                           (bold if ranker / warm >= bar else str)(_times(ranker / warm)), _times(ranker / cold),

@@ -88,8 +88,7 @@ TREC_DL = [
     ("MVA¹ + CA@10", "mva1-multipass", "mva+ca@10", "mva1-multipass"),
     ("MVA¹ + CA@50", "mva1-multipass", "mva+ca@50", "mva1-multipass"),
     ("DE + CA@10", "de-multipass", "de+ca@10", "de-multipass"),
-    ("DE + CA@50", "de-multipass", "de+ca@50", "de-multipass"),
-]
+    ("DE + CA@50", "de-multipass", "de+ca@50", "de-multipass")]
 
 
 _trec_dl = metrics_table("run", MEASURES, [(label, run, key) for label, run, key, _ in TREC_DL], bold_best=True,
@@ -100,12 +99,9 @@ _trec_dl = metrics_table("run", MEASURES, [(label, run, key) for label, run, key
 #: The [CLS]-start ablation: model, query side, start, run folder.
 CLS_STARTS = [
     ("MVA²", "every token", "copies", "mva2-copies-query-tokens"),
-    ("MVA²", "every token", "distinct", "mva2-distinct-query-tokens"),
-    ("MVA²", "8 [CLS]", "distinct", "mva2"),
+    ("MVA²", "every token", "distinct", "mva2-distinct-query-tokens"), ("MVA²", "8 [CLS]", "distinct", "mva2"),
     ("MVA³", "every token", "copies", "mva3-copies-query-tokens"),
-    ("MVA³", "every token", "distinct", "mva3-distinct-query-tokens"),
-    ("MVA³", "8 [CLS]", "distinct", "mva3"),
-]
+    ("MVA³", "every token", "distinct", "mva3-distinct-query-tokens"), ("MVA³", "8 [CLS]", "distinct", "mva3")]
 
 
 def _cls_starts(files: Files) -> str:
