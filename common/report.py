@@ -1,12 +1,8 @@
-"""Reproduced vs. reported: a run's metrics beside the numbers of the papers' tables.
-
-The reported numbers are ``results/reported/<paper>.csv`` (``common/reported`` links to that folder, so a wheel ships
-them): one row per printed cell, ``value`` in the paper's own ``scale`` (``0-1``, ``0-100``, or ``raw`` for timings
-and sizes). `compare` matches runs to methods by ``method_map`` (else by name) and measures by ``metric_map``, and puts
-the reproduced value in the row's scale, ``diff = reproduced - reported`` and each side's relevance level beside them
-(binary measures depend on trec_eval's ``-l``; `REPORTED_RELEVANCE_LEVELS`). ``task.json`` beside a ``metrics.json``
-names the task measured (`write_task_info`); the CLI prints a ``note:`` where it is another dataset than a row's, or
-where the two relevance levels differ. docs/report.md has the details.
+"""Reproduced vs. reported: a run's metrics beside the numbers of the papers' tables (``results/reported/<paper>.csv``,
+shipped in a wheel through the ``common/reported`` link), each ``value`` in the paper's own ``scale``. `compare` puts
+``diff = reproduced - reported`` in that scale and each side's relevance level beside them (binary measures depend on
+trec_eval's ``-l``); ``task.json`` beside a ``metrics.json`` names the task measured (`write_task_info`), and the CLI
+notes where its dataset or the relevance levels differ from a row's. docs/report.md has the details.
 
     python -m common.report outputs/metrics.json --paper qds --table 2 --dataset trec-dl-2019-doc \\
         --map qds=QDS-Transformer [--output report.md] [--relevance_level 1]
@@ -67,8 +63,7 @@ class ReportError(Exception):
 
 
 def reported_dir(root: str | os.PathLike | None = None) -> Path:
-    """The folder of the reported CSVs: `root`, else ``$EFFICIENT_RANKERS_REPORTED``, else the package data
-    ``common/reported``."""
+    """The folder of the reported CSVs: `root`, else ``$EFFICIENT_RANKERS_REPORTED``, else ``common/reported``."""
     given = root if root is not None else os.environ.get(ENV_VAR)
     path = Path(given) if given else Path(str(files("common") / "reported")).resolve()
     if not path.is_dir():

@@ -79,7 +79,8 @@ def synthetic_matrices(start: int, count: int, width: int, rows: int, seed: int,
     import numpy as np
 
     rngs = (np.random.default_rng((seed, i)) for i in range(start, start + count))
-    return [rng.standard_normal((int(rng.integers(1, 2 * rows)), width), dtype=np.float32).astype(dtype) for rng in rngs]
+    return [rng.standard_normal((int(rng.integers(1, 2 * rows)), width), dtype=np.float32).astype(dtype)
+            for rng in rngs]
 
 
 def measure_training_build(paths: dict, cache: str) -> dict:
@@ -194,8 +195,7 @@ MEASURES = {"training_build": measure_training_build, "training_process": measur
 
 
 def extrapolate(rows: list[dict]) -> dict:
-    """Each measure fitted linearly in the size and evaluated at MS MARCO's, with what follows for a node of 8
-    training processes and the papers' stores."""
+    """Each measure fitted linearly in the size at MS MARCO's; what follows for 8 training processes and the stores."""
     out: dict = {"training": {}, "store": {}}
     measured = {part: [r for r in rows if r["part"] == part and not r.get("skipped")]
                 for part in ("training", "store", "paper_store")}
@@ -338,11 +338,10 @@ def report(rows: list[dict]) -> str:
         if r.get("skipped"):
             lines.append(f"{r['part']}: skipped ({r['skipped']})")
         elif r["part"] == "training":
-            lines.append(f"training {r['candidates']:>11,}: build {r['build_s']:8.1f} s, "
-                         f"{r['bytes_per_candidate']:.2f} B/candidate, builder peak {r['peak_mb']:,.0f} MB, "
-                         f"process private {r['private_mb']:,.1f} MB"
-                         + (f" (dicts: {r['dicts_private_mb']:,.0f} MB)" if "dicts_private_mb" in r else "")
-                         + f", draw {r['draw_us']:.0f} us")
+            dicts = f" (dicts: {r['dicts_private_mb']:,.0f} MB)" if "dicts_private_mb" in r else ""
+            lines.append(f"training {r['candidates']:>11,}: build {r['build_s']:8.1f} s, {r['bytes_per_candidate']:.2f}"
+                         f" B/candidate, builder peak {r['peak_mb']:,.0f} MB, process private {r['private_mb']:,.1f} MB"
+                         f"{dicts}, draw {r['draw_us']:.0f} us")
         else:
             lines.append(f"store {r['documents']:>11,}: build {r['build_s']:7.1f} s, {r['bytes'] / 2**20:,.1f} MiB, "
                          f"open {r['open_s'] * 1e3:.1f} ms, private {r['private_mb']:.1f} MB, per query: scattered "

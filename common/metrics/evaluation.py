@@ -46,8 +46,7 @@ class MeasureResult:
 
     @functools.cached_property
     def summary(self) -> float:
-        """The summary over all queries, added left to right in query order as the tools do (Python 3.12's sum()
-        compensates rounding)."""
+        """The summary, added left to right in query order as the tools do (Python 3.12's sum() compensates)."""
         count = len(self.values) + len(self.missing)
         total = functools.reduce(operator.add, self.values.values(), 0.0)
         if self.aggregation is Aggregation.GEOMETRIC:
@@ -125,8 +124,7 @@ def _msmarco_rr(qrels: Qrels, run: Run, request: MsMarcoRRRequest, depth: int | 
 
 def evaluate_run(qrels: Qrels, run: Run, measures: str | Iterable[str] = DEFAULT_MEASURES,
                  **options) -> dict[str, float]:
-    """``{measure: summary value}`` (trec_eval's ``all`` lines; gdeval's ``amean``), unrounded; `options`: as in
-    `evaluate`."""
+    """``{measure: summary value}`` (trec_eval's ``all``, gdeval's ``amean``), unrounded; `options`: `evaluate`'s."""
     return {name: result.summary for name, result in evaluate(qrels, run, measures, **options).items()}
 
 

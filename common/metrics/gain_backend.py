@@ -13,8 +13,7 @@ from common.metrics.registry import GainRequest
 
 def gain_per_query(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]], request: GainRequest,
                    *, depth: int | None) -> tuple[dict[str, float], list[str]]:
-    """``({query: value}, [counted queries absent from the run])``; the ranking cut at ``min(k, depth)``, the ideal
-    at k."""
+    """``({query: value}, [counted queries absent from the run])``; the ranking cut at ``min(k, depth)``, ideal at k."""
     measure, k = request.measure, request.k
     if measure.gdeval_topics:
         check_gdeval_labels(qrels)

@@ -34,9 +34,8 @@ def _registry() -> dict[str, Table]:
     for module in (mva_tables, earl_tables, qds_tables, conformer_kernel_tables, kernels_tables, scale_tables,
                    loaders_tables):
         for table in module.TABLES:
-            if table.id in tables:
+            if tables.setdefault(table.id, table) is not table:
                 raise ValueError(f"table {table.id} registered twice")
-            tables[table.id] = table
     return tables
 
 

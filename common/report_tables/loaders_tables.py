@@ -16,8 +16,7 @@ def _cell(rows: dict, loader: str, workers: int, key: str, places: int) -> str:
 
 
 def _throughput(files: Files) -> str:
-    """Examples a second at each worker count, then the milliseconds to make one model step's input and the
-    seconds to the first batch, at each."""
+    """Examples a second, ms to make one model step's input and seconds to the first batch, at each worker count."""
     measured = files.csv("loaders.csv")
     loaders = list(dict.fromkeys(r["impl"] for r in measured))  # in the file's order
     workers = sorted({int(r["workers"]) for r in measured})

@@ -25,18 +25,15 @@ def _speed_label(row: dict) -> str:
 
 def _speed(size: str):
     def render(files: Files) -> str:
-        rows = [r for r in files.csv("speed.csv") if r["size"] == size]
         cells = []
-        for r in rows:
+        for r in (r for r in files.csv("speed.csv") if r["size"] == size):
             ms = number(r["ms"])
             times = fixed(2 if ms < 10 else 1 if ms < 1000 else 0)  # the places of the row's total
-            cells.append([
-                _speed_label(r), times(ms), times(number(r["read_ms"])), times(number(r["compute_ms"])),
-                times(number(r["warm_read_ms"])), by_size(number(r["mflops"]), ((1000, 1),)),
-                fixed(1)(number(r["compute_gflops_per_s"])), fixed(0)(number(r["ca_time_ratio"])),
-                fixed(0)(number(r["ca_compute_ratio"])), fixed(0)(number(r["ca_macs_ratio"])),
-                fixed(0)(number(r["bytes_per_document"])),
-            ])
+            timed = ("ms", "read_ms", "compute_ms", "warm_read_ms")
+            whole = ("ca_time_ratio", "ca_compute_ratio", "ca_macs_ratio", "bytes_per_document")
+            cells.append([_speed_label(r), *(times(number(r[k])) for k in timed),
+                          by_size(number(r["mflops"]), ((1000, 1),)), fixed(1)(number(r["compute_gflops_per_s"])),
+                          *(fixed(0)(number(r[k])) for k in whole)])
         header = ["method", "ms / query", "read (cold)", "compute", "warm read", "M MACs (calculator)",
                   "compute GFLOP/s", "CA's time / its", "CA's time / its compute", "CA's MACs / its",
                   "bytes / document"]
@@ -138,8 +135,7 @@ CHAIN_STEPS = {"de": "DE", "mva2": "MVA²", "mva3": "MVA³"}
 
 
 def _chain(files: Files) -> str:
-    """Sec. 3's chain (DE pre-trained, MVA pre-trained from it, then fine-tuned) against MVA² and MVA³ from the
-    MiniLM."""
+    """Sec. 3's chain (DE pre-trained, MVA pre-trained from it, fine-tuned) against MVA² and MVA³ from the MiniLM."""
     table = metrics_table("run", MEASURES, [
         ("MVA² from all-MiniLM-L6-v2 (the config)", "mva2", "mva"),
         ("MVA² from the chain (`mva.pretrain` DE, then MVA)", "mva2-chain", "mva"),
