@@ -58,9 +58,8 @@ def generate(table: Table, root: Path) -> str:
 
 def _blocks(text: str, readme: str) -> list[tuple[str, int, int]]:
     """The marked tables of a README: (id, index of the first line inside, index of the end marker)."""
-    lines = text.split("\n")
     found, start = [], None
-    for i, line in enumerate(lines):
+    for i, line in enumerate(text.split("\n")):
         match = START.match(line)
         if match:
             if start is not None:

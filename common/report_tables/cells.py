@@ -44,13 +44,6 @@ class Files:
     def _name(self, relative: str) -> str:
         return f"results/{self.folder.name}/{relative}"
 
-    def _run_folder(self, run: str) -> str:
-        """``runs/<run>``, refused without its command.txt."""
-        folder = f"runs/{run}"
-        if not (self.folder / folder / COMMAND).is_file():
-            raise TableError(f"{self._name(folder)}: no {COMMAND} (every run folder names its command and seed)")
-        return folder
-
     def json(self, relative: str) -> Any:
         """A JSON file of the folder (a TableError where it is missing or not JSON)."""
         try:
@@ -61,8 +54,11 @@ class Files:
             raise TableError(f"{self._name(relative)}: not readable JSON ({exc})") from None
 
     def run_file(self, run: str, name: str = "metrics.json") -> Any:
-        """``runs/<run>/<name>`` (JSON, or a CSV's rows), or None (noted as pending) where not written yet."""
-        relative = f"{self._run_folder(run)}/{name}"
+        """``runs/<run>/<name>`` (JSON, or a CSV's rows), or None (noted as pending) where not written yet; a run folder
+        without its command.txt is refused."""
+        if not (self.folder / "runs" / run / COMMAND).is_file():
+            raise TableError(f"{self._name(f'runs/{run}')}: no {COMMAND} (every run folder names its command and seed)")
+        relative = f"runs/{run}/{name}"
         if not (self.folder / relative).is_file():
             if relative not in self.pending:
                 self.pending.append(relative)

@@ -123,9 +123,7 @@ def _speed(folder: str, size: str, paper: bool):
             for impl in ("earl_s1", "earl_s2"):
                 r = by[impl, n]
                 seconds = f"{number(r['ms']) / 1000:.2f}"
-                speedup = _times(number(r["speedup"]))
-                if size == "base" and n == lengths[-1]:
-                    speedup = bold(speedup)
+                speedup = (bold if size == "base" and n == lengths[-1] else str)(_times(number(r["speedup"])))
                 if split:
                     seconds += f" ({number(r['read_ms']) / 1000:.2f} + {number(r['compute_ms']) / 1000:.2f})"
                     speedup += f" ({_times(number(r['compute_speedup']))})"

@@ -54,13 +54,12 @@ def efficiency_table(rows: list[dict]) -> str:
         peaks = []
         for phase in ("train", "infer"):
             r = by.get((system, impl, phase))
-            ms = number(r["ms"]) if r else None
-            if ms is None:
+            if r is None or number(r["ms"]) is None:
                 line += ["n/a", "n/a"]
                 peaks.append("n/a")
                 continue
             ratio = number(r["ratio_to_dense"])
-            times = [f"{ms:.0f}", f"{ratio:.2f} ({1 / ratio:.2f}x)"]
+            times = [f"{number(r['ms']):.0f}", f"{ratio:.2f} ({1 / ratio:.2f}x)"]
             line += [bold(t) for t in times] if key else times
             peaks.append(f"{number(r['peak_mb']):.0f}")
         cells.append(line + [" / ".join(peaks)])
