@@ -195,7 +195,7 @@ MEASURES = {"training_build": measure_training_build, "training_process": measur
 
 
 def extrapolate(rows: list[dict]) -> dict:
-    """Each measure fitted linearly in the size at MS MARCO's; what follows for 8 training processes and the stores."""
+    """Each measure fitted linearly in the size, at MS MARCO's; what follows for 8 training processes and the stores."""
     out: dict = {"training": {}, "store": {}}
     measured = {part: [r for r in rows if r["part"] == part and not r.get("skipped")]
                 for part in ("training", "store", "paper_store")}

@@ -66,6 +66,8 @@ def _passes(group: Sequence[TrecEvalRequest]) -> list[tuple[set[str], list[TrecE
             explicit.setdefault(request.measure.name, set()).update(request.params)
     second = [r for r in group if not r.params and r.measure.name in explicit]
     first = [r for r in group if r.params or r.measure.name not in explicit]
-    specs = {f"{f}.{','.join(sorted(p, key=float))}" for f, p in explicit.items()}
+    specs = {f"{family}.{','.join(sorted(params, key=float))}" for family, params in explicit.items()}
     passes = [(specs | {r.measure.name for r in first if not r.params}, first)]
-    return passes + [({r.measure.name for r in second}, second)] if second else passes
+    if second:
+        passes.append(({r.measure.name for r in second}, second))
+    return passes
