@@ -1,13 +1,8 @@
-"""Reproduced vs. reported: a run's metrics beside the numbers of the papers' tables.
-
-The reported numbers are ``results/reported/<paper>.csv`` (``common/reported`` links to that folder, so a wheel ships
-them as package data): one row per printed cell, ``value`` in the paper's own scale and ``scale`` saying which
-(``0-1``, ``0-100`` or ``raw`` for timings and sizes). `compare` matches runs to the paper's methods by an explicit
-``method_map`` (a run without an entry: the method of its exact name) and measures by ``metric_map``, converts the
-reproduced 0-1 values to the row's scale and puts ``diff = reproduced - reported`` and each side's relevance level
-beside them (binary measures depend on trec_eval's ``-l``; `REPORTED_RELEVANCE_LEVELS`). ``task.json`` beside a
-``metrics.json`` names the task measured (`write_task_info`); the CLI prints a ``note:`` where it is another dataset
-than a compared row's, or where the two relevance levels differ. docs/report.md has the details.
+"""Reproduced vs. reported: a run's metrics beside the numbers of the papers' tables (``results/reported/<paper>.csv``,
+shipped in a wheel through the ``common/reported`` link), each ``value`` in the paper's own ``scale``. `compare` puts
+``diff = reproduced - reported`` in that scale and each side's relevance level beside them (binary measures depend on
+trec_eval's ``-l``); ``task.json`` beside a ``metrics.json`` names the task measured (`write_task_info`), and the CLI
+notes where its dataset or the relevance levels differ from a row's. docs/report.md has the details.
 
     python -m common.report outputs/metrics.json --paper qds --table 2 --dataset trec-dl-2019-doc \\
         --map qds=QDS-Transformer [--output report.md] [--relevance_level 1]
@@ -31,22 +26,19 @@ import pandas as pd
 from common.io import atomic_write
 from common.refusals import ArgumentParser, existing_file, output_file_problem
 
-#: Exact columns of every ``results/reported/<paper>.csv``.
+#: Exact columns of every ``results/reported/<paper>.csv``; the first seven identify one reported number.
 COLUMNS = ["paper", "table", "dataset", "split", "setting", "method", "metric", "value", "scale", "note"]
+KEY_COLUMNS = COLUMNS[:7]
 #: A reported value's scale: the factor a reproduced 0-1 value is multiplied by to compare with it.
 SCALES = {"0-1": 1.0, "0-100": 100.0, "raw": 1.0}
-#: Columns that identify one reported number.
-KEY_COLUMNS = COLUMNS[:7]
 
 #: Environment variable that overrides where the reported CSVs are read from.
 ENV_VAR = "EFFICIENT_RANKERS_REPORTED"
 
 #: ir_datasets ids -> the ``dataset`` of the reported CSVs; an id under one (``.../judged``) is the same dataset.
 IRDS_DATASETS = {
-    "msmarco-document/trec-dl-2019": "trec-dl-2019-doc",
-    "msmarco-document/trec-dl-2020": "trec-dl-2020-doc",
-    "msmarco-document/dev": "msmarco-doc-dev",
-    "msmarco-passage/trec-dl-2019": "trec-dl-2019-passage",
+    "msmarco-document/trec-dl-2019": "trec-dl-2019-doc", "msmarco-document/trec-dl-2020": "trec-dl-2020-doc",
+    "msmarco-document/dev": "msmarco-doc-dev", "msmarco-passage/trec-dl-2019": "trec-dl-2019-passage",
     "msmarco-passage/dev/small": "msmarco-passage-dev",
 }
 
@@ -71,36 +63,19 @@ class ReportError(Exception):
 
 
 def reported_dir(root: str | os.PathLike | None = None) -> Path:
-    """The folder of the reported CSVs: `root`, else ``$EFFICIENT_RANKERS_REPORTED``, else the package data
-    ``common/reported``."""
+    """The folder of the reported CSVs: `root`, else ``$EFFICIENT_RANKERS_REPORTED``, else ``common/reported``."""
     given = root if root is not None else os.environ.get(ENV_VAR)
     path = Path(given) if given else Path(str(files("common") / "reported")).resolve()
     if not path.is_dir():
-        raise FileNotFoundError(
-            f"reported results not found at {path}: load_reported reads the papers' CSVs there "
-            f"(results/reported/*.csv of the repository); pass root=..., or set {ENV_VAR}"
-        )
+        raise FileNotFoundError(f"reported results not found at {path}: load_reported reads the papers' CSVs there "
+                                f"(results/reported/*.csv of the repository); pass root=..., or set {ENV_VAR}")
     return path
-
-
-def available_papers(root: str | os.PathLike | None = None) -> list[str]:
-    """Paper ids with a CSV in `reported_dir`."""
-    return sorted(p.stem for p in reported_dir(root).glob("*.csv"))
 
 
 def _as_list(value: Any) -> list[str] | None:
     if value is None:
         return None
-    if isinstance(value, (str, int, float)):
-        return [str(value)]
-    return [str(v) for v in value]
-
-
-def _table_mask(col: pd.Series, tables: list[str]) -> pd.Series:
-    wanted = {t.strip().lower() for t in tables}
-    lowered = col.str.lower()
-    base = lowered.str.extract(r"^(\d+)", expand=False)
-    return lowered.isin(wanted) | base.isin(wanted)
+    return [str(value)] if isinstance(value, (str, int, float)) else [str(v) for v in value]
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
@@ -122,31 +97,25 @@ def _read_csv(path: Path) -> pd.DataFrame:
     return df
 
 
-def load_reported(
-    paper: str | None = None,
-    table: Any = None,
-    dataset: Any = None,
-    split: Any = None,
-    setting: Any = None,
-    method: Any = None,
-    metric: Any = None,
-    root: str | os.PathLike | None = None,
-) -> pd.DataFrame:
+def load_reported(paper: str | None = None, table: Any = None, dataset: Any = None, split: Any = None,
+                  setting: Any = None, method: Any = None, metric: Any = None,
+                  root: str | os.PathLike | None = None) -> pd.DataFrame:
     """Reported numbers as a DataFrame with `COLUMNS` (``value`` float). Each filter takes a value or a list and
     matches exactly, but ``table=3`` also selects ``3a`` and ``3b``."""
-    papers = available_papers(root)
+    folder = reported_dir(root)
+    papers = sorted(p.stem for p in folder.glob("*.csv"))
     if paper is not None and paper not in papers:
         raise ReportError(f"unknown paper {paper!r}; known papers: {', '.join(papers)}")
-    frames = [_read_csv(reported_dir(root) / f"{p}.csv") for p in ([paper] if paper is not None else papers)]
+    frames = [_read_csv(folder / f"{p}.csv") for p in ([paper] if paper is not None else papers)]
     df = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=COLUMNS)
     tables = _as_list(table)
     if tables is not None:
-        df = df[_table_mask(df["table"], tables)]
-    for col, val in (("dataset", dataset), ("split", split), ("setting", setting),
-                     ("method", method), ("metric", metric)):
-        vals = _as_list(val)
-        if vals is not None:
-            df = df[df[col].isin(vals)]
+        wanted, lowered = {t.strip().lower() for t in tables}, df["table"].str.lower()
+        df = df[lowered.isin(wanted) | lowered.str.extract(r"^(\d+)", expand=False).isin(wanted)]
+    filters = {"dataset": dataset, "split": split, "setting": setting, "method": method, "metric": metric}
+    for col, val in filters.items():
+        if val is not None:
+            df = df[df[col].isin(_as_list(val))]
     return df.reset_index(drop=True)
 
 
@@ -160,11 +129,9 @@ def load_metrics(path: str | os.PathLike) -> dict[str, dict[str, float]]:
     except OSError as exc:
         raise ReportError(f"{path}: cannot read ({exc.strerror or exc})") from None
     try:
-        data = json.loads(text)
+        return _validate_metrics(json.loads(text))
     except json.JSONDecodeError as exc:
         raise ReportError(f"{path}: invalid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-    try:
-        return _validate_metrics(data)
     except ReportError as exc:
         raise ReportError(f"{path}: {exc}") from None
 
@@ -177,31 +144,23 @@ def _validate_metrics(data: Any) -> dict[str, dict[str, float]]:
     for run, measures in data.items():
         if not isinstance(measures, Mapping):
             raise ReportError(f"{shape}; run {run!r} maps to {type(measures).__name__}")
-        clean: dict[str, float] = {}
         for name, val in measures.items():
             if isinstance(val, bool) or not isinstance(val, (int, float)):
                 raise ReportError(f"{shape}; {run!r}/{name!r} is not a number: {val!r}")
-            clean[str(name)] = float(val)
-        out[str(run)] = clean
+        out[str(run)] = {str(name): float(val) for name, val in measures.items()}
     return out
 
 
-def reported_level(paper: str, dataset: str, kind: str) -> str:
-    """The relevance level of a reported number of `kind` (``binary``, ``graded`` or ``-``): the level where known (``"1"``),
-    ``"not stated"`` for a binary measure where not, else `kind`."""
-    if kind != "binary":
-        return kind
-    if (paper, dataset) in REPORTED_RELEVANCE_LEVELS:
-        return str(REPORTED_RELEVANCE_LEVELS[paper, dataset])
-    return "1" if dataset in BINARY_DATASETS else "not stated"
-
-
-def reproduced_level(kind: str, relevance_level: int | None) -> str:
-    """The relevance level of a reproduced number of `kind`: `relevance_level` (``"not given"`` where None) for a
-    binary measure, else `kind`."""
-    if kind != "binary":
-        return kind
-    return "not given" if relevance_level is None else str(int(relevance_level))
+def _levels(rec: Mapping[str, Any], relevance_level: int | None) -> dict[str, str]:
+    """The relevance levels of a reported row and of its reproduced number: for a binary measure, the lowest label
+    counted relevant (``not stated``, ``not given`` where unknown); else ``graded``, or ``-`` for a raw number."""
+    if rec["scale"] == "raw" or not _BINARY.match(rec["metric"]):
+        kind = "-" if rec["scale"] == "raw" else "graded"
+        return {"reported_level": kind, "reproduced_level": kind}
+    reported = REPORTED_RELEVANCE_LEVELS.get((rec["paper"], rec["dataset"]), 1 if rec["dataset"] in BINARY_DATASETS
+                                             else None)
+    return {"reported_level": "not stated" if reported is None else str(reported),
+            "reproduced_level": "not given" if relevance_level is None else str(int(relevance_level))}
 
 
 def level_note(frame: pd.DataFrame) -> str | None:
@@ -210,12 +169,10 @@ def level_note(frame: pd.DataFrame) -> str | None:
     differ = frame[known & (frame["reported_level"] != frame["reproduced_level"])]
     if differ.empty:
         return None
-    groups = []
-    for (dataset, reported, reproduced), rows in differ.groupby(["dataset", "reported_level", "reproduced_level"],
-                                                                 sort=False):
-        metrics = ", ".join(dict.fromkeys(rows["metric"]))
-        groups.append(f"{metrics} on {dataset} reported at relevance level {reported} (labels >= {reported} "
-                      f"relevant), reproduced at level {reproduced}")
+    groups = [f"{', '.join(dict.fromkeys(rows['metric']))} on {dataset} reported at relevance level {reported} "
+              f"(labels >= {reported} relevant), reproduced at level {reproduced}"
+              for (dataset, reported, reproduced), rows
+              in differ.groupby(["dataset", "reported_level", "reproduced_level"], sort=False)]
     return (f"note: {'; '.join(groups)}: different measures, so their diff is no reproduction gap (python -m "
             f"common.evaluate QRELS RUN -l LEVEL measures the run at the paper's level)")
 
@@ -236,59 +193,36 @@ def read_relevance_level(metrics_path: str | os.PathLike) -> int | None:
     return level if isinstance(level, int) and not isinstance(level, bool) else None
 
 
-def compare(
-    reproduced: Mapping[str, Mapping[str, float]] | str | os.PathLike,
-    paper: str,
-    tables: Any = None,
-    dataset: Any = None,
-    method_map: Mapping[str, str] | None = None,
-    metric_map: Mapping[str, str] | None = None,
-    include_missing: bool = False,
-    root: str | os.PathLike | None = None,
-    relevance_level: int | None = None,
-) -> pd.DataFrame:
+def compare(reproduced: Mapping[str, Mapping[str, float]] | str | os.PathLike, paper: str, tables: Any = None,
+            dataset: Any = None, method_map: Mapping[str, str] | None = None,
+            metric_map: Mapping[str, str] | None = None, include_missing: bool = False,
+            root: str | os.PathLike | None = None, relevance_level: int | None = None) -> pd.DataFrame:
     """`reproduced` (``{run: {measure: 0-1 value}}`` or a ``metrics.json``) beside the paper's reported rows, runs
     matched by `method_map` (else by their name), measures by `metric_map`: one row per match, ``reproduced`` and
     ``diff`` in the row's scale; with `include_missing`, the matched methods' rows the run lacks too (NaN)."""
     is_path = isinstance(reproduced, (str, os.PathLike))
     reproduced = load_metrics(reproduced) if is_path else _validate_metrics(reproduced)
-    method_map = dict(method_map or {})
-    metric_map = dict(metric_map or {})
-
+    method_map, metric_map = dict(method_map or {}), dict(metric_map or {})
     reported = load_reported(paper, table=tables, dataset=dataset, root=root)
     if reported.empty:
         everything = load_reported(paper, root=root)
-        raise ReportError(
-            f"no reported rows for paper {paper}"
-            f"{' table ' + ','.join(_as_list(tables)) if tables is not None else ''}"
-            f"{' dataset ' + ','.join(_as_list(dataset)) if dataset is not None else ''}; "
-            f"tables: {', '.join(dict.fromkeys(everything['table']))}; "
-            f"datasets: {', '.join(dict.fromkeys(everything['dataset']))}"
-        )
-    out_cols = ["paper", "table", "dataset", "split", "setting", "method", "metric",
-                "run", "reported", "reproduced", "diff", "scale", "reported_level", "reproduced_level", "note"]
+        raise ReportError(f"no reported rows for paper {paper}"
+                          f"{' table ' + ','.join(_as_list(tables)) if tables is not None else ''}"
+                          f"{' dataset ' + ','.join(_as_list(dataset)) if dataset is not None else ''}; "
+                          f"tables: {', '.join(dict.fromkeys(everything['table']))}; "
+                          f"datasets: {', '.join(dict.fromkeys(everything['dataset']))}")
+    out_cols = [*KEY_COLUMNS, "run", "reported", "reproduced", "diff", "scale", "reported_level", "reproduced_level",
+                "note"]
     rows: list[dict[str, Any]] = []
     for run, measures in reproduced.items():
-        method = method_map.get(run, run)
         renamed = {metric_map.get(k, k): v for k, v in measures.items()}
-        for rec in reported[reported["method"] == method].to_dict("records"):
+        for rec in reported[reported["method"] == method_map.get(run, run)].to_dict("records"):
             val = renamed.get(rec["metric"])
             if val is None and not include_missing:
                 continue
             repro = float("nan") if val is None else round(val * SCALES[rec["scale"]], _DECIMALS)
-            # binary (depends on the relevance level), graded, or - for a raw one (timings, sizes)
-            kind = "-" if rec["scale"] == "raw" else "binary" if _BINARY.match(rec["metric"]) else "graded"
-            rows.append({
-                **{c: rec[c] for c in KEY_COLUMNS},
-                "run": run,
-                "reported": rec["value"],
-                "reproduced": repro,
-                "diff": round(repro - rec["value"], _DECIMALS),
-                "scale": rec["scale"],
-                "reported_level": reported_level(rec["paper"], rec["dataset"], kind),
-                "reproduced_level": reproduced_level(kind, relevance_level),
-                "note": rec["note"],
-            })
+            rows.append({**rec, "run": run, "reported": rec["value"], "reproduced": repro,
+                         "diff": round(repro - rec["value"], _DECIMALS), **_levels(rec, relevance_level)})
     return pd.DataFrame(rows, columns=out_cols)
 
 
@@ -300,9 +234,7 @@ def paper_dataset(paper: str, task: Any, root: str | os.PathLike | None = None) 
     ident = task[len("irds:"):]
     dataset = next((d for prefix, d in IRDS_DATASETS.items() if ident == prefix or ident.startswith(prefix + "/")),
                    None)
-    if dataset is None or dataset not in set(load_reported(paper, root=root)["dataset"]):
-        return None
-    return dataset
+    return dataset if dataset is not None and dataset in set(load_reported(paper, root=root)["dataset"]) else None
 
 
 def task_label(task: Any) -> str:
@@ -339,11 +271,9 @@ def read_task_info(metrics_path: str | os.PathLike) -> dict | None:
 
 def _dataset_note(metrics_path: str, info: Mapping | None, datasets: list[str], dataset_given: bool) -> str | None:
     """The ``note:`` line above a comparison whose rows are on `datasets` (docs/report.md), or None."""
-    if not datasets:
+    if not datasets or (info is None and dataset_given):
         return None
     if info is None:
-        if dataset_given:
-            return None
         return (f"note: {metrics_path} does not say which dataset it was measured on (no {TASK_FILE} beside it); "
                 f"the reported rows are on {', '.join(datasets)}: diff is a reproduction gap only where the metrics "
                 f"were measured on the row's dataset (--dataset keeps that one's rows)")
@@ -359,24 +289,15 @@ def _dataset_note(metrics_path: str, info: Mapping | None, datasets: list[str], 
             f"(--dataset {measured} leaves them out)")
 
 
-def _fmt_float(x: float) -> str:
-    if math.isnan(x):
-        return "n/a"
-    if math.isfinite(x) and x == int(x) and abs(x) < 1e15:
-        return str(int(x))
-    return f"{x:.6g}"
-
-
 def _cell(value: Any) -> str:
+    """A markdown cell: n/a for NaN, None and NA; floats as integers where whole, else to 6 significant digits."""
     if isinstance(value, bool):
         return str(value)
-    if isinstance(value, float):
-        text = _fmt_float(value)
-    elif pd.api.types.is_scalar(value) and pd.isna(value):  # None, pd.NA, NaT
+    if pd.api.types.is_scalar(value) and pd.isna(value):  # NaN, None, pd.NA, NaT
         return "n/a"
-    else:
-        text = str(value)
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
+    if isinstance(value, float):
+        return str(int(value)) if math.isfinite(value) and value == int(value) and abs(value) < 1e15 else f"{value:.6g}"
+    return str(value).replace("\\", "\\\\").replace("|", "\\|").replace("\r", " ").replace("\n", " ")
 
 
 def to_markdown(df: pd.DataFrame) -> str:
@@ -388,8 +309,7 @@ def to_markdown(df: pd.DataFrame) -> str:
     widths = [max([3, len(h)] + [len(r[i]) for r in body]) for i, h in enumerate(header)]
 
     def line(cells: list[str]) -> str:
-        padded = [c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)]
-        return "| " + " | ".join(padded) + " |"
+        return "| " + " | ".join(c.rjust(w) if num else c.ljust(w) for c, w, num in zip(cells, widths, numeric)) + " |"
 
     sep = "| " + " | ".join(("-" * (w - 1) + ":") if num else "-" * w for w, num in zip(widths, numeric)) + " |"
     return "\n".join([line(header), sep] + [line(r) for r in body]) + "\n"
@@ -408,41 +328,34 @@ def _parse_map(items: list[str]) -> dict[str, str]:
 def _build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(
         prog="python -m common.report",
-        description=(
-            "Compare reproduced metrics (metrics.json: run -> measure -> value, 0-1 scale, "
-            "measure names as common.evaluate prints them) with the numbers reported in a "
-            "paper's tables (results/reported/<paper>.csv) and print a markdown table with "
-            "diff = reproduced - reported in the paper's scale."
-        ),
-        epilog=(
-            "example: python -m common.report outputs/metrics.json --paper qds --table 2 "
-            "--dataset trec-dl-2019-doc --map qds=QDS-Transformer --output outputs/report.md\n"
-            "Runs without --map are matched to the paper's method of exactly their name. A note above the table "
-            "says when the task.json beside the metrics file names another dataset than a compared row's, or when "
-            "there is no task.json (and no --dataset), and when a row's reported and reproduced relevance levels (columns reported_level, reproduced_level) "
-            "differ. Exit status: 0 ok, 1 nothing matched, 2 bad input."
-        ),
+        description="Compare reproduced metrics (metrics.json: run -> measure -> value, 0-1 scale, measure names as "
+                    "common.evaluate prints them) with the numbers reported in a paper's tables "
+                    "(results/reported/<paper>.csv) and print a markdown table with diff = reproduced - reported in "
+                    "the paper's scale.",
+        epilog="example: python -m common.report outputs/metrics.json --paper qds --table 2 --dataset "
+               "trec-dl-2019-doc --map qds=QDS-Transformer --output outputs/report.md\nRuns without --map are "
+               "matched to the paper's method of exactly their name. A note above the table says when the task.json "
+               "beside the metrics file names another dataset than a compared row's, or when there is no task.json "
+               "(and no --dataset), and when a row's reported and reproduced relevance levels (columns "
+               "reported_level, reproduced_level) differ. Exit status: 0 ok, 1 nothing matched, 2 bad input.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("metrics_json", metavar="METRICS_JSON", type=existing_file, help="reproduced metrics file")
-    parser.add_argument("--paper", required=True,
-                        help="paper id: qds, conformer_kernel, earl or mva")
-    parser.add_argument("--table", action="append", metavar="TABLE",
-                        help="restrict to a table (repeatable); 3 also selects 3a/3b")
-    parser.add_argument("--dataset", action="append", metavar="DATASET",
-                        help="restrict to a dataset id, e.g. trec-dl-2019-doc (repeatable)")
-    parser.add_argument("--map", action="append", default=[], metavar="RUN=METHOD",
-                        help="map a run name to the paper's method name (repeatable)")
-    parser.add_argument("--metric_map", action="append", default=[], metavar="MEASURE=METRIC",
-                        help="map a reproduced measure name to a reported metric name (repeatable)")
-    parser.add_argument("--relevance_level", type=int, metavar="LEVEL",
-                        help="the lowest label the reproduced MAP, MRR, ... counted relevant (trec_eval -l; default: "
-                             "data.relevance_level of the config.yaml beside METRICS_JSON, else not given)")
-    parser.add_argument("--include_missing", action="store_true",
-                        help="also list reported rows of matched methods that the run lacks")
-    parser.add_argument("--output", metavar="FILE.md",
-                        help="also write the markdown table here (atomically)")
-    parser.add_argument("--overwrite", action="store_true", help="allow --output to replace an existing file")
+    add = parser.add_argument
+    add("metrics_json", metavar="METRICS_JSON", type=existing_file, help="reproduced metrics file")
+    add("--paper", required=True, help="paper id: qds, conformer_kernel, earl or mva")
+    add("--table", action="append", metavar="TABLE", help="restrict to a table (repeatable); 3 also selects 3a/3b")
+    add("--dataset", action="append", metavar="DATASET",
+        help="restrict to a dataset id, e.g. trec-dl-2019-doc (repeatable)")
+    add("--map", action="append", default=[], metavar="RUN=METHOD",
+        help="map a run name to the paper's method name (repeatable)")
+    add("--metric_map", action="append", default=[], metavar="MEASURE=METRIC",
+        help="map a reproduced measure name to a reported metric name (repeatable)")
+    add("--relevance_level", type=int, metavar="LEVEL",
+        help="the lowest label the reproduced MAP, MRR, ... counted relevant (trec_eval -l; default: "
+             "data.relevance_level of the config.yaml beside METRICS_JSON, else not given)")
+    add("--include_missing", action="store_true", help="also list reported rows of matched methods that the run lacks")
+    add("--output", metavar="FILE.md", help="also write the markdown table here (atomically)")
+    add("--overwrite", action="store_true", help="allow --output to replace an existing file")
     return parser
 
 
@@ -453,21 +366,16 @@ def main(argv: list[str] | None = None) -> int:
         if problem:  # refused before comparing anything
             raise ReportError(f"--output: {problem}")
         metrics = load_metrics(args.metrics_json)
-        method_map = _parse_map(args.map)
-        metric_map = _parse_map(args.metric_map)
-        paper = args.paper
+        method_map, metric_map = _parse_map(args.map), _parse_map(args.metric_map)
         level = read_relevance_level(args.metrics_json) if args.relevance_level is None else args.relevance_level
-        df = compare(metrics, paper, tables=args.table, dataset=args.dataset, method_map=method_map,
+        df = compare(metrics, args.paper, tables=args.table, dataset=args.dataset, method_map=method_map,
                      metric_map=metric_map, include_missing=args.include_missing, relevance_level=level)
         if df.empty:
-            known = load_reported(paper, table=args.table, dataset=args.dataset)
-            print(
-                f"error: {args.metrics_json}: no run/measure matched the reported rows of {paper}"
-                f"{' table ' + ','.join(args.table) if args.table else ''}; runs: "
-                f"{', '.join(metrics) or '(none)'}; reported methods: "
-                f"{', '.join(dict.fromkeys(known['method'])) or '(none)'}; use --map RUN=METHOD",
-                file=sys.stderr,
-            )
+            known = load_reported(args.paper, table=args.table, dataset=args.dataset)
+            print(f"error: {args.metrics_json}: no run/measure matched the reported rows of {args.paper}"
+                  f"{' table ' + ','.join(args.table) if args.table else ''}; runs: {', '.join(metrics) or '(none)'}; "
+                  f"reported methods: {', '.join(dict.fromkeys(known['method'])) or '(none)'}; use --map RUN=METHOD",
+                  file=sys.stderr)
             return 1
         text = to_markdown(df.drop(columns=["note"]))
         datasets = [d for d in dict.fromkeys(df["dataset"]) if d != "n/a"]

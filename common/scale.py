@@ -51,8 +51,8 @@ def write_training_files(folder: Path, candidates: int, per_query: int, seed: in
             count = min(per_query, candidates - q * per_query)
             docs = rng.choice(PASSAGES, size=count, replace=False)
             scores = np.sort(rng.gamma(4.0, 3.0, size=count))[::-1]
-            run.write("".join(f"q{q} Q0 {d} {r} {s:.4f} bm25\n" for r, (d, s) in enumerate(zip(docs.tolist(),
-                                                                                            scores.tolist()), 1)))
+            ranked = enumerate(zip(docs.tolist(), scores.tolist()), 1)
+            run.write("".join(f"q{q} Q0 {d} {r} {s:.4f} bm25\n" for r, (d, s) in ranked))
             qrels.write(f"q{q} 0 {docs[rng.integers(count)]} 1\n")
             topics.write(f"q{q}\tsynthetic query {q}\n")
     return paths
@@ -78,11 +78,9 @@ def synthetic_matrices(start: int, count: int, width: int, rows: int, seed: int,
     """Documents `start`.. `start` + `count`'s rows: (r, width) of `dtype`, r uniform in 1..2·rows-1 (seeded by id)."""
     import numpy as np
 
-    out = []
-    for i in range(start, start + count):
-        rng = np.random.default_rng((seed, i))
-        out.append(rng.standard_normal((int(rng.integers(1, 2 * rows)), width), dtype=np.float32).astype(dtype))
-    return out
+    rngs = (np.random.default_rng((seed, i)) for i in range(start, start + count))
+    return [rng.standard_normal((int(rng.integers(1, 2 * rows)), width), dtype=np.float32).astype(dtype)
+            for rng in rngs]
 
 
 def measure_training_build(paths: dict, cache: str) -> dict:
@@ -114,10 +112,8 @@ def measure_training_process(paths: dict, cache: str, dicts: bool, draws: int) -
     source = IrDatasetsSource(register_training_task(paths))
     before = status_mb("RssAnon:")
     start = time.perf_counter()
-    if dicts:
-        sampler = PointwiseSampler.of(source.qrels(), source.candidates(), negatives=1)
-    else:
-        sampler = PointwiseSampler(source.training_table(), negatives=1)
+    sampler = (PointwiseSampler.of(source.qrels(), source.candidates(), negatives=1) if dicts
+               else PointwiseSampler(source.training_table(), negatives=1))
     ready_s = time.perf_counter() - start
     held = status_mb("RssAnon:") - before
     indices = np.random.default_rng(0).choice(len(sampler), size=min(draws, len(sampler)), replace=False)
@@ -199,18 +195,18 @@ MEASURES = {"training_build": measure_training_build, "training_process": measur
 
 
 def extrapolate(rows: list[dict]) -> dict:
-    """Each measure fitted linearly in the size and evaluated at MS MARCO's, with what follows for a node of 8
-    training processes and the papers' stores."""
+    """Each measure fitted linearly in the size, at MS MARCO's; what follows for 8 training processes and the stores."""
     out: dict = {"training": {}, "store": {}}
-    groups = {"training": ("candidates", CANDIDATES, ("build_s", "peak_mb", "column_bytes", "private_mb",
-                                                      "topics_mb", "draw_us", "dicts_private_mb")),
+    measured = {part: [r for r in rows if r["part"] == part and not r.get("skipped")]
+                for part in ("training", "store", "paper_store")}
+    groups = {"training": ("candidates", CANDIDATES, ("build_s", "peak_mb", "column_bytes", "private_mb", "topics_mb",
+                                                      "draw_us", "dicts_private_mb")),
               "store": ("documents", PASSAGES, ("build_s", "bytes", "open_s", "private_mb", "scattered_ms",
-                                                "contiguous_ms", "scattered_cold_ms", "contiguous_cold_ms",
-                                                "lru64_ms", "scatter_ratio", "scatter_ratio_cold"))}
+                                                "contiguous_ms", "scattered_cold_ms", "contiguous_cold_ms", "lru64_ms",
+                                                "scatter_ratio", "scatter_ratio_cold"))}
     for part, (size_key, target, measures) in groups.items():
-        measured = [r for r in rows if r["part"] == part and not r.get("skipped")]
         for name in measures:
-            points = sorted((r[size_key], r[name]) for r in measured if r.get(name) is not None)
+            points = sorted((r[size_key], r[name]) for r in measured[part] if r.get(name) is not None)
             fit = polyfit(points, 1)
             if fit is None:
                 continue
@@ -219,9 +215,8 @@ def extrapolate(rows: list[dict]) -> dict:
             value = points[-1][1] if flat else float(fit_value(fit, target))
             out[part][name] = {"at_msmarco": significant(value), "cost": "flat" if flat else "linear",
                                "r2": round(fit["r2"], 4), "measured": [[x, significant(y)] for x, y in points]}
-    training = [r for r in rows if r["part"] == "training" and not r.get("skipped")]
-    if training and "column_bytes" in out["training"]:
-        last = max(training, key=lambda r: r["candidates"])
+    if measured["training"] and "column_bytes" in out["training"]:
+        last = max(measured["training"], key=lambda r: r["candidates"])
         ids = PASSAGES * last["doc_id_bytes"] + TRAIN_QUERIES * last["query_id_bytes"]  # at most every passage
         table = out["training"]["column_bytes"]["at_msmarco"] + ids
         topics = last["topics_mb"] / last["topics"] * TRAIN_TOPICS if last.get("topics") else 0.0
@@ -235,11 +230,10 @@ def extrapolate(rows: list[dict]) -> dict:
             out["dicts_at_msmarco"] = {"private_mb_per_process": significant(dicts),
                                        "node_private_gib": significant(dicts * PROCESSES / 1024),
                                        "fits_1tb_node": dicts * PROCESSES * 2**20 < NODE_MEMORY}
-    stores = [r for r in rows if r["part"] == "store" and not r.get("skipped")]
-    if stores:
-        big = max(stores, key=lambda r: r["documents"])
+    if measured["store"]:
+        big = max(measured["store"], key=lambda r: r["documents"])
         id_bytes = (big["bytes"] - big["row_bytes"]) / big["documents"]  # ids, locations, shard indexes, manifest
-        paper = next((r for r in rows if r["part"] == "paper_store" and not r.get("skipped")), None)
+        paper = next(iter(measured["paper_store"]), None)
         out["stores_at_paper_widths"] = {}
         for name, (row_bytes, rows_per_doc) in PAPER_STORES.items():
             size = PASSAGES * (row_bytes * rows_per_doc + id_bytes)
@@ -247,8 +241,8 @@ def extrapolate(rows: list[dict]) -> dict:
             entry = {"bytes": significant(size), "fits_1tb_page_cache": size < NODE_MEMORY,
                      "read_bytes_per_query": significant(per_query)}
             if paper is not None:  # the small store's per-query cost (lookups, copies) plus EARL S1's rest by bytes
+                share = per_query / paper["bytes_per_query"]
                 for when, key in (("cold", "scattered_cold_ms"), ("warm", "scattered_ms")):
-                    share = per_query / paper["bytes_per_query"]
                     entry[f"read_ms_per_query_{when}"] = significant(big[key] + (paper[key] - big[key]) * share)
             out["stores_at_paper_widths"][name] = entry
     return out
@@ -259,24 +253,24 @@ def build_parser():
                               writes="scale.csv, scale.jsonl, scale.png and extrapolation.json", repeats=None,
                               repeats_help="unused: each measure is one pass over many items", devices=False,
                               seed="seed of the synthetic inputs", timeout=3600.0, child=True)
-    parser.add_argument("--candidates", type=positive_int, nargs="+", default=[1_000_000, 10_000_000, 50_000_000],
-                        help="training candidate lines measured")
-    parser.add_argument("--dict_candidates", type=positive_int, nargs="*", default=[1_000_000, 10_000_000],
-                        help="sizes at which the sampler over dicts (before the table) is measured too")
-    parser.add_argument("--per_query", type=positive_int, default=1000, help="candidates per training query")
-    parser.add_argument("--draws", type=positive_int, default=10_000, help="groups drawn to time a draw")
-    parser.add_argument("--documents", type=positive_int, nargs="+", default=[10_000, 100_000, 1_000_000],
-                        help="store sizes measured (documents)")
-    parser.add_argument("--width", type=positive_int, default=32, help="stored row width (fp16 columns)")
-    parser.add_argument("--rows", type=positive_int, default=8, help="mean rows per stored document")
-    parser.add_argument("--paper_documents", type=int, default=10_000,
-                        help="documents of a store at EARL S1's width (768 fp32 columns, 76 rows a passage) whose "
-                             "reads are timed too (0: none; 10,000 take 2.3 GB)")
-    parser.add_argument("--queries", type=positive_int, default=50, help="queries read per store pass")
-    parser.add_argument("--per_query_read", type=positive_int, default=1000, help="candidates read per query")
-    parser.add_argument("--work_dir", default=None, help="where the synthetic inputs go (default: a temporary folder)")
-    parser.add_argument("--from_jsonl", type=existing_file, default=None,
-                        help="measure nothing: the rows of an earlier run's scale.jsonl, extrapolated and drawn again")
+    add = parser.add_argument
+    add("--candidates", type=positive_int, nargs="+", default=[1_000_000, 10_000_000, 50_000_000],
+        help="training candidate lines measured")
+    add("--dict_candidates", type=positive_int, nargs="*", default=[1_000_000, 10_000_000],
+        help="sizes at which the sampler over dicts (before the table) is measured too")
+    add("--per_query", type=positive_int, default=1000, help="candidates per training query")
+    add("--draws", type=positive_int, default=10_000, help="groups drawn to time a draw")
+    add("--documents", type=positive_int, nargs="+", default=[10_000, 100_000, 1_000_000],
+        help="store sizes measured (documents)")
+    add("--width", type=positive_int, default=32, help="stored row width (fp16 columns)")
+    add("--rows", type=positive_int, default=8, help="mean rows per stored document")
+    add("--paper_documents", type=int, default=10_000, help="documents of a store at EARL S1's width (768 fp32 "
+        "columns, 76 rows a passage) whose reads are timed too (0: none; 10,000 take 2.3 GB)")
+    add("--queries", type=positive_int, default=50, help="queries read per store pass")
+    add("--per_query_read", type=positive_int, default=1000, help="candidates read per query")
+    add("--work_dir", default=None, help="where the synthetic inputs go (default: a temporary folder)")
+    add("--from_jsonl", type=existing_file, default=None,
+        help="measure nothing: the rows of an earlier run's scale.jsonl, extrapolated and drawn again")
     return parser
 
 
@@ -313,14 +307,13 @@ def main(argv: list[str] | None = None) -> int:
 def training_row(n: int, args, work: Path) -> dict:
     folder = work / f"training-{n}"
     files = write_training_files(folder / "input", n, args.per_query, args.seed)
-    cache = str(folder / "cache")
+    spec = {"paths": files, "cache": str(folder / "cache")}
+    process = {"kind": "training_process", **spec, "draws": args.draws}
     row = {"part": "training", "candidates": n, "per_query": args.per_query, **machine()}
-    row |= measure_in_child(MODULE, {"kind": "training_build", "paths": files, "cache": cache}, args.timeout)
-    row |= measure_in_child(MODULE, {"kind": "training_process", "paths": files, "cache": cache, "dicts": False,
-                                       "draws": args.draws}, args.timeout)
+    row |= measure_in_child(MODULE, {"kind": "training_build", **spec}, args.timeout)
+    row |= measure_in_child(MODULE, {**process, "dicts": False}, args.timeout)
     if n in args.dict_candidates:
-        dicts = measure_in_child(MODULE, {"kind": "training_process", "paths": files, "cache": cache,
-                                            "dicts": True, "draws": args.draws}, args.timeout)
+        dicts = measure_in_child(MODULE, {**process, "dicts": True}, args.timeout)
         row |= {f"dicts_{key}": value for key, value in dicts.items()}
     if row.get("bytes"):
         row["bytes_per_candidate"] = row["bytes"] / n
@@ -345,11 +338,10 @@ def report(rows: list[dict]) -> str:
         if r.get("skipped"):
             lines.append(f"{r['part']}: skipped ({r['skipped']})")
         elif r["part"] == "training":
-            lines.append(f"training {r['candidates']:>11,}: build {r['build_s']:8.1f} s, "
-                         f"{r['bytes_per_candidate']:.2f} B/candidate, builder peak {r['peak_mb']:,.0f} MB, "
-                         f"process private {r['private_mb']:,.1f} MB"
-                         + (f" (dicts: {r['dicts_private_mb']:,.0f} MB)" if "dicts_private_mb" in r else "")
-                         + f", draw {r['draw_us']:.0f} us")
+            dicts = f" (dicts: {r['dicts_private_mb']:,.0f} MB)" if "dicts_private_mb" in r else ""
+            lines.append(f"training {r['candidates']:>11,}: build {r['build_s']:8.1f} s, {r['bytes_per_candidate']:.2f}"
+                         f" B/candidate, builder peak {r['peak_mb']:,.0f} MB, process private {r['private_mb']:,.1f} MB"
+                         f"{dicts}, draw {r['draw_us']:.0f} us")
         else:
             lines.append(f"store {r['documents']:>11,}: build {r['build_s']:7.1f} s, {r['bytes'] / 2**20:,.1f} MiB, "
                          f"open {r['open_s'] * 1e3:.1f} ms, private {r['private_mb']:.1f} MB, per query: scattered "

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from common.report import available_papers
+from common.report import reported_dir
 from tests.project import project_field
 from tests.qds.test_train import TINY
 
@@ -35,7 +35,7 @@ _NOT_BUILT = shutil.ignore_patterns(".git", "build", "dist", "outputs", ".cache"
 def files_a_run_reads() -> set[str]:
     """Every file under the packages that a command opens, as named in the wheel: each training command's configs,
     Conformer-Kernel's stopwords, and the papers' reported CSVs (`common.report`)."""
-    names = {f"common/reported/{paper}.csv" for paper in available_papers()}
+    names = {f"common/reported/{csv.name}" for csv in reported_dir().glob("*.csv")}
     for package in PACKAGES:
         names |= {str(path.relative_to(REPO)) for path in (REPO / package / "configs").rglob("*.yaml")}
     from conformer_kernel import text

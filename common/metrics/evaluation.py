@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -18,15 +19,8 @@ from typing import TYPE_CHECKING
 from common.metrics.gain_backend import gain_per_query
 from common.metrics.ordering import msmarco_ranking
 from common.metrics.pytrec_eval_backend import request_names, trec_eval_per_query
-from common.metrics.registry import (
-    DEFAULT_MEASURES,
-    TREC_EVAL_DIGITS,
-    GainRequest,
-    MeasureRequest,
-    MsMarcoRRRequest,
-    TrecEvalRequest,
-    parse_measures,
-)
+from common.metrics.registry import (DEFAULT_MEASURES, TREC_EVAL_DIGITS, GainRequest, MeasureRequest, MsMarcoRRRequest,
+                                     TrecEvalRequest, parse_measures)
 from common.metrics.trec_eval_measures import MIN_GEO_MEAN, Aggregation
 
 if TYPE_CHECKING:
@@ -52,18 +46,14 @@ class MeasureResult:
 
     @functools.cached_property
     def summary(self) -> float:
-        """The summary over all queries, summed in query order by a plain loop as the tools do (Python 3.12's sum()
-        compensates rounding)."""
+        """The summary, added left to right in query order as the tools do (Python 3.12's sum() compensates)."""
         count = len(self.values) + len(self.missing)
-        total = 0.0
-        for value in self.values.values():
-            total += value
+        total = functools.reduce(operator.add, self.values.values(), 0.0)
         if self.aggregation is Aggregation.GEOMETRIC:
             # meas_avg.c adds the absent queries' log(MIN_GEO_MEAN) as one product.
             total += len(self.missing) * math.log(MIN_GEO_MEAN)
             return math.exp(total / count) if count else 0.0
-        for value in self.missing.values():
-            total += value
+        total = functools.reduce(operator.add, self.missing.values(), total)
         if self.aggregation is Aggregation.SUM:
             return total
         return total / count if count else 0.0
@@ -80,15 +70,8 @@ class MeasureResult:
         return f"{value:.{self.digits}f}"
 
 
-def evaluate(
-    qrels: Qrels,
-    run: Run,
-    measures: str | Iterable[str] = DEFAULT_MEASURES,
-    *,
-    relevance_level: int = 1,
-    complete: bool = False,
-    depth: int | None = None,
-) -> dict[str, MeasureResult]:
+def evaluate(qrels: Qrels, run: Run, measures: str | Iterable[str] = DEFAULT_MEASURES, *, relevance_level: int = 1,
+             complete: bool = False, depth: int | None = None) -> dict[str, MeasureResult]:
     """Every requested measure's `MeasureResult`, keyed by printed name, in request order."""
     requests = parse_measures([measures] if isinstance(measures, str) else measures)
     if depth is not None and depth < 1:
@@ -108,32 +91,23 @@ def evaluate(
     return results
 
 
-def _results(
-    request: MeasureRequest,
-    qrels: Qrels,
-    run: Run,
-    trec_eval_values: dict[str, dict[str, float]],
-    relevance_level: int,
-    complete: bool,
-    depth: int | None,
-) -> Iterable[tuple[str, MeasureResult]]:
+def _results(request: MeasureRequest, qrels: Qrels, run: Run, trec_eval_values: dict[str, dict[str, float]],
+             relevance_level: int, complete: bool, depth: int | None) -> list[tuple[str, MeasureResult]]:
     if isinstance(request, GainRequest):
         values, absent_topics = gain_per_query(qrels, run, request, depth=depth)
         missing = dict.fromkeys(absent_topics, 0.0) if complete else {}
-        yield request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, request.measure.digits)
-        return
+        return [(request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, request.measure.digits))]
     absent = sorted(qrels.keys() - run.keys())
     if isinstance(request, MsMarcoRRRequest):
-        values = _msmarco_rr(qrels, run, request, depth)
         missing = dict.fromkeys(absent, 0.0)
-        yield request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, TREC_EVAL_DIGITS)
-        return
+        values = _msmarco_rr(qrels, run, request, depth)
+        return [(request.name, MeasureResult(request.name, values, missing, Aggregation.MEAN, TREC_EVAL_DIGITS))]
     measure = request.measure
     level = relevance_level if request.relevance_level is None else request.relevance_level
     counted = absent if complete or request.complete else []
     missing = {qid: measure.missing_value(qrels[qid], level) for qid in counted}
-    for name in request_names(request):
-        yield name, MeasureResult(name, trec_eval_values[name], missing, measure.aggregation, TREC_EVAL_DIGITS)
+    return [(name, MeasureResult(name, trec_eval_values[name], missing, measure.aggregation, TREC_EVAL_DIGITS))
+            for name in request_names(request)]
 
 
 def _msmarco_rr(qrels: Qrels, run: Run, request: MsMarcoRRRequest, depth: int | None) -> dict[str, float]:
@@ -150,8 +124,7 @@ def _msmarco_rr(qrels: Qrels, run: Run, request: MsMarcoRRRequest, depth: int | 
 
 def evaluate_run(qrels: Qrels, run: Run, measures: str | Iterable[str] = DEFAULT_MEASURES,
                  **options) -> dict[str, float]:
-    """``{measure: summary value}`` (trec_eval's ``all`` lines; gdeval's ``amean``), unrounded; `options`: as in
-    `evaluate`."""
+    """``{measure: summary value}`` (trec_eval's ``all``, gdeval's ``amean``), unrounded; `options`: `evaluate`'s."""
     return {name: result.summary for name, result in evaluate(qrels, run, measures, **options).items()}
 
 

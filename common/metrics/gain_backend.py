@@ -11,15 +11,9 @@ from common.metrics.ordering import exact_ranking
 from common.metrics.registry import GainRequest
 
 
-def gain_per_query(
-    qrels: Mapping[str, Mapping[str, int]],
-    run: Mapping[str, Mapping[str, float]],
-    request: GainRequest,
-    *,
-    depth: int | None,
-) -> tuple[dict[str, float], list[str]]:
-    """``({query: value}, [counted queries absent from the run])``; the ranking cut at ``min(k, depth)``, the ideal
-    at k."""
+def gain_per_query(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]], request: GainRequest,
+                   *, depth: int | None) -> tuple[dict[str, float], list[str]]:
+    """``({query: value}, [counted queries absent from the run])``; the ranking cut at ``min(k, depth)``, ideal at k."""
     measure, k = request.measure, request.k
     if measure.gdeval_topics:
         check_gdeval_labels(qrels)
@@ -39,9 +33,8 @@ def gain_per_query(
     return values, sorted(counted - run.keys(), key=order)
 
 
-def by_gdeval_topic(
-    qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]
-) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, float]]]:
+def by_gdeval_topic(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]]
+                    ) -> tuple[dict[str, dict[str, int]], dict[str, dict[str, float]]]:
     """Qrels and run keyed by gdeval topic id, merged as gdeval.pl merges them; ValueError where its result would
     depend on input order (a document under both ids, ids equal only as numbers)."""
     merged_qrels, merged_run = _merge_by_topic(qrels), _merge_by_topic(run)

@@ -53,7 +53,5 @@ def check_gdeval_labels(qrels: Mapping[str, Mapping[str, int]]) -> None:
     for qid, judged in qrels.items():
         for doc, label in judged.items():
             if label > MAX_JUDGMENT:
-                raise ValueError(
-                    f"gdeval measures accept labels up to {MAX_JUDGMENT} (gdeval.pl's MAX_JUDGMENT); "
-                    f"query {qid!r} document {doc!r} has {label}"
-                )
+                raise ValueError(f"gdeval measures accept labels up to {MAX_JUDGMENT} (gdeval.pl's MAX_JUDGMENT); "
+                                 f"query {qid!r} document {doc!r} has {label}")

@@ -49,7 +49,5 @@ def cut_run(run: Mapping[str, Mapping[str, float]], depth: int | None) -> Mappin
     """Each query's top `depth` documents in trec_eval's order, with their scores (trec_eval ``-M``); None: `run`."""
     if depth is None:
         return run
-    return {
-        qid: scores if len(scores) <= depth else {doc: scores[doc] for doc in trec_eval_ranking(scores)[:depth]}
-        for qid, scores in run.items()
-    }
+    return {qid: scores if len(scores) <= depth else {doc: scores[doc] for doc in trec_eval_ranking(scores)[:depth]}
+            for qid, scores in run.items()}

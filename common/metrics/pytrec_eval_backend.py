@@ -33,14 +33,9 @@ def request_names(request: TrecEvalRequest) -> tuple[str, ...]:
     return (request.alias,) if request.alias else output_names(request.spec)
 
 
-def trec_eval_per_query(
-    qrels: Mapping[str, Mapping[str, int]],
-    run: Mapping[str, Mapping[str, float]],
-    requests: Sequence[TrecEvalRequest],
-    *,
-    relevance_level: int,
-    depth: int | None,
-) -> dict[str, dict[str, float]]:
+def trec_eval_per_query(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
+                        requests: Sequence[TrecEvalRequest], *, relevance_level: int,
+                        depth: int | None) -> dict[str, dict[str, float]]:
     """``{printed name: {qid: value}}`` for every query in both the run and the qrels, in as few pytrec_eval passes
     as depths, relevance levels and parameter lists allow."""
     groups: dict[tuple[int | None, int], list[TrecEvalRequest]] = {}
@@ -63,23 +58,16 @@ def trec_eval_per_query(
 
 
 def _passes(group: Sequence[TrecEvalRequest]) -> list[tuple[set[str], list[TrecEvalRequest]]]:
-    """Pack the requests into as few pytrec_eval passes as possible: (specs, requests served)."""
-    passes: list[tuple[dict[str, set[str] | None], list[TrecEvalRequest]]] = []
+    """The requests in at most two pytrec_eval passes, (specs, requests served): each family with its parameter lists
+    merged, then the families also asked with trec_eval's defaults (which one pass cannot hold beside parameters)."""
+    explicit: dict[str, set[str]] = {}
     for request in group:
-        family = request.measure.name
-        params = set(request.params) if request.params else None  # None: trec_eval's defaults
-        for families, members in passes:
-            if family not in families:
-                families[family] = params
-            elif (families[family] is None) != (params is None):
-                continue
-            elif params is not None:
-                families[family].update(params)
-            members.append(request)
-            break
-        else:
-            passes.append(({family: params}, [request]))
-    return [
-        ({f if p is None else f"{f}.{','.join(sorted(p, key=float))}" for f, p in families.items()}, members)
-        for families, members in passes
-    ]
+        if request.params:
+            explicit.setdefault(request.measure.name, set()).update(request.params)
+    second = [r for r in group if not r.params and r.measure.name in explicit]
+    first = [r for r in group if r.params or r.measure.name not in explicit]
+    specs = {f"{family}.{','.join(sorted(params, key=float))}" for family, params in explicit.items()}
+    passes = [(specs | {r.measure.name for r in first if not r.params}, first)]
+    if second:
+        passes.append(({r.measure.name for r in second}, second))
+    return passes

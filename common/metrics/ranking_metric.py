@@ -30,23 +30,14 @@ class RankingMetrics(Metric):
     higher_is_better = True
     full_state_update = False
 
-    def __init__(
-        self,
-        qrels: Qrels,
-        measures: str | Iterable[str] = DEFAULT_MEASURES,
-        *,
-        relevance_level: int = 1,
-        complete: bool = False,
-        depth: int | None = None,
-        candidates: dict[str, dict[str, float]] | None = None,
-        **kwargs,
-    ) -> None:
+    def __init__(self, qrels: Qrels, measures: str | Iterable[str] = DEFAULT_MEASURES, *, relevance_level: int = 1,
+                 complete: bool = False, depth: int | None = None,
+                 candidates: dict[str, dict[str, float]] | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
         self.qrels = {str(qid): dict(labels) for qid, labels in qrels.items()}
         self.measures = (measures,) if isinstance(measures, str) else tuple(measures)
         parse_measures(self.measures)  # an unknown measure fails here, not at the end of an epoch
-        self.relevance_level, self.complete, self.depth = relevance_level, complete, depth
-        self.candidates = candidates
+        self.relevance_level, self.complete, self.depth, self.candidates = relevance_level, complete, depth, candidates
         for name in _STATES:
             self.add_state(name, default=[], dist_reduce_fx="cat")
 
@@ -71,14 +62,8 @@ class RankingMetrics(Metric):
             run.setdefault(qid, {}).setdefault(docid, score)
         if self.candidates is not None:
             run = with_unscored_below(run, self.candidates)
-        values = evaluate_run(
-            self.qrels,
-            run,
-            self.measures,
-            relevance_level=self.relevance_level,
-            complete=self.complete,
-            depth=self.depth,
-        )
+        values = evaluate_run(self.qrels, run, self.measures, relevance_level=self.relevance_level,
+                              complete=self.complete, depth=self.depth)
         return {name: torch.tensor(value, dtype=torch.float64) for name, value in values.items()}
 
 
@@ -96,8 +81,5 @@ def _cat(state: Tensor | list[Tensor]) -> Tensor:
 def _decode(data: Tensor, lengths: Tensor) -> list[str]:
     # a rank without data gives an empty float32 tensor, to which cat promotes the others
     raw = data.to(device="cpu", dtype=torch.uint8).numpy().tobytes()
-    ids, start = [], 0
-    for length in lengths.to(device="cpu", dtype=torch.int64).tolist():
-        ids.append(raw[start : start + length].decode("utf-8"))
-        start += length
-    return ids
+    ends = lengths.to(device="cpu", dtype=torch.int64).cumsum(0).tolist()
+    return [raw[start:end].decode("utf-8") for start, end in zip([0, *ends], ends)]

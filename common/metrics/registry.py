@@ -43,16 +43,11 @@ class GainMeasure:
     gdeval_topics: bool  # evaluate on gdeval.pl's topic ids, label range and topic order
 
 
-GAIN_MEASURES: dict[str, GainMeasure] = {
-    m.prefix: m
-    for m in (
-        # gdeval.pl prints "%.5f".
-        GainMeasure("gdeval_ndcg", gdeval_ndcg, digits=5, gdeval_topics=True),
-        GainMeasure("gdeval_err", gdeval_err, digits=5, gdeval_topics=True),
-        # Reported to 4 decimals in KEY_METRICS.tsv, like trec_eval's measures.
-        GainMeasure("ncg", ncg, digits=4, gdeval_topics=False),
-    )
-}
+GAIN_MEASURES: dict[str, GainMeasure] = {m.prefix: m for m in (
+    GainMeasure("gdeval_ndcg", gdeval_ndcg, digits=5, gdeval_topics=True),  # gdeval.pl prints "%.5f"
+    GainMeasure("gdeval_err", gdeval_err, digits=5, gdeval_topics=True),
+    GainMeasure("ncg", ncg, digits=4, gdeval_topics=False),  # 4 decimals in KEY_METRICS.tsv, as trec_eval's measures
+)}
 
 
 @dataclass(frozen=True)
@@ -126,9 +121,7 @@ _NUMBER = re.compile(r"^[0-9]+(\.[0-9]+)?$")
 
 def parse_measures(names: Iterable[str]) -> list[MeasureRequest]:
     """Parse measure names (see the module docstring); ValueError names an unknown one."""
-    requests: list[MeasureRequest] = []
-    for name in names:
-        requests.extend(_parse_one(name.strip()))
+    requests = [request for name in names for request in _parse_one(name.strip())]
     if not requests:
         raise ValueError("no measure given")
     return requests

@@ -18,18 +18,15 @@ class PairedTTest:
     pvalue: float
 
 
-def paired_ttest(
-    scores_a: pd.DataFrame, scores_b: pd.DataFrame, measure: str, *, alternative: str = "two-sided"
-) -> PairedTTest:
+def paired_ttest(scores_a: pd.DataFrame, scores_b: pd.DataFrame, measure: str, *,
+                 alternative: str = "two-sided") -> PairedTTest:
     """Student's paired t-test (scipy.stats.ttest_rel) of two `per_query` frames over the same queries on one
     measure; NaN p-value where every difference is 0."""
     a, b = _values(scores_a, measure, "a"), _values(scores_b, measure, "b")
     if set(a.index) != set(b.index):
         only_a, only_b = sorted(set(a.index) - set(b.index)), sorted(set(b.index) - set(a.index))
-        raise ValueError(
-            f"{measure}: the runs cover different queries (only in a: {only_a[:5]}, only in b: {only_b[:5]}); "
-            "evaluate both with complete=True"
-        )
+        raise ValueError(f"{measure}: the runs cover different queries (only in a: {only_a[:5]}, only in b: "
+                         f"{only_b[:5]}); evaluate both with complete=True")
     b = b.reindex(a.index)
     result = stats.ttest_rel(a.to_numpy(), b.to_numpy(), alternative=alternative)
     return PairedTTest(measure, len(a), float(a.mean()), float(b.mean()), float(result.statistic), float(result.pvalue))

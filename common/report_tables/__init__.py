@@ -34,9 +34,8 @@ def _registry() -> dict[str, Table]:
     for module in (mva_tables, earl_tables, qds_tables, conformer_kernel_tables, kernels_tables, scale_tables,
                    loaders_tables):
         for table in module.TABLES:
-            if table.id in tables:
+            if tables.setdefault(table.id, table) is not table:
                 raise ValueError(f"table {table.id} registered twice")
-            tables[table.id] = table
     return tables
 
 
@@ -59,9 +58,8 @@ def generate(table: Table, root: Path) -> str:
 
 def _blocks(text: str, readme: str) -> list[tuple[str, int, int]]:
     """The marked tables of a README: (id, index of the first line inside, index of the end marker)."""
-    lines = text.split("\n")
     found, start = [], None
-    for i, line in enumerate(lines):
+    for i, line in enumerate(text.split("\n")):
         match = START.match(line)
         if match:
             if start is not None:

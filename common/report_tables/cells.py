@@ -41,33 +41,25 @@ class Files:
         self.folder = folder
         self.pending: list[str] = []
 
-    def _path(self, relative: str) -> Path:
-        return self.folder / relative
-
     def _name(self, relative: str) -> str:
         return f"results/{self.folder.name}/{relative}"
 
-    def _run_folder(self, run: str) -> str:
-        """``runs/<run>``, refused without its command.txt."""
-        folder = f"runs/{run}"
-        if not (self._path(folder) / COMMAND).is_file():
-            raise TableError(f"{self._name(folder)}: no {COMMAND} (every run folder names its command and seed)")
-        return folder
-
     def json(self, relative: str) -> Any:
         """A JSON file of the folder (a TableError where it is missing or not JSON)."""
-        path = self._path(relative)
         try:
-            return json.loads(path.read_text(encoding="utf-8"))
+            return json.loads((self.folder / relative).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise TableError(f"{self._name(relative)}: no such file") from None
         except (OSError, ValueError) as exc:
             raise TableError(f"{self._name(relative)}: not readable JSON ({exc})") from None
 
     def run_file(self, run: str, name: str = "metrics.json") -> Any:
-        """``runs/<run>/<name>`` (JSON, or a CSV's rows), or None (noted as pending) where not written yet."""
-        relative = f"{self._run_folder(run)}/{name}"
-        if not self._path(relative).is_file():
+        """``runs/<run>/<name>`` (JSON, or a CSV's rows), or None (noted as pending) where not written yet; a run folder
+        without its command.txt is refused."""
+        if not (self.folder / "runs" / run / COMMAND).is_file():
+            raise TableError(f"{self._name(f'runs/{run}')}: no {COMMAND} (every run folder names its command and seed)")
+        relative = f"runs/{run}/{name}"
+        if not (self.folder / relative).is_file():
             if relative not in self.pending:
                 self.pending.append(relative)
             return None
@@ -84,9 +76,8 @@ class Files:
 
     def csv(self, relative: str) -> list[dict[str, str]]:
         """The rows of a CSV file of the folder, as written (strings; empty cells are '')."""
-        path = self._path(relative)
         try:
-            with open(path, newline="", encoding="utf-8") as f:
+            with open(self.folder / relative, newline="", encoding="utf-8") as f:
                 return list(csv.DictReader(f))
         except FileNotFoundError:
             raise TableError(f"{self._name(relative)}: no such file") from None
@@ -97,10 +88,9 @@ class Files:
             return ""
         files = ", ".join(f"`{p}`" for p in self.pending)
         command = "`python -m common.report_tables`".replace(" ", "\0")  # kept on one line
-        text = textwrap.fill(f"Empty cells: not run yet ({files}; the command is in each folder's `{COMMAND}`). "
-                             f"{command} fills them in once the files are there.", 116, break_long_words=False,
-                             break_on_hyphens=False)
-        return text.replace("\0", " ")
+        text = (f"Empty cells: not run yet ({files}; the command is in each folder's `{COMMAND}`). {command} fills "
+                f"them in once the files are there.")
+        return textwrap.fill(text, 116, break_long_words=False, break_on_hyphens=False).replace("\0", " ")
 
 
 def value(row: dict | None, measure: str, what: str = "") -> float | None:
@@ -126,11 +116,7 @@ def rounded(x: float, places: int, thousands: bool = False) -> str:
 
 def fixed(places: int, thousands: bool = True):
     """A formatter: `places` places (half up), with thousands separators; '' for a missing value."""
-    def fmt(x: float | None) -> str:
-        if x is None or math.isnan(x):
-            return ""
-        return rounded(x, places, thousands)
-    return fmt
+    return lambda x: "" if x is None or math.isnan(x) else rounded(x, places, thousands)
 
 
 #: Effectiveness measures: 4 places, as trec_eval prints them.
@@ -162,17 +148,20 @@ NDCG, MAP, MRR, MRR10, NCG100 = ("NDCG@10", "ndcg_cut_10"), ("MAP", "map"), ("MR
     ("MRR@10", "mrr@10"), ("NCG@100", "ncg@100")
 
 
-def metrics_table(files: Files, first: str, rows: list[tuple[str, str, str]], measures: list[tuple[str, str]], *,
+def metrics_table(first: str, measures: list[tuple[str, str]], rows: list[tuple[str, str, str]], *,
                   bold_best: bool = False, more: tuple[str, ...] = (),
-                  more_cells: Callable[[int], list[str]] | None = None) -> str:
-    """A table of runs (`rows`: label, run folder under ``runs/``, run name in its metrics.json) by `measures`
-    ((header, measure) each), 4 places; `bold_best`: the highest value of each column in bold (once every run is
-    there); `more`: the headers of right-aligned columns after them, whose cells `more_cells(i)` gives for row i."""
-    values = [[value(files.measures(run, key), measure, f"runs/{run} {key}") for _, measure in measures]
-              for _, run, key in rows]
-    complete = all(x is not None for v in values for x in v)  # no best while a run is still to do
-    best = [max((v[i] for v in values if v[i] is not None), default=None) for i in range(len(measures))]
-    cells = [[label] + [bold(metric(x)) if bold_best and complete and x == best[i] else metric(x)
-                        for i, x in enumerate(v)] + (more_cells(j) if more else [])
-             for j, ((label, _, _), v) in enumerate(zip(rows, values))]
-    return markdown([first] + [h for h, _ in measures] + list(more), "l" + "r" * (len(measures) + len(more)), cells)
+                  more_cells: Callable[[Files, int], list[str]] | None = None) -> Callable[[Files], str]:
+    """A table's render: runs (`rows`: label, run folder under ``runs/``, run name in its metrics.json) by `measures`
+    ((header, measure) each), 4 places; `bold_best`: each column's highest value in bold (once every run is there);
+    `more`: the headers of right-aligned columns after them, whose cells `more_cells(files, i)` gives for row i."""
+    def render(files: Files) -> str:
+        values = [[value(files.measures(run, key), measure, f"runs/{run} {key}") for _, measure in measures]
+                  for _, run, key in rows]
+        complete = all(x is not None for v in values for x in v)  # no best while a run is still to do
+        best = [max((v[i] for v in values if v[i] is not None), default=None) for i in range(len(measures))]
+        cells = [[label] + [bold(metric(x)) if bold_best and complete and x == best[i] else metric(x)
+                            for i, x in enumerate(v)] + (more_cells(files, j) if more else [])
+                 for j, ((label, _, _), v) in enumerate(zip(rows, values))]
+        return markdown([first] + [h for h, _ in measures] + list(more), "l" + "r" * (len(measures) + len(more)),
+                        cells)
+    return render

@@ -8,20 +8,11 @@ from common.report_tables.cells import NCG100, NDCG, Files, Table, TableError, b
 MEASURES = [NDCG, NCG100, ("AP", "map"), ("RR", "recip_rank")]
 
 
-def _trec_dl(files: Files) -> str:
-    rows = [("NDRM3 rerank (BM25 top 20)", "trec-dl-passages", "ndrm3-rerank"),
-            ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-passages", "bm25")]
-    return metrics_table(files, "run", rows, MEASURES)
-
-
-def _default(files: Files) -> str:
-    rows = [("NDRM3 rerank (BM25 top 100)", "default", "ndrm3-rerank"),
-            ("NDRM3 fullrank (impact index)", "default", "ndrm3-fullrank"), ("BM25", "default", "bm25")]
-    return metrics_table(files, "run", rows, MEASURES)
-
-
-def _ratio(x: float) -> str:
-    return f"{x:.1f}" if x < 100 else f"{x:.0f}"
+_trec_dl = metrics_table("run", MEASURES, [("NDRM3 rerank (BM25 top 20)", "trec-dl-passages", "ndrm3-rerank"),
+                                           ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-passages", "bm25")])
+_default = metrics_table("run", MEASURES, [("NDRM3 rerank (BM25 top 100)", "default", "ndrm3-rerank"),
+                                           ("NDRM3 fullrank (impact index)", "default", "ndrm3-fullrank"),
+                                           ("BM25", "default", "bm25")])
 
 
 def _memory(folder: str, bold_at: int):
@@ -35,7 +26,7 @@ def _memory(folder: str, bold_at: int):
             tk, ck, fit = peaks["tk", n], peaks["ck", n], ratios.get(n)
             if fit is None:
                 raise TableError(f"{folder}memory_fits.json has no ratio at n = {n}")
-            ratio = _ratio(fit["ratio"])
+            ratio = f"{fit['ratio']:.1f}" if fit["ratio"] < 100 else f"{fit['ratio']:.0f}"
             ratio = bold(ratio) if n == bold_at else ratio
             if number(tk["peak_mb"]) is None:
                 shown = f"skipped (fit: {fit['tk_mb']:,.0f})" if n <= bold_at else "skipped"  # up to the paper's n

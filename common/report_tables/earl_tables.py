@@ -10,57 +10,41 @@ from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, Tab
 MEASURES = [NDCG, MAP, MRR, MRR10]
 
 
-def _default(files: Files) -> str:
-    rows = [("EARL ClsPool tied (small, from scratch)", "default", "earl_cls_tied"),
-            ("BERT ranker (same size, same training)", "default", "bert_ranker"),
-            ("BM25 (the candidates)", "default", "bm25")]
-    return metrics_table(files, "run", rows, MEASURES)
-
-
-def _depth_100(files: Files) -> str:
-    rows = [
-        ("the default trained on the top 30, evaluated on the top 100 (`earl.evaluate --depth 100`)",
-         "default-depth100", "earl_cls_tied"),
-        ("trained on the top 100", "depth100", "earl_cls_tied"),
-        ("`--model.pool mean`", "depth100-pool-mean", "earl_mean_tied"),
-        ("`--model.lr 3e-3`", "depth100-lr3e-3", "earl_cls_tied"),
-        ("`--trainer.max_steps 1500 --trainer.val_check_interval 500`", "depth100-1500-steps", "earl_cls_tied"),
-        ("`--model.hidden_size 128 --model.num_heads 4 --model.intermediate_size 512`", "depth100-hidden128",
-         "earl_cls_tied"),
-        ("`--data.passage_length 512`", "depth100-passage512", "earl_cls_tied"),
-        ("`--model.architecture bert_ranker` (the BERT ranker of the same size, trained on the top 100)",
-         "depth100-bert-ranker", "bert_ranker"),
-        ("BM25", "depth100", "bm25"),
-    ]
-    return metrics_table(files, "setting (`python -m earl.train --data.depth 100 --compare_with '[]'` and)", rows,
-                         [NDCG])
-
-
-def _trec_dl(files: Files) -> str:
-    rows = [("EARL ClsPool", "trec-dl-cls", "earl_cls"), ("EARL AvePool", "trec-dl-mean", "earl_mean"),
-            ("EARL ClsPool tied", "trec-dl-cls-tied", "earl_cls_tied"),
-            ("EARL AvePool tied", "trec-dl-mean-tied", "earl_mean_tied"),
-            ("BERT ranker (MiniLM cross-encoder), hinge loss", "trec-dl-bert-ranker", "bert_ranker"),
-            ("BERT ranker, cross-entropy (the paper's loss, Sec. 4.2)", "trec-dl-bert-ranker-cross-entropy",
-             "bert_ranker"),
-            ("BERT-Siamese (MiniLM [CLS], dot product)", "trec-dl-bert-siamese", "bert_siamese"),
-            ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-cls", "bm25")]
-    return metrics_table(files, "run", rows, MEASURES)
-
-
-def _trec_dl_tried(files: Files) -> str:
-    rows = [("none (the table's row)", "trec-dl-mean", "earl_mean"),
-            ("`--model.lr 3e-5` (the paper's)", "trec-dl-mean-lr3e-5", "earl_mean"),
-            ("`--model.loss cross_entropy` (MORES's 2-class head)", "trec-dl-mean-cross-entropy", "earl_mean"),
-            ("`--data.depth 20` (train and re-rank BM25's top 20 only)", "trec-dl-mean-depth20", "earl_mean")]
-    return metrics_table(files, "change from the config", rows, MEASURES)
+_default = metrics_table("run", MEASURES, [
+    ("EARL ClsPool tied (small, from scratch)", "default", "earl_cls_tied"),
+    ("BERT ranker (same size, same training)", "default", "bert_ranker"), ("BM25 (the candidates)", "default", "bm25")])
+_depth_100 = metrics_table("setting (`python -m earl.train --data.depth 100 --compare_with '[]'` and)", [NDCG], [
+    ("the default trained on the top 30, evaluated on the top 100 (`earl.evaluate --depth 100`)", "default-depth100",
+     "earl_cls_tied"),
+    ("trained on the top 100", "depth100", "earl_cls_tied"),
+    ("`--model.pool mean`", "depth100-pool-mean", "earl_mean_tied"),
+    ("`--model.lr 3e-3`", "depth100-lr3e-3", "earl_cls_tied"),
+    ("`--trainer.max_steps 1500 --trainer.val_check_interval 500`", "depth100-1500-steps", "earl_cls_tied"),
+    ("`--model.hidden_size 128 --model.num_heads 4 --model.intermediate_size 512`", "depth100-hidden128",
+     "earl_cls_tied"),
+    ("`--data.passage_length 512`", "depth100-passage512", "earl_cls_tied"),
+    ("`--model.architecture bert_ranker` (the BERT ranker of the same size, trained on the top 100)",
+     "depth100-bert-ranker", "bert_ranker"),
+    ("BM25", "depth100", "bm25")])
+_trec_dl = metrics_table("run", MEASURES, [
+    ("EARL ClsPool", "trec-dl-cls", "earl_cls"), ("EARL AvePool", "trec-dl-mean", "earl_mean"),
+    ("EARL ClsPool tied", "trec-dl-cls-tied", "earl_cls_tied"),
+    ("EARL AvePool tied", "trec-dl-mean-tied", "earl_mean_tied"),
+    ("BERT ranker (MiniLM cross-encoder), hinge loss", "trec-dl-bert-ranker", "bert_ranker"),
+    ("BERT ranker, cross-entropy (the paper's loss, Sec. 4.2)", "trec-dl-bert-ranker-cross-entropy", "bert_ranker"),
+    ("BERT-Siamese (MiniLM [CLS], dot product)", "trec-dl-bert-siamese", "bert_siamese"),
+    ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-cls", "bm25")])
+_trec_dl_tried = metrics_table("change from the config", MEASURES, [
+    ("none (the table's row)", "trec-dl-mean", "earl_mean"),
+    ("`--model.lr 3e-5` (the paper's)", "trec-dl-mean-lr3e-5", "earl_mean"),
+    ("`--model.loss cross_entropy` (MORES's 2-class head)", "trec-dl-mean-cross-entropy", "earl_mean"),
+    ("`--data.depth 20` (train and re-rank BM25's top 20 only)", "trec-dl-mean-depth20", "earl_mean")])
 
 
 def _stores(files: Files) -> str:
-    rows = [("S1 fp32 (D)", "store-s1-fp32"), ("S1 fp16", "store-s1-fp16"), ("S2 fp32 (D', Eq. 25)", "store-s2-fp32"),
-            ("S2 fp16", "store-s2-fp16")]
     cells, end_to_end = [], []
-    for label, run in rows:
+    for label, run in (("S1 fp32 (D)", "store-s1-fp32"), ("S1 fp16", "store-s1-fp16"),
+                       ("S2 fp32 (D', Eq. 25)", "store-s2-fp32"), ("S2 fp16", "store-s2-fp16")):
         report = files.run_file(run, "exactness.json")
         if report is None:
             cells.append([label, "", "", "", "", ""])
@@ -76,12 +60,11 @@ def _stores(files: Files) -> str:
     return markdown(header, "lrrrrr", cells)
 
 
+_PUBLISHED = ("OPEN_AI_ADA2", "D_BERT_KD_TASB", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL")  # re-ranked and as published
 #: relevance_level.csv's rows the README shows, in its order: (run, ranking).
 LEVEL_ROWS = [("BM25 top 1000 (Anserini)", "as published")] + [
-    (f"{run} top 100", "reranking BM25 top 1000")
-    for run in ("BM25_RM3", "OPEN_AI_ADA2", "D_BERT_KD_TASB", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL")
-] + [(f"{run} top 100", "as published")
-     for run in ("OPEN_AI_ADA2", "D_BERT_KD_TASB", "REP_LLAMA", "SPLADE_P_P_ENSEMBLE_DISTIL")]
+    (f"{run} top 100", "reranking BM25 top 1000") for run in ("BM25_RM3", *_PUBLISHED)] + [
+    (f"{run} top 100", "as published") for run in _PUBLISHED]
 RANKINGS = {"as published": "as published", "reranking BM25 top 1000": "re-ordering BM25's top 1,000"}
 
 
@@ -136,14 +119,11 @@ def _speed(folder: str, size: str, paper: bool):
         paper_speedups = _paper_speedups() if paper else {}
         cells = []
         for n in lengths:
-            ranker = by["bert_ranker", n]
-            line = [str(n), f"{number(ranker['ms']) / 1000:.1f}"]
+            line = [str(n), f"{number(by['bert_ranker', n]['ms']) / 1000:.1f}"]
             for impl in ("earl_s1", "earl_s2"):
                 r = by[impl, n]
                 seconds = f"{number(r['ms']) / 1000:.2f}"
-                speedup = _times(number(r["speedup"]))
-                if size == "base" and n == lengths[-1]:
-                    speedup = bold(speedup)
+                speedup = (bold if size == "base" and n == lengths[-1] else str)(_times(number(r["speedup"])))
                 if split:
                     seconds += f" ({number(r['read_ms']) / 1000:.2f} + {number(r['compute_ms']) / 1000:.2f})"
                     speedup += f" ({_times(number(r['compute_speedup']))})"
@@ -172,9 +152,8 @@ def _bar(files: Files) -> str:
         rows = {r["impl"]: r for r in files.csv(f"bar/threads{threads}/speed.csv")}
         ranker = number(rows["bert_ranker"]["ms"])
         for impl, bar in (("earl_s1", 30), ("earl_s2", 120)):
-            r = rows[impl]
-            compute, warm, warm_read, cold = (number(r[key]) for key in ("compute_ms", "warm_ms", "warm_read_ms",
-                                                                          "ms"))
+            compute, warm, warm_read, cold = (number(rows[impl][key]) for key in ("compute_ms", "warm_ms",
+                                                                                  "warm_read_ms", "ms"))
             cells.append([str(threads), impl[-2:].upper(), f"{ranker / 1000:.2f}", fixed(0)(warm),
                           fixed(0)(warm_read), fixed(0)(cold), _times(ranker / compute),
                           (bold if ranker / warm >= bar else str)(_times(ranker / warm)), _times(ranker / cold),

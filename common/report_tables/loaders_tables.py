@@ -6,29 +6,21 @@ from __future__ import annotations
 from common.report_tables.cells import Files, Table, TableError, markdown, number, rounded
 
 
-def _rows(files: Files) -> tuple[list[str], list[int], dict]:
-    """The loaders in the file's order, the worker counts, and each measured (loader, workers) row."""
-    rows = files.csv("loaders.csv")
-    loaders = list(dict.fromkeys(r["impl"] for r in rows))
-    workers = sorted({int(r["workers"]) for r in rows})
-    return loaders, workers, {(r["impl"], int(r["workers"])): r for r in rows}
-
-
 def _cell(rows: dict, loader: str, workers: int, key: str, places: int) -> str:
     """`key` of the row of `loader` at `workers` workers to `places` places; a skipped row's reason."""
     row = rows.get((loader, workers))
     if row is None:
         raise TableError(f"loaders.csv has no row of {loader} at {workers} workers")
     value = number(row[key])
-    if value is None:
-        return row["skipped"]
-    return rounded(value, places, thousands=True)
+    return row["skipped"] if value is None else rounded(value, places, thousands=True)
 
 
 def _throughput(files: Files) -> str:
-    """Examples a second at each worker count, then the milliseconds to make one model step's input and the
-    seconds to the first batch, at each."""
-    loaders, workers, rows = _rows(files)
+    """Examples a second, ms to make one model step's input and seconds to the first batch, at each worker count."""
+    measured = files.csv("loaders.csv")
+    loaders = list(dict.fromkeys(r["impl"] for r in measured))  # in the file's order
+    workers = sorted({int(r["workers"]) for r in measured})
+    rows = {(r["impl"], int(r["workers"])): r for r in measured}
     cells = []
     for loader in loaders:
         first = rows[loader, workers[0]]

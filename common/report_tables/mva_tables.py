@@ -25,18 +25,15 @@ def _speed_label(row: dict) -> str:
 
 def _speed(size: str):
     def render(files: Files) -> str:
-        rows = [r for r in files.csv("speed.csv") if r["size"] == size]
         cells = []
-        for r in rows:
+        for r in (r for r in files.csv("speed.csv") if r["size"] == size):
             ms = number(r["ms"])
             times = fixed(2 if ms < 10 else 1 if ms < 1000 else 0)  # the places of the row's total
-            cells.append([
-                _speed_label(r), times(ms), times(number(r["read_ms"])), times(number(r["compute_ms"])),
-                times(number(r["warm_read_ms"])), by_size(number(r["mflops"]), ((1000, 1),)),
-                fixed(1)(number(r["compute_gflops_per_s"])), fixed(0)(number(r["ca_time_ratio"])),
-                fixed(0)(number(r["ca_compute_ratio"])), fixed(0)(number(r["ca_macs_ratio"])),
-                fixed(0)(number(r["bytes_per_document"])),
-            ])
+            timed = ("ms", "read_ms", "compute_ms", "warm_read_ms")
+            whole = ("ca_time_ratio", "ca_compute_ratio", "ca_macs_ratio", "bytes_per_document")
+            cells.append([_speed_label(r), *(times(number(r[k])) for k in timed),
+                          by_size(number(r["mflops"]), ((1000, 1),)), fixed(1)(number(r["compute_gflops_per_s"])),
+                          *(fixed(0)(number(r[k])) for k in whole)])
         header = ["method", "ms / query", "read (cold)", "compute", "warm read", "M MACs (calculator)",
                   "compute GFLOP/s", "CA's time / its", "CA's time / its compute", "CA's MACs / its",
                   "bytes / document"]
@@ -52,17 +49,12 @@ def _costs_cells(files: Files, run: str | None, key: str) -> list[str]:
     return [by_size(value(costs, "joint_mmacs")), fixed(0)(value(costs, "bytes_per_document"))]
 
 
-def _default(files: Files) -> str:
-    rows = [("MVA (small, from scratch)", "default", "mva"), ("CA (same size, same training)", "default", "ca"),
-            ("DE (same size, same training)", "default", "de"), ("BM25 (the candidates)", "default", "bm25")]
-    return metrics_table(files, "run", rows, MEASURES)
-
-
-def _depth_100(files: Files) -> str:
-    rows = [("MVA, 400 steps (the default's)", "default-depth100", "mva"),
-            ("MVA, 800 steps", "default-depth100-800-steps", "mva"),
-            ("BM25 (the candidates)", "default-depth100", "bm25")]
-    return metrics_table(files, "trained and re-ranking BM25's top 100", rows, [NDCG, MRR10])
+_default = metrics_table("run", MEASURES, [
+    ("MVA (small, from scratch)", "default", "mva"), ("CA (same size, same training)", "default", "ca"),
+    ("DE (same size, same training)", "default", "de"), ("BM25 (the candidates)", "default", "bm25")])
+_depth_100 = metrics_table("trained and re-ranking BM25's top 100", [NDCG, MRR10], [
+    ("MVA, 400 steps (the default's)", "default-depth100", "mva"),
+    ("MVA, 800 steps", "default-depth100-800-steps", "mva"), ("BM25 (the candidates)", "default-depth100", "bm25")])
 
 
 def _default_multipass(files: Files) -> str:
@@ -93,25 +85,20 @@ TREC_DL = [
     ("MVA¹ + CA@10", "mva1-multipass", "mva+ca@10", "mva1-multipass"),
     ("MVA¹ + CA@50", "mva1-multipass", "mva+ca@50", "mva1-multipass"),
     ("DE + CA@10", "de-multipass", "de+ca@10", "de-multipass"),
-    ("DE + CA@50", "de-multipass", "de+ca@50", "de-multipass"),
-]
+    ("DE + CA@50", "de-multipass", "de+ca@50", "de-multipass")]
 
 
-def _trec_dl(files: Files) -> str:
-    return metrics_table(files, "run", [(label, run, key) for label, run, key, _ in TREC_DL], MEASURES,
-                         bold_best=True, more=("joint compute (M MACs / query)", "bytes / document"),
-                         more_cells=lambda i: _costs_cells(files, TREC_DL[i][3], TREC_DL[i][2]))
+_trec_dl = metrics_table("run", MEASURES, [(label, run, key) for label, run, key, _ in TREC_DL], bold_best=True,
+                         more=("joint compute (M MACs / query)", "bytes / document"),
+                         more_cells=lambda files, i: _costs_cells(files, TREC_DL[i][3], TREC_DL[i][2]))
 
 
 #: The [CLS]-start ablation: model, query side, start, run folder.
 CLS_STARTS = [
     ("MVA²", "every token", "copies", "mva2-copies-query-tokens"),
-    ("MVA²", "every token", "distinct", "mva2-distinct-query-tokens"),
-    ("MVA²", "8 [CLS]", "distinct", "mva2"),
+    ("MVA²", "every token", "distinct", "mva2-distinct-query-tokens"), ("MVA²", "8 [CLS]", "distinct", "mva2"),
     ("MVA³", "every token", "copies", "mva3-copies-query-tokens"),
-    ("MVA³", "every token", "distinct", "mva3-distinct-query-tokens"),
-    ("MVA³", "8 [CLS]", "distinct", "mva3"),
-]
+    ("MVA³", "every token", "distinct", "mva3-distinct-query-tokens"), ("MVA³", "8 [CLS]", "distinct", "mva3")]
 
 
 def _cls_starts(files: Files) -> str:
@@ -123,22 +110,18 @@ def _cls_starts(files: Files) -> str:
     return markdown(header, "lllrrrrl", cells)
 
 
-def _mva1_settings(files: Files) -> str:
-    rows = [("the config (tied_init, lr 2e-5)", "mva1", "mva"),
-            ("independent projections, lr 1e-4 (EARL's real-data rate)", "mva1-independent-lr1e-4",
-             "mva"),
-            ("independent projections, lr 2e-5", "mva1-independent", "mva"),
-            ("tied_init, lr 1e-4", "mva1-lr1e-4", "mva"),
-            ("tied_init, lr 2e-5, encoder from the fine-tuned DE", "mva1-from-de", "mva"),
-            ("no training (tied_init; `--trainer.max_steps 0`)", "mva1-untrained", "mva"),
-            ("DE, no training (`--trainer.max_steps 0`)", "de-untrained", "de")]
-    return metrics_table(files, "change", rows, [NDCG])
+_mva1_settings = metrics_table("change", [NDCG], [
+    ("the config (tied_init, lr 2e-5)", "mva1", "mva"),
+    ("independent projections, lr 1e-4 (EARL's real-data rate)", "mva1-independent-lr1e-4", "mva"),
+    ("independent projections, lr 2e-5", "mva1-independent", "mva"), ("tied_init, lr 1e-4", "mva1-lr1e-4", "mva"),
+    ("tied_init, lr 2e-5, encoder from the fine-tuned DE", "mva1-from-de", "mva"),
+    ("no training (tied_init; `--trainer.max_steps 0`)", "mva1-untrained", "mva"),
+    ("DE, no training (`--trainer.max_steps 0`)", "de-untrained", "de")])
 
 
 def _pretrained(files: Files) -> str:
-    rows = [("MVA¹ from all-MiniLM-L6-v2 (the config)", "mva1", "mva"),
-            ("MVA¹ from `mva.pretrain`'s model", "mva1-pretrained", "mva")]
-    table = metrics_table(files, "run", rows, MEASURES)
+    table = metrics_table("run", MEASURES, [("MVA¹ from all-MiniLM-L6-v2 (the config)", "mva1", "mva"),
+                                            ("MVA¹ from `mva.pretrain`'s model", "mva1-pretrained", "mva")])(files)
     record = files.run_file("mva1-pretrained", "pretrain.json")
     if record is None:
         return table
@@ -152,20 +135,19 @@ CHAIN_STEPS = {"de": "DE", "mva2": "MVA²", "mva3": "MVA³"}
 
 
 def _chain(files: Files) -> str:
-    """Sec. 3's chain (DE pre-trained, MVA pre-trained from it, then fine-tuned) against MVA² and MVA³ from the
-    MiniLM."""
-    rows = [("MVA² from all-MiniLM-L6-v2 (the config)", "mva2", "mva"),
-            ("MVA² from the chain (`mva.pretrain` DE, then MVA)", "mva2-chain", "mva"),
-            ("MVA³ from all-MiniLM-L6-v2 (the config)", "mva3", "mva"),
-            ("MVA³ from the chain (the same DE)", "mva3-chain", "mva")]
-    table = metrics_table(files, "run", rows, MEASURES)
+    """Sec. 3's chain (DE pre-trained, MVA pre-trained from it, fine-tuned) against MVA² and MVA³ from the MiniLM."""
+    table = metrics_table("run", MEASURES, [
+        ("MVA² from all-MiniLM-L6-v2 (the config)", "mva2", "mva"),
+        ("MVA² from the chain (`mva.pretrain` DE, then MVA)", "mva2-chain", "mva"),
+        ("MVA³ from all-MiniLM-L6-v2 (the config)", "mva3", "mva"),
+        ("MVA³ from the chain (the same DE)", "mva3-chain", "mva")])(files)
     losses = []
     for run, step in (("mva2-chain", "de"), ("mva2-chain", "mva2"), ("mva3-chain", "mva3")):
         record = files.run_file(run, f"pretrain-{step}.json")
         if record is not None:
             before, after = record["probe_loss"]["before"], record["probe_loss"]["after"]
-            losses.append(f"{CHAIN_STEPS[step]} MLM {before['mlm']:.2f} -> {after['mlm']:.2f}, NSP {before['nsp']:.2f} -> "
-                          f"{after['nsp']:.2f}")
+            losses.append(f"{CHAIN_STEPS[step]} MLM {before['mlm']:.2f} -> {after['mlm']:.2f}, "
+                          f"NSP {before['nsp']:.2f} -> {after['nsp']:.2f}")
     if not losses:
         return table
     text = f"The probe batches' losses before and after pre-training (`runs/mva*-chain`): {'; '.join(losses)}."

@@ -12,25 +12,17 @@ from common.report_tables.cells import (MAP, MRR10, NDCG, Files, Table, bold, ma
 MEASURES = [NDCG, MAP, MRR10]
 
 
-def _default(files: Files) -> str:
-    rows = [("QDS-Transformer (small, from scratch)", "default", "qds"), ("BM25 (the candidates)", "default", "bm25")]
-    return metrics_table(files, "run", rows, MEASURES)
-
-
-def _depth_100(files: Files) -> str:
-    rows = [("the default's model (the checkpoint of the best dev step)", "depth100", "qds"),
-            ("`--model.num_heads 4` (4 heads of 16)", "depth100-heads4", "qds"),
-            ("BM25", "depth100", "bm25")]
-    return metrics_table(files, "setting", rows, MEASURES)
-
-
-def _trec_dl(files: Files) -> str:
-    rows = [("QDS, from scratch (2 layers, hidden 64), BPE learnt on the DL 2020 passages, BM25 top 20",
-             "trec-dl-passages", "qds"),
-            ("QDS, all-MiniLM-L6-v2 converted to a Longformer (`qds.pretrained`), BM25 top 20",
-             "trec-dl-passages-minilm", "qds"),
-            ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-passages", "bm25")]
-    return metrics_table(files, "run", rows, MEASURES)
+_default = metrics_table("run", MEASURES, [("QDS-Transformer (small, from scratch)", "default", "qds"),
+                                           ("BM25 (the candidates)", "default", "bm25")])
+_depth_100 = metrics_table("setting", MEASURES, [
+    ("the default's model (the checkpoint of the best dev step)", "depth100", "qds"),
+    ("`--model.num_heads 4` (4 heads of 16)", "depth100-heads4", "qds"), ("BM25", "depth100", "bm25")])
+_trec_dl = metrics_table("run", MEASURES, [
+    ("QDS, from scratch (2 layers, hidden 64), BPE learnt on the DL 2020 passages, BM25 top 20", "trec-dl-passages",
+     "qds"),
+    ("QDS, all-MiniLM-L6-v2 converted to a Longformer (`qds.pretrained`), BM25 top 20", "trec-dl-passages-minilm",
+     "qds"),
+    ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-passages", "bm25")])
 
 
 def _layouts(files: Files) -> str:
@@ -62,23 +54,18 @@ def efficiency_table(rows: list[dict]) -> str:
         peaks = []
         for phase in ("train", "infer"):
             r = by.get((system, impl, phase))
-            ms = number(r["ms"]) if r else None
-            if ms is None:
+            if r is None or number(r["ms"]) is None:
                 line += ["n/a", "n/a"]
                 peaks.append("n/a")
                 continue
             ratio = number(r["ratio_to_dense"])
-            times = [f"{ms:.0f}", f"{ratio:.2f} ({1 / ratio:.2f}x)"]
+            times = [f"{number(r['ms']):.0f}", f"{ratio:.2f} ({1 / ratio:.2f}x)"]
             line += [bold(t) for t in times] if key else times
             peaks.append(f"{number(r['peak_mb']):.0f}")
         cells.append(line + [" / ".join(peaks)])
     header = ["system", "impl", "density", "train ms/pair", "train / dense", "infer ms/pair", "infer / dense",
               "peak MB train / infer"]
     return markdown(header, "llllllll", cells)
-
-
-def _efficiency(files: Files) -> str:
-    return efficiency_table(files.csv("efficiency_cpu.csv"))
 
 
 def _efficiency_dropout0(files: Files) -> str:
@@ -118,6 +105,6 @@ TABLES = [
     Table("qds/layouts", _layouts),
     Table("qds/density", _density),
     Table("qds/input-lengths", _input_lengths),
-    Table("qds/efficiency", _efficiency),
+    Table("qds/efficiency", lambda files: efficiency_table(files.csv("efficiency_cpu.csv"))),
     Table("qds/efficiency-dropout0", _efficiency_dropout0),
 ]

@@ -9,9 +9,7 @@ MIB = 2**20
 
 def _training(files: Files) -> str:
     cells = []
-    for r in files.csv("scale.csv"):
-        if r["part"] != "training":
-            continue
+    for r in (r for r in files.csv("scale.csv") if r["part"] == "training"):
         dicts = number(r["dicts_private_mb"])
         cells.append([fixed(0)(number(r["candidates"])), f"{number(r['build_s']):.1f}",
                       f"{number(r['bytes_per_candidate']):.2f}", fixed(0)(number(r["peak_mb"])),
@@ -28,9 +26,7 @@ def _small(x: float) -> str:
 
 def _stores(files: Files) -> str:
     cells = []
-    for r in files.csv("scale.csv"):
-        if r["part"] != "store":
-            continue
+    for r in (r for r in files.csv("scale.csv") if r["part"] == "store"):
         cells.append([fixed(0)(number(r["documents"])), f"{number(r['build_s']):.2f}",
                       f"{number(r['bytes']) / MIB:.1f}", f"{number(r['open_s']) * 1000:.1f}",
                       _small(number(r["private_mb"])), f"{number(r['scattered_ms']):.2f}",
