@@ -58,9 +58,7 @@ def load(path: str | Path, *, device: str = "cpu", precision: str = "32-true", b
     else:
         scoring.model.load_state_dict(weights, strict=True)
     ranker = Ranker(portable, scoring, device=device, precision=precision, batch_size=batch_size, run_dir=run_dir)
-    if store is not None:
-        ranker.use_store(store)
-    return ranker
+    return ranker if store is None else ranker.use_store(store)
 
 
 def _read_checkpoint(path: Path):
@@ -94,18 +92,11 @@ class Ranker:
         import torch
 
         self.portable, self.scoring = portable, scoring
+        self.package, self.config = portable.package, portable.config
         self.precision, self.batch_size, self.run_dir = precision, batch_size, run_dir
         self.device = torch.device(device)
         self.model = scoring.model.to(self.device).eval()
         self._store = None
-
-    @property
-    def package(self) -> str:
-        return self.portable.package
-
-    @property
-    def config(self) -> dict:
-        return self.portable.config
 
     def __repr__(self) -> str:
         return f"Ranker({self.package}, device={self.device}, precision={self.precision})"
@@ -133,7 +124,7 @@ class Ranker:
             raise ValueError(f"{len(queries)} queries for {len(documents)} documents")
         if self._store is not None:
             ids = [d if isinstance(d, str) else _document(d).doc_id for d in documents]
-            return self._batched(list(queries), ids, lambda q, d: self._store(q, d), key=lambda i: 0)
+            return self._batched(list(queries), ids, self._store, key=lambda i: 0)
         docs = [_document(d) for d in documents]
         return self._batched(list(queries), docs, self._score_batch,
                              key=lambda i: -(len(docs[i].title) + len(docs[i].text)))
@@ -167,8 +158,7 @@ class Ranker:
         import pandas as pd
 
         need = [c for c in COLUMNS if c != "text" or self._store is None]
-        missing = [c for c in need if c not in frame.columns]
-        if missing:
+        if missing := [c for c in need if c not in frame.columns]:
             raise KeyError(f"rerank needs the columns {', '.join(need)}; missing: {', '.join(missing)}")
         out = frame.drop(columns=["score", "rank"], errors="ignore").reset_index(drop=True)
         if self._store is not None:
@@ -188,12 +178,11 @@ class Ranker:
         module = importlib.import_module(f"{self.package}.portable")
         run = Path(run_dir) if run_dir is not None else self.run_dir
         card = model_card(self.portable, module.PAPER, run, Path(folder).name)
-        model = self.model
 
         def save(path: Path) -> None:
-            device = next(model.parameters()).device
-            save_model(model.to("cpu"), str(path))
-            model.to(device)
+            device = next(self.model.parameters()).device
+            save_model(self.model.to("cpu"), str(path))
+            self.model.to(device)
 
         write_folder(Path(folder), self.portable, save, card)
         return Path(folder)
@@ -233,8 +222,7 @@ def model_card(portable: Portable, paper: str, run_dir: Path | None, name: str) 
     lines += ["## Use", "", "    from common.api import load", "", f"    ranker = load({name!r})",
               "    ranker.score(\"a query\", [\"a document\", \"another one\"])", "    ranker.rerank(frame)  "
               "# columns qid, query, docno, text", ""]
-    tasks = {k: portable.training.get(k) for k in ("train", "dev", "test") if k in portable.training}
-    if tasks:
+    if tasks := {k: portable.training.get(k) for k in ("train", "dev", "test") if k in portable.training}:
         lines += ["## Training data", ""] + [f"- {k}: `{json.dumps(v)}`" for k, v in tasks.items()] + [""]
     provenance = _json(run_dir / "provenance.json") if run_dir else None
     if provenance and provenance.get("command"):

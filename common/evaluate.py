@@ -53,41 +53,25 @@ examples:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="python -m common.evaluate",
-        description=DESCRIPTION,
-        epilog=EPILOG,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument(
-        "qrels", nargs="?",
-        help="relevance judgments: qid iter docid label (labels may be graded or negative). "
-        "With neither QRELS nor RUN, the built-in collection's test qrels and BM25 run are evaluated",
-    )
+    parser = ArgumentParser(prog="python -m common.evaluate", description=DESCRIPTION, epilog=EPILOG,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("qrels", nargs="?", help="relevance judgments: qid iter docid label (labels may be graded or "
+                        "negative). With neither QRELS nor RUN, the built-in collection's test qrels and BM25 run are "
+                        "evaluated")
     parser.add_argument("run", nargs="?", help="ranking to evaluate: qid Q0 docid rank score tag")
-    parser.add_argument(
-        "-m", "--measure", dest="measures", action="append", metavar="MEASURE",
-        help="measure to compute; repeat for several (see below)",
-    )
-    parser.add_argument(
-        "-q", "--per_query", dest="per_query", action="store_true",
-        help="print each query's values before the 'all' summary (trec_eval -q)",
-    )
-    parser.add_argument(
-        "-l", "--relevance_level", dest="relevance_level", type=int, default=1, metavar="LEVEL",
-        help="lowest label that counts as relevant for binary measures such as map, recip_rank, "
-        "recall, P (trec_eval -l; default 1; TREC DL passage MAP/RR/recall use 2). "
-        "nDCG measures use the labels themselves; gdeval and NCG measures ignore it",
-    )
-    parser.add_argument(
-        "-c", "--complete", action="store_true",
-        help="average over all queries of the qrels, a query missing from the run scoring 0 "
-        "(trec_eval -c; gdeval/NCG: the queries with a label > 0). Default: the queries in both files",
-    )
-    parser.add_argument(
-        "-M", "--depth", type=positive_int, metavar="DEPTH",
-        help="evaluate only the top DEPTH documents of each query (trec_eval -M)",
-    )
+    parser.add_argument("-m", "--measure", dest="measures", action="append", metavar="MEASURE",
+                        help="measure to compute; repeat for several (see below)")
+    parser.add_argument("-q", "--per_query", dest="per_query", action="store_true",
+                        help="print each query's values before the 'all' summary (trec_eval -q)")
+    parser.add_argument("-l", "--relevance_level", dest="relevance_level", type=int, default=1, metavar="LEVEL",
+                        help="lowest label that counts as relevant for binary measures such as map, recip_rank, "
+                        "recall, P (trec_eval -l; default 1; TREC DL passage MAP/RR/recall use 2). nDCG measures use "
+                        "the labels themselves; gdeval and NCG measures ignore it")
+    parser.add_argument("-c", "--complete", action="store_true",
+                        help="average over all queries of the qrels, a query missing from the run scoring 0 "
+                        "(trec_eval -c; gdeval/NCG: the queries with a label > 0). Default: the queries in both files")
+    parser.add_argument("-M", "--depth", type=positive_int, metavar="DEPTH",
+                        help="evaluate only the top DEPTH documents of each query (trec_eval -M)")
     return parser
 
 
@@ -96,30 +80,9 @@ def format_results(results: Mapping[str, MeasureResult], per_query: bool) -> str
     if per_query:
         printed = [result for result in results.values() if result.printed_per_query]
         for qid in sorted({qid for result in printed for qid in result.values}):
-            lines += [_line(r.name, qid, r.format(r.values[qid])) for r in printed if qid in r.values]
-    lines += [_line(result.name, "all", result.format(result.summary)) for result in results.values()]
-    return "".join(lines)
-
-
-def _line(measure: str, qid: str, value: str) -> str:
-    return f"{measure:<22}\t{qid}\t{value}\n"
-
-
-def _builtin_test_files() -> tuple[str, str]:
-    from common.data.builtin import builtin_source
-
-    source = builtin_source("test")
-    print(f"# built-in collection: BM25 top-100 of the test queries\n# {source.candidates_path}", file=sys.stderr)
-    return str(source.qrels_path), str(source.candidates_path)
-
-
-def _check_files(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    for name in ("qrels", "run"):
-        try:
-            if getattr(args, name) is not None:
-                existing_file(getattr(args, name))
-        except argparse.ArgumentTypeError as error:
-            parser.error(f"argument {name}: {error}")
+            lines += [(r.name, qid, r.format(r.values[qid])) for r in printed if qid in r.values]
+    lines += [(result.name, "all", result.format(result.summary)) for result in results.values()]
+    return "".join(f"{measure:<22}\t{qid}\t{value}\n" for measure, qid, value in lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -132,15 +95,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"argument -m/--measure: {error}")
     if (args.qrels is None) != (args.run is None):
         parser.error("give both QRELS and RUN, or neither (the built-in collection's BM25 test run)")
-    _check_files(parser, args)
+    for name in ("qrels", "run"):
+        try:
+            if getattr(args, name) is not None:
+                existing_file(getattr(args, name))
+        except argparse.ArgumentTypeError as error:
+            parser.error(f"argument {name}: {error}")
     with input_errors(DataFormatError, OSError):
         if args.qrels is None:
-            args.qrels, args.run = _builtin_test_files()
+            from common.data.builtin import builtin_source
+
+            source = builtin_source("test")
+            print(f"# built-in collection: BM25 top-100 of the test queries\n# {source.candidates_path}", file=sys.stderr)
+            args.qrels, args.run = str(source.qrels_path), str(source.candidates_path)
         qrels, run = read_qrels(args.qrels), read_run(args.run)
     try:
-        results = evaluate(
-            qrels, run, measures, relevance_level=args.relevance_level, complete=args.complete, depth=args.depth
-        )
+        results = evaluate(qrels, run, measures, relevance_level=args.relevance_level, complete=args.complete,
+                           depth=args.depth)
     except ValueError as error:
         usage_error(f"run {args.run}, qrels {args.qrels}: {error}")
     sys.stdout.write(format_results(results, args.per_query))

@@ -75,13 +75,13 @@ class Context:
         if self.gpus < count:
             raise Skipped(f"needs {count} GPUs, {self.gpus} visible")
 
-    def command(self, args: list[str], timeout: float, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    def command(self, args: list[str], timeout: float) -> subprocess.CompletedProcess:
         """Run ``python *args`` within `timeout` and the deadline; CheckFailed with the end of its output."""
         left = self.deadline - time.monotonic()
         if left <= 0:
             raise Skipped("the time budget is spent")
-        done = subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=min(timeout, left), env={**os.environ, **self.env})
+        done = subprocess.run([sys.executable, *args], capture_output=True, text=True, timeout=min(timeout, left),
+                              env={**os.environ, **self.env})
         if done.returncode != 0:
             tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
             raise CheckFailed(f"python {' '.join(args[:3])} ... exited with {done.returncode}: " + " | ".join(tail))
@@ -104,12 +104,9 @@ def _flex(context: Context) -> dict:
     from common.kernels.checks import flex_errors
 
     found = {}
-    for dtype in (torch.float32, torch.bfloat16):
-        if context.device == "cpu" and dtype is torch.bfloat16:
-            continue
-        errors = flex_errors(context.device, dtype)
+    for dtype in (torch.float32,) if context.device == "cpu" else (torch.float32, torch.bfloat16):
         name = str(dtype).removeprefix("torch.")
-        found[name] = errors
+        found[name] = errors = flex_errors(context.device, dtype)
         worst = max(errors.values())
         if not worst <= FLEX_TOLERANCE[name]:  # NaN fails too
             raise CheckFailed(f"flex in {name}: relative error {worst:.3g} > {FLEX_TOLERANCE[name]} ({errors})")
@@ -122,8 +119,8 @@ def _auto(context: Context) -> dict:
     chosen, reason = auto_choice(context.device)
     wanted = "flex" if context.device == "cuda" else "tvm"
     if chosen != wanted:
-        raise CheckFailed(f"impl='auto' runs {chosen} on {context.device}, not {wanted}" + (f": {reason}" if reason
-                                                                                          else ""))
+        raise CheckFailed(f"impl='auto' runs {chosen} on {context.device}, not {wanted}"
+                          + (f": {reason}" if reason else ""))
     return {"auto": chosen}
 
 
@@ -143,26 +140,20 @@ def _accelerator(context: Context) -> list[str]:
     return ["--trainer.accelerator", "gpu" if context.device == "cuda" else "cpu", "--trainer.devices", "1"]
 
 
-def _finite_metrics(folder: Path) -> dict:
-    metrics = json.loads((folder / "metrics.json").read_text())
-    values = [v for system in metrics.values() for v in system.values()]
-    if not values or not all(math.isfinite(v) for v in values):
-        raise CheckFailed(f"{folder / 'metrics.json'}: not every metric is finite: {metrics}")
-    return metrics
-
-
 def _run(name: str, what: str, folder: str, args: Callable[[Context, Path], list[str]], gpus: int = 0) -> Check:
     """A check running ``python *args(context, out)`` (on `gpus` GPUs or more) whose ``out/metrics.json`` is finite."""
-    def command(context: Context) -> list[str]:
-        return args(context, context.out / "runs" / folder)
-
     def run(context: Context) -> dict:
         if gpus:
             context.needs_gpu(gpus)
-        context.command(command(context), timeout=300)
-        return {"metrics": _finite_metrics(context.out / "runs" / folder)}
+        context.command(args(context, context.out / "runs" / folder), timeout=300)
+        path = context.out / "runs" / folder / "metrics.json"
+        metrics = json.loads(path.read_text())
+        values = [v for system in metrics.values() for v in system.values()]
+        if not values or not all(math.isfinite(v) for v in values):
+            raise CheckFailed(f"{path}: not every metric is finite: {metrics}")
+        return {"metrics": metrics}
 
-    return Check(name, what, run, lambda context: [command(context)])
+    return Check(name, what, run, lambda context: [args(context, context.out / "runs" / folder)])
 
 
 def _train(package: str, precision: str) -> Check:
@@ -191,17 +182,15 @@ OUTPUTS = ("run.trec", "metrics.json")
 
 
 def _resume_args(context: Context, folder: Path, resumed: bool = False) -> list[str]:
-    if resumed:
-        return ["-m", "qds.train", "--ckpt_path", "last", "--output_dir", str(folder)]
-    return ["-m", "qds.train", *RESUME, *_accelerator(context), "--output_dir", str(folder)]
+    run = ["--ckpt_path", "last"] if resumed else [*RESUME, *_accelerator(context)]
+    return ["-m", "qds.train", *run, "--output_dir", str(folder)]
 
 
 def _resume(context: Context) -> dict:
     root = context.out / "resume"
     for name in ("whole", "again"):
         context.command(_resume_args(context, root / name), timeout=300)
-    differ = [o for o in OUTPUTS if (root / "whole" / o).read_bytes() != (root / "again" / o).read_bytes()]
-    if differ:
+    if differ := [o for o in OUTPUTS if (root / "whole" / o).read_bytes() != (root / "again" / o).read_bytes()]:
         raise CheckFailed(f"two uninterrupted runs differ in {differ}: the run is not deterministic on this device")
     killed = root / "killed"
     process = subprocess.Popen([sys.executable, *_resume_args(context, killed)], stdout=subprocess.DEVNULL,
@@ -217,8 +206,7 @@ def _resume(context: Context) -> dict:
 
     step = checkpoint_step(last)
     context.command(_resume_args(context, killed, resumed=True), timeout=300)
-    differ = [o for o in OUTPUTS if (killed / o).read_bytes() != (root / "whole" / o).read_bytes()]
-    if differ:
+    if differ := [o for o in OUTPUTS if (killed / o).read_bytes() != (root / "whole" / o).read_bytes()]:
         raise CheckFailed(f"killed after step {step} and resumed, the run differs from the uninterrupted one in "
                           f"{differ}")
     return {"killed_after_step": step, "equal": list(OUTPUTS)}
@@ -240,9 +228,7 @@ def _benchmark(context: Context) -> dict:
     return {"rows": rows}
 
 
-def _two_gpus(package: str) -> Check:
-    extra = {"qds": ["--data.batch_size", "2"], "conformer_kernel": ["--model.model", "ndrm2"]}[package]
-    what = {"qds": "QDS-Transformer", "conformer_kernel": "NDRM2"}[package]
+def _two_gpus(package: str, what: str, extra: list[str]) -> Check:
     return _run(f"two-gpus-{package}", f"{what} trained on 2 GPUs (DDP)", f"{package}-2-gpus",
                 lambda context, out: ["-m", f"{package}.train", *TINY[package], *extra, "--trainer.accelerator", "gpu",
                                       "--trainer.devices", "2", "--trainer.strategy", "ddp", "--output_dir", str(out)],
@@ -261,8 +247,8 @@ CHECKS = [
                            _resume_args(context, context.out / "resume" / "killed", resumed=True)]),
     Check("kernels-benchmark", "the kernel benchmark's rows on the GPU", _benchmark,
           lambda context: [_benchmark_args(context)]),
-    _two_gpus("conformer_kernel"),
-    _two_gpus("qds"),
+    _two_gpus("conformer_kernel", "NDRM2", ["--model.model", "ndrm2"]),
+    _two_gpus("qds", "QDS-Transformer", ["--data.batch_size", "2"]),
 ]
 
 
@@ -338,8 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv=None) -> dict:
     args = build_parser().parse_args(argv)
     out = Path(args.output_dir or f"outputs/gpu-check-{time.strftime('%Y%m%d-%H%M%S')}")
-    problem = output_folder_problem(out)
-    if problem:
+    if problem := output_folder_problem(out):
         usage_error(f"--output_dir: {problem}")
     import torch
 

@@ -31,9 +31,8 @@ DEFAULT_FALLBACK_ENCODING = "cp1252"
 
 
 @contextlib.contextmanager
-def atomic_write(
-    path: str | os.PathLike, mode: str = "w", *, overwrite: bool = False, encoding: str | None = "utf-8"
-) -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike, mode: str = "w", *, overwrite: bool = False,
+                 encoding: str | None = "utf-8") -> Iterator[IO]:
     """Open a temporary file beside `path` and rename it onto `path` on success."""
     path = Path(path)
     if path.exists() and not overwrite:
@@ -75,30 +74,26 @@ def check_encoding(name: str) -> str:
         raise ValueError(f"unknown text encoding {name!r}") from None
 
 
-def decode_line(raw: bytes, fallback: str = DEFAULT_FALLBACK_ENCODING) -> tuple[str, bool]:
-    """Decode one line as UTF-8, else with `fallback` (then Latin-1). Returns (text, used_fallback)."""
-    try:
-        return raw.decode("utf-8"), False
-    except UnicodeDecodeError:
-        pass
-    try:
-        return raw.decode(fallback), True
-    except UnicodeDecodeError:
-        return raw.decode("latin-1"), True
-
-
 def read_lines(path: str | os.PathLike, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, str]]:
-    """Stream `(line_number, text)` pairs (1-based, line ending stripped) from a text file."""
+    """Stream `(line_number, text)` pairs (1-based, line ending stripped) from a text file: each line UTF-8, else
+    `fallback`, else Latin-1."""
     fallback = check_encoding(fallback)
     warned = False
     with (gzip.open if str(path).endswith(".gz") else open)(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             if number == 1 and raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8) :]
-            text, used_fallback = decode_line(raw, fallback)
-            if used_fallback and not warned:
-                log.warning("%s:%d: not valid UTF-8; decoded with %s (further lines likewise)", path, number, fallback)
-                warned = True
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                if not warned:
+                    log.warning("%s:%d: not valid UTF-8; decoded with %s (further lines likewise)", path, number,
+                                fallback)
+                    warned = True
+                try:
+                    text = raw.decode(fallback)
+                except UnicodeDecodeError:
+                    text = raw.decode("latin-1")
             yield number, text.rstrip("\r\n")
 
 
@@ -155,9 +150,8 @@ def record_cache(path: str | os.PathLike, built: bool, seconds: float = 0.0) -> 
         uses.append(CacheUse(Path(path), built, seconds))
 
 
-def built_once(
-    path: str | os.PathLike, build: Callable[[Path], object], *, ready: Callable[[Path], bool] = Path.exists
-) -> Path:
+def built_once(path: str | os.PathLike, build: Callable[[Path], object], *,
+               ready: Callable[[Path], bool] = Path.exists) -> Path:
     """`path`, a cache (a file or a folder) that `build` makes once however many processes ask for it at once."""
     path = Path(path)
     if ready(path):
@@ -173,7 +167,14 @@ def built_once(
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
         try:
             build(tmp)
-            published = _published(tmp, path, ready)
+            try:
+                os.replace(tmp, path)
+                published = True
+            except OSError as error:
+                if not (error.errno in (errno.ENOTEMPTY, errno.EEXIST) and path.is_dir() and ready(path)):
+                    raise
+                log.info("%s was built by another process meanwhile; its build is kept", path)
+                published = False
         finally:
             if tmp.is_dir():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -182,17 +183,6 @@ def built_once(
                     tmp.unlink()
     record_cache(path, published, time.monotonic() - start)
     return path
-
-
-def _published(tmp: Path, path: Path, ready: Callable[[Path], bool]) -> bool:
-    try:
-        os.replace(tmp, path)
-    except OSError as error:
-        if error.errno in (errno.ENOTEMPTY, errno.EEXIST) and path.is_dir() and ready(path):
-            log.info("%s was built by another process meanwhile; its build is kept", path)
-            return False
-        raise
-    return True
 
 
 def file_sha256(path: str | os.PathLike, block_size: int = 1 << 23) -> str:
@@ -210,11 +200,8 @@ def file_digest(path: str | os.PathLike) -> str:
     stat = path.stat()
     seen = json.dumps([str(path), stat.st_size, stat.st_mtime_ns, stat.st_ino])
     memo = cache_root() / "digests" / f"{path.name}-{hashlib.sha256(seen.encode()).hexdigest()[:16]}.sha256"
-
-    def hash_file(tmp: Path) -> None:
-        tmp.write_text(f"{file_sha256(path)}\n", encoding="ascii")
-
-    return built_once(memo, hash_file, ready=_holds_digest).read_text(encoding="ascii").strip()
+    built_once(memo, lambda tmp: tmp.write_text(f"{file_sha256(path)}\n", encoding="ascii"), ready=_holds_digest)
+    return memo.read_text(encoding="ascii").strip()
 
 
 def _holds_digest(memo: Path) -> bool:

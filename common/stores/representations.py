@@ -65,8 +65,7 @@ def shard_files(shard: int) -> tuple[str, str]:
 def store_output_problem(folder: str | os.PathLike, resume: bool = False) -> str | None:
     """What keeps a store from being built into `folder`, or None, for a command line to check before it runs."""
     folder = Path(folder)
-    problem = output_folder_problem(folder)
-    if problem:
+    if problem := output_folder_problem(folder):
         return problem
     if (folder / MANIFEST).exists():
         return f"{folder} already holds a finished store; open it, or choose a new folder"
@@ -84,8 +83,7 @@ class StoreWriter:
                  shard_size: int, identity: dict, extra: dict | None = None, resume: bool = False,
                  verify: bool = False):
         self.folder = Path(folder)
-        problem = store_output_problem(self.folder, resume)
-        if problem:
+        if problem := store_output_problem(self.folder, resume):
             raise ValueError(problem)
         self.doc_ids = list(doc_ids)
         self.plan = _plan(self.doc_ids, width, dtype, shard_size, identity, extra)
@@ -140,8 +138,7 @@ class StoreWriter:
 
     def finish(self) -> RepresentationStore:
         """Check that every shard is written (by this process or another), write the id table and the manifest."""
-        missing = [i for i in range(self.num_shards) if not self._shard_is_whole(i, checksum=False)]
-        if missing:
+        if missing := [i for i in range(self.num_shards) if not self._shard_is_whole(i, checksum=False)]:
             shown = ", ".join(map(str, missing[:10])) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
             raise RuntimeError(f"{self.folder}: {len(missing)} of {self.num_shards} shards are not written "
                                f"({shown}); write them (resume the build) before finishing")
@@ -154,7 +151,14 @@ class StoreWriter:
                            "rows": sum(index["rows"]), "bytes": index["bytes"], "sha256": index["sha256"]})
             offsets += index["offsets"]
             rows += index["rows"]
-        self._write_id_table(np.array(offsets, dtype=np.int64), np.array(rows, dtype=np.int64))
+        # ids.npy, the doc ids sorted, and locations.npy, each one's (position, first row, rows)
+        encoded = np.array([doc_id.encode("utf-8") for doc_id in self.doc_ids], dtype=np.bytes_)  # (N,) S<w>
+        order = np.argsort(encoded, kind="stable")  # (N,) positions in id order
+        locations = np.stack([order, np.array(offsets, dtype=np.int64)[order], np.array(rows, dtype=np.int64)[order]],
+                             axis=1)  # (N, 3) int64
+        for name, array in ((IDS, encoded[order]), (LOCATIONS, locations)):
+            with atomic_write(self.folder / name, "wb", overwrite=True) as f:
+                np.save(f, array, allow_pickle=False)
         for entry in self.folder.iterdir():
             if _TEMPORARY.fullmatch(entry.name):
                 entry.unlink(missing_ok=True)
@@ -162,15 +166,6 @@ class StoreWriter:
         _write_json(self.folder / MANIFEST, {**self.plan, "shards": shards, "rows": sum(s["rows"] for s in shards),
                                              "bytes": total, "bytes_per_document": total / len(self.doc_ids)})
         return RepresentationStore.open(self.folder)
-
-    def _write_id_table(self, offsets: np.ndarray, rows: np.ndarray) -> None:
-        """``ids.npy``, the doc ids sorted, and ``locations.npy``, each one's (position, first row, rows)."""
-        encoded = np.array([doc_id.encode("utf-8") for doc_id in self.doc_ids], dtype=np.bytes_)  # (N,) S<w>
-        order = np.argsort(encoded, kind="stable")  # (N,) positions in id order
-        locations = np.stack([order, offsets[order], rows[order]], axis=1)  # (N, 3) int64
-        for name, array in ((IDS, encoded[order]), (LOCATIONS, locations)):
-            with atomic_write(self.folder / name, "wb", overwrite=True) as f:
-                np.save(f, array, allow_pickle=False)
 
     def _write_plan(self) -> None:
         if self._planned:
@@ -198,6 +193,9 @@ class RepresentationStore:
 
     def __init__(self, folder: Path, manifest: dict, ids: np.ndarray, locations: np.ndarray):
         self.folder, self.manifest = folder, manifest
+        self.width, self.dtype, self.identity = manifest["width"], manifest["dtype"], manifest["identity"]
+        #: The mean size of a document's representation, in bytes (the paper's storage cost).
+        self.bytes_per_document: float = manifest["bytes_per_document"]
         self._ids, self._locations = ids, locations  # (N,) sorted S<w>; (N, 3) position, first row, rows
         self._dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
         self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -223,23 +221,6 @@ class RepresentationStore:
     def doc_ids(self) -> list[str]:
         """Every doc id in the plan's order (reads the whole id table: for tools, not for the query path)."""
         return _plan_order(self._ids, self._locations)
-
-    @property
-    def width(self) -> int:
-        return self.manifest["width"]
-
-    @property
-    def dtype(self) -> str:
-        return self.manifest["dtype"]
-
-    @property
-    def identity(self) -> dict:
-        return self.manifest["identity"]
-
-    @property
-    def bytes_per_document(self) -> float:
-        """The mean size of a document's representation, in bytes (the paper's storage cost)."""
-        return self.manifest["bytes_per_document"]
 
     def get(self, doc_id: str) -> np.ndarray:
         """Document `doc_id`'s (rows, width) matrix: a read-only view of its shard, not a copy."""
@@ -381,14 +362,10 @@ def _shards_kept_mapped(shards: int) -> int:
     wanted = open_now + shards + SPARE_DESCRIPTORS
     if soft != resource.RLIM_INFINITY and soft < wanted:
         raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        try:
+        with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
             soft = raised
-        except (ValueError, OSError):
-            pass
-    if soft == resource.RLIM_INFINITY:
-        return shards
-    return max(1, min(shards, soft - open_now - SPARE_DESCRIPTORS))
+    return shards if soft == resource.RLIM_INFINITY else max(1, min(shards, soft - open_now - SPARE_DESCRIPTORS))
 
 
 def _plan(doc_ids: list[str], width: int, dtype: str, shard_size: int, identity: dict, extra: dict | None) -> dict:
@@ -409,8 +386,7 @@ def _plan(doc_ids: list[str], width: int, dtype: str, shard_size: int, identity:
     name = np.dtype(dtype).name
     if name not in DTYPES:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
-    absent = [key for key in REQUIRED_IDENTITY if key not in identity]
-    if absent:
+    if absent := [key for key in REQUIRED_IDENTITY if key not in identity]:
         raise ValueError(f"identity lacks {', '.join(absent)} (what the representations are built from)")
     return json.loads(json.dumps({"format": FORMAT, "width": width, "dtype": name, "shard_size": shard_size,
                                   "documents": len(doc_ids), "doc_ids_sha256": _ids_sha256(doc_ids),
@@ -435,13 +411,12 @@ def _check_identity(folder: Path, identity: dict, expect: dict) -> None:
     differ = [(key, identity.get(key), value) for key, value in expect.items()
               if identity.get(key) != json.loads(json.dumps(value))]
     if differ:
-        built, needed = (_phrase([(key, pair[side]) for key, *pair in differ]) for side in (0, 1))
-        raise StoreMismatchError(f"{folder} was built {'from' if differ[0][0] == 'checkpoint' else 'with'} {built}; "
-                                 f"this needs {needed}")
+        built, needed = ([f"{key} {_show(pair[side])}" for key, *pair in differ] for side in (0, 1))
+        raise StoreMismatchError(f"{folder} was built {'from' if differ[0][0] == 'checkpoint' else 'with'} "
+                                 f"{_with(built)}; this needs {_with(needed)}")
 
 
-def _phrase(pairs: list[tuple[str, Any]]) -> str:
-    texts = [f"{key} {_show(value)}" for key, value in pairs]
+def _with(texts: list[str]) -> str:
     return texts[0] + (f" with {', '.join(texts[1:])}" if texts[1:] else "")
 
 

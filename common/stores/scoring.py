@@ -92,12 +92,11 @@ def compare_scores(scores: Tensor, reference: Tensor, pairs: Sequence[tuple[str,
     if not torch.equal(a[:, 0], b[:, 0]):
         raise ValueError("the two score sets are not of the same pairs")
     difference = (a[:, 1] - b[:, 1]).abs()
-    orders: dict[str, list[list]] = {}
+    orders: dict[str, tuple[dict, dict]] = {}  # qid -> each side's scores by doc id
     for (i, x), y in zip(a.tolist(), b[:, 1].tolist()):
         qid, doc_id = pairs[int(i)]
-        orders.setdefault(qid, [[], []])
-        orders[qid][0].append((x, doc_id))
-        orders[qid][1].append((y, doc_id))
+        mine, theirs = orders.setdefault(qid, ({}, {}))
+        mine[doc_id], theirs[doc_id] = x, y
     reordered = sorted(qid for qid, (mine, theirs) in orders.items() if _order(mine) != _order(theirs))
     report = {"pairs": len(a), "queries": len(orders),
               "max_abs_score_difference": float(difference.max()) if len(a) else 0.0,
@@ -110,10 +109,10 @@ def compare_scores(scores: Tensor, reference: Tensor, pairs: Sequence[tuple[str,
             "ndcg_cut_10_change": ndcg - reference_ndcg}
 
 
-def _order(scored: list[tuple[float, str]]) -> list[str]:
+def _order(scores: dict[str, float]) -> list[str]:
     from common.data.formats import ranked
 
-    return [doc_id for doc_id, _ in ranked({doc_id: score for score, doc_id in scored})]
+    return [doc_id for doc_id, _ in ranked(scores)]
 
 
 def exactness_line(label: str, report: dict) -> str:

@@ -59,9 +59,7 @@ def free_space(path: str | os.PathLike) -> tuple[Path, int]:
 
 def written_bytes(folder: str | os.PathLike) -> int:
     folder = Path(folder)
-    if not folder.is_dir():
-        return 0
-    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file())
+    return sum(path.stat().st_size for path in folder.rglob("*") if path.is_file()) if folder.is_dir() else 0
 
 
 def npy_bytes(dtype, shape: tuple[int, ...]) -> int:
@@ -112,8 +110,8 @@ def estimate_store(representation: Representation, encoder, documents, doc_ids: 
     mean_rows = float(rows.mean()) if len(rows) else 0.0
     rows_bytes = round(n * mean_rows * width * itemsize)
     id_bytes = np.fromiter((len(doc_id.encode("utf-8")) for doc_id in doc_ids), dtype=np.int64, count=n)
-    other = npy_bytes(f"S{max(int(id_bytes.max(initial=0)), 1)}", (n,)) + npy_bytes(np.int64, (n, 3))
-    other += int(id_bytes.sum())
+    other = (npy_bytes(f"S{max(int(id_bytes.max(initial=0)), 1)}", (n,)) + npy_bytes(np.int64, (n, 3))
+             + int(id_bytes.sum()))
     typical = [int(r) for r in rows] or [0]
     full, last = divmod(n, shard_size)
     entries = []
@@ -123,16 +121,14 @@ def estimate_store(representation: Representation, encoder, documents, doc_ids: 
         shard_rows = [typical[j % len(typical)] for j in range(size)]
         offsets = np.cumsum([0, *shard_rows[:-1]]).tolist()
         shard_bytes = sum(shard_rows) * width * itemsize
-        index = {"shard": full, "doc_ids": [""] * size, "offsets": offsets, "rows": shard_rows, "bytes": shard_bytes,
-                 "sha256": "0" * 64}
-        other += count * json_bytes(index)
+        other += count * json_bytes({"shard": full, "doc_ids": [""] * size, "offsets": offsets, "rows": shard_rows,
+                                     "bytes": shard_bytes, "sha256": "0" * 64})
         rows_file, index_file = shard_files(full)
         entries += [{"file": rows_file, "index": index_file, "documents": size, "rows": sum(shard_rows),
                      "bytes": shard_bytes, "sha256": "0" * 64}] * count
-    plan = {"format": FORMAT, "width": width, "dtype": np.dtype(dtype).name, "shard_size": shard_size,
-            "documents": n, "doc_ids_sha256": "0" * 64,
-            "identity": {"checkpoint": "0" * 64, "strategy": representation.strategy}, "extra": representation.extra}
-    total_rows = round(n * mean_rows)
-    other += json_bytes(plan) + json_bytes({**plan, "shards": entries, "rows": total_rows, "bytes": rows_bytes,
-                                            "bytes_per_document": rows_bytes / max(n, 1)})
+    plan = {"format": FORMAT, "width": width, "dtype": np.dtype(dtype).name, "shard_size": shard_size, "documents": n,
+            "doc_ids_sha256": "0" * 64, "identity": {"checkpoint": "0" * 64, "strategy": representation.strategy},
+            "extra": representation.extra}
+    other += json_bytes(plan) + json_bytes({**plan, "shards": entries, "rows": round(n * mean_rows),
+                                            "bytes": rows_bytes, "bytes_per_document": rows_bytes / max(n, 1)})
     return StoreEstimate(n, len(rows), mean_rows, width, itemsize, rows_bytes, other)

@@ -63,8 +63,7 @@ class HostCopies:
     """Tensors copied from `device` to the host without waiting for each (module docstring)."""
 
     def __init__(self, device: torch.device):
-        self.cuda = device.type == "cuda"
-        self.device = device
+        self.device, self.cuda = device, device.type == "cuda"
 
     def copy(self, tensor: Tensor) -> Tensor:
         return tensor.to("cpu", non_blocking=self.cuda)
@@ -77,8 +76,8 @@ class HostCopies:
 def loader_options(trainer: L.Trainer | None, num_workers: int) -> dict:
     from common.training.tasks import LoaderConfig
 
-    pinned = LoaderConfig.pin_memory(trainer)
-    return {"num_workers": num_workers, "persistent_workers": num_workers > 0, "pin_memory": pinned}
+    return {"num_workers": num_workers, "persistent_workers": num_workers > 0,
+            "pin_memory": LoaderConfig.pin_memory(trainer)}
 
 
 class DocumentIndexer(L.LightningModule):

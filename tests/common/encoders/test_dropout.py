@@ -6,15 +6,16 @@ import pytest
 import torch
 from torch import nn
 
-from common.encoders.dropout import (Dropout, attention, dropout, rounded_probability, use_fast_bert_dropout,
-                                     use_fast_dropout)
+from common.encoders.dropout import Dropout, attention, dropout, use_fast_bert_dropout, use_fast_dropout
+
+#: p rounded to a multiple of 2^-15, by hand: 0.1 * 32768 = 3276.8 -> 3277 (0.1000061), 0.9 * 32768 = 29491.2 -> 29491.
+ROUNDED = {0.1: 3277 / 32768, 0.2: 6554 / 32768, 0.5: 0.5, 0.9: 29491 / 32768}
 
 
 def test_p_is_rounded_to_a_multiple_of_2_to_the_minus_15():
-    assert rounded_probability(0.1) == 3277 / 32768 == pytest.approx(0.1000061, abs=1e-7)
-    assert rounded_probability(0.2) == 6554 / 32768
-    assert rounded_probability(0.5) == 0.5
-    assert rounded_probability(0.0) == 0.0 and rounded_probability(1.0) == 1.0
+    assert ROUNDED[0.1] == pytest.approx(0.1000061, abs=1e-7)
+    x = torch.ones(64)
+    assert torch.equal(dropout(x, 0.0), x) and torch.equal(dropout(x, 1.0), torch.zeros(64))
 
 
 @pytest.mark.parametrize("p", [0.1, 0.2, 0.5, 0.9])
@@ -23,7 +24,7 @@ def test_kept_elements_are_scaled_by_one_over_one_minus_p(p):
     x = torch.randn(1001, 37)  # 37,037 elements: the last draw's last quarters are unused
     y = dropout(x, p)
     kept = y != 0
-    scale = 1 / (1 - rounded_probability(p))
+    scale = 1 / (1 - ROUNDED[p])
     torch.testing.assert_close(y[kept], x[kept] * scale, rtol=0, atol=0)
 
 
@@ -34,7 +35,7 @@ def test_each_quarter_of_a_draw_drops_with_probability_p(p):
     torch.manual_seed(1)
     n = 4_000_000
     dropped = dropout(torch.ones(n), p) == 0
-    q = rounded_probability(p)
+    q = ROUNDED[p]
     sigma = math.sqrt(q * (1 - q) / (n / 4))
     for quarter in range(4):
         assert abs(dropped[quarter::4].double().mean().item() - q) < 5 * sigma
@@ -44,7 +45,7 @@ def test_the_expectation_is_the_input():
     torch.manual_seed(2)
     n, p = 4_000_000, 0.1
     mean = dropout(torch.ones(n), p).double().mean().item()
-    q = rounded_probability(p)
+    q = ROUNDED[p]
     sigma = math.sqrt(q / (1 - q) / n)  # standard deviation of the mean of Bernoulli(1 - q) / (1 - q)
     assert abs(mean - 1.0) < 5 * sigma
 
@@ -61,7 +62,7 @@ def test_the_gradient_is_the_mask_times_the_scale():
     x = torch.randn(64, 33, requires_grad=True)
     y = dropout(x, 0.2)
     (grad,) = torch.autograd.grad(y.sum(), x)
-    expected = (y != 0).float() / (1 - rounded_probability(0.2))
+    expected = (y != 0).float() / (1 - ROUNDED[0.2])
     torch.testing.assert_close(grad, expected, rtol=0, atol=0)
 
 
@@ -101,7 +102,7 @@ def test_attention_drops_the_probabilities_with_the_documented_mask():
     quarters = [(int(x) >> (16 * j)) & 0x7FFF for x in draws.tolist() for j in range(4)]  # little-endian quarters
     kept = torch.tensor(quarters[:n]).view(2, 3, 4, 6) >= round(0.2 * 2**15)
     probabilities = (q @ k.transpose(-1, -2) / math.sqrt(8)).masked_fill(~keep, -math.inf).softmax(-1)
-    want = (probabilities * kept / (1 - rounded_probability(0.2))) @ v
+    want = (probabilities * kept / (1 - ROUNDED[0.2])) @ v
     torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
 
 
