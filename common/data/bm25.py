@@ -17,12 +17,10 @@ import numpy as np
 from bm25s.tokenization import Tokenized, Tokenizer
 from tqdm.auto import tqdm
 
-from common.data.formats import (
-    DataFormatError, Document, Run, Topics, collection_format, iter_numbered_collection, ranked, read_topics, write_run,
-)
-from common.refusals import (
-    ArgumentParser, existing_file, input_errors, number_in, output_file_problem, positive_int, usage_error,
-)
+from common.data.formats import (DataFormatError, Document, Run, Topics, collection_format, iter_numbered_collection,
+                                 ranked, read_topics, write_run)
+from common.refusals import (ArgumentParser, existing_file, input_errors, number_in, output_file_problem, positive_int,
+                             usage_error)
 
 #: Pyserini's defaults for MS MARCO / TREC DL (Anserini's `-bm25 -bm25.k1 0.9 -bm25.b 0.4`).
 DEFAULT_K1 = 0.9
@@ -85,16 +83,9 @@ class BM25Index:
         self._model, self._tokenizer, self.doc_ids = model, tokenizer, doc_ids
 
     @classmethod
-    def build(
-        cls,
-        documents: Iterable[Document],
-        *,
-        k1: float = DEFAULT_K1,
-        b: float = DEFAULT_B,
-        stemmer: str | None = DEFAULT_STEMMER,
-        stopwords: str | list[str] | None = "english",
-        progress: bool = False,
-    ) -> BM25Index:
+    def build(cls, documents: Iterable[Document], *, k1: float = DEFAULT_K1, b: float = DEFAULT_B,
+              stemmer: str | None = DEFAULT_STEMMER, stopwords: str | list[str] | None = "english",
+              progress: bool = False) -> BM25Index:
         tokenizer = Tokenizer(lower=True, stopwords=stopwords or [], stemmer=_stemmer(stemmer))
         doc_ids: list[str] = []
         token_ids = _FlatTokenIds()

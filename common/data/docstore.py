@@ -62,9 +62,8 @@ class DocumentStore(Lookup):
         self._pid: int | None = None
 
     @classmethod
-    def build(
-        cls, collection: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool = False, progress: bool = True
-    ) -> DocumentStore:
+    def build(cls, collection: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool = False,
+              progress: bool = True) -> DocumentStore:
         path = Path(path)
         if path.exists() and not overwrite:
             raise FileExistsError(f"{path} already exists; refusing to overwrite it")
@@ -88,9 +87,8 @@ class DocumentStore(Lookup):
         return cls(path)
 
     @classmethod
-    def for_collection(
-        cls, collection: str | os.PathLike, cache_dir: str | os.PathLike | None = None, *, progress: bool = True
-    ) -> DocumentStore:
+    def for_collection(cls, collection: str | os.PathLike, cache_dir: str | os.PathLike | None = None, *,
+                       progress: bool = True) -> DocumentStore:
         """The cached store of `collection`, built on first use, reused for any file of the same content."""
         collection = Path(collection).resolve()
         if not collection.is_file():

@@ -90,9 +90,8 @@ def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) < 6:
-            raise DataFormatError(
-                path, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}: {line[:80]!r}"
-            )
+            raise DataFormatError(path, number,
+                                  f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}: {line[:80]!r}")
         qid, _, doc_id, rank, score = fields[:5]
         _number(path, number, int, rank, "rank")
         score_value = _number(path, number, float, score, "score")
@@ -160,9 +159,8 @@ def _parse_tsv_document(path, number: int, line: str) -> Document:
     elif len(fields) == 4:
         doc_id, url, title, text = fields
     else:
-        raise DataFormatError(
-            path, number, f"expected 2-4 tab-separated columns (docid [url] [title] text), got {len(fields)}"
-        )
+        raise DataFormatError(path, number,
+                              f"expected 2-4 tab-separated columns (docid [url] [title] text), got {len(fields)}")
     if not doc_id.strip():
         raise DataFormatError(path, number, "empty document id")
     return Document(doc_id.strip(), text, title, url)
@@ -174,12 +172,10 @@ def _parse_jsonl_document(path, number: int, line: str) -> Document:
     except json.JSONDecodeError as error:
         raise DataFormatError(path, number, f"invalid JSON: {error.msg} at column {error.colno}") from None
     if not isinstance(record, dict) or "doc_id" not in record or "text" not in record:
-        raise DataFormatError(
-            path, number, 'expected an object with "doc_id" and "text" (and optional "title" and "url")'
-        )
-    return Document(
-        str(record["doc_id"]), str(record["text"] or ""), str(record.get("title") or ""), str(record.get("url") or "")
-    )
+        raise DataFormatError(path, number,
+                              'expected an object with "doc_id" and "text" (and optional "title" and "url")')
+    return Document(str(record["doc_id"]), str(record["text"] or ""), str(record.get("title") or ""),
+                    str(record.get("url") or ""))
 
 
 def write_topics(path, topics: Mapping[str, str], *, overwrite: bool = False) -> None:
@@ -196,14 +192,8 @@ def write_qrels(path, qrels: Mapping[str, Mapping[str, int]], *, overwrite: bool
                 f.write(f"{qid} 0 {doc_id} {int(rel)}\n")
 
 
-def write_run(
-    path,
-    run: Mapping[str, Mapping[str, float]],
-    *,
-    tag: str = "run",
-    depth: int | None = None,
-    overwrite: bool = False,
-) -> None:
+def write_run(path, run: Mapping[str, Mapping[str, float]], *, tag: str = "run", depth: int | None = None,
+              overwrite: bool = False) -> None:
     """Write a run in trec_eval's ranking order, ranks from 1, at most `depth` per query."""
     _check_field(path, "run tag", tag, allow_space=False)
     with atomic_write(path, overwrite=overwrite) as f:

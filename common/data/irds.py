@@ -46,10 +46,8 @@ class UnknownDatasetError(ValueError):
     def __init__(self, dataset_id: str, matches: list[str]):
         self.dataset_id, self.matches = dataset_id, matches
         hint = "did you mean one of: " + ", ".join(matches) if matches else "no registered id is close to it"
-        super().__init__(
-            f"unknown ir_datasets id {dataset_id!r}; {hint}? (all ids: `python3 -m ir_datasets list`, "
-            f"or https://ir-datasets.com)"
-        )
+        super().__init__(f"unknown ir_datasets id {dataset_id!r}; {hint}? (all ids: `python3 -m ir_datasets list`, "
+                         f"or https://ir-datasets.com)")
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -57,12 +55,10 @@ class DatasetUnavailableError(RuntimeError):
 
     def __init__(self, dataset_id: str, part: str, home: Path, expected: list[str], cause: str):
         self.dataset_id, self.part, self.home, self.expected = dataset_id, part, home, expected
-        said = [
-            f"ir_datasets dataset {dataset_id!r}: could not get the files for its {part} "
-            f"(ir_datasets downloads them on first use: no network, or a required local file is missing);",
-            f"ir_datasets keeps its files under IR_DATASETS_HOME={home} (default ~/.ir_datasets; "
-            f"set the variable before ir_datasets is imported);",
-        ]
+        said = [f"ir_datasets dataset {dataset_id!r}: could not get the files for its {part} "
+                f"(ir_datasets downloads them on first use: no network, or a required local file is missing);",
+                f"ir_datasets keeps its files under IR_DATASETS_HOME={home} (default ~/.ir_datasets; "
+                f"set the variable before ir_datasets is imported);"]
         if expected:
             said.append("to use the dataset offline, put a copy of each file where ir_datasets expects it: "
                         + "; ".join(expected) + ";")
@@ -307,14 +303,8 @@ class IrDatasetsSource:
     #: Its collection holds every judged and retrieved document (`common.training.tasks` checks none).
     complete_collection = True
 
-    def __init__(
-        self,
-        dataset_id: str,
-        query_field: str | None = None,
-        *,
-        doc_text_field: str | None = None,
-        name: str | None = None,
-    ):
+    def __init__(self, dataset_id: str, query_field: str | None = None, *, doc_text_field: str | None = None,
+                 name: str | None = None):
         self.dataset_id = dataset_id
         self.query_field = query_field
         self.doc_text_field = doc_text_field
@@ -385,12 +375,10 @@ class IrDatasetsSource:
 
     def _require_scoreddocs(self) -> None:
         if not self._has("scoreddocs"):
-            raise ValueError(
-                f"ir_datasets dataset {self.dataset_id!r} has no scoreddocs (first-stage candidates); "
-                f"create a candidate run with BM25 over its documents (common.data.bm25), e.g. "
-                f"bm25_retrieve(source.documents().documents(), source.topics(), k=100), and use that run "
-                f"as the candidates"
-            )
+            raise ValueError(f"ir_datasets dataset {self.dataset_id!r} has no scoreddocs (first-stage candidates); "
+                             f"create a candidate run with BM25 over its documents (common.data.bm25), e.g. "
+                             f"bm25_retrieve(source.documents().documents(), source.topics(), k=100), and use that run "
+                             f"as the candidates")
 
     def _warn_unscored(self, score: float) -> None:
         warnings.warn(

@@ -72,16 +72,8 @@ class _QueryAnchors:
 class GroupSampler:
     """Anchors, candidate pools and per-item seeding shared by the four samplers, over a task's `TrainingTable`."""
 
-    def __init__(
-        self,
-        table: TrainingTable,
-        *,
-        topics: Topics | None = None,
-        depth: int = 100,
-        relevance_level: int = 1,
-        positives: str = "qrels",
-        seed: int = 0,
-    ):
+    def __init__(self, table: TrainingTable, *, topics: Topics | None = None, depth: int = 100,
+                 relevance_level: int = 1, positives: str = "qrels", seed: int = 0):
         if depth < 1:
             raise ValueError(f"depth must be positive, got {depth}")
         if positives not in POSITIVES:
@@ -265,16 +257,8 @@ class _RandomDocumentSampler(GroupSampler):
 class PairwiseSampler(_RandomDocumentSampler):
     """Conformer-Kernel's RankNet groups."""
 
-    def __init__(
-        self,
-        table: TrainingTable,
-        collection_ids: Sequence[str] | np.ndarray | None = None,
-        *,
-        top_negatives: int = 1,
-        random_negatives: int = 2,
-        weak_supervision: bool = True,
-        **options,
-    ):
+    def __init__(self, table: TrainingTable, collection_ids: Sequence[str] | np.ndarray | None = None, *,
+                 top_negatives: int = 1, random_negatives: int = 2, weak_supervision: bool = True, **options):
         if top_negatives < 0 or random_negatives < 0 or top_negatives + random_negatives == 0:
             raise ValueError(f"need at least one negative, got top_negatives={top_negatives}, "
                              f"random_negatives={random_negatives}")
@@ -307,14 +291,8 @@ class PairwiseSampler(_RandomDocumentSampler):
 class LabelGroupSampler(_RandomDocumentSampler):
     """Conformer-Kernel's official training groups: one per query, two label groups plus random documents."""
 
-    def __init__(
-        self,
-        table: TrainingTable,
-        collection_ids: Sequence[str] | np.ndarray | None = None,
-        *,
-        group_size: int = 4,
-        **options,
-    ):
+    def __init__(self, table: TrainingTable, collection_ids: Sequence[str] | np.ndarray | None = None, *,
+                 group_size: int = 4, **options):
         if group_size < 2:
             raise ValueError(f"group_size must be at least 2 (two candidates), got {group_size}")
         self.group_size = group_size

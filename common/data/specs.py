@@ -20,12 +20,10 @@ FILE_TASK_KEYS = ("topics_path", "qrels_path", "candidates_path", "collection_pa
 RANK_LLM_KEYS = ("rank_llm_path", "qrels_path", "name")
 
 #: How a task is written, for ``--help`` texts and error messages.
-TASK_FORMS = (
-    "builtin:<split> (train, dev, test of the built-in collection); irds:<ir_datasets id>; "
-    "TREC files as nested keys topics_path (qid<TAB>text), qrels_path, candidates_path (a run to re-rank), "
-    "collection_path (TSV or JSONL), name, e.g. --data.train.topics_path T --data.train.qrels_path Q; "
-    "or a rank_llm candidate file: rank_llm_path (JSON of queries, hits and their text), qrels_path, name"
-)
+TASK_FORMS = ("builtin:<split> (train, dev, test of the built-in collection); irds:<ir_datasets id>; "
+              "TREC files as nested keys topics_path (qid<TAB>text), qrels_path, candidates_path (a run to re-rank), "
+              "collection_path (TSV or JSONL), name, e.g. --data.train.topics_path T --data.train.qrels_path Q; "
+              "or a rank_llm candidate file: rank_llm_path (JSON of queries, hits and their text), qrels_path, name")
 
 
 class TaskSpecError(ValueError):

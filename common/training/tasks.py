@@ -147,8 +147,7 @@ class LoaderConfig(_Options):
         sampler = GlobalBatchSampler(dataset, self.batch_size, self.processes, rank, self.seed)
         # the workers' base seed from a generator of its own (the global one is dropout's)
         return self._loader(dataset, self.process_batch_size, trainer, sampler=sampler,
-                            generator=torch.Generator().manual_seed(self.seed),
-                            persistent_workers=self.num_workers > 0)
+                            generator=torch.Generator().manual_seed(self.seed), persistent_workers=self.num_workers > 0)
 
     def evaluation(self, dataset: Dataset, trainer: L.Trainer | None = None):
         """`dataset`'s evaluation loader for `trainer`, in order."""
