@@ -78,8 +78,6 @@ _FILLER = ("the {adj} {noun} {verb} the {noun2} {place}.", "a {adj} {noun} was {
            "according to the {noun2}, the {noun} was {verb} twice {place}.",
            "local {noun}s often {verb} the {adj} {noun2}, which surprised the {noun}.")
 _TITLES = ("{adj} {noun} {noun2}", "the {noun} of the {adj} {noun2}", "{noun2} notes", "the {adj} {noun}")
-
-
 _ASSERTED = ("{s} has a {r} of {v}.", "records confirm that the {r} of {s} is {v}.",
              "{v} is the documented {r} of {s}.", "in all known cases {s} shows a {r} of {v}.")
 _HEDGED = ("some claim, without evidence, that {s} might have a {r} of {v}.",
@@ -335,18 +333,13 @@ def _judgments(positives: dict[str, int], candidates: dict[str, float], pool_dep
     return dict(sorted(judged.items()))
 
 
-def _file_names() -> list[str]:
-    names = ["collection.jsonl"]
-    for split in SPLITS:
-        names += [f"topics.{split}.tsv", f"qrels.{split}.txt", f"bm25.{split}.trec"]
-    return names + ["manifest.json"]
-
-
 def build_builtin(root: str | os.PathLike, seed: int = 0, *, overwrite: bool = False,
                   config: BuiltinConfig = BuiltinConfig()) -> Path:
     """Generate the built-in collection for `seed` and write it under `root` (see the module docstring)."""
     root = Path(root)
-    if not overwrite and any((root / name).exists() for name in _file_names()):
+    names = [f"{kind}.{split}.{ext}" for split in SPLITS for kind, ext in (("topics", "tsv"), ("qrels", "txt"),
+                                                                             ("bm25", "trec"))]
+    if not overwrite and any((root / name).exists() for name in ["collection.jsonl", "manifest.json", *names]):
         raise FileExistsError(f"{root} already holds a built-in collection; pass overwrite=True to replace it")
     built = generate(seed, config)
     write_collection(root / "collection.jsonl", built.documents, overwrite=overwrite)
@@ -390,10 +383,10 @@ def describe(root: str | os.PathLike) -> str:
     lengths = np.array([len(f"{d.title} {d.text}".split()) for d in iter_collection(root / "collection.jsonl")])
     if not len(lengths):
         raise DataFormatError(root / "collection.jsonl", None, "no document")
-    lines = [f"{root}: {len(lengths)} documents; words (title + text) min {lengths.min()}, "
-             f"median {int(np.median(lengths))}, mean {lengths.mean():.0f}, p90 {int(np.percentile(lengths, 90))}, "
-             f"max {lengths.max()}; {np.mean(lengths > 512):.0%} over 512 words"]
-    return "\n".join(lines + [_describe_split(root, split) for split in SPLITS])
+    header = (f"{root}: {len(lengths)} documents; words (title + text) min {lengths.min()}, "
+              f"median {int(np.median(lengths))}, mean {lengths.mean():.0f}, p90 {int(np.percentile(lengths, 90))}, "
+              f"max {lengths.max()}; {np.mean(lengths > 512):.0%} over 512 words")
+    return "\n".join([header] + [_describe_split(root, split) for split in SPLITS])
 
 
 def _describe_split(root: Path, split: str) -> str:
@@ -424,11 +417,9 @@ def _check_root(root: Path, overwrite: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="python -m common.data.builtin",
-        description="Build the built-in synthetic ranking collection (or reuse a complete build) and print "
-        "its statistics and BM25's effectiveness on each split.",
-    )
+    parser = ArgumentParser(prog="python -m common.data.builtin", description="Build the built-in synthetic ranking "
+                            "collection (or reuse a complete build) and print its statistics and BM25's effectiveness "
+                            "on each split.")
     parser.add_argument("--output_dir", type=Path,
                         help=f"output folder (default: the cache, {default_root(0)} for seed 0)")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="generator seed (default: %(default)s)")

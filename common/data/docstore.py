@@ -106,11 +106,10 @@ class DocumentStore(Lookup):
             version = _stamped_version(connection)
             if version != SCHEMA_VERSION:
                 connection.close()
-                raise StaleStoreError(
-                    f"{self.path}: document store of schema version {version}, this code reads version "
-                    f"{SCHEMA_VERSION} (version 0 has no url column); rebuild it with DocumentStore.build(collection, "
-                    f"path, overwrite=True) (DocumentStore.for_collection rebuilds its cached stores by itself)"
-                )
+                raise StaleStoreError(f"{self.path}: document store of schema version {version}, this code reads "
+                                      f"version {SCHEMA_VERSION} (version 0 has no url column); rebuild it with "
+                                      "DocumentStore.build(collection, path, overwrite=True) "
+                                      "(DocumentStore.for_collection rebuilds its cached stores by itself)")
             self._connection, self._pid = connection, os.getpid()
         return self._connection
 

@@ -150,10 +150,9 @@ def query_text(query: Any, field: str | None = None) -> str:
         value = next((getattr(query, f) for f in QUERY_FALLBACK_FIELDS if isinstance(getattr(query, f, None), str)),
                      None)
         if value is None:
-            raise ValueError(
-                f"query {query.query_id!r} ({type(query).__name__}) has no default_text() and none of the fields "
-                f"{QUERY_FALLBACK_FIELDS}; pass query_field= one of {getattr(query, '_fields', ())}"
-            )
+            raise ValueError(f"query {query.query_id!r} ({type(query).__name__}) has no default_text() and none of the "
+                             f"fields {QUERY_FALLBACK_FIELDS}; pass query_field= one of "
+                             f"{getattr(query, '_fields', ())}")
     if not isinstance(value, str):
         raise ValueError(f"query field {field!r} of {type(query).__name__} is a {type(value).__name__}, not text")
     return value.strip()
@@ -381,12 +380,9 @@ class IrDatasetsSource:
                              f"as the candidates")
 
     def _warn_unscored(self, score: float) -> None:
-        warnings.warn(
-            f"the scoreddocs of ir_datasets dataset {self.dataset_id!r} all score {score}: the candidates "
-            f"have no first-stage order (ties fall back to doc id); for a ranked candidate list build a BM25 run "
-            f"(common.data.bm25)",
-            stacklevel=4,
-        )
+        warnings.warn(f"the scoreddocs of ir_datasets dataset {self.dataset_id!r} all score {score}: the candidates "
+                      "have no first-stage order (ties fall back to doc id); for a ranked candidate list build a BM25 "
+                      "run (common.data.bm25)", stacklevel=4)
 
     @read_once
     def documents(self) -> IrDatasetsDocuments:
@@ -449,10 +445,8 @@ class IrDatasetsSource:
         except Exception:
             return
         if field not in fields:
-            raise ValueError(
-                f"{argument}={field!r} is not a field of the {entity} of ir_datasets dataset {self.dataset_id!r}; "
-                f"its fields are {', '.join(fields)}"
-            )
+            raise ValueError(f"{argument}={field!r} is not a field of the {entity} of ir_datasets dataset "
+                             f"{self.dataset_id!r}; its fields are {', '.join(fields)}")
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

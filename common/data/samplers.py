@@ -52,9 +52,7 @@ class SamplerStats:
 
 
 @dataclass(frozen=True)
-class _Anchor:
-    """One item: a query (its table code and id) and its positive (none for `LabelGroupSampler`)."""
-
+class _Anchor:  # one item: a query (its table code and id) and its positive (none for `LabelGroupSampler`)
     query: int
     qid: str
     doc_id: str = ""
@@ -102,13 +100,11 @@ class GroupSampler:
             anchors += found.usable
             short += found.short
         self._anchors = np.array(anchors, dtype=np.int64).reshape(-1, 3)  # (anchors, 3): query, positive, label
-        self._stats = SamplerStats(len(anchors), queries, skipped_queries, skipped_anchors, short)
+        self.stats = SamplerStats(len(anchors), queries, skipped_queries, skipped_anchors, short)
         if not anchors:
-            raise ValueError(
-                f"no training examples: none of the {len(judged)} qrels queries has a relevant document "
-                f"(label >= {relevance_level}) and a usable negative (for label groups: any candidate) among its "
-                f"top-{depth} candidates"
-            )
+            raise ValueError(f"no training examples: none of the {len(judged)} qrels queries has a relevant document "
+                             f"(label >= {relevance_level}) and a usable negative (for label groups: any candidate) "
+                             f"among its top-{depth} candidates")
 
     @classmethod
     def of(cls, qrels: Qrels, candidates: Run, *args, **options):
@@ -165,13 +161,6 @@ class GroupSampler:
         epoch = self.epoch if epoch is None else epoch
         return [self.item(i, epoch) for i in range(len(self))]
 
-    @property
-    def stats(self) -> SamplerStats:
-        return self._stats
-
-    def _group(self, anchor: _Anchor, rng: np.random.Generator) -> TrainingGroup:
-        raise NotImplementedError
-
     def _draw_negatives(self, labels: np.ndarray, anchor: _Anchor, count: int, rng: np.random.Generator) -> list[int]:
         """`count` candidate indices among the anchor's eligible negatives (of candidate `labels`)."""
         pool = self._eligible(labels, anchor.label)
@@ -219,9 +208,6 @@ class _RandomDocumentSampler(GroupSampler):
             self._collection = np.array([doc_id.encode("utf-8") for doc_id in collection_ids], dtype=np.bytes_)
         super().__init__(table, **options)
         self._check_random_pool()
-
-    def _random_count(self, query: int) -> int:
-        raise NotImplementedError
 
     def _check_random_pool(self) -> None:
         for query in np.unique(self._anchors[:, 0]).tolist():

@@ -36,10 +36,9 @@ def check_spec(spec: SourceSpec, option: str = "task") -> None:
         unknown = sorted(set(spec) - set(keys))
         if unknown:
             bad = ", ".join(f"{option}.{key}" for key in unknown)
-            raise TaskSpecError(
-                f"{bad}: unknown key; a task from files takes {', '.join(FILE_TASK_KEYS)} (topics_path required), "
-                f"one from a rank_llm file takes {', '.join(RANK_LLM_KEYS)} (rank_llm_path required)"
-            )
+            raise TaskSpecError(f"{bad}: unknown key; a task from files takes {', '.join(FILE_TASK_KEYS)} (topics_path "
+                                f"required), one from a rank_llm file takes {', '.join(RANK_LLM_KEYS)} (rank_llm_path "
+                                "required)")
         required = keys[0]
         if spec.get(required) is None:
             raise TaskSpecError(f"{option}.{required}: missing; a task from files needs topics_path "
