@@ -92,21 +92,12 @@ def _reading(dataset_id: str, part: str) -> Iterator[None]:
         yield
     except (DatasetUnavailableError, DataFormatError, KeyError):
         raise
-    except OSError as error:
-        raise _unavailable(dataset_id, part, error) from error
-    except RuntimeError as error:
-        if error.args[:1] == (_ALL_SOURCES_FAILED,):
-            raise _unavailable(dataset_id, part, error) from error
-        _add_note(error, dataset_id, part)
-        raise
     except Exception as error:
-        _add_note(error, dataset_id, part)
+        if isinstance(error, OSError) or (isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,)):
+            raise _unavailable(dataset_id, part, error) from error
+        if hasattr(error, "add_note"):
+            error.add_note(f"(while reading the {part} of ir_datasets dataset {dataset_id!r})")
         raise
-
-
-def _add_note(error: BaseException, dataset_id: str, part: str) -> None:
-    if hasattr(error, "add_note"):
-        error.add_note(f"(while reading the {part} of ir_datasets dataset {dataset_id!r})")
 
 
 def _unavailable(dataset_id: str, part: str, error: BaseException) -> DatasetUnavailableError:
@@ -160,7 +151,7 @@ def query_text(query: Any, field: str | None = None) -> str:
 
 def to_document(doc: Any, text_field: str | None = None) -> Document:
     """An ir_datasets document namedtuple as ``Document(doc_id, text, title, url)`` (see the module docstring)."""
-    title, url = _first_string(doc, TITLE_FIELDS), _first_string(doc, URL_FIELDS)
+    title, url = _first_string(doc, TITLE_FIELDS) or "", _first_string(doc, URL_FIELDS) or ""
     if text_field is not None:
         text = getattr(doc, text_field)
         if isinstance(text, bytes):
@@ -172,15 +163,14 @@ def to_document(doc: Any, text_field: str | None = None) -> Document:
     return Document(str(doc.doc_id), text, title, url)
 
 
-def _first_string(doc: Any, fields: tuple[str, ...]) -> str:
-    return next((v for f in fields if isinstance(v := getattr(doc, f, None), str)), "")
+def _first_string(doc: Any, fields: tuple[str, ...]) -> str | None:
+    return next((v for f in fields if isinstance(v := getattr(doc, f, None), str)), None)
 
 
 def _body(doc: Any) -> str:
-    for field in BODY_FIELDS:
-        value = getattr(doc, field, None)
-        if isinstance(value, str):
-            return value
+    body = _first_string(doc, BODY_FIELDS)
+    if body is not None:
+        return body
     blanks = {f: "" for f in (*TITLE_FIELDS, *URL_FIELDS) if isinstance(getattr(doc, f, None), str)}
     if hasattr(doc, "default_text"):
         stripped = doc._replace(**blanks) if blanks and hasattr(doc, "_replace") else doc
@@ -193,9 +183,7 @@ class IrDatasetsDocuments(Lookup):
     """`DocumentLookup` over an ir_datasets docstore; picklable, reopened after a fork."""
 
     def __init__(self, dataset_id: str, dataset: Any = None, text_field: str | None = None):
-        self.dataset_id = dataset_id
-        self.text_field = text_field
-        self._dataset = dataset
+        self.dataset_id, self.text_field, self._dataset = dataset_id, text_field, dataset
         self._store: Any = None
         self._pid: int | None = None
 
@@ -304,9 +292,7 @@ class IrDatasetsSource:
 
     def __init__(self, dataset_id: str, query_field: str | None = None, *, doc_text_field: str | None = None,
                  name: str | None = None):
-        self.dataset_id = dataset_id
-        self.query_field = query_field
-        self.doc_text_field = doc_text_field
+        self.dataset_id, self.query_field, self.doc_text_field = dataset_id, query_field, doc_text_field
         self.name = name or dataset_id
         self._dataset  # resolve the id now (registry only): a typo in a config fails here, not hours later
         self._check_field("queries", query_field, "query_field")

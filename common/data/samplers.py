@@ -77,8 +77,7 @@ class GroupSampler:
         if positives not in POSITIVES:
             raise ValueError(f"unknown positives {positives!r}; expected one of {', '.join(POSITIVES)}")
         self.depth, self.relevance_level, self.positives, self.seed = depth, relevance_level, positives, seed
-        self.epoch = 0
-        self.table = table
+        self.epoch, self.table = 0, table
         anchors: list[tuple[int, int, int]] = []
         queries = skipped_queries = skipped_anchors = short = 0
         judged = table.judged_queries()

@@ -178,7 +178,7 @@ class RerankingDataModule(L.LightningDataModule):
         self._datasets: dict[str, Dataset] = {}
 
     def training_dataset(self, source: RankingSource) -> Dataset:
-            raise NotImplementedError(f"{type(self).__name__} defines no training dataset")
+        raise NotImplementedError(f"{type(self).__name__} defines no training dataset")
 
     def pair_encoder(self) -> Encode:
         """How evaluation pairs are encoded: ``encode(query texts, documents) -> batch`` (`RerankPairs`)."""
