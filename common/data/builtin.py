@@ -149,8 +149,7 @@ class _Doc:
 
 class _Generator:
     def __init__(self, seed: int, config: BuiltinConfig, queries: int):
-        self.rng = np.random.default_rng(seed)
-        self.config = config
+        self.rng, self.config = np.random.default_rng(seed), config
         self.lexicon = _make_lexicon(self.rng, config)
         if queries > len(self.lexicon.subjects) * 3 // 4:
             raise ValueError(f"{queries} queries need more than 3/4 of the {len(self.lexicon.subjects)} subjects; "
@@ -193,9 +192,8 @@ class _Generator:
 
     def paraphrase(self, form: int) -> int:
         """The query's form, or with probability `paraphrase` another surface form of the same relation."""
-        if self.rng.random() >= self.config.paraphrase:
-            return form
-        return self.pick([f for f in range(self.config.forms) if f != form])
+        keep = self.rng.random() >= self.config.paraphrase
+        return form if keep else self.pick([f for f in range(self.config.forms) if f != form])
 
     def queries(self) -> list[_Query]:
         queries = []

@@ -324,39 +324,33 @@ class IrDatasetsSource:
     @read_once
     def qrels(self) -> Qrels:
         self._require("qrels", "qrels")
-        qrels: Qrels = {}
         with _reading(self.dataset_id, "qrels"):
-            for number, qrel in enumerate(self._dataset.qrels_iter(), start=1):
-                judged = qrels.setdefault(str(qrel.query_id), {})
-                doc_id = str(qrel.doc_id)
-                if doc_id in judged:
-                    raise DataFormatError(
-                        self._label("qrels"), None,
-                        f"duplicate judgment for query {str(qrel.query_id)!r}, document {doc_id!r} (record {number})",
-                    )
-                judged[doc_id] = int(qrel.relevance)
-        return qrels
+            records = ((q.query_id, q.doc_id, int(q.relevance)) for q in self._dataset.qrels_iter())
+            return self._by_query("qrels", records, "duplicate judgment for query {qid!r}, document {doc_id!r}")
 
     @read_once
     def candidates(self) -> Run:
         self._require_scoreddocs()
-        run: Run = {}
         with _reading(self.dataset_id, "scoreddocs"):
-            for number, scored in enumerate(self._dataset.scoreddocs_iter(), start=1):
-                scores = run.setdefault(str(scored.query_id), {})
-                doc_id, score = str(scored.doc_id), float(scored.score)
-                if math.isnan(score):
-                    raise DataFormatError(self._label("scoreddocs"), None, f"NaN score (record {number})")
-                if doc_id in scores:
-                    raise DataFormatError(
-                        self._label("scoreddocs"), None,
-                        f"document {doc_id!r} retrieved twice for query {str(scored.query_id)!r} (record {number})",
-                    )
-                scores[doc_id] = score
+            records = ((s.query_id, s.doc_id, float(s.score)) for s in self._dataset.scoreddocs_iter())
+            run = self._by_query("scoreddocs", records, "document {doc_id!r} retrieved twice for query {qid!r}")
         distinct = {score for scores in run.values() for score in scores.values()}
         if len(distinct) == 1 and sum(map(len, run.values())) > 1:
             self._warn_unscored(distinct.pop())
         return run
+
+    def _by_query(self, entity: str, records: Iterable[tuple[Any, Any, float]], repeated: str) -> dict[str, dict]:
+        """``{qid: {doc_id: value}}`` of (qid, doc_id, value) `records`; a NaN score or a repeated pair is refused."""
+        nested: dict[str, dict] = {}
+        for number, (qid, doc_id, value) in enumerate(records, start=1):
+            qid, doc_id = str(qid), str(doc_id)
+            if isinstance(value, float) and math.isnan(value):
+                raise DataFormatError(self._label(entity), None, f"NaN score (record {number})")
+            if doc_id in nested.setdefault(qid, {}):
+                raise DataFormatError(self._label(entity), None,
+                                      f"{repeated.format(qid=qid, doc_id=doc_id)} (record {number})")
+            nested[qid][doc_id] = value
+        return nested
 
     def _require_scoreddocs(self) -> None:
         if not self._has("scoreddocs"):

@@ -1,7 +1,6 @@
 """A ranking task as a config names it (`SourceSpec`): checked before anything is built, and opened as the
-`common.data.source.RankingSource` it names (built-in split, ir_datasets id, TREC files or a rank_llm file).
-
-Apart from `common.data.source` because it dispatches to every kind of source, each of which builds on that module.
+`common.data.source.RankingSource` it names (built-in split, ir_datasets id, TREC files or a rank_llm file); apart
+from `common.data.source` because it dispatches to every kind of source, each of which builds on that module.
 """
 
 from __future__ import annotations
