@@ -17,12 +17,10 @@ import numpy as np
 from bm25s.tokenization import Tokenized, Tokenizer
 from tqdm.auto import tqdm
 
-from common.data.formats import (
-    DataFormatError, Document, Run, Topics, collection_format, iter_numbered_collection, ranked, read_topics, write_run,
-)
-from common.refusals import (
-    ArgumentParser, existing_file, input_errors, number_in, output_file_problem, positive_int, usage_error,
-)
+from common.data.formats import (DataFormatError, Document, Run, Topics, collection_format, iter_numbered_collection,
+                                 ranked, read_topics, write_run)
+from common.refusals import (ArgumentParser, existing_file, input_errors, number_in, output_file_problem, positive_int,
+                             usage_error)
 
 #: Pyserini's defaults for MS MARCO / TREC DL (Anserini's `-bm25 -bm25.k1 0.9 -bm25.b 0.4`).
 DEFAULT_K1 = 0.9
@@ -38,10 +36,6 @@ def _stemmer(name: str | None) -> Callable[[str], str] | None:
     except ImportError:
         raise ImportError(f"stemmer {name!r} needs PyStemmer (pip install PyStemmer), or pass stemmer=None") from None
     return Stemmer.Stemmer(name).stemWord
-
-
-def document_text(doc: Document) -> str:
-    return f"{doc.title} {doc.text}" if doc.title else doc.text
 
 
 class DuplicateDocumentError(ValueError):
@@ -85,16 +79,9 @@ class BM25Index:
         self._model, self._tokenizer, self.doc_ids = model, tokenizer, doc_ids
 
     @classmethod
-    def build(
-        cls,
-        documents: Iterable[Document],
-        *,
-        k1: float = DEFAULT_K1,
-        b: float = DEFAULT_B,
-        stemmer: str | None = DEFAULT_STEMMER,
-        stopwords: str | list[str] | None = "english",
-        progress: bool = False,
-    ) -> BM25Index:
+    def build(cls, documents: Iterable[Document], *, k1: float = DEFAULT_K1, b: float = DEFAULT_B,
+              stemmer: str | None = DEFAULT_STEMMER, stopwords: str | list[str] | None = "english",
+              progress: bool = False) -> BM25Index:
         tokenizer = Tokenizer(lower=True, stopwords=stopwords or [], stemmer=_stemmer(stemmer))
         doc_ids: list[str] = []
         token_ids = _FlatTokenIds()
@@ -105,7 +92,8 @@ class BM25Index:
                 raise DuplicateDocumentError(doc.doc_id, position, doc_ids.index(doc.doc_id))
             seen.add(doc.doc_id)
             doc_ids.append(doc.doc_id)
-            token_ids.append(next(tokenizer.streaming_tokenize([document_text(doc)], allow_empty=False)))
+            text = f"{doc.title} {doc.text}" if doc.title else doc.text
+            token_ids.append(next(tokenizer.streaming_tokenize([text], allow_empty=False)))
         if not doc_ids:
             raise UnindexableError("no document to index (the collection is empty)")
         if not tokenizer.get_vocab_dict():
@@ -118,14 +106,11 @@ class BM25Index:
     def __len__(self) -> int:
         return len(self.doc_ids)
 
-    def scores(self, query: str) -> np.ndarray:
-        query_ids = next(self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False))
-        return self._model.get_scores_from_ids(query_ids)
-
     def search(self, query: str, k: int = 100) -> dict[str, float]:
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
-        scores = self.scores(query)
+        query_ids = next(self._tokenizer.streaming_tokenize([query], update_vocab=False, allow_empty=False))
+        scores = self._model.get_scores_from_ids(query_ids)
         matching = np.flatnonzero(scores > 0)
         if len(matching) > k:
             kth = np.partition(scores[matching], len(matching) - k)[len(matching) - k]
@@ -146,11 +131,9 @@ def bm25_retrieve(documents: Iterable[Document], topics: Topics, k: int = 100, *
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = ArgumentParser(
-        prog="python -m common.data.bm25",
-        description="Retrieve a BM25 top-k run (Lucene BM25, Porter stemming, Lucene stopwords, title+text) "
-        "for a topics file over a TSV/JSONL collection, and write it as a TREC run.",
-    )
+    parser = ArgumentParser(prog="python -m common.data.bm25", description="Retrieve a BM25 top-k run (Lucene BM25, "
+                            "Porter stemming, Lucene stopwords, title+text) for a topics file over a TSV/JSONL "
+                            "collection, and write it as a TREC run.")
     parser.add_argument("--collection", required=True, type=_collection_file,
                         help="collection: docid<TAB>[title<TAB>]text TSV, or JSONL with doc_id/title/text (.gz ok)")
     parser.add_argument("--topics", required=True, type=existing_file, help="topics file: qid<TAB>text")
@@ -191,13 +174,6 @@ def _tag(text: str) -> str:
     return text
 
 
-def _read_topics(path: Path) -> Topics:
-    topics = read_topics(path)
-    if not topics:
-        raise DataFormatError(path, None, "no topic (expected qid<TAB>text lines)")
-    return topics
-
-
 def _index(args: argparse.Namespace, progress: bool) -> BM25Index:
     """Index --collection; what makes it unindexable is a `DataFormatError` naming the file (and the lines)."""
     lines = array("q")
@@ -223,7 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         usage_error(f"argument --output: {problem}")
     progress = sys.stderr.isatty()
     with input_errors(DataFormatError, OSError):
-        topics = _read_topics(args.topics)
+        topics = read_topics(args.topics)
+        if not topics:
+            raise DataFormatError(args.topics, None, "no topic (expected qid<TAB>text lines)")
         index = _index(args, progress)
     run = index.retrieve(topics, args.k, progress=progress)
     write_run(args.output, run, tag=args.tag, depth=args.k, overwrite=args.overwrite)

@@ -23,10 +23,8 @@ from pathlib import Path
 import numpy as np
 
 from common.data.bm25 import DEFAULT_B, DEFAULT_K1, DEFAULT_STEMMER, bm25_retrieve
-from common.data.formats import (
-    DataFormatError, Document, Qrels, Run, Topics, iter_collection, ranked, read_qrels, read_run, write_collection,
-    write_qrels, write_run, write_topics,
-)
+from common.data.formats import (DataFormatError, Document, Qrels, Run, Topics, iter_collection, ranked, read_qrels,
+                                 read_run, write_collection, write_qrels, write_run, write_topics)
 from common.data.source import FileSource
 from common.io import atomic_write, built_once, cache_root
 from common.refusals import ArgumentParser, input_errors, nonnegative_int, output_folder_problem, usage_error
@@ -60,54 +58,33 @@ class BuiltinConfig:
     pool_depth: int = 10
 
 
-_NOUNS = (
-    "harbour river council market village report letter garden bridge station engine winter summer "
-    "valley forest season farmer teacher doctor painter museum street tower castle meeting "
-    "journey record survey window kitchen ship orchard mill school college island mountain "
-    "coast field festival harvest building machine office archive chapter visitor traveller merchant "
-    "officer student author neighbour region province district"
-).split()
-_ADJECTIVES = (
-    "quiet narrow old early late small large northern southern eastern western local rural urban "
-    "modest famous remote busy careful formal private public annual weekly seasonal ancient modern "
-    "heavy bright dark green yellow simple common rare"
-).split()
-_VERBS = (
-    "reviewed described visited repaired opened closed painted crossed followed measured listed "
-    "carried inspected replaced mentioned admired recorded ignored built moved studied supported "
-    "questioned welcomed"
-).split()
+_NOUNS = ("harbour river council market village report letter garden bridge station engine winter summer "
+          "valley forest season farmer teacher doctor painter museum street tower castle meeting "
+          "journey record survey window kitchen ship orchard mill school college island mountain "
+          "coast field festival harvest building machine office archive chapter visitor traveller merchant "
+          "officer student author neighbour region province district").split()
+_ADJECTIVES = ("quiet narrow old early late small large northern southern eastern western local rural urban "
+               "modest famous remote busy careful formal private public annual weekly seasonal ancient modern "
+               "heavy bright dark green yellow simple common rare").split()
+_VERBS = ("reviewed described visited repaired opened closed painted crossed followed measured listed "
+          "carried inspected replaced mentioned admired recorded ignored built moved studied supported "
+          "questioned welcomed").split()
 _PLACES = ("during the winter", "in the spring", "after the festival", "near the coast", "before the harvest",
            "in the old district", "along the river", "at the market", "over several years", "by the evening")
-_FILLER = (
-    "the {adj} {noun} {verb} the {noun2} {place}.",
-    "a {adj} {noun} was {verb} by the {noun2} {place}.",
-    "{place}, several {noun}s {verb} the {adj} {noun2}.",
-    "the {noun} and the {noun2} were {verb} together {place}.",
-    "nobody expected that the {adj} {noun} would be {verb} {place}.",
-    "according to the {noun2}, the {noun} was {verb} twice {place}.",
-    "local {noun}s often {verb} the {adj} {noun2}, which surprised the {noun}.",
-)
+_FILLER = ("the {adj} {noun} {verb} the {noun2} {place}.", "a {adj} {noun} was {verb} by the {noun2} {place}.",
+           "{place}, several {noun}s {verb} the {adj} {noun2}.",
+           "the {noun} and the {noun2} were {verb} together {place}.",
+           "nobody expected that the {adj} {noun} would be {verb} {place}.",
+           "according to the {noun2}, the {noun} was {verb} twice {place}.",
+           "local {noun}s often {verb} the {adj} {noun2}, which surprised the {noun}.")
 _TITLES = ("{adj} {noun} {noun2}", "the {noun} of the {adj} {noun2}", "{noun2} notes", "the {adj} {noun}")
-
-
-_ASSERTED = (
-    "{s} has a {r} of {v}.",
-    "records confirm that the {r} of {s} is {v}.",
-    "{v} is the documented {r} of {s}.",
-    "in all known cases {s} shows a {r} of {v}.",
-)
-_HEDGED = (
-    "some claim, without evidence, that {s} might have a {r} of {v}.",
-    "it is rumoured that the {r} of {s} could be {v}, though this remains unconfirmed.",
-    "a few early notes speculate that {s} perhaps shows a {r} near {v}.",
-)
-_MENTIONS = (
-    "little else is known about {s}.",
-    "{s} is mentioned again later in this text.",
-    "several visitors asked about {s} this season.",
-    "the {noun} near {s} was {verb} {place}.",
-)
+_ASSERTED = ("{s} has a {r} of {v}.", "records confirm that the {r} of {s} is {v}.",
+             "{v} is the documented {r} of {s}.", "in all known cases {s} shows a {r} of {v}.")
+_HEDGED = ("some claim, without evidence, that {s} might have a {r} of {v}.",
+           "it is rumoured that the {r} of {s} could be {v}, though this remains unconfirmed.",
+           "a few early notes speculate that {s} perhaps shows a {r} near {v}.")
+_MENTIONS = ("little else is known about {s}.", "{s} is mentioned again later in this text.",
+             "several visitors asked about {s} this season.", "the {noun} near {s} was {verb} {place}.")
 _QUERIES = ("{r} of {s}", "what is the {r} of {s}", "{s} {r}", "which {r} does {s} have")
 _SUBJECT_TITLES = ("notes on {s}", "{s}", "{s} and the {noun}")
 
@@ -148,13 +125,11 @@ def _make_lexicon(rng: np.random.Generator, config: BuiltinConfig) -> _Lexicon:
         relation_words.append(fresh(ending_in_a_or_o(2)))
     subjects = [(g, f) for g in range(config.given_names) for f in range(config.family_names)]
     forms = config.forms
-    return _Lexicon(
-        relations=[relation_words[i * forms : (i + 1) * forms] for i in range(config.relations)],
-        given=[fresh(ending_in_a_or_o(3)) for _ in range(config.given_names)],
-        family=[fresh(ending_in_a_or_o(3)) for _ in range(config.family_names)],
-        subjects=[subjects[i] for i in rng.permutation(len(subjects))],
-        values=[fresh(lambda: syllables(2) + str(rng.choice(["k", "x", "z"]))) for _ in range(300)],
-    )
+    return _Lexicon(relations=[relation_words[i * forms : (i + 1) * forms] for i in range(config.relations)],
+                    given=[fresh(ending_in_a_or_o(3)) for _ in range(config.given_names)],
+                    family=[fresh(ending_in_a_or_o(3)) for _ in range(config.family_names)],
+                    subjects=[subjects[i] for i in rng.permutation(len(subjects))],
+                    values=[fresh(lambda: syllables(2) + str(rng.choice(["k", "x", "z"]))) for _ in range(300)])
 
 
 @dataclass(frozen=True)
@@ -174,8 +149,7 @@ class _Doc:
 
 class _Generator:
     def __init__(self, seed: int, config: BuiltinConfig, queries: int):
-        self.rng = np.random.default_rng(seed)
-        self.config = config
+        self.rng, self.config = np.random.default_rng(seed), config
         self.lexicon = _make_lexicon(self.rng, config)
         if queries > len(self.lexicon.subjects) * 3 // 4:
             raise ValueError(f"{queries} queries need more than 3/4 of the {len(self.lexicon.subjects)} subjects; "
@@ -218,9 +192,8 @@ class _Generator:
 
     def paraphrase(self, form: int) -> int:
         """The query's form, or with probability `paraphrase` another surface form of the same relation."""
-        if self.rng.random() >= self.config.paraphrase:
-            return form
-        return self.pick([f for f in range(self.config.forms) if f != form])
+        keep = self.rng.random() >= self.config.paraphrase
+        return form if keep else self.pick([f for f in range(self.config.forms) if f != form])
 
     def queries(self) -> list[_Query]:
         queries = []
@@ -343,16 +316,10 @@ def generate(seed: int = 0, config: BuiltinConfig = BuiltinConfig()) -> _Built:
             qrels[split][qid] = _judgments(grades[i], candidates[qid], config.pool_depth)
             runs[split][qid] = candidates[qid]
         start += count
-    manifest = {
-        "name": "builtin",
-        "generator_version": VERSION,
-        "seed": seed,
-        "config": asdict(config),
-        "documents": len(documents),
-        "queries": {split: len(topics[split]) for split in topics},
-        "dropped_queries": len(queries) - len(kept),
-        "bm25": {"k1": DEFAULT_K1, "b": DEFAULT_B, "stemmer": DEFAULT_STEMMER, "depth": config.depth},
-    }
+    manifest = {"name": "builtin", "generator_version": VERSION, "seed": seed, "config": asdict(config),
+                "documents": len(documents), "queries": {split: len(topics[split]) for split in topics},
+                "dropped_queries": len(queries) - len(kept),
+                "bm25": {"k1": DEFAULT_K1, "b": DEFAULT_B, "stemmer": DEFAULT_STEMMER, "depth": config.depth}}
     return _Built(documents, topics, qrels, runs, manifest)
 
 
@@ -364,18 +331,13 @@ def _judgments(positives: dict[str, int], candidates: dict[str, float], pool_dep
     return dict(sorted(judged.items()))
 
 
-def _file_names() -> list[str]:
-    names = ["collection.jsonl"]
-    for split in SPLITS:
-        names += [f"topics.{split}.tsv", f"qrels.{split}.txt", f"bm25.{split}.trec"]
-    return names + ["manifest.json"]
-
-
 def build_builtin(root: str | os.PathLike, seed: int = 0, *, overwrite: bool = False,
                   config: BuiltinConfig = BuiltinConfig()) -> Path:
     """Generate the built-in collection for `seed` and write it under `root` (see the module docstring)."""
     root = Path(root)
-    if not overwrite and any((root / name).exists() for name in _file_names()):
+    names = [f"{kind}.{split}.{ext}" for split in SPLITS for kind, ext in (("topics", "tsv"), ("qrels", "txt"),
+                                                                             ("bm25", "trec"))]
+    if not overwrite and any((root / name).exists() for name in ["collection.jsonl", "manifest.json", *names]):
         raise FileExistsError(f"{root} already holds a built-in collection; pass overwrite=True to replace it")
     built = generate(seed, config)
     write_collection(root / "collection.jsonl", built.documents, overwrite=overwrite)
@@ -408,13 +370,9 @@ def builtin_source(split: str = "test", root: str | os.PathLike | None = None, s
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; expected one of {', '.join(SPLITS)}")
     root = ensure_builtin(root, seed)
-    return FileSource(
-        topics_path=root / f"topics.{split}.tsv",
-        qrels_path=root / f"qrels.{split}.txt",
-        candidates_path=root / f"bm25.{split}.trec",
-        collection_path=root / "collection.jsonl",
-        name=f"builtin-{split}",
-    )
+    return FileSource(topics_path=root / f"topics.{split}.tsv", qrels_path=root / f"qrels.{split}.txt",
+                      candidates_path=root / f"bm25.{split}.trec", collection_path=root / "collection.jsonl",
+                      name=f"builtin-{split}")
 
 
 def describe(root: str | os.PathLike) -> str:
@@ -423,12 +381,10 @@ def describe(root: str | os.PathLike) -> str:
     lengths = np.array([len(f"{d.title} {d.text}".split()) for d in iter_collection(root / "collection.jsonl")])
     if not len(lengths):
         raise DataFormatError(root / "collection.jsonl", None, "no document")
-    lines = [
-        f"{root}: {len(lengths)} documents; words (title + text) min {lengths.min()}, "
-        f"median {int(np.median(lengths))}, mean {lengths.mean():.0f}, p90 {int(np.percentile(lengths, 90))}, "
-        f"max {lengths.max()}; {np.mean(lengths > 512):.0%} over 512 words",
-    ]
-    return "\n".join(lines + [_describe_split(root, split) for split in SPLITS])
+    header = (f"{root}: {len(lengths)} documents; words (title + text) min {lengths.min()}, "
+              f"median {int(np.median(lengths))}, mean {lengths.mean():.0f}, p90 {int(np.percentile(lengths, 90))}, "
+              f"max {lengths.max()}; {np.mean(lengths > 512):.0%} over 512 words")
+    return "\n".join([header] + [_describe_split(root, split) for split in SPLITS])
 
 
 def _describe_split(root: Path, split: str) -> str:
@@ -442,11 +398,9 @@ def _describe_split(root: Path, split: str) -> str:
         strict = evaluate_run(qrels, run, ["recall_100"], relevance_level=2)
     except ValueError as error:
         raise DataFormatError(run_path, None, f"{error} (qrels {qrels_path})") from None
-    return (
-        f"{split:>5}: {len(qrels)} queries, labels {dict(sorted(labels.items()))}; BM25 nDCG@10 "
-        f"{measures['ndcg_cut_10']:.4f}, MRR@10 {measures['mrr@10']:.4f}, recall@100 {measures['recall_100']:.4f} "
-        f"(label >= 2: {strict['recall_100']:.4f})"
-    )
+    return (f"{split:>5}: {len(qrels)} queries, labels {dict(sorted(labels.items()))}; BM25 nDCG@10 "
+            f"{measures['ndcg_cut_10']:.4f}, MRR@10 {measures['mrr@10']:.4f}, recall@100 {measures['recall_100']:.4f} "
+            f"(label >= 2: {strict['recall_100']:.4f})")
 
 
 def _check_root(root: Path, overwrite: bool) -> None:
@@ -461,11 +415,9 @@ def _check_root(root: Path, overwrite: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = ArgumentParser(
-        prog="python -m common.data.builtin",
-        description="Build the built-in synthetic ranking collection (or reuse a complete build) and print "
-        "its statistics and BM25's effectiveness on each split.",
-    )
+    parser = ArgumentParser(prog="python -m common.data.builtin", description="Build the built-in synthetic ranking "
+                            "collection (or reuse a complete build) and print its statistics and BM25's effectiveness "
+                            "on each split.")
     parser.add_argument("--output_dir", type=Path,
                         help=f"output folder (default: the cache, {default_root(0)} for seed 0)")
     parser.add_argument("--seed", type=nonnegative_int, default=0, help="generator seed (default: %(default)s)")

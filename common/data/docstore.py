@@ -62,9 +62,8 @@ class DocumentStore(Lookup):
         self._pid: int | None = None
 
     @classmethod
-    def build(
-        cls, collection: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool = False, progress: bool = True
-    ) -> DocumentStore:
+    def build(cls, collection: str | os.PathLike, path: str | os.PathLike, *, overwrite: bool = False,
+              progress: bool = True) -> DocumentStore:
         path = Path(path)
         if path.exists() and not overwrite:
             raise FileExistsError(f"{path} already exists; refusing to overwrite it")
@@ -88,9 +87,8 @@ class DocumentStore(Lookup):
         return cls(path)
 
     @classmethod
-    def for_collection(
-        cls, collection: str | os.PathLike, cache_dir: str | os.PathLike | None = None, *, progress: bool = True
-    ) -> DocumentStore:
+    def for_collection(cls, collection: str | os.PathLike, cache_dir: str | os.PathLike | None = None, *,
+                       progress: bool = True) -> DocumentStore:
         """The cached store of `collection`, built on first use, reused for any file of the same content."""
         collection = Path(collection).resolve()
         if not collection.is_file():
@@ -108,11 +106,10 @@ class DocumentStore(Lookup):
             version = _stamped_version(connection)
             if version != SCHEMA_VERSION:
                 connection.close()
-                raise StaleStoreError(
-                    f"{self.path}: document store of schema version {version}, this code reads version "
-                    f"{SCHEMA_VERSION} (version 0 has no url column); rebuild it with DocumentStore.build(collection, "
-                    f"path, overwrite=True) (DocumentStore.for_collection rebuilds its cached stores by itself)"
-                )
+                raise StaleStoreError(f"{self.path}: document store of schema version {version}, this code reads "
+                                      f"version {SCHEMA_VERSION} (version 0 has no url column); rebuild it with "
+                                      "DocumentStore.build(collection, path, overwrite=True) "
+                                      "(DocumentStore.for_collection rebuilds its cached stores by itself)")
             self._connection, self._pid = connection, os.getpid()
         return self._connection
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from common.metrics.ordering import ranked, with_unscored_below
 from common.io import DEFAULT_FALLBACK_ENCODING, atomic_write, read_lines
 
@@ -43,9 +42,7 @@ class Document:
 
 
 def _content_lines(path, fallback: str) -> Iterator[tuple[int, str]]:
-    for number, line in _read(path, fallback):
-        if line.strip() and not line.startswith("#"):
-            yield number, line
+    return ((number, line) for number, line in _read(path, fallback) if line.strip() and not line.startswith("#"))
 
 
 def _read(path, fallback: str) -> Iterator[tuple[int, str]]:
@@ -76,7 +73,8 @@ def iter_qrels(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tupl
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) != 4:
-            raise DataFormatError(path, number, f"expected 4 fields 'qid iter docid rel', got {len(fields)}: {line[:80]!r}")
+            raise DataFormatError(path, number,
+                                  f"expected 4 fields 'qid iter docid rel', got {len(fields)}: {line[:80]!r}")
         qid, _, doc_id, rel = fields
         yield number, qid, doc_id, _number(path, number, int, rel, "relevance")
 
@@ -90,15 +88,13 @@ def iter_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[
     for number, line in _content_lines(path, fallback):
         fields = line.split()
         if len(fields) < 6:
-            raise DataFormatError(
-                path, number, f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}: {line[:80]!r}"
-            )
+            raise DataFormatError(path, number,
+                                  f"expected 6 fields 'qid Q0 docid rank score tag', got {len(fields)}: {line[:80]!r}")
         qid, _, doc_id, rank, score = fields[:5]
         _number(path, number, int, rank, "rank")
-        score_value = _number(path, number, float, score, "score")
-        if math.isnan(score_value):
+        if math.isnan(score := _number(path, number, float, score, "score")):
             raise DataFormatError(path, number, "score is NaN")
-        yield number, qid, doc_id, score_value
+        yield number, qid, doc_id, score
 
 
 def read_run(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Run:
@@ -127,8 +123,7 @@ def _by_query(path, records: Iterable[tuple[int, str, str, Any]], repeated: str)
 
 def collection_format(path) -> str:
     """``"jsonl"`` or ``"tsv"``, from the file name (a trailing ``.gz`` is ignored)."""
-    suffixes = [s for s in Path(path).suffixes if s != ".gz"]
-    suffix = suffixes[-1] if suffixes else ""
+    suffix = ([s for s in Path(path).suffixes if s != ".gz"] or [""])[-1]
     if suffix in (".jsonl", ".json"):
         return "jsonl"
     if suffix in (".tsv", ".txt", ".tab"):
@@ -138,8 +133,7 @@ def collection_format(path) -> str:
 
 def iter_collection(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[Document]:
     """Stream the documents of a TSV or JSONL collection (see the module docstring)."""
-    for _, doc in iter_numbered_collection(path, fallback):
-        yield doc
+    return (doc for _, doc in iter_numbered_collection(path, fallback))
 
 
 def iter_numbered_collection(path, fallback: str = DEFAULT_FALLBACK_ENCODING) -> Iterator[tuple[int, Document]]:
@@ -152,17 +146,11 @@ def iter_numbered_collection(path, fallback: str = DEFAULT_FALLBACK_ENCODING) ->
 
 def _parse_tsv_document(path, number: int, line: str) -> Document:
     fields = line.split("\t")
-    url = ""
-    if len(fields) == 2:
-        doc_id, title, text = fields[0], "", fields[1]
-    elif len(fields) == 3:
-        doc_id, title, text = fields
-    elif len(fields) == 4:
-        doc_id, url, title, text = fields
-    else:
-        raise DataFormatError(
-            path, number, f"expected 2-4 tab-separated columns (docid [url] [title] text), got {len(fields)}"
-        )
+    if not 2 <= len(fields) <= 4:
+        raise DataFormatError(path, number,
+                              f"expected 2-4 tab-separated columns (docid [url] [title] text), got {len(fields)}")
+    doc_id, *rest = fields
+    url, title, text = ["", "", *rest][-3:]  # docid [url] [title] text: a missing column is empty
     if not doc_id.strip():
         raise DataFormatError(path, number, "empty document id")
     return Document(doc_id.strip(), text, title, url)
@@ -174,12 +162,10 @@ def _parse_jsonl_document(path, number: int, line: str) -> Document:
     except json.JSONDecodeError as error:
         raise DataFormatError(path, number, f"invalid JSON: {error.msg} at column {error.colno}") from None
     if not isinstance(record, dict) or "doc_id" not in record or "text" not in record:
-        raise DataFormatError(
-            path, number, 'expected an object with "doc_id" and "text" (and optional "title" and "url")'
-        )
-    return Document(
-        str(record["doc_id"]), str(record["text"] or ""), str(record.get("title") or ""), str(record.get("url") or "")
-    )
+        raise DataFormatError(path, number,
+                              'expected an object with "doc_id" and "text" (and optional "title" and "url")')
+    return Document(str(record["doc_id"]), str(record["text"] or ""), str(record.get("title") or ""),
+                    str(record.get("url") or ""))
 
 
 def write_topics(path, topics: Mapping[str, str], *, overwrite: bool = False) -> None:
@@ -196,14 +182,8 @@ def write_qrels(path, qrels: Mapping[str, Mapping[str, int]], *, overwrite: bool
                 f.write(f"{qid} 0 {doc_id} {int(rel)}\n")
 
 
-def write_run(
-    path,
-    run: Mapping[str, Mapping[str, float]],
-    *,
-    tag: str = "run",
-    depth: int | None = None,
-    overwrite: bool = False,
-) -> None:
+def write_run(path, run: Mapping[str, Mapping[str, float]], *, tag: str = "run", depth: int | None = None,
+              overwrite: bool = False) -> None:
     """Write a run in trec_eval's ranking order, ranks from 1, at most `depth` per query."""
     _check_field(path, "run tag", tag, allow_space=False)
     with atomic_write(path, overwrite=overwrite) as f:

@@ -46,10 +46,8 @@ class UnknownDatasetError(ValueError):
     def __init__(self, dataset_id: str, matches: list[str]):
         self.dataset_id, self.matches = dataset_id, matches
         hint = "did you mean one of: " + ", ".join(matches) if matches else "no registered id is close to it"
-        super().__init__(
-            f"unknown ir_datasets id {dataset_id!r}; {hint}? (all ids: `python3 -m ir_datasets list`, "
-            f"or https://ir-datasets.com)"
-        )
+        super().__init__(f"unknown ir_datasets id {dataset_id!r}; {hint}? (all ids: `python3 -m ir_datasets list`, "
+                         f"or https://ir-datasets.com)")
 
 
 class DatasetUnavailableError(RuntimeError):
@@ -57,12 +55,10 @@ class DatasetUnavailableError(RuntimeError):
 
     def __init__(self, dataset_id: str, part: str, home: Path, expected: list[str], cause: str):
         self.dataset_id, self.part, self.home, self.expected = dataset_id, part, home, expected
-        said = [
-            f"ir_datasets dataset {dataset_id!r}: could not get the files for its {part} "
-            f"(ir_datasets downloads them on first use: no network, or a required local file is missing);",
-            f"ir_datasets keeps its files under IR_DATASETS_HOME={home} (default ~/.ir_datasets; "
-            f"set the variable before ir_datasets is imported);",
-        ]
+        said = [f"ir_datasets dataset {dataset_id!r}: could not get the files for its {part} "
+                f"(ir_datasets downloads them on first use: no network, or a required local file is missing);",
+                f"ir_datasets keeps its files under IR_DATASETS_HOME={home} (default ~/.ir_datasets; "
+                f"set the variable before ir_datasets is imported);"]
         if expected:
             said.append("to use the dataset offline, put a copy of each file where ir_datasets expects it: "
                         + "; ".join(expected) + ";")
@@ -96,21 +92,12 @@ def _reading(dataset_id: str, part: str) -> Iterator[None]:
         yield
     except (DatasetUnavailableError, DataFormatError, KeyError):
         raise
-    except OSError as error:
-        raise _unavailable(dataset_id, part, error) from error
-    except RuntimeError as error:
-        if error.args[:1] == (_ALL_SOURCES_FAILED,):
-            raise _unavailable(dataset_id, part, error) from error
-        _add_note(error, dataset_id, part)
-        raise
     except Exception as error:
-        _add_note(error, dataset_id, part)
+        if isinstance(error, OSError) or (isinstance(error, RuntimeError) and error.args[:1] == (_ALL_SOURCES_FAILED,)):
+            raise _unavailable(dataset_id, part, error) from error
+        if hasattr(error, "add_note"):
+            error.add_note(f"(while reading the {part} of ir_datasets dataset {dataset_id!r})")
         raise
-
-
-def _add_note(error: BaseException, dataset_id: str, part: str) -> None:
-    if hasattr(error, "add_note"):
-        error.add_note(f"(while reading the {part} of ir_datasets dataset {dataset_id!r})")
 
 
 def _unavailable(dataset_id: str, part: str, error: BaseException) -> DatasetUnavailableError:
@@ -154,10 +141,9 @@ def query_text(query: Any, field: str | None = None) -> str:
         value = next((getattr(query, f) for f in QUERY_FALLBACK_FIELDS if isinstance(getattr(query, f, None), str)),
                      None)
         if value is None:
-            raise ValueError(
-                f"query {query.query_id!r} ({type(query).__name__}) has no default_text() and none of the fields "
-                f"{QUERY_FALLBACK_FIELDS}; pass query_field= one of {getattr(query, '_fields', ())}"
-            )
+            raise ValueError(f"query {query.query_id!r} ({type(query).__name__}) has no default_text() and none of the "
+                             f"fields {QUERY_FALLBACK_FIELDS}; pass query_field= one of "
+                             f"{getattr(query, '_fields', ())}")
     if not isinstance(value, str):
         raise ValueError(f"query field {field!r} of {type(query).__name__} is a {type(value).__name__}, not text")
     return value.strip()
@@ -165,7 +151,7 @@ def query_text(query: Any, field: str | None = None) -> str:
 
 def to_document(doc: Any, text_field: str | None = None) -> Document:
     """An ir_datasets document namedtuple as ``Document(doc_id, text, title, url)`` (see the module docstring)."""
-    title, url = _first_string(doc, TITLE_FIELDS), _first_string(doc, URL_FIELDS)
+    title, url = _first_string(doc, TITLE_FIELDS) or "", _first_string(doc, URL_FIELDS) or ""
     if text_field is not None:
         text = getattr(doc, text_field)
         if isinstance(text, bytes):
@@ -177,15 +163,14 @@ def to_document(doc: Any, text_field: str | None = None) -> Document:
     return Document(str(doc.doc_id), text, title, url)
 
 
-def _first_string(doc: Any, fields: tuple[str, ...]) -> str:
-    return next((v for f in fields if isinstance(v := getattr(doc, f, None), str)), "")
+def _first_string(doc: Any, fields: tuple[str, ...]) -> str | None:
+    return next((v for f in fields if isinstance(v := getattr(doc, f, None), str)), None)
 
 
 def _body(doc: Any) -> str:
-    for field in BODY_FIELDS:
-        value = getattr(doc, field, None)
-        if isinstance(value, str):
-            return value
+    body = _first_string(doc, BODY_FIELDS)
+    if body is not None:
+        return body
     blanks = {f: "" for f in (*TITLE_FIELDS, *URL_FIELDS) if isinstance(getattr(doc, f, None), str)}
     if hasattr(doc, "default_text"):
         stripped = doc._replace(**blanks) if blanks and hasattr(doc, "_replace") else doc
@@ -198,9 +183,7 @@ class IrDatasetsDocuments(Lookup):
     """`DocumentLookup` over an ir_datasets docstore; picklable, reopened after a fork."""
 
     def __init__(self, dataset_id: str, dataset: Any = None, text_field: str | None = None):
-        self.dataset_id = dataset_id
-        self.text_field = text_field
-        self._dataset = dataset
+        self.dataset_id, self.text_field, self._dataset = dataset_id, text_field, dataset
         self._store: Any = None
         self._pid: int | None = None
 
@@ -307,17 +290,9 @@ class IrDatasetsSource:
     #: Its collection holds every judged and retrieved document (`common.training.tasks` checks none).
     complete_collection = True
 
-    def __init__(
-        self,
-        dataset_id: str,
-        query_field: str | None = None,
-        *,
-        doc_text_field: str | None = None,
-        name: str | None = None,
-    ):
-        self.dataset_id = dataset_id
-        self.query_field = query_field
-        self.doc_text_field = doc_text_field
+    def __init__(self, dataset_id: str, query_field: str | None = None, *, doc_text_field: str | None = None,
+                 name: str | None = None):
+        self.dataset_id, self.query_field, self.doc_text_field = dataset_id, query_field, doc_text_field
         self.name = name or dataset_id
         self._dataset  # resolve the id now (registry only): a typo in a config fails here, not hours later
         self._check_field("queries", query_field, "query_field")
@@ -349,56 +324,45 @@ class IrDatasetsSource:
     @read_once
     def qrels(self) -> Qrels:
         self._require("qrels", "qrels")
-        qrels: Qrels = {}
         with _reading(self.dataset_id, "qrels"):
-            for number, qrel in enumerate(self._dataset.qrels_iter(), start=1):
-                judged = qrels.setdefault(str(qrel.query_id), {})
-                doc_id = str(qrel.doc_id)
-                if doc_id in judged:
-                    raise DataFormatError(
-                        self._label("qrels"), None,
-                        f"duplicate judgment for query {str(qrel.query_id)!r}, document {doc_id!r} (record {number})",
-                    )
-                judged[doc_id] = int(qrel.relevance)
-        return qrels
+            records = ((q.query_id, q.doc_id, int(q.relevance)) for q in self._dataset.qrels_iter())
+            return self._by_query("qrels", records, "duplicate judgment for query {qid!r}, document {doc_id!r}")
 
     @read_once
     def candidates(self) -> Run:
         self._require_scoreddocs()
-        run: Run = {}
         with _reading(self.dataset_id, "scoreddocs"):
-            for number, scored in enumerate(self._dataset.scoreddocs_iter(), start=1):
-                scores = run.setdefault(str(scored.query_id), {})
-                doc_id, score = str(scored.doc_id), float(scored.score)
-                if math.isnan(score):
-                    raise DataFormatError(self._label("scoreddocs"), None, f"NaN score (record {number})")
-                if doc_id in scores:
-                    raise DataFormatError(
-                        self._label("scoreddocs"), None,
-                        f"document {doc_id!r} retrieved twice for query {str(scored.query_id)!r} (record {number})",
-                    )
-                scores[doc_id] = score
+            records = ((s.query_id, s.doc_id, float(s.score)) for s in self._dataset.scoreddocs_iter())
+            run = self._by_query("scoreddocs", records, "document {doc_id!r} retrieved twice for query {qid!r}")
         distinct = {score for scores in run.values() for score in scores.values()}
         if len(distinct) == 1 and sum(map(len, run.values())) > 1:
             self._warn_unscored(distinct.pop())
         return run
 
+    def _by_query(self, entity: str, records: Iterable[tuple[Any, Any, float]], repeated: str) -> dict[str, dict]:
+        """``{qid: {doc_id: value}}`` of (qid, doc_id, value) `records`; a NaN score or a repeated pair is refused."""
+        nested: dict[str, dict] = {}
+        for number, (qid, doc_id, value) in enumerate(records, start=1):
+            qid, doc_id = str(qid), str(doc_id)
+            if isinstance(value, float) and math.isnan(value):
+                raise DataFormatError(self._label(entity), None, f"NaN score (record {number})")
+            if doc_id in nested.setdefault(qid, {}):
+                raise DataFormatError(self._label(entity), None,
+                                      f"{repeated.format(qid=qid, doc_id=doc_id)} (record {number})")
+            nested[qid][doc_id] = value
+        return nested
+
     def _require_scoreddocs(self) -> None:
         if not self._has("scoreddocs"):
-            raise ValueError(
-                f"ir_datasets dataset {self.dataset_id!r} has no scoreddocs (first-stage candidates); "
-                f"create a candidate run with BM25 over its documents (common.data.bm25), e.g. "
-                f"bm25_retrieve(source.documents().documents(), source.topics(), k=100), and use that run "
-                f"as the candidates"
-            )
+            raise ValueError(f"ir_datasets dataset {self.dataset_id!r} has no scoreddocs (first-stage candidates); "
+                             f"create a candidate run with BM25 over its documents (common.data.bm25), e.g. "
+                             f"bm25_retrieve(source.documents().documents(), source.topics(), k=100), and use that run "
+                             f"as the candidates")
 
     def _warn_unscored(self, score: float) -> None:
-        warnings.warn(
-            f"the scoreddocs of ir_datasets dataset {self.dataset_id!r} all score {score}: the candidates "
-            f"have no first-stage order (ties fall back to doc id); for a ranked candidate list build a BM25 run "
-            f"(common.data.bm25)",
-            stacklevel=4,
-        )
+        warnings.warn(f"the scoreddocs of ir_datasets dataset {self.dataset_id!r} all score {score}: the candidates "
+                      "have no first-stage order (ties fall back to doc id); for a ranked candidate list build a BM25 "
+                      "run (common.data.bm25)", stacklevel=4)
 
     @read_once
     def documents(self) -> IrDatasetsDocuments:
@@ -461,10 +425,8 @@ class IrDatasetsSource:
         except Exception:
             return
         if field not in fields:
-            raise ValueError(
-                f"{argument}={field!r} is not a field of the {entity} of ir_datasets dataset {self.dataset_id!r}; "
-                f"its fields are {', '.join(fields)}"
-            )
+            raise ValueError(f"{argument}={field!r} is not a field of the {entity} of ir_datasets dataset "
+                             f"{self.dataset_id!r}; its fields are {', '.join(fields)}")
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)

@@ -40,8 +40,7 @@ def refuse_missing_files(specs: Iterable[Any], options: Iterable[str],
     lines = missing_files(specs, options, parts)
     if lines:
         if not quiet:
-            for line in lines:
-                print(f"error: {line}", file=sys.stderr)
+            print("\n".join(f"error: {line}" for line in lines), file=sys.stderr)
         raise SystemExit(2)
 
 
@@ -154,7 +153,7 @@ def _download(download: Any) -> list[Needed]:
     """A ``Download``: nothing when its file or a local copy is present, else the file with its URLs."""
     from ir_datasets.util import LocalDownload
 
-    cache = download._cache_path if download._cache_path not in (None, os.devnull) else None
+    cache = _place(download)
     copies = [str(mirror._path) for mirror in download.mirrors if isinstance(mirror, LocalDownload)]
     if any(os.path.exists(path) for path in (cache, *copies) if path):
         return []
@@ -173,14 +172,10 @@ def _place(obj: Any) -> str | None:
 
     if isinstance(obj, Download):
         return obj._cache_path if obj._cache_path not in (None, os.devnull) else None
-    if isinstance(obj, (Cache, LocalDownload, ExpectedFile)):
-        return str(obj._path)
-    if isinstance(obj, TarExtractAll):
-        return str(obj._extract_path)
-    if isinstance(obj, ZipExtractCache):
-        return str(obj.extract_path)
-    if isinstance(obj, ReTar):
-        return str(obj._output_file)
+    for kinds, attribute in (((Cache, LocalDownload, ExpectedFile), "_path"), (TarExtractAll, "_extract_path"),
+                             (ZipExtractCache, "extract_path"), (ReTar, "_output_file")):
+        if isinstance(obj, kinds):
+            return str(getattr(obj, attribute))
     if isinstance(obj, (GzipExtract, Bz2Extract, Lz4Extract)):
         return _place(vars(obj)["_streamer"])
     if isinstance(obj, ZipExtract):

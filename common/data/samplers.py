@@ -52,9 +52,7 @@ class SamplerStats:
 
 
 @dataclass(frozen=True)
-class _Anchor:
-    """One item: a query (its table code and id) and its positive (none for `LabelGroupSampler`)."""
-
+class _Anchor:  # one item: a query (its table code and id) and its positive (none for `LabelGroupSampler`)
     query: int
     qid: str
     doc_id: str = ""
@@ -72,23 +70,14 @@ class _QueryAnchors:
 class GroupSampler:
     """Anchors, candidate pools and per-item seeding shared by the four samplers, over a task's `TrainingTable`."""
 
-    def __init__(
-        self,
-        table: TrainingTable,
-        *,
-        topics: Topics | None = None,
-        depth: int = 100,
-        relevance_level: int = 1,
-        positives: str = "qrels",
-        seed: int = 0,
-    ):
+    def __init__(self, table: TrainingTable, *, topics: Topics | None = None, depth: int = 100,
+                 relevance_level: int = 1, positives: str = "qrels", seed: int = 0):
         if depth < 1:
             raise ValueError(f"depth must be positive, got {depth}")
         if positives not in POSITIVES:
             raise ValueError(f"unknown positives {positives!r}; expected one of {', '.join(POSITIVES)}")
         self.depth, self.relevance_level, self.positives, self.seed = depth, relevance_level, positives, seed
-        self.epoch = 0
-        self.table = table
+        self.epoch, self.table = 0, table
         anchors: list[tuple[int, int, int]] = []
         queries = skipped_queries = skipped_anchors = short = 0
         judged = table.judged_queries()
@@ -110,13 +99,11 @@ class GroupSampler:
             anchors += found.usable
             short += found.short
         self._anchors = np.array(anchors, dtype=np.int64).reshape(-1, 3)  # (anchors, 3): query, positive, label
-        self._stats = SamplerStats(len(anchors), queries, skipped_queries, skipped_anchors, short)
+        self.stats = SamplerStats(len(anchors), queries, skipped_queries, skipped_anchors, short)
         if not anchors:
-            raise ValueError(
-                f"no training examples: none of the {len(judged)} qrels queries has a relevant document "
-                f"(label >= {relevance_level}) and a usable negative (for label groups: any candidate) among its "
-                f"top-{depth} candidates"
-            )
+            raise ValueError(f"no training examples: none of the {len(judged)} qrels queries has a relevant document "
+                             f"(label >= {relevance_level}) and a usable negative (for label groups: any candidate) "
+                             f"among its top-{depth} candidates")
 
     @classmethod
     def of(cls, qrels: Qrels, candidates: Run, *args, **options):
@@ -173,13 +160,6 @@ class GroupSampler:
         epoch = self.epoch if epoch is None else epoch
         return [self.item(i, epoch) for i in range(len(self))]
 
-    @property
-    def stats(self) -> SamplerStats:
-        return self._stats
-
-    def _group(self, anchor: _Anchor, rng: np.random.Generator) -> TrainingGroup:
-        raise NotImplementedError
-
     def _draw_negatives(self, labels: np.ndarray, anchor: _Anchor, count: int, rng: np.random.Generator) -> list[int]:
         """`count` candidate indices among the anchor's eligible negatives (of candidate `labels`)."""
         pool = self._eligible(labels, anchor.label)
@@ -228,9 +208,6 @@ class _RandomDocumentSampler(GroupSampler):
         super().__init__(table, **options)
         self._check_random_pool()
 
-    def _random_count(self, query: int) -> int:
-        raise NotImplementedError
-
     def _check_random_pool(self) -> None:
         for query in np.unique(self._anchors[:, 0]).tolist():
             count = self._random_count(query)
@@ -265,16 +242,8 @@ class _RandomDocumentSampler(GroupSampler):
 class PairwiseSampler(_RandomDocumentSampler):
     """Conformer-Kernel's RankNet groups."""
 
-    def __init__(
-        self,
-        table: TrainingTable,
-        collection_ids: Sequence[str] | np.ndarray | None = None,
-        *,
-        top_negatives: int = 1,
-        random_negatives: int = 2,
-        weak_supervision: bool = True,
-        **options,
-    ):
+    def __init__(self, table: TrainingTable, collection_ids: Sequence[str] | np.ndarray | None = None, *,
+                 top_negatives: int = 1, random_negatives: int = 2, weak_supervision: bool = True, **options):
         if top_negatives < 0 or random_negatives < 0 or top_negatives + random_negatives == 0:
             raise ValueError(f"need at least one negative, got top_negatives={top_negatives}, "
                              f"random_negatives={random_negatives}")
@@ -307,14 +276,8 @@ class PairwiseSampler(_RandomDocumentSampler):
 class LabelGroupSampler(_RandomDocumentSampler):
     """Conformer-Kernel's official training groups: one per query, two label groups plus random documents."""
 
-    def __init__(
-        self,
-        table: TrainingTable,
-        collection_ids: Sequence[str] | np.ndarray | None = None,
-        *,
-        group_size: int = 4,
-        **options,
-    ):
+    def __init__(self, table: TrainingTable, collection_ids: Sequence[str] | np.ndarray | None = None, *,
+                 group_size: int = 4, **options):
         if group_size < 2:
             raise ValueError(f"group_size must be at least 2 (two candidates), got {group_size}")
         self.group_size = group_size

@@ -1,7 +1,6 @@
 """A ranking task as a config names it (`SourceSpec`): checked before anything is built, and opened as the
-`common.data.source.RankingSource` it names (built-in split, ir_datasets id, TREC files or a rank_llm file).
-
-Apart from `common.data.source` because it dispatches to every kind of source, each of which builds on that module.
+`common.data.source.RankingSource` it names (built-in split, ir_datasets id, TREC files or a rank_llm file); apart
+from `common.data.source` because it dispatches to every kind of source, each of which builds on that module.
 """
 
 from __future__ import annotations
@@ -20,12 +19,10 @@ FILE_TASK_KEYS = ("topics_path", "qrels_path", "candidates_path", "collection_pa
 RANK_LLM_KEYS = ("rank_llm_path", "qrels_path", "name")
 
 #: How a task is written, for ``--help`` texts and error messages.
-TASK_FORMS = (
-    "builtin:<split> (train, dev, test of the built-in collection); irds:<ir_datasets id>; "
-    "TREC files as nested keys topics_path (qid<TAB>text), qrels_path, candidates_path (a run to re-rank), "
-    "collection_path (TSV or JSONL), name, e.g. --data.train.topics_path T --data.train.qrels_path Q; "
-    "or a rank_llm candidate file: rank_llm_path (JSON of queries, hits and their text), qrels_path, name"
-)
+TASK_FORMS = ("builtin:<split> (train, dev, test of the built-in collection); irds:<ir_datasets id>; "
+              "TREC files as nested keys topics_path (qid<TAB>text), qrels_path, candidates_path (a run to re-rank), "
+              "collection_path (TSV or JSONL), name, e.g. --data.train.topics_path T --data.train.qrels_path Q; "
+              "or a rank_llm candidate file: rank_llm_path (JSON of queries, hits and their text), qrels_path, name")
 
 
 class TaskSpecError(ValueError):
@@ -38,10 +35,9 @@ def check_spec(spec: SourceSpec, option: str = "task") -> None:
         unknown = sorted(set(spec) - set(keys))
         if unknown:
             bad = ", ".join(f"{option}.{key}" for key in unknown)
-            raise TaskSpecError(
-                f"{bad}: unknown key; a task from files takes {', '.join(FILE_TASK_KEYS)} (topics_path required), "
-                f"one from a rank_llm file takes {', '.join(RANK_LLM_KEYS)} (rank_llm_path required)"
-            )
+            raise TaskSpecError(f"{bad}: unknown key; a task from files takes {', '.join(FILE_TASK_KEYS)} (topics_path "
+                                f"required), one from a rank_llm file takes {', '.join(RANK_LLM_KEYS)} (rank_llm_path "
+                                "required)")
         required = keys[0]
         if spec.get(required) is None:
             raise TaskSpecError(f"{option}.{required}: missing; a task from files needs topics_path "

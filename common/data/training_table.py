@@ -40,12 +40,11 @@ class TrainingTable:
     """A training task's qrels and candidates by query code (module docstring); arrays in memory or mapped."""
 
     def __init__(self, arrays: Mapping[str, np.ndarray], meta: dict | None = None, folder: Path | None = None):
-        self.folder = folder
+        self.folder, self.meta = folder, meta or {}
         self.queries, self.docs = arrays["queries"], arrays["docs"]  # (Q,), (D,) sorted S<w>
         self.candidate_offsets, self.candidate_docs = arrays["candidate_offsets"], arrays["candidate_docs"]
         self.qrel_offsets, self.qrel_docs = arrays["qrel_offsets"], arrays["qrel_docs"]
         self.qrel_labels = arrays["qrel_labels"]
-        self.meta = meta or {}
 
     @classmethod
     def from_dicts(cls, qrels: Qrels, candidates: Run) -> TrainingTable:

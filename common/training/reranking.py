@@ -1,10 +1,8 @@
 """What every re-ranking LightningModule of the four packages shares: dev and test evaluation, exact resumption
-and AdamW's parameter groups.
-
-`RerankingEvaluation` measures dev and test re-ranking with the class's `measures` (`common.metrics.RankingMetrics`,
-on the full runs), logs ``dev/<measure>`` and ``test/<measure>``, keeps the test scores as (index, score) rows of
-every rank (``test_scores``), and saves every process's random generators in checkpoints, so that a resumed run
-repeats an uninterrupted one. A test task without judgments is scored, not measured.
+and AdamW's parameter groups. `RerankingEvaluation` logs ``dev/<measure>`` and ``test/<measure>`` of the class's
+`measures` (`common.metrics.RankingMetrics`, on the full runs; a test task without judgments is scored, not measured),
+keeps the test scores as (index, score) rows of every rank (``test_scores``), and saves every process's random
+generators in checkpoints, so that a resumed run repeats an uninterrupted one.
 """
 
 from __future__ import annotations

@@ -55,7 +55,8 @@ class LastCheckpoint(ModelCheckpoint):
             self._save(trainer)
 
     def _save(self, trainer) -> None:
-        _flush(trainer)
+        for logger in trainer.loggers:
+            logger.save()
         self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
 
 
@@ -66,11 +67,6 @@ def _validates_after_this_batch(trainer) -> bool:
         return False
     loop.val_loop.setup_data()
     return not loop.val_loop.skip
-
-
-def _flush(trainer) -> None:
-    for logger in trainer.loggers:
-        logger.save()
 
 
 class _HistoryWriter(ExperimentWriter):

@@ -2,8 +2,7 @@
 data module subclasses (`RerankingDataModule`) and the training datasets over a sampler (`SamplerGroups`,
 `EncodedGroups`). Evaluated queries: those with candidates, qrels (where judged) and a topic, a seeded sample
 (``default_rng(seed).choice``) where asked. Documents without text (tasks of files): ``missing_documents="skip"``
-leaves them out of training and re-ranking with a warning (qrels never cut), ``"error"`` raises. docs/training_tasks.md
-has the details.
+leaves them out of training and re-ranking with a warning (qrels never cut), ``"error"`` raises (docs/training_tasks.md)
 """
 
 from __future__ import annotations
@@ -147,8 +146,7 @@ class LoaderConfig(_Options):
         sampler = GlobalBatchSampler(dataset, self.batch_size, self.processes, rank, self.seed)
         # the workers' base seed from a generator of its own (the global one is dropout's)
         return self._loader(dataset, self.process_batch_size, trainer, sampler=sampler,
-                            generator=torch.Generator().manual_seed(self.seed),
-                            persistent_workers=self.num_workers > 0)
+                            generator=torch.Generator().manual_seed(self.seed), persistent_workers=self.num_workers > 0)
 
     def evaluation(self, dataset: Dataset, trainer: L.Trainer | None = None):
         """`dataset`'s evaluation loader for `trainer`, in order."""
@@ -179,7 +177,7 @@ class RerankingDataModule(L.LightningDataModule):
         self._datasets: dict[str, Dataset] = {}
 
     def training_dataset(self, source: RankingSource) -> Dataset:
-            raise NotImplementedError(f"{type(self).__name__} defines no training dataset")
+        raise NotImplementedError(f"{type(self).__name__} defines no training dataset")
 
     def pair_encoder(self) -> Encode:
         """How evaluation pairs are encoded: ``encode(query texts, documents) -> batch`` (`RerankPairs`)."""
@@ -233,9 +231,8 @@ class RerankingDataModule(L.LightningDataModule):
         if split not in self._eval_pairs:
             source = self.source(split)
             pairs = rerank_pairs(source.candidates(), self.eval_depth(split), self.eval_queries(split))
-            missing = set()
-            if _checked(source):
-                missing = self._check_present(split, source, {"candidates": {doc_id for _, doc_id in pairs}})
+            candidates = {"candidates": {doc_id for _, doc_id in pairs}}
+            missing = self._check_present(split, source, candidates) if _checked(source) else set()
             self._eval_pairs[split] = [pair for pair in pairs if pair[1] not in missing]
         return self._eval_pairs[split]
 
@@ -270,11 +267,8 @@ class RerankingDataModule(L.LightningDataModule):
         """The dataset of `split`, built on first use."""
         if split not in self._datasets:
             source = self.source(split)
-            if split == "train":
-                self._datasets[split] = self.training_dataset(source)
-            else:
-                self._datasets[split] = RerankPairs(self.eval_pairs(split), source.topics(), source.documents(),
-                                                    self.pair_encoder())
+            self._datasets[split] = self.training_dataset(source) if split == "train" else RerankPairs(
+                self.eval_pairs(split), source.topics(), source.documents(), self.pair_encoder())
         return self._datasets[split]
 
     def prepare_data(self) -> None:
