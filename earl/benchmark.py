@@ -2,13 +2,10 @@
 (Gao, Dai, Callan 2020, Sec. 5.2, Table 3), beside Table 1's cost (`earl.costs.Size`) and counted FLOPs, with what
 reading EARL's stored rows costs a user beside the compute.
 
-Per query of 16 tokens (Sec. 5.2), random weights, inference mode: ``bert_ranker`` over ``[CLS] query [SEP] document
-[SEP]`` (at most 512 tokens, the words cut to 495), timed on ``--ranker_candidates`` and scaled to N; ``earl_s1`` and
-``earl_s2`` run ``earl.evaluate``'s `earl.query_scorer.QueryScorer` calls on rows of D or D' (Eq. 25) read from a
-store of ``--store_documents`` seeded documents (at most ``--store_gb``), N candidates drawn at random each repeat,
-the store's pages dropped from the page cache before the timed queries (cold reads). ``ms = read_ms + compute_ms``
-(the median query); ``warm_ms`` the same query with its rows cached; ``analytic_ratio`` and ``table1_ratio`` Table 1's
-ratio in multiply-adds and with every constant 1. docs/earl_benchmark.md has the details.
+Queries of 16 tokens (Sec. 5.2), random weights: ``bert_ranker`` over pairs of at most 512 tokens, timed on
+``--ranker_candidates`` and scaled to N; ``earl_s1``/``earl_s2`` run `earl.query_scorer.QueryScorer`'s calls on D or D'
+(Eq. 25) rows read cold from a store of seeded documents, N candidates drawn afresh each repeat. ``ms = read_ms +
+compute_ms`` (the median query); ``warm_ms`` with the rows cached. docs/earl_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -61,12 +58,12 @@ def store_bytes_per_document(size: Size, strategy: str, n: int, dtype: str) -> i
 
 def store_documents(size: Size, strategy: str, n: int, args) -> int:
     """The documents of the store a row is measured on: ``--store_documents``, or as many as ``--store_gb`` holds."""
-    return min(args.store_documents, int(args.store_gb * 1e9 // store_bytes_per_document(size, strategy, n,
-                                                                                         args.dtype)))
+    each = store_bytes_per_document(size, strategy, n, args.dtype)
+    return min(args.store_documents, int(args.store_gb * 1e9 // each))
 
 
 def ranker_words(n: int) -> int:
-    """The document words of the BERT ranker's pair at document length n: n - 1, at most `RANKER_WORDS` (495)."""
+    """The document words of the BERT ranker's pair at document length n: n - 1, at most `RANKER_WORDS`."""
     return min(n - 1, RANKER_WORDS)
 
 
@@ -92,8 +89,7 @@ def candidate_ids(positions) -> list[str]:
 
 
 def build_models(size: Size, seed: int):
-    """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's T_doc
-    (Sec. 3.4)."""
+    """EARL and the BERT ranker of `size` (its BERT is EARL's T_doc, Sec. 3.4), random weights from `seed`."""
     from common.benchmarks.bert_inputs import BERT_PAD, BERT_VOCAB_SIZE
     from common.encoders.bert_rankers import BertRanker
     from common.encoders.pretrained import from_scratch_bert
@@ -105,9 +101,8 @@ def build_models(size: Size, seed: int):
 
 
 class EarlScorer:
-    """Scores one query against candidates from a store of n-row documents (S1 or S2, as the store is) with
-    `earl.query_scorer.QueryScorer`'s own calls, as ``earl.evaluate`` does, the candidates' rows read into a
-    preallocated tensor; ``parts.ms`` holds each part's milliseconds (`PARTS`)."""
+    """One query against candidates of an S1 or S2 store with `QueryScorer`'s calls, as ``earl.evaluate`` does, the
+    rows read into a preallocated tensor; ``parts.ms`` holds each part's milliseconds (`PARTS`)."""
 
     def __init__(self, model, store, n: int, batch_size: int):
         import torch
@@ -169,8 +164,7 @@ def earl_flops(scorer: EarlScorer, tokens, mask, ids: list[str], candidates: int
 
 
 def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
-    """The BERT ranker's FLOPs on N pairs and, where `timed`, its time on min(--ranker_candidates, N) pairs, scaled
-    to N."""
+    """The BERT ranker's FLOPs on N pairs and, if `timed`, its time on min(--ranker_candidates, N), scaled to N."""
     import torch
 
     from earl.store import document_words
@@ -192,8 +186,8 @@ def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
 
 
 def measure_earl(model, store, n: int, args) -> dict:
-    """Time EARL S1 or S2 (as `store` is) on N candidates drawn afresh for each query, cold (a warm-up, then the store
-    dropped from the page cache), then the same queries warm; the median query's times and parts."""
+    """EARL S1 or S2 on N candidates drawn afresh for each query, cold (the store dropped from the page cache after a
+    warm-up), then warm: the median query's times and parts."""
     import numpy as np
     import torch
 

@@ -36,8 +36,6 @@ class BlockAttention(nn.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, attention_dropout: float, eps: float):
         super().__init__()
-        if hidden_size % num_heads:
-            raise ValueError(f"num_heads ({num_heads}) must divide hidden_size ({hidden_size})")
         self.num_heads, self.head_size = num_heads, hidden_size // num_heads
         self.query = nn.Linear(hidden_size, hidden_size)  # W_X of Eq. 3
         self.key = nn.Linear(hidden_size, hidden_size)  # W_Y
@@ -206,9 +204,8 @@ class EARL(nn.Module):
 
 def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: bool = TIED,
                copy_from_bert: bool = True, copy_cross: bool = COPY_CROSS, pool: Pool = POOL, loss: Loss = LOSS) -> EARL:
-    """EARL over an L-layer ``BertModel`` `bert` (T_doc, not copied), Sec. 3.4: T_qry its first `query_layers` l
-    (default L - K; `tied`: the very modules), judge block i from layer l + i (`copy_from_bert`; `copy_cross` also
-    into the cross-attention), else as BERT initialises a fresh layer."""
+    """EARL over an L-layer ``BertModel`` `bert` (T_doc), Sec. 3.4: T_qry its first l = `query_layers` (default L - K;
+    `tied`: the very modules), judge block i from layer l + i (`copy_from_bert`), else as BERT initialises a layer."""
     from transformers import BertModel
 
     layers = bert.config.num_hidden_layers

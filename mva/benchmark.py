@@ -1,14 +1,10 @@
-"""``python -m mva.benchmark``: milliseconds per query over N candidates for the dual encoder (DE), the three MVA
-operating points and cross-attention (CA): the joint compute (Zhou and Devlin 2021, Tables 5-6, which count joint
-compute and storage; timed here) and, beside it, reading the candidates' stored rows as a user pays for it, with the
-calculator's MACs (`mva.costs`) and each method's bytes per document.
+"""``python -m mva.benchmark``: milliseconds per query over N candidates for DE, MVA1-3 and CA (Zhou and Devlin 2021,
+Tables 5-6 count joint compute and storage; timed here), beside `mva.costs`' MACs and bytes per document.
 
-``de``: the query's h-vector against N stored ones; ``mva1``-``mva3``: `mva.model.MultiVectorAttention.score` over N
-candidates' stored [D_K | D_V] rows at `mva.costs.table5`'s operating points; ``ca``: `BertRanker` over pairs of 128
-tokens, timed on ``--ca_candidates`` and scaled to N. DE's and MVA's rows are read from an fp32 store of
-``--store_documents`` seeded documents, N candidates drawn at random each repeat, its pages dropped from the page
-cache before the timed queries. ``ms = read_ms + compute_ms`` (the median query); sizes ``base`` (BERT-base) and
-``small`` (the offline MiniLM's), random weights. docs/mva_benchmark.md has the details.
+``de``: the query's h-vector against N stored ones; ``mva1``-``mva3``: `MultiVectorAttention.score` over stored
+[D_K | D_V] rows at Table 5's points; ``ca``: `BertRanker` over 128-token pairs, timed on ``--ca_candidates``, scaled
+to N. DE's and MVA's rows are read cold from an fp32 store of seeded noise, N candidates drawn afresh each repeat;
+``ms = read_ms + compute_ms`` (the median query). Random weights. docs/mva_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -44,15 +40,8 @@ SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_s
 STORE_DOCUMENTS = 25_000
 
 
-class Point(NamedTuple):
-    """An MVA operating point (`mva.costs.table5`): q query and d document timesteps, projection p, H heads."""
-
-    query: int
-    doc: int
-    projection: int
-    heads: int
-
-
+#: An MVA operating point (`mva.costs.table5`): q query and d document timesteps, projection p, H heads.
+Point = NamedTuple("Point", [("query", int), ("doc", int), ("projection", int), ("heads", int)])
 POINTS = {name.lower(): Point(*point) for name, point in MVA_POINTS.items()}
 
 
@@ -76,8 +65,7 @@ def store_shape(impl: str, size: BertSize) -> tuple[int, int]:
 
 
 def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, seed: int):
-    """The fp32 store of `documents` documents ``d0``, ``d1``... of `rows` x `width` seeded noise under `root`;
-    a finished one of the same identity is opened, not rebuilt."""
+    """The fp32 store of `documents` documents ``d{i}`` of `rows` x `width` seeded noise under `root` (reopened)."""
     from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 
     folder = root / f"{impl}_{rows}x{width}_{documents}"
@@ -93,15 +81,13 @@ def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, se
 
 
 class StoreReads:
-    """The candidates' rows of a store read as timed: copied into one preallocated (candidates, rows, width) fp32
-    tensor, then moved to `device`."""
+    """A store's candidates' rows copied into one preallocated (candidates, rows, width) fp32 tensor, to `device`."""
 
     def __init__(self, store, candidates: int, device: str):
         import torch
 
-        rows = store.manifest["rows"] // len(store)
         self.store, self.device = store, device
-        self.rows = torch.zeros(candidates, rows, store.width)
+        self.rows = torch.zeros(candidates, store.manifest["rows"] // len(store), store.width)
         self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
 
     def map_shards(self, ids: list[str]):
@@ -126,8 +112,7 @@ def mva_head(point: Point, candidates: int, device: str, seed: int):
     torch.manual_seed(seed)
     hp = point.heads * point.projection
     head = MultiVectorAttention(hp, hp, point.projection, point.heads, False).eval().to(device)
-    query_keys = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
-    query_values = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
+    query_keys, query_values = (torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1) for _ in "kv")
     query_keep = torch.ones(1, point.query, dtype=torch.bool, device=device).expand(candidates, -1)
     doc_keep = torch.ones(candidates, point.doc, dtype=torch.bool, device=device)
     return lambda documents: head.score(query_keys, query_values, query_keep, documents, doc_keep)
@@ -147,8 +132,8 @@ def candidate_ids(positions) -> list[str]:
 
 
 def time_store_queries(store, score, args) -> dict:
-    """Time ``--repeats`` queries, each reading its own draw of candidates from `store` cold and scoring them: the
-    median query's times, the same reads warm, where the candidates fell and how much of the store was cached."""
+    """``--repeats`` queries, each reading its own candidates from `store` cold and scoring them: the median query's
+    times, the same reads warm, the shards the candidates fell in and the store's cached fraction."""
     import numpy as np
     import torch
 
@@ -181,8 +166,7 @@ def time_store_queries(store, score, args) -> dict:
 
 
 def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int):
-    """CA over `count` pairs of PAIR_TOKENS tokens in batches of `batch_size` (a from-scratch BERT of `size`), and
-    its warm-up of one batch."""
+    """CA over `count` pairs of PAIR_TOKENS tokens in batches of `batch_size`, and its warm-up of one batch."""
     import torch
 
     from common.encoders.bert_rankers import BertRanker
@@ -193,8 +177,7 @@ def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int)
     ranker = BertRanker(bert).eval().to(device)
     generator = torch.Generator().manual_seed(seed)
     query = torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (1, QUERY_TIMESTEPS - 1), generator=generator)
-    words = torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (count, PAIR_TOKENS - QUERY_TIMESTEPS - 2),
-                          generator=generator)
+    words = torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (count, PAIR_TOKENS - QUERY_TIMESTEPS - 2), generator=generator)
     query = torch.cat([torch.tensor([[BERT_CLS]]), query, torch.tensor([[BERT_SEP]])], dim=1)
     pairs = bert_pairs(query, words, BERT_SEP)
     batches = [{k: v[i:i + batch_size].to(device) for k, v in pairs.items()} for i in range(0, count, batch_size)]
@@ -217,14 +200,13 @@ def measure(size_name: str, args, log) -> list[dict]:
                 timed_ms = median_ms(step, repeats, args.device)
                 result = {"ms": timed_ms * n / timed}  # linear in the candidates: each is the same work
             else:
-                score = mva_head(point, n, args.device, args.seed) if point else de_head(size.hidden, args.device,
-                                                                                       args.seed)
-                shape = store_shape(impl, size)
+                seed = args.seed
+                score = mva_head(point, n, args.device, seed) if point else de_head(size.hidden, args.device, seed)
                 log(f"{size_name} {impl:>4}: building a store of {args.store_documents:,} documents "
                     f"({args.store_documents * FLOAT_BYTES * floats / 1e9:.2f} GB)")
                 with tempfile.TemporaryDirectory(prefix="mva_store_") as temporary:
-                    store = noise_store(args.store_dir or Path(temporary), impl, *shape, args.store_documents,
-                                        args.seed)
+                    store = noise_store(args.store_dir or Path(temporary), impl, *store_shape(impl, size),
+                                        args.store_documents, args.seed)
                     result = time_store_queries(store, score, args)
                     del store
                 timed_ms = result["ms"]

@@ -1,7 +1,6 @@
-"""`MVARanker`: the LightningModule that trains and evaluates MVA (Zhou and Devlin 2021) or its DE and CA baselines
-(`common.encoders.bert_rankers`), over a pretrained or from-scratch BERT (`common.encoders.bert_reranking`, EARL's
-too). Training: Sec. 2.3's softmax loss, Adam at 3e-5; the paper names no schedule: linear warm-up then decay to
-zero (BERT's). Dev MRR@10 selects the checkpoint.
+"""`MVARanker`: the LightningModule of MVA (Zhou and Devlin 2021) or its DE and CA baselines over a pretrained or
+from-scratch BERT. Training: Sec. 2.3's softmax loss, Adam at 3e-5; linear warm-up then decay to zero (BERT's: the
+paper names no schedule). Dev MRR@10 selects the checkpoint.
 """
 
 from __future__ import annotations
@@ -108,9 +107,8 @@ class MVARanker(BertRerankingModule):
 
 
 def refuse_pretraining_mismatch(model) -> None:
-    """Where ``init_checkpoint`` is an ``mva.pretrain`` output (its ``pretrain.json`` beside it), refuse a pooling,
-    projection or heads other than the pre-trained ones: first-K and all tokens (or two K of first-K) have the same
-    parameters, so strict loading alone would fine-tune on timesteps the head was not pre-trained for."""
+    """Refuse a pooling, projection or heads other than an ``mva.pretrain`` ``init_checkpoint``'s (``pretrain.json``):
+    poolings of the same parameters would load strictly and fine-tune on timesteps the head was not pre-trained for."""
     checkpoint = model.get("init_checkpoint")
     record = Path(checkpoint).parent / "pretrain.json" if checkpoint else None  # mva.pretrain.RECORD
     if record is None or not record.is_file():
