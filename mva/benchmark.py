@@ -40,8 +40,15 @@ SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_s
 STORE_DOCUMENTS = 25_000
 
 
-#: An MVA operating point (`mva.costs.table5`): q query and d document timesteps, projection p, H heads.
-Point = NamedTuple("Point", [("query", int), ("doc", int), ("projection", int), ("heads", int)])
+class Point(NamedTuple):
+    """An MVA operating point (`mva.costs.table5`): q query and d document timesteps, projection p, H heads."""
+
+    query: int
+    doc: int
+    projection: int
+    heads: int
+
+
 POINTS = {name.lower(): Point(*point) for name, point in MVA_POINTS.items()}
 
 

@@ -27,11 +27,6 @@ def softmax_loss(scores: Tensor) -> Tensor:
     return -scores.log_softmax(-1)[:, 0].mean()
 
 
-def run_name(architecture: str) -> str:
-    """The name of a run and its metrics: ``mva``, ``de`` or ``ca``."""
-    return architecture
-
-
 class MVARanker(BertRerankingModule):
     """MVA or a baseline (module docstring).
 
@@ -100,7 +95,7 @@ class MVARanker(BertRerankingModule):
                                   if k.startswith(prefix)})
         cls_token_id = portable.cls_token_id(self.hparams) if architecture == "mva" else None
         model = portable.model_of(bert, self.hparams, cls_token_id=cls_token_id)
-        self.set_model(model, run_name(architecture), init_checkpoint)
+        self.set_model(model, architecture, init_checkpoint)  # the run's name: mva, de or ca
 
     def training_loss(self, scores: Tensor, batch: dict) -> Tensor:
         return softmax_loss(scores.view(-1, batch["group_size"]))  # (G, 1 + negatives), the positive first
