@@ -23,7 +23,7 @@ from common.benchmarks.options import benchmark_parser, parse
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, rounded
 from common.benchmarks.store_reads import (
-    add_store_options, cached_fraction, check_store_options, draw_candidates, evict_from_page_cache, median_query,
+    StoreReads, add_store_options, candidate_ids, check_store_options, cold_then_warm, draw_candidates, median_query,
 )
 from common.benchmarks.timing import PartTimes, count_flops, wall_and_cpu_ms
 from common.refusals import positive_float, positive_int, usage_error
@@ -83,11 +83,6 @@ def earl_batch_size(args) -> int:
     return args.earl_batch_size or args.batch_size
 
 
-def candidate_ids(positions) -> list[str]:
-    """The doc ids of store positions (`earl.store.random_stores` names document i ``d{i}``)."""
-    return [f"d{position}" for position in positions.tolist()]
-
-
 def build_models(size: Size, seed: int):
     """EARL and the BERT ranker of `size` (its BERT is EARL's T_doc, Sec. 3.4), random weights from `seed`."""
     from common.benchmarks.bert_inputs import BERT_PAD, BERT_VOCAB_SIZE
@@ -109,29 +104,15 @@ class EarlScorer:
 
         from earl.query_scorer import QueryScorer
 
-        self.store, self.batch_size = store, batch_size
+        self.batch_size = batch_size
         self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)
-        stored = torch.float16 if store.dtype == "float16" else torch.float32
-        self.rows = torch.zeros(batch_size, n, store.width, dtype=stored)
-        self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
-        self.compute = self.rows if stored == torch.float32 else torch.zeros(batch_size, n, store.width)
+        self.read = StoreReads(store, batch_size, n)  # ids -> their (len(ids), n, width) fp32 rows
         self.doc_mask = torch.ones(batch_size, n, dtype=torch.bool)
         self.parts = PartTimes(PARTS)
 
-    def read(self, ids: list[str]):
-        """The candidates' rows as a (len(ids), n, width) fp32 tensor (the preallocated buffer's first rows)."""
-        import numpy as np
-
-        for i, matrix in enumerate(self.store.get_many(ids)):
-            np.copyto(self.rows_numpy[i], matrix)
-        if self.compute is not self.rows:
-            self.compute[: len(ids)].copy_(self.rows[: len(ids)])
-        return self.compute[: len(ids)]
-
     def warm_up(self, tokens, mask, ids: list[str]) -> None:
         """Map the shards of `ids` and run the compute once on zero rows: first calls paid, no row read."""
-        self.store.get_many(ids)
-        self.judge_batch(self.scoring.encode_query(tokens, mask), self.compute)
+        self.judge_batch(self.scoring.encode_query(tokens, mask), self.read.map_shards(ids))
 
     def judge_batch(self, query, rows):
         """Scores of one batch of candidates from their rows for `query` (``encode_query``'s), both parts timed."""
@@ -188,38 +169,28 @@ def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
 def measure_earl(model, store, n: int, args) -> dict:
     """EARL S1 or S2 on N candidates drawn afresh for each query, cold (the store dropped from the page cache after a
     warm-up), then warm: the median query's times and parts."""
-    import numpy as np
     import torch
 
-    (tokens, mask), documents = bert_query(QUERY_LENGTH, args.seed), len(store)
-    draws = [draw_candidates(documents, args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
-    *timed, warm_up = [candidate_ids(positions) for positions in draws]
+    tokens, mask = bert_query(QUERY_LENGTH, args.seed)
     scorer = EarlScorer(model, store, n, min(earl_batch_size(args), args.candidates))
-    files = sorted(path for path in store.folder.iterdir() if path.is_file())  # its shards, id table and manifest
 
-    def queries() -> list[dict]:  # each timed query's wall and CPU milliseconds and parts
-        records = []
-        for ids in timed:
-            wall, cpu = time.perf_counter(), time.process_time()
-            scorer(tokens, mask, ids)
-            records.append({"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
-                            **scorer.parts.ms})
-        return records
+    def query(candidates: list[str]) -> dict:  # its wall and CPU milliseconds and parts
+        wall, cpu = time.perf_counter(), time.process_time()
+        scorer(tokens, mask, candidates)
+        return {"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
+                **scorer.parts.ms}
 
     with torch.inference_mode():
-        scorer.warm_up(tokens, mask, warm_up)
-        evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
-        cached = cached_fraction(files)
-        records, warm = queries(), queries()  # cold, then the same queries warm
-        flops = earl_flops(scorer, tokens, mask, timed[0], args.candidates)
+        records, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed,
+                                                 lambda spare: scorer.warm_up(tokens, mask, spare), query)
+        first = candidate_ids(draw_candidates(len(store), args.candidates, args.seed, 0))  # the first query's
+        flops = earl_flops(scorer, tokens, mask, first, args.candidates)
     median, warm_median = median_query(records), median_query(warm)
-    shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
     return {**median, "cpu_ms": statistics.median(r["cpu_ms"] for r in records),
             "compute_ms": median["ms"] - median["read_ms"], "warm_ms": warm_median["ms"],
             "warm_read_ms": warm_median["read_ms"], "warm_compute_ms": warm_median["ms"] - warm_median["read_ms"],
-            "measured_candidates": args.candidates, "flops": flops, "store_documents": documents,
-            "store_gb": store.manifest["bytes"] / 1e9, "candidate_shards": statistics.median(shards),
-            "store_cached": cached, "store_bytes_per_document": store.bytes_per_document,
+            "measured_candidates": args.candidates, "flops": flops, **measured,
+            "store_gb": store.manifest["bytes"] / 1e9, "store_bytes_per_document": store.bytes_per_document,
             "batch_size": scorer.batch_size}
 
 

@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from common.benchmarks.bert_inputs import bert_documents, random_words
-from common.benchmarks.store_reads import noise_documents
 from common.encoders.bert_inputs import BertInputs
+from common.stores.noise import write_noise
 from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 from common.stores.scoring import load_module
 from common.stores.writer import Representation
@@ -93,10 +93,7 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
                                         shard_size=shard_size, width=store_width(model, strategy), identity=identity,
                                         extra=extra, resume=True)
     for writer in writers.values() if documents == "random" else ():
-        for shard in writer.pending():
-            first, last = shard * shard_size, min(shard * shard_size + shard_size, count)
-            writer.write_shard(shard, list(noise_documents(seed * 1_000_003 + n, first, last - first, n, writer.width,
-                                                           ROW_TYPES[dtype])))
+        write_noise(writer, seed * 1_000_003 + n, n)
     encoding = writers if documents == "encoded" else {}
     words = document_words(n, count, seed) if encoding else None
     device = next(model.parameters()).device

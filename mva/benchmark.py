@@ -24,8 +24,7 @@ from common.benchmarks.options import benchmark_parser, parse, resolve_device
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, text_table
 from common.benchmarks.store_reads import (
-    add_store_options, cached_fraction, check_store_options, draw_candidates, evict_from_page_cache, median_query,
-    noise_documents,
+    StoreReads, add_store_options, check_store_options, cold_then_warm, median_query,
 )
 from common.benchmarks.timing import median_ms
 from common.refusals import positive_int
@@ -73,6 +72,7 @@ def store_shape(impl: str, size: BertSize) -> tuple[int, int]:
 
 def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, seed: int):
     """The fp32 store of `documents` documents ``d{i}`` of `rows` x `width` seeded noise under `root` (reopened)."""
+    from common.stores.noise import write_noise
     from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 
     folder = root / f"{impl}_{rows}x{width}_{documents}"
@@ -81,33 +81,8 @@ def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, se
         return RepresentationStore.open(folder, expect=identity)
     writer = StoreWriter(folder, doc_ids=[f"d{i}" for i in range(documents)], width=width, dtype="float32",
                          shard_size=SHARD_SIZE, identity=identity, resume=True)
-    for shard in writer.pending():
-        first, last = shard * SHARD_SIZE, min(shard * SHARD_SIZE + SHARD_SIZE, documents)
-        writer.write_shard(shard, list(noise_documents(seed * 1_000_003 + rows, first, last - first, rows, width)))
+    write_noise(writer, seed * 1_000_003 + rows, rows)
     return writer.finish()
-
-
-class StoreReads:
-    """A store's candidates' rows copied into one preallocated (candidates, rows, width) fp32 tensor, to `device`."""
-
-    def __init__(self, store, candidates: int, device: str):
-        import torch
-
-        self.store, self.device = store, device
-        self.rows = torch.zeros(candidates, store.manifest["rows"] // len(store), store.width)
-        self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
-
-    def map_shards(self, ids: list[str]):
-        """Map the shards that `ids` fall in, touching none of their rows; the (zero) batch tensor on the device."""
-        self.store.get_many(ids)
-        return self.rows.to(self.device)
-
-    def __call__(self, ids: list[str]):
-        import numpy as np
-
-        for i, matrix in enumerate(self.store.get_many(ids)):
-            np.copyto(self.rows_numpy[i], matrix)
-        return self.rows[: len(ids)].to(self.device)
 
 
 def mva_head(point: Point, candidates: int, device: str, seed: int):
@@ -133,25 +108,15 @@ def de_head(hidden: int, device: str, seed: int):
     return lambda documents: documents.view(len(documents), hidden) @ query
 
 
-def candidate_ids(positions) -> list[str]:
-    """The doc ids of store positions (`noise_store` names document i ``d{i}``)."""
-    return [f"d{position}" for position in positions.tolist()]
-
-
 def time_store_queries(store, score, args) -> dict:
     """``--repeats`` queries, each reading its own candidates from `store` cold and scoring them: the median query's
     times, the same reads warm, the shards the candidates fell in and the store's cached fraction."""
-    import numpy as np
     import torch
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    draws = [draw_candidates(len(store), args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
-    *timed, warm_up = [candidate_ids(positions) for positions in draws]
-    read, files = StoreReads(store, args.candidates, args.device), sorted(p for p in store.folder.iterdir())
-    score(read.map_shards(warm_up))  # warm-up: the shards mapped, the head run once on zero rows, no row read
-    evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
-    cached, records, warm_reads = cached_fraction(files), [], []
-    for ids in timed:
+    read = StoreReads(store, args.candidates, store.manifest["rows"] // len(store), args.device)
+
+    def query(ids: list[str]) -> dict:  # its read and compute milliseconds
         sync()
         start = time.perf_counter()
         documents = read(ids)
@@ -160,16 +125,12 @@ def time_store_queries(store, score, args) -> dict:
         score(documents)
         sync()
         end = time.perf_counter()
-        records.append({"ms": (end - start) * 1000, "read_ms": (middle - start) * 1000,
-                        "compute_ms": (end - middle) * 1000})
-    for ids in timed:
-        start = time.perf_counter()
-        read(ids)
-        sync()
-        warm_reads.append((time.perf_counter() - start) * 1000)
-    shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
-    return {**median_query(records), "warm_read_ms": statistics.median(warm_reads), "store_documents": len(store),
-            "candidate_shards": statistics.median(shards), "store_cached": cached}
+        return {"ms": (end - start) * 1000, "read_ms": (middle - start) * 1000, "compute_ms": (end - middle) * 1000}
+
+    # the warm-up: the shards mapped, the head run once on zero rows, no row read
+    records, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed,
+                                             lambda spare: score(read.map_shards(spare)), query)
+    return {**median_query(records), "warm_read_ms": statistics.median(r["read_ms"] for r in warm), **measured}
 
 
 def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int):
