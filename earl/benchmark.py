@@ -110,10 +110,6 @@ class EarlScorer:
         self.doc_mask = torch.ones(batch_size, n, dtype=torch.bool)
         self.parts = PartTimes(PARTS)
 
-    def warm_up(self, tokens, mask, ids: list[str]) -> None:
-        """Map the shards of `ids` and run the compute once on zero rows: first calls paid, no row read."""
-        self.judge_batch(self.scoring.encode_query(tokens, mask), self.read.map_shards(ids))
-
     def judge_batch(self, query, rows):
         """Scores of one batch of candidates from their rows for `query` (``encode_query``'s), both parts timed."""
         with self.parts("keys_values_ms"):
@@ -180,9 +176,11 @@ def measure_earl(model, store, n: int, args) -> dict:
         return {"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
                 **scorer.parts.ms}
 
+    def warm_up(spare: list[str]) -> None:  # the shards mapped, the compute run once on zero rows, no row read
+        scorer.judge_batch(scorer.scoring.encode_query(tokens, mask), scorer.read.map_shards(spare))
+
     with torch.inference_mode():
-        records, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed,
-                                                 lambda spare: scorer.warm_up(tokens, mask, spare), query)
+        records, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed, warm_up, query)
         first = candidate_ids(draw_candidates(len(store), args.candidates, args.seed, 0))  # the first query's
         flops = earl_flops(scorer, tokens, mask, first, args.candidates)
     median, warm_median = median_query(records), median_query(warm)
