@@ -13,8 +13,8 @@ import torch
 from torch import Tensor
 
 from common.benchmarks.bert_inputs import bert_documents, random_words
+from common.benchmarks.store_reads import write_noise
 from common.encoders.bert_inputs import BertInputs
-from common.stores.noise import write_noise
 from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 from common.stores.scoring import load_module
 from common.stores.writer import Representation

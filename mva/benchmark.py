@@ -24,7 +24,7 @@ from common.benchmarks.options import benchmark_parser, parse, resolve_device
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, text_table
 from common.benchmarks.store_reads import (
-    StoreReads, add_store_options, check_store_options, cold_then_warm, median_query,
+    StoreReads, add_store_options, check_store_options, cold_then_warm, median_query, write_noise,
 )
 from common.benchmarks.timing import median_ms
 from common.refusals import positive_int
@@ -72,7 +72,6 @@ def store_shape(impl: str, size: BertSize) -> tuple[int, int]:
 
 def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, seed: int):
     """The fp32 store of `documents` documents ``d{i}`` of `rows` x `width` seeded noise under `root` (reopened)."""
-    from common.stores.noise import write_noise
     from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 
     folder = root / f"{impl}_{rows}x{width}_{documents}"

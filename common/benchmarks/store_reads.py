@@ -1,6 +1,6 @@
 """Store reads as a user pays them: a first stage's candidates scattered over a store (a new draw each repeat), a
-store's rows of seeded noise written at memory speed, cold reads (pages dropped from the page cache, and ``mincore``
-telling how many stayed), and the median query with its parts."""
+store's rows of seeded noise written at memory speed, reads into one preallocated tensor, cold (pages dropped from the
+page cache, and ``mincore`` telling how many stayed) then warm, and the median query with its parts."""
 
 from __future__ import annotations
 
@@ -59,6 +59,13 @@ def noise_documents(seed: int, first: int, count: int, rows: int, width: int, dt
         start = ((first + i) * 2654435761 + seed) % span  # Knuth's multiplicative hash of the position
         out[i] = pool[start : start + size]
     return out.reshape(count, rows, width)
+
+
+def write_noise(writer, seed: int, rows: int) -> None:
+    """Each pending shard of `writer` (a `common.stores` writer): its documents' `rows` x width noise of `seed`."""
+    for shard in writer.pending():
+        first, count = shard * writer.shard_size, len(writer.shard_doc_ids(shard))
+        writer.write_shard(shard, list(noise_documents(seed, first, count, rows, writer.width, writer.plan["dtype"])))
 
 
 @functools.lru_cache(maxsize=2)
@@ -127,8 +134,7 @@ def candidate_ids(positions) -> list[str]:
 
 
 class StoreReads:
-    """A store's candidates' rows copied into one preallocated (count, rows, width) tensor of the store's type, handed
-    on as fp32 (an fp16 store's converted once read) on `device`."""
+    """Candidates' rows copied into one preallocated (count, rows, width) tensor of the store's type, read as fp32."""
 
     def __init__(self, store, count: int, rows: int, device: str = "cpu"):
         import torch
