@@ -1,6 +1,5 @@
-"""EARL: Speedup Transformer-based Rankers with Pre-computed Representation (Gao, Dai, Callan, 2020): Embed Ahead Rank
-Later. Imports nothing: the command lines read `STRATEGIES` before they import torch.
-"""
+"""EARL: Speedup Transformer-based Rankers with Pre-computed Representation (Gao, Dai, Callan, 2020). Imports nothing:
+the command lines read `STRATEGIES` before they import torch."""
 
 #: The rankers of Table 2: EARL and its two baselines (what ``--model.architecture`` accepts).
 ARCHITECTURES = ("earl", "bert_ranker", "bert_siamese")

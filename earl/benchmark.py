@@ -2,13 +2,10 @@
 (Gao, Dai, Callan 2020, Sec. 5.2, Table 3), beside Table 1's cost (`earl.costs.Size`) and counted FLOPs, with what
 reading EARL's stored rows costs a user beside the compute.
 
-Per query of 16 tokens (Sec. 5.2), random weights, inference mode: ``bert_ranker`` over ``[CLS] query [SEP] document
-[SEP]`` (at most 512 tokens, the words cut to 495), timed on ``--ranker_candidates`` and scaled to N; ``earl_s1`` and
-``earl_s2`` run ``earl.evaluate``'s `earl.query_scorer.QueryScorer` calls on rows of D or D' (Eq. 25) read from a
-store of ``--store_documents`` seeded documents (at most ``--store_gb``), N candidates drawn at random each repeat,
-the store's pages dropped from the page cache before the timed queries (cold reads). ``ms = read_ms + compute_ms``
-(the median query); ``warm_ms`` the same query with its rows cached; ``analytic_ratio`` and ``table1_ratio`` Table 1's
-ratio in multiply-adds and with every constant 1. docs/earl_benchmark.md has the details.
+Queries of 16 tokens (Sec. 5.2), random weights: ``bert_ranker`` over pairs of at most 512 tokens, timed on
+``--ranker_candidates`` and scaled to N; ``earl_s1``/``earl_s2`` run `earl.query_scorer.QueryScorer`'s calls on D or D'
+(Eq. 25) rows read cold from a store of seeded documents, N candidates drawn afresh each repeat. ``ms = read_ms +
+compute_ms`` (the median query); ``warm_ms`` with the rows cached. docs/earl_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -26,7 +23,7 @@ from common.benchmarks.options import benchmark_parser, parse
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, rounded
 from common.benchmarks.store_reads import (
-    add_store_options, cached_fraction, check_store_options, draw_candidates, evict_from_page_cache, median_query,
+    StoreReads, add_store_options, candidate_ids, check_store_options, cold_then_warm, draw_candidates, median_query,
 )
 from common.benchmarks.timing import PartTimes, count_flops, wall_and_cpu_ms
 from common.refusals import positive_float, positive_int, usage_error
@@ -48,10 +45,10 @@ SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_s
 STORE_GB = 4.0
 TABLE = (("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f"), ("compute_ms", ".1f"),
          ("warm_ms", ".1f"), ("warm_read_ms", ".1f"), ("speedup", ".1f"), ("compute_speedup", ".1f"),
-         ("warm_speedup", ".1f"), ("cpu_ms", ".1f"),
-         ("cpu_speedup", ".1f"), ("analytic_ratio", ".1f"), ("table1_ratio", ".1f"), ("flop_ratio", ".1f"),
-         ("gflops_per_s", ".1f"), ("store_documents", ","), ("store_cached", ".2f"), ("measured_candidates", "d"),
-         ("batch_size", "d"), ("ranker_tokens", "d"), ("load_1min", ".1f"))
+         ("warm_speedup", ".1f"), ("cpu_ms", ".1f"), ("cpu_speedup", ".1f"), ("analytic_ratio", ".1f"),
+         ("table1_ratio", ".1f"), ("flop_ratio", ".1f"), ("gflops_per_s", ".1f"), ("store_documents", ","),
+         ("store_cached", ".2f"), ("measured_candidates", "d"), ("batch_size", "d"), ("ranker_tokens", "d"),
+         ("load_1min", ".1f"))
 
 
 def store_bytes_per_document(size: Size, strategy: str, n: int, dtype: str) -> int:
@@ -61,12 +58,12 @@ def store_bytes_per_document(size: Size, strategy: str, n: int, dtype: str) -> i
 
 def store_documents(size: Size, strategy: str, n: int, args) -> int:
     """The documents of the store a row is measured on: ``--store_documents``, or as many as ``--store_gb`` holds."""
-    return min(args.store_documents, int(args.store_gb * 1e9 // store_bytes_per_document(size, strategy, n,
-                                                                                         args.dtype)))
+    each = store_bytes_per_document(size, strategy, n, args.dtype)
+    return min(args.store_documents, int(args.store_gb * 1e9 // each))
 
 
 def ranker_words(n: int) -> int:
-    """The document words of the BERT ranker's pair at document length n: n - 1, at most `RANKER_WORDS` (495)."""
+    """The document words of the BERT ranker's pair at document length n: n - 1, at most `RANKER_WORDS`."""
     return min(n - 1, RANKER_WORDS)
 
 
@@ -86,14 +83,8 @@ def earl_batch_size(args) -> int:
     return args.earl_batch_size or args.batch_size
 
 
-def candidate_ids(positions) -> list[str]:
-    """The doc ids of store positions (`earl.store.random_stores` names document i ``d{i}``)."""
-    return [f"d{position}" for position in positions.tolist()]
-
-
 def build_models(size: Size, seed: int):
-    """EARL and the BERT ranker of `size`, random weights from `seed`, in eval mode; the ranker's BERT is EARL's T_doc
-    (Sec. 3.4)."""
+    """EARL and the BERT ranker of `size` (its BERT is EARL's T_doc, Sec. 3.4), random weights from `seed`."""
     from common.benchmarks.bert_inputs import BERT_PAD, BERT_VOCAB_SIZE
     from common.encoders.bert_rankers import BertRanker
     from common.encoders.pretrained import from_scratch_bert
@@ -105,38 +96,19 @@ def build_models(size: Size, seed: int):
 
 
 class EarlScorer:
-    """Scores one query against candidates from a store of n-row documents (S1 or S2, as the store is) with
-    `earl.query_scorer.QueryScorer`'s own calls, as ``earl.evaluate`` does, the candidates' rows read into a
-    preallocated tensor; ``parts.ms`` holds each part's milliseconds (`PARTS`)."""
+    """One query against candidates of an S1 or S2 store with `QueryScorer`'s calls, as ``earl.evaluate`` does, the
+    rows read into a preallocated tensor; ``parts.ms`` holds each part's milliseconds (`PARTS`)."""
 
     def __init__(self, model, store, n: int, batch_size: int):
         import torch
 
         from earl.query_scorer import QueryScorer
 
-        self.store, self.batch_size = store, batch_size
+        self.batch_size = batch_size
         self.scoring = QueryScorer(model, None, batch_size=batch_size, store=store)
-        stored = torch.float16 if store.dtype == "float16" else torch.float32
-        self.rows = torch.zeros(batch_size, n, store.width, dtype=stored)
-        self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
-        self.compute = self.rows if stored == torch.float32 else torch.zeros(batch_size, n, store.width)
+        self.read = StoreReads(store, batch_size, n)  # ids -> their (len(ids), n, width) fp32 rows
         self.doc_mask = torch.ones(batch_size, n, dtype=torch.bool)
         self.parts = PartTimes(PARTS)
-
-    def read(self, ids: list[str]):
-        """The candidates' rows as a (len(ids), n, width) fp32 tensor (the preallocated buffer's first rows)."""
-        import numpy as np
-
-        for i, matrix in enumerate(self.store.get_many(ids)):
-            np.copyto(self.rows_numpy[i], matrix)
-        if self.compute is not self.rows:
-            self.compute[: len(ids)].copy_(self.rows[: len(ids)])
-        return self.compute[: len(ids)]
-
-    def warm_up(self, tokens, mask, ids: list[str]) -> None:
-        """Map the shards of `ids` and run the compute once on zero rows: first calls paid, no row read."""
-        self.store.get_many(ids)
-        self.judge_batch(self.scoring.encode_query(tokens, mask), self.compute)
 
     def judge_batch(self, query, rows):
         """Scores of one batch of candidates from their rows for `query` (``encode_query``'s), both parts timed."""
@@ -169,8 +141,7 @@ def earl_flops(scorer: EarlScorer, tokens, mask, ids: list[str], candidates: int
 
 
 def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
-    """The BERT ranker's FLOPs on N pairs and, where `timed`, its time on min(--ranker_candidates, N) pairs, scaled
-    to N."""
+    """The BERT ranker's FLOPs on N pairs and, if `timed`, its time on min(--ranker_candidates, N), scaled to N."""
     import torch
 
     from earl.store import document_words
@@ -181,51 +152,43 @@ def measure_ranker(ranker, n: int, args, timed: bool) -> dict:
     assert pairs["pair_tokens"].shape[1] == ranker_tokens(n) <= BERT_POSITIONS
     batches = [{k: v[i : i + args.batch_size] for k, v in pairs.items()} for i in range(0, measured, args.batch_size)]
     with torch.inference_mode():
-        flops = count_flops(lambda: ranker({k: v[:1] for k, v in pairs.items()})) * args.candidates
+        counts = {"flops": count_flops(lambda: ranker({k: v[:1] for k, v in pairs.items()})) * args.candidates,
+                  "batch_size": min(args.batch_size, measured)}
         if not timed:
-            return {"flops": flops, "batch_size": min(args.batch_size, measured)}
+            return counts
         ranker(batches[0])  # warm-up
         ms, cpu_ms = wall_and_cpu_ms(lambda: torch.cat([ranker(batch) for batch in batches]), args.repeats)
     scale = args.candidates / measured
-    return {"ms": ms * scale, "cpu_ms": cpu_ms * scale, "measured_candidates": measured, "flops": flops,
-            "batch_size": min(args.batch_size, measured)}
+    return {"ms": ms * scale, "cpu_ms": cpu_ms * scale, "measured_candidates": measured, **counts}
 
 
 def measure_earl(model, store, n: int, args) -> dict:
-    """Time EARL S1 or S2 (as `store` is) on N candidates drawn afresh for each query, cold (a warm-up, then the store
-    dropped from the page cache), then the same queries warm; the median query's times and parts."""
-    import numpy as np
+    """EARL S1 or S2 on N candidates drawn afresh for each query, cold (the store dropped from the page cache after a
+    warm-up), then warm: the median query's times and parts."""
     import torch
 
-    (tokens, mask), documents = bert_query(QUERY_LENGTH, args.seed), len(store)
-    draws = [draw_candidates(documents, args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
-    *timed, warm_up = [candidate_ids(positions) for positions in draws]
+    tokens, mask = bert_query(QUERY_LENGTH, args.seed)
     scorer = EarlScorer(model, store, n, min(earl_batch_size(args), args.candidates))
-    files = sorted(path for path in store.folder.iterdir() if path.is_file())  # its shards, id table and manifest
 
-    def queries() -> list[dict]:  # each timed query's wall and CPU milliseconds and parts
-        records = []
-        for ids in timed:
-            wall, cpu = time.perf_counter(), time.process_time()
-            scorer(tokens, mask, ids)
-            records.append({"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
-                            **scorer.parts.ms})
-        return records
+    def query(candidates: list[str]) -> dict:  # its wall and CPU milliseconds and parts
+        wall, cpu = time.perf_counter(), time.process_time()
+        scorer(tokens, mask, candidates)
+        return {"ms": (time.perf_counter() - wall) * 1000, "cpu_ms": (time.process_time() - cpu) * 1000,
+                **scorer.parts.ms}
+
+    def warm_up(spare: list[str]) -> None:  # the shards mapped, the compute run once on zero rows, no row read
+        scorer.judge_batch(scorer.scoring.encode_query(tokens, mask), scorer.read.map_shards(spare))
 
     with torch.inference_mode():
-        scorer.warm_up(tokens, mask, warm_up)
-        evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
-        cached = cached_fraction(files)
-        records, warm = queries(), queries()  # cold, then the same queries warm
-        flops = earl_flops(scorer, tokens, mask, timed[0], args.candidates)
+        records, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed, warm_up, query)
+        first = candidate_ids(draw_candidates(len(store), args.candidates, args.seed, 0))  # the first query's
+        flops = earl_flops(scorer, tokens, mask, first, args.candidates)
     median, warm_median = median_query(records), median_query(warm)
-    shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
     return {**median, "cpu_ms": statistics.median(r["cpu_ms"] for r in records),
             "compute_ms": median["ms"] - median["read_ms"], "warm_ms": warm_median["ms"],
             "warm_read_ms": warm_median["read_ms"], "warm_compute_ms": warm_median["ms"] - warm_median["read_ms"],
-            "measured_candidates": args.candidates, "flops": flops, "store_documents": documents,
-            "store_gb": store.manifest["bytes"] / 1e9, "candidate_shards": statistics.median(shards),
-            "store_cached": cached, "store_bytes_per_document": store.bytes_per_document,
+            "measured_candidates": args.candidates, "flops": flops, **measured,
+            "store_gb": store.manifest["bytes"] / 1e9, "store_bytes_per_document": store.bytes_per_document,
             "batch_size": scorer.batch_size}
 
 

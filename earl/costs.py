@@ -48,9 +48,8 @@ class Size(BertSize):
         return f"{super().describe()}; EARL l={self.query_layers}, K={self.blocks}"
 
     def cost(self, impl: str, q: int, d: int, documents: int, constants: Constants | None = None) -> float:
-        """Table 1's online cost of ranking `documents` candidates of `d` tokens for a query of `q` with `impl`
-        (``bert_ranker``, ``earl_s1`` or ``earl_s2``) at this size: multiply-adds (`counted_constants` of its FFN)
-        unless `constants` are given."""
+        """Table 1's cost of ranking `documents` candidates of `d` tokens for a query of `q` with `impl` at this size:
+        multiply-adds (`counted_constants`) unless `constants` are given."""
         c, n = constants or counted_constants(self.hidden, self.intermediate), self.hidden
         if impl == "bert_ranker":
             t = q + d

@@ -1,7 +1,5 @@
-"""EARL's LightningDataModule (`common.encoders.bert_data.BertTriplesDataModule`): (query, positive, negative)
-training triples for the hinge loss and re-ranking of candidate runs; queries of 16 and passages of 128 tokens
-(MORES's limits), read apart by EARL and BERT-Siamese, concatenated by the BERT ranker.
-"""
+"""EARL's LightningDataModule: (query, positive, negative) triples for the hinge loss, queries of 16 and passages of
+128 tokens (MORES's limits), read apart by EARL and BERT-Siamese, concatenated by the BERT ranker."""
 
 from __future__ import annotations
 

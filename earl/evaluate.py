@@ -1,15 +1,12 @@
 """``python -m earl.evaluate --checkpoint CKPT --task TASK [--store DIR]``: re-rank a candidate run with a trained
-EARL (Gao, Dai, Callan 2020, "EARL: Speedup Transformer-based Rankers with Pre-computed Representation") and
-compare with Table 2: T_qry once per query, then the judge blocks over the top
-``--depth`` candidates in batches, their keys and values read from an ``earl.index`` store (S2), computed from its
-D (S1), or end to end through T_doc without ``--store``. ``--compare_end_to_end`` also scores end to end and writes
-the largest score difference and the NDCG@10 change to ``exactness.json``.
+EARL (Gao, Dai, Callan 2020, "EARL: Speedup Transformer-based Rankers with Pre-computed Representation") and compare
+with Table 2: T_qry once per query, then the judge blocks over the top ``--depth`` candidates in batches, their keys
+and values read from an ``earl.index`` store (S2), computed from its D (S1), or end to end without ``--store``.
+``--compare_end_to_end`` also scores end to end and writes the differences to ``exactness.json``.
 
-The store must come from this very checkpoint file and hold every candidate, else it is refused. ``TASK``:
-``irds:msmarco-passage/trec-dl-2019/judged``, ``builtin:test``, ``--topics/--qrels/--run/--collection`` files, or
-``--rank_llm FILE --qrels FILE``. Depth: ``--depth``, else the checkpoint's data setting, else 1,000 (Sec. 4.1).
-Writes ``run.trec``, ``task.json`` and, with qrels, ``metrics.json``; scoring runs in one process (global rank zero).
-Bad input ends in one line, exit status 2.
+The store must come from this very checkpoint file and hold every candidate, else it is refused. Depth: ``--depth``,
+else the checkpoint's data setting, else 1,000 (Sec. 4.1). Writes ``run.trec``, ``task.json`` and, with qrels,
+``metrics.json``; scoring runs in one process (global rank zero).
 """
 
 from __future__ import annotations

@@ -2,12 +2,10 @@
 document representations of a trained EARL (Gao, Dai, Callan 2020, "EARL: Speedup Transformer-based Rankers with
 Pre-computed Representation", Sec. 3.3) for ``python -m earl.evaluate --store``.
 
-S1 stores D = T_doc(doc), h numbers per token; S2 stores D' of Eq. 25, each judge block's keys and values of D,
-2·K·h per token. A document's rows are its real tokens ([CLS] and [SEP] included), tokenised as in training; every
-document of ``--collection`` is stored, in order, in a `common.stores.representations` store identified by the
-checkpoint file's sha256 and the strategy (``--dtype fp16`` halves it). Shards are computed by Lightning ``predict``
-(``--resume`` finishes a killed build). The estimated size is printed first, beside the space free; bad input ends in
-one line, exit status 2.
+A document's rows are its real tokens ([CLS] and [SEP] included), tokenised as in training; every document of
+``--collection`` is stored in order, identified by the checkpoint file's sha256 and the strategy (``--dtype fp16``
+halves it). Shards are computed by Lightning ``predict`` (``--resume`` finishes a killed build); the estimated size
+is printed first, beside the space free.
 """
 
 from __future__ import annotations
@@ -39,7 +37,7 @@ def read_trained(path: str | Path) -> dict:
 
 
 def main(argv=None):
-    """Build the store the command line names; it on global rank zero, else None."""
+    """Build the store the command line names; returns it on global rank zero, else None."""
     args = build_parser().parse_args(argv)
     check_index_args(args)
     state = read_trained(args.checkpoint)  # torch alone: a foreign checkpoint is refused before Lightning loads

@@ -1,9 +1,7 @@
-"""EARL (Gao, Dai, Callan: "EARL: Speedup Transformer-based Rankers with Pre-computed Representation", 2020) as a plain
-``nn.Module`` (the LightningModule is `earl.ranker`): T_doc and T_qry (Eqs. 9-16) are Hugging Face ``BertModel`` s
-without pooler; K judge blocks (Eqs. 17-21) attend from the query tokens to the document's keys and values, which
-depend on the document alone (`EARL.document_keys_values`, what S2 stores, Eq. 25); the score is w^T Pool(H_K)
-(Eq. 22, ClsPool or AvePool); `build_earl` initialises from BERT (Sec. 3.4). Tied variants share T_doc's first l
-layers as modules, the embeddings copied (as MORES, luyug/MORES ``modeling.MORES``).
+"""EARL (Gao, Dai, Callan 2020) as a plain ``nn.Module``: T_doc and T_qry (Eqs. 9-16) are ``BertModel`` s without
+pooler; K judge blocks (Eqs. 17-21) attend from the query tokens to the document's keys and values (what S2 stores,
+Eq. 25); the score is w^T Pool(H_K) (Eq. 22). `build_earl` initialises from BERT (Sec. 3.4); Tied variants share
+T_doc's first l layers as modules, the embeddings copied (as luyug/MORES ``modeling.MORES``).
 
 Where the equations and BERT differ, BERT's computation (its copied weights were trained with it):
 - Eq. 19 as ``LayerNorm(FFN(Q_self) + Q_self)`` (post-norm, as MORES's ``BertLayer`` s), not the LayerNorm first;
@@ -36,8 +34,6 @@ class BlockAttention(nn.Module):
 
     def __init__(self, hidden_size: int, num_heads: int, dropout: float, attention_dropout: float, eps: float):
         super().__init__()
-        if hidden_size % num_heads:
-            raise ValueError(f"num_heads ({num_heads}) must divide hidden_size ({hidden_size})")
         self.num_heads, self.head_size = num_heads, hidden_size // num_heads
         self.query = nn.Linear(hidden_size, hidden_size)  # W_X of Eq. 3
         self.key = nn.Linear(hidden_size, hidden_size)  # W_Y
@@ -100,8 +96,8 @@ class JudgeBlock(nn.Module):
 
     def forward(self, hidden: Tensor, query_mask: Tensor, keys_values: Tensor, doc_mask: Tensor,
                 cross_queries: Tensor | None = None, first_only: bool = False) -> Tensor:
-        """H_i = Judge(H_{i-1}, D) for (B, q, h) `hidden` and the block's (B, d, 2h) `keys_values`;
-        `cross_queries`: H_{i-1} W_X if already computed; `first_only`: H_i at [CLS] alone, (B, 1, h)."""
+        """H_i = Judge(H_{i-1}, D) for (B, q, h) `hidden`, (B, d, 2h) `keys_values`; `cross_queries`: H_{i-1} W_X if
+        computed; `first_only`: H_i at [CLS] alone, (B, 1, h)."""
         keys, values = keys_values.chunk(2, dim=-1)
         queries = self.cross.query(hidden) if cross_queries is None else cross_queries
         crossed = self.cross.output(self.cross.attend(queries, keys, values, doc_mask), hidden)  # Eq. 17
@@ -206,9 +202,8 @@ class EARL(nn.Module):
 
 def build_earl(bert, *, num_blocks: int, query_layers: int | None = None, tied: bool = TIED,
                copy_from_bert: bool = True, copy_cross: bool = COPY_CROSS, pool: Pool = POOL, loss: Loss = LOSS) -> EARL:
-    """EARL over an L-layer ``BertModel`` `bert` (T_doc, not copied), Sec. 3.4: T_qry its first `query_layers` l
-    (default L - K; `tied`: the very modules), judge block i from layer l + i (`copy_from_bert`; `copy_cross` also
-    into the cross-attention), else as BERT initialises a fresh layer."""
+    """EARL over an L-layer ``BertModel`` `bert` (T_doc), Sec. 3.4: T_qry its first l = `query_layers` (default L - K;
+    `tied`: the very modules), judge block i from layer l + i (`copy_from_bert`), else as BERT initialises a layer."""
     from transformers import BertModel
 
     layers = bert.config.num_hidden_layers

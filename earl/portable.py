@@ -1,7 +1,6 @@
 """EARL's rankers without Lightning (`common.api.load`, `common.portable`): EARL, the BERT ranker and BERT-Siamese
-rebuilt from a checkpoint's entry or an exported folder (`model_of`, the very function `earl.ranker` builds with, with
-``copy_from_bert`` off), their pairs read as ``earl.evaluate`` reads them, and EARL scored from an ``earl.index``
-store as ``earl.evaluate --store`` scores it.
+rebuilt by `model_of` (`earl.ranker`'s builder, ``copy_from_bert`` off), their pairs read as ``earl.evaluate`` reads
+them, and EARL scored from an ``earl.index`` store.
 """
 
 from __future__ import annotations
@@ -17,8 +16,7 @@ from earl.model import build_earl
 from earl.query_scorer import QueryScorer, store_width
 
 PACKAGE = "earl"
-PAPER = ("EARL: Speedup Transformer-based Rankers with Pre-computed Representation (Gao, Dai, Callan, "
-         "arXiv 2020)")
+PAPER = "EARL: Speedup Transformer-based Rankers with Pre-computed Representation (Gao, Dai, Callan, arXiv 2020)"
 #: The hyper-parameters that shape the model (the others train it).
 MODEL_KEYS = ("architecture", "num_blocks", "query_layers", "tied", "copy_cross", "pool", "loss")
 #: The inputs' lengths ``earl.evaluate`` takes where the data settings give none (`earl.data`'s defaults).

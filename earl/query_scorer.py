@@ -1,6 +1,5 @@
-"""How ``python -m earl.evaluate`` scores EARL's candidates one query at a time (Sec. 3.3), from an ``earl.index``
-store of S1 (D) or S2 (D', Eq. 25) rows or end to end; imports no Lightning (`earl.portable`).
-"""
+"""How ``earl.evaluate`` scores EARL's candidates (Sec. 3.3) from an ``earl.index`` store of S1 (D) or S2 (D', Eq. 25)
+rows or end to end; imports no Lightning (`earl.portable`)."""
 
 from __future__ import annotations
 

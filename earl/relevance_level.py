@@ -1,9 +1,8 @@
 """``python -m earl.relevance_level [--data_dir DIR] [--output FILE.csv]``: the evidence for the relevance level of
 EARL's Table 2 TREC DL 2019 MRR and MAP (results/earl/README.md, "Relevance level of Table 2's TREC DL numbers").
 
-Each published DL 2019 run of ``DIR/runs`` (BM25's top 1,000 and six systems' top 100) is measured at levels 1 and
-2, as published and as a re-ordering of BM25's top 1,000 (what the paper's rankers produce), by
-`common.metrics.evaluate_run`; the rows are written to ``FILE.csv`` and printed.
+Each published DL 2019 run of ``DIR/runs`` is measured at levels 1 and 2, as published and as a re-ordering of BM25's
+top 1,000 (what the paper's rankers produce); the rows are written to ``FILE.csv`` and printed.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
-"""EARL's precomputed document representations (Gao, Dai, Callan 2020, Sec. 3.3): what ``python -m earl.index`` stores
-(`representation`) and the stores of random documents ``python -m earl.benchmark`` times (`random_stores`).
-
-A store (`common.stores.representations`) holds one row per real token of a passage as training encoded it ([CLS],
-the words, [SEP]; no padding): S1 D = T_doc(doc), width h; S2 D' of Eq. 25, width 2·K·h. Its identity is the
-checkpoint file's sha256 and the strategy, so another checkpoint's store is refused. Scoring from it is
-`earl.query_scorer`'s.
+"""EARL's precomputed document representations (Gao, Dai, Callan 2020, Sec. 3.3): what ``earl.index`` stores
+(`representation`) and the random stores ``earl.benchmark`` times (`random_stores`). A store holds one row per real
+token ([CLS], the words, [SEP]): S1 D = T_doc(doc), width h; S2 D' of Eq. 25, width 2·K·h; it is identified by the
+checkpoint file's sha256 and the strategy.
 """
 
 from __future__ import annotations
@@ -16,7 +13,7 @@ import torch
 from torch import Tensor
 
 from common.benchmarks.bert_inputs import bert_documents, random_words
-from common.benchmarks.store_reads import noise_documents
+from common.benchmarks.store_reads import write_noise
 from common.encoders.bert_inputs import BertInputs
 from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 from common.stores.scoring import load_module
@@ -53,7 +50,7 @@ def representation(ranker: EARLRanker, encoder: BertInputs, strategy: str) -> Re
 
 
 def document_row_counts(mask: Tensor) -> Tensor:
-    """(B, d) token mask -> (B,) rows a store keeps of each document: its real tokens, either strategy."""
+    """(B, d) token mask -> (B,) rows a store keeps of each document: its real tokens."""
     return mask.bool().sum(1)
 
 
@@ -82,9 +79,8 @@ def document_words(n: int, count: int, seed: int) -> Tensor:
 def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strategies: Sequence[str], n: int,
                   count: int, dtype: str, documents: str, seed: int, shard_size: int,
                   batch_size: int) -> dict[str, RepresentationStore]:
-    """The `strategies` stores of `count` random documents ``d0``, ``d1``... of n tokens under `root`: with
-    `documents` ``encoded``, T_doc of `document_words` (S2: its D'); with ``random``, seeded noise of the store's width.
-    A finished store of the same identity is opened, an unfinished one resumed."""
+    """The `strategies` stores of `count` documents ``d{i}`` of n rows under `root` (reopened or resumed): T_doc of
+    `document_words` (S2: its D') with `documents` ``encoded``, else seeded noise of the store's width."""
     stores, writers = {}, {}
     for strategy in strategies:
         folder = root / f"{name}_n{n}_{strategy}_{dtype}_{documents}_{count}"
@@ -97,10 +93,7 @@ def random_stores(root: Path, model: EARL, *, name: str, checkpoint: str, strate
                                         shard_size=shard_size, width=store_width(model, strategy), identity=identity,
                                         extra=extra, resume=True)
     for writer in writers.values() if documents == "random" else ():
-        for shard in writer.pending():
-            first, last = shard * shard_size, min(shard * shard_size + shard_size, count)
-            writer.write_shard(shard, list(noise_documents(seed * 1_000_003 + n, first, last - first, n, writer.width,
-                                                           ROW_TYPES[dtype])))
+        write_noise(writer, seed * 1_000_003 + n, n)
     encoding = writers if documents == "encoded" else {}
     words = document_words(n, count, seed) if encoding else None
     device = next(model.parameters()).device

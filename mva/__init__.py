@@ -1,8 +1,5 @@
-"""Multi-Vector Attention Models for Deep Re-ranking (Zhou and Devlin 2021, ../shared/papers/mva.txt).
-
-`mva.model` (pooling, the head), `mva.ranker`, `mva.data`, `mva.train`; `mva.pretrain` (MLM and NSP, Sec. 3);
-`mva.store`, `mva.query_scorer`, `mva.index`, `mva.evaluate` (stored representations, Table 6); `mva.portable`;
-`mva.costs` and `mva.benchmark` (Tables 5 and 6). Nothing here imports torch.
+"""Multi-Vector Attention Models for Deep Re-ranking (Zhou and Devlin 2021, ../shared/papers/mva.txt). Nothing here
+imports torch.
 """
 
 #: MVA and its baselines of Tables 5 and 6: the dual encoder (DE) and cross-attention (CA).

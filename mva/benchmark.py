@@ -1,14 +1,10 @@
-"""``python -m mva.benchmark``: milliseconds per query over N candidates for the dual encoder (DE), the three MVA
-operating points and cross-attention (CA): the joint compute (Zhou and Devlin 2021, Tables 5-6, which count joint
-compute and storage; timed here) and, beside it, reading the candidates' stored rows as a user pays for it, with the
-calculator's MACs (`mva.costs`) and each method's bytes per document.
+"""``python -m mva.benchmark``: milliseconds per query over N candidates for DE, MVA1-3 and CA (Zhou and Devlin 2021,
+Tables 5-6 count joint compute and storage; timed here), beside `mva.costs`' MACs and bytes per document.
 
-``de``: the query's h-vector against N stored ones; ``mva1``-``mva3``: `mva.model.MultiVectorAttention.score` over N
-candidates' stored [D_K | D_V] rows at `mva.costs.table5`'s operating points; ``ca``: `BertRanker` over pairs of 128
-tokens, timed on ``--ca_candidates`` and scaled to N. DE's and MVA's rows are read from an fp32 store of
-``--store_documents`` seeded documents, N candidates drawn at random each repeat, its pages dropped from the page
-cache before the timed queries. ``ms = read_ms + compute_ms`` (the median query); sizes ``base`` (BERT-base) and
-``small`` (the offline MiniLM's), random weights. docs/mva_benchmark.md has the details.
+``de``: the query's h-vector against N stored ones; ``mva1``-``mva3``: `MultiVectorAttention.score` over stored
+[D_K | D_V] rows at Table 5's points; ``ca``: `BertRanker` over 128-token pairs, timed on ``--ca_candidates``, scaled
+to N. DE's and MVA's rows are read cold from an fp32 store of seeded noise, N candidates drawn afresh each repeat;
+``ms = read_ms + compute_ms`` (the median query). Random weights. docs/mva_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -28,8 +24,7 @@ from common.benchmarks.options import benchmark_parser, parse, resolve_device
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, text_table
 from common.benchmarks.store_reads import (
-    add_store_options, cached_fraction, check_store_options, draw_candidates, evict_from_page_cache, median_query,
-    noise_documents,
+    StoreReads, add_store_options, check_store_options, cold_then_warm, median_query, write_noise,
 )
 from common.benchmarks.timing import median_ms
 from common.refusals import positive_int
@@ -76,8 +71,7 @@ def store_shape(impl: str, size: BertSize) -> tuple[int, int]:
 
 
 def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, seed: int):
-    """The fp32 store of `documents` documents ``d0``, ``d1``... of `rows` x `width` seeded noise under `root`;
-    a finished one of the same identity is opened, not rebuilt."""
+    """The fp32 store of `documents` documents ``d{i}`` of `rows` x `width` seeded noise under `root` (reopened)."""
     from common.stores.representations import MANIFEST, RepresentationStore, StoreWriter
 
     folder = root / f"{impl}_{rows}x{width}_{documents}"
@@ -86,35 +80,8 @@ def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, se
         return RepresentationStore.open(folder, expect=identity)
     writer = StoreWriter(folder, doc_ids=[f"d{i}" for i in range(documents)], width=width, dtype="float32",
                          shard_size=SHARD_SIZE, identity=identity, resume=True)
-    for shard in writer.pending():
-        first, last = shard * SHARD_SIZE, min(shard * SHARD_SIZE + SHARD_SIZE, documents)
-        writer.write_shard(shard, list(noise_documents(seed * 1_000_003 + rows, first, last - first, rows, width)))
+    write_noise(writer, seed * 1_000_003 + rows, rows)
     return writer.finish()
-
-
-class StoreReads:
-    """The candidates' rows of a store read as timed: copied into one preallocated (candidates, rows, width) fp32
-    tensor, then moved to `device`."""
-
-    def __init__(self, store, candidates: int, device: str):
-        import torch
-
-        rows = store.manifest["rows"] // len(store)
-        self.store, self.device = store, device
-        self.rows = torch.zeros(candidates, rows, store.width)
-        self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
-
-    def map_shards(self, ids: list[str]):
-        """Map the shards that `ids` fall in, touching none of their rows; the (zero) batch tensor on the device."""
-        self.store.get_many(ids)
-        return self.rows.to(self.device)
-
-    def __call__(self, ids: list[str]):
-        import numpy as np
-
-        for i, matrix in enumerate(self.store.get_many(ids)):
-            np.copyto(self.rows_numpy[i], matrix)
-        return self.rows[: len(ids)].to(self.device)
 
 
 def mva_head(point: Point, candidates: int, device: str, seed: int):
@@ -126,8 +93,7 @@ def mva_head(point: Point, candidates: int, device: str, seed: int):
     torch.manual_seed(seed)
     hp = point.heads * point.projection
     head = MultiVectorAttention(hp, hp, point.projection, point.heads, False).eval().to(device)
-    query_keys = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
-    query_values = torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1)
+    query_keys, query_values = (torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1) for _ in "kv")
     query_keep = torch.ones(1, point.query, dtype=torch.bool, device=device).expand(candidates, -1)
     doc_keep = torch.ones(candidates, point.doc, dtype=torch.bool, device=device)
     return lambda documents: head.score(query_keys, query_values, query_keep, documents, doc_keep)
@@ -141,25 +107,15 @@ def de_head(hidden: int, device: str, seed: int):
     return lambda documents: documents.view(len(documents), hidden) @ query
 
 
-def candidate_ids(positions) -> list[str]:
-    """The doc ids of store positions (`noise_store` names document i ``d{i}``)."""
-    return [f"d{position}" for position in positions.tolist()]
-
-
 def time_store_queries(store, score, args) -> dict:
-    """Time ``--repeats`` queries, each reading its own draw of candidates from `store` cold and scoring them: the
-    median query's times, the same reads warm, where the candidates fell and how much of the store was cached."""
-    import numpy as np
+    """``--repeats`` queries, each reading its own candidates from `store` cold and scoring them: the median query's
+    times, the same reads warm, the shards the candidates fell in and the store's cached fraction."""
     import torch
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
-    draws = [draw_candidates(len(store), args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
-    *timed, warm_up = [candidate_ids(positions) for positions in draws]
-    read, files = StoreReads(store, args.candidates, args.device), sorted(p for p in store.folder.iterdir())
-    score(read.map_shards(warm_up))  # warm-up: the shards mapped, the head run once on zero rows, no row read
-    evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
-    cached, records, warm_reads = cached_fraction(files), [], []
-    for ids in timed:
+    read = StoreReads(store, args.candidates, store.manifest["rows"] // len(store), args.device)
+
+    def query(ids: list[str]) -> dict:  # its read and compute milliseconds
         sync()
         start = time.perf_counter()
         documents = read(ids)
@@ -168,21 +124,16 @@ def time_store_queries(store, score, args) -> dict:
         score(documents)
         sync()
         end = time.perf_counter()
-        records.append({"ms": (end - start) * 1000, "read_ms": (middle - start) * 1000,
-                        "compute_ms": (end - middle) * 1000})
-    for ids in timed:
-        start = time.perf_counter()
-        read(ids)
-        sync()
-        warm_reads.append((time.perf_counter() - start) * 1000)
-    shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
-    return {**median_query(records), "warm_read_ms": statistics.median(warm_reads), "store_documents": len(store),
-            "candidate_shards": statistics.median(shards), "store_cached": cached}
+        return {"ms": (end - start) * 1000, "read_ms": (middle - start) * 1000, "compute_ms": (end - middle) * 1000}
+
+    # the warm-up: the shards mapped, the head run once on zero rows, no row read
+    records, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed,
+                                             lambda spare: score(read.map_shards(spare)), query)
+    return {**median_query(records), "warm_read_ms": statistics.median(r["read_ms"] for r in warm), **measured}
 
 
 def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int):
-    """CA over `count` pairs of PAIR_TOKENS tokens in batches of `batch_size` (a from-scratch BERT of `size`), and
-    its warm-up of one batch."""
+    """CA over `count` pairs of PAIR_TOKENS tokens in batches of `batch_size`, and its warm-up of one batch."""
     import torch
 
     from common.encoders.bert_rankers import BertRanker
@@ -193,8 +144,7 @@ def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int)
     ranker = BertRanker(bert).eval().to(device)
     generator = torch.Generator().manual_seed(seed)
     query = torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (1, QUERY_TIMESTEPS - 1), generator=generator)
-    words = torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (count, PAIR_TOKENS - QUERY_TIMESTEPS - 2),
-                          generator=generator)
+    words = torch.randint(FIRST_WORD, BERT_VOCAB_SIZE, (count, PAIR_TOKENS - QUERY_TIMESTEPS - 2), generator=generator)
     query = torch.cat([torch.tensor([[BERT_CLS]]), query, torch.tensor([[BERT_SEP]])], dim=1)
     pairs = bert_pairs(query, words, BERT_SEP)
     batches = [{k: v[i:i + batch_size].to(device) for k, v in pairs.items()} for i in range(0, count, batch_size)]
@@ -217,14 +167,13 @@ def measure(size_name: str, args, log) -> list[dict]:
                 timed_ms = median_ms(step, repeats, args.device)
                 result = {"ms": timed_ms * n / timed}  # linear in the candidates: each is the same work
             else:
-                score = mva_head(point, n, args.device, args.seed) if point else de_head(size.hidden, args.device,
-                                                                                       args.seed)
-                shape = store_shape(impl, size)
+                seed = args.seed
+                score = mva_head(point, n, args.device, seed) if point else de_head(size.hidden, args.device, seed)
                 log(f"{size_name} {impl:>4}: building a store of {args.store_documents:,} documents "
                     f"({args.store_documents * FLOAT_BYTES * floats / 1e9:.2f} GB)")
                 with tempfile.TemporaryDirectory(prefix="mva_store_") as temporary:
-                    store = noise_store(args.store_dir or Path(temporary), impl, *shape, args.store_documents,
-                                        args.seed)
+                    store = noise_store(args.store_dir or Path(temporary), impl, *store_shape(impl, size),
+                                        args.store_documents, args.seed)
                     result = time_store_queries(store, score, args)
                     del store
                 timed_ms = result["ms"]

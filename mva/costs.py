@@ -132,9 +132,7 @@ def rows(candidates: int = CANDIDATES) -> list[dict]:
 
 
 def _number(value: float | None) -> str:
-    if value is None:
-        return ""
-    return f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
+    return "" if value is None else f"{value:,.1f}" if value < 1000 else f"{value:,.0f}"
 
 
 def markdown(table: list[dict]) -> str:

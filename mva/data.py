@@ -1,7 +1,5 @@
-"""MVA's LightningDataModule (`common.encoders.bert_data.BertTriplesDataModule`): each positive with `negatives` of its
-query's candidates in a softmax group (Sec. 2.3); queries of 32 and passages of 112 tokens (Sec. 3), read apart by
-MVA and DE (each distinct query once per batch), concatenated by CA.
-"""
+"""MVA's LightningDataModule: each positive with `negatives` of its query's candidates in a softmax group (Sec. 2.3);
+queries of 32 and passages of 112 tokens (Sec. 3), read apart by MVA and DE, concatenated by CA."""
 
 from __future__ import annotations
 

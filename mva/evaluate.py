@@ -1,12 +1,12 @@
 """``python -m mva.evaluate --checkpoint CKPT --task TASK [--store DIR] [--rescore CA_CKPT]``: re-rank a candidate
-run with a trained MVA, dual encoder (DE) or cross-attention model (CA) (Zhou and Devlin 2021, "Multi-Vector Attention Models for Deep Re-ranking"), from the ``--store``
-``mva.index`` built from this checkpoint or end to end (``--compare_end_to_end``: both, differences in
-``exactness.json``), optionally followed by CA re-scoring the first pass's top K for each ``--rescore_top`` K
-(Table 6: ``run.<first>+ca@K.trec``; K at or beyond the depth is CA alone).
+run with a trained MVA, dual encoder (DE) or cross-attention model (CA) (Zhou and Devlin 2021, "Multi-Vector
+Attention Models for Deep Re-ranking"), from the ``--store`` ``mva.index`` built from this checkpoint or end to end
+(``--compare_end_to_end``: both, differences in ``exactness.json``), then CA re-scoring the first pass's top K for
+each ``--rescore_top`` K (Table 6: ``run.<first>+ca@K.trec``; K at or beyond the depth is CA alone).
 
-Outputs (a new ``--output_dir``): ``run.trec``, ``task.json``, ``costs.json`` (joint compute as `mva.costs` counts
-it, at the task's real lengths, and bytes per document) and, with qrels, ``metrics.json`` (last). Depth:
-``--depth``, else the checkpoint's data setting, else 1,000.
+Outputs (a new ``--output_dir``): ``run.trec``, ``task.json``, ``costs.json`` (`mva.costs`' joint compute at the
+task's real lengths, bytes per document) and, with qrels, ``metrics.json`` (last). Depth: ``--depth``, else the
+checkpoint's data setting, else 1,000.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""Multi-Vector Attention (Zhou and Devlin: "Multi-Vector Attention Models for Deep Re-ranking", EMNLP 2021): pooling
-(Sec. 2.2), the scoring head (Sec. 2.1, single- and multi-head) and the model joining them to a BERT encoder; the DE
-and CA baselines are `common.encoders.bert_rankers`, the softmax loss (Sec. 2.3) `mva.ranker.softmax_loss`.
-
-No public code exists; what the paper leaves open (reasons and measurements: docs/mva.md):
-
+"""Multi-Vector Attention (Zhou and Devlin 2021): pooling (Sec. 2.2), the scoring head (Sec. 2.1, single- and
+multi-head) and the model joining them to a BERT encoder. No public code exists; what the paper leaves open (reasons
+and measurements: docs/mva.md):
 - one BERT for both sides, token type 0; timesteps are [CLS] and the real tokens, not [SEP] nor padding;
 - attention scaled by 1 / sqrt(p), the projected width; projections without bias, N(0, 0.02), ``tied_init``
   starts W_DK, W_DV as copies of W_QK, W_QV;
@@ -49,8 +46,8 @@ def temporal_pool(hidden: Tensor, keep: Tensor, factor: int) -> tuple[Tensor, Te
 
 
 def cls_starts(word_embeddings: Tensor, cls_token_id: int, k: int) -> Tensor:
-    """(K, h) starts of K learned [CLS] embeddings: the [CLS] word embedding, then K - 1 draws (torch's global
-    generator) from N(0, s^2), s the std of the (V, h) `word_embeddings`."""
+    """(K, h) starts of K learned [CLS] embeddings: [CLS]'s word embedding, then K - 1 draws (torch's global generator)
+    from N(0, s^2), s the std of the (V, h) `word_embeddings`."""
     words = word_embeddings.detach()
     scale = words.float().std().item()
     codes = torch.randn(k - 1, words.shape[1], dtype=words.dtype, device=words.device) * scale

@@ -1,7 +1,6 @@
-"""MVA's rankers (MVA, DE, CA) rebuilt without Lightning (`common.api.load`, `common.portable`'s contract): the config
-holds `MODEL_KEYS` (missing ones take `mva.model.MVA`'s defaults), the [CLS] id, the encoder's config and the
-inputs' settings (`common.encoders.bert_portable`); `model_of` builds what `mva.ranker.MVARanker` holds; MVA and DE
-score from an ``mva.index`` store (`mva.query_scorer`).
+"""MVA's rankers (MVA, DE, CA) rebuilt without Lightning (`common.api.load`, `common.portable`): the config holds
+`MODEL_KEYS`, the [CLS] id, the encoder's config and the inputs' settings; `model_of` builds what `MVARanker` holds;
+MVA and DE score from an ``mva.index`` store (`mva.query_scorer`).
 """
 
 from __future__ import annotations
@@ -29,8 +28,7 @@ MODEL_KEYS = ("architecture", *MVA_KEYS, *DE_KEYS)
 
 
 def recognises(checkpoint: dict) -> bool:
-    """Whether `checkpoint` is an `mva.train` checkpoint: its hyper-parameters name one of `ARCHITECTURES` and hold
-    MVA's settings (`RANKER_KEYS`: projection, heads, poolings), which no other package's ranker has."""
+    """Whether `checkpoint` is an `mva.train` checkpoint: one of `ARCHITECTURES` with MVA's `RANKER_KEYS`."""
     hparams = checkpoint.get("hyper_parameters") or {}
     return hparams.get("architecture") in ARCHITECTURES and all(key in hparams for key in RANKER_KEYS)
 
@@ -43,8 +41,7 @@ def cls_token_id(hparams: dict) -> int:
 
 
 def model_of(bert, config: dict, *, cls_token_id: int | None):
-    """The model of `config` (`MODEL_KEYS`) over the ``BertModel`` `bert`:
-    MVA (`cls_token_id`: the vocabulary's [CLS]), CA (`BertRanker`) or DE (`BertSiamese`)."""
+    """The model of `config` (`MODEL_KEYS`) over the ``BertModel`` `bert`: MVA, CA (`BertRanker`) or DE."""
     if config["architecture"] == "mva":
         return MVA(bert, cls_token_id=cls_token_id, **{k: config[k] for k in MVA_KEYS})
     if config["architecture"] == "ca":
@@ -64,13 +61,11 @@ def checkpoint_entry(checkpoint: dict) -> dict:
 
 
 def build(config: dict, folder: Path) -> Scoring:
-    """The model of `config` with random weights, its inputs (the tokenizer read from `folder`) and, for MVA and
-    DE, scoring from a store."""
+    """The model of `config` with random weights, its inputs and, for MVA and DE, scoring from a store."""
     bert = bert_of_config(config["encoder"])
     model = portable_model(model_of(bert, config, cls_token_id=config.get("cls_token_id")))
-    inputs = config["inputs"]
+    inputs, architecture = config["inputs"], config["architecture"]
     encoder = bert_inputs(inputs, folder)
-    architecture = config["architecture"]
 
     def open_store(model, store: Path):
         if architecture not in STORED:

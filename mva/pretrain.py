@@ -1,13 +1,10 @@
 """``python -m mva.pretrain``: MLM and NSP pre-training on a collection's passages, the start of MVA's and its
 baselines' fine-tuning (Zhou and Devlin 2021, Sec. 2.3 and 3: "standard BERT objectives, ... MLM as well as NSP").
 
-``--architecture ca`` is BERT's own pre-training (``BertForPreTraining`` over ``[CLS] A [SEP] B' [SEP]``); ``de``
-and ``mva`` encode A and B' apart with the fine-tuning model itself (`BertSiamese`, `mva.model.MVA`), whose score
-of (A as the query, B' as the document) is the NSP logit (binary cross-entropy), and an MLM head reads each side's
-encoder output. A step's loss is MLM + NSP, each a mean. The DE's and MVA's settings are parsed as ``mva.train``
-parses them (`MVARanker`'s types over ``--config``'s ``model:`` section, then ``--model.*`` flags).
-Choices the paper leaves open (no NSP head on the DE's score; halves of passages rather than sentences; C4 replaced
-by any collection offline): docs/mva.md.
+``ca``: ``BertForPreTraining`` over ``[CLS] A [SEP] B' [SEP]``; ``de``/``mva``: the fine-tuning model encodes A and B'
+apart, its score is the NSP logit (binary cross-entropy) and an MLM head reads each side. Loss: MLM + NSP, each a mean.
+Settings are parsed as ``mva.train`` parses them. Choices the paper leaves open (NSP from the score, no head; passage
+halves, not sentences; any collection for C4): docs/mva.md.
 """
 
 from __future__ import annotations
@@ -144,8 +141,7 @@ def check_init(args: argparse.Namespace) -> None:
 
 
 def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
-    """The DE's or MVA's settings (None for ``ca``): `MVARanker`'s types over ``--config``'s ``model:`` section
-    (default: ``mva.train``'s default config), then `flags` (``--model.*``, named in ``args.model_flags``)."""
+    """The DE's or MVA's settings (None for ``ca``): ``--config``'s ``model:`` (default mva.train's), then `flags`."""
     given = list(dict.fromkeys(flag[len("--model."):].split("=")[0] for flag in flags if flag.startswith("--model.")))
     if args.architecture == "ca":
         for option in (["--config"] if args.config is not None else []) + [f"--model.{key}" for key in given]:
@@ -193,8 +189,7 @@ def model_settings(args: argparse.Namespace, flags: list[str]) -> dict | None:
 
 
 def config_model(path: Path) -> dict | None:
-    """The ``model:`` section of the config `path`; a row's (``config: <base>``) is its base's updated by its
-    ``model.*`` keys."""
+    """`path`'s ``model:`` section; a row's (``config: <base>``) is its base's updated by its ``model.*`` keys."""
     import yaml
 
     config = yaml.safe_load(path.read_text()) or {}
@@ -237,8 +232,7 @@ def quiet_transformers():
 
 
 def scratch_model(tokenizer, *, nsp: bool, **sizes):
-    """A BERT from scratch, ``BertForPreTraining`` with `nsp`, else ``BertForMaskedLM``, of `sizes` (`SCRATCH`'s
-    and ``dropout``)."""
+    """A from-scratch ``BertForPreTraining`` (with `nsp`) or ``BertForMaskedLM`` of `sizes`."""
     from transformers import BertForMaskedLM, BertForPreTraining
 
     from common.encoders.pretrained import bert_config
@@ -309,8 +303,7 @@ def load_backbone(args: argparse.Namespace):
 
 
 def scored_model(masked_lm, tokenizer, architecture: str, settings: dict):
-    """``ModuleDict(masked_lm=masked_lm, scorer=...)``, the scorer `BertSiamese` or `mva.model.MVA` as
-    `mva.portable.model_of` builds it."""
+    """``ModuleDict(masked_lm=masked_lm, scorer=...)``, the scorer built by `mva.portable.model_of`."""
     from torch import nn
 
     from mva.portable import model_of
@@ -326,10 +319,9 @@ def first_line(error: BaseException) -> str:
 
 
 class PretrainingExamples:
-    """Unmasked examples of passages (``title text``): ``[CLS] passage [SEP]``; with `nsp` ``[CLS] A [SEP] B' [SEP]``
-    and its ``next_sentence_label``, A and B the passage's halves, B' = B or, with probability 1/2, another's second
-    half; with `apart` (always NSP) ``{"query": [CLS] A [SEP], "doc": [CLS] B' [SEP], "next_sentence_label"}``.
-    `documents` is a `common.data.source.DocumentLookup`; `max_length` counts an input's special tokens."""
+    """Unmasked examples of passages: ``[CLS] passage [SEP]``; with `nsp` ``[CLS] A [SEP] B' [SEP]``, A and B the
+    halves, B' = B or (probability 1/2) another's second half; with `apart` ``{"query": [CLS] A [SEP], "doc": [CLS] B'
+    [SEP]}``; each NSP example has its ``next_sentence_label``. `max_length` counts the special tokens."""
 
     def __init__(self, documents, tokenizer, max_length: int, nsp: bool, apart: bool = False):
         self.documents, self.tokenizer, self.max_length = documents, tokenizer, max_length

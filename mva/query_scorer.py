@@ -1,10 +1,7 @@
-"""How ``mva.evaluate`` scores MVA's and DE's candidates (Sec. 2.1), one query at a time, from an ``mva.index`` store or
-end to end; apart from `mva.store` so that scoring from a store imports no Lightning.
-"""
+"""How ``mva.evaluate`` scores MVA's and DE's candidates (Sec. 2.1) from an ``mva.index`` store or end to end; apart
+from `mva.store` so that scoring from a store imports no Lightning."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -40,20 +37,15 @@ def document_rows(model: nn.Module, tokens: Tensor, mask: Tensor) -> tuple[Tenso
 
 
 class QueryScorer(StoreScorer):
-    """Scores a query's candidates with MVA or DE: the query side once, then the candidates' rows in batches, read
-    from `store` or computed from `documents`; ``macs`` sums the joint compute as `mva.costs` counts it."""
+    """A query's candidates with MVA or DE: the query once, then the candidates' rows (`store`'s or computed) in
+    batches; ``macs`` sums the joint compute as `mva.costs` counts it."""
 
     def __init__(self, model: nn.Module, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
                  store: RepresentationStore | None = None, documents=None):
         super().__init__(encoder, width=None if store is None else store_width(model), batch_size=batch_size,
                          device=device, store=store, documents=documents)
         self.model, self.mva = model, architecture(model) == "mva"
-        self.macs, self.queries, self.candidates, self.doc_steps = 0, 0, 0, 0
-
-    def __call__(self, query: str, doc_ids: Sequence[str]) -> Tensor:
-        scores = super().__call__(query, doc_ids)
-        self.queries, self.candidates = self.queries + 1, self.candidates + len(doc_ids)
-        return scores
+        self.macs, self.candidates, self.doc_steps = 0, 0, 0
 
     def encode_query(self, tokens: Tensor, mask: Tensor):
         """MVA: Q_K, Q_V and the real timesteps (its steps counted for the joint compute); DE: the (h,) vector."""
@@ -67,7 +59,7 @@ class QueryScorer(StoreScorer):
         return document_rows(self.model, tokens, mask)
 
     def score(self, query, rows: Tensor, keep: Tensor) -> Tensor:
-        self.doc_steps += int(keep.sum())
+        self.candidates, self.doc_steps = self.candidates + len(rows), self.doc_steps + int(keep.sum())
         if self.mva:
             heads, projection = self.model.head.heads, self.model.head.projection
             self.macs += sum(mva_macs(self.query_steps, d, projection, heads) for d in keep.sum(1).tolist())

@@ -1,7 +1,6 @@
-"""`MVARanker`: the LightningModule that trains and evaluates MVA (Zhou and Devlin 2021) or its DE and CA baselines
-(`common.encoders.bert_rankers`), over a pretrained or from-scratch BERT (`common.encoders.bert_reranking`, EARL's
-too). Training: Sec. 2.3's softmax loss, Adam at 3e-5; the paper names no schedule: linear warm-up then decay to
-zero (BERT's). Dev MRR@10 selects the checkpoint.
+"""`MVARanker`: the LightningModule of MVA (Zhou and Devlin 2021) or its DE and CA baselines over a pretrained or
+from-scratch BERT. Training: Sec. 2.3's softmax loss, Adam at 3e-5; linear warm-up then decay to zero (BERT's: the
+paper names no schedule). Dev MRR@10 selects the checkpoint.
 """
 
 from __future__ import annotations
@@ -26,11 +25,6 @@ MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
 def softmax_loss(scores: Tensor) -> Tensor:
     """Sec. 2.3's softmax loss: the mean over groups of -log softmax(s)_positive, `scores` (G, 1 + negatives)."""
     return -scores.log_softmax(-1)[:, 0].mean()
-
-
-def run_name(architecture: str) -> str:
-    """The name of a run and its metrics: ``mva``, ``de`` or ``ca``."""
-    return architecture
 
 
 class MVARanker(BertRerankingModule):
@@ -101,16 +95,15 @@ class MVARanker(BertRerankingModule):
                                   if k.startswith(prefix)})
         cls_token_id = portable.cls_token_id(self.hparams) if architecture == "mva" else None
         model = portable.model_of(bert, self.hparams, cls_token_id=cls_token_id)
-        self.set_model(model, run_name(architecture), init_checkpoint)
+        self.set_model(model, architecture, init_checkpoint)  # the run's name: mva, de or ca
 
     def training_loss(self, scores: Tensor, batch: dict) -> Tensor:
         return softmax_loss(scores.view(-1, batch["group_size"]))  # (G, 1 + negatives), the positive first
 
 
 def refuse_pretraining_mismatch(model) -> None:
-    """Where ``init_checkpoint`` is an ``mva.pretrain`` output (its ``pretrain.json`` beside it), refuse a pooling,
-    projection or heads other than the pre-trained ones: first-K and all tokens (or two K of first-K) have the same
-    parameters, so strict loading alone would fine-tune on timesteps the head was not pre-trained for."""
+    """Refuse a pooling, projection or heads other than an ``mva.pretrain`` ``init_checkpoint``'s (``pretrain.json``):
+    poolings of the same parameters would load strictly and fine-tune on timesteps the head was not pre-trained for."""
     checkpoint = model.get("init_checkpoint")
     record = Path(checkpoint).parent / "pretrain.json" if checkpoint else None  # mva.pretrain.RECORD
     if record is None or not record.is_file():

@@ -1,7 +1,6 @@
-"""MVA's stored document representations (Zhou and Devlin 2021, Sec. 2.1, Table 5), shared by ``mva.index`` and
-``mva.evaluate``: a store (`common.stores.representations`) holds MVA's [D_K | D_V] of each kept timestep (2·H·p
-floats) or DE's [CLS] vector (h), identified by the checkpoint's sha256 and the architecture; CA stores nothing and
-re-scores a first pass's top K (`CrossScorer`, Table 6). Scoring itself: `mva.query_scorer`.
+"""MVA's stored document representations (Zhou and Devlin 2021, Sec. 2.1, Table 5) for ``mva.index`` and
+``mva.evaluate``: MVA's [D_K | D_V] of each kept timestep (2·H·p floats) or DE's [CLS] vector (h), identified by the
+checkpoint's sha256 and the architecture; CA stores nothing and re-scores a first pass's top K (`CrossScorer`).
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ from mva.ranker import MVARanker
 
 
 def load_ranker(state: dict) -> MVARanker:
-    """The `MVARanker` of checkpoint contents `state` (read by `mva.index.read_trained`), in eval mode on the CPU."""
+    """The `MVARanker` of checkpoint contents `state`, in eval mode on the CPU."""
     return load_module(MVARanker, state)
 
 
@@ -65,9 +64,8 @@ def representation(ranker: MVARanker, encoder: BertInputs) -> Representation:
 
 def storage_report(store: RepresentationStore) -> str:
     """Bytes and timesteps per document of `store`."""
-    per_document = store.bytes_per_document
     timesteps = store.manifest["rows"] / max(len(store), 1)
-    return (f"{store.identity['strategy'].upper()}: {per_document:,.0f} bytes/document ({store.dtype}; "
+    return (f"{store.identity['strategy'].upper()}: {store.bytes_per_document:,.0f} bytes/document ({store.dtype}; "
             f"{timesteps:,.1f} timesteps of {store.width} per document; {len(store):,} documents, "
             f"{store.manifest['bytes'] / 2**20:,.1f} MiB)")
 

@@ -22,14 +22,12 @@ PAPER_METHODS = {"ca": "CA (Ours)", "de": "DE (Ours)"}
 
 def folder_name(config) -> str:
     """``mva-<architecture>``: the default output folder is ``outputs/mva-<architecture>-<time>``."""
-    from mva.ranker import run_name
-
-    return "mva-" + run_name(config.model.architecture)
+    return "mva-" + config.model.architecture
 
 
 def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
     """Reproduced vs reported on MS MARCO passage dev (Table 5's DE and CA, MRR@10), else a line saying there is
-    nothing to compare with. (`data`, the data module tested, changes nothing here.)"""
+    nothing to compare with (`data` changes nothing here)."""
     from common.commands.outputs import nothing_to_compare, reproduced_vs_reported
     from common.report import compare
 

@@ -1,6 +1,6 @@
 """Store reads as a user pays them: a first stage's candidates scattered over a store (a new draw each repeat), a
-store's rows of seeded noise written at memory speed, cold reads (pages dropped from the page cache, and ``mincore``
-telling how many stayed), and the median query with its parts."""
+store's rows of seeded noise written at memory speed, reads into one preallocated tensor, cold (pages dropped from the
+page cache, and ``mincore`` telling how many stayed) then warm, and the median query with its parts."""
 
 from __future__ import annotations
 
@@ -61,6 +61,13 @@ def noise_documents(seed: int, first: int, count: int, rows: int, width: int, dt
     return out.reshape(count, rows, width)
 
 
+def write_noise(writer, seed: int, rows: int) -> None:
+    """Each pending shard of `writer` (a `common.stores` writer): its documents' `rows` x width noise of `seed`."""
+    for shard in writer.pending():
+        first, count = shard * writer.shard_size, len(writer.shard_doc_ids(shard))
+        writer.write_shard(shard, list(noise_documents(seed, first, count, rows, writer.width, writer.plan["dtype"])))
+
+
 @functools.lru_cache(maxsize=2)
 def _noise_pool(seed: int, length: int, dtype: str):
     import numpy as np
@@ -119,3 +126,57 @@ def median_query(records: Sequence[dict], key: str = "ms") -> dict:
     ordered = sorted(records, key=lambda record: record[key])
     middle = ordered[(len(ordered) - 1) // 2 : len(ordered) // 2 + 1]
     return {name: sum(record[name] for record in middle) / len(middle) for name in middle[0]}
+
+
+def candidate_ids(positions) -> list[str]:
+    """The doc ids of store positions (a benchmark's store names document i ``d{i}``)."""
+    return [f"d{position}" for position in positions.tolist()]
+
+
+class StoreReads:
+    """Candidates' rows copied into one preallocated (count, rows, width) tensor of the store's type, read as fp32."""
+
+    def __init__(self, store, count: int, rows: int, device: str = "cpu"):
+        import torch
+
+        self.store, self.device = store, device
+        stored = torch.float16 if store.dtype == "float16" else torch.float32
+        self.rows = torch.zeros(count, rows, store.width, dtype=stored)
+        self.rows_numpy = self.rows.numpy()  # the same memory: numpy copies the memory map's rows into it
+        self.compute = self.rows if stored == torch.float32 else torch.zeros(count, rows, store.width)
+
+    def map_shards(self, ids: list[str]):
+        """Map the shards that `ids` fall in, touching none of their rows; the (zero) fp32 tensor on the device."""
+        self.store.get_many(ids)
+        return self.compute.to(self.device)
+
+    def __call__(self, ids: list[str]):
+        """The rows of `ids`, (len(ids), rows, width) fp32 on the device: the preallocated tensor's first rows."""
+        import numpy as np
+
+        for i, matrix in enumerate(self.store.get_many(ids)):
+            np.copyto(self.rows_numpy[i], matrix)
+        if self.compute is not self.rows:
+            self.compute[: len(ids)].copy_(self.rows[: len(ids)])
+        return self.compute[: len(ids)].to(self.device)
+
+
+def cold_then_warm(store, candidates: int, repeats: int, seed: int, warm_up, query):
+    """``query(ids)``'s records of `repeats` draws of `candidates` over `store`, read cold (the store dropped from the
+    page cache after ``warm_up(ids)`` of a spare draw), then warm: ``(cold, warm, store's documents, median candidates'
+    shards and cached fraction)``."""
+    import statistics
+
+    import numpy as np
+
+    draws = [draw_candidates(len(store), candidates, seed, repeat) for repeat in range(repeats + 1)]
+    *timed, spare = [candidate_ids(positions) for positions in draws]
+    files = sorted(path for path in store.folder.iterdir() if path.is_file())  # its shards, id table and manifest
+    warm_up(spare)
+    evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay
+    cached = cached_fraction(files)
+    cold = [query(ids) for ids in timed]
+    warm = [query(ids) for ids in timed]
+    shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
+    return cold, warm, {"store_documents": len(store), "candidate_shards": statistics.median(shards),
+                        "store_cached": cached}

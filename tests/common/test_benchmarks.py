@@ -289,3 +289,26 @@ def test_no_default_store_takes_more_than_a_few_gb():
     assert args.candidates == 1000
     # MVA1's rows: 70 document timesteps of [D_K | D_V] (2 x 128 fp32), 71,680 bytes a document.
     assert mva.parse_args([]).store_documents * 70 * 256 * 4 <= 1.8e9
+
+
+def test_store_queries_run_each_draw_cold_then_warm_after_a_spare_warm_up(tmp_path):
+    """`cold_then_warm` warms up on draw `repeats`, then queries draws 0 to `repeats` - 1 (their ids ``d{i}``) cold and
+    again warm, and counts each draw's distinct shards of 10."""
+    from common.benchmarks.store_reads import cold_then_warm, draw_candidates
+
+    class Store:  # the attributes cold_then_warm reads: a folder of files, a length, the shard size
+        folder, manifest = tmp_path, {"shard_size": 10}
+
+        def __len__(self):
+            return 50
+
+    (tmp_path / "shard-00000.bin").write_bytes(b"\0" * 4096)
+    warmed, queried = [], []
+    cold, warm, store = cold_then_warm(Store(), 6, 3, 7, warmed.append,
+                                       lambda ids: queried.append(ids) or {"n": len(queried)})
+    draws = [[f"d{p}" for p in draw_candidates(50, 6, 7, repeat).tolist()] for repeat in range(4)]
+    assert warmed == [draws[3]] and queried == draws[:3] * 2
+    assert (cold, warm) == ([{"n": 1}, {"n": 2}, {"n": 3}], [{"n": 4}, {"n": 5}, {"n": 6}])
+    shards = sorted(len(set(p // 10 for p in draw_candidates(50, 6, 7, repeat).tolist())) for repeat in range(3))
+    assert store["store_documents"] == 50 and store["candidate_shards"] == shards[1]
+    assert store["store_cached"] is None or 0 <= store["store_cached"] <= 1

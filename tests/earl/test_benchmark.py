@@ -16,7 +16,7 @@ import torch
 
 from common.benchmarks.bert_inputs import bert_documents, bert_pairs, bert_query
 from common.benchmarks.store_reads import (
-    cached_fraction, draw_candidates, evict_from_page_cache, median_query, noise_documents,
+    cached_fraction, candidate_ids, draw_candidates, evict_from_page_cache, median_query, noise_documents,
 )
 from common.benchmarks.timing import count_flops
 from earl import benchmark
@@ -391,7 +391,7 @@ def test_the_timed_reads_are_exactly_the_rows_written(tiny, tmp_path, dtype):
         assert (len(store), store.manifest["shard_size"], len(store.manifest["shards"])) == (count, 1000, 3)
         positions = draw_candidates(count, 7, seed=3, repeat=0)
         scorer = benchmark.EarlScorer(model, store, n, batch_size=7)
-        rows = scorer.read(benchmark.candidate_ids(positions))
+        rows = scorer.read(candidate_ids(positions))
         written = np.stack([noise_documents(3 * 1_000_003 + n, p, 1, n, store.width, ROW_TYPES[dtype])[0]
                             for p in positions.tolist()])
         assert rows.dtype == torch.float32 and rows.shape == (7, n, store.width)

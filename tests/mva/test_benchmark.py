@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from common.benchmarks.store_reads import draw_candidates, noise_documents
+from common.benchmarks.store_reads import StoreReads, candidate_ids, draw_candidates, noise_documents
 from mva import benchmark
 from mva.costs import TABLE5_NAMES, bert_macs, dual_encoder_macs, mva_macs, mva_storage, table5
 from mva.model import MultiVectorAttention
@@ -90,7 +90,7 @@ def test_the_timed_reads_are_exactly_the_rows_written(tmp_path, impl):
     assert (len(store), store.width, store.dtype, len(store.manifest["shards"])) == (2500, width, "float32", 3)
     assert store.bytes_per_document == benchmark.FLOAT_BYTES * benchmark.cost(impl, benchmark.SIZES["small"])[1]
     positions = draw_candidates(2500, 6, seed=3, repeat=1)
-    documents = benchmark.StoreReads(store, 6, "cpu")(benchmark.candidate_ids(positions))
+    documents = StoreReads(store, 6, rows)(candidate_ids(positions))
     written = np.stack([noise_documents(3 * 1_000_003 + rows, p, 1, rows, width)[0] for p in positions.tolist()])
     assert documents.shape == (6, rows, width)
     np.testing.assert_array_equal(documents.numpy(), written)
