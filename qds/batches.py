@@ -39,17 +39,12 @@ class Encoder(LazyTokenizer):
         bos, eos, pad_id = tok.bos_token_id, tok.eos_token_id, tok.pad_token_id
         if self.pattern in BASELINES:
             return self._pairs(query_ids, documents, bos, eos, pad_id)
-        inputs = [
-            build_qds_input(q, self._sentences(d), bos=bos, eos=eos, max_length=self.max_length,
-                            max_sentences=self.max_sentences, layout=self.layout)
-            for q, d in zip(query_ids, documents)
-        ]
-        input_ids = pad([x.input_ids for x in inputs], pad_id)
-        return {
-            "input_ids": input_ids,  # (B, N)
-            "attention_mask": (input_ids != pad_id).long(),
-            "global_attention_mask": pad([x.global_mask(self.pattern) for x in inputs], 0),
-        }
+        inputs = [build_qds_input(q, self._sentences(d), bos=bos, eos=eos, max_length=self.max_length,
+                                  max_sentences=self.max_sentences, layout=self.layout)
+                  for q, d in zip(query_ids, documents)]
+        input_ids = pad([x.input_ids for x in inputs], pad_id)  # (B, N)
+        return {"input_ids": input_ids, "attention_mask": (input_ids != pad_id).long(),
+                "global_attention_mask": pad([x.global_mask(self.pattern) for x in inputs], 0)}
 
     def _sentences(self, document: Document) -> list[list[int]]:
         """Token ids of the title, then each sentence of the body (the URL dropped, as the official code does)."""
@@ -72,10 +67,7 @@ class Encoder(LazyTokenizer):
             for ids in self.tokenizer(texts, add_special_tokens=False)["input_ids"]:
                 sequences.append(pair_input(q, ids, bos=bos, eos=eos, max_length=self.max_length))
                 owner.append(i)
-        input_ids = pad(sequences, pad_id)
-        return {
-            "input_ids": input_ids,  # (P, N), P sequences: one per document (FirstP) or per passage (MaxP)
-            "attention_mask": (input_ids != pad_id).long(),
-            "passage_doc": torch.tensor(owner),  # (P,) the document of each sequence
-            "num_docs": torch.tensor(len(documents)),
-        }
+        input_ids = pad(sequences, pad_id)  # (P, N), P sequences: one per document (FirstP) or per passage (MaxP)
+        return {"input_ids": input_ids, "attention_mask": (input_ids != pad_id).long(),
+                "passage_doc": torch.tensor(owner),  # (P,) the document of each sequence
+                "num_docs": torch.tensor(len(documents))}

@@ -49,9 +49,7 @@ def load_official(model: QDSRanker, path: str | os.PathLike) -> QDSRanker:
     unexpected = sorted(set(mapped) - set(expected))
     shapes = [k for k in set(mapped) & set(expected) if mapped[k].shape != expected[k].shape]
     if missing or unexpected or shapes:
-        raise ValueError(
-            f"{path} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}, "
-            f"shape mismatches {sorted(shapes)[:5]} (build it with the checkpoint's encoder size and window)"
-        )
+        raise ValueError(f"{path} does not fit this model: missing {missing[:5]}, unexpected {unexpected[:5]}, shape "
+                         f"mismatches {sorted(shapes)[:5]} (build it with the checkpoint's encoder size and window)")
     model.load_state_dict(mapped)
     return model

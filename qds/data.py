@@ -49,31 +49,16 @@ class QDSDataModule(RerankingDataModule):
         seed: seed of the negatives, the training order and the dev and test samples.
     """
 
-    def __init__(
-        self,
-        train: SourceSpec = "builtin:train",
-        dev: SourceSpec | None = "builtin:dev",
-        test: SourceSpec | None = "builtin:test",
-        pattern: Literal[ALL_PATTERNS] = PATTERN,
-        tokenizer: str = TOKENIZER,
-        tokenizer_task: SourceSpec | None = None,
-        max_length: PositiveInt = MAX_LENGTH,
-        max_sentences: PositiveInt = MAX_SENTENCES,
-        max_passages: PositiveInt = MAX_PASSAGES,
-        layout: InputLayout = LAYOUT,
-        negatives: PositiveInt = NEGATIVES,
-        positives: Literal[POSITIVES] = "candidates",
-        depth: PositiveInt = 100,
-        dev_queries: PositiveInt | None = None,
-        dev_depth: PositiveInt | None = None,
-        test_queries: PositiveInt | None = None,
-        relevance_level: int = 1,
-        missing_documents: Literal[MISSING_DOCUMENTS] = "skip",
-        batch_size: PositiveInt = 1,
-        eval_batch_size: PositiveInt = 16,
-        num_workers: NonNegativeInt = 0,
-        seed: int = 0,
-    ):
+    def __init__(self, train: SourceSpec = "builtin:train", dev: SourceSpec | None = "builtin:dev",
+                 test: SourceSpec | None = "builtin:test", pattern: Literal[ALL_PATTERNS] = PATTERN,
+                 tokenizer: str = TOKENIZER, tokenizer_task: SourceSpec | None = None,
+                 max_length: PositiveInt = MAX_LENGTH, max_sentences: PositiveInt = MAX_SENTENCES,
+                 max_passages: PositiveInt = MAX_PASSAGES, layout: InputLayout = LAYOUT,
+                 negatives: PositiveInt = NEGATIVES, positives: Literal[POSITIVES] = "candidates",
+                 depth: PositiveInt = 100, dev_queries: PositiveInt | None = None, dev_depth: PositiveInt | None = None,
+                 test_queries: PositiveInt | None = None, relevance_level: int = 1,
+                 missing_documents: Literal[MISSING_DOCUMENTS] = "skip", batch_size: PositiveInt = 1,
+                 eval_batch_size: PositiveInt = 16, num_workers: NonNegativeInt = 0, seed: int = 0):
         tokenizer_task = resolved_tokenizer_task(tokenizer, tokenizer_task, train)
         super().__init__(TaskConfig.of(locals()), LoaderConfig.of(locals()))
         self.save_hyperparameters()

@@ -150,8 +150,7 @@ def main(argv=None) -> dict | None:
         print(f"{title}\n\n{NO_QRELS}\n\nwritten: {out / RUN}, {out / 'task.json'}")
         return None
     print(metrics_table(metrics, title, model.measures))
-    print()
-    print(paper_tables(metrics, task, dataset, data))
+    print(f"\n{paper_tables(metrics, task, dataset, data)}")
     print(f"\nwritten: {out / RUN}, {out / 'metrics.json'}, {out / 'task.json'}")
     return metrics
 

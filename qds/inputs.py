@@ -3,7 +3,6 @@
 - ``official`` layout: token for token the official ``utils.Data.get_inputs`` (``src/utils.py`` 311-359),
   ``<s> <s> query </s> <s> <s> title </s> <s> <s> sentence_1 </s> ... </s>``, cut at `max_length`;
 - ``sos`` layout: ``<s> query </s> [SOS] title [SOS] sentence_1 ... </s>``, the final ``</s>`` always kept;
-- global tokens of each Table 4 pattern: `common.kernels.patterns.global_tokens`;
 - baselines (Sec. 5): RoBERTa pairs, FirstP the first 512 tokens, MaxP passages of 150 words, stride 75;
 - `exact_input`, `exact_batch`, `exact_density`: inputs of exactly n tokens for `qds.benchmark` (Table 5).
 Difference: the query is cut to `max_query_tokens` (64); the official code cuts none.
@@ -49,29 +48,17 @@ class QDSInput:
         return global_tokens(pattern, Layout(n, self.query_length, bos, first)).tolist()
 
 
-def build_qds_input(
-    query: Sequence[int],
-    sentences: Sequence[Sequence[int]],
-    *,
-    bos: int,
-    eos: int,
-    max_length: int = MAX_LENGTH,
-    max_sentences: int = 256,
-    max_query_tokens: int = 64,
-    layout: InputLayout = LAYOUT,
-) -> QDSInput:
+def build_qds_input(query: Sequence[int], sentences: Sequence[Sequence[int]], *, bos: int, eos: int,
+                    max_length: int = MAX_LENGTH, max_sentences: int = 256, max_query_tokens: int = 64,
+                    layout: InputLayout = LAYOUT) -> QDSInput:
     """The QDS input of `layout` from token ids without special tokens (see the module docstring)."""
     query = list(query[:max_query_tokens])
     if len(query) + 4 > max_length:
         raise ValueError(f"max_length {max_length} leaves no room for a query of {len(query)} tokens")
-    if layout == "official":
-        ids, starts = _official(query, sentences, bos, eos, max_length, max_sentences)
-        query_length = len(query) + 3
-    elif layout == "sos":
-        ids, starts = _sos(query, sentences, bos, eos, max_length, max_sentences)
-        query_length = len(query) + 2
-    else:
+    if layout not in LAYOUTS:
         raise ValueError(f"unknown input layout {layout!r}; expected one of {', '.join(LAYOUTS)}")
+    ids, starts = (_official if layout == "official" else _sos)(query, sentences, bos, eos, max_length, max_sentences)
+    query_length = len(query) + (3 if layout == "official" else 2)  # <s> <s> query </s>, or <s> query </s>
     return QDSInput(ids, query_length, starts, [i for i, token in enumerate(ids) if token == bos])
 
 
@@ -100,8 +87,7 @@ def _sos(query, sentences, bos, eos, max_length, max_sentences) -> tuple[list[in
         if take <= 0:
             break
         starts.append(len(ids))
-        ids.append(bos)
-        ids.extend(sentence[:take])
+        ids += [bos, *sentence[:take]]
     ids.append(eos)
     return ids, starts
 

@@ -1,11 +1,11 @@
 """The nn.Modules of QDS-Transformer (Jiang et al., Findings of EMNLP 2020) and its Table 2 baselines.
 
 - Encoder (Sec. 4, Fig. 2): Hugging Face ``LongformerModel`` (so the official checkpoint loads) whose self-attention
-  (Eqs. 1-5, A = A_QDS of Eq. 10) runs on `common.kernels` with the pattern's global tokens (`qds.inputs`);
+  (Eqs. 1-5, A = A_QDS of Eq. 10) runs on `common.kernels`; a BERT is converted to one (`qds.pretrained`);
 - baselines (Sec. 5): ``RobertaModel`` with dense attention, FirstP and MaxP (max over passages);
 - head (official ``modellib.QDSTModel``): pooler -> dropout -> Linear(h, h) + tanh -> dropout -> Linear(h, 1).
-A BERT encoder is converted to a Longformer (`qds.pretrained`). Differences: rows are encoded in length batches
-cut to their longest row (`Ranker.pooled`; same scores); dropout masks from `common.encoders.dropout`.
+Differences: rows are encoded in length batches cut to their longest row (`Ranker.pooled`; same scores); dropout
+masks from `common.encoders.dropout`.
 """
 
 from __future__ import annotations
@@ -66,23 +66,14 @@ def encoder_config(pattern: str, encoder: str, *, window: int, max_length: int, 
     return {key: value for key, value in config.to_dict().items() if key != "_name_or_path"}
 
 
-def build_encoder(
-    pattern: str,
-    encoder: str | dict | None,
-    *,
-    vocab_size: int,
-    pad_token_id: int,
-    max_length: int,
-    window: int,
-    num_layers: int,
-    hidden_size: int,
-    num_heads: int,
-    intermediate_size: int,
-    dropout: float,
-    impl: str,
-) -> nn.Module:
+def build_encoder(pattern: str, encoder: str | dict | None, *, vocab_size: int, pad_token_id: int, max_length: int,
+                  window: int, num_layers: int, hidden_size: int, num_heads: int, intermediate_size: int,
+                  dropout: float, impl: str) -> nn.Module:
     """The pretrained (name or path), from-scratch (None) or `encoder_config`-dict encoder of `pattern`."""
-    from transformers import LongformerConfig, LongformerModel, RobertaConfig, RobertaModel
+    from transformers import AutoConfig, LongformerConfig, LongformerModel, RobertaConfig, RobertaModel
+
+    from common.encoders.pretrained import resolve
+    from qds.pretrained import longformer_from_bert
 
     if window % 2:
         raise SettingError("model.window", f"must be even (Longformer's window spans w / 2 each side), got {window}")
@@ -103,11 +94,6 @@ def build_encoder(
     elif baseline:
         return RobertaModel.from_pretrained(encoder, attn_implementation="sdpa", **common)
     else:
-        from transformers import AutoConfig
-
-        from common.encoders.pretrained import resolve
-        from qds.pretrained import longformer_from_bert
-
         encoder = resolve(encoder)
         if AutoConfig.from_pretrained(encoder).model_type == "bert":
             model = longformer_from_bert(encoder, attention_window=window, max_length=max_length, dropout=dropout)

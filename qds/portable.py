@@ -36,37 +36,28 @@ def checkpoint_entry(checkpoint: dict) -> dict:
     """The `common.portable` entry of `checkpoint`, its tokenizer's files read as the ranker read them."""
     model = checkpoint["hyper_parameters"]
     data = checkpoint.get("datamodule_hyper_parameters") or {}
-    pattern = model["pattern"]
-    config = {"pattern": pattern, "encoder": model["encoder"], "window": model["window"], "max_length":
-              model["max_length"], "dropout": model["dropout"], "impl": model.get("impl", "auto")}
+    config = {name: model[name] for name in ("pattern", "encoder", "window", "max_length", "dropout")}
+    config["impl"] = model.get("impl", "auto")
     if model["encoder"] is None:
         vocab_size, pad_token_id = vocabulary(model["tokenizer"], model.get("tokenizer_task"))
         config.update({name: model[name] for name in SIZES}, encoder_config=None, vocab_size=vocab_size,
                       pad_token_id=pad_token_id)
     else:
-        hf = encoder_config(pattern, model["encoder"], window=model["window"], max_length=model["max_length"],
+        hf = encoder_config(model["pattern"], model["encoder"], window=model["window"], max_length=model["max_length"],
                             dropout=model["dropout"])
         config.update({name: hf[key] for name, key in SIZES.items()}, encoder_config=hf, vocab_size=hf["vocab_size"],
                       pad_token_id=hf["pad_token_id"])
     tokenizer = data.get("tokenizer", model["tokenizer"])
     task = resolved_tokenizer_task(tokenizer, data.get("tokenizer_task", model.get("tokenizer_task")), None)
-    config["inputs"] = {"max_length": data.get("max_length", model["max_length"]),
-                        "max_sentences": data.get("max_sentences", MAX_SENTENCES),
-                        "max_passages": data.get("max_passages", MAX_PASSAGES),
-                        "layout": data.get("layout", LAYOUT)}
+    inputs = {"max_length": model["max_length"], "max_sentences": MAX_SENTENCES, "max_passages": MAX_PASSAGES,
+              "layout": LAYOUT}
+    config["inputs"] = {name: data.get(name, default) for name, default in inputs.items()}
     files = tokenizer_files(load_tokenizer(tokenizer, task=task))
     return portable_entry(PACKAGE, config, files, data)
 
 
 def build(config: dict, folder: Path) -> Scoring:
     """The `qds.model.Ranker` of `config` (random weights) and its pairs' inputs, the tokenizer read from `folder`."""
-    model = build_ranker(
-        config["pattern"], config["encoder_config"], dropout=config["dropout"], vocab_size=config["vocab_size"],
-        pad_token_id=config["pad_token_id"], max_length=config["max_length"], window=config["window"],
-        num_layers=config["num_layers"], hidden_size=config["hidden_size"], num_heads=config["num_heads"],
-        intermediate_size=config["intermediate_size"], impl=config["impl"],
-    )
-    inputs = config["inputs"]
-    encode = Encoder(config["pattern"], str(folder), inputs["max_length"], inputs["max_sentences"],
-                     inputs["max_passages"], layout=inputs["layout"])
-    return Scoring(model, encode)
+    options = ("dropout", "vocab_size", "pad_token_id", "max_length", "window", "impl", *SIZES)
+    model = build_ranker(config["pattern"], config["encoder_config"], **{name: config[name] for name in options})
+    return Scoring(model, Encoder(config["pattern"], str(folder), **config["inputs"]))

@@ -50,14 +50,12 @@ def longformer_config(source, *, attention_window: int, max_length: int, dropout
         raise ValueError(f"only absolute position embeddings convert to Longformer's, got "
                          f"{source.position_embedding_type!r}")
     pad = source.pad_token_id if source.pad_token_id is not None else 0
-    return LongformerConfig(
-        vocab_size=source.vocab_size, hidden_size=source.hidden_size, num_hidden_layers=source.num_hidden_layers,
-        num_attention_heads=source.num_attention_heads, intermediate_size=source.intermediate_size,
-        hidden_act=source.hidden_act, layer_norm_eps=source.layer_norm_eps, type_vocab_size=source.type_vocab_size,
-        initializer_range=source.initializer_range, pad_token_id=pad,
-        max_position_embeddings=max_length + pad + 1, attention_window=[attention_window] * source.num_hidden_layers,
-        hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout,
-    )
+    copied = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+              "hidden_act", "layer_norm_eps", "type_vocab_size", "initializer_range")
+    return LongformerConfig(**{name: getattr(source, name) for name in copied}, pad_token_id=pad,
+                            max_position_embeddings=max_length + pad + 1,
+                            attention_window=[attention_window] * source.num_hidden_layers,
+                            hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
 
 
 def longformer_positions(bert_positions: torch.Tensor, *, max_length: int, pad_token_id: int) -> torch.Tensor:

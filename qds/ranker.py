@@ -59,26 +59,13 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
 
     measures = MEASURES
 
-    def __init__(
-        self,
-        pattern: Pattern = PATTERN,
-        encoder: str | None = None,
-        tokenizer: str = TOKENIZER,
-        tokenizer_task: str | dict | None = None,
-        window: PositiveInt = WINDOW,
-        num_layers: NonNegativeInt = 12,
-        hidden_size: PositiveInt = 768,
-        num_heads: PositiveInt = 12,
-        intermediate_size: PositiveInt = 3072,
-        max_length: PositiveInt = MAX_LENGTH,
-        dropout: ClosedUnitInterval = 0.1,
-        lr: NonNegativeFloat = 1e-5,
-        betas: tuple[float, float] = (0.9, 0.999),
-        weight_decay: NonNegativeFloat = 0.0,
-        negatives: PositiveInt = NEGATIVES,
-        balanced_loss: bool = True,
-        impl: Impl = "auto",
-    ):
+    def __init__(self, pattern: Pattern = PATTERN, encoder: str | None = None, tokenizer: str = TOKENIZER,
+                 tokenizer_task: str | dict | None = None, window: PositiveInt = WINDOW,
+                 num_layers: NonNegativeInt = 12, hidden_size: PositiveInt = 768, num_heads: PositiveInt = 12,
+                 intermediate_size: PositiveInt = 3072, max_length: PositiveInt = MAX_LENGTH,
+                 dropout: ClosedUnitInterval = 0.1, lr: NonNegativeFloat = 1e-5,
+                 betas: tuple[float, float] = (0.9, 0.999), weight_decay: NonNegativeFloat = 0.0,
+                 negatives: PositiveInt = NEGATIVES, balanced_loss: bool = True, impl: Impl = "auto"):
         if encoder is None and hidden_size % num_heads:  # a pretrained encoder has its own sizes
             raise SettingError("model.num_heads", f"must divide --model.hidden_size ({hidden_size}), got {num_heads}")
         if not all(0 <= b < 1 for b in betas):
@@ -88,11 +75,9 @@ class QDSRanker(RerankingEvaluation, L.LightningModule):
             raise ValueError(f"unknown pattern {pattern!r}; expected one of {', '.join(ALL_PATTERNS)}")
         self.save_hyperparameters()
         vocab_size, pad_token_id = vocabulary(tokenizer, tokenizer_task) if encoder is None else (0, 0)
-        self.model = build_ranker(
-            pattern, encoder, vocab_size=vocab_size, pad_token_id=pad_token_id, max_length=max_length, window=window,
-            num_layers=num_layers, hidden_size=hidden_size, num_heads=num_heads, intermediate_size=intermediate_size,
-            dropout=dropout, impl=impl,
-        )
+        self.model = build_ranker(pattern, encoder, vocab_size=vocab_size, pad_token_id=pad_token_id,
+                                  max_length=max_length, window=window, num_layers=num_layers, hidden_size=hidden_size,
+                                  num_heads=num_heads, intermediate_size=intermediate_size, dropout=dropout, impl=impl)
         # A pretrained encoder comes in eval mode (`from_pretrained`, `qds.pretrained`) and Lightning keeps modules'
         # modes: without this its dropout would be off in training (the official loop calls model.train()).
         self.model.train()

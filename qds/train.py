@@ -18,11 +18,9 @@ PAPER = "qds"
 #: The datasets of Tables 2 and 4: TREC DL 2019 documents (NDCG@10, MAP) and MS MARCO documents dev (MRR@10).
 DATASETS = ("trec-dl-2019-doc", "msmarco-doc-dev")
 #: Run names (= pattern) -> the method names of Tables 2 and 4.
-PAPER_METHODS = {
-    "qds": "QDS-Transformer", "qds_q": "QDS-Transformer (Q)", "qds_s": "QDS-Transformer (S)",
-    "sparse": "Sparse-Transformer", "longformer_qa": "Longformer-QA", "firstp": "RoBERTa (FirstP)",
-    "maxp": "RoBERTa (MaxP)", "bm25": "BM25",
-}
+PAPER_METHODS = {"qds": "QDS-Transformer", "qds_q": "QDS-Transformer (Q)", "qds_s": "QDS-Transformer (S)",
+                 "sparse": "Sparse-Transformer", "longformer_qa": "Longformer-QA", "firstp": "RoBERTa (FirstP)",
+                 "maxp": "RoBERTa (MaxP)", "bm25": "BM25"}
 
 
 def links(parser) -> None:
@@ -37,9 +35,8 @@ def links(parser) -> None:
 
 
 def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
-    """What the paper has for `metrics`, measured on test task `task`: `comparison_table` on `dataset` (one of
-    `DATASETS`); with None, a line saying there is nothing to compare with and, for a built-in task,
-    `reported_table`. (`data`, the data module tested, changes nothing here.)"""
+    """`comparison_table` on `dataset` (one of `DATASETS`); with None, a line saying there is nothing to compare with
+    and, for a built-in task `task`, `reported_table`. (`data`, the data module tested, changes nothing here.)"""
     from common.commands.outputs import is_builtin, nothing_to_compare
 
     if dataset is not None:
@@ -52,8 +49,7 @@ def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
 
 
 def reported_table(metrics: dict) -> str:
-    """The paper's Table 2/4 rows of the runs of `metrics` and BM25, labelled as TREC DL 2019 / MS MARCO dev
-    numbers."""
+    """The paper's Table 2/4 rows of the runs of `metrics` and BM25, labelled as another dataset's numbers."""
     from common.commands.outputs import MEASURE_LABELS
     from common.report import load_reported, to_markdown
 
@@ -62,10 +58,8 @@ def reported_table(metrics: dict) -> str:
     rows = rows[rows["setting"].str.startswith(("first-stage-bm25", "rerank-top100-bm25"))]
     frame = rows.pivot_table(index=["table", "method"], columns="metric", values="value", aggfunc="first")
     frame = frame.rename(columns=MEASURE_LABELS).reset_index()
-    return (
-        "Reported in the paper, for reference only: another dataset (TREC DL 2019 documents test, MRR@10 on "
-        f"MS MARCO dev), 12-layer pretrained models\n\n{to_markdown(frame)}"
-    )
+    return ("Reported in the paper, for reference only: another dataset (TREC DL 2019 documents test, MRR@10 on "
+            f"MS MARCO dev), 12-layer pretrained models\n\n{to_markdown(frame)}")
 
 
 def comparison_table(metrics: dict, dataset: str) -> str:

@@ -1,12 +1,12 @@
 """Query-directed sparse attention (QDS-Transformer Sec. 4.3, Eqs. 7-10): one interface, several implementations.
 
-``qds_attention(q, k, v, is_global, key_padding_mask, window, global_qkv, impl)``: each ordinary token attends to
-|i - j| <= window / 2 (Eq. 7) and to every global token; global tokens attend to every token with their own
-projections (``global_qkv``). Semantics: `common.kernels.reference`; shapes (B, H, N, D) -> (B, H, N, D).
-``impl``: ``reference`` (dense), ``portable`` (PyTorch, O(n (w + g))), ``tvm`` (Apache TVM, CPU), ``flex``
-(FlexAttention, GPU), ``auto``: ``tvm`` on CPU, ``flex`` on CUDA where torch.compile can build it (Triton,
-compute capability >= 7.0, head_dim >= 16), else ``portable``; a kernel raising `KernelUnavailableError` falls
-back to ``portable`` with one warning per reason. Design and measurements: docs/kernels.md.
+``qds_attention(q, k, v, is_global, key_padding_mask, window, global_qkv, impl)``, (B, H, N, D) -> (B, H, N, D):
+each ordinary token attends to |i - j| <= window / 2 (Eq. 7) and to every global token; global tokens attend to every
+token with their own projections (``global_qkv``); semantics: `common.kernels.reference`. ``impl``: ``reference``
+(dense), ``portable`` (PyTorch, O(n (w + g))), ``tvm`` (Apache TVM, CPU), ``flex`` (FlexAttention, GPU), ``auto``:
+``tvm`` on CPU, ``flex`` on CUDA where torch.compile can build it (Triton, compute capability >= 7.0, head_dim >=
+16), else ``portable``; a kernel raising `KernelUnavailableError` falls back to ``portable`` with one warning per
+reason. Design and measurements: docs/kernels.md.
 """
 
 from __future__ import annotations

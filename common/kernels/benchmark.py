@@ -1,10 +1,10 @@
 """``python -m common.kernels.benchmark``: time and memory of query-directed sparse attention vs dense attention.
 
 Inputs (1, 12, n, 64), w = 128, the QDS pattern ([CLS] + 20 query tokens + an [SOS] every 25 tokens). Rows: the
-`common.kernels` implementations; ``sdpa_masked`` (SDPA with the same (n, n) mask); ``sdpa_dense`` (no mask);
-``hf_longformer`` (transformers' module, projections set to identity). Each measurement runs in a fresh process.
-``gflops`` = `FLOPS_PER_PAIR` x computed (query, key) pairs x head_dim x heads per second; ``rate_vs_sdpa_dense``
-its fraction of dense SDPA's. Measurements known not to run are skipped with the reason.
+`common.kernels` implementations; ``sdpa_masked`` (SDPA, same (n, n) mask); ``sdpa_dense`` (no mask); ``hf_longformer``
+(transformers' module, identity projections). Each measurement runs in a fresh process; those known not to run are
+skipped with the reason. ``gflops`` = `FLOPS_PER_PAIR` x computed (query, key) pairs x head_dim x heads per second;
+``rate_vs_sdpa_dense`` its fraction of dense SDPA's.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ IMPLS = ("reference", "portable", "tvm", "flex", "sdpa_masked", "sdpa_dense", "h
 PASSES = ("fwd", "fwdbwd")
 HEADS, HEAD_DIM, WINDOW, QUERY_LEN, SENTENCE_EVERY = 12, 64, 128, 20, 25
 #: Useful floating-point operations per (query, key) pair and head dimension: a multiply-add (2) in each of the
-#: forward's QKᵀ and PV, and in each of the backward's dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q. A
-#: recomputed forward, the softmax and the padding a kernel adds are not counted: they are not useful work.
+#: forward's QKᵀ and PV, and the backward's dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K and dK = dSᵀ·Q; not a recomputed
+#: forward, the softmax or a kernel's padding.
 FLOPS_PER_PAIR = {"fwd": 4, "fwdbwd": 12}
 FIELDS = ["bench", "impl", "n", "pass", "ms", "ms_min", "ms_max", "peak_mb", "gflops", "rate_vs_sdpa_dense",
           "density", "device", "heads", "head_dim", "window", "pattern", "threads", "cpu"]
@@ -125,13 +125,6 @@ def _step(impl: str, n: int, pass_: str, device: str):
         return out
 
     return step
-
-
-def measure_isolated(impl: str, n: int, pass_: str, device: str, repeats: int, timeout: float,
-                     threads: int | None = None) -> dict:
-    """`measure` in a fresh process."""
-    spec = dict(impl=impl, n=n, pass_=pass_, device=device, repeats=repeats, threads=threads)
-    return measure_in_child("common.kernels.benchmark", spec, timeout)
 
 
 def unmeasurable(impl: str, n: int, device: str, max_quadratic_n: int) -> str | None:
@@ -246,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                     session.log(f"skipped {impl} n={n}: {reason}")
                     continue
                 for pass_ in args.passes:
-                    result = measure_isolated(impl, n, pass_, args.device, args.repeats, args.timeout, threads)
+                    spec = dict(impl=impl, n=n, pass_=pass_, device=args.device, repeats=args.repeats, threads=threads)
+                    result = measure_in_child("common.kernels.benchmark", spec, args.timeout)
                     if "skipped" in result:
                         session.log(f"skipped {impl} n={n} {pass_}: {result['skipped']}")
                         continue
@@ -259,9 +253,10 @@ def main(argv: list[str] | None = None) -> int:
                     if impl == "sdpa_dense":
                         dense[pass_] = row
                     rows.append(row)
-                    rate = "" if row["rate_vs_sdpa_dense"] is None else f" {row['rate_vs_sdpa_dense']:>6.1%} of sdpa_dense"
+                    rate = row["rate_vs_sdpa_dense"]
                     session.emit(row, f"{impl:>14} n={n:<5} {pass_:>6} {row['ms']:>10.2f} ms ({row['ms_min']:.2f}-"
-                                 f"{row['ms_max']:.2f}) {row['peak_mb']:>9.1f} MB {row['gflops']:>8.1f} GFLOP/s{rate}")
+                                 f"{row['ms_max']:.2f}) {row['peak_mb']:>9.1f} MB {row['gflops']:>8.1f} GFLOP/s"
+                                 + ("" if rate is None else f" {rate:>6.1%} of sdpa_dense"))
         return session.finish(rows, FIELDS, plot=plot, table=lambda rows: "\n".join(speedups(rows)))
 
 

@@ -1,12 +1,11 @@
 """Query-directed sparse attention through PyTorch FlexAttention (QDS-Transformer Sec. 4.3), for GPUs.
 
-Each example's global tokens are gathered first, so that the global columns fill whole key blocks and the window
-is a band of blocks that FlexAttention skips around; the global rows are a dense (g x n) SDPA. The block mask is
-built from its block-level structure (`_block_mask`), linear in N. `FlexKernel` compiles once with dynamic shapes,
-(B, N) padded to at least 2 rows and 2 blocks, no duck sizing, and raises past dynamo's recompile limit rather than
-run densely; `FlexKernel.unusable` probes the compilation at ``auto``'s first call and all-reduces its success over
-the process group. On CPU FlexAttention has a forward only: gradients raise `KernelUnavailableError`.
-Design and block densities: docs/kernels.md; GPU checks: `common.kernels.checks`.
+Each example's global tokens are gathered first, so the global columns fill whole key blocks and the window is a band
+of blocks FlexAttention skips around; global rows: a dense (g x n) SDPA. The block mask is built from its block-level
+structure (`_block_mask`), linear in N. `FlexKernel` compiles once, dynamic shapes, (B, N) padded to at least 2 rows
+and 2 blocks, no duck sizing, raising past dynamo's recompile limit rather than running densely; `FlexKernel.unusable`
+probes the compilation at ``auto``'s first call, its success all-reduced over the process group. On CPU FlexAttention
+has a forward only: gradients raise `KernelUnavailableError`. Design: docs/kernels.md; GPU checks: `.checks`.
 """
 
 from __future__ import annotations
@@ -54,13 +53,8 @@ def flex_attention_qds(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_p
     return torch.where(layout.is_global, out_g[layout.example, heads_index, layout.global_slot], out)
 
 
-def block_density(
-    is_global: Tensor,
-    window: int = WINDOW,
-    key_padding_mask: Tensor | None = None,
-    gathered: bool = True,
-    block_size: int = BLOCK_SIZE,
-) -> float:
+def block_density(is_global: Tensor, window: int = WINDOW, key_padding_mask: Tensor | None = None,
+                  gathered: bool = True, block_size: int = BLOCK_SIZE) -> float:
     """Fraction of non-empty (block_size x block_size) tiles of the ordinary rows' block mask."""
     batch, n = is_global.shape
     blocks_per_side = -(-n // block_size)
@@ -94,14 +88,12 @@ class _Layout:
     is_global: Tensor  # (B, 1, N, 1) bool: valid global tokens
 
     @staticmethod
-    def build(is_global: Tensor, key_padding_mask: Tensor | None, window: int,
-              block_size: int = BLOCK_SIZE) -> _Layout:
+    def build(is_global: Tensor, key_padding_mask: Tensor | None, window: int, block_size: int = BLOCK_SIZE) -> _Layout:
         tokens = global_tokens_of(is_global, key_padding_mask)
         valid, glob, device = tokens.valid, tokens.glob, is_global.device
         batch, n = glob.shape
         rows, length = max(batch, MIN_SIZE), max(-(-n // block_size), MIN_SIZE) * block_size
-        # A stable sort keeps the ordinary tokens in order, so their window stays a band of blocks.
-        perm = torch.argsort((~glob).to(torch.uint8), dim=1, stable=True)  # (B, N): the position of each slot
+        perm = tokens.order  # (B, N): the position of each slot, the ordinary ones in order (a band of blocks)
 
         position = torch.arange(length, device=device).repeat(rows, 1)  # (B', N')
         position[:batch, :n] = perm
@@ -120,9 +112,8 @@ class _Layout:
         real = torch.arange(widest, device=device)[None] < tokens.counts[:, None]  # (B, G): the slot is a global
         # Filler slots see every key: an all-masked row would make SDPA return NaN (and NaN gradients).
         global_keys = (valid[:, None, :] | ~real[:, :, None])[:, None]  # (B, 1, G, N)
-        global_slot = (torch.cumsum(glob, 1) - 1).clamp(min=0)[:, None, :]  # (B, 1, N)
         return _Layout(source_batch, source_position, block_mask, example[:, None, None], slot, widest,
-                       perm[:, None, :widest], global_keys, global_slot, glob[:, None, :, None])
+                       perm[:, None, :widest], global_keys, tokens.slot[:, None, :], glob[:, None, :, None])
 
 
 def _block_mask(position: Tensor, glob: Tensor, ordinary: Tensor, counts: Tensor, half: int,
@@ -251,8 +242,7 @@ def _eager(q: Tensor, k: Tensor, v: Tensor, block_mask: BlockMask) -> Tensor:
         raise KernelUnavailableError(
             f"FlexAttention in torch {torch.__version__} has no backward pass on {q.device.type} (forward only: "
             "flex_attention refuses inputs that require gradients there, compiled or not); run impl='flex' on CUDA, "
-            "or use impl='portable' or 'reference' to train here"
-        )
+            "or use impl='portable' or 'reference' to train here")
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="flex_attention called without torch.compile")
         return flex_attention(q, k, v, block_mask=block_mask)

@@ -1,10 +1,10 @@
 """What the attention kernels derive from a call's global tokens and padding, built once per encoder call.
 
 Every layer of a Longformer encoder gets the same ``is_index_global_attn`` and ``is_index_masked`` tensors;
-`use_qds_attention` opens a scope around each encoder forward (`open_scope`, `close_scope`), inside which
-`shared(build, *args)` returns the first result for the same arguments (tensors by identity, others by equality);
-outside a scope it calls `build`. Scopes are per thread and nest. `global_tokens_of` (the global tokens' counts and
-indices) is an encoder call's only host synchronisation. Discussion: docs/kernels.md.
+`use_qds_attention` opens a scope around each encoder forward (`open_scope`, `close_scope`), inside which `shared(build,
+*args)` returns the first result for the same arguments (tensors by identity, others by equality), outside one calls
+`build`. Scopes are per thread and nest. `global_tokens_of` (the global tokens' counts, indices and order) is an
+encoder call's only host synchronisation. Discussion: docs/kernels.md.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ class GlobalTokens:
     padded: bool
     batch: Tensor  # (T,) long: the example of each global token, in (example, position) order
     position: Tensor  # (T,) long: its position
+    order: Tensor  # (B, N) long: the positions, each example's global tokens first, each part in order
+    slot: Tensor  # (B, N) long: the rank of each global token among its example's (0 elsewhere)
 
 
 def global_tokens_of(is_global: Tensor, key_padding_mask: Tensor | None) -> GlobalTokens:
@@ -77,4 +79,6 @@ def _global_tokens(is_global: Tensor, key_padding_mask: Tensor | None) -> Global
         torch.stack([counts.sum(), counts.max(), counts.min(), (~valid).any().long()]).tolist() if counts.numel()
         else (0, 0, 0, False))
     batch, position = torch.nonzero_static(glob, size=total).unbind(1)
-    return GlobalTokens(valid, glob, counts, total, widest, fewest, bool(padded), batch, position)
+    order = torch.argsort((~glob).to(torch.int8), dim=1, stable=True)
+    slot = (torch.cumsum(glob, 1) - 1).clamp(min=0)
+    return GlobalTokens(valid, glob, counts, total, widest, fewest, bool(padded), batch, position, order, slot)

@@ -3,8 +3,8 @@
 Same parameter names and shapes (``query`` ... ``value_global``), forward signature and return convention, so a
 Longformer or QDS checkpoint runs on `common.kernels.qds_attention`; `use_qds_attention` swaps it in. Differences:
 
-- dropout applies to the per-head attention output, not the probabilities (the kernels form none): same
-  expectation, other noise; ``output_attentions=True`` raises NotImplementedError;
+- dropout applies to the per-head attention output, not the probabilities (the kernels form none): same expectation,
+  other noise; ``output_attentions=True`` raises NotImplementedError;
 - any sequence length (no padding to a multiple of the window: padding tokens are masked keys);
 - the global query projection runs on the valid global rows only;
 - the kernels' layout is built once per encoder call and shared by its layers (`common.kernels.layouts`);
@@ -17,9 +17,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 from transformers.models.longformer import modeling_longformer
-from transformers.models.longformer.modeling_longformer import (
-    LongformerAttention, LongformerEncoder, LongformerModel, LongformerSelfAttention,
-)
+from transformers.models.longformer.modeling_longformer import (LongformerAttention, LongformerEncoder,
+                                                                LongformerModel, LongformerSelfAttention)
 
 from common.kernels import qds_attention
 from common.kernels.layouts import close_scope, global_tokens_of, open_scope, shared
@@ -30,38 +29,25 @@ class QDSLongformerSelfAttention(nn.Module):
 
     def __init__(self, config, layer_id: int, impl: str = "auto"):
         super().__init__()
-        self.num_heads = config.num_attention_heads
+        self.num_heads, self.embed_dim = config.num_attention_heads, config.hidden_size
         self.head_dim = config.hidden_size // config.num_attention_heads
-        self.embed_dim = config.hidden_size
-
         for name in ("query", "key", "value", "query_global", "key_global", "value_global"):
             setattr(self, name, nn.Linear(config.hidden_size, self.embed_dim))
-
         self.dropout = config.attention_probs_dropout_prob
         self.output_dropout = nn.Dropout(self.dropout)
-
-        self.layer_id = layer_id
         window = config.attention_window
         self.window = window if isinstance(window, int) else window[layer_id]
-        self.config = config
-        self.impl = impl
+        self.config, self.layer_id, self.impl = config, layer_id, impl
 
-    def forward(
-        self,
-        hidden_states: Tensor,
-        attention_mask: Tensor | None = None,
-        is_index_masked: Tensor | None = None,
-        is_index_global_attn: Tensor | None = None,
-        is_global_attn: bool | None = None,
-        output_attentions: bool = False,
-    ) -> tuple[Tensor]:
+    def forward(self, hidden_states: Tensor, attention_mask: Tensor | None = None,
+                is_index_masked: Tensor | None = None, is_index_global_attn: Tensor | None = None,
+                is_global_attn: bool | None = None, output_attentions: bool = False) -> tuple[Tensor]:
         """Transformers' arguments; ``attention_mask`` (B, N): negative = padding, 0 = local, positive = global."""
         if output_attentions:
             raise NotImplementedError(
                 "QDSLongformerSelfAttention computes attention with sparse kernels that never form the attention "
                 "probabilities; run the model with output_attentions=False, or use transformers' "
-                "LongformerSelfAttention to inspect attention maps"
-            )
+                "LongformerSelfAttention to inspect attention maps")
         batch, n, _ = hidden_states.shape
         if attention_mask is None:
             attention_mask = hidden_states.new_zeros(batch, n)
@@ -98,9 +84,8 @@ class QDSLongformerSelfAttention(nn.Module):
 
 def use_qds_attention(model: nn.Module, impl: str = "auto") -> nn.Module:
     """Replace every ``LongformerSelfAttention`` in `model` in place, keeping weights, device, dtype and mode."""
-    attentions = [
-        m for m in model.modules() if isinstance(m, LongformerAttention) and isinstance(m.self, LongformerSelfAttention)
-    ]
+    attentions = [m for m in model.modules()
+                  if isinstance(m, LongformerAttention) and isinstance(m.self, LongformerSelfAttention)]
     if not attentions:
         raise ValueError(f"{type(model).__name__} contains no transformers LongformerSelfAttention to replace")
     for longformer in (m for m in model.modules() if isinstance(m, LongformerModel)):

@@ -43,17 +43,14 @@ def global_tokens(pattern: str, layout: Layout) -> Tensor:
     first_sentence = mask.clone()
     if layout.first_sentence is not None:
         first_sentence[layout.first_sentence] = True
-    if pattern == "sparse":  # attn_pattern 0, Sparse-Transformer: Eq. 7 only
-        return mask
-    if pattern == "longformer_qa":
-        return cls | first_sentence
-    if pattern == "qds_s":  # 4: tok_mask[0] = 2; tok_mask[bos_idx] = 2 (Eq. 8 + [CLS])
-        return cls | layout.bos
-    if pattern == "qds_q":  # 3: tok_mask[range(QL)] = 2; tok_mask[sent_locs[0]] = 2 (Eq. 9 + the first [SOS])
-        return query | first_sentence
-    if pattern == "qds":  # 2: tok_mask[range(QL)] = 2; tok_mask[bos_idx] = 2 (Eq. 10)
-        return query | layout.bos
-    raise ValueError(f"unknown attention pattern {pattern!r}; expected one of {', '.join(PATTERNS)}")
+    masks = {"sparse": mask,  # attn_pattern 0, Sparse-Transformer: Eq. 7 only
+             "longformer_qa": cls | first_sentence,
+             "qds_s": cls | layout.bos,  # 4: tok_mask[0] = 2; tok_mask[bos_idx] = 2 (Eq. 8 + [CLS])
+             "qds_q": query | first_sentence,  # 3: tok_mask[range(QL)] = 2; tok_mask[sent_locs[0]] = 2 (Eq. 9, [SOS])
+             "qds": query | layout.bos}  # 2: tok_mask[range(QL)] = 2; tok_mask[bos_idx] = 2 (Eq. 10)
+    if pattern not in masks:
+        raise ValueError(f"unknown attention pattern {pattern!r}; expected one of {', '.join(PATTERNS)}")
+    return masks[pattern]
 
 
 def nonzeros(is_global: Tensor, window: int, key_padding_mask: Tensor | None = None) -> int:

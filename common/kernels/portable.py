@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from common.kernels.layouts import global_tokens_of, shared
+from common.kernels.layouts import GlobalTokens, global_tokens_of, shared
 from common.kernels.reference import WINDOW, check_inputs
 
 
@@ -28,23 +28,22 @@ def portable_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_p
     scale = 1.0 / math.sqrt(dim)
 
     out = _ordinary_rows(q * scale, k, v, layout)
+    tokens = layout.tokens
     if layout.order.shape[1]:
         q_g, k_g, v_g = (q, k, v) if global_qkv is None else global_qkv
-        out_g = _global_rows(q_g * scale, k_g, v_g, layout.valid, layout.order)  # (B, H, g, D)
-        out_g = torch.gather(out_g, 2, layout.slot_of_position[:, None, :, None].expand(batch, heads, n, dim))
-        out = torch.where(layout.is_global[:, None, :, None], out_g, out)
-    return out.masked_fill(~layout.valid[:, None, :, None], 0.0)
+        out_g = _global_rows(q_g * scale, k_g, v_g, tokens.valid, layout.order)  # (B, H, g, D)
+        out_g = torch.gather(out_g, 2, tokens.slot[:, None, :, None].expand(batch, heads, n, dim))
+        out = torch.where(tokens.glob[:, None, :, None], out_g, out)
+    return out.masked_fill(~tokens.valid[:, None, :, None], 0.0)
 
 
 @dataclass(frozen=True)
 class _Layout:
     """What the kernel derives from the global tokens, the padding and the window, for every head and layer."""
 
-    valid: Tensor  # (B, N) bool: not padding
-    is_global: Tensor  # (B, N) bool: global and valid
+    tokens: GlobalTokens
     order: Tensor  # (B, g) long: each example's global positions in order, g the batch's largest count
     slot_valid: Tensor  # (B, g) bool: the slot holds a global token
-    slot_of_position: Tensor  # (B, N) long: the slot of each global token (0 elsewhere)
     keep: Tensor  # (B * blocks, c, span) bool: the band tile entries a row keeps (`_ordinary_rows`)
     chunk: int
     front: int
@@ -54,12 +53,9 @@ class _Layout:
     @staticmethod
     def build(is_global: Tensor, key_padding_mask: Tensor | None, window: int) -> _Layout:
         tokens = global_tokens_of(is_global, key_padding_mask)
-        valid, is_global = tokens.valid, tokens.glob
+        valid, is_global, g = tokens.valid, tokens.glob, tokens.widest
         batch, n = is_global.shape
-        g = tokens.widest
-        order = torch.argsort((~is_global).to(torch.int8), dim=1, stable=True)[:, :g]  # (B, g)
         slot_valid = torch.arange(g, device=is_global.device)[None] < tokens.counts[:, None]  # (B, g)
-        slot_of_position = (torch.cumsum(is_global, 1) - 1).clamp(min=0)  # (B, N)
 
         half = window // 2
         chunk = max(min(32, half), 1)
@@ -74,7 +70,7 @@ class _Layout:
         # Padding rows keep every column: finite values, discarded, so a zero gradient instead of NaN.
         real_row = F.pad(valid, (0, blocks * chunk - n)).view(batch * blocks, chunk)
         keep = (band & local_key[:, None, :]) | ~real_row[..., None]  # (B * blocks, c, span)
-        return _Layout(valid, is_global, order, slot_valid, slot_of_position, keep, chunk, front, blocks, half)
+        return _Layout(tokens, tokens.order[:, :g], slot_valid, keep, chunk, front, blocks, half)
 
 
 def _ordinary_rows(q: Tensor, k: Tensor, v: Tensor, layout: _Layout) -> Tensor:

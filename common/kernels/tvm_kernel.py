@@ -1,15 +1,14 @@
 """Query-directed sparse attention with the banded products compiled by Apache TVM for the CPU (``impl="tvm"``).
 
-QDS-Transformer (Sec. 4.3) compiles its attention with TVM, after Longformer's ``diagonaled_mm_tvm.py``; here
-TVM 0.27 (TE + TensorIR), one-sided window h = window // 2 (Eq. 7). Kernels: ``band_qk`` (S = QK^T on the band,
-and dP = dO V^T), ``band_pv`` (O = PV, dQ = dS K), ``band_tpv`` (dK = dS^T Q, dV = P^T dO), ``softmax_fwd`` /
+QDS-Transformer (Sec. 4.3) compiles its attention with TVM, after Longformer's ``diagonaled_mm_tvm.py``; here TVM
+0.27 (TE + TensorIR), one-sided window h = window // 2 (Eq. 7). Kernels: ``band_qk`` (S = QK^T on the band, and
+dP = dO V^T), ``band_pv`` (O = PV, dQ = dS K), ``band_tpv`` (dK = dS^T Q, dV = P^T dO), ``softmax_fwd`` /
 ``softmax_bwd`` over [band ++ global keys], and ``attend``, the fused forward of the ordinary rows per row tile.
-Band layout: tiles of ``_TILE`` rows read one contiguous span of C >= R + 2h positions of a zero-padded *frame*
-(key j at j + h); ``band[b, u, r, c]`` holds frame position u*R + c, offset c - r.
-Global rows (Eqs. 8-10) are dense rows over every key, by PyTorch's SDPA. TVM's pool takes PyTorch's thread count
-and its idle workers sleep, unless ``TVM_NUM_THREADS``/``OMP_NUM_THREADS``/``TVM_THREAD_POOL_SPIN_COUNT`` are set.
-Kernels are compiled once per (h, head_dim, dtype), the sizes symbolic, and exported to ``cache_root() / "tvm"``
-(keyed by this file, the TVM version and the target). Semantics are `reference_attention`'s.
+Band layout: tiles of ``_TILE`` rows read one contiguous span of C >= R + 2h positions of a zero-padded *frame* (key
+j at j + h); ``band[b, u, r, c]`` holds frame position u*R + c, offset c - r. Global rows (Eqs. 8-10): PyTorch's SDPA
+over every key. TVM's pool takes PyTorch's thread count and its idle workers sleep, unless ``TVM_NUM_THREADS``/
+``OMP_NUM_THREADS``/``TVM_THREAD_POOL_SPIN_COUNT`` are set. Kernels are compiled once per (h, head_dim, dtype), sizes
+symbolic, and exported to ``cache_root() / "tvm"`` (keyed by this file, the TVM version and the target).
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from torch import Tensor
 
 from common.io import cache_root, renamed_on_success
 from common.kernels import KernelUnavailableError
-from common.kernels.layouts import global_tokens_of, shared
+from common.kernels.layouts import GlobalTokens, global_tokens_of, shared
 from common.kernels.reference import WINDOW, check_inputs
 
 #: Band spans and global slots are padded to multiples of 16 fp32 lanes: one AVX-512 register, two AVX2 ones.
@@ -41,8 +40,8 @@ _TILE = 16
 
 _FALLBACK = 'use impl="portable" (pure PyTorch) instead'
 
-#: How this process obtained kernel libraries: "compiled" (TVM ran) or "loaded" (from the disk cache).
-_STATS = {"compiled": 0, "loaded": 0}
+#: Kernel libraries this process "compiled" with TVM or "loaded" from the on-disk cache.
+STATS = {"compiled": 0, "loaded": 0}
 _KERNELS: dict[tuple, _Kernels] = {}  # (h, head_dim, dtype, cache folder) -> kernels
 _LOCK = threading.Lock()
 _SCRATCH = threading.local()
@@ -73,11 +72,6 @@ def tvm_available() -> tuple[bool, str]:
         return False, str(error)
 
 
-def cache_stats() -> dict[str, int]:
-    """Kernel libraries this process "compiled" with TVM or "loaded" from the on-disk cache."""
-    return dict(_STATS)
-
-
 def tvm_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_padding_mask: Tensor | None = None,
                   window: int = WINDOW, global_qkv: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """`reference_attention` on TVM kernels, in float32 (or float64), autocast off; (B, H, N, D) -> (B, H, N, D)."""
@@ -103,8 +97,8 @@ def tvm_attention(q: Tensor, k: Tensor, v: Tensor, is_global: Tensor, key_paddin
             index = layout.index[:, None, :, None].expand(batch, heads, -1, head_dim)  # (B, H, Gp, D)
             k_global, v_global = k_.gather(2, index), v_.gather(2, index)
             out = _BandAttention.apply(q_, k_, v_, k_global, v_global, layout, kernels)
-        if layout.count:
-            out[layout.rows_batch, :, layout.rows_position] = _global_rows(q_, k_, v_, global_qkv, layout)
+        if layout.tokens.total:
+            out[layout.tokens.batch, :, layout.tokens.position] = _global_rows(*(global_qkv or (q_, k_, v_)), layout)
         return out.to(q.dtype)
 
 
@@ -112,15 +106,13 @@ def load_kernels(window: int, head_dim: int, dtype: torch.dtype = torch.float32)
     """The compiled kernels of one shape family: from this process, else from the disk cache, else compiled."""
     tvm, te = _import_tvm()
     family = (window // 2, head_dim, dtype, cache_root())
-    kernels = _KERNELS.get(family)
-    if kernels is not None:
-        return kernels
+    if family in _KERNELS:
+        return _KERNELS[family]
     with _LOCK:
         if family not in _KERNELS:
             if not tvm.runtime.enabled("llvm"):
                 raise KernelUnavailableError(f"Apache TVM {tvm.__version__} was built without LLVM; {_FALLBACK}")
-            target = _cpu_target()
-            geometry = _Geometry(window // 2, head_dim)
+            target, geometry = _cpu_target(), _Geometry(window // 2, head_dim)
             type_name = str(dtype).removeprefix("torch.")
             name = f"h{geometry.half}-d{head_dim}-{type_name}-cpu"
             digest = hashlib.sha256(b"\0".join([Path(__file__).read_bytes(), tvm.__version__.encode(),
@@ -130,7 +122,7 @@ def load_kernels(window: int, head_dim: int, dtype: torch.dtype = torch.float32)
             if path.is_file():
                 with contextlib.suppress(Exception):  # an unreadable cache entry is compiled again
                     module = tvm.runtime.load_module(str(path))
-                    _STATS["loaded"] += 1
+                    STATS["loaded"] += 1
             if module is None:
                 module = _compile(tvm, te, target, geometry, type_name)
                 _save_cached(module, path)
@@ -444,7 +436,7 @@ class _Builder:
 
 def _micro_kernel(sch, block: str, rows: int, columns: int, lanes: int) -> None:
     """Register-blocked matmul: `rows` x `columns` outputs in registers while the reduction runs outside them."""
-    _, count = _iterators(sch, block)
+    count = _reductions(sch, block)
     *_, r, x = sch.get_loops(block)[:-count]
     reductions = sch.get_loops(block)[-count:]
     r_outer, r_inner = sch.split(r, [None, rows])
@@ -519,41 +511,10 @@ def _schedule_cpu_products(sch, geometry: _Geometry, unit: _VectorUnit, blocks: 
         _micro_kernel(sch, block, *shapes[kind])
 
 
-def _schedule_cpu_tiles(sch, block: str, geometry: _Geometry, unit: _VectorUnit, kind: str) -> None:
-    """A standalone product: parallel over (batch*heads, tiles), a micro-kernel per tile."""
-    b, u, *_ = sch.get_loops(block)
-    sch.parallel(sch.fuse(b, u))
-    _schedule_cpu_products(sch, geometry, unit, {block: kind})
-
-
-def _schedule_cpu_rows(sch, definition: _Definition) -> None:
-    """Row-fused softmax: rows in parallel, each row's reductions at the row, its outputs after them."""
-    partial = _rfactor_rows(sch, definition.producers)
-    row = sch.fuse(*sch.get_loops(definition.anchor))
-    sch.parallel(row)
-    _compute_at(sch, definition.producers, partial, row)
-    for name in definition.consumers:
-        sch.reverse_compute_at(name, row)
-        _vectorize_last(sch, name)
-
-
-def _schedule_cpu_elementwise(sch, block: str, geometry: _Geometry) -> None:
-    """Data movement: parallel over the two outer axes, the head dimension vectorised where it is innermost."""
-    from tvm.tirx import IntImm
-
-    outer, middle, inner = sch.get_loops(block)
-    sch.parallel(sch.fuse(outer, middle))
-    if isinstance(sch.get(inner).extent, IntImm):
-        _, lane = sch.split(inner, [None, math.gcd(geometry.head_dim, _LANES)])
-        sch.vectorize(lane)
-
-
-def _iterators(sch, block: str) -> tuple[int, int]:
-    """(data-parallel, reduction) iterator counts of a block."""
+def _reductions(sch, block: str) -> int:
     from tvm.tirx import IterVar
 
-    kinds = [iv.iter_type for iv in sch.get(sch.get_sblock(block)).iter_vars]
-    return sum(kind == IterVar.DataPar for kind in kinds), sum(kind == IterVar.CommReduce for kind in kinds)
+    return sum(iv.iter_type == IterVar.CommReduce for iv in sch.get(sch.get_sblock(block)).iter_vars)
 
 
 _MOVES = ("frame_rows", "frame_cols", "gather_rows", "gather_cols")
@@ -561,18 +522,32 @@ _KERNEL_NAMES = ("attend", "band_qk", "softmax_fwd", "band_pv", "band_tpv", "sof
 
 
 def _scheduled(tvm, te, name: str, geometry: _Geometry, dtype: str, unit: _VectorUnit):
+    from tvm.tirx import IntImm
+
     builder = _Builder(te, geometry, dtype)
     definition = (getattr(builder, name.replace("_cols", "_rows"))(transposed=name.endswith("_cols"))
                   if name in _MOVES else getattr(builder, name)())
     sch = tvm.s_tir.Schedule(te.create_prim_func(definition.arguments, index_dtype_override="int64"))
     if name == "attend":
         _schedule_cpu_attend(sch, geometry, unit)
-    elif definition.producers:
-        _schedule_cpu_rows(sch, definition)
-    elif name in _MOVES:
-        _schedule_cpu_elementwise(sch, definition.anchor, geometry)
-    else:
-        _schedule_cpu_tiles(sch, definition.anchor, geometry, unit, "span" if name == "band_qk" else "head")
+    elif definition.producers:  # row-fused softmax: rows in parallel, a row's reductions at the row, outputs after
+        partial = _rfactor_rows(sch, definition.producers)
+        row = sch.fuse(*sch.get_loops(definition.anchor))
+        sch.parallel(row)
+        _compute_at(sch, definition.producers, partial, row)
+        for consumer in definition.consumers:
+            sch.reverse_compute_at(consumer, row)
+            _vectorize_last(sch, consumer)
+    elif name in _MOVES:  # data movement: parallel over the outer two axes, the head dimension vectorised if innermost
+        outer, middle, inner = sch.get_loops(definition.anchor)
+        sch.parallel(sch.fuse(outer, middle))
+        if isinstance(sch.get(inner).extent, IntImm):
+            _, lane = sch.split(inner, [None, math.gcd(geometry.head_dim, _LANES)])
+            sch.vectorize(lane)
+    else:  # a standalone product: parallel over (batch*heads, tiles), a micro-kernel per tile
+        b, u, *_ = sch.get_loops(definition.anchor)
+        sch.parallel(sch.fuse(b, u))
+        _schedule_cpu_products(sch, geometry, unit, {definition.anchor: "span" if name == "band_qk" else "head"})
     return sch.mod["main"].with_attr("global_symbol", name)
 
 
@@ -587,7 +562,7 @@ def _compile(tvm, te, target, geometry: _Geometry, dtype: str):
             f"TVM {tvm.__version__} failed to compile the QDS band kernels (h={geometry.half}, "
             f"head_dim={geometry.head_dim}, {dtype}) for {target}: {type(error).__name__}: "
             f"{lines[-1][:500] if lines else ''}; {_FALLBACK}") from error
-    _STATS["compiled"] += 1
+    STATS["compiled"] += 1
     return module
 
 
@@ -683,26 +658,21 @@ class _GlobalLayout:
     row_ok: Tensor  # (B, nt * R): ordinary valid rows (global, padded and tile-padding rows are not)
     global_ok: Tensor  # (B, Gp): the slot holds a valid global token
     index: Tensor  # (B, Gp) long: positions of the slots
-    rows_batch: Tensor  # (T,): batch of each valid global token, T in all
-    rows_position: Tensor  # (T,): its position
-    rows_slot: Tensor  # (T,): its slot
+    tokens: GlobalTokens  # the valid global tokens, T in all
+    rows_slot: Tensor  # (T,): the slot of each
     rows_mask: Tensor | None  # (B, 1, G, N) bool: the keys of the global rows' SDPA, None where all are valid
-    count: int
-    widest: int
 
     @staticmethod
     def build(is_global: Tensor, key_padding_mask: Tensor | None, geometry: _Geometry, dtype) -> _GlobalLayout:
-        batch, n = is_global.shape
-        device = is_global.device
+        (batch, n), device = is_global.shape, is_global.device
         tokens = global_tokens_of(is_global, key_padding_mask)
-        valid, glob, counts = tokens.valid, tokens.glob, tokens.counts
+        valid, counts = tokens.valid, tokens.counts
         ordinary = (valid & ~is_global).to(dtype)
         key_ok = is_global.new_zeros(batch, geometry.frame(n), dtype=dtype)
         key_ok[:, geometry.half:geometry.half + n] = ordinary
         row_ok = F.pad(ordinary, (0, geometry.tiles(n) * _TILE - n))
         slots = max(_LANES, -(-tokens.widest // _LANES) * _LANES)
-        # A stable sort puts each example's global positions first, in order.
-        order = torch.sort((~glob).to(torch.int8), dim=1, stable=True).indices[:, :slots]
+        order = tokens.order[:, :slots]
         global_ok = torch.arange(slots, device=device)[None] < counts[:, None]
         index = torch.where(global_ok, F.pad(order, (0, slots - order.shape[1])), 0)
         rows_slot = torch.arange(tokens.total, device=device) - (torch.cumsum(counts, 0) - counts)[tokens.batch]
@@ -711,8 +681,7 @@ class _GlobalLayout:
         if tokens.padded or tokens.fewest < tokens.widest:
             # Empty slots may see key 0 too: no row is left without keys (NaN), and their outputs are dropped.
             rows_mask = (valid[:, None, :] | (~slot_ok[:, :, None] & (torch.arange(n, device=device) == 0)))[:, None]
-        return _GlobalLayout(key_ok, row_ok, global_ok.to(dtype), index, tokens.batch, tokens.position, rows_slot,
-                             rows_mask, tokens.total, tokens.widest)
+        return _GlobalLayout(key_ok, row_ok, global_ok.to(dtype), index, tokens, rows_slot, rows_mask)
 
 
 class _BandAttention(torch.autograd.Function):
@@ -752,12 +721,10 @@ def _flat(*tensors: Tensor) -> list[Tensor]:
     return [x.view(-1, *x.shape[2:]) for x in tensors]
 
 
-def _global_rows(q, k, v, global_qkv, layout: _GlobalLayout) -> Tensor:
-    """(T, H, D) outputs of the valid global tokens by SDPA over every valid key (global projections if given)."""
-    if global_qkv is not None:
-        q, k, v = global_qkv
+def _global_rows(q, k, v, layout: _GlobalLayout) -> Tensor:
+    """(T, H, D) outputs of the valid global tokens by SDPA over every valid key (q, k, v: their projections)."""
     batch, heads, n, head_dim = q.shape
-    index = layout.index[:, :layout.widest]  # (B, G): the padding slots of the kernels are not needed here
+    index = layout.index[:, :layout.tokens.widest]  # (B, G): the padding slots of the kernels are not needed here
     queries = q.gather(2, index[:, None, :, None].expand(batch, heads, -1, head_dim))  # (B, H, G, D)
     out = F.scaled_dot_product_attention(queries, k, v, attn_mask=layout.rows_mask)  # (B, H, G, D)
-    return out.transpose(1, 2)[layout.rows_batch, layout.rows_slot]
+    return out.transpose(1, 2)[layout.tokens.batch, layout.rows_slot]

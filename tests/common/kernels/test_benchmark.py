@@ -6,7 +6,8 @@ import json
 import pytest
 import torch
 
-from common.kernels.benchmark import densities, main, measure_isolated, speedups, useful_gflop, with_rates
+from common.benchmarks.fresh_process import measure_in_child
+from common.kernels.benchmark import densities, main, speedups, useful_gflop, with_rates
 from common.kernels.patterns import density, global_tokens, nonzeros, synthetic_layout
 
 pytestmark = pytest.mark.slow  # the second tier (README, "Tests")
@@ -82,7 +83,8 @@ def test_json_lines_csv_and_plot(tmp_path, capsys):
 
 def test_failed_measurement_is_skipped_with_its_error():
     # hf_longformer needs n to be a multiple of its window (128).
-    result = measure_isolated("hf_longformer", 200, "fwd", "cpu", repeats=1, timeout=120)
+    spec = dict(impl="hf_longformer", n=200, pass_="fwd", device="cpu", repeats=1, threads=None)
+    result = measure_in_child("common.kernels.benchmark", spec, 120)
     assert result["skipped"].startswith("ValueError: LongformerSelfAttention needs n to be a multiple")
 
 

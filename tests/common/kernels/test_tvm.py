@@ -180,12 +180,12 @@ def test_disk_cache_serves_a_second_process(cache_dir):
     assert list((cache_dir / "tvm").glob(f"qds-band-h{WINDOW // 2}-d{HEAD_DIM}-float32-cpu-*.so"))
     script = textwrap.dedent(f"""
         import json, torch
-        from common.kernels.tvm_kernel import cache_stats, tvm_attention
+        from common.kernels.tvm_kernel import STATS, tvm_attention
         q = torch.randn(1, 2, 20, {HEAD_DIM})
         is_global = torch.zeros(1, 20, dtype=torch.bool)
         is_global[0, 0] = True
         tvm_attention(q, q, q, is_global, None, {WINDOW})
-        print(json.dumps(cache_stats()))
+        print(json.dumps(STATS))
     """)
     env = {**os.environ, "EFFICIENT_RANKERS_CACHE": str(cache_dir)}
     result = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
