@@ -175,10 +175,8 @@ class RankerCLI(LightningCLI):
             spec = config.data.get(split)
             if spec is not None:
                 spec = spec.as_dict() if isinstance(spec, Namespace) else spec
-                try:
+                with input_errors(TaskSpecError):
                     check_spec(spec, f"data.{split}")
-                except TaskSpecError as error:
-                    usage_error(str(error))
                 specs.append(spec)
                 options.append(f"--data.{split}")
         parts = [None] * len(specs)
@@ -187,8 +185,7 @@ class RankerCLI(LightningCLI):
             options.append(f"--data.{name}")
             parts.append(read)
         refuse_missing_files(specs, options, parts, quiet=not launched_as_global_zero())
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
+        self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{time.strftime('%Y%m%d-%H%M%S')}")
         self.resume_from = None
         self.resuming, self.restarting = config.ckpt_path == "last", False
         if self.resuming:
