@@ -54,8 +54,7 @@ def task_spec_from_args(args: argparse.Namespace) -> SourceSpec:
     elif args.rank_llm:
         spec, where = {"rank_llm_path": args.rank_llm, "qrels_path": args.qrels}, "task"
     else:
-        needed = [name for name in TASK_FILES if name != "qrels"]
-        if not all(getattr(args, name) for name in needed):
+        if not all(getattr(args, name) for name in TASK_FILES if name != "qrels"):
             usage_error("give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics), "
                         "or --rank_llm (and --qrels)")
         spec, where = {field: getattr(args, name) for name, field in TASK_FILES.items()}, "task"
