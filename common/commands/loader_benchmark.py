@@ -22,6 +22,7 @@ from common.benchmarks.memory import peak_rss_mb, reset_peak_rss, rss_mb
 from common.benchmarks.options import benchmark_parser, parse
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, significant
+from common.benchmarks.timing import spread_ms
 from common.refusals import nonnegative_int, positive_int
 
 #: Each loader: (package data module by import path, its embedded default's data settings, the pass it feeds).
@@ -123,9 +124,8 @@ def measure(loader: str, workers: int, batches: int, repeats: int, shard_size: i
         steps = counted / batch_size(loader) if loader in INDEX else seen  # what the model's steps consumed
         per_step.append(1000 * (end - first) / steps)
         examples = counted
-    return {"ms": statistics.median(per_step), "ms_min": min(per_step), "ms_max": max(per_step),
-            "examples_per_s": statistics.median(rates), "startup_s": statistics.median(startups), "peak_mb": peak,
-            "batches": seen, "examples": examples}
+    return {**spread_ms(per_step), "examples_per_s": statistics.median(rates),
+            "startup_s": statistics.median(startups), "peak_mb": peak, "batches": seen, "examples": examples}
 
 
 def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
