@@ -1,7 +1,6 @@
-"""Bad command-line input ends in one line on stderr, ``error: <what>`` naming the option or the file and line, and
-exit status 2 (argparse's for usage errors), no traceback: `usage_error`, `ArgumentParser` (argparse whose errors are
-that line), `SettingError` (a setting refused where it is used), argparse types (`positive_int`, `existing_file`,
-`output_folder`...), what keeps a command from writing where it would, and `input_errors` (a bad input file's error
+"""Bad command-line input ends in one line on stderr, ``error: <what>`` naming the option or the file and line, exit
+status 2 (argparse's), no traceback: `usage_error`, `ArgumentParser`, `SettingError` (a setting refused where it is
+used), argparse types, what keeps a command from writing where it would, and `input_errors` (a bad input file's error
 as that line). Standard library only.
 """
 
@@ -25,8 +24,7 @@ def usage_error(message: str) -> NoReturn:
 
 
 class SettingError(ValueError):
-    """A setting no type can refuse, raised where it is used; ``option`` is its command-line name (``model.window``),
-    answered as ``error: --model.window: <message>``."""
+    """A setting no type can refuse, raised where it is used: ``error: --<option>: <message>``."""
 
     def __init__(self, option: str, message: str):
         super().__init__(f"{option}: {message}")
@@ -40,49 +38,37 @@ class ArgumentParser(argparse.ArgumentParser):
         usage_error(message)
 
 
-def _integer(text: str, least: int, what: str) -> int:
+def _parsed(text: str, kind: type, accepted: Callable[[float], bool], what: str):
+    """`text` as a `kind` that is `accepted`, else refused: ``must be <what>, got <text>``."""
     try:
-        value = int(text)
+        value = kind(text)
     except ValueError:
         value = None
-    if value is None or value < least:
-        raise argparse.ArgumentTypeError(f"must be a {what} integer, got {text}")
+    if value is None or not accepted(value):
+        raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
     return value
 
 
 def positive_int(text: str) -> int:
-    """An integer of at least 1."""
-    return _integer(text, 1, "positive")
+    return _parsed(text, int, lambda value: value >= 1, "a positive integer")
 
 
 def nonnegative_int(text: str) -> int:
-    """An integer of at least 0."""
-    return _integer(text, 0, "non-negative")
+    return _parsed(text, int, lambda value: value >= 0, "a non-negative integer")
 
 
 def positive_float(text: str) -> float:
     """A finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+    return _parsed(text, float, lambda value: 0 < value < math.inf, "a positive number")
 
 
 def number_in(low: float, high: float = math.inf, *, above_low: bool = False) -> Callable[[str], float]:
     """An argparse type: a finite number from `low` (above it with `above_low`) to `high`."""
+    bounds = f"{'>' if above_low else '>='} {low:g}" + (f" and <= {high:g}" if math.isfinite(high) else "")
 
     def number(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and (low < value if above_low else low <= value) and value <= high):
-            bounds = f"{'>' if above_low else '>='} {low:g}" + (f" and <= {high:g}" if math.isfinite(high) else "")
-            raise argparse.ArgumentTypeError(f"must be a number {bounds}, got {text}")
-        return value
+        return _parsed(text, float, lambda value: math.isfinite(value) and value <= high
+                       and (low < value if above_low else low <= value), f"a number {bounds}")
 
     return number
 

@@ -46,8 +46,7 @@ def add_size_options(parser: argparse.ArgumentParser, sizes: dict[str, BertSize]
 
 
 def resolve_size(args: argparse.Namespace, sizes: dict[str, BertSize]) -> None:
-    """Set the size options left out to ``sizes[args.device]``'s; heads that do not divide the hidden size end the
-    command."""
+    """Set the size options left out to ``sizes[args.device]``'s; heads not dividing the hidden size are refused."""
     for name, value in sizes[args.device].options().items():
         setattr(args, name, getattr(args, name) or value)
     if args.hidden_size % args.num_heads:

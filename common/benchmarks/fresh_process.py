@@ -1,6 +1,5 @@
-"""A measurement in a fresh process, whose peak resident set is then its own: `measure_in_child` runs
-``python -m <module> --_one SPEC`` and the child answers with `answer`. A failure, in a child or in this process
-(`guarded`), is a row skipped with its reason, so a sweep goes on."""
+"""A measurement in a fresh process, whose peak resident set is its own (`measure_in_child`; the child: `answer`). A
+failure, in a child or in this process (`guarded`), is a row skipped with its reason, so a sweep goes on."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from collections.abc import Callable
 
 
 def guarded(measure: Callable[..., dict], /, *args, **kwargs) -> dict:
-    """``measure(*args, **kwargs)``, or ``{"skipped": its error's first line}`` when it fails; what it left is freed
-    either way."""
+    """``measure(*args, **kwargs)``, or ``{"skipped": its error's first line}``; what it left is freed either way."""
     try:
         return measure(*args, **kwargs)
     except Exception as error:  # noqa: BLE001 - any failure is the row's, with its reason
@@ -27,8 +25,7 @@ def guarded(measure: Callable[..., dict], /, *args, **kwargs) -> dict:
 
 
 def measure_in_child(module: str, spec: dict, timeout: float, env: dict[str, object] | None = None) -> dict:
-    """``python -m module --_one SPEC`` (`spec` as JSON: the measurement's keyword arguments) with the variables
-    `env` set: its result, or ``{"skipped": reason}``."""
+    """``python -m module --_one SPEC`` (`spec`: keyword arguments, as JSON) under `env`, or ``{"skipped": reason}``."""
     command = [sys.executable, "-m", module, "--_one", json.dumps(spec)]
     if env:
         command = ["env", *(f"{key}={value}" for key, value in env.items()), *command]
@@ -45,8 +42,7 @@ def answer(spec: str, measure: Callable[..., dict]) -> int:
 
 
 def run_isolated(command: list[str], timeout: float) -> dict:
-    """The JSON object `command` prints as its last line, or ``{"skipped": reason}`` (the last line of its error
-    output) when it fails or runs past `timeout`."""
+    """The JSON object `command` prints last, or ``{"skipped": its error's last line}`` (failed, or past `timeout`)."""
     import subprocess
 
     try:

@@ -40,8 +40,7 @@ def max_rss_mb() -> float:
 
 
 def reset_peak_rss() -> bool:
-    """Return freed heap pages to the system and reset the peak resident set (VmHWM) to the current one; False where
-    ``/proc/self/clear_refs`` cannot be written."""
+    """Return freed heap to the system and reset the peak resident set (VmHWM); False where it cannot be reset."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None).malloc_trim(0)  # glibc keeps freed small blocks resident otherwise
     try:
@@ -68,8 +67,7 @@ def available_mb() -> float:
 
 
 def limit_data_segment(share: float) -> None:
-    """RLIMIT_DATA = this process's data segment + `share` of MemAvailable: an allocation beyond it is an error in
-    this process, not the OOM killer."""
+    """RLIMIT_DATA = data segment + `share` of MemAvailable: an allocation beyond it fails, not the OOM killer."""
     limit = int(status_mb("VmData:") * MB) + int(share * available_mb() * MB)
     _, hard = resource.getrlimit(resource.RLIMIT_DATA)
     if hard != resource.RLIM_INFINITY:

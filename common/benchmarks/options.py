@@ -1,6 +1,6 @@
-"""The options every benchmark command takes (`benchmark_parser`, `parse`) and the argument types beside
-`common.refusals`'. A run writes into a new, git-ignored ``outputs/<name>-benchmark-<time>`` by default, never into
-the committed ``results/<name>/``, which ``--output_dir results/<name> --overwrite`` replaces."""
+"""The options every benchmark command takes (`benchmark_parser`, `parse`) and argument types beside `common.refusals`'.
+A run writes into a new ``outputs/<name>-benchmark-<time>`` by default, never into the committed ``results/<name>/``
+(``--output_dir results/<name> --overwrite`` replaces it)."""
 
 from __future__ import annotations
 
@@ -28,18 +28,16 @@ class _Help(argparse.ArgumentDefaultsHelpFormatter):
 def benchmark_parser(prog: str, description: str, *, results: str, writes: str, repeats: int | None,
                      repeats_help: str, threads: int | None = None, devices: bool = True, device: str | None = None,
                      seed: str | None = None, timeout: float | None = None, child: bool = False) -> ArgumentParser:
-    """A parser with the options every benchmark takes, in a group after the benchmark's own: `results` names the
-    committed ``results/<results>``, `writes` what goes there; `child` adds the hidden ``--_one SPEC`` of
-    `common.benchmarks.fresh_process.measure_in_child`."""
+    """A parser with the options every benchmark takes, grouped after its own: `results` names ``results/<results>``,
+    `writes` what goes there; `child` adds `common.benchmarks.fresh_process.measure_in_child`'s hidden ``--_one``."""
     parser = ArgumentParser(prog=prog, description=description, formatter_class=_Help)
     shared = parser.add_argument_group("options every benchmark takes")
     shared.add_argument("--repeats", type=positive_int, default=repeats, help=repeats_help)
     if devices:
         shared.add_argument("--device", choices=("cpu", "cuda"), default=device,
                             help="cpu or cuda" + ("" if device else " (default: cuda where available)"))
-    shared.add_argument("--threads", type=positive_int, default=threads,
-                        help="torch.set_num_threads for the run, restored after it" + ("" if threads else
-                                                                                       " (default: torch's)"))
+    shared.add_argument("--threads", type=positive_int, default=threads, help="torch.set_num_threads for the run, "
+                        "restored after it" + ("" if threads else " (default: torch's)"))
     if seed:
         shared.add_argument("--seed", type=int, default=0, help=seed)
     if timeout:
@@ -57,8 +55,7 @@ def benchmark_parser(prog: str, description: str, *, results: str, writes: str, 
 
 
 def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
-    """`parser`'s arguments, a value given twice to a list option refused; the start time written into the default
-    ``--output_dir``."""
+    """`parser`'s arguments, a value given twice to a list option refused, the default ``--output_dir`` timed."""
     args = parser.parse_args(argv)
     default = parser.get_default("output_dir")
     if default is not None and args.output_dir == Path(default):
@@ -71,28 +68,26 @@ def parse(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.N
     return args
 
 
-def even_int(reason: str) -> Callable[[str], int]:
-    """An argparse type: a positive even integer; an odd one is refused with `reason`."""
+def _positive_int_that(accepted: Callable[[int], bool], what: str) -> Callable[[str], int]:
+    """An argparse type: a positive integer that is `accepted`, else refused: ``must be <what>, got <value>``."""
 
-    def even(text: str) -> int:
+    def checked(text: str) -> int:
         value = positive_int(text)
-        if value % 2:
-            raise argparse.ArgumentTypeError(f"must be even ({reason}), got {value}")
+        if not accepted(value):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {value}")
         return value
 
-    return even
+    return checked
+
+
+def even_int(reason: str) -> Callable[[str], int]:
+    """A positive even integer; an odd one is refused with `reason`."""
+    return _positive_int_that(lambda value: value % 2 == 0, f"even ({reason})")
 
 
 def int_above(low: int, reason: str) -> Callable[[str], int]:
-    """An argparse type: a positive integer above `low`; one at most `low` is refused with `reason`."""
-
-    def above(text: str) -> int:
-        value = positive_int(text)
-        if value <= low:
-            raise argparse.ArgumentTypeError(f"must be above {low} ({reason}), got {value}")
-        return value
-
-    return above
+    """A positive integer above `low`; one at most `low` is refused with `reason`."""
+    return _positive_int_that(lambda value: value > low, f"above {low} ({reason})")
 
 
 def resolve_device(requested: str | None) -> str:

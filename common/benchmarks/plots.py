@@ -34,8 +34,7 @@ class Panel:
 
 def bar_chart(rows: list[dict], path: Path, *, label: Callable[[dict], str], text: Callable[[dict], str | None],
               passes: Sequence[str], ylabel: str, title: str, overwrite: bool = False) -> None:
-    """Bars of the rows' ``ms``, one panel per length ``n``, one series per pass, each bar at its row's `label` with
-    its `text` above it; skipped rows left out."""
+    """Bars of the measured rows' ``ms``, a panel per length ``n``, a series per pass, at `label` with `text` above."""
     measured = [r for r in rows if r["ms"] is not None]
     panels = [Panel(f"n = {n}", "", ylabel, log="y", bars=True, lines=[
         Line(pass_, [(label(r), r["ms"], text(r)) for r in measured if (r["n"], r["pass"]) == (n, pass_)])

@@ -19,8 +19,7 @@ def output_paths(folder: Path, stem: str, extensions: Sequence[str] = ("csv", "j
 
 
 class Session:
-    """One run of a benchmark command, a context manager over its measurements; `paths` its output files by kind
-    (``csv``, ``jsonl``, ``png``, others written by `finish`'s `documents`)."""
+    """One run of a benchmark command, a context manager over its measurements; `paths`: its output files by kind."""
 
     def __init__(self, args: argparse.Namespace, paths: dict[str, Path]):
         self.paths, self.json, self.overwrite, self.threads = paths, args.json, args.overwrite, args.threads
@@ -60,9 +59,9 @@ class Session:
     def finish(self, rows: list[dict], fields: Sequence[str] | None = None, *, plot: Callable | None = None,
                table: Callable[[list[dict]], str] | Sequence[tuple[str, str]] | None = None,
                documents: dict[str, object] | None = None) -> int:
-        """Write `rows` (CSV with the `fields` columns, by default every key in order; JSONL), each of `documents` as
-        JSON, the plot (``plot(rows, path, overwrite)``) and print ``table(rows)`` (or a `text_table` of (key, format
-        spec) columns): the exit status, 1 (nothing written) when no row was measured."""
+        """Write `rows` (CSV of `fields`, default every key; JSONL), `documents` as JSON, ``plot(rows, path,
+        overwrite)``, print ``table(rows)`` (or a `text_table` of (key, spec) columns); returns the exit status, 1
+        (nothing written) where no row was measured."""
         if all(row.get("skipped") for row in rows):
             print("no measurement succeeded", file=sys.stderr)
             return 1

@@ -1,5 +1,5 @@
-"""Timing: each call's milliseconds (CUDA synchronised around it), their median and spread, CPU time beside the wall
-clock, the parts of a call, a model's training or inference step, and FLOPs counted."""
+"""Timing: milliseconds of calls (CUDA synchronised), their median and spread, CPU time, the parts of a call, a model's
+training or inference step, and FLOPs counted."""
 
 from __future__ import annotations
 
@@ -35,8 +35,7 @@ def spread_ms(times: Sequence[float]) -> dict[str, float]:
 
 
 def wall_and_cpu_ms(step: Callable[[], object], repeats: int) -> tuple[float, float]:
-    """Median wall-clock ms of `repeats` calls of `step` on the CPU, and the median process CPU ms (all threads) of
-    the same calls."""
+    """Median wall-clock ms of `repeats` calls of `step` on the CPU, and their median process CPU ms (all threads)."""
     cpu = []
 
     def step_with_cpu_time():
@@ -61,8 +60,7 @@ class PartTimes:
 
 
 def training_step(model, loss: Callable[[object], object], lr: float) -> Callable[[object], None]:
-    """One training step of `model` (in train mode) on a batch: ``loss(batch)``, backward, an Adam step, the
-    gradients cleared."""
+    """A training step of `model` (train mode): ``loss(batch)``, backward, an Adam step, gradients cleared."""
     import torch
 
     model.train()
@@ -90,8 +88,7 @@ def inference_step(model) -> Callable[[object], object]:
 
 
 def measure_step(step: Callable[[object], object], batch, *, warmup: int, repeats: int, device: str) -> dict:
-    """``peak_mb`` of the first call of `step` on `batch`, then `warmup` - 1 untimed calls, and ``ms``, the median of
-    `repeats` timed ones."""
+    """``peak_mb`` of the first call of `step`, `warmup` - 1 untimed calls, then ``ms``: the median of `repeats`."""
     peak = peak_mb(lambda: step(batch), device)
     for _ in range(warmup - 1):
         step(batch)

@@ -1,10 +1,8 @@
-"""`RankerCLI`: the LightningCLI of every ``python -m <package>.train``, with the repository's conventions (README,
-"Conventions every package follows"): the package's default config without ``--config``, seed 0, an output folder
-that is new or empty (``config.yaml``, ``provenance.json``, ``checkpoints/`` with the best on dev and ``last.ckpt``,
-``logs/metrics.csv``), ``--ckpt_path last`` resuming a run with its own settings (`common.training.resume`), global
-rank zero alone writing (`common.commands.run_folder.launched_as_global_zero`). Bad input ends in one line and exit
-status 2 before anything is written: the parser's errors (`CommandParser`), a `common.refusals.SettingError` a class
-raises where it uses a setting, Lightning's ``MisconfigurationException`` (`refused_settings`).
+"""`RankerCLI`: the LightningCLI of every ``python -m <package>.train`` (README, "Conventions every package follows"):
+the default config without ``--config``, seed 0, a new or empty output folder (``config.yaml``, ``provenance.json``,
+``checkpoints/`` best on dev and ``last.ckpt``, ``logs/metrics.csv``), ``--ckpt_path last`` resuming with the run's own
+settings, global rank zero alone writing. Bad input ends in one line, exit status 2, before anything is written: parser
+errors (`CommandParser`), a `common.refusals.SettingError`, Lightning's ``MisconfigurationException``.
 """
 
 from __future__ import annotations
@@ -49,14 +47,12 @@ _ABSENT = object()
 INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError, DatasetUnavailableError)
 
 
-def _flat(tree, prefix: str = "") -> dict:
+def _flat(tree, key: str = "") -> dict:
     """A config's nested mappings as ``{"a.b.c": value}``."""
     if not isinstance(tree, dict):
-        return {prefix: tree}
-    flat = {}
-    for key, value in tree.items():
-        flat.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {f"{prefix}{key}": value})
-    return flat
+        return {key: tree}
+    named = {f"{key}.{name}" if key else str(name): value for name, value in tree.items()}
+    return {flat: leaf for name, value in named.items() for flat, leaf in _flat(value, name).items()}
 
 
 def _shown(value) -> str:
@@ -94,11 +90,6 @@ class CommandParser(LightningArgumentParser):
         usage_error(one_line(message))
 
 
-def replaces_default_config(given: list[str]) -> bool:
-    """Whether ``--config`` is on the command line `given`: its files then replace the command's default config."""
-    return any(arg == "--config" or arg.startswith("--config=") for arg in given)
-
-
 @contextlib.contextmanager
 def refused_settings():
     """A `SettingError` or Lightning's ``MisconfigurationException`` inside the block ends the command in one line."""
@@ -119,26 +110,17 @@ def _command_text(command: str | None) -> dict:
 
 
 class RankerCLI(LightningCLI):
-    """LightningCLI built but not run (`fit_and_test` trains and tests): `arguments(parser)` adds the command's
-    options and links, `run_name(config)` names the default output folder, `monitor` selects the best checkpoint."""
+    """LightningCLI built, not run (`fit_and_test` runs it): `arguments(parser)` adds options and links,
+    `run_name(config)` names the default output folder, `monitor` selects the best checkpoint."""
 
-    def __init__(
-        self,
-        model_class,
-        datamodule_class,
-        *,
-        default_config: Path,
-        run_name: Callable[[Namespace], str],
-        monitor: str,
-        command: str | None = None,
-        arguments: Callable[[LightningArgumentParser], None] | None = None,
-        args=None,
-        **kwargs,
-    ):
+    def __init__(self, model_class, datamodule_class, *, default_config: Path, run_name: Callable[[Namespace], str],
+                 monitor: str, command: str | None = None,
+                 arguments: Callable[[LightningArgumentParser], None] | None = None, args=None, **kwargs):
         self.run_name, self.monitor, self.arguments = run_name, monitor, arguments
         given = sys.argv[1:] if args is None else args
         self.command, self.given = command, given
-        explicit = replaces_default_config(given)
+        # --config's files replace the command's default config.
+        explicit = any(arg == "--config" or arg.startswith("--config=") for arg in given)
         self.resumed_dir = resumed_run(given) if isinstance(given, list) else None
         if self.resumed_dir is not None:
             default_config = self.resumed_dir / CONFIG
@@ -147,10 +129,9 @@ class RankerCLI(LightningCLI):
                          "formatter_class": CommandHelpFormatter, **_command_text(command)}
         parser_kwargs.update(kwargs.pop("parser_kwargs", None) or {})
         with refused_settings():
-            super().__init__(
-                model_class, datamodule_class, args=args, run=False, save_config_callback=None,
-                seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser, **kwargs,
-            )
+            super().__init__(model_class, datamodule_class, args=args, run=False, save_config_callback=None,
+                             seed_everything_default=0, parser_kwargs=parser_kwargs, parser_class=CommandParser,
+                             **kwargs)
 
     def add_core_arguments_to_parser(self, parser) -> None:
         """The model's and data module's options, then the trainer's: ``--help`` lists the package's own first."""
@@ -160,8 +141,7 @@ class RankerCLI(LightningCLI):
         parser.set_defaults({f"trainer.{k}": v for k, v in self.trainer_defaults.items() if k != "callbacks"})
 
     def parse_arguments(self, parser, args) -> None:
-        """Parse; values of restricted types (``PositiveInt``...) become plain numbers, as checkpoints'
-        hyperparameters must be for ``torch.load(weights_only=True)``."""
+        """Parse; restricted types' values (``PositiveInt``...) become plain numbers for ``weights_only`` loads."""
         super().parse_arguments(parser, args)
         for key, value in list(self.config.items()):
             if isinstance(value, (int, float)) and type(value) not in (int, float, bool):
@@ -188,18 +168,15 @@ class RankerCLI(LightningCLI):
             announcer.setLevel(level)
 
     def before_instantiate_classes(self) -> None:
-        """Refuse bad tasks (their form, an ir_datasets task's missing files) and output folder before anything is
-        built."""
+        """Refuse bad tasks (form, an ir_datasets task's missing files) and output folder before anything is built."""
         config = self.config
         specs, options = [], []
         for split in ("train", "dev", "test"):
             spec = config.data.get(split)
             if spec is not None:
                 spec = spec.as_dict() if isinstance(spec, Namespace) else spec
-                try:
+                with input_errors(TaskSpecError):
                     check_spec(spec, f"data.{split}")
-                except TaskSpecError as error:
-                    usage_error(str(error))
                 specs.append(spec)
                 options.append(f"--data.{split}")
         parts = [None] * len(specs)
@@ -208,8 +185,7 @@ class RankerCLI(LightningCLI):
             options.append(f"--data.{name}")
             parts.append(read)
         refuse_missing_files(specs, options, parts, quiet=not launched_as_global_zero())
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{stamp}")
+        self.output_dir = Path(config.output_dir or f"outputs/{self.run_name(config)}-{time.strftime('%Y%m%d-%H%M%S')}")
         self.resume_from = None
         self.resuming, self.restarting = config.ckpt_path == "last", False
         if self.resuming:
@@ -247,8 +223,7 @@ class RankerCLI(LightningCLI):
                         f"{said}{more}")
 
     def instantiate_classes(self) -> None:
-        """Open and check the data module's tasks (refused in one line), then build the classes; the checked data
-        module is the one trained on."""
+        """Open and check the data module's tasks, then build the classes; the checked data module is trained on."""
         checked = None
         if issubclass(self.datamodule_class, RerankingDataModule):
             with input_errors(*INPUT_ERRORS):
@@ -272,7 +247,7 @@ class RankerCLI(LightningCLI):
         rank_zero_info(f"output folder: {self.output_dir}")
 
     def _refuse(self, problem: str) -> None:
-        """Stop every process with exit status 2; global rank zero says why in one line (`usage_error`)."""
+        """Stop every process with exit status 2; global rank zero says why in one line."""
         if self.trainer.is_global_zero:
             usage_error(problem)
         raise SystemExit(2)
@@ -284,9 +259,7 @@ class RankerCLI(LightningCLI):
                                           enable_version_counter=False)
         last = LastCheckpoint(folder, self.config.save_every_n_steps)
         configured = self.config_init.trainer.get("callbacks") or []
-        resume_step = checkpoint_step(self.resume_from) if self.config.ckpt_path == "last" else None
-        if self.restarting:
-            resume_step = 0
+        resume_step = checkpoint_step(self.resume_from) if self.resuming else 0 if self.restarting else None
         kwargs.update(
             default_root_dir=str(self.output_dir),
             logger=[RunLogger(self.output_dir, resume_step), *self._configured_loggers()],
@@ -296,7 +269,7 @@ class RankerCLI(LightningCLI):
         return super().instantiate_trainer(**kwargs)
 
     def _configured_loggers(self) -> list:
-        """The loggers ``--trainer.logger`` names, after the run's own `RunLogger` (resuming needs it)."""
+        """The loggers ``--trainer.logger`` names, put after the run's own `RunLogger` (resuming needs it)."""
         configured = self.config_init.trainer.get("logger")
         if isinstance(configured, bool) or configured is None:
             return []
@@ -318,14 +291,12 @@ class RankerCLI(LightningCLI):
         return path
 
     def write_provenance(self) -> None:
-        """Write ``output_dir/provenance.json`` (global rank zero, atomically, if absent)."""
         if self.trainer.is_global_zero and self.command is not None and isinstance(self.given, list):
             write_provenance(self.output_dir, self.command, self.given)
 
     def fit_and_test(self) -> bool:
-        """`write_config`, `write_provenance`, fit (from `resume_from`), then test the best checkpoint on dev (else the
-        last, else the weights as they are: `tested_checkpoint`) where there is a test split. Returns whether this
-        process writes the test outputs (global rank zero, with a test split)."""
+        """Write config and provenance, fit, then test the best checkpoint on dev (else the last, else the weights as
+        they are: `tested_checkpoint`); returns whether this process writes test outputs (rank zero, a test split)."""
         trainer, model, data = self.trainer, self.model, self.datamodule
         self.write_config()
         self.write_provenance()

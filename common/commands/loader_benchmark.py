@@ -1,8 +1,7 @@
-"""``python -m common.commands.loader_benchmark``: how many examples a second each package's training and index
-loaders make on the CPU, with 0, 2 and 4 loader workers (``results/loaders/``), to read against a model's step: the
-loaders exactly as the commands build them, on the built-in collection, each (loader, workers) timed ``--repeats``
-times on a new loader. The paper packages' classes are named by import path (`common` imports no paper package).
-docs/loader_benchmark.md has the details.
+"""``python -m common.commands.loader_benchmark``: examples a second of each package's training and index loaders on
+the CPU with 0, 2 and 4 workers (``results/loaders/``), to read against a model's step: the loaders as the commands
+build them, on the built-in collection, each timed ``--repeats`` times on a new loader. The paper packages' classes
+are named by import path (`common` imports no paper package). Details: docs/loader_benchmark.md.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import time
 from collections.abc import Callable
 from importlib import import_module
 from pathlib import Path
+from pkgutil import resolve_name
 
 from common.benchmarks.fresh_process import guarded
 from common.benchmarks.machine import cpu_model, machine
@@ -22,22 +22,19 @@ from common.benchmarks.memory import peak_rss_mb, reset_peak_rss, rss_mb
 from common.benchmarks.options import benchmark_parser, parse
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, significant
+from common.benchmarks.timing import spread_ms
 from common.refusals import nonnegative_int, positive_int
 
 #: Each loader: (package data module by import path, its embedded default's data settings, the pass it feeds).
 TRAINING = {
-    "qds.train": ("qds.data.QDSDataModule",
-                  {"pattern": "qds", "tokenizer": "builtin", "max_length": 2048, "negatives": 1, "depth": 30,
-                   "batch_size": 8}),
-    "conformer_kernel.train": ("conformer_kernel.data.ConformerKernelDataModule",
-                               {"embedding_dim": 32, "min_count": 2, "depth": 100, "group_size": 4,
-                                "batch_size": 16}),
-    "earl.train": ("earl.data.EARLDataModule",
-                   {"architecture": "earl", "tokenizer": "builtin", "query_length": 16, "passage_length": 128,
-                    "negatives": 1, "depth": 30, "batch_size": 16}),
-    "mva.train": ("mva.data.MVADataModule",
-                  {"architecture": "mva", "tokenizer": "builtin", "query_length": 32, "passage_length": 112,
-                   "negatives": 7, "depth": 30, "batch_size": 16}),
+    "qds.train": ("qds.data.QDSDataModule", {"pattern": "qds", "tokenizer": "builtin", "max_length": 2048,
+                                             "negatives": 1, "depth": 30, "batch_size": 8}),
+    "conformer_kernel.train": ("conformer_kernel.data.ConformerKernelDataModule", {
+        "embedding_dim": 32, "min_count": 2, "depth": 100, "group_size": 4, "batch_size": 16}),
+    "earl.train": ("earl.data.EARLDataModule", {"architecture": "earl", "tokenizer": "builtin", "query_length": 16,
+                                                "passage_length": 128, "negatives": 1, "depth": 30, "batch_size": 16}),
+    "mva.train": ("mva.data.MVADataModule", {"architecture": "mva", "tokenizer": "builtin", "query_length": 32,
+                                             "passage_length": 112, "negatives": 7, "depth": 30, "batch_size": 16}),
 }
 #: Each index loader: the training loader whose data module encodes its documents, and its command's batch size.
 INDEX = {"conformer_kernel.index": ("conformer_kernel.train", 8), "earl.index": ("earl.train", 128),
@@ -54,12 +51,9 @@ TABLE = (("impl", ""), ("workers", "d"), ("batch_size", "d"), ("ms", ".1f"), ("e
 
 
 def data_module(loader: str, workers: int):
-    """The training `loader`'s data module on the built-in tasks with `workers` workers, its training dataset set
-    up."""
+    """The training `loader`'s data module on the built-in tasks with `workers` workers, its training set up."""
     path, settings = TRAINING[loader]
-    module, name = path.rsplit(".", 1)
-    data = getattr(import_module(module), name)(train="builtin:train", dev=None, test="builtin:test",
-                                                num_workers=workers, **settings)
+    data = resolve_name(path)(train="builtin:train", dev=None, test="builtin:test", num_workers=workers, **settings)
     data.prepare_data()
     data.setup("fit")
     return data
@@ -130,9 +124,8 @@ def measure(loader: str, workers: int, batches: int, repeats: int, shard_size: i
         steps = counted / batch_size(loader) if loader in INDEX else seen  # what the model's steps consumed
         per_step.append(1000 * (end - first) / steps)
         examples = counted
-    return {"ms": statistics.median(per_step), "ms_min": min(per_step), "ms_max": max(per_step),
-            "examples_per_s": statistics.median(rates), "startup_s": statistics.median(startups), "peak_mb": peak,
-            "batches": seen, "examples": examples}
+    return {**spread_ms(per_step), "examples_per_s": statistics.median(rates),
+            "startup_s": statistics.median(startups), "peak_mb": peak, "batches": seen, "examples": examples}
 
 
 def plot(rows: list[dict], path: Path, overwrite: bool) -> None:

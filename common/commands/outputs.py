@@ -1,7 +1,6 @@
 """What the train and evaluate commands write and print: ``run.trec`` (``run.<mode>.trec`` for several), ``task.json``
 and, last, ``metrics.json`` (run -> measure -> value, BM25 under ``bm25``), never over a file. A task without
-judgments writes no metrics and prints `NO_QRELS`; the paper's numbers are printed only for the paper's datasets.
-"""
+judgments writes no metrics and prints `NO_QRELS`; the paper's numbers are printed only for the paper's datasets."""
 
 from __future__ import annotations
 
@@ -29,20 +28,17 @@ def top(run: Run, depth: int) -> Run:
     return {qid: dict(ranked(scores)[:depth]) for qid, scores in run.items()}
 
 
-def write_results(output_dir: Path, name: str, run: Run, qrels: Qrels, candidates: Run, relevance_level: int, *,
-                  measures: tuple[str, ...], task, dataset: str | None, others: dict | None = None,
-                  overwrite: bool = False) -> dict | None:
-    """Write ``run.trec``, ``task.json`` and, last, ``metrics.json``."""
-    return _write(output_dir, {RUN: (name, run)}, qrels, candidates, relevance_level, measures=measures, task=task,
-                  dataset=dataset, others=others, overwrite=overwrite)
+def write_results(output_dir: Path, name: str, run: Run, qrels: Qrels, candidates: Run, relevance_level: int,
+                  **settings) -> dict | None:
+    """Write ``run.trec``, ``task.json`` and, last, ``metrics.json`` (`settings`: `_write`'s)."""
+    return _write(output_dir, {RUN: (name, run)}, qrels, candidates, relevance_level, **settings)
 
 
 def write_mode_results(output_dir: Path, name: str, runs: dict[str, Run], qrels: Qrels, candidates: Run,
-                       relevance_level: int, *, measures: tuple[str, ...], task, dataset: str | None, depth: int,
-                       others: dict | None = None, overwrite: bool = False) -> dict | None:
+                       relevance_level: int, *, depth: int, **settings) -> dict | None:
+    """Write ``run.<mode>.trec`` of each of `runs`, cut to `depth`, ``task.json`` and, last, ``metrics.json``."""
     named = {mode_run(mode): (f"{name}-{mode}", top(run, depth)) for mode, run in runs.items()}
-    return _write(output_dir, named, qrels, candidates, relevance_level, measures=measures, task=task,
-                  dataset=dataset, others=others, depth=depth, overwrite=overwrite)
+    return _write(output_dir, named, qrels, candidates, relevance_level, depth=depth, **settings)
 
 
 def _write(output_dir: Path, runs: dict[str, tuple[str, Run]], qrels: Qrels, candidates: Run, relevance_level: int,

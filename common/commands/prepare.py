@@ -1,11 +1,10 @@
-"""One ``main`` for the four ``python -m <package>.prepare`` commands: every cache a training run reads, built ahead
-on a CPU node (document stores, ir_datasets' stores, the training table, a learnt tokenizer, the Conformer-Kernel's
-vocabulary and word2vec embeddings, pretrained weights in Hugging Face's cache), so that the training job finds them.
+"""One ``main`` for the four ``python -m <package>.prepare``: every cache a training run reads, built ahead on a CPU
+node (document stores, ir_datasets' stores, the training table, a learnt tokenizer, the Conformer-Kernel's vocabulary
+and word2vec embeddings, pretrained weights in Hugging Face's cache), so that the training job finds them.
 
-It parses train's command line with train's parser (`PrepareCLI`: bad input refused as train refuses it), opens and
-checks the data module and makes the model as train does, then builds the data module's caches (`prepare_caches`)
-and prints each, built or found built. No trainer is made: options of devices, nodes and strategy are left to the
-training job; kernels compiled on first use are built by the machine that runs them.
+It parses train's command line with train's parser (`PrepareCLI`), opens and checks the data module and makes the
+model as train does, then builds and prints the data module's caches. No trainer is made: devices, nodes and strategy
+are left to the training job; kernels compiled on first use are built by the machine that runs them.
 """
 
 from __future__ import annotations
@@ -30,9 +29,8 @@ class PrepareCLI(RankerCLI):
 
 def run_prepare(command: TrainCommand, name: str, args: list[str] | None = None,
                 pretrained: tuple[str, ...] = ()) -> list:
-    """Build and print every cache `command` (a package's train command) reads with command line `args` (None:
-    ``sys.argv[1:]``), as ``python -m <name>``, and the options of `pretrained` (``model.encoder``) that name a model
-    loaded through ``from_pretrained``. Returns the caches asked for (`common.io.CacheUse`, in order)."""
+    """Build and print every cache train `command` reads with `args` (None: ``sys.argv[1:]``), as ``python -m <name>``,
+    and the options of `pretrained` (``model.encoder``) naming a ``from_pretrained`` model; returns the caches asked."""
     from common.commands.quiet import quiet_lightning
     from common.io import recorded_caches
 
@@ -45,9 +43,8 @@ def run_prepare(command: TrainCommand, name: str, args: list[str] | None = None,
 
 
 def prepare_caches(data: RerankingDataModule, config, pretrained: tuple[str, ...] = ()) -> dict[str, str]:
-    """Build (or find built) what `data` reads in training and testing: each split's document store,
-    ``prepare_data``, the datasets of ``setup("fit")`` and ``setup("test")``, and its tokenizer. Returns the options
-    of `pretrained` that name a model loaded through ``from_pretrained`` in `config`, and their values."""
+    """Build (or find built) what `data` reads in training and testing: document stores, ``prepare_data``, both
+    ``setup`` and its tokenizer. Returns the options of `pretrained` naming a ``from_pretrained`` model, by value."""
     with input_errors(*INPUT_ERRORS):
         for split in SPLITS:
             if data.has_split(split):
@@ -59,22 +56,14 @@ def prepare_caches(data: RerankingDataModule, config, pretrained: tuple[str, ...
         encoder = getattr(data, "encoder", None)
         if isinstance(encoder, LazyTokenizer):
             encoder.tokenizer
-    named = {option: _option(config, option) for option in pretrained}
+    named = {option: config.get(option) for option in pretrained}
     return {option: value for option, value in named.items()
             if isinstance(value, str) and value not in (BUILTIN, TRAIN)}
 
 
-def _option(config, option: str):
-    """The value of the dotted `option` in `config` (None where absent)."""
-    value = config.as_dict()
-    for key in option.split("."):
-        value = value.get(key) if isinstance(value, dict) else None
-    return value
-
-
 def report(uses: list, pretrained: dict[str, str], train: str) -> str:
-    """What `run_prepare` prints: each cache of `uses` once, built (with the seconds its builds took) or found built,
-    in the order first asked; the names of `pretrained` (option -> name) loaded through ``from_pretrained``."""
+    """Each cache of `uses` once, built (the seconds its builds took) or found built, in the order first asked; the
+    names of `pretrained` (option -> name) loaded through ``from_pretrained``."""
     caches: dict = {}
     for use in uses:
         built, seconds = caches.get(use.path, (False, 0.0))

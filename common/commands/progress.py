@@ -1,9 +1,7 @@
 """How a command shows its progress: a tqdm bar in a terminal, else a line on stderr every `LOG_EVERY` seconds and at
-the end. A loop no ``Trainer`` runs has `LoopProgress` (``query 120/600 · 1m23s elapsed · ~5m10s left``; `tracked`: an
-iterable with one); Lightning's loops count global steps out of ``max_steps`` (Lightning's bar reads ``Epoch 0/-2``
-for the one long epoch): `StepProgressBar` in a terminal (with the loss and the monitored dev measure), `ProgressLog`
-elsewhere (``step 120/600 · loss 0.512 · dev/mrr@10 0.431 · 1m23s elapsed · ~5m10s left``; tests and predictions by
-batches); `progress_callback` picks one.
+the end. A loop no ``Trainer`` runs has `LoopProgress` (``query 120/600 · 1m23s elapsed · ~5m10s left``); Lightning's
+loops count global steps out of ``max_steps`` (Lightning's bar reads ``Epoch 0/-2`` for the one long epoch):
+`StepProgressBar` in a terminal, `ProgressLog` elsewhere (``step 120/600 · loss 0.512 · dev/mrr@10 0.431 · ...``).
 """
 
 from __future__ import annotations
@@ -54,8 +52,8 @@ def status_line(what: str, n: int, total: int | float | None, elapsed: float, *,
 
 
 class LoopProgress:
-    """The progress of a loop over `total` items, each called `what`: a tqdm bar where `terminal` (None:
-    `terminal_output`), else a line on stderr every `every` seconds (None: `LOG_EVERY`) of `clock`."""
+    """A loop over `total` items called `what`: a tqdm bar where `terminal` (None: `terminal_output`), else a line on
+    stderr every `every` seconds (None: `LOG_EVERY`) of `clock`."""
 
     def __init__(self, total: int | None, what: str, *, desc: str, terminal: bool | None = None,
                  every: float | None = None, clock: Callable[[], float] = time.monotonic):
@@ -69,7 +67,7 @@ class LoopProgress:
             self.bar = tqdm(total=total, desc=desc, unit=what, dynamic_ncols=True)
 
     def update(self, n: int, **shown: float) -> None:
-        """The `n`-th item is done; `shown`: values to print beside the count."""
+        """The `n`-th item is done; `shown`: values printed beside the count."""
         step, self.n = n - self.n, n
         if self.bar is not None:
             self.bar.update(step)
@@ -151,11 +149,8 @@ class StepProgressBar(TQDMProgressBar):
 
 
 class ProgressLog(ProgressBar):
-    """Progress as lines on stderr (flushed, in order with Lightning's messages) where output is not a terminal.
-
-    `monitor`: the logged dev measure to show (None: none); `every`: seconds between lines (None: `LOG_EVERY`);
-    `clock`: a monotonic clock (injectable for tests). Time left is estimated from this run's own rate.
-    """
+    """Progress as lines on stderr (flushed, in order with Lightning's messages), with the `monitor` dev measure, every
+    `every` seconds (None: `LOG_EVERY`) of `clock`; time left is estimated from this run's own rate."""
 
     def __init__(self, monitor: str | None = None, *, every: float | None = None,
                  clock: Callable[[], float] = time.monotonic):
@@ -211,34 +206,25 @@ class ProgressLog(ProgressBar):
             self.say(self.status(trainer))
 
     def on_test_start(self, trainer, pl_module) -> None:
-        self._stage_start("test", trainer.num_test_batches)
-
-    def on_test_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._stage_batch("test", trainer.num_test_batches)
-
-    def on_test_end(self, trainer, pl_module) -> None:
-        self._stage_end("test")
-
-    def on_predict_start(self, trainer, pl_module) -> None:
-        self._stage_start("predict", trainer.num_predict_batches)
-
-    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0) -> None:
-        self._stage_batch("predict", trainer.num_predict_batches)
-
-    def on_predict_end(self, trainer, pl_module) -> None:
-        self._stage_end("predict")
-
-    def _stage_start(self, stage: str, batches: list) -> None:
-        """``test: 40 batches`` (``test starts`` where the loaders cannot tell)."""
+        """``test: 40 batches`` (``test starts`` where the loaders cannot tell); predictions alike."""
         self._stage_started, self._batches = self.clock(), 0
-        total = sum(batches)
+        stage, total = trainer.state.stage.value, sum(_stage_batches(trainer))
         self.say(f"{stage}: {int(total)} batches" if math.isfinite(total) else f"{stage} starts")
 
-    def _stage_batch(self, stage: str, batches: list) -> None:
+    def on_test_batch_end(self, trainer, *_) -> None:
         """``test batch 12/40 · 1m23s elapsed · ~3m54s left``, where one is due."""
         self._batches += 1
         if self._due():
-            self.say(status_line(f"{stage} batch", self._batches, sum(batches), self.clock() - self._stage_started))
+            self.say(status_line(f"{trainer.state.stage.value} batch", self._batches, sum(_stage_batches(trainer)),
+                                 self.clock() - self._stage_started))
 
-    def _stage_end(self, stage: str) -> None:
-        self.say(f"{stage} done: {self._batches} batches in {duration(self.clock() - self._stage_started)}")
+    def on_test_end(self, trainer, pl_module) -> None:
+        self.say(f"{trainer.state.stage.value} done: {self._batches} batches in "
+                 f"{duration(self.clock() - self._stage_started)}")
+
+    on_predict_start, on_predict_batch_end, on_predict_end = on_test_start, on_test_batch_end, on_test_end
+
+
+def _stage_batches(trainer) -> list:
+    """The batches of each loader of the test or predict stage running."""
+    return trainer.num_test_batches if trainer.state.stage.value == "test" else trainer.num_predict_batches

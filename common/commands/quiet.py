@@ -1,8 +1,7 @@
-"""`quiet_lightning`: silences, by their exact text, category and origin, messages Lightning and its dependencies print
-at every fit and test that say nothing about the run or something untrue of it: Lightning 2.6's ``💡 Tip:``
-advertisements (a filter on ``lightning.pytorch.utilities.rank_zero``), torchdata's call of the no-op
-``torch.set_vital``, torch's ``LeafSpec`` deprecation warned from Lightning's ``_tree_flatten``, and the ``sync_dist``
-advice for ``dev/*`` and ``test/*``, which `common.metrics.ranking_metric.RankingMetrics` already gathers.
+"""`quiet_lightning`: silences, by exact text, category and origin, messages printed at every fit and test that say
+nothing about the run or something untrue of it: Lightning 2.6's ``💡 Tip:`` advertisements, torchdata's call of the
+no-op ``torch.set_vital``, torch's ``LeafSpec`` deprecation warned from Lightning's ``_tree_flatten``, and the
+``sync_dist`` advice for ``dev/*`` and ``test/*``, which `common.metrics.ranking_metric.RankingMetrics` gathers.
 """
 
 from __future__ import annotations

@@ -2,15 +2,13 @@
 
 ``--ckpt_path last --output_dir DIR`` resumes the run in DIR (its ``config.yaml`` and ``checkpoints/last.ckpt``); a
 finished run says so and exits 0; anything else is refused in one line. Only global rank zero checks and creates the
-folder. A requeued SLURM job (``SLURM_RESTART_COUNT``) continues its run: `requeued` adds ``--ckpt_path last``, or
-lets it start again in its folder where no ``last.ckpt`` was written (`restarts_in_place`).
-"""
+folder. A requeued SLURM job continues its run: `requeued` adds ``--ckpt_path last``, or lets it start again in its
+folder where no ``last.ckpt`` was written (`restarts_in_place`)."""
 
 from __future__ import annotations
 
 import argparse
 import os
-import sys
 from pathlib import Path
 
 from common.refusals import checkpoint_file, usage_error
@@ -49,8 +47,7 @@ def resumed_run(given: list[str]) -> Path | None:
         usage_error("--ckpt_path last resumes a run: give its --output_dir")
     folder = Path(out)
     if (folder / FINISHED).is_file():
-        print(f"{folder} holds a finished run (its {FINISHED} is written): nothing to resume")
-        sys.stdout.flush()
+        print(f"{folder} holds a finished run (its {FINISHED} is written): nothing to resume", flush=True)
         raise SystemExit(0)
     for needed in (folder / CONFIG, folder / "checkpoints" / LAST):
         if not needed.is_file():

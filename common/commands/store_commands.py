@@ -83,15 +83,13 @@ def queries_progress(label: str):
 
 
 class StoreEvaluation:
-    """An evaluate command over parsed `args`."""
+    """An evaluate command over parsed `args`: the `package` names its index command, output folder and paper; the
+    `strategies` a first pass's store may hold; the `default_depth` of a checkpoint without a depth setting; the
+    comparison with the paper, ``paper_tables(metrics, task, dataset) -> str`` (a staticmethod)."""
 
-    #: The package, naming its index command, default output folder and paper.
     package: str
-    #: What a first pass's store may hold (the ``strategy`` of its identity).
     strategies: tuple[str, ...]
-    #: Candidates re-ranked per query by a checkpoint without a depth setting.
     default_depth: int
-    #: The comparison with the paper, ``paper_tables(metrics, task, dataset) -> str`` (a staticmethod).
     paper_tables: Callable[..., str]
 
     def __init__(self, args: argparse.Namespace, argv: list[str] | None = None):
@@ -167,9 +165,8 @@ class StoreEvaluation:
                 print(f"\n{table}")
         if report is not None:
             print(f"\n{exactness_line(scorer.label, report)}")
-        files = [out / "run.trec", *written, *([] if metrics is None else [out / "metrics.json"]), out / "task.json"]
-        if report is not None:
-            files.append(out / "exactness.json")
+        files = [out / "run.trec", *written, *([] if metrics is None else [out / "metrics.json"]), out / "task.json",
+                 *([] if report is None else [out / "exactness.json"])]
         print(f"\nwritten: {', '.join(map(str, files))}")
         return metrics
 

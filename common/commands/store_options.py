@@ -1,7 +1,6 @@
-"""Command-line pieces of ``earl.index``/``earl.evaluate`` and ``mva.index``/``mva.evaluate`` (their skeletons:
-`common.commands.store_commands`): the parser and trained checkpoint, an index command's options and collection, an
-evaluate command's options and its ``--store`` (a finished store built from this very checkpoint). Every refusal is
-one line naming the option (`common.refusals`); nothing here imports torch at module level.
+"""Command-line pieces of ``earl``'s and ``mva``'s ``index`` and ``evaluate`` (`common.commands.store_commands`): the
+parser and checkpoint, an index command's options and collection, an evaluate command's options and ``--store`` (a
+finished store built from this very checkpoint). Refusals are one line naming the option; torch is imported lazily.
 """
 
 from __future__ import annotations
@@ -26,16 +25,15 @@ def command_parser(prog: str, doc: str) -> ArgumentParser:
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
-def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[str, ...],
-                            architectures: tuple[str, ...], *, names: str | None = None,
-                            why: dict[str, str] | None = None, option: str = "--checkpoint") -> dict:
-    """The contents of `path`, a `train_command` checkpoint (its hyper-parameters hold `keys`) of one of
-    `architectures`; else refused, `why` saying why its architecture cannot serve."""
+def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[str, ...], architectures: tuple[str, ...],
+                            *, names: str | None = None, why: dict[str, str] | None = None,
+                            option: str = "--checkpoint") -> dict:
+    """`path`, a `train_command` checkpoint (hyper-parameters holding `keys`) of one of `architectures`, else refused
+    (`why`: why an architecture cannot serve)."""
 
     def fits(state: dict) -> bool:
         hyper_parameters = state.get("hyper_parameters")
-        return "state_dict" in state and isinstance(hyper_parameters, dict) and all(
-            key in hyper_parameters for key in keys)
+        return "state_dict" in state and isinstance(hyper_parameters, dict) and all(k in hyper_parameters for k in keys)
 
     state = read_checkpoint(path, f"an {train_command} checkpoint", fits, option)
     architecture = state["hyper_parameters"]["architecture"]
@@ -110,8 +108,7 @@ def add_evaluate_arguments(parser: argparse.ArgumentParser, index_command: str, 
 
 def add_rerank_arguments(parser: argparse.ArgumentParser, package: str, batch: str, datasets: tuple[str, ...],
                          compared_with: str) -> None:
-    """An evaluate command's output folder, depth, queries, batch size, paper dataset, relevance level, device and
-    precision."""
+    """An evaluate command's output folder, depth, queries, batch size, dataset, relevance level, device, precision."""
     parser.add_argument("--output_dir", help=f"default: a new outputs/{package}-evaluate-<time>")
     parser.add_argument("--depth", type=positive_int, default=None,
                         help="candidates re-ranked per query (default: the checkpoint's data.depth, else 1000)")
@@ -147,18 +144,13 @@ def check_collection(text: str) -> None:
                     "file: no such file")
 
 
-def is_rank_llm_file(text: str) -> bool:
-    """Whether ``--collection`` names a rank_llm candidate file (one JSON array; a JSONL collection is ``.jsonl``)."""
-    return text.endswith(".json")
-
-
 def open_collection(text: str):
     """The documents ``--collection`` names (a `common.data.source.DocumentLookup`, iterable over its ids)."""
     if is_collection_task(text):
         from common.data.specs import source_from_spec
 
         return source_from_spec(text).documents()
-    if is_rank_llm_file(text):
+    if text.endswith(".json"):  # a rank_llm candidate file (a JSON array; a JSONL collection is .jsonl)
         from common.data.rank_llm import RankLLMSource
 
         return RankLLMSource(text).documents()

@@ -1,11 +1,9 @@
-"""What an evaluate or index command line names, checked before anything is built: its task (`add_task_arguments`,
-`task_spec_from_args`), checkpoint (`read_checkpoint`), processes (`add_process_arguments`; one device:
-`check_one_device`), precision (`resolve_precision`), loader workers and output folder (`fresh_output_dir`). Bad input
-ends in one line naming the option (`common.refusals`).
+"""What an evaluate or index command line names, checked before anything is built (refused in one line naming the
+option): its task, checkpoint, processes (one device: `check_one_device`), precision, loader workers, output folder.
 
-``--precision`` is one of `PRECISIONS`, under which the rankers keep their scores in float32; without it a command
-takes the precision the checkpoint's run trained with (`trained_precision`), else, or where that needs a GPU this
-machine lacks, ``32-true``. Imports only the standard library until torch is needed.
+``--precision`` is one of `PRECISIONS` (scores stay float32); without it a command takes the precision the checkpoint's
+run trained with (`trained_precision`), else, or where that needs a GPU this machine lacks, ``32-true``. Imports only
+the standard library until torch is needed.
 """
 
 from __future__ import annotations
@@ -25,9 +23,7 @@ from common.refusals import nonnegative_int, output_folder_problem, positive_int
 PRECISIONS = ("32-true", "bf16-mixed", "16-mixed")
 #: The older names Lightning still reads.
 PRECISION_ALIASES = {"32": "32-true", "bf16": "bf16-mixed", "16": "16-mixed"}
-#: ``--accelerator``s of a command that computes in one process (`check_one_device`).
 ONE_DEVICE_ACCELERATORS = ("auto", "cpu", "gpu", "cuda")
-#: ``--matmul_precision``'s choices.
 MATMUL_PRECISIONS = ("high", "highest")
 #: The key of a gradient scaler's state (``16-mixed``) in a Lightning checkpoint.
 SCALER_STATE = "MixedPrecision"
@@ -36,8 +32,7 @@ SCALER_STATE = "MixedPrecision"
 TASK_FILES = {"topics": "topics_path", "qrels": "qrels_path", "run": "candidates_path", "collection": "collection_path"}
 
 
-def add_task_arguments(parser: argparse.ArgumentParser,
-                       help_text: str = "builtin:<split> or irds:<ir_datasets id>") -> None:
+def add_task_arguments(parser: argparse.ArgumentParser, help_text: str = "builtin:<split> or irds:<ir_datasets id>"):
     """``--task TASK`` or, "or a task from files", ``--topics --qrels --run --collection`` or ``--rank_llm``."""
     parser.add_argument("--task", help=help_text)
     files = parser.add_argument_group("or a task from files")
@@ -59,8 +54,7 @@ def task_spec_from_args(args: argparse.Namespace) -> SourceSpec:
     elif args.rank_llm:
         spec, where = {"rank_llm_path": args.rank_llm, "qrels_path": args.qrels}, "task"
     else:
-        needed = [name for name in TASK_FILES if name != "qrels"]
-        if not all(getattr(args, name) for name in needed):
+        if not all(getattr(args, name) for name in TASK_FILES if name != "qrels"):
             usage_error("give --task TASK, or --topics, --run and --collection (and --qrels to compute metrics), "
                         "or --rank_llm (and --qrels)")
         spec, where = {field: getattr(args, name) for name, field in TASK_FILES.items()}, "task"
@@ -68,13 +62,15 @@ def task_spec_from_args(args: argparse.Namespace) -> SourceSpec:
     try:
         check_spec(spec, where)
     except TaskSpecError as error:
-        usage_error(_as_flags(str(error)))
+        message = str(error)
+        for name, field in {**TASK_FILES, "rank_llm": "rank_llm_path"}.items():  # in this command's flags
+            message = message.replace(f"task.{field}", f"--{name}")
+        usage_error(message)
     return spec
 
 
 def resolve_depth(depth: int | None, data_settings: dict, default: int = 100) -> tuple[int, str]:
-    """The re-ranking depth and where it comes from: ``--depth``, else the checkpoint's ``data.depth``, else
-    `default`."""
+    """The re-ranking depth and its origin: ``--depth``, else the checkpoint's ``data.depth``, else `default`."""
     if depth is not None:
         return depth, "--depth"
     if data_settings.get("depth") is not None:
@@ -99,8 +95,7 @@ def add_process_arguments(parser: argparse.ArgumentParser, devices_help: str = "
 
 
 def check_one_device(args: argparse.Namespace, command: str, why: str) -> None:
-    """Refuse `add_process_arguments`' options naming more than one device, where `command` computes in one
-    process (`why`: how); `one_device` resolves them."""
+    """Refuse process options naming more than one device, where `command` computes in one process (`why`: how)."""
     one = f"{command} computes in one process ({why})"
     if args.accelerator not in ONE_DEVICE_ACCELERATORS:
         usage_error(f"--accelerator: {command} computes on {', '.join(ONE_DEVICE_ACCELERATORS)}; got "
@@ -114,8 +109,7 @@ def check_one_device(args: argparse.Namespace, command: str, why: str) -> None:
 
 
 def one_device(args: argparse.Namespace):
-    """The torch device `check_one_device`'s options name (auto: a GPU where there is one); a missing GPU is
-    refused."""
+    """The torch device `check_one_device`'s options name (auto: a GPU where there is one); a missing GPU refused."""
     import torch
 
     index = int(args.devices.rstrip(",")) if args.devices.endswith(",") else 0
@@ -156,17 +150,15 @@ def add_workers_argument(parser: argparse.ArgumentParser, what: str) -> None:
 
 
 def trained_precision(checkpoint: str | Path, state: dict) -> str | None:
-    """The precision `checkpoint`'s run trained with: its run folder's ``trainer.precision``, else ``16-mixed``
-    where `state` holds a gradient scaler's state, else None."""
+    """`checkpoint`'s run's ``trainer.precision``, else ``16-mixed`` where `state` holds a scaler's, else None."""
     import yaml
 
     folder = Path(checkpoint).resolve().parent
     config = folder.parent / CONFIG
     if folder.name == "checkpoints" and config.is_file():
-        try:
+        settings = None
+        with contextlib.suppress(yaml.YAMLError):
             settings = yaml.safe_load(config.read_text())
-        except yaml.YAMLError:
-            settings = None
         trainer = settings.get("trainer") if isinstance(settings, dict) else None
         if isinstance(trainer, dict) and trainer.get("precision") is not None:
             value = str(trainer["precision"])
@@ -184,8 +176,7 @@ def runs_on_cuda(accelerator: str) -> bool:
 
 
 def resolve_precision(args: argparse.Namespace, checkpoint: str | Path, state: dict, cuda: bool) -> str:
-    """Set ``args.precision`` (module docstring) and torch's float32 matmul precision; returns the line saying both
-    and why."""
+    """Set ``args.precision`` (module docstring) and torch's matmul precision; returns the line saying both and why."""
     import torch
 
     if args.precision is not None:
@@ -217,8 +208,7 @@ def autocast(precision: str, device_type: str):
 
 
 def fresh_output_dir(path: str | Path | None, default_prefix: str) -> Path:
-    """``--output_dir`` (default ``outputs/<default_prefix>-<time>``), refused where it is used; not created here,
-    and checked by global rank zero alone."""
+    """``--output_dir`` (default ``outputs/<default_prefix>-<time>``), checked (by global rank zero), not created."""
     out = Path(path or f"outputs/{default_prefix}-{time.strftime('%Y%m%d-%H%M%S')}")
     if not launched_as_global_zero():
         return out
@@ -242,9 +232,3 @@ def read_checkpoint(path: str | Path, what: str, fits, option: str = "--checkpoi
         usage_error(f"{option}: {path} is not {what}")
     return state
 
-
-def _as_flags(message: str) -> str:
-    """`check_spec`'s message about a task from files in this command's flags."""
-    for name, field in {**TASK_FILES, "rank_llm": "rank_llm_path"}.items():
-        message = message.replace(f"task.{field}", f"--{name}")
-    return message

@@ -1,11 +1,9 @@
-"""One ``main`` for the four training commands, ``python -m <package>.train``.
+"""One ``main`` for the four ``python -m <package>.train``, each declared as a `TrainCommand` (``COMMAND``).
 
-A package's ``train.py`` declares its command as a `TrainCommand` (``COMMAND``; its ``main`` is `run_command`):
-LightningCLI parses and answers every option (`common.commands.cli.RankerCLI`), trains and tests the checkpoint best
-on dev; then the test runs are written (``run.trec``, or ``run.<mode>.trec`` for each of ``--test_modes``), each
-``--compare_with`` baseline is trained the same way into ``<output_dir>/<baseline>/`` (one process only: the CLI
-refuses a baseline on several), and ``task.json`` and, last, ``metrics.json`` are written and printed beside BM25's,
-the baselines' and the paper's.
+`common.commands.cli.RankerCLI` parses the options, trains and tests the checkpoint best on dev; then the test runs are
+written (``run.trec``, or ``run.<mode>.trec`` for each of ``--test_modes``), each ``--compare_with`` baseline is trained
+the same way into ``<output_dir>/<baseline>/`` (one process only), and ``task.json`` and, last, ``metrics.json`` are
+written and printed beside BM25's, the baselines' and the paper's.
 """
 
 from __future__ import annotations
@@ -14,9 +12,9 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import import_module
 from operator import attrgetter
 from pathlib import Path
+from pkgutil import resolve_name
 from typing import Any, Literal
 
 from common.commands.run_folder import CONFIG, FINISHED, requeued
@@ -35,11 +33,9 @@ class TestModes:
 
 @dataclass(frozen=True)
 class TrainCommand:
-    """A package's training command: `name` (``qds.train``, whose docstring is ``--help``'s description), its
-    `default_config`, `model` and `data` classes by import path, the dev measure to `monitor` (higher is better),
-    `run_name` (the default output folder ``outputs/<run_name(config)>-<time>``), the `paper`'s id in
-    ``results/reported`` and ``paper_tables(metrics, task, dataset, data)``, its parser `links`, the `baselines`
-    ``--compare_with`` may list and its `test_modes`."""
+    """A training command: `name` (``qds.train``, whose docstring is ``--help``'s), `model` and `data` classes by
+    import path, the dev measure to `monitor` (higher is better), `run_name` (of ``outputs/<run_name(config)>-<time>``),
+    the `paper`'s id in ``results/reported``, its parser `links`, the `baselines` ``--compare_with`` may list."""
 
     name: str
     default_config: Path
@@ -76,22 +72,13 @@ class TrainCommand:
         """The command's `common.commands.cli.RankerCLI` (or `cli_class`) for `args`, ``--help`` naming `command`."""
         from common.commands.cli import RankerCLI
 
-        return (cli_class or RankerCLI)(
-            _imported(self.model), _imported(self.data), command=command or self.name,
-            default_config=self.default_config, run_name=self.run_name, monitor=self.monitor,
-            arguments=self.add_arguments, args=args,
-        )
-
-
-def _imported(path: str):
-    """The object named by import path `path` (``qds.ranker.QDSRanker``)."""
-    module, name = path.rsplit(".", 1)
-    return getattr(import_module(module), name)
+        return (cli_class or RankerCLI)(resolve_name(self.model), resolve_name(self.data), command=command or self.name,
+                                        default_config=self.default_config, run_name=self.run_name,
+                                        monitor=self.monitor, arguments=self.add_arguments, args=args)
 
 
 def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | None:
-    """Run `command` on `args` (None: ``sys.argv[1:]``); returns the test metrics (None without a test split, or
-    off global rank zero)."""
+    """Run `command` on `args` (None: ``sys.argv[1:]``): the test metrics (None without a test split, or off rank 0)."""
     if args is not None:
         args = requeued(args)  # a SLURM job run again resumes its run
     else:  # Lightning's launcher runs the process's own command line again in its other processes
@@ -128,13 +115,11 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
     dataset = paper_dataset(command.paper, task)
     settings = {"measures": model.measures, "task": task, "dataset": dataset, "others": others,
                 "overwrite": cli.resuming}
+    judged = (data.source("test").qrels(), candidates, data.tasks.relevance_level)
     if command.test_modes is None:
-        metrics = write_results(out, name, run, data.source("test").qrels(), candidates, data.tasks.relevance_level,
-                                **settings)
-        files = [out / RUN]
+        metrics, files = write_results(out, name, run, *judged, **settings), [out / RUN]
     else:
-        metrics = write_mode_results(out, name, runs, data.source("test").qrels(), candidates,
-                                     data.tasks.relevance_level, depth=command.test_modes.depth, **settings)
+        metrics = write_mode_results(out, name, runs, *judged, depth=command.test_modes.depth, **settings)
         files = [out / mode_run(mode) for mode in runs]
     print()
     if metrics is None:
@@ -150,8 +135,8 @@ def run_command(command: TrainCommand, args: list[str] | None = None) -> dict | 
 
 
 def train_baseline(command: TrainCommand, output_dir: Path, architecture: str) -> dict | None:
-    """The test metrics of baseline `architecture` trained with ``output_dir/config.yaml`` into
-    ``output_dir/<architecture>/`` (read where finished, resumed where started)."""
+    """The test metrics of baseline `architecture` trained with ``output_dir/config.yaml`` into its own subfolder (read
+    where finished, resumed where started)."""
     folder = output_dir / architecture
     if (folder / FINISHED).is_file():
         return json.loads((folder / FINISHED).read_text())
