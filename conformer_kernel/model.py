@@ -191,9 +191,7 @@ class DocumentEncoder(nn.Module):
 
     def padded_length(self, length: int) -> int:
         """What `length`-term documents are padded to: the official `max_len`, as far as it reaches the terms."""
-        if self.doc_padding == "zeroed":
-            return length
-        return max(length, min(length + self.reach, self.max_len))
+        return length if self.doc_padding == "zeroed" else max(length, min(length + self.reach, self.max_len))
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:  # x: (B, N, H), mask: (B, N) 1.0 = term
         padding = mask == 0
@@ -352,16 +350,12 @@ class NDRM1(QTIRanker):
         """(..., Tq) ids -> (..., Tq, H) unit vectors of Linear(embedding)."""
         return F.normalize(self.query_proj(self.embed(term_ids)), dim=-1, eps=1e-8)
 
-    def match(self, terms: Tensor, docs: Tensor, doc_mask: Tensor) -> Tensor:
-        """Unit vectors (Q, Tq, H) and (Q, D, Td, H) -> (Q, D, Tq) kernel-pooled term scores."""
-        similarity = terms[:, None] @ docs.transpose(-2, -1)  # cosine: (Q, D, Tq, Td)
-        return self.pooling(similarity, doc_mask)
-
     def term_scores(self, f: Features) -> Tensor:
         Q, D, Td = f.doc_ids.shape
         docs = self.encode_documents(f.doc_ids.view(Q * D, Td), f.doc_mask.view(Q * D, Td)).view(Q, D, Td, -1)
         used = used_slots(f.query_mask)
-        scores = self.match(self.encode_terms(f.query_ids[:, :used]), docs, f.doc_mask) * f.query_mask[:, None, :used]
+        similarity = self.encode_terms(f.query_ids[:, :used])[:, None] @ docs.transpose(-2, -1)  # (Q, D, Tq, Td)
+        scores = self.pooling(similarity, f.doc_mask) * f.query_mask[:, None, :used]  # cosines -> (Q, D, Tq)
         return F.pad(scores, (0, f.query_ids.shape[-1] - used))
 
     def index_scores(self, f: Features, chunk: int = 64) -> Tensor:

@@ -132,7 +132,6 @@ def _slug(name: str) -> str:
 
 
 def _build_from_files(path: Path, topics_path, qrels_path, progress: bool) -> None:
-    """`_build` of a topics file (the queries) and a qrels file (the clicks)."""
     topics_label, qrels_label = str(topics_path), str(qrels_path)
     _build(path, iter_topics(topics_path), iter_qrels(qrels_path),
            duplicate_query=lambda number, qid: DataFormatError(topics_label, number, f"duplicate topic id {qid!r}"),
@@ -143,7 +142,6 @@ def _build_from_files(path: Path, topics_path, qrels_path, progress: bool) -> No
 
 
 def _build_from_irds(path: Path, dataset_id: str, progress: bool) -> None:
-    """`_build` of an ir_datasets dataset's queries and qrels."""
     dataset = irds.load_dataset(dataset_id)
     for entity in ("queries", "qrels"):
         has = getattr(dataset, f"has_{entity}", None)
