@@ -4,9 +4,8 @@ the document length n grows (Mitra et al., TREC 2020 DL, RQ2, Figure 2: quadrati
 One training step (forward, RankNet loss, backward, Adam) of NDRM1 with ``encoder="transformer"`` (``tk``, Eq. 1) or
 ``"conformer"`` (``ck``, Eq. 2) on ``--queries`` x ``--docs`` documents of exactly n random terms. ``peak_mb`` is
 measured in a fresh process per (impl, n) after one untimed full-size step (the step's own working memory); on CPU
-the child fixes glibc's mmap threshold so freed tensors leave the resident set. A TK step whose `estimate_mb` exceeds
-``--memory_fraction`` of MemAvailable is skipped. Fits: ``ck`` linear, ``tk`` quadratic in n.
-docs/conformer_kernel_benchmark.md has the details.
+the child fixes glibc's mmap threshold so freed tensors leave the resident set, and a step whose `estimate_mb` exceeds
+``--memory_fraction`` of MemAvailable is skipped. Details: docs/conformer_kernel_benchmark.md.
 """
 
 from __future__ import annotations

@@ -147,8 +147,7 @@ class ConformerLayer(nn.Module):
         if self.conv is not None:
             if zero_padding:
                 h = h.masked_fill(padding[..., None], 0.0)
-            h = SameConv1d.apply(h.transpose(1, 2), self.conv.weight, self.conv.bias, self.conv.groups)
-            h = h.transpose(1, 2)  # (B, N, H)
+            h = SameConv1d.apply(h.mT, self.conv.weight, self.conv.bias, self.conv.groups).mT  # (B, H, N) -> (B, N, H)
         x = self.norm1(x + self.dropout1(self.attn(h, padding)))  # x = LN(x + Dropout(Attn(Conv(x))))
         return self.norm2(x + self.dropout2(self.ff(x)))  # x = LN(x + Dropout(FF(x)))
 

@@ -71,8 +71,7 @@ class Resources:
         from gensim.models import Word2Vec
 
         sentences: list[list[str]] = [terms for q in queries if (terms := analyze(q))]
-        df: Counter[str] = Counter()
-        n = 0
+        df, n = Counter(), 0  # document frequencies, documents
         for doc in tqdm(documents, desc="analysing documents", unit=" docs", disable=not progress):
             fields = [terms for part in (getattr(doc, "url", ""), doc.title, doc.text) if (terms := analyze(part))]
             sentences += fields  # one word2vec sentence per field, as the official corpus file has one line each
