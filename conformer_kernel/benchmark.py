@@ -4,9 +4,8 @@ the document length n grows (Mitra et al., TREC 2020 DL, RQ2, Figure 2: quadrati
 One training step (forward, RankNet loss, backward, Adam) of NDRM1 with ``encoder="transformer"`` (``tk``, Eq. 1) or
 ``"conformer"`` (``ck``, Eq. 2) on ``--queries`` x ``--docs`` documents of exactly n random terms. ``peak_mb`` is
 measured in a fresh process per (impl, n) after one untimed full-size step (the step's own working memory); on CPU
-the child fixes glibc's mmap threshold so freed tensors leave the resident set. A TK step whose `estimate_mb` exceeds
-``--memory_fraction`` of MemAvailable is skipped. Fits: ``ck`` linear, ``tk`` quadratic in n.
-docs/conformer_kernel_benchmark.md has the details.
+the child fixes glibc's mmap threshold so freed tensors leave the resident set, and a step whose `estimate_mb` exceeds
+``--memory_fraction`` of MemAvailable is skipped. Details: docs/conformer_kernel_benchmark.md.
 """
 
 from __future__ import annotations
@@ -17,11 +16,11 @@ from pathlib import Path
 
 from common.benchmarks.fits import fit_value, polyfit
 from common.benchmarks.fresh_process import answer, measure_in_child
-from common.benchmarks.memory import available_mb, limit_data_segment, peak_mb
+from common.benchmarks.memory import MB, available_mb, limit_data_segment, peak_mb
 from common.benchmarks.options import benchmark_parser, fraction, parse, probability, resolve_device
 from common.benchmarks.plots import Line, Panel, draw
 from common.benchmarks.session import Session, output_paths, rounded, text_table
-from common.benchmarks.timing import median_ms
+from common.benchmarks.timing import median_ms, training_step
 from common.refusals import nonnegative_int, positive_int, usage_error
 from conformer_kernel import hidden_size
 
@@ -34,7 +33,6 @@ FIELDS = ["bench", "impl", "n", "pass", "ms", "peak_mb", "device", "queries", "d
 SETTINGS = ("queries", "docs", "query_terms", "vocab_size", "hidden_size", "num_heads", "num_layers", "conv_window",
             "kernels", "pool_window", "pool_stride", "dropout", "repeats", "threads", "seed", "memory_fraction",
             "timeout", "mmap_threshold")
-MB = 2**20
 #: glibc ignores a MALLOC_MMAP_THRESHOLD_ above this (HEAP_MAX_SIZE / 2 on 64-bit), keeping its dynamic threshold.
 MAX_MMAP_THRESHOLD = 32 * MB
 
@@ -48,10 +46,9 @@ def make_batch(n: int, queries: int, docs: int, query_terms: int, vocab_size: in
     generator = torch.Generator().manual_seed(seed)
     query_ids = torch.randint(1, vocab_size, (queries, query_terms), generator=generator)  # 0 = UNK/padding
     doc_ids = torch.randint(1, vocab_size, (queries, docs, n), generator=generator)
-    features = Features(query_ids=query_ids, query_mask=torch.ones(queries, query_terms),
-                        query_idf=torch.ones(queries, query_terms), doc_ids=doc_ids,
-                        doc_mask=torch.ones(queries, docs, n), tf=torch.zeros(queries, docs, query_terms),
-                        doc_length=torch.full((queries, docs), float(n)))
+    features = Features(query_ids, torch.ones(queries, query_terms), torch.ones(queries, query_terms), doc_ids,
+                        torch.ones(queries, docs, n), torch.zeros(queries, docs, query_terms),
+                        torch.full((queries, docs), float(n)))  # tf 0, |d| = n
     labels = torch.zeros(queries, docs)
     labels[:, 0] = 1.0
     return features, labels
@@ -59,7 +56,8 @@ def make_batch(n: int, queries: int, docs: int, query_terms: int, vocab_size: in
 
 def build_model(impl: str, n: int, settings: dict):
     """NDRM1 with Transformer (``tk``) or Conformer (``ck``) layers, seeded, in train mode; `settings` over the
-    ranker's defaults."""
+    ranker's defaults, documents of exactly n terms: ``doc_padding="zeroed"``, no padding read, as the official code
+    with max_terms_doc = n (where "official" would add the convolution's reach, 30 padded positions)."""
     import inspect
 
     import torch
@@ -69,20 +67,18 @@ def build_model(impl: str, n: int, settings: dict):
 
     defaults = inspect.signature(ConformerKernelRanker).parameters
     torch.manual_seed(settings["seed"])
-    model = build_ranker("ndrm1", settings["vocab_size"], encoder=ENCODERS[impl], conv_window=settings["conv_window"],
-                         **{k: settings[k] for k in ("hidden_size", "num_heads", "num_layers", "dropout", "kernels",
-                                                     "pool_window", "pool_stride")},
-                         sigma=defaults["sigma"].default, identity_init=defaults["identity_init"].default,
-                         max_doc_terms=max(n, 4000),  # the positional table must hold n
-                         # Documents of exactly n terms, as the official code with max_terms_doc = n: no padding
-                         # to read, where "official" would add the convolution's reach (30 padded positions).
-                         doc_padding="zeroed")
+    sizes = ("hidden_size", "num_heads", "num_layers", "dropout", "kernels", "pool_window", "pool_stride")
+    model = build_ranker("ndrm1", settings["vocab_size"], ENCODERS[impl], settings["conv_window"],
+                         **{k: settings[k] for k in sizes}, sigma=defaults["sigma"].default,
+                         identity_init=defaults["identity_init"].default, doc_padding="zeroed",
+                         max_doc_terms=max(n, 4000))  # the positional table must hold n
     return model.train()
 
 
 def estimate_mb(impl: str, n: int, settings: dict) -> float:
-    """Predicted working memory of one training step: ``tk`` B·heads·n²·4 bytes·(3·layers + 1) (three (B, heads, n, n)
-    tensors per layer kept for backward, the scores at the peak); ``ck`` B·n·hidden·4 bytes·32 per layer (empirical)."""
+    """Predicted working memory of one training step in bytes: ``tk`` B·heads·n²·4·(3·layers + 1) (three float32
+    (B, heads, n, n) tensors per layer kept for backward, the scores at the peak); ``ck`` B·n·hidden·4·32·layers
+    (empirical)."""
     documents, layers = settings["queries"] * settings["docs"], settings["num_layers"]
     if impl == "tk":
         return documents * settings["num_heads"] * n * n * 4 * (3 * layers + 1) / MB
@@ -97,20 +93,14 @@ def measure(impl: str, n: int, settings: dict, device: str) -> dict:
 
     torch.set_num_threads(settings["threads"])
     model = build_model(impl, n, settings).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
-    features, labels = make_batch(n, settings["queries"], settings["docs"], settings["query_terms"],
-                                  settings["vocab_size"], settings["seed"])
-    features, labels = features.to(device), labels.to(device)
-
-    def step():
-        ranknet_loss(model(features), labels).backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    step()  # warm-up: Adam's state, thread pools, allocator caches
+    step = training_step(model, lambda batch: ranknet_loss(model(batch[0]), batch[1]), lr=1e-4)
+    sizes = (settings[k] for k in ("queries", "docs", "query_terms", "vocab_size", "seed"))
+    batch = [x.to(device) for x in make_batch(n, *sizes)]  # features, labels
+    step(batch)  # warm-up: Adam's state, thread pools, allocator caches
     state_mb = sum(p.numel() * p.element_size() for p in model.parameters()) * 3 / MB  # weights + 2 Adam moments
     timed = {}
-    peak = peak_mb(lambda: timed.setdefault("ms", median_ms(step, settings["repeats"], device)), device)
+    peak = peak_mb(lambda: timed.setdefault("ms", median_ms(lambda: step(batch), settings["repeats"], device)),
+                   device)
     return {"ms": timed["ms"], "peak_mb": peak, "state_mb": state_mb}
 
 
@@ -130,10 +120,8 @@ def measure_isolated(impl: str, n: int, settings: dict, device: str) -> dict:
 
 def skip_reason(impl: str, n: int, settings: dict, device: str) -> str | None:
     """Why (impl, n) is not attempted on this CPU machine, or None (CUDA: never; its OOM is the skip)."""
-    if device != "cpu":
-        return None
     need, free = estimate_mb(impl, n, settings), available_mb()
-    if need > settings["memory_fraction"] * free:
+    if device == "cpu" and need > settings["memory_fraction"] * free:
         return (f"estimated {need / 1024:.1f} GiB of working memory, above {settings['memory_fraction']:.0%} of "
                 f"the {free / 1024:.1f} GiB available (MemAvailable)")
     return None
@@ -231,8 +219,8 @@ def parse_args(argv: list[str] | None):
         help="document lengths in terms, every document exactly n terms")
     add("--impls", nargs="+", default=list(IMPLS), choices=IMPLS, help="tk: Transformer layers; ck: Conformer layers")
     add("--queries", type=positive_int, default=1, help="queries per batch (paper: 32)")
-    add("--docs", type=positive_int, default=2, help="documents per query, the first one relevant (paper: 4; "
-        "32 x 4 does not fit a 24 GiB CPU machine for tk)")
+    add("--docs", type=positive_int, default=2,
+        help="documents per query, the first one relevant (paper: 4; 32 x 4 does not fit a 24 GiB CPU machine for tk)")
     add("--query_terms", type=positive_int, default=20, help="terms per query")
     add("--vocab_size", type=positive_int, default=10_000, help="vocabulary of the random ids, at least 2 (0: padding)")
     add("--hidden_size", type=positive_int, default=hidden_size(128), help="hidden size (the paper's: IN || OUT of "

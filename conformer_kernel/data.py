@@ -49,18 +49,15 @@ class ConformerKernelDataModule(RerankingDataModule):
             (--data.train.topics_path, .qrels_path, .candidates_path, .collection_path, .name) or a rank_llm
             candidate file (--data.train.rank_llm_path, .qrels_path, .name); see the README, "Your own data".
             Its queries and collection also give the vocabulary, IDFs and word2vec embeddings.
-        dev: the task whose dev NDCG@10 selects the checkpoint, in the same forms; null: none (the final
-            weights are tested).
+        dev: the task whose dev NDCG@10 selects the checkpoint, in the same forms; null: none (the final weights).
         test: the task evaluated after training, in the same forms; null: none.
-        orcas: ORCAS clicked queries as an extra document field (`conformer_kernel.orcas`:
-            ``irds:msmarco-document/orcas`` or topics/qrels files), or None.
+        orcas: ORCAS clicked queries as an extra document field (``irds:msmarco-document/orcas``, files), or None.
         max_query_terms: query terms read (paper: 20).
         max_doc_terms: document terms read (paper: 4,000).
         max_orcas_terms: terms of the ORCAS field read (official: 2,000).
-        collections: further tasks whose documents join the training task's in the collection statistics
-            (vocabulary, IDFs, word2vec). The paper's collection is all of MS MARCO, test documents included; a
-            task whose collection is only its candidates' text (a rank_llm file) needs the test task's here, or
-            the test documents' terms are unknown. Queries come from the training task alone.
+        collections: further tasks whose documents join the training task's in the vocabulary, IDFs and word2vec
+            (the paper's: all of MS MARCO, test documents included; a rank_llm task, whose collection is its
+            candidates, needs the test task's here). Queries come from the training task alone.
         embedding_dim: word2vec dimension (paper/official: 128); the model's hidden size is twice it (IN || OUT).
         embedding_window: word2vec context window (official: 10).
         min_count: a term's least count to enter the vocabulary, word2vec's (official: 100).
@@ -76,8 +73,7 @@ class ConformerKernelDataModule(RerankingDataModule):
         batch_size: training queries per batch (paper: 32).
         eval_batch_size: (query, document) pairs per evaluation batch.
         num_workers: loader worker processes (0: in the main process).
-        seed: seed of word2vec, the training groups and order and the dev and test samples (not
-            ``--seed_everything``'s).
+        seed: seed of word2vec, the training groups and order, the dev and test samples (not --seed_everything's).
     """
 
     def __init__(
@@ -122,9 +118,9 @@ class ConformerKernelDataModule(RerankingDataModule):
             key = source_fingerprint(self.specs["train"], source)
             if others:
                 key = {"train": key, "collections": [source_fingerprint(spec, other) for spec, other in others]}
-            options = EmbeddingOptions(self.hparams.embedding_dim, self.hparams.embedding_window,
-                                       self.hparams.min_count, self.hparams.embedding_epochs, self.hparams.seed,
-                                       self.hparams.embedding_workers)
+            h = self.hparams
+            options = EmbeddingOptions(h.embedding_dim, h.embedding_window, h.min_count, h.embedding_epochs, h.seed,
+                                       h.embedding_workers)
             documents = _unique_documents([source, *(other for _, other in others)])
             self._resources = Resources.cached(key, source.topics().values(), documents, options)
         return self._resources

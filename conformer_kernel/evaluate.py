@@ -1,6 +1,7 @@
 """``python -m conformer_kernel.evaluate --checkpoint CKPT --task TASK``: re-rank (``--modes rerank``, the top
 ``--depth``) and/or fully retrieve (``--modes fullrank``, the top 100 from an impact index built into
-``OUTPUT_DIR/index`` or read from ``--index``) with a trained NDRM, and compare with Table 1 of Mitra et al., "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence" (TREC 2020).
+``OUTPUT_DIR/index`` or read from ``--index``) with a trained NDRM, and compare with Table 1 of Mitra et al.,
+"Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence" (TREC 2020).
 
 ``TASK``: ``irds:msmarco-document/trec-dl-2020/judged``, ``builtin:test``, ``--topics/--qrels/--run/--collection``
 files, or ``--rank_llm FILE --qrels FILE``. Writes ``run.<mode>.trec``, ``task.json`` and, with qrels, ``metrics.json``
@@ -31,23 +32,22 @@ DEFAULT_DEPTH = 100
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("python -m conformer_kernel.evaluate", __doc__)
-    parser.add_argument("--checkpoint", required=True, type=checkpoint_file, help="a conformer_kernel.train checkpoint")
+    add = parser.add_argument
+    add("--checkpoint", required=True, type=checkpoint_file, help="a conformer_kernel.train checkpoint")
     add_task_arguments(parser, "builtin:<split> or irds:<ir_datasets id>")
-    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: both")
-    parser.add_argument("--index", type=existing_index,
-                        help="an existing conformer_kernel.index folder for fullrank (default: build one)")
-    parser.add_argument("--orcas", type=orcas_task, default=None,
-                        help="ORCAS field (default: the checkpoint's training setting)")
-    parser.add_argument("--output_dir", help="default: a new outputs/ck-evaluate-<time>")
-    parser.add_argument("--depth", type=positive_int, default=None,
-                        help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")
-    parser.add_argument("--dataset", default=None, choices=[DATASET],
-                        help="the paper's dataset the task is, to compare with Table 1 (default: an irds: task's own, "
-                             "if it is TREC DL 2020 documents; files and builtin: none)")
-    parser.add_argument("--test_queries", type=positive_int, default=None,
-                        help="evaluate a sample of this many queries (seed 0, as data.test_queries; default all)")
-    parser.add_argument("--batch_size", type=positive_int, default=64, help="pairs per re-ranking batch (default 64)")
-    parser.add_argument("--relevance_level", type=int, default=1, help="lowest relevant label (default 1)")
+    add("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: both")
+    add("--index", type=existing_index,
+        help="an existing conformer_kernel.index folder for fullrank (default: build one)")
+    add("--orcas", type=orcas_task, default=None, help="ORCAS field (default: the checkpoint's training setting)")
+    add("--output_dir", help="default: a new outputs/ck-evaluate-<time>")
+    add("--depth", type=positive_int, default=None,
+        help="candidates re-ranked per query (default: the checkpoint's data.depth, else 100)")
+    add("--dataset", default=None, choices=[DATASET], help="the paper's dataset the task is, to compare with Table 1 "
+        "(default: an irds: task's own, if it is TREC DL 2020 documents; files and builtin: none)")
+    add("--test_queries", type=positive_int, default=None,
+        help="evaluate a sample of this many queries (seed 0, as data.test_queries; default all)")
+    add("--batch_size", type=positive_int, default=64, help="pairs per re-ranking batch (default 64)")
+    add("--relevance_level", type=int, default=1, help="lowest relevant label (default 1)")
     add_process_arguments(parser)
     add_precision_arguments(parser)
     add_workers_argument(parser, "read and featurise the documents")
@@ -77,9 +77,8 @@ def main(argv=None) -> dict | None:
     from common.data.rerank import reranked_run
     from common.report import paper_dataset
     from conformer_kernel.data import ConformerKernelDataModule
-    from conformer_kernel.impact_index import (
-        ImpactIndex, MissingTermsError, evaluated_topics, full_ranking, load_for_inference,
-    )
+    from conformer_kernel.impact_index import (ImpactIndex, MissingTermsError, evaluated_topics, full_ranking,
+                                               load_for_inference)
 
     state = read_trained(args.checkpoint)
     data_settings = state.get("datamodule_hyper_parameters", {})
@@ -105,8 +104,7 @@ def main(argv=None) -> dict | None:
         write_provenance(out, "conformer_kernel.evaluate", argv)
     runs = {}
     if "rerank" in args.modes:
-        trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out,
-                            enable_model_summary=False)
+        trainer = L.Trainer(**trainer_options(args), logger=False, default_root_dir=out, enable_model_summary=False)
         trainer.test(model, datamodule=data)
         runs["rerank"] = reranked_run(data.test_pairs(), model.test_scores, data.source("test").candidates())
     if "fullrank" in args.modes:  # its index built by every process, its retrieval on global rank zero (else None)
@@ -114,18 +112,16 @@ def main(argv=None) -> dict | None:
                                         num_workers=args.num_workers)
     if not launched_as_global_zero():  # rank zero holds every score and writes the files
         return None
-    name = model.hparams.model
     dataset = args.dataset or paper_dataset(PAPER, task)
     test = data.source("test")
-    metrics = write_mode_results(out, name, runs, test.qrels(), test.candidates(), args.relevance_level,
+    metrics = write_mode_results(out, model.hparams.model, runs, test.qrels(), test.candidates(), args.relevance_level,
                                  measures=model.measures, task=task, dataset=dataset, depth=DEPTH)
-    title = f"{data.source('test').name}: {len(data.eval_queries('test'))} queries"
+    title = f"{test.name}: {len(data.eval_queries('test'))} queries"
     written = ", ".join(str(out / mode_run(m)) for m in runs)
     if metrics is None:
         print(f"{title}\n\n{NO_QRELS}\n\nwritten: {written}, {out / 'task.json'}")
         return None
-    print(metrics_table(metrics, title, model.measures, MEASURE_LABELS))
-    print()
+    print(f"{metrics_table(metrics, title, model.measures, MEASURE_LABELS)}\n")
     print(paper_tables(metrics, task, dataset, data))
     print(f"\nwritten: {written}, {out / 'metrics.json'}, {out / 'task.json'}")
     return metrics

@@ -1,8 +1,7 @@
 """From text to the `Features` of a batch (official ``featurize``, ``model_utils.py``): queries' first 20 analysed terms
 padded to 20 (BatchScale's and BatchNorm's statistics count the padded slots), documents' first 4,000 padded to the
 batch's longest, tf and |d| of the untruncated document, and the ORCAS field by id or from an `OrcasDocument`.
-Analysed documents are cached by a digest of their content (`content_key`), never by id alone.
-"""
+Analysed documents are cached by a digest of their content (`content_key`), never by id alone."""
 
 from __future__ import annotations
 
@@ -41,10 +40,8 @@ class Featurizer:
 
     def __init__(self, resources: Resources, max_query_terms: int, max_doc_terms: int, max_orcas_terms: int,
                  orcas: Mapping[str, str] | None = None, cache_size: int = 50_000):
-        self.resources = resources
+        self.resources, self.orcas, self.cache_size = resources, orcas, cache_size
         self.max_query_terms, self.max_doc_terms, self.max_orcas_terms = max_query_terms, max_doc_terms, max_orcas_terms
-        self.orcas = orcas
-        self.cache_size = cache_size
         self._cache: dict[bytes, list[str]] = {}
 
     def query_terms(self, text: str) -> list[str]:
@@ -63,9 +60,7 @@ class Featurizer:
         """`doc`'s ORCAS field: an `OrcasDocument`'s own, else `orcas`'s for its id (``""`` without)."""
         if self.orcas is None:
             return ""
-        if isinstance(doc, OrcasDocument):
-            return doc.orcas
-        return self.orcas.get(doc.doc_id, "")
+        return doc.orcas if isinstance(doc, OrcasDocument) else self.orcas.get(doc.doc_id, "")
 
     def batch(self, queries: Sequence[Sequence[str]], documents: Sequence[Sequence[Sequence[str]]]) -> Features:
         """Q term lists and, for each, D document term lists -> `Features` (Q, D, ...), tensors from flat lists."""
@@ -87,15 +82,11 @@ class Featurizer:
                 doc_length.append(float(len(doc)))
                 kept.append(len(read))
         query_terms = torch.tensor([len(terms) for terms in queries])
-        return Features(
-            torch.tensor(query_ids, dtype=torch.long).view(Q, Tq),
-            (torch.arange(Tq) < query_terms[:, None]).float(),
-            torch.tensor(query_idf).view(Q, Tq),
-            torch.tensor(doc_ids, dtype=torch.long).view(Q, D, Td),
-            (torch.arange(Td) < torch.tensor(kept).view(Q, D, 1)).float(),
-            torch.tensor(tf).view(Q, D, Tq),
-            torch.tensor(doc_length).view(Q, D),
-        )
+        return Features(torch.tensor(query_ids, dtype=torch.long).view(Q, Tq),
+                        (torch.arange(Tq) < query_terms[:, None]).float(), torch.tensor(query_idf).view(Q, Tq),
+                        torch.tensor(doc_ids, dtype=torch.long).view(Q, D, Td),
+                        (torch.arange(Td) < torch.tensor(kept).view(Q, D, 1)).float(),
+                        torch.tensor(tf).view(Q, D, Tq), torch.tensor(doc_length).view(Q, D))
 
 
 def encode_pairs(featurizer: Featurizer, queries: list[str], documents: list[Document]) -> dict:

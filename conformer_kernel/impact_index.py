@@ -27,13 +27,12 @@ import scipy.sparse as sp
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 from lightning.pytorch.utilities import rank_zero_info
-from torch.utils.data import Dataset
 from tqdm.auto import tqdm
 
 from common.data.formats import Run, Topics
 from common.io import atomic_write, renamed_on_success
 from common.metrics.ordering import exact_ranking
-from common.stores.writer import HostCopies, loader_options
+from common.stores.writer import HostCopies, ShardDataset, loader_options
 from conformer_kernel import NUM_WORKERS
 from conformer_kernel.features import Featurizer
 from conformer_kernel.index_folder import ARRAY_FILES, PLAN, output_problem
@@ -99,7 +98,8 @@ class ImpactIndex:
         folder = Path(folder)
         if not (folder / "meta.json").is_file():
             raise FileNotFoundError(f"{folder}: no complete index (meta.json is written last)")
-        terms, doc_ids = _read_lines(folder / "terms.txt"), _read_lines(folder / "doc_ids.txt")
+        terms, doc_ids = ((folder / name).read_text(encoding="utf-8").splitlines()
+                          for name in ("terms.txt", "doc_ids.txt"))
         data, indices, indptr = (np.load(folder / name, mmap_mode="r") for name in ARRAY_FILES)
         matrix = sp.csr_matrix((len(terms), len(doc_ids)), dtype=data.dtype)  # given these very arrays: memory maps
         matrix.data, matrix.indices, matrix.indptr = data, indices, indptr  # stay maps (scipy's constructor reads them)
@@ -169,22 +169,17 @@ def estimate_index(model: ConformerKernelRanker, featurizer: Featurizer, documen
     return IndexEstimate(t, n, postings, drawn, index_bytes, shard_bytes)
 
 
-class DocumentShards(Dataset):
+class DocumentShards(ShardDataset):
     """Item i: shard ``todo[i]``; `collate` makes its ``(shard, documents, [(positions, Features' tensors)])``."""
 
     def __init__(self, doc_ids: list[str], documents, featurizer: Featurizer, terms: list[str], shard_size: int,
                  batch_size: int, todo: list[int]):
+        super().__init__(todo)
         self.doc_ids, self.documents, self.featurizer, self.terms = doc_ids, documents, featurizer, terms
-        self.shard_size, self.batch_size, self.todo = shard_size, batch_size, todo
-
-    def __len__(self) -> int:
-        return len(self.todo)
-
-    def __getitem__(self, index: int) -> int:
-        return self.todo[index]
+        self.shard_size, self.batch_size = shard_size, batch_size
 
     def collate(self, items: list[int]) -> tuple[int, int, list[tuple[torch.Tensor, tuple[torch.Tensor, ...]]]]:
-        (shard,) = items  # one shard per prediction step
+        shard = super().collate(items)  # one shard per prediction step
         ids = self.doc_ids[shard * self.shard_size : (shard + 1) * self.shard_size]
         docs = [self.featurizer.document_terms(doc) for doc in self.documents.get_many(ids)]
         order = sorted(range(len(docs)), key=lambda i: len(docs[i]))
@@ -287,41 +282,30 @@ MERGE_CHUNK = 1 << 18
 
 
 def merge_shards(folder: Path, shards: int, terms: int, documents: int) -> None:
-    """Merge ``shards/`` of `folder` into the index's CSR arrays with the memory of one shard."""
+    """Merge ``shards/`` of `folder` into the index's CSR arrays with the memory of one shard, in two passes."""
     paths = [shard_path(folder, s) for s in range(shards)]
-    counts = _count_postings(paths, terms, documents)  # (terms,) nonzeros of each term
-    indptr = np.concatenate([[0], np.cumsum(counts)])  # (terms + 1,) int64
-    nnz = int(indptr[-1])
-    # int64 exactly where sp.hstack(blocks, format="csr") chooses it (scipy 1.17)
-    index_dtype = sp.get_index_dtype(maxval=max(nnz, documents, terms))
-    data_path, indices_path, indptr_path = (folder / name for name in ARRAY_FILES)
-    with _new_npy(data_path, np.float32, nnz) as data_tmp, _new_npy(indices_path, index_dtype, nnz) as indices_tmp:
-        _write_postings(paths, indptr[:-1].copy(), data_tmp, indices_tmp)
-    with atomic_write(indptr_path, "wb", overwrite=True) as f:
-        np.save(f, indptr.astype(index_dtype))
-
-
-def _count_postings(paths: list[Path], terms: int, documents: int) -> np.ndarray:
-    """Pass 1: the (terms,) int64 count of each term's nonzero scores over the shards at `paths`."""
-    counts, seen = np.zeros(terms, dtype=np.int64), 0
+    counts, seen = np.zeros(terms, dtype=np.int64), 0  # pass 1: (terms,) the nonzero scores of each term
     for path in tqdm(paths, desc="merging shards (1/2: counting)"):
         block = np.load(path)  # (documents of the shard, terms)
         counts += np.count_nonzero(block, axis=0)
         seen += len(block)
     if seen != documents:
         raise ValueError(f"the shards hold {seen} documents, not {documents}")
-    return counts
-
-
-def _write_postings(paths: list[Path], cursor: np.ndarray, data_path: Path, indices_path: Path) -> None:
-    """Pass 2: each shard's nonzeros of each term at that term's `cursor` (advanced), with global document positions."""
-    first = 0  # the shard's first document
-    for path in tqdm(paths, desc="merging shards (2/2: writing)"):
-        block = np.load(path)  # (documents of the shard, terms)
-        step = max(1, MERGE_CHUNK // len(block))  # terms per chunk
-        for lo in range(0, block.shape[1], step):
-            _scatter(block[:, lo : lo + step], cursor[lo : lo + step], first, data_path, indices_path)
-        first += len(block)
+    indptr = np.concatenate([[0], np.cumsum(counts)])  # (terms + 1,) int64
+    nnz = int(indptr[-1])
+    # int64 exactly where sp.hstack(blocks, format="csr") chooses it (scipy 1.17)
+    index_dtype = sp.get_index_dtype(maxval=max(nnz, documents, terms))
+    data_path, indices_path, indptr_path = (folder / name for name in ARRAY_FILES)
+    cursor, first = indptr[:-1].copy(), 0  # pass 2: each term's next posting; the shard's first document
+    with _new_npy(data_path, np.float32, nnz) as data_tmp, _new_npy(indices_path, index_dtype, nnz) as indices_tmp:
+        for path in tqdm(paths, desc="merging shards (2/2: writing)"):
+            block = np.load(path)  # (documents of the shard, terms)
+            step = max(1, MERGE_CHUNK // len(block))  # terms per chunk
+            for lo in range(0, block.shape[1], step):
+                _scatter(block[:, lo : lo + step], cursor[lo : lo + step], first, data_tmp, indices_tmp)
+            first += len(block)
+    with atomic_write(indptr_path, "wb", overwrite=True) as f:
+        np.save(f, indptr.astype(index_dtype))
 
 
 def _scatter(part: np.ndarray, cursor: np.ndarray, first: int, data_path: Path, indices_path: Path) -> None:
@@ -373,7 +357,8 @@ def full_ranking(model: ConformerKernelRanker, featurizer: Featurizer, data, fol
     return index.retrieve(topics, featurizer)
 
 
-def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) -> tuple[ConformerKernelRanker, Featurizer]:
+def load_for_inference(checkpoint: str, orcas=None,
+                       data: dict | None = None) -> tuple[ConformerKernelRanker, Featurizer]:
     """A trained model in eval mode and the featuriser of its vocabulary, limits and ORCAS field."""
     if data is None:
         data = torch.load(checkpoint, map_location="cpu", weights_only=True).get("datamodule_hyper_parameters", {})
@@ -381,10 +366,6 @@ def load_for_inference(checkpoint: str, orcas=None, data: dict | None = None) ->
     model = ConformerKernelRanker.load_from_checkpoint(checkpoint, map_location="cpu").eval()
     featurizer = Featurizer(model.resources, *(data.get(name, default) for name, default in INPUTS.items()), field)
     return model, featurizer
-
-
-def _read_lines(path: Path) -> list[str]:
-    return path.read_text(encoding="utf-8").splitlines()
 
 
 def _digest(items: Sequence[str]) -> str:

@@ -1,6 +1,7 @@
 """``python -m conformer_kernel.index --checkpoint CKPT --collection TASK --query_tasks TASK --output_dir DIR``:
-precompute the impact index of a trained NDRM (Mitra et al., "Improving Transformer-Kernel Ranking Model Using Conformer and Query Term Independence"; s_td for every term and document, `conformer_kernel.impact_index`) for
-full retrieval (``python -m conformer_kernel.evaluate --index DIR``).
+precompute the impact index of a trained NDRM (Mitra et al., "Improving Transformer-Kernel Ranking Model Using
+Conformer and Query Term Independence"; s_td for every term and document, `conformer_kernel.impact_index`) for full
+retrieval (``python -m conformer_kernel.evaluate --index DIR``).
 
 The terms: every analysed term of the ``--query_tasks``' topics (the first 20 of each, as the official code), and
 with ``--vocabulary`` the whole vocabulary. Shards of ``--shard_size`` documents are written as they are scored
@@ -26,24 +27,19 @@ from conformer_kernel.orcas import ORCAS_PARTS
 
 def build_parser() -> argparse.ArgumentParser:
     parser = command_parser("python -m conformer_kernel.index", __doc__)
-    parser.add_argument("--checkpoint", required=True, type=checkpoint_file,
-                        help="a conformer_kernel.train checkpoint")
-    parser.add_argument("--collection", required=True,
-                        help="task whose documents are indexed: builtin:<split>, irds:<ir_datasets id>")
-    parser.add_argument("--query_tasks", nargs="+", default=[], metavar="TASK",
-                        help="tasks whose queries' terms are indexed (builtin:test, "
-                             "irds:msmarco-document/trec-dl-2020)")
-    parser.add_argument("--vocabulary", action="store_true", help="also index every term of the model's vocabulary")
-    parser.add_argument("--output_dir", required=True,
-                        help="a new folder for the index (or an unfinished one with --resume)")
-    parser.add_argument("--resume", action="store_true", help="finish an interrupted index in --output_dir")
-    parser.add_argument("--orcas", type=orcas_task, default=None,
-                        help="ORCAS field as in training (irds:msmarco-document/orcas; default: the checkpoint's)")
-    parser.add_argument("--shard_size", type=positive_int, default=256,
-                        help="documents per written shard (default 256)")
-    parser.add_argument("--batch_size", type=positive_int, default=8, help="documents per forward pass (default 8)")
-    parser.add_argument("--term_chunk", type=positive_int, default=64,
-                        help="terms per kernel-pooling pass (default 64)")
+    add = parser.add_argument
+    add("--checkpoint", required=True, type=checkpoint_file, help="a conformer_kernel.train checkpoint")
+    add("--collection", required=True, help="task whose documents are indexed: builtin:<split>, irds:<ir_datasets id>")
+    add("--query_tasks", nargs="+", default=[], metavar="TASK",
+        help="tasks whose queries' terms are indexed (builtin:test, irds:msmarco-document/trec-dl-2020)")
+    add("--vocabulary", action="store_true", help="also index every term of the model's vocabulary")
+    add("--output_dir", required=True, help="a new folder for the index (or an unfinished one with --resume)")
+    add("--resume", action="store_true", help="finish an interrupted index in --output_dir")
+    add("--orcas", type=orcas_task, default=None,
+        help="ORCAS field as in training (irds:msmarco-document/orcas; default: the checkpoint's)")
+    add("--shard_size", type=positive_int, default=256, help="documents per written shard (default 256)")
+    add("--batch_size", type=positive_int, default=8, help="documents per forward pass (default 8)")
+    add("--term_chunk", type=positive_int, default=64, help="terms per kernel-pooling pass (default 64)")
     add_process_arguments(parser, "Lightning devices; shards are split among them")
     add_precision_arguments(parser)
     add_workers_argument(parser, "read and featurise the documents")

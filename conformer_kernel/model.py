@@ -1,11 +1,10 @@
 """The nn.Modules of the Conformer-Kernel with query term independence (Mitra et al.: "Improving Transformer-Kernel
-Ranking Model Using Conformer and Query Term Independence", TREC 2020 Deep Learning track): separable attention
-(Eq. 2), the Conformer layer, windowed kernel pooling, BatchScale, and NDRM1, NDRM2 (Eq. 4) and NDRM3 (Eq. 3), each
-summing per-term scores s_td (QTI, Sec. 2; `conformer_kernel.impact_index` precomputes them).
-
-Where the paper is silent this follows the official code (bmitra-msft/TREC-Deep-Learning-Quick-Start, ``conformer.py``,
-``model.py``, ``model_utils.py``; file:line in docs/conformer_kernel.md). Deliberate differences, all the official
-computation up to float rounding but the last two:
+Ranking Model Using Conformer and Query Term Independence", TREC 2020 DL): separable attention (Eq. 2), the Conformer
+layer, windowed kernel pooling, BatchScale, and NDRM1, NDRM2 (Eq. 4) and NDRM3 (Eq. 3), each summing per-term scores
+s_td (QTI, Sec. 2; `conformer_kernel.impact_index` precomputes them). Where the paper is silent this follows the
+official code (bmitra-msft/TREC-Deep-Learning-Quick-Start, ``conformer.py``, ``model.py``, ``model_utils.py``;
+file:line in docs/conformer_kernel.md). Deliberate differences, the official computation up to float rounding but the
+last two:
 
 - a batch is padded with id 0 only as far as the padding reaches the terms (`DocumentEncoder.padded_length`), not to
   4,000; only query slots up to the last real term are pooled (`used_slots`); each distinct document is encoded once
@@ -148,8 +147,7 @@ class ConformerLayer(nn.Module):
         if self.conv is not None:
             if zero_padding:
                 h = h.masked_fill(padding[..., None], 0.0)
-            h = SameConv1d.apply(h.transpose(1, 2), self.conv.weight, self.conv.bias, self.conv.groups)
-            h = h.transpose(1, 2)  # (B, N, H)
+            h = SameConv1d.apply(h.mT, self.conv.weight, self.conv.bias, self.conv.groups).mT  # (B, H, N) -> (B, N, H)
         x = self.norm1(x + self.dropout1(self.attn(h, padding)))  # x = LN(x + Dropout(Attn(Conv(x))))
         return self.norm2(x + self.dropout2(self.ff(x)))  # x = LN(x + Dropout(FF(x)))
 
@@ -192,9 +190,7 @@ class DocumentEncoder(nn.Module):
 
     def padded_length(self, length: int) -> int:
         """What `length`-term documents are padded to: the official `max_len`, as far as it reaches the terms."""
-        if self.doc_padding == "zeroed":
-            return length
-        return max(length, min(length + self.reach, self.max_len))
+        return length if self.doc_padding == "zeroed" else max(length, min(length + self.reach, self.max_len))
 
     def forward(self, x: Tensor, mask: Tensor) -> Tensor:  # x: (B, N, H), mask: (B, N) 1.0 = term
         padding = mask == 0
@@ -248,11 +244,8 @@ class WindowedKernelPooling(nn.Module):
         s = similarity.masked_fill(doc_mask[..., None, :] == 0, far)
         s = F.pad(s, (0, max(end - length, 0)), value=far)[..., :end]
         blocks = self.kernels(s).unflatten(-1, (end // block, block)).sum(-1)  # (..., Tq, K, end / block)
-        sums = blocks.unfold(-1, self.window // block, self.stride // block).sum(-1)  # (..., Tq, K, starts)
-        sums = sums.transpose(-1, -2)
-        if starts < self.windows:
-            sums = F.pad(sums, (0, 0, 0, 1))
-        return sums
+        sums = blocks.unfold(-1, self.window // block, self.stride // block).sum(-1).mT  # (..., Tq, starts, K)
+        return F.pad(sums, (0, 0, 0, 1)) if starts < self.windows else sums
 
 
 class BatchScale(nn.Module):
@@ -297,7 +290,14 @@ class BatchNorm(nn.BatchNorm1d):
         return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
 
 
-class NDRM1(nn.Module):
+class QTIRanker(nn.Module):
+    """A ranker whose score sums its per-term scores (QTI): s_qd = Σ_t s_td."""
+
+    def forward(self, f: Features) -> Tensor:
+        return self.term_scores(f).sum(-1)
+
+
+class NDRM1(QTIRanker):
     """Conformer-Kernel with QTI (Fig. 1b): latent matching of non-contextual query terms."""
 
     def __init__(self, vocab_size: int, hidden_size: int, num_heads: int, num_layers: int, dropout: float,
@@ -349,20 +349,13 @@ class NDRM1(nn.Module):
         """(..., Tq) ids -> (..., Tq, H) unit vectors of Linear(embedding)."""
         return F.normalize(self.query_proj(self.embed(term_ids)), dim=-1, eps=1e-8)
 
-    def match(self, terms: Tensor, docs: Tensor, doc_mask: Tensor) -> Tensor:
-        """Unit vectors (Q, Tq, H) and (Q, D, Td, H) -> (Q, D, Tq) kernel-pooled term scores."""
-        similarity = terms[:, None] @ docs.transpose(-2, -1)  # cosine: (Q, D, Tq, Td)
-        return self.pooling(similarity, doc_mask)
-
     def term_scores(self, f: Features) -> Tensor:
         Q, D, Td = f.doc_ids.shape
         docs = self.encode_documents(f.doc_ids.view(Q * D, Td), f.doc_mask.view(Q * D, Td)).view(Q, D, Td, -1)
         used = used_slots(f.query_mask)
-        scores = self.match(self.encode_terms(f.query_ids[:, :used]), docs, f.doc_mask) * f.query_mask[:, None, :used]
+        similarity = self.encode_terms(f.query_ids[:, :used])[:, None] @ docs.transpose(-2, -1)  # (Q, D, Tq, Td)
+        scores = self.pooling(similarity, f.doc_mask) * f.query_mask[:, None, :used]  # cosines -> (Q, D, Tq)
         return F.pad(scores, (0, f.query_ids.shape[-1] - used))
-
-    def forward(self, f: Features) -> Tensor:
-        return self.term_scores(f).sum(-1)  # QTI: s_qd = Σ_t s_td
 
     def index_scores(self, f: Features, chunk: int = 64) -> Tensor:
         """s_td of one pseudo-query's T terms (Q = 1) for its N documents: (N, T), `chunk` terms at a time."""
@@ -385,7 +378,7 @@ def used_slots(query_mask: Tensor) -> int:
 ENCODER_CALL = 250
 
 
-class NDRM2(nn.Module):
+class NDRM2(QTIRanker):
     """Eq. 4: IDF_t · BS(tf) / (BS(tf) + ReLU(w_dlen · BS(|d|) + b_dlen) + ε), explicit term matching."""
 
     def __init__(self, eps: float = 1e-6):
@@ -401,14 +394,11 @@ class NDRM2(nn.Module):
         tf = self.scale_tf(f.tf)  # (Q, D, Tq)
         return f.query_idf[:, None] * tf / (tf + length + self.eps) * f.query_mask[:, None]  # Eq. 4: (Q, D, Tq)
 
-    def forward(self, f: Features) -> Tensor:
-        return self.term_scores(f).sum(-1)
-
     def index_scores(self, f: Features, chunk: int = 64) -> Tensor:
         return self.term_scores(f)[0]  # (N, T)
 
 
-class NDRM3(nn.Module):
+class NDRM3(QTIRanker):
     """Eq. 3: s_td = w1·BN(s_td^latent) + w2·BN(s_td^explicit) + b, NDRM1 and NDRM2 per query term."""
 
     def __init__(self, vocab_size: int, **ndrm1_options):
@@ -423,14 +413,10 @@ class NDRM3(nn.Module):
         pair = torch.stack([latent, explicit], dim=-1)  # (Q, D, Tq, 2)
         # Eq. 3: w1·BN(.) + w2·BN(.) + b, in the parameters' precision under autocast too
         y = full_precision(self.combine, self.norm(pair.view(-1, 2)), dtype=self.combine.weight.dtype)
-        y = y.view(pair.shape[:-1])
-        return y * query_mask[:, None]
+        return y.view(pair.shape[:-1]) * query_mask[:, None]
 
     def term_scores(self, f: Features) -> Tensor:
         return self.combine_terms(self.ndrm1.term_scores(f), self.ndrm2.term_scores(f), f.query_mask)
-
-    def forward(self, f: Features) -> Tensor:
-        return self.term_scores(f).sum(-1)
 
     def index_scores(self, f: Features, chunk: int = 64) -> Tensor:
         return self.combine_terms(self.ndrm1.index_scores(f, chunk)[None], self.ndrm2.term_scores(f), f.query_mask)[0]
@@ -448,13 +434,11 @@ def build_ranker(kind: ModelName, vocab_size: int, encoder: EncoderName, conv_wi
         raise ValueError(f"encoder must be 'conformer' or 'transformer', got {encoder!r}")
     if kind == "ndrm2":
         return NDRM2()
+    if kind not in ("ndrm1", "ndrm3"):
+        raise ValueError(f"unknown model {kind!r}: expected ndrm1, ndrm2 or ndrm3")
     conformer = encoder == "conformer"
-    options.update(conv_window=conv_window if conformer else None, separable=conformer)
-    if kind == "ndrm1":
-        return NDRM1(vocab_size, **options)
-    if kind == "ndrm3":
-        return NDRM3(vocab_size, **options)
-    raise ValueError(f"unknown model {kind!r}: expected ndrm1, ndrm2 or ndrm3")
+    return (NDRM1 if kind == "ndrm1" else NDRM3)(vocab_size, **options, conv_window=conv_window if conformer else None,
+                                                 separable=conformer)
 
 
 #: The settings that shape the model: `conformer_kernel.ranker.ConformerKernelRanker`'s hyper-parameters but ``lr``.

@@ -5,8 +5,7 @@ first 2,000 terms. `OrcasField` is that read-only lookup ``doc_id -> text``, rea
 ir_datasets' ``msmarco-document/orcas``, built once into an SQLite cache under ``$EFFICIENT_RANKERS_CACHE/orcas``.
 
 Differences from the official code: each query counts once per document (its first click), clicks of relevance <= 0
-and empty queries add nothing.
-"""
+and empty queries add nothing."""
 
 from __future__ import annotations
 
@@ -133,35 +132,29 @@ def _slug(name: str) -> str:
 
 
 def _build_from_files(path: Path, topics_path, qrels_path, progress: bool) -> None:
-    """`_build` of a topics file (the queries) and a qrels file (the clicks)."""
     topics_label, qrels_label = str(topics_path), str(qrels_path)
     _build(path, iter_topics(topics_path), iter_qrels(qrels_path),
            duplicate_query=lambda number, qid: DataFormatError(topics_label, number, f"duplicate topic id {qid!r}"),
-           unknown_query=lambda number, qid: DataFormatError(
-               qrels_label, number, f"query id {qid!r} is not in the topics file {topics_label}"),
+           unknown_query=lambda number, qid: DataFormatError(qrels_label, number, f"query id {qid!r} is not in the "
+                                                             f"topics file {topics_label}"),
            source=f"files: topics={Path(topics_path).resolve()} qrels={Path(qrels_path).resolve()}",
            name=Path(qrels_path).name, progress=progress)
 
 
 def _build_from_irds(path: Path, dataset_id: str, progress: bool) -> None:
-    """`_build` of an ir_datasets dataset's queries and qrels."""
     dataset = irds.load_dataset(dataset_id)
     for entity in ("queries", "qrels"):
         has = getattr(dataset, f"has_{entity}", None)
         if has is not None and not has():
             raise ValueError(f"ir_datasets dataset {dataset_id!r} has no {entity}; the ORCAS field needs both")
 
-    def queries() -> Iterator[tuple[int, str, str]]:
-        with irds._reading(dataset_id, "queries"):
-            for number, query in enumerate(dataset.queries_iter(), start=1):
-                yield number, str(query.query_id), irds.query_text(query)
+    def records(part: str, fields) -> Iterator[tuple]:  # (number, *fields(record)), numbered from 1
+        with irds._reading(dataset_id, part):
+            for number, record in enumerate(getattr(dataset, f"{part}_iter")(), start=1):
+                yield number, *fields(record)
 
-    def clicks() -> Iterator[tuple[int, str, str, int]]:
-        with irds._reading(dataset_id, "qrels"):
-            for number, qrel in enumerate(dataset.qrels_iter(), start=1):
-                yield number, str(qrel.query_id), str(qrel.doc_id), int(qrel.relevance)
-
-    _build(path, queries(), clicks(),
+    _build(path, records("queries", lambda query: (str(query.query_id), irds.query_text(query))),
+           records("qrels", lambda qrel: (str(qrel.query_id), str(qrel.doc_id), int(qrel.relevance))),
            duplicate_query=lambda number, qid: DataFormatError(
                f"ir_datasets:{dataset_id} queries", None, f"duplicate query id {qid!r} (record {number})"),
            unknown_query=lambda number, qid: DataFormatError(

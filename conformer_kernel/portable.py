@@ -1,13 +1,12 @@
 """The Conformer-Kernel as a portable ranker (`common.portable`, `common.api`): NDRM1, NDRM2 or NDRM3 rebuilt from a
 checkpoint's entry or an exported folder, its pairs featurised as `conformer_kernel.evaluate` re-ranks, without
-Lightning.
+Lightning; it re-ranks (no ``fullrank``).
 
 - Config: ``model`` (`conformer_kernel.model.SETTINGS`), ``inputs`` (the featuriser's limits, `INPUTS` where the
   checkpoint holds none) and ``orcas``; files: ``terms.txt`` and ``idf.tsv``. A `conformer_kernel.train` checkpoint
   holds no entry: `checkpoint_entry` makes it when `common.api.load` reads it, so the vocabulary is stored once.
-- ORCAS: the field is not carried; a caller passes an `OrcasDocument` with its clicked queries, any other document is
-  scored as one nobody clicked (the field is a property of the document, as its title is).
-- Full retrieval (``--modes fullrank``) is not here: a portable ranker re-ranks.
+- ORCAS: not carried; a caller passes an `OrcasDocument` with its clicked queries, any other document is scored as
+  one nobody clicked (the field is a property of the document, as its title is).
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ def checkpoint_entry(checkpoint: dict) -> dict:
 def build(config: dict, folder: Path) -> Scoring:
     """The model of `config` (fresh weights) and its inputs, featurised with the vocabulary and IDFs of `folder`."""
     inputs = config["inputs"]
-    featurizer = Featurizer(Resources.load(folder), inputs["max_query_terms"], inputs["max_doc_terms"],
-                            inputs["max_orcas_terms"], {} if inputs["orcas"] else None)
+    featurizer = Featurizer(Resources.load(folder), *(inputs[name] for name in INPUTS), {} if inputs["orcas"] else None)
 
     def score(model, batch: dict):  # (B,): `ConformerKernelRanker.evaluation_scores`
         return model(batch["features"])[:, 0]

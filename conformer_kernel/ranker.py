@@ -52,11 +52,10 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
         pool_window: document terms per pooling window (paper: 300).
         pool_stride: terms between the starts of two pooling windows (paper: 100).
         max_doc_terms: the document terms read (paper: 4,000; also fixes the number of pooling windows).
-        identity_init: start NDRM1's query projection at the identity and its document mix at the embedding
-            (not the paper's: PyTorch's default initialisation; see `conformer_kernel.model.NDRM1`).
-        doc_padding: ``official`` (the official code's: the encoder reads the padding after a document's last
-            term, UNK embeddings up to `max_doc_terms`) or ``zeroed`` (its convolutions read zeros there); see
-            `conformer_kernel.model`, "Document padding".
+        identity_init: start NDRM1's query projection at the identity, its document mix at the embedding (not the
+            paper's: PyTorch's default initialisation).
+        doc_padding: ``official`` (the official code's: the encoder reads UNK embeddings after a document's last term,
+            up to `max_doc_terms`) or ``zeroed`` (its convolutions read zeros there; docs/conformer_kernel.md).
         lr: Adam's learning rate (official: 1e-4).
     """
 
@@ -82,8 +81,8 @@ class ConformerKernelRanker(RerankingEvaluation, L.LightningModule):
         lr: NonNegativeFloat = 1e-4,
     ):
         if model != "ndrm2" and hidden_size % num_heads:  # NDRM2 matches terms explicitly: no encoder
-            raise SettingError("model.num_heads", f"must divide the hidden size {hidden_size} (2 x --data.embedding_dim),"
-                                                  f" got {num_heads}")
+            raise SettingError("model.num_heads",
+                               f"must divide the hidden size {hidden_size} (2 x --data.embedding_dim), got {num_heads}")
         if model != "ndrm2" and encoder == "conformer" and conv_window % 2 == 0:
             raise SettingError("model.conv_window", f"must be odd (the convolution keeps the document's length), got "
                                                     f"{conv_window}")

@@ -1,8 +1,6 @@
 """Text processing of the Conformer-Kernel as the official ``model_utils.py`` does it (the paper says only: queries'
-first 20 terms, documents' first 4,000): `analyze` lowercases, keeps ``[a-z0-9]``, drops SMART stop words and
-Krovetz-stems; `document_terms` is ``<S>`` + ORCAS terms + URL, title and body + ``</S>``, untruncated (NDRM2 counts
-tf and |d| on the whole document).
-"""
+first 20 terms, documents' first 4,000): lowercase, ``[a-z0-9]``, no SMART stop word, Krovetz stems; a document is
+untruncated here (NDRM2 counts tf and |d| on the whole document)."""
 
 from __future__ import annotations
 
@@ -19,14 +17,8 @@ START, END = "<S>", "</S>"
 
 _DROP = re.compile(r"[^a-z0-9\s]+")
 _STEMMER = krovetzstemmer.Stemmer()
-
-
-def _read_stopwords() -> frozenset[str]:
-    lines = (Path(__file__).parent / "stopwords.txt").read_text(encoding="utf-8").splitlines()
-    return frozenset(w for line in lines if not line.startswith("#") for w in line.split())
-
-
-STOPWORDS = _read_stopwords()
+_STOPWORD_LINES = (Path(__file__).parent / "stopwords.txt").read_text(encoding="utf-8").splitlines()
+STOPWORDS = frozenset(w for line in _STOPWORD_LINES if not line.startswith("#") for w in line.split())
 
 
 @lru_cache(maxsize=1 << 20)
@@ -36,7 +28,6 @@ def stem(word: str) -> str:
 
 
 def analyze(text: str) -> list[str]:
-    """The terms of `text`: lowercase, ``[a-z0-9]`` only, no SMART stop word, Krovetz stems."""
     return [stem(w) for w in _DROP.sub(" ", text.lower()).split() if w not in STOPWORDS]
 
 

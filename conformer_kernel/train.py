@@ -4,8 +4,8 @@ Independence", TREC 2020 Deep Learning track), pick the checkpoint on dev NDCG@1
 ``--test_modes``: ``rerank`` (BM25's top 100) and ``fullrank`` (s_td precomputed over the test collection,
 `conformer_kernel.index`, into ``index/``; the paper's single-stage retrieval).
 
-Without ``--config`` NDRM3 trains on the built-in collection (`conformer_kernel/configs/builtin.yaml`);
-``--config conformer_kernel/configs/trec-dl-2020/<row>.yaml`` runs a Table 1 setting. Outputs: `common.commands.cli.RankerCLI`.
+Without ``--config`` NDRM3 trains on the built-in collection (`conformer_kernel/configs/builtin.yaml`); ``--config
+conformer_kernel/configs/trec-dl-2020/<row>.yaml`` runs a Table 1 setting. Outputs: `common.commands.cli.RankerCLI`.
 """
 
 from __future__ import annotations
@@ -51,13 +51,9 @@ def tested_runs(cli, modes: list[str]) -> dict:
     return runs
 
 
-# --- the paper's numbers -----------------------------------------------------------------------------------
-
-
 def paper_tables(metrics: dict, task, dataset: str | None, data=None) -> str:
-    """What the paper has for `metrics`, measured on test task `task`: `comparison_table` where `dataset` is
-    `DATASET` (the ORCAS rows where data module `data` reads the ORCAS field); else a line saying there is nothing
-    to compare with and, for a built-in task, `reported_table`."""
+    """What the paper has for `metrics` of test task `task`: `comparison_table` where `dataset` is `DATASET` (its ORCAS
+    rows where data module `data` reads ORCAS), else a line saying so and, for a builtin task, `reported_table`."""
     from common.commands.outputs import is_builtin, nothing_to_compare
 
     if dataset == DATASET:
@@ -73,9 +69,8 @@ def reported_table() -> str:
     """Table 1 of the paper (TREC DL 2020 documents), labelled as another dataset's numbers."""
     from common.report import load_reported, to_markdown
 
-    rows = load_reported(PAPER, table=1)
-    frame = rows.pivot_table(index=["method", "setting"], columns="metric", values="value", aggfunc="first",
-                             sort=False)
+    frame = load_reported(PAPER, table=1).pivot_table(index=["method", "setting"], columns="metric", values="value",
+                                                      aggfunc="first", sort=False)
     frame = frame[list(MEASURE_LABELS)].rename(columns=MEASURE_LABELS).reset_index()
     return ("Reported in the paper, for reference only: another dataset (Table 1, TREC DL 2020 documents, official "
             f"evaluation)\n\n{to_markdown(frame)}")
@@ -108,8 +103,7 @@ COMMAND = TrainCommand(
     name="conformer_kernel.train", default_config=Path(__file__).parent / "configs" / "builtin.yaml",
     model="conformer_kernel.ranker.ConformerKernelRanker", data="conformer_kernel.data.ConformerKernelDataModule",
     monitor="dev/ndcg_cut_10", run_name=lambda config: f"ck-{config.model.model}",
-    tested_name=attrgetter("hparams.model"), paper=PAPER, paper_tables=paper_tables,
-    links=links, labels=MEASURE_LABELS,
+    tested_name=attrgetter("hparams.model"), paper=PAPER, paper_tables=paper_tables, links=links, labels=MEASURE_LABELS,
     test_modes=TestModes(MODES, "evaluate the best checkpoint by re-ranking the test candidates and/or by full "
                                 "retrieval from a precomputed impact index (default: both)", tested_runs, DEPTH),
 )

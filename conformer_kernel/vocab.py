@@ -33,8 +33,7 @@ UNK = 0
 
 @dataclass(frozen=True)
 class EmbeddingOptions:
-    """word2vec settings: the data module's (`conformer_kernel.data`: embedding_dim, embedding_window, min_count,
-    embedding_epochs, seed, embedding_workers)."""
+    """word2vec settings: the data module's embedding_* options, min_count and seed (`conformer_kernel.data`)."""
 
     dim: int
     window: int
@@ -72,8 +71,7 @@ class Resources:
         from gensim.models import Word2Vec
 
         sentences: list[list[str]] = [terms for q in queries if (terms := analyze(q))]
-        df: Counter[str] = Counter()
-        n = 0
+        df, n = Counter(), 0  # document frequencies, documents
         for doc in tqdm(documents, desc="analysing documents", unit=" docs", disable=not progress):
             fields = [terms for part in (getattr(doc, "url", ""), doc.title, doc.text) if (terms := analyze(part))]
             sentences += fields  # one word2vec sentence per field, as the official corpus file has one line each
@@ -93,17 +91,15 @@ class Resources:
     def cached(cls, key: dict, queries: Iterable[str], documents: Iterable[Document],
                options: EmbeddingOptions) -> Resources:
         """`build`'s result for the corpus `key`, built once however many processes ask (`common.io.built_once`)."""
-        digest = hashlib.sha256(json.dumps({"corpus": key, "options": asdict(options), "version": 1},
-                                           sort_keys=True).encode()).hexdigest()[:16]
-        folder = cache_root() / "conformer_kernel" / f"resources-{digest}"
         meta = {"corpus": key, "options": asdict(options)}
+        digest = hashlib.sha256(json.dumps({**meta, "version": 1}, sort_keys=True).encode()).hexdigest()[:16]
+        folder = cache_root() / "conformer_kernel" / f"resources-{digest}"
         built_once(folder, lambda tmp: cls.build(queries, documents, options).save(tmp, meta=meta),
                    ready=lambda path: (path / "meta.json").is_file())
         return cls.load(folder)
 
     def save(self, folder: str | os.PathLike, meta: dict | None = None) -> None:
-        """Write ``terms.txt``, ``idf.tsv``, ``embeddings.npy`` and ``meta.json`` into a new `folder` (`cached`'s
-        `built_once` publishes it atomically)."""
+        """Write ``terms.txt``, ``idf.tsv``, ``embeddings.npy`` and ``meta.json`` into a new `folder`."""
         folder = Path(folder)
         folder.mkdir(parents=True)
         for name, data in self.text_files().items():
