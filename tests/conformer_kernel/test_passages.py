@@ -12,7 +12,7 @@ import yaml
 
 from conformer_kernel import train
 
-pytestmark = [pytest.mark.slow, pytest.mark.whole_run]  # the second tier, started first (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run]  # the second tier, run alone (README, "Tests")
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "conformer_kernel" / "configs" / "trec-dl-passages.yaml"

@@ -12,7 +12,7 @@ import json
 
 from earl import train
 
-pytestmark = [pytest.mark.slow, pytest.mark.whole_run]  # the second tier, started first (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run]  # the second tier, run alone (README, "Tests")
 
 
 def test_the_default_run_beats_bm25(tmp_path):

@@ -13,7 +13,7 @@ import json
 
 from mva import train
 
-pytestmark = [pytest.mark.slow, pytest.mark.whole_run]  # the second tier, started first (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.whole_run]  # the second tier, run alone (README, "Tests")
 
 MARGIN = 0.013
 
