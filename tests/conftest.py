@@ -26,14 +26,6 @@ if "OMP_NUM_THREADS" not in os.environ:
     os.environ.setdefault("TVM_NUM_THREADS", str(THREADS))
 
 
-def pytest_collection_modifyitems(items):
-    """The whole runs first, then the multi-process and kill-and-resume files, then the rest in collection order:
-    with ``--dist loadfile --no-loadscope-reorder`` (`.ci/run`'s slow tier) xdist hands files to its workers in this
-    order, so that the longest start first and the short files fill the end."""
-    items.sort(key=lambda item: 0 if item.get_closest_marker("whole_run")
-               else 1 if "distributed" in item.path.parts or item.path.name == "test_resume.py" else 2)
-
-
 @pytest.fixture(autouse=True)
 def torch_threads(request):
     """Each test begins with torch's default thread count, unless its module asks for `one_thread`."""
