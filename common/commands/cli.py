@@ -51,8 +51,10 @@ def _flat(tree, key: str = "") -> dict:
     """A config's nested mappings as ``{"a.b.c": value}``."""
     if not isinstance(tree, dict):
         return {key: tree}
-    named = {f"{key}.{name}" if key else str(name): value for name, value in tree.items()}
-    return {flat: leaf for name, value in named.items() for flat, leaf in _flat(value, name).items()}
+    flat = {}
+    for name, value in tree.items():
+        flat.update(_flat(value, f"{key}.{name}" if key else str(name)))
+    return flat
 
 
 def _shown(value) -> str:
