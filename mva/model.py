@@ -7,7 +7,10 @@ and measurements: docs/mva.md):
 - First-K keeps the first K outputs of the whole input; K learned [CLS] embeddings start as [CLS] and K - 1 draws
   from N(0, s^2), s the word embeddings' std (`cls_starts`);
 - temporal pooling zero-pads to a multiple of rho and concatenates rho consecutive outputs;
-- H heads of size p, their dot products summed before the mean over query positions.
+- H heads of size p, their dot products summed before the mean over query positions;
+- the query side of every config is every query token (Sec. 4: "no pooling for query sequences"), Table 5's MVA²
+  and MVA³ included; 8 query [CLS], the query length their printed joint compute fits, is their alternative
+  (``configs/msmarco/*-qcls8.yaml``; Table 3's query [CLS] rows read K of them).
 """
 
 from __future__ import annotations

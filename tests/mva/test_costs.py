@@ -63,9 +63,9 @@ def test_table5_joint_compute_and_storage_match_the_paper():
 
 
 def test_only_eight_query_cls_for_mva2_and_mva3_fits_table5():
-    """The three readings of the query side weighed in `mva.costs`' docstring, each against Table 5's printed joint
-    compute (within one unit of its last digit): q = 7 for every row, q = 8 ([CLS], tokens, [SEP]) for every row,
-    and q = 7 for MVA¹ with 8 query [CLS] for MVA² and MVA³. Only the last fits all three rows."""
+    """The three readings of the query side (docs/mva.md weighs them), each against Table 5's printed joint compute
+    (within one unit of its last digit): q = 7 for every row, q = 8 ([CLS], tokens, [SEP]) for every row, and q = 7
+    for MVA¹ with 8 query [CLS] for MVA² and MVA³. Only the last fits all three rows."""
     printed = {m: v for (m, _, metric), v in reported(5).items() if metric == "joint_compute_mflops"}
     shapes = {"MVA¹": (70, 128), "MVA²": (24, 64), "MVA³": (16, 32)}
     assert set(shapes) <= set(printed), sorted(printed)
@@ -183,7 +183,7 @@ def test_json_prints_one_row_per_table_row(capsys):
         ("N/A", 1000), ("DE", 1), ("DE", 10), ("DE", 50), ("MVA (D=24, P=64)", 1), ("MVA (D=24, P=64)", 10),
         ("MVA (D=24, P=64)", 50)]
     main(["--candidates", "100"])
-    assert "| MVA1 | q = 7, d = 70, p = 128 | 12.6 | 130.0 |" in capsys.readouterr().out
+    assert "| MVA1 | q = 7 ([CLS] and ~6 tokens), d = 70, p = 128 | 12.6 | 130.0 |" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("args, expect", [

@@ -73,16 +73,16 @@ def test_writing_the_tables_puts_a_changed_csv_number_in_the_readme(results):
 
 
 def test_a_run_still_to_do_leaves_its_cells_empty_and_names_its_file(results):
-    (results / "mva" / "runs" / "mva2" / "metrics.json").unlink()
+    (results / "mva" / "runs" / "mva2-query-cls8" / "metrics.json").unlink()
     update(results)
     text = (results / "mva" / "README.md").read_text()
-    assert "| MVA² | 8 [CLS] | distinct | | | | | `runs/mva2` |" in text
-    assert "`runs/mva2/metrics.json`" in text
+    assert "| MVA² | 8 [CLS] | distinct | | | | | `runs/mva2-query-cls8` |" in text
+    assert "`runs/mva2-query-cls8/metrics.json`" in text
 
 
 def test_a_run_folder_without_its_command_is_refused(results):
-    (results / "mva" / "runs" / "mva2" / "command.txt").unlink()
-    with pytest.raises(TableError, match="runs/mva2: no command.txt"):
+    (results / "mva" / "runs" / "mva2-query-cls8" / "command.txt").unlink()
+    with pytest.raises(TableError, match="runs/mva2-query-cls8: no command.txt"):
         check(results)
 
 
