@@ -52,13 +52,14 @@ CPU = ["--accelerator", "cpu", "--devices", "1"]
 
 def save_checkpoint(path: Path, architecture: str = "earl", seed: int = 0) -> Path:
     """What `earl.train`'s checkpoints hold, as far as the commands read them: a tiny ranker's weights (every
-    matrix redrawn with a large spread), its hyper-parameters and the data settings."""
+    matrix and every bias redrawn with a large spread, so that a bias left out shows), its hyper-parameters and the
+    data settings."""
     torch.manual_seed(seed)
     ranker = EARLRanker(architecture=architecture, num_layers=1, hidden_size=HIDDEN, num_heads=2, intermediate_size=16,
                         num_blocks=BLOCKS, query_layers=1)
     with torch.no_grad():
-        for parameter in ranker.parameters():
-            if parameter.ndim > 1:
+        for name, parameter in ranker.named_parameters():
+            if parameter.ndim > 1 or name.endswith(".bias"):
                 parameter.normal_(0, 0.3)
     torch.save({"state_dict": ranker.state_dict(), "hyper_parameters": dict(ranker.hparams),
                 "datamodule_hyper_parameters": DATA, "pytorch-lightning_version": L.__version__}, path)
@@ -222,26 +223,32 @@ def test_s2_costs_2k_times_s1(built, capsys):
 
 def test_a_documents_rows_are_d_and_d_prime_over_its_real_tokens(built):
     """S1's rows are T_doc's output at [CLS], the words and [SEP] (no padding), S2's each block's keys and values of
-    them (Eq. 25), the passage encoded as in training."""
+    them (Eq. 25: D W_Y + b and D W_Z + b, block after block), the passage encoded as in training; written out from
+    the checkpoint's weights in float64: T_doc, the ``BertModel``, on the passage alone (`tests.earl.by_hand.encode`),
+    the products by hand (`tests.earl.by_hand.linear`). The stores hold float32: within 1e-5 of the largest value."""
     from earl.index import read_trained
     from earl.store import data_encoder, load_ranker
+    from tests.earl.by_hand import encode, linear
 
     state = read_trained(built["checkpoint"])
-    model, encoder = load_ranker(state).model, data_encoder(state["datamodule_hyper_parameters"])
+    model, encoder = load_ranker(state).model.double().eval(), data_encoder(state["datamodule_hyper_parameters"])
+    assert model.num_blocks == BLOCKS
     documents = source_from_spec("builtin:test").documents()
-    ids = ["D0000", "D0005", "D2999"]  # D0005 is shorter than passage_length
-    batch = encoder.documents(documents.get_many(ids))
-    with torch.inference_mode():
-        d = model.encode_documents(batch["doc_tokens"], batch["doc_mask"])
-        d_prime = model.document_keys_values(d)
-    lengths = batch["doc_mask"].sum(1).tolist()
-    assert min(lengths) < max(lengths) == DATA["passage_length"]  # padding in this batch, none in the stores
+    ids = ["D0000", "D2565", "D2999"]  # D2565 (71 tokens) is shorter than passage_length
     s1, s2 = built["stores"]["s1"], built["stores"]["s2"]
-    for i, (doc_id, length) in enumerate(zip(ids, lengths)):
-        assert s1.get(doc_id).shape == (length, HIDDEN) and s2.get(doc_id).shape == (length, 2 * BLOCKS * HIDDEN)
-        torch.testing.assert_close(torch.from_numpy(s1.get(doc_id).copy()), d[i, :length], rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(torch.from_numpy(s2.get(doc_id).copy()), d_prime[i, :length], rtol=1e-5,
-                                   atol=1e-5)
+    lengths = []
+    for document in documents.get_many(ids):
+        tokens = encoder.documents([document])["doc_tokens"][0]  # one row: no padding
+        lengths.append(len(tokens))
+        d = encode(model.doc_encoder, tokens)  # (n, h)
+        d_prime = torch.cat([linear(d, layer) for block in model.blocks
+                             for layer in (block.cross.key, block.cross.value)], -1)  # (n, 2 K h)
+        assert s1.get(document.doc_id).shape == (len(tokens), HIDDEN)
+        assert s2.get(document.doc_id).shape == (len(tokens), 2 * BLOCKS * HIDDEN)
+        for store, expected in ((s1, d), (s2, d_prime)):
+            torch.testing.assert_close(torch.from_numpy(store.get(document.doc_id).copy()).double(), expected,
+                                       rtol=0, atol=1e-5 * expected.abs().max().item())
+    assert lengths == [DATA["passage_length"], 71, DATA["passage_length"]]
 
 
 # --- resuming ----------------------------------------------------------------------------------------------

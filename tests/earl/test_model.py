@@ -280,26 +280,29 @@ def test_judge_with_query_index_equals_one_pair_at_a_time(pool_kind):
 
 
 def test_forward_is_encoders_then_judge_by_hand(earl_model):
-    """Eqs. 6-8 and 20-22: D = T_doc(doc), Q = T_qry(qry), then the K blocks on Q with D's keys and values,
-    then w^T H_K[CLS]."""
+    """Eqs. 6-8 and 20-22: D = T_doc(doc), Q = T_qry(qry), then the K blocks on Q with D's keys and values, then
+    w^T H_K[CLS]; against each (query, document) pair written out (`tests.earl.by_hand.model_score`: the two
+    ``BertModel`` s on the unpadded rows, each block's attention, FFN and LayerNorms as torch ops on its weights),
+    `EARL.forward` on the padded batch, and `EARL.judge` of the encoded sides, both in float64."""
+    from tests.earl.by_hand import model_score
+
     batch = earl_batch()
+    query_rows = [row[mask.bool()] for row, mask in zip(batch["query_tokens"], batch["query_mask"])]
+    doc_rows = [row[mask.bool()] for row, mask in zip(batch["doc_tokens"], batch["doc_mask"])]
+    expected = torch.tensor([model_score(earl_model, query_rows[i], doc_rows[j], "cls")
+                             for j, i in enumerate(batch["query_index"].tolist())], dtype=torch.float64)
     with torch.no_grad():
         got = earl_model(batch)
-        d = earl_model.doc_encoder(input_ids=batch["doc_tokens"], attention_mask=batch["doc_mask"]).last_hidden_state
-        q = earl_model.query_encoder(input_ids=batch["query_tokens"],
-                                     attention_mask=batch["query_mask"]).last_hidden_state
-        hidden, query_mask = q[batch["query_index"]], batch["query_mask"].bool()[batch["query_index"]]
-        for block in earl_model.blocks:
-            hidden = block(hidden, query_mask, block.keys_values(d), batch["doc_mask"].bool())
-        expected = hidden[:, 0] @ earl_model.score.weight[0]
         composed = earl_model.judge(earl_model.encode_queries(batch["query_tokens"], batch["query_mask"]),
                                     batch["query_mask"].bool(),
                                     earl_model.document_keys_values(
                                         earl_model.encode_documents(batch["doc_tokens"], batch["doc_mask"])),
                                     batch["doc_mask"].bool(), batch["query_index"])
-    assert earl_model.score.bias is None  # Eq. 22 has no bias
-    torch.testing.assert_close(got, expected, atol=1e-12, rtol=0)
-    torch.testing.assert_close(got, composed, atol=1e-12, rtol=0)
+    assert earl_model.pool == "cls" and earl_model.score.bias is None  # Eq. 22 has no bias
+    assert [len(r) for r in query_rows] == [5, 3] and [len(r) for r in doc_rows] == [7, 4, 6]  # padding in both
+    assert len(set(expected.tolist())) == 3
+    torch.testing.assert_close(got, expected, atol=1e-10, rtol=0)  # float64: rounding only
+    torch.testing.assert_close(composed, expected, atol=1e-10, rtol=0)
 
 
 def test_cls_pool_judges_the_last_block_at_cls_alone_forward_and_backward():

@@ -6,9 +6,9 @@ order below K.
   same ranking (a property: a store scores as end to end); and the scores read from a store are the paper's
   (Sec. 2.1; DE's [CLS] dot product) written out by hand from the checkpoint's weights (`tests.mva.by_hand`);
 - a store's bytes per document are `mva.costs.mva_storage` (MVA with K [CLS] timesteps: every document has K rows)
-  and h floats for DE; each document's rows are `MVA.document_keys_values` over its kept timesteps (temporal
-  pooling: the groups holding a real token);
-- costs.json's joint compute is `mva.costs`' formula at the evaluated queries' real lengths;
+  and h floats for DE; each document's rows are its pooled timesteps projected, written out by hand from the
+  checkpoint's weights (temporal pooling: the groups holding a real token, the last one filled with zeros);
+- costs.json's joint compute is Table 5's count worked by hand at the evaluated queries' real lengths;
 - multi-pass: the top K are the first pass's top K in CA's order (CA's scores, computed apart), the rest in the
   first pass's order; K = 1 is the first pass; K = depth is CA alone;
 - refusals, one line with exit status 2 and nothing written.
@@ -31,7 +31,7 @@ from common.data.formats import Document, ranked, read_run, write_collection, wr
 from common.data.specs import source_from_spec
 from common.stores.representations import RepresentationStore, checkpoint_hash
 from mva import evaluate, index
-from mva.costs import dual_encoder_macs, mva_macs, mva_storage
+from mva.costs import mva_storage
 from mva.data import MVADataModule
 from mva.ranker import MVARanker
 from mva.query_scorer import QueryScorer
@@ -42,7 +42,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_thread")]  # tests/
 
 HIDDEN, PROJECTION, CLS_STEPS = 16, 8, 6
 DATA = {"train": "builtin:train", "dev": None, "test": "builtin:test", "tokenizer": "builtin", "tokenizer_task": None,
-        "query_length": 12, "passage_length": 40, "depth": 10, "relevance_level": 1, "seed": 0}
+        "query_length": 12, "passage_length": 76, "depth": 10, "relevance_level": 1, "seed": 0}
 QUERIES, DEPTH = 5, 10
 CPU = ["--accelerator", "cpu", "--devices", "1"]
 POOLINGS = {"cls": {"doc_pooling": "cls", "doc_timesteps": CLS_STEPS},
@@ -146,39 +146,47 @@ def test_a_stores_bytes_per_document_are_the_storage_formula(built):
 
 
 def test_a_documents_rows_are_its_pooled_projected_timesteps(built):
-    """Temporal pooling by 3 over [CLS], the words and padding ([SEP] dropped): a document of n real tokens but
-    [SEP] has ceil(n / 3) rows, each [D_K | D_V] of `MVA.document_keys_values`."""
+    """Temporal pooling by 3 over [CLS] and the words ([SEP] and padding dropped): a document of n real tokens but
+    [SEP] has ceil(n / 3) rows, each [D_K | D_V] = [Y W_DK | Y W_DV] of its group Y of 3 consecutive encoder outputs
+    concatenated, the last group's missing outputs zero vectors; written out from the checkpoint's weights in float64
+    (`tests.mva.by_hand`: the BertModel on the document alone, the groups and the products by hand). The documents
+    are 75, 70, 74 and 72 such tokens long: every remainder mod 3, and padding beside the longest in a batch."""
     store = built["stores"]["mva_temporal"]
-    ranker = load_ranker(torch.load(built["checkpoints"]["mva_temporal"], weights_only=True))
+    model = load_ranker(torch.load(built["checkpoints"]["mva_temporal"], weights_only=True)).model.double()
     encoder = data_encoder(DATA)
     documents = source_from_spec("builtin:test").documents()
-    doc_ids = list(documents)[:3]
-    batch = encoder.documents(documents.get_many(doc_ids))
-    with torch.no_grad():
-        rows, keep = ranker.model.document_keys_values(batch["doc_tokens"], batch["doc_mask"])
-    for j, doc_id in enumerate(doc_ids):
-        real = int(batch["doc_mask"][j].sum()) - 1  # without [SEP]
-        stored = torch.from_numpy(store.get(doc_id).copy())
-        assert stored.shape == (-(-real // 3), 2 * 2 * PROJECTION)
-        torch.testing.assert_close(stored, rows[j][keep[j]], rtol=0, atol=1e-6)
+    doc_ids = ["D0000", "D2565", "D1067", "D0363"]
+    lengths = []
+    for document in documents.get_many(doc_ids):
+        tokens = encoder.documents([document])["doc_tokens"][0]  # one row: no padding
+        grouped = by_hand.temporal(model.bert, tokens, 3)  # (ceil(n / 3), 3 h)
+        expected = torch.cat(by_hand.doc_projections(model.head, grouped), -1)  # (ceil(n / 3), 2 H p)
+        stored = torch.from_numpy(store.get(document.doc_id).copy()).double()
+        lengths.append(len(tokens) - 1)  # [CLS] and the words
+        assert stored.shape == (-(-lengths[-1] // 3), 2 * 2 * PROJECTION) == expected.shape
+        scale = expected.abs().max().item()
+        torch.testing.assert_close(stored, expected, rtol=0, atol=1e-5 * scale)
+    assert lengths == [75, 70, 74, 72]
 
 
 def test_joint_compute_is_the_cost_formula_at_the_real_lengths(built, tmp_path):
     """MVA: per query, the sum over its candidates of H (2 q d p + q p) with q its real timesteps ([CLS] and its
-    words) and d = K; DE: h per candidate; M MACs per query, averaged over the queries."""
+    words) and d = K: here H = 2, d = 6, p = 8, so 2 * (2 * q * 6 * 8 + q * 8) = 208 q MACs a candidate (worked by
+    hand); DE: h = 16 per candidate; M MACs per query, averaged over the queries."""
     out = tmp_path / "cls"
     run_evaluate(built["checkpoints"]["mva_cls"], out, "--store", str(built["root"] / "store_mva_cls"))
     source = source_from_spec("builtin:test")
     topics, qids = source.topics(), sorted(read_run(out / "run.trec"))
     query_steps = [int(data_encoder(DATA).queries([topics[q]])["query_mask"].sum()) - 1 for q in qids]
-    expected = sum(DEPTH * mva_macs(q, CLS_STEPS, PROJECTION, heads=2) for q in query_steps) / len(qids) / 1e6
+    assert len(qids) == QUERIES and len(set(query_steps)) > 1  # the real lengths differ: a fixed q would show
+    expected = sum(DEPTH * 208 * q for q in query_steps) / len(qids) / 1e6
     costs = json.loads((out / "costs.json").read_text())
     assert costs["mva"]["joint_mmacs"] == pytest.approx(expected, rel=1e-12)
     assert costs["mva"]["bytes_per_document"] == 768
     out = tmp_path / "de"
     run_evaluate(built["checkpoints"]["de"], out, "--store", str(built["root"] / "store_de"))
     costs = json.loads((out / "costs.json").read_text())
-    assert costs["de"]["joint_mmacs"] == pytest.approx(DEPTH * dual_encoder_macs(HIDDEN) / 1e6, rel=1e-12)
+    assert costs["de"]["joint_mmacs"] == pytest.approx(DEPTH * 16 / 1e6, rel=1e-12)  # 160 MACs a query
 
 
 # --- multi-pass (Table 6) -----------------------------------------------------------------------------------------

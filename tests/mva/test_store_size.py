@@ -9,7 +9,7 @@
 - where ``--output_dir``'s filesystem has less free space than the estimate, one line naming ``--output_dir``, exit status
   2, nothing written.
 
-The models are the tiny ones of tests/mva/test_index.py (h = 16, 2 heads of 8, passages of 40 tokens).
+The models are the tiny ones of tests/mva/test_index.py (h = 16, 2 heads of 8, passages of 76 tokens).
 """
 
 import shutil
@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from tests.conftest import record_returns
-from tests.mva.test_index import CPU, save_checkpoint
+from tests.mva.test_index import CPU, DATA, save_checkpoint
 
 from common.data.formats import Document
 from common.data.specs import source_from_spec
@@ -61,7 +61,7 @@ def test_rows_are_the_keep_masks_sum(checkpoints, name):
     short = [Document(f"s{n}", " ".join(["river"] * n)) for n in (0, 1, 2, 4, 5, 7)]  # fewer timesteps than K
     batch = encoder.documents([*documents, *short])
     lengths = batch["doc_mask"].sum(1)
-    assert lengths.min() == 2 and lengths.max() == 40
+    assert lengths.min() == 2 and lengths.max() == DATA["passage_length"] == 76
     with torch.inference_mode():
         rows, keep = stored.represent(batch["doc_tokens"], batch["doc_mask"])
     assert rows.shape[:2] == keep.shape and rows.shape[2] == stored.width
