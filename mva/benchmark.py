@@ -1,10 +1,12 @@
 """``python -m mva.benchmark``: milliseconds per query over N candidates for DE, MVA1-3 and CA (Zhou and Devlin 2021,
 Tables 5-6 count joint compute and storage; timed here), beside `mva.costs`' MACs and bytes per document.
 
-``de``: the query's h-vector against N stored ones; ``mva1``-``mva3``: `MultiVectorAttention.score` over stored
-[D_K | D_V] rows at Table 5's points; ``ca``: `BertRanker` over 128-token pairs, timed on ``--ca_candidates``, scaled
-to N. DE's and MVA's rows are read cold from an fp32 store of seeded noise, N candidates drawn afresh each repeat;
-``ms = read_ms + compute_ms`` (the median query). Random weights. docs/mva_benchmark.md has the details.
+``de``: the query's h-vector against N stored ones; ``mva1``-``mva3``: `MultiVectorAttention.score_candidates`
+over stored [D_K | D_V] rows at Table 5's points; ``ca``: `BertRanker` over 128-token pairs, timed on
+``--ca_candidates``, scaled to N. DE's and MVA's rows are read cold from an fp32 store of seeded noise, N candidates
+drawn afresh each repeat; ``ms = read_ms + compute_ms`` (the median query). Beside DE's and MVA's compute, the rate of
+one plain fp32 matmul of the head's products (`matmul_shape`) and of a square one of the same FLOPs, in the same run.
+Random weights. docs/mva_benchmark.md has the details.
 """
 
 from __future__ import annotations
@@ -85,7 +87,8 @@ def noise_store(root: Path, impl: str, rows: int, width: int, documents: int, se
 
 
 def mva_head(point: Point, candidates: int, device: str, seed: int):
-    """``score(documents)``: `MultiVectorAttention.score` of one seeded query over (candidates, d, 2 H p) rows."""
+    """``score(documents)``: `MultiVectorAttention.score_candidates` of one seeded query (Q_K, Q_V (q, H p)) over
+    (candidates, d, 2 H p) rows, as `mva.query_scorer.QueryScorer` scores a store's candidates."""
     import torch
 
     from mva.model import MultiVectorAttention
@@ -93,10 +96,10 @@ def mva_head(point: Point, candidates: int, device: str, seed: int):
     torch.manual_seed(seed)
     hp = point.heads * point.projection
     head = MultiVectorAttention(hp, hp, point.projection, point.heads, False).eval().to(device)
-    query_keys, query_values = (torch.randn(1, point.query, hp, device=device).expand(candidates, -1, -1) for _ in "kv")
-    query_keep = torch.ones(1, point.query, dtype=torch.bool, device=device).expand(candidates, -1)
+    query_keys, query_values = (torch.randn(point.query, hp, device=device) for _ in "kv")
+    query_keep = torch.ones(point.query, dtype=torch.bool, device=device)
     doc_keep = torch.ones(candidates, point.doc, dtype=torch.bool, device=device)
-    return lambda documents: head.score(query_keys, query_values, query_keep, documents, doc_keep)
+    return lambda documents: head.score_candidates(query_keys, query_values, query_keep, documents, doc_keep)
 
 
 def de_head(hidden: int, device: str, seed: int):
@@ -105,6 +108,39 @@ def de_head(hidden: int, device: str, seed: int):
 
     query = torch.randn(hidden, generator=torch.Generator().manual_seed(seed)).to(device)
     return lambda documents: documents.view(len(documents), hidden) @ query
+
+
+def matmul_shape(impl: str, size: BertSize, candidates: int) -> tuple[int, int, int]:
+    """(m, k, n) of the one plain matmul doing the products of `impl`'s head over `candidates` candidates, the
+    yardstick of its compute: MVA's Q_K D_K^T and Q_V D_V^T as (q, H p) x (H p, 2 d C), operands of the sizes the head
+    reads and its FLOPs less the q H p dot products with Q_V; DE's (1, h) x (h, C), its very product."""
+    if impl == "de":
+        return 1, size.hidden, candidates
+    point = POINTS[impl]
+    return point.query, point.heads * point.projection, 2 * point.doc * candidates
+
+
+def matmul_gflops(shape: tuple[int, int, int], repeats: int, device: str, generator) -> float:
+    """GFLOP/s of fp32 ``torch.matmul`` on seeded (m, k) x (k, n) operands: the median of `repeats` after a warm-up."""
+    import torch
+
+    m, k, n = shape
+    a, b = (torch.randn(rows, columns, generator=generator).to(device) for rows, columns in ((m, k), (k, n)))
+    torch.matmul(a, b)  # warm-up
+    return 2 * m * k * n / median_ms(lambda: torch.matmul(a, b), repeats, device) / 1e6
+
+
+def matmul_rates(shape: tuple[int, int, int], repeats: int, device: str, seed: int) -> dict:
+    """The matmul of `shape` (``matmul_shape``, ``matmul_gflops_per_s``) and a square one of about its FLOPs (the
+    side the cube root of m k n: ``square_matmul_gflops_per_s``), timed in the same process as the head."""
+    import torch
+
+    generator = torch.Generator().manual_seed(seed)
+    m, k, n = shape
+    side = round((m * k * n) ** (1 / 3))
+    return {"matmul_shape": f"{m} x {k} by {k} x {n}",
+            "matmul_gflops_per_s": matmul_gflops(shape, repeats, device, generator),
+            "square_matmul_gflops_per_s": matmul_gflops((side, side, side), repeats, device, generator)}
 
 
 def time_store_queries(store, score, args) -> dict:
@@ -176,6 +212,7 @@ def measure(size_name: str, args, log) -> list[dict]:
                                         args.store_documents, args.seed)
                     result = time_store_queries(store, score, args)
                     del store
+                result |= matmul_rates(matmul_shape(impl, size, n), args.repeats, args.device, args.seed)
                 timed_ms = result["ms"]
             ms, here = result["ms"], machine()
             compute_ms = result.get("compute_ms", ms)  # CA's time is all compute
@@ -184,8 +221,10 @@ def measure(size_name: str, args, log) -> list[dict]:
                 "extrapolated": timed != n, "ms": ms, "read_ms": result.get("read_ms"), "compute_ms": compute_ms,
                 "warm_read_ms": result.get("warm_read_ms"), "timed_ms": timed_ms, "macs": macs * n,
                 "mflops": macs * n / 1e6, "gflops_per_s": 2 * macs * n / ms / 1e6,
-                "compute_gflops_per_s": 2 * macs * n / compute_ms / 1e6, "ca_time_ratio": None,
-                "ca_compute_ratio": None, "ca_macs_ratio": None, "storage_floats": floats,
+                "compute_gflops_per_s": 2 * macs * n / compute_ms / 1e6,
+                **{k: result.get(k) for k in ("matmul_shape", "matmul_gflops_per_s", "square_matmul_gflops_per_s")},
+                "compute_matmul_ratio": None if ca else 2 * macs * n / compute_ms / 1e6 / result["matmul_gflops_per_s"],
+                "ca_time_ratio": None, "ca_compute_ratio": None, "ca_macs_ratio": None, "storage_floats": floats,
                 "bytes_per_document": FLOAT_BYTES * floats, "store_documents": result.get("store_documents"),
                 "shard_size": None if ca else SHARD_SIZE, "candidate_shards": result.get("candidate_shards"),
                 "store_cached": result.get("store_cached"), "setting": setting,
@@ -196,7 +235,8 @@ def measure(size_name: str, args, log) -> list[dict]:
                 "intermediate_size": size.intermediate if ca else None, "pair_tokens": PAIR_TOKENS if ca else None,
                 "batch_size": min(args.batch_size, timed) if ca else n, "repeats": repeats, "device": args.device,
                 "gpu": gpu_description(args.device), **{k: here[k] for k in ("cpu", "threads", "load_1min")}})
-            read = "" if ca else f" ({result['read_ms']:.3f} reading, {compute_ms:.3f} compute)"
+            read = "" if ca else (f" ({result['read_ms']:.3f} reading, {compute_ms:.3f} compute, "
+                                  f"{rows[-1]['compute_matmul_ratio']:.2f} of the matmul's rate)")
             log(f"{size_name} {impl:>4}: {ms:.3f} ms/query over {n} candidates{read}"
                 + (f" (timed on {timed}, scaled)" if timed != n else ""))
     ca = rows[-1]
@@ -225,10 +265,13 @@ def plot(rows: list[dict], path: Path, overwrite: bool) -> None:
 
 
 def table(rows: list[dict]) -> str:
-    """The rows as a text table; the ratios: CA's time (over the row's, over its compute alone) and MACs."""
+    """The rows as a text table; the ratios: CA's time (over the row's, over its compute alone) and MACs, the
+    compute's rate over the matmul's."""
     return text_table(rows, [(key, key, spec) for key, spec in (
         ("size", ""), ("impl", ""), ("ms", ".3f"), ("read_ms", ".3f"), ("compute_ms", ".3f"),
         ("warm_read_ms", ".3f"), ("timed_candidates", "d"), ("mflops", ",.1f"), ("gflops_per_s", ".1f"),
+        ("compute_gflops_per_s", ".1f"), ("matmul_gflops_per_s", ".1f"), ("compute_matmul_ratio", ".2f"),
+        ("square_matmul_gflops_per_s", ".1f"),
         ("ca_time_ratio", ",.0f"), ("ca_compute_ratio", ",.0f"), ("ca_macs_ratio", ",.0f"),
         ("bytes_per_document", ","), ("store_cached", ".2f"), ("setting", ""))])
 

@@ -11,6 +11,9 @@ and measurements: docs/mva.md):
 - the query side of every config is every query token (Sec. 4: "no pooling for query sequences"), Table 5's MVA²
   and MVA³ included; 8 query [CLS], the query length their printed joint compute fits, is their alternative
   (``configs/msmarco/*-qcls8.yaml``; Table 3's query [CLS] rows read K of them).
+`MultiVectorAttention.score` is the reference, a batch of (query, document) pairs as training reads them;
+`MultiVectorAttention.score_candidates` scores one query's candidates (what a ranker reading a store does) as a few
+large products, equal to it within float rounding.
 """
 
 from __future__ import annotations
@@ -137,6 +140,34 @@ class MultiVectorAttention(nn.Module):
         dots = (query_values * attended).sum((1, 3))  # (B, q)
         keep = query_keep.to(dots.dtype)
         return (dots * keep).sum(1) / keep.sum(1)  # mean over the real query positions
+
+    def score_candidates(self, query_keys: Tensor, query_values: Tensor, query_keep: Tensor, doc_keys_values: Tensor,
+                         doc_keep: Tensor) -> Tensor:
+        """`score` of ONE query against C candidates, (C,) from Q_K, Q_V (q, Hp), its (q,) real timesteps and the
+        (C, d, 2Hp) rows with their (C, d) real timesteps, as two products shared by every candidate (a fast path
+        beside `score`, the reference). Sec. 2.1's score of candidate c, with head h's attention weights
+        a_h,icj = softmax_j(Q_K,ih . D_K,cjh / sqrt(p)) over the real timesteps j, regrouped:
+            (1/q) sum_i sum_h Q_V,ih . sum_j a_h,icj D_V,cjh = (1/q) sum_i sum_h sum_j a_h,icj G_h,icj,
+        G_h,icj = Q_V,ih . D_V,cjh: the logits and G are each one (q, p) x (p, C d) product per head, leaving a softmax
+        and an elementwise reduce. Inference only (it updates its intermediates in place); in the parameters'
+        precision, autocast off."""
+        return full_precision(self._candidate_scores, query_keys, query_values, query_keep, doc_keys_values, doc_keep,
+                              dtype=self.query_value.weight.dtype)
+
+    def _candidate_scores(self, query_keys: Tensor, query_values: Tensor, query_keep: Tensor, doc_keys_values: Tensor,
+                          doc_keep: Tensor) -> Tensor:
+        q, (c, d, _), p, heads = len(query_keys), doc_keys_values.shape, self.projection, self.heads
+        doc_keys, doc_values = doc_keys_values.reshape(c * d, 2, heads, p).permute(1, 2, 3, 0)  # (H, p, C d) each
+        qk = query_keys.view(q, heads, p).transpose(0, 1) / math.sqrt(p)  # (H, q, p): Q_K / sqrt(p)
+        qv = query_values.view(q, heads, p).transpose(0, 1)  # (H, q, p): Q_V
+        logits = (qk @ doc_keys).view(heads, q, c, d)  # (H, q, C, d): Q_K D_K^T / sqrt(p), one GEMM per head
+        products = (qv @ doc_values).view(heads, q, c, d)  # (H, q, C, d): G = Q_V D_V^T, one GEMM per head
+        # padded document timesteps out of the softmax: the dtype's min added there is `score`'s masked_fill (the sum
+        # rounds to the min for any logit below half its spacing, 1e31 in fp32) at a fifth of its time here
+        logits.add_(logits.new_zeros(c, d).masked_fill_(~doc_keep, torch.finfo(logits.dtype).min))  # (C, d) over H, q
+        dots = logits.softmax(-1).mul_(products).sum(-1).sum(0)  # (q, C): sum_h sum_j a G = Q_V,i . Attention(...)
+        keep = query_keep.to(dots.dtype)[:, None]  # (q, 1)
+        return (dots * keep).sum(0) / keep.sum()  # (C,): the mean over the real query positions
 
 
 class MVA(nn.Module):

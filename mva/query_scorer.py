@@ -38,7 +38,8 @@ def document_rows(model: nn.Module, tokens: Tensor, mask: Tensor) -> tuple[Tenso
 
 class QueryScorer(StoreScorer):
     """A query's candidates with MVA or DE: the query once, then the candidates' rows (`store`'s or computed) in
-    batches; ``macs`` sums the joint compute as `mva.costs` counts it."""
+    batches, each scored as a few large products (MVA: `MultiVectorAttention.score_candidates`; DE: one
+    matrix-vector product); ``macs`` sums the joint compute as `mva.costs` counts it."""
 
     def __init__(self, model: nn.Module, encoder: BertInputs, *, batch_size: int, device: torch.device | str = "cpu",
                  store: RepresentationStore | None = None, documents=None):
@@ -63,8 +64,8 @@ class QueryScorer(StoreScorer):
         if self.mva:
             heads, projection = self.model.head.heads, self.model.head.projection
             self.macs += sum(mva_macs(self.query_steps, d, projection, heads) for d in keep.sum(1).tolist())
-            index = torch.zeros(len(rows), dtype=torch.long, device=self.device)
-            return self.model.score(query, index, rows, keep)
+            keys, values, query_keep = (part[0] for part in query)  # the one query's (t, Hp), (t, Hp), (t,)
+            return self.model.head.score_candidates(keys, values, query_keep, rows, keep)
         self.macs += len(rows) * dual_encoder_macs(len(query))
         return rows[:, 0] @ query
 

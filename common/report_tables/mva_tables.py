@@ -33,11 +33,12 @@ def _speed(size: str):
             whole = ("ca_time_ratio", "ca_compute_ratio", "ca_macs_ratio", "bytes_per_document")
             cells.append([_speed_label(r), *(times(number(r[k])) for k in timed),
                           by_size(number(r["mflops"]), ((1000, 1),)), fixed(1)(number(r["compute_gflops_per_s"])),
+                          fixed(1)(number(r["matmul_gflops_per_s"])), fixed(2)(number(r["compute_matmul_ratio"])),
                           *(fixed(0)(number(r[k])) for k in whole)])
         header = ["method", "ms / query", "read (cold)", "compute", "warm read", "M MACs (calculator)",
-                  "compute GFLOP/s", "CA's time / its", "CA's time / its compute", "CA's MACs / its",
-                  "bytes / document"]
-        return markdown(header, "l" + "r" * 10, cells)
+                  "compute GFLOP/s", "its matmul's GFLOP/s", "compute / matmul", "CA's time / its",
+                  "CA's time / its compute", "CA's MACs / its", "bytes / document"]
+        return markdown(header, "l" + "r" * 12, cells)
     return render
 
 

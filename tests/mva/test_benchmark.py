@@ -30,9 +30,10 @@ CLI = ["--size", "small", "--candidates", str(N), "--ca_candidates", str(CA_TIME
        "--ca_repeats", "1", "--batch_size", "2", "--threads", "1", "--store_documents", str(DOCUMENTS)]
 #: The columns of results/mva/speed.csv, in order.
 FIELDS = ["bench", "impl", "size", "candidates", "timed_candidates", "extrapolated", "ms", "read_ms", "compute_ms",
-          "warm_read_ms", "timed_ms", "macs", "mflops", "gflops_per_s", "compute_gflops_per_s", "ca_time_ratio",
-          "ca_compute_ratio", "ca_macs_ratio", "storage_floats", "bytes_per_document", "store_documents",
-          "shard_size", "candidate_shards", "store_cached", "setting", "query_timesteps", "doc_timesteps",
+          "warm_read_ms", "timed_ms", "macs", "mflops", "gflops_per_s", "compute_gflops_per_s", "matmul_shape",
+          "matmul_gflops_per_s", "square_matmul_gflops_per_s", "compute_matmul_ratio", "ca_time_ratio",
+          "ca_compute_ratio", "ca_macs_ratio", "storage_floats", "bytes_per_document", "store_documents", "shard_size",
+          "candidate_shards", "store_cached", "setting", "query_timesteps", "doc_timesteps",
           "projection", "heads", "hidden_size", "num_layers", "intermediate_size", "pair_tokens", "batch_size",
           "repeats", "device", "gpu", "cpu", "threads", "load_1min"]
 
@@ -76,7 +77,14 @@ def test_the_total_is_the_store_read_plus_the_compute(run):
         assert row["compute_gflops_per_s"] == pytest.approx(2 * row["macs"] / row["compute_ms"] / 1e6, rel=1e-12)
         assert row["ca_compute_ratio"] == pytest.approx(ca["ms"] / row["compute_ms"], rel=1e-12)
         assert row["ca_compute_ratio"] > row["ca_time_ratio"]
+        m, k, n = benchmark.matmul_shape(row["impl"], benchmark.SIZES["small"], N)
+        assert row["matmul_shape"] == f"{m} x {k} by {k} x {n}"
+        assert row["matmul_gflops_per_s"] > 0 and row["square_matmul_gflops_per_s"] > 0
+        assert row["compute_matmul_ratio"] == pytest.approx(row["compute_gflops_per_s"] / row["matmul_gflops_per_s"],
+                                                            rel=1e-12)
+    assert len({row["matmul_gflops_per_s"] for row in rows[:-1]}) == len(rows) - 1  # each its own timing
     assert (ca["read_ms"], ca["warm_read_ms"], ca["store_documents"], ca["compute_ms"]) == (None, None, None, ca["ms"])
+    assert ca["matmul_shape"] is ca["matmul_gflops_per_s"] is ca["compute_matmul_ratio"] is None
     with open(out / "speed.csv", newline="") as f:
         assert list(next(csv.DictReader(f))) == FIELDS
 
@@ -105,21 +113,23 @@ def test_the_timed_reads_are_exactly_the_rows_written(tmp_path, impl):
 @pytest.mark.parametrize("impl", ["mva1", "mva2", "mva3"])
 def test_each_timed_mva_step_is_table5s_head_doing_the_reported_work(impl, monkeypatch):
     """The operating point of each timed MVA step is Table 5's row as its config and printed footnote give it
-    (`tests.mva.paper.operating_point`). Timed over 3 candidates, the step runs `MultiVectorAttention.score` once,
-    on every candidate, whose matrix products `FlopCounterMode` counts at 2 q d H p multiply-adds a candidate (2
-    FLOPs each); with the q H p dot products with Q_V that is the MACs the benchmark reports (`benchmark.cost`),
-    and a candidate's rows are the floats it reports stored. Each score it returns is Sec. 2.1's score of the Q_K,
-    Q_V and [D_K | D_V] it was given, written out (`tests.mva.by_hand`; fp32 against Python floats)."""
+    (`tests.mva.paper.operating_point`). Timed over 3 candidates, the step runs
+    `MultiVectorAttention.score_candidates` once, on every candidate, whose matrix products `FlopCounterMode` counts
+    at 2 q d H p multiply-adds a candidate (2 FLOPs each); with the q H p dot products with Q_V that is the MACs the
+    benchmark reports (`benchmark.cost`), and a candidate's rows are the floats it reports stored. Each score it
+    returns is Sec. 2.1's score of the Q_K, Q_V and [D_K | D_V] it was given, written out (`tests.mva.by_hand`; fp32
+    against Python floats), and within 1e-5 of the reference `MultiVectorAttention.score` of the query spread over
+    the candidates."""
     point = benchmark.POINTS[impl]
     q, d, p, heads = paper.operating_point(TABLE5_NAMES[benchmark.LABELS[impl]])
     assert tuple(point) == (q, d, p, heads)
-    calls, score = [], MultiVectorAttention.score
+    calls, score = [], MultiVectorAttention.score_candidates
 
     def spy(head, *arguments):
-        calls.append(arguments)
+        calls.append((head, arguments))
         return score(head, *arguments)
 
-    monkeypatch.setattr(MultiVectorAttention, "score", spy)
+    monkeypatch.setattr(MultiVectorAttention, "score_candidates", spy)
     step = benchmark.mva_head(point, 3, "cpu", seed=0)
     documents = torch.randn(3, d, 2 * heads * p, generator=torch.Generator().manual_seed(1))
     with torch.inference_mode(), FlopCounterMode(display=False) as counter:
@@ -129,12 +139,49 @@ def test_each_timed_mva_step_is_table5s_head_doing_the_reported_work(impl, monke
     assert products == counter.get_total_flops() == 3 * 2 * (2 * q * d * heads * p)
     macs, floats, _ = benchmark.cost(impl, benchmark.SIZES["base"])
     assert macs == products // 2 // 3 + q * heads * p and floats == documents[0].numel()
-    ((keys, values, keep, rows, doc_keep),) = calls
-    assert rows is documents and keep.all() and doc_keep.all() and keys.shape == (3, q, heads * p)
+    ((head, (keys, values, keep, rows, doc_keep)),) = calls
+    assert rows is documents and keep.all() and doc_keep.all() and keys.shape == values.shape == (q, heads * p)
     for c in range(3):
-        expected = by_hand.score_projected(keys[c], values[c], *rows[c].split(heads * p, -1), p, heads)
+        expected = by_hand.score_projected(keys, values, *rows[c].split(heads * p, -1), p, heads)
         assert scores[c].item() == pytest.approx(expected, rel=1e-5, abs=1e-5)
     assert len(set(scores.tolist())) == 3
+    with torch.inference_mode():
+        reference = head.score(keys.expand(3, -1, -1), values.expand(3, -1, -1), keep.expand(3, -1), rows, doc_keep)
+    torch.testing.assert_close(scores, reference, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("impl", ["de", "mva1", "mva2", "mva3"])
+def test_the_matmul_rate_is_a_real_matmul_of_the_heads_products(impl, monkeypatch):
+    """The yardstick of a head's compute: one fp32 ``torch.matmul`` of the head's products over C candidates, MVA's
+    (q, H p) x (H p, 2 d C), whose FLOPs are the MACs `mva.costs` counts less the q H p dot products, twice; DE's
+    (1, h) x (h, C), its MACs exactly. ``matmul_rates`` times the real product (the timer here calls the step once,
+    whose output is checked against ``a @ b`` of the operands it was given, and reports 2 ms) and a square one of
+    about its FLOPs, and reports their FLOPs over the time."""
+    size, candidates = benchmark.SIZES["small"], 3
+    m, k, n = benchmark.matmul_shape(impl, size, candidates)
+    macs, _, _ = benchmark.cost(impl, size)
+    point = benchmark.POINTS.get(impl)
+    assert m * k * n == candidates * (macs - (point.query * point.heads * point.projection if point else 0))
+    products, matmul = [], torch.matmul
+
+    def spy(a, b):
+        products.append((a, b, matmul(a, b)))
+        return products[-1][2]
+
+    def one_call(step, repeats, device):
+        step()
+        return 2.0
+
+    monkeypatch.setattr(torch, "matmul", spy)
+    monkeypatch.setattr(benchmark, "median_ms", one_call)
+    rates = benchmark.matmul_rates((m, k, n), repeats=5, device="cpu", seed=0)
+    side = round((m * k * n) ** (1 / 3))
+    assert [(a.shape, b.shape, a.dtype) for a, b, _ in products] == 2 * [((m, k), (k, n), torch.float32)] + 2 * [
+        ((side, side), (side, side), torch.float32)]  # a warm-up, then the timed call, of each
+    for a, b, out in products:
+        torch.testing.assert_close(out, a.double().matmul(b.double()).float(), atol=1e-4, rtol=1e-5)
+    assert rates == {"matmul_shape": f"{m} x {k} by {k} x {n}", "matmul_gflops_per_s": 2 * m * k * n / 2.0 / 1e6,
+                     "square_matmul_gflops_per_s": 2 * side**3 / 2.0 / 1e6}
 
 
 #: MACs per candidate and floats stored per document, worked by hand from Sec. 2.1 at Table 5's operating points:

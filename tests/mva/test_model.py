@@ -106,6 +106,64 @@ def test_multi_head_sums_single_heads_and_one_head_is_sec_2_1():
         assert score(single)[b].item() == pytest.approx(sum(dots).item() / len(dots), abs=1e-12)
 
 
+#: (q, d, p, H, C) of `test_one_querys_candidates_score_as_the_reference_scores_each_pair`: Table 5's MVA¹, MVA²
+#: and MVA³ (fewer candidates), several heads, one candidate.
+CANDIDATE_SHAPES = [(7, 70, 128, 1, 40), (8, 24, 64, 1, 60), (8, 16, 32, 1, 60), (5, 9, 8, 4, 30), (3, 6, 4, 2, 1)]
+
+
+@pytest.mark.parametrize("q, d, p, heads, c", CANDIDATE_SHAPES, ids=[f"q{s[0]}-d{s[1]}-p{s[2]}-H{s[3]}-C{s[4]}"
+                                                                     for s in CANDIDATE_SHAPES])
+def test_one_querys_candidates_score_as_the_reference_scores_each_pair(q, d, p, heads, c):
+    """`score_candidates` (one query's C candidates as two products shared by all) against `score` (the reference:
+    the query spread over its candidates, one small product each) in fp32: documents of random lengths 1..d whose
+    padded rows hold noise 100 times larger (the softmax must not see it), the query's last position padded with
+    such noise. The scores agree within 1e-5, and each is within 1e-5 of the float64 reference; the first candidates
+    are Sec. 2.1 written out on their real rows alone (`tests.mva.by_hand`)."""
+    generator = torch.Generator().manual_seed(q * d + p + heads + c)
+    head = MultiVectorAttention(heads * p, heads * p, p, heads, False).eval()
+    keys, values = (torch.randn(q, heads * p, generator=generator) for _ in "kv")  # Q_K, Q_V (q, Hp)
+    rows = torch.randn(c, d, 2 * heads * p, generator=generator)  # (C, d, 2Hp): [D_K | D_V]
+    lengths = torch.randint(1, d + 1, (c,), generator=generator)
+    doc_keep = torch.arange(d) < lengths[:, None]  # (C, d)
+    rows[~doc_keep] *= 100
+    query_keep = torch.arange(q) < q - 1
+    keys[-1], values[-1] = 100 * keys[-1], 100 * values[-1]
+
+    def reference(dtype):
+        spread = [x.to(dtype)[None].expand(c, -1, -1) for x in (keys, values)]  # (C, q, Hp)
+        return head.to(dtype).score(*spread, query_keep.expand(c, -1), rows.to(dtype), doc_keep).float()
+
+    with torch.inference_mode():
+        expected, exact = reference(torch.float32), reference(torch.float64)
+        got = head.float().score_candidates(keys, values, query_keep, rows, doc_keep)
+    assert got.dtype == torch.float32 and got.shape == (c,)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(got, exact, atol=1e-5, rtol=0)
+    torch.testing.assert_close(expected, exact, atol=1e-5, rtol=0)
+    real = int(query_keep.sum())
+    for i in range(min(c, 3)):
+        doc_keys, doc_values = rows[i, : lengths[i]].double().split(heads * p, -1)
+        by_hand_score = by_hand.score_projected(keys[:real].double(), values[:real].double(), doc_keys, doc_values, p,
+                                                heads)
+        assert got[i].item() == pytest.approx(by_hand_score, abs=1e-5)
+    if c > 1:
+        assert got.max() - got.min() > 0.1  # the candidates' scores differ: not the agreement of constants
+
+
+def test_one_querys_candidates_are_scored_in_the_parameters_precision():
+    """A float64 head scores fp32 inputs in float64, as `score`'s last step does (`full_precision`); autocast off."""
+    generator = torch.Generator().manual_seed(5)
+    head = MultiVectorAttention(8, 8, 4, 2, False).double()
+    keys, values = (torch.randn(3, 8, generator=generator) for _ in "kv")
+    rows, keep = torch.randn(4, 5, 16, generator=generator), torch.ones(4, 5, dtype=torch.bool)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        got = head.score_candidates(keys, values, torch.ones(3, dtype=torch.bool), rows, keep)
+    expected = head.score(keys.double()[None].expand(4, -1, -1), values.double()[None].expand(4, -1, -1),
+                          torch.ones(4, 3, dtype=torch.bool), rows.double(), keep)
+    assert got.dtype == torch.float64
+    torch.testing.assert_close(got, expected.detach(), atol=1e-12, rtol=0)
+
+
 # --- Sec. 2.2: pooling --------------------------------------------------------------------------------------------
 
 
