@@ -4,8 +4,12 @@ and measurements: docs/mva.md):
 - one BERT for both sides, token type 0; timesteps are [CLS] and the real tokens, not [SEP] nor padding;
 - attention scaled by 1 / sqrt(p), the projected width; projections without bias, N(0, 0.02), ``tied_init``
   starts W_DK, W_DV as copies of W_QK, W_QV;
-- First-K keeps the first K outputs of the whole input; K learned [CLS] embeddings start as [CLS] and K - 1 draws
-  from N(0, s^2), s the word embeddings' std (`cls_starts`);
+- First-K keeps K timesteps, [CLS] and K - 1 words, as `all` counts them; every config keeps the first K outputs of
+  the whole input (Table 1's poolings then differ in the representation alone), ``first_k_truncates: input`` cuts the
+  input to them and its [SEP] instead (Sec. 3's "truncate" is of inputs);
+- every config's K [CLS] embeddings start distinct, [CLS] and K - 1 draws from N(0, s^2), s the word embeddings' std
+  (`cls_starts`: a pretrained encoder maps K copies to one vector); ``cls_init: shared`` learns one vector a side,
+  Sec. 2.2's Q_CLS, D_CLS in R^h, started as [CLS] and repeated K times, as ColBERT repeats [MASK];
 - temporal pooling zero-pads to a multiple of rho and concatenates rho consecutive outputs;
 - H heads of size p, their dot products summed before the mean over query positions;
 - the query side of every config is every query token (Sec. 4: "no pooling for query sequences"), Table 5's MVA²
@@ -29,8 +33,11 @@ from common.refusals import SettingError
 
 #: Pooling of one side (Sec. 2.2): every real token, the first K, K learned [CLS] embeddings, temporal pooling.
 Pooling = Literal["all", "first_k", "cls", "temporal"]
-#: How K learned [CLS] embeddings start: distinct (`cls_starts`) or as K copies of [CLS] (the ablation).
-ClsInit = Literal["distinct", "copies"]
+#: K learned [CLS] embeddings: K started distinct (`cls_starts`) or as K copies of [CLS] (the ablation), or one
+#: vector a side repeated K times, told apart by position alone (``shared``, started as [CLS]).
+ClsInit = Literal["distinct", "copies", "shared"]
+#: What First-K truncates: the encoder's outputs over the whole input, or the input the encoder reads.
+FirstKTruncates = Literal["outputs", "input"]
 
 
 def timestep_mask(mask: Tensor) -> Tensor:
@@ -51,6 +58,18 @@ def temporal_pool(hidden: Tensor, keep: Tensor, factor: int) -> tuple[Tensor, Te
     return hidden.reshape(batch, steps, factor * h), keep.view(batch, steps, factor).any(-1)
 
 
+def truncated_input(tokens: Tensor, mask: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Right-padded ``[CLS] ... [SEP]`` (B, n) rows cut to K timesteps, (B, min(n, K + 1)) each of `tokens` and
+    `mask`: [CLS], the first K - 1 words and the row's own last real entry ([SEP]); rows of K timesteps or fewer
+    as they are."""
+    lengths = mask.sum(1)
+    cut = tokens[:, : k + 1].clone()
+    long = lengths > k + 1
+    last = tokens[torch.arange(len(tokens), device=tokens.device), lengths - 1]  # (B,): each row's [SEP]
+    cut[long, k] = last[long]
+    return cut, mask[:, : k + 1]
+
+
 def cls_starts(word_embeddings: Tensor, cls_token_id: int, k: int) -> Tensor:
     """(K, h) starts of K learned [CLS] embeddings: [CLS]'s word embedding, then K - 1 draws (torch's global generator)
     from N(0, s^2), s the std of the (V, h) `word_embeddings`."""
@@ -62,14 +81,19 @@ def cls_starts(word_embeddings: Tensor, cls_token_id: int, k: int) -> Tensor:
 
 class SidePooling(nn.Module):
     """How one side becomes timesteps: `kind` with K `timesteps` (``first_k``, ``cls``) or factor rho
-    (``temporal``); ``cls`` starts its K embeddings from `cls_embedding`, (K, h) or (h,) for K copies."""
+    (``temporal``); ``cls`` starts its K embeddings from `cls_embedding`, (K, h) or (h,) for K copies, and with
+    `shared_cls` learns one (h,) vector repeated K times; ``first_k`` truncates the encoder's ``outputs`` or its
+    ``input`` (`first_k_truncates`)."""
 
     def __init__(self, kind: Pooling = "all", timesteps: int | None = None, factor: int | None = None,
-                 cls_embedding: Tensor | None = None):
+                 cls_embedding: Tensor | None = None, shared_cls: bool = False,
+                 first_k_truncates: FirstKTruncates = "outputs"):
         super().__init__()
         self.kind, self.timesteps, self.factor = kind, timesteps, factor
+        self.truncates_input = kind == "first_k" and first_k_truncates == "input"
         if kind == "cls":
-            self.cls = nn.Parameter(cls_embedding.detach().expand(timesteps, -1).clone())  # (K, h)
+            start = cls_embedding.detach()
+            self.cls = nn.Parameter((start if shared_cls else start.expand(timesteps, -1)).clone())  # (h,) or (K, h)
 
     def width(self, hidden_size: int) -> int:
         """The width of a timestep: rho h for temporal pooling, else h."""
@@ -79,10 +103,12 @@ class SidePooling(nn.Module):
         """`bert` over the (B, n) `tokens`, pooled: the (B, t, width) timesteps and their (B, t) real mask."""
         if self.kind == "cls":
             words = bert.embeddings.word_embeddings(tokens[:, 1:])  # (B, n - 1, h): the input's [CLS] replaced
-            cls = self.cls.unsqueeze(0).expand(len(tokens), -1, -1)  # (B, K, h)
+            cls = self.cls.expand(len(tokens), self.timesteps, -1)  # (B, K, h), a shared (h,) repeated
             attention = torch.cat([mask.new_ones(len(tokens), self.timesteps), mask[:, 1:]], 1)  # (B, K + n - 1)
             hidden = bert(inputs_embeds=torch.cat([cls, words], 1), attention_mask=attention).last_hidden_state
             return hidden[:, : self.timesteps], attention.new_ones(len(tokens), self.timesteps, dtype=torch.bool)
+        if self.truncates_input:
+            tokens, mask = truncated_input(tokens, mask, self.timesteps)  # (B, K + 1) at most
         hidden = bert(input_ids=tokens, attention_mask=mask).last_hidden_state  # (B, n, h)
         keep = timestep_mask(mask)
         if self.kind == "first_k":
@@ -177,7 +203,7 @@ class MVA(nn.Module):
 
     def __init__(self, bert, *, cls_token_id: int, projection: int, heads: int, query_pooling: Pooling,
                  query_timesteps: int | None, query_factor: int | None, doc_pooling: Pooling, doc_timesteps: int | None,
-                 doc_factor: int | None, tied_init: bool, cls_init: ClsInit):
+                 doc_factor: int | None, tied_init: bool, cls_init: ClsInit, first_k_truncates: FirstKTruncates):
         super().__init__()
         for side, kind, k, rho in (("query", query_pooling, query_timesteps, query_factor),
                                    ("doc", doc_pooling, doc_timesteps, doc_factor)):
@@ -194,9 +220,11 @@ class MVA(nn.Module):
                 return None
             return cls_starts(words, cls_token_id, k) if cls_init == "distinct" else words[cls_token_id]
 
+        shared = {"shared_cls": cls_init == "shared", "first_k_truncates": first_k_truncates}
         self.query_pooling = SidePooling(query_pooling, query_timesteps, query_factor,
-                                         starts(query_pooling, query_timesteps))
-        self.doc_pooling = SidePooling(doc_pooling, doc_timesteps, doc_factor, starts(doc_pooling, doc_timesteps))
+                                         starts(query_pooling, query_timesteps), **shared)
+        self.doc_pooling = SidePooling(doc_pooling, doc_timesteps, doc_factor, starts(doc_pooling, doc_timesteps),
+                                       **shared)
         self.head = MultiVectorAttention(self.query_pooling.width(hidden), self.doc_pooling.width(hidden), projection,
                                          heads, tied_init)
 

@@ -20,7 +20,9 @@ PACKAGE = "mva"
 PAPER = "Multi-Vector Attention Models for Deep Re-ranking (Zhou and Devlin, EMNLP 2021)"
 #: `mva.model.MVA`'s settings among the hyper-parameters.
 MVA_KEYS = ("projection", "heads", "query_pooling", "query_timesteps", "query_factor", "doc_pooling", "doc_timesteps",
-            "doc_factor", "tied_init", "cls_init")
+            "doc_factor", "tied_init", "cls_init", "first_k_truncates")
+#: What a checkpoint whose hyper-parameters lack one of `MVA_KEYS` was trained with (the key's default).
+MVA_IMPLIED = {"first_k_truncates": "outputs"}
 #: The DE's settings among them (`common.encoders.bert_rankers.BertSiamese`'s).
 DE_KEYS = ("de_pooling", "de_cosine_scale")
 #: The hyper-parameters that shape the model (the others train it).
@@ -43,7 +45,7 @@ def cls_token_id(hparams: dict) -> int:
 def model_of(bert, config: dict, *, cls_token_id: int | None):
     """The model of `config` (`MODEL_KEYS`) over the ``BertModel`` `bert`: MVA, CA (`BertRanker`) or DE."""
     if config["architecture"] == "mva":
-        return MVA(bert, cls_token_id=cls_token_id, **{k: config[k] for k in MVA_KEYS})
+        return MVA(bert, cls_token_id=cls_token_id, **(MVA_IMPLIED | {k: config[k] for k in MVA_KEYS if k in config}))
     if config["architecture"] == "ca":
         return BertRanker(bert)
     return BertSiamese(bert, pooling=config["de_pooling"], cosine_scale=config["de_cosine_scale"])

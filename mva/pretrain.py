@@ -418,6 +418,8 @@ def apart_losses(model, batch: dict) -> dict:
     import torch
     from torch.nn.functional import binary_cross_entropy_with_logits, cross_entropy, pad
 
+    from mva.model import truncated_input
+
     masked_lm, scorer = model["masked_lm"], model["scorer"]
     outputs = []  # (B, n', h) of each of the scorer's encoder calls: A's, then B''s
     hook = masked_lm.bert.register_forward_hook(lambda bert, inputs, output: outputs.append(output.last_hidden_state))
@@ -430,6 +432,8 @@ def apart_losses(model, batch: dict) -> dict:
         pooling = getattr(scorer, f"{side}_pooling", None)  # MVA's cls pooling: K embeddings in [CLS]'s place
         extra = pooling.timesteps - 1 if pooling is not None and pooling.kind == "cls" else 0
         side_labels = pad(batch[f"{side}_labels"], (extra, 0), value=-100)  # (B, n')
+        if pooling is not None and pooling.truncates_input:  # First-K of the input: the words it reads, its [SEP]
+            side_labels = truncated_input(side_labels, batch[f"{side}_mask"], pooling.timesteps)[0]
         masked = side_labels != -100
         hidden.append(output[masked])  # (M_side, h)
         labels.append(side_labels[masked])

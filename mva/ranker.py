@@ -5,6 +5,7 @@ paper names no schedule). Dev MRR@10 selects the checkpoint.
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from common.encoders.bert_reranking import BertRerankingModule, bert_encoder, ch
 from common.refusals import SettingError
 from mva import portable
 from mva.data import Architecture
-from mva.model import ClsInit, Pooling
+from mva.model import ClsInit, FirstKTruncates, Pooling
 
 #: Measures: MRR@10 (MS MARCO dev, every table), NDCG@10, MAP and MRR (TREC DL).
 MEASURES = ("ndcg_cut_10", "map", "recip_rank", "mrr@10")
@@ -44,7 +45,11 @@ class MVARanker(BertRerankingModule):
         doc_timesteps: K of the document's pooling (Table 5: MVA² 24, MVA³ 16).
         doc_factor: rho of the document's pooling.
         tied_init: W_DK and W_DV start as copies of W_QK and W_QV.
-        cls_init: ``cls`` pooling's K embeddings start ``distinct`` (`mva.model.cls_starts`) or as ``copies``.
+        cls_init: ``cls`` pooling's K embeddings start ``distinct`` (`mva.model.cls_starts`) or as ``copies`` of
+            [CLS]; ``shared``: one learned vector a side (Q_CLS, D_CLS), started as [CLS], repeated K times and told
+            apart by position alone.
+        first_k_truncates: ``first_k`` pooling keeps the first K ``outputs`` of the encoder over the whole input,
+            or truncates its ``input`` to [CLS], K - 1 words and [SEP] (K timesteps either way).
         de_pooling: DE's ``cls`` (paper) or ``mean`` vectors.
         de_cosine_scale: s of DE's score s·cos(q, d) (None: the dot product, paper).
         lr: Adam's learning rate (paper: 3e-5).
@@ -75,6 +80,7 @@ class MVARanker(BertRerankingModule):
         doc_factor: PositiveInt | None = None,
         tied_init: bool = False,
         cls_init: ClsInit = "distinct",
+        first_k_truncates: FirstKTruncates = "outputs",
         de_pooling: SiamesePooling = "cls",
         de_cosine_scale: PositiveFloat | None = None,
         dropout: ClosedUnitInterval = 0.1,
@@ -102,8 +108,9 @@ class MVARanker(BertRerankingModule):
 
 
 def refuse_pretraining_mismatch(model) -> None:
-    """Refuse a pooling, projection or heads other than an ``mva.pretrain`` ``init_checkpoint``'s (``pretrain.json``):
-    poolings of the same parameters would load strictly and fine-tune on timesteps the head was not pre-trained for."""
+    """Refuse a pooling (its K, rho, [CLS] start, what First-K truncates), projection or heads other than an
+    ``mva.pretrain`` ``init_checkpoint``'s (``pretrain.json``): poolings of the same parameters would load strictly
+    and fine-tune on timesteps the head was not pre-trained for."""
     checkpoint = model.get("init_checkpoint")
     record = Path(checkpoint).parent / "pretrain.json" if checkpoint else None  # mva.pretrain.RECORD
     if record is None or not record.is_file():
@@ -121,8 +128,11 @@ def refuse_pretraining_mismatch(model) -> None:
     for side in ("query", "doc"):
         pooling = settings.get(f"{side}_pooling", "all")
         keys += [f"{side}_pooling", *([f"{side}_timesteps"] if pooling in ("first_k", "cls") else []),
-                 *([f"{side}_factor"] if pooling == "temporal" else [])]
+                 *([f"{side}_factor"] if pooling == "temporal" else []),
+                 *(["first_k_truncates"] if pooling == "first_k" else []), *(["cls_init"] if pooling == "cls" else [])]
+    defaults = inspect.signature(MVARanker).parameters  # a setting `model` does not give is the ranker's default
     for key in keys:
-        if key in settings and settings[key] != model.get(key):
+        got = model.get(key, defaults[key].default)
+        if key in settings and settings[key] != got:
             raise SettingError(f"model.{key}", f"{checkpoint} was pre-trained with {key} {settings[key]} ({record}), "
-                                               f"got {model.get(key)}")
+                                               f"got {got}")

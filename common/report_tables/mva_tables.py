@@ -113,6 +113,27 @@ def _cls_starts(files: Files) -> str:
     return markdown(header, "lllrrrrl", cells)
 
 
+#: The readings of Sec. 2.2's pooling, every query token read: model, document timesteps, reading, run folder.
+POOLING_READINGS = [
+    ("MVA², p = 64", "24 [CLS]", "K vectors, started as copies of [CLS]", "mva2-copies-query-tokens"),
+    ("MVA², p = 64", "24 [CLS]", "K vectors, started distinct", "mva2-distinct-query-tokens"),
+    ("MVA², p = 64", "24 [CLS]", "one vector, shared", "mva2-shared-cls"),
+    ("MVA³, p = 32", "16 [CLS]", "K vectors, started as copies of [CLS]", "mva3-copies-query-tokens"),
+    ("MVA³, p = 32", "16 [CLS]", "K vectors, started distinct", "mva3-distinct-query-tokens"),
+    ("MVA³, p = 32", "16 [CLS]", "one vector, shared", "mva3-shared-cls"),
+    ("First-K, p = 64", "first 24", "the encoder's outputs", "firstk24-outputs"),
+    ("First-K, p = 64", "first 24", "the input", "firstk24-input")]
+
+
+def _pooling_readings(files: Files) -> str:
+    cells = []
+    for model, documents, reading, run in POOLING_READINGS:
+        measures = files.measures(run, "mva")
+        cells.append([model, documents, reading, *(metric(value(measures, m)) for _, m in MEASURES), f"`runs/{run}`"])
+    header = ["run", "document timesteps", "reading", *(h for h, _ in MEASURES), "file"]
+    return markdown(header, "lllrrrrl", cells)
+
+
 _mva1_settings = metrics_table("change", [NDCG], [
     ("the config (tied_init, lr 2e-5)", "mva1", "mva"),
     ("independent projections, lr 1e-4 (EARL's real-data rate)", "mva1-independent-lr1e-4", "mva"),
@@ -169,4 +190,5 @@ TABLES = [
     Table("mva/mva1-settings", _mva1_settings),
     Table("mva/pretrained", _pretrained),
     Table("mva/chain", _chain),
+    Table("mva/pooling-readings", _pooling_readings),
 ]
