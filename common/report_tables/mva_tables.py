@@ -116,10 +116,10 @@ def _cls_starts(files: Files) -> str:
 #: The readings of Sec. 2.2's pooling, every query token read: model, document timesteps, reading, run folder.
 POOLING_READINGS = [
     ("MVA², p = 64", "24 [CLS]", "K vectors, started as copies of [CLS]", "mva2-copies-query-tokens"),
-    ("MVA², p = 64", "24 [CLS]", "K vectors, started distinct", "mva2-distinct-query-tokens"),
+    ("MVA², p = 64", "24 [CLS]", "K vectors, started distinct", "mva2"),
     ("MVA², p = 64", "24 [CLS]", "one vector, shared", "mva2-shared-cls"),
     ("MVA³, p = 32", "16 [CLS]", "K vectors, started as copies of [CLS]", "mva3-copies-query-tokens"),
-    ("MVA³, p = 32", "16 [CLS]", "K vectors, started distinct", "mva3-distinct-query-tokens"),
+    ("MVA³, p = 32", "16 [CLS]", "K vectors, started distinct", "mva3"),
     ("MVA³, p = 32", "16 [CLS]", "one vector, shared", "mva3-shared-cls"),
     ("First-K, p = 64", "first 24", "the encoder's outputs", "firstk24-outputs"),
     ("First-K, p = 64", "first 24", "the input", "firstk24-input")]
