@@ -82,15 +82,14 @@ def cls_starts(word_embeddings: Tensor, cls_token_id: int, k: int) -> Tensor:
 class SidePooling(nn.Module):
     """How one side becomes timesteps: `kind` with K `timesteps` (``first_k``, ``cls``) or factor rho
     (``temporal``); ``cls`` starts its K embeddings from `cls_embedding`, (K, h) or (h,) for K copies, and with
-    `shared_cls` learns one (h,) vector repeated K times; ``first_k`` truncates the encoder's ``outputs`` or its
-    ``input`` (`first_k_truncates`)."""
+    `shared_cls` learns one (h,) vector repeated K times; ``first_k`` keeps the encoder's first K outputs, or with
+    `truncate_input` encodes the first K timesteps alone (``first_k_truncates: input``)."""
 
     def __init__(self, kind: Pooling = "all", timesteps: int | None = None, factor: int | None = None,
-                 cls_embedding: Tensor | None = None, shared_cls: bool = False,
-                 first_k_truncates: FirstKTruncates = "outputs"):
+                 cls_embedding: Tensor | None = None, shared_cls: bool = False, truncate_input: bool = False):
         super().__init__()
         self.kind, self.timesteps, self.factor = kind, timesteps, factor
-        self.truncates_input = kind == "first_k" and first_k_truncates == "input"
+        self.truncates_input = kind == "first_k" and truncate_input
         if kind == "cls":
             start = cls_embedding.detach()
             self.cls = nn.Parameter((start if shared_cls else start.expand(timesteps, -1)).clone())  # (h,) or (K, h)
@@ -220,7 +219,7 @@ class MVA(nn.Module):
                 return None
             return cls_starts(words, cls_token_id, k) if cls_init == "distinct" else words[cls_token_id]
 
-        shared = {"shared_cls": cls_init == "shared", "first_k_truncates": first_k_truncates}
+        shared = {"shared_cls": cls_init == "shared", "truncate_input": first_k_truncates == "input"}
         self.query_pooling = SidePooling(query_pooling, query_timesteps, query_factor,
                                          starts(query_pooling, query_timesteps), **shared)
         self.doc_pooling = SidePooling(doc_pooling, doc_timesteps, doc_factor, starts(doc_pooling, doc_timesteps),

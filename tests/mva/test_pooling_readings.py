@@ -72,7 +72,7 @@ def test_first_k_of_the_input_is_the_encoder_over_the_first_k_timesteps_alone():
     bert = small_bert()
     k = 4
     ids, mask = tokens([12, 6, 5, 3], width=12, seed=3)
-    pooled, real = SidePooling("first_k", k, first_k_truncates="input")(bert, ids, mask)
+    pooled, real = SidePooling("first_k", k, truncate_input=True)(bert, ids, mask)
     outputs, _ = SidePooling("first_k", k)(bert, ids, mask)
     assert pooled.shape == (4, k, HIDDEN)
     assert real.tolist() == [[True] * 4, [True] * 4, [True] * 4, [True, True, False, False]]
