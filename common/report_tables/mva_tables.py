@@ -104,13 +104,13 @@ CLS_STARTS = [
     ("MVA³", "every token", "distinct", "mva3"), ("MVA³", "8 [CLS]", "distinct", "mva3-query-cls8")]
 
 
-def _cls_starts(files: Files) -> str:
-    cells = []
-    for model, query, start, run in CLS_STARTS:
-        measures = files.measures(run, "mva")
-        cells.append([model, query, start, *(metric(value(measures, m)) for _, m in MEASURES), f"`runs/{run}`"])
-    header = ["run", "query side", "[CLS] starts", *(h for h, _ in MEASURES), "file"]
-    return markdown(header, "lllrrrrl", cells)
+def _labelled_runs(columns: tuple[str, str, str], rows: list[tuple[str, str, str, str]]):
+    """A table of MVA runs: three label columns, the run's measures, its folder (`rows`: three labels, the folder)."""
+    def render(files: Files) -> str:
+        cells = [[*labels, *(metric(value(files.measures(run, "mva"), m)) for _, m in MEASURES), f"`runs/{run}`"]
+                 for *labels, run in rows]
+        return markdown([*columns, *(h for h, _ in MEASURES), "file"], "lllrrrrl", cells)
+    return render
 
 
 #: The readings of Sec. 2.2's pooling, every query token read: model, document timesteps, reading, run folder.
@@ -123,15 +123,6 @@ POOLING_READINGS = [
     ("MVA³, p = 32", "16 [CLS]", "one vector, shared", "mva3-shared-cls"),
     ("First-K, p = 64", "first 24", "the encoder's outputs", "firstk24-outputs"),
     ("First-K, p = 64", "first 24", "the input", "firstk24-input")]
-
-
-def _pooling_readings(files: Files) -> str:
-    cells = []
-    for model, documents, reading, run in POOLING_READINGS:
-        measures = files.measures(run, "mva")
-        cells.append([model, documents, reading, *(metric(value(measures, m)) for _, m in MEASURES), f"`runs/{run}`"])
-    header = ["run", "document timesteps", "reading", *(h for h, _ in MEASURES), "file"]
-    return markdown(header, "lllrrrrl", cells)
 
 
 _mva1_settings = metrics_table("change", [NDCG], [
@@ -186,9 +177,9 @@ TABLES = [
     Table("mva/depth-100", _depth_100),
     Table("mva/default-multipass", _default_multipass),
     Table("mva/trec-dl", _trec_dl),
-    Table("mva/cls-starts", _cls_starts),
+    Table("mva/cls-starts", _labelled_runs(("run", "query side", "[CLS] starts"), CLS_STARTS)),
     Table("mva/mva1-settings", _mva1_settings),
     Table("mva/pretrained", _pretrained),
     Table("mva/chain", _chain),
-    Table("mva/pooling-readings", _pooling_readings),
+    Table("mva/pooling-readings", _labelled_runs(("run", "document timesteps", "reading"), POOLING_READINGS)),
 ]
