@@ -5,7 +5,8 @@ Tables 5-6 count joint compute and storage; timed here), beside `mva.costs`' MAC
 over stored [D_K | D_V] rows at Table 5's points; ``ca``: `BertRanker` over 128-token pairs, timed on
 ``--ca_candidates``, scaled to N. DE's and MVA's rows are read cold from an fp32 store of seeded noise, N candidates
 drawn afresh each repeat; ``ms = read_ms + compute_ms`` (the median query). Beside DE's and MVA's compute, the rate of
-one plain fp32 matmul of the head's products (`matmul_shape`) and of a square one of the same FLOPs, in the same run.
+one plain fp32 matmul of the same FLOPs over the very rows the head reads (`matmul_shape`), timed as the head is (right
+after the same rows are copied in, each query), and of a square one of the same FLOPs, in the same run.
 Random weights. docs/mva_benchmark.md has the details.
 """
 
@@ -111,61 +112,71 @@ def de_head(hidden: int, device: str, seed: int):
 
 
 def matmul_shape(impl: str, size: BertSize, candidates: int) -> tuple[int, int, int]:
-    """(m, k, n) of the one plain matmul doing the products of `impl`'s head over `candidates` candidates, the
-    yardstick of its compute: MVA's Q_K D_K^T and Q_V D_V^T as (q, H p) x (H p, 2 d C), operands of the sizes the head
-    reads and its FLOPs less the q H p dot products with Q_V; DE's (1, h) x (h, C), its very product."""
+    """(m, k, n) of the one plain matmul over the rows `impl`'s head reads, of its products' FLOPs: the yardstick of
+    its compute. MVA: a (q, 2 H p) matrix against the (2 H p, d C) rows [D_K | D_V]^T, the FLOPs of Q_K D_K^T and
+    Q_V D_V^T (the MACs `mva.costs` counts less the q H p dot products with Q_V, and the softmax); DE: (1, h) x (h, C),
+    its very product."""
     if impl == "de":
         return 1, size.hidden, candidates
     point = POINTS[impl]
-    return point.query, point.heads * point.projection, 2 * point.doc * candidates
+    return point.query, 2 * point.heads * point.projection, point.doc * candidates
 
 
-def matmul_gflops(shape: tuple[int, int, int], repeats: int, device: str, generator) -> float:
-    """GFLOP/s of fp32 ``torch.matmul`` on seeded (m, k) x (k, n) operands: the median of `repeats` after a warm-up."""
+def yardstick(shape: tuple[int, int, int], device: str, seed: int):
+    """``matmul(documents)``: fp32 ``torch.matmul`` of a seeded (m, k) matrix and the (k, n) transpose of the rows
+    read, (C, rows, k) viewed as (n, k): the store's layout as the head takes it."""
     import torch
 
     m, k, n = shape
-    a, b = (torch.randn(rows, columns, generator=generator).to(device) for rows, columns in ((m, k), (k, n)))
-    torch.matmul(a, b)  # warm-up
-    return 2 * m * k * n / median_ms(lambda: torch.matmul(a, b), repeats, device) / 1e6
+    a = torch.randn(m, k, generator=torch.Generator().manual_seed(seed)).to(device)
+    return lambda documents: torch.matmul(a, documents.view(n, k).T)
 
 
-def matmul_rates(shape: tuple[int, int, int], repeats: int, device: str, seed: int) -> dict:
-    """The matmul of `shape` (``matmul_shape``, ``matmul_gflops_per_s``) and a square one of about its FLOPs (the
-    side the cube root of m k n: ``square_matmul_gflops_per_s``), timed in the same process as the head."""
+def square_matmul_gflops(shape: tuple[int, int, int], repeats: int, device: str, seed: int) -> float:
+    """GFLOP/s of fp32 ``torch.matmul`` of two seeded square matrices of about `shape`'s FLOPs (the side the cube root
+    of m k n): the median of `repeats` after a warm-up, in the same process as the head."""
     import torch
 
     generator = torch.Generator().manual_seed(seed)
     m, k, n = shape
     side = round((m * k * n) ** (1 / 3))
-    return {"matmul_shape": f"{m} x {k} by {k} x {n}",
-            "matmul_gflops_per_s": matmul_gflops(shape, repeats, device, generator),
-            "square_matmul_gflops_per_s": matmul_gflops((side, side, side), repeats, device, generator)}
+    a, b = (torch.randn(side, side, generator=generator).to(device) for _ in "ab")
+    torch.matmul(a, b)  # warm-up
+    return 2 * side**3 / median_ms(lambda: torch.matmul(a, b), repeats, device) / 1e6
 
 
-def time_store_queries(store, score, args) -> dict:
-    """``--repeats`` queries, each reading its own candidates from `store` cold and scoring them: the median query's
-    times, the same reads warm, the shards the candidates fell in and the store's cached fraction."""
+def time_store_queries(store, score, matmul, args) -> dict:
+    """``--repeats`` queries, each reading its own candidates from `store` cold and scoring them, then copying the
+    same rows in again and running the yardstick `matmul` on them: the median query's times, the yardstick's median
+    (``matmul_ms``), the same reads warm, the shards the candidates fell in and the store's cached fraction."""
     import torch
 
     sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     read = StoreReads(store, args.candidates, store.manifest["rows"] // len(store), args.device)
 
-    def query(ids: list[str]) -> dict:  # its read and compute milliseconds
+    def timed(step) -> float:  # milliseconds
         sync()
         start = time.perf_counter()
-        documents = read(ids)
+        step()
         sync()
-        middle = time.perf_counter()
-        score(documents)
-        sync()
-        end = time.perf_counter()
-        return {"ms": (end - start) * 1000, "read_ms": (middle - start) * 1000, "compute_ms": (end - middle) * 1000}
+        return (time.perf_counter() - start) * 1000
 
-    # the warm-up: the shards mapped, the head run once on zero rows, no row read
-    records, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed,
-                                             lambda spare: score(read.map_shards(spare)), query)
-    return {**median_query(records), "warm_read_ms": statistics.median(r["read_ms"] for r in warm), **measured}
+    def query(ids: list[str]) -> dict:  # its read and compute milliseconds, and the yardstick's on the same rows
+        documents = []
+        read_ms = timed(lambda: documents.append(read(ids)))
+        compute_ms = timed(lambda: score(documents[0]))
+        again = read(ids)  # the rows copied in again: the yardstick starts where the head did
+        return {"ms": read_ms + compute_ms, "read_ms": read_ms, "compute_ms": compute_ms,
+                "matmul_ms": timed(lambda: matmul(again))}
+
+    def warm_up(spare: list[str]) -> None:  # the shards mapped, the head and the yardstick run once, no row read
+        documents = read.map_shards(spare)
+        score(documents)
+        matmul(documents)
+
+    records, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed, warm_up, query)
+    return {**median_query(records), "matmul_ms": statistics.median(r["matmul_ms"] for r in records),
+            "warm_read_ms": statistics.median(r["read_ms"] for r in warm), **measured}
 
 
 def ca_step(size: BertSize, count: int, batch_size: int, device: str, seed: int):
@@ -210,9 +221,13 @@ def measure(size_name: str, args, log) -> list[dict]:
                 with tempfile.TemporaryDirectory(prefix="mva_store_") as temporary:
                     store = noise_store(args.store_dir or Path(temporary), impl, *store_shape(impl, size),
                                         args.store_documents, args.seed)
-                    result = time_store_queries(store, score, args)
+                    shape = matmul_shape(impl, size, n)
+                    result = time_store_queries(store, score, yardstick(shape, args.device, seed), args)
                     del store
-                result |= matmul_rates(matmul_shape(impl, size, n), args.repeats, args.device, args.seed)
+                m, k, columns = shape
+                result |= {"matmul_shape": f"{m} x {k} by {k} x {columns}",
+                           "matmul_gflops_per_s": 2 * m * k * columns / result["matmul_ms"] / 1e6,
+                           "square_matmul_gflops_per_s": square_matmul_gflops(shape, args.repeats, args.device, seed)}
                 timed_ms = result["ms"]
             ms, here = result["ms"], machine()
             compute_ms = result.get("compute_ms", ms)  # CA's time is all compute

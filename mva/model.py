@@ -188,8 +188,10 @@ class MultiVectorAttention(nn.Module):
         logits = (qk @ doc_keys).view(heads, q, c, d)  # (H, q, C, d): Q_K D_K^T / sqrt(p), one GEMM per head
         products = (qv @ doc_values).view(heads, q, c, d)  # (H, q, C, d): G = Q_V D_V^T, one GEMM per head
         # padded document timesteps out of the softmax: the dtype's min added there is `score`'s masked_fill (the sum
-        # rounds to the min for any logit below half its spacing, 1e31 in fp32) at a fifth of its time here
-        logits.add_(logits.new_zeros(c, d).masked_fill_(~doc_keep, torch.finfo(logits.dtype).min))  # (C, d) over H, q
+        # rounds to the min for any logit below half its spacing, 1e31 in fp32) at a fifth of its time here; none to
+        # mask where every timestep is real ([CLS] and First-K pooling keep K of every document)
+        if not doc_keep.all():
+            logits.add_(logits.new_zeros(c, d).masked_fill_(~doc_keep, torch.finfo(logits.dtype).min))  # (C, d)
         dots = logits.softmax(-1).mul_(products).sum(-1).sum(0)  # (q, C): sum_h sum_j a G = Q_V,i . Attention(...)
         keep = query_keep.to(dots.dtype)[:, None]  # (q, 1)
         return (dots * keep).sum(0) / keep.sum()  # (C,): the mean over the real query positions

@@ -151,37 +151,39 @@ def test_each_timed_mva_step_is_table5s_head_doing_the_reported_work(impl, monke
 
 
 @pytest.mark.parametrize("impl", ["de", "mva1", "mva2", "mva3"])
-def test_the_matmul_rate_is_a_real_matmul_of_the_heads_products(impl, monkeypatch):
-    """The yardstick of a head's compute: one fp32 ``torch.matmul`` of the head's products over C candidates, MVA's
-    (q, H p) x (H p, 2 d C), whose FLOPs are the MACs `mva.costs` counts less the q H p dot products, twice; DE's
-    (1, h) x (h, C), its MACs exactly. ``matmul_rates`` times the real product (the timer here calls the step once,
-    whose output is checked against ``a @ b`` of the operands it was given, and reports 2 ms) and a square one of
-    about its FLOPs, and reports their FLOPs over the time."""
+def test_the_yardstick_is_one_matmul_of_the_heads_flops_over_the_rows_it_reads(impl, tmp_path, monkeypatch):
+    """The yardstick of a head's compute: one fp32 ``torch.matmul`` of a seeded (m, k) matrix and the rows the head
+    reads, MVA's (q, 2 H p) x [D_K | D_V]^T (2 H p, d C), whose FLOPs are the MACs `mva.costs` counts less the q H p
+    dot products with Q_V, twice; DE's (1, h) x (h, C), its MACs exactly. Each timed query copies its candidates' rows
+    in, scores them, copies the same rows in again and runs the yardstick on them: the product is checked against a
+    float64 ``a @ rows^T`` of the rows written to the store, and ``matmul_ms`` is the median of the queries'."""
     size, candidates = benchmark.SIZES["small"], 3
     m, k, n = benchmark.matmul_shape(impl, size, candidates)
     macs, _, _ = benchmark.cost(impl, size)
     point = benchmark.POINTS.get(impl)
     assert m * k * n == candidates * (macs - (point.query * point.heads * point.projection if point else 0))
-    products, matmul = [], torch.matmul
+    rows, width = benchmark.store_shape(impl, size)
+    assert (k, n) == (width, rows * candidates)  # the store's rows, as they are read
+    store = benchmark.noise_store(tmp_path, impl, rows, width, 10, seed=4)
+    products, matmul, order = [], torch.matmul, []
 
     def spy(a, b):
-        products.append((a, b, matmul(a, b)))
+        products.append((a, b.clone(), matmul(a, b)))
         return products[-1][2]
 
-    def one_call(step, repeats, device):
-        step()
-        return 2.0
-
     monkeypatch.setattr(torch, "matmul", spy)
-    monkeypatch.setattr(benchmark, "median_ms", one_call)
-    rates = benchmark.matmul_rates((m, k, n), repeats=5, device="cpu", seed=0)
-    side = round((m * k * n) ** (1 / 3))
-    assert [(a.shape, b.shape, a.dtype) for a, b, _ in products] == 2 * [((m, k), (k, n), torch.float32)] + 2 * [
-        ((side, side), (side, side), torch.float32)]  # a warm-up, then the timed call, of each
-    for a, b, out in products:
-        torch.testing.assert_close(out, a.double().matmul(b.double()).float(), atol=1e-4, rtol=1e-5)
-    assert rates == {"matmul_shape": f"{m} x {k} by {k} x {n}", "matmul_gflops_per_s": 2 * m * k * n / 2.0 / 1e6,
-                     "square_matmul_gflops_per_s": 2 * side**3 / 2.0 / 1e6}
+    args = type("Args", (), {"device": "cpu", "candidates": candidates, "repeats": 3, "seed": 0})
+    result = benchmark.time_store_queries(store, lambda documents: order.append("head"),
+                                          benchmark.yardstick((m, k, n), "cpu", seed=0), args)
+    assert len(products) == 1 + 3 + 3  # the warm-up's, then each cold and each warm query's
+    for repeat, (a, b, out) in enumerate(products[1:4]):
+        ids = candidate_ids(draw_candidates(10, candidates, seed=0, repeat=repeat))
+        written = torch.from_numpy(np.stack(store.get_many(ids))).view(n, k)  # the store's rows, no reader's copy
+        assert a.shape == (m, k) and a.dtype == torch.float32 and b.shape == (k, n)
+        torch.testing.assert_close(b, written.T, atol=0, rtol=0)
+        torch.testing.assert_close(out, a.double().matmul(written.T.double()).float(), atol=1e-4, rtol=1e-5)
+    assert order == ["head"] * 7
+    assert result["matmul_ms"] > 0 and result["compute_ms"] > 0
 
 
 #: MACs per candidate and floats stored per document, worked by hand from Sec. 2.1 at Table 5's operating points:

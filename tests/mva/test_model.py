@@ -111,19 +111,21 @@ def test_multi_head_sums_single_heads_and_one_head_is_sec_2_1():
 CANDIDATE_SHAPES = [(7, 70, 128, 1, 40), (8, 24, 64, 1, 60), (8, 16, 32, 1, 60), (5, 9, 8, 4, 30), (3, 6, 4, 2, 1)]
 
 
+@pytest.mark.parametrize("padded", [True, False], ids=["padded", "every-timestep-real"])
 @pytest.mark.parametrize("q, d, p, heads, c", CANDIDATE_SHAPES, ids=[f"q{s[0]}-d{s[1]}-p{s[2]}-H{s[3]}-C{s[4]}"
                                                                      for s in CANDIDATE_SHAPES])
-def test_one_querys_candidates_score_as_the_reference_scores_each_pair(q, d, p, heads, c):
+def test_one_querys_candidates_score_as_the_reference_scores_each_pair(q, d, p, heads, c, padded):
     """`score_candidates` (one query's C candidates as two products shared by all) against `score` (the reference:
     the query spread over its candidates, one small product each) in fp32: documents of random lengths 1..d whose
-    padded rows hold noise 100 times larger (the softmax must not see it), the query's last position padded with
-    such noise. The scores agree within 1e-5, and each is within 1e-5 of the float64 reference; the first candidates
-    are Sec. 2.1 written out on their real rows alone (`tests.mva.by_hand`)."""
+    padded rows hold noise 100 times larger (the softmax must not see it), or every document d real timesteps (as
+    [CLS] pooling stores them), the query's last position padded with such noise. The scores agree within 1e-5, and
+    each is within 1e-5 of the float64 reference; the first candidates are Sec. 2.1 written out on their real rows
+    alone (`tests.mva.by_hand`)."""
     generator = torch.Generator().manual_seed(q * d + p + heads + c)
     head = MultiVectorAttention(heads * p, heads * p, p, heads, False).eval()
     keys, values = (torch.randn(q, heads * p, generator=generator) for _ in "kv")  # Q_K, Q_V (q, Hp)
     rows = torch.randn(c, d, 2 * heads * p, generator=generator)  # (C, d, 2Hp): [D_K | D_V]
-    lengths = torch.randint(1, d + 1, (c,), generator=generator)
+    lengths = torch.randint(1, d + 1, (c,), generator=generator) if padded else torch.full((c,), d)
     doc_keep = torch.arange(d) < lengths[:, None]  # (C, d)
     rows[~doc_keep] *= 100
     query_keep = torch.arange(q) < q - 1
