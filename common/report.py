@@ -23,6 +23,7 @@ from typing import Any
 
 import pandas as pd
 
+from common.data.query_split import PART_NAMES
 from common.io import atomic_write
 from common.refusals import ArgumentParser, existing_file, output_file_problem
 
@@ -238,9 +239,12 @@ def paper_dataset(paper: str, task: Any, root: str | os.PathLike | None = None) 
 
 
 def task_label(task: Any) -> str:
-    """A task spec as messages name it: the spec itself, or for files the topics (or rank_llm) file."""
+    """A task spec as messages name it: the spec itself, or for files the topics (or rank_llm) file and the part of
+    its judged queries where it is cut to one (`common.data.query_split`)."""
     if isinstance(task, Mapping):
-        return f"the task from files {task.get('topics_path') or task.get('rank_llm_path')}"
+        part = PART_NAMES.get(task.get("queries", "all"))
+        return f"the task from files {task.get('topics_path') or task.get('rank_llm_path')}" + (
+            f", its {part} queries" if part else "")
     return str(task)
 
 

@@ -47,7 +47,8 @@ class ConformerKernelDataModule(RerankingDataModule):
     Args:
         train: the training task: builtin:<split>, irds:<ir_datasets id>, TREC files as nested keys
             (--data.train.topics_path, .qrels_path, .candidates_path, .collection_path, .name) or a rank_llm
-            candidate file (--data.train.rank_llm_path, .qrels_path, .name); see the README, "Your own data".
+            candidate file (--data.train.rank_llm_path, .qrels_path, .name), either cut to the training or held-out
+            part of its judged queries (.queries train|heldout); see the README, "Your own data".
             Its queries and collection also give the vocabulary, IDFs and word2vec embeddings.
         dev: the task whose dev NDCG@10 selects the checkpoint, in the same forms; null: none (the final weights).
         test: the task evaluated after training, in the same forms; null: none.

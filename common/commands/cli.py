@@ -27,6 +27,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from common.data.formats import DataFormatError
 from common.data.irds import DatasetUnavailableError
 from common.data.irds_files import refuse_missing_files
+from common.data.query_split import SplitError
 from common.data.specs import TaskSpecError, check_spec
 from common.io import atomic_write
 from common.commands.progress import progress_callback
@@ -44,7 +45,8 @@ _RUN_KEYS = {"output_dir", "ckpt_path", "config"}
 _ABSENT = object()
 
 #: Bad data or task input, answered in one line.
-INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError, DatasetUnavailableError)
+INPUT_ERRORS = (TaskSpecError, MissingDocumentsError, DataFormatError, FileNotFoundError, DatasetUnavailableError,
+                SplitError)
 
 
 def _flat(tree, key: str = "") -> dict:

@@ -39,7 +39,8 @@ class BertTriplesDataModule(RerankingDataModule):
     Args:
         train: the training task: builtin:<split>, irds:<ir_datasets id>, TREC files as nested keys
             (--data.train.topics_path, .qrels_path, .candidates_path, .collection_path, .name) or a rank_llm
-            candidate file (--data.train.rank_llm_path, .qrels_path, .name); see the README, "Your own data".
+            candidate file (--data.train.rank_llm_path, .qrels_path, .name), either cut to the training or held-out
+            part of its judged queries (.queries train|heldout); see the README, "Your own data".
         dev: the task whose MRR@10 selects the checkpoint, in the same forms; null: none (the last weights are tested).
         test: the task re-ranked after training, in the same forms; null: none.
         architecture: the model's (linked from the model in the CLI): how pairs are encoded.

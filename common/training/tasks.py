@@ -18,6 +18,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from torch.utils.data import Dataset
 
 from common.data.formats import Qrels, Run, Topics
+from common.data.query_split import SplitError
 from common.data.rerank import Encode, RerankPairs, rerank_pairs
 from common.data.samplers import training_table
 from common.data.source import RankingSource
@@ -202,15 +203,18 @@ class RerankingDataModule(L.LightningDataModule):
 
     def check_tasks(self) -> None:
         """Open every configured split's task, counting its documents without text; a dev task without judgments is
-        a `TaskSpecError`."""
+        a `TaskSpecError`, a split of too few judged queries a `SplitError` naming the split."""
         for split in SPLITS:
             if self.has_split(split):
-                source = self.source(split)
-                if split == "dev" and not source.qrels():
-                    raise TaskSpecError(f"data.dev ({source.name}): no qrels: validation measures the dev task "
-                                        "against its judgments; give its qrels_path")
-                if split != "train":
-                    self.eval_pairs(split)
+                try:
+                    source = self.source(split)
+                    if split == "dev" and not source.qrels():
+                        raise TaskSpecError(f"data.dev ({source.name}): no qrels: validation measures the dev task "
+                                            "against its judgments; give its qrels_path")
+                    if split != "train":
+                        self.eval_pairs(split)
+                except SplitError as error:
+                    raise SplitError(f"data.{split}.heldout_one_in: {error}") from None
 
     def eval_depth(self, split: str) -> int:
         return (self.tasks.dev_depth if split == "dev" else None) or self.tasks.depth

@@ -59,6 +59,8 @@ EARL = [
     (["--compare_with", "null"], "--compare_with: expected a list. Got value: None"),
     (["--compare_with", "[colbert]"], "--compare_with: expected a Literal['bert_ranker', 'bert_siamese']. Got value: "
                                     "colbert"),
+    (["--data.test.rank_llm_path", "r.json", "--data.test.queries", "heldout", "--data.test.split_seed", "x"],
+     "data.test.split_seed: expected an integer; got 'x'"),
 ]
 
 
@@ -74,6 +76,11 @@ MVA = [
     (["--data.query_length", "2"], "--data.query_length: must leave room for [CLS], a token and [SEP] (at least 3), "
                                    "got 2"),
     (["--compare_with", "[earl]"], "--compare_with: expected a Literal['de', 'ca']. Got value: earl"),
+    (["--data.test.rank_llm_path", "r.json", "--data.test.queries", "foo"],
+     "data.test.queries: expected one of all, train, heldout; got 'foo'"),
+    (["--data.train.rank_llm_path", "r.json", "--data.train.heldout_one_in", "4"],
+     "data.train.heldout_one_in: a parameter of the split of the judged queries; give data.train.queries train or "
+     "heldout"),
 ]
 
 

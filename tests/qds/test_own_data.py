@@ -51,7 +51,7 @@ def test_a_misspelt_key_is_one_line_and_nothing_is_written(tmp_path):
     assert _error_line(result) == (
         "error: data.train.qrel_path: unknown key; a task from files takes topics_path, qrels_path, "
         "candidates_path, collection_path, name (topics_path required), one from a rank_llm file takes "
-        "rank_llm_path, qrels_path, name (rank_llm_path required)"
+        "rank_llm_path, qrels_path, name (rank_llm_path required), either queries, split_seed, heldout_one_in"
     )
     assert not (tmp_path / "out").exists()
 
