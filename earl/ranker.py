@@ -1,7 +1,10 @@
 """`EARLRanker`: the LightningModule of EARL (Gao, Dai, Callan 2020) or a Table 2 baseline (BERT ranker, BERT-Siamese),
 from a pretrained BERT (EARL initialised as Sec. 3.4, l = L - K) or from scratch. Training (Sec. 3.4, 4.2): the
 pairwise hinge loss (margin 1: the paper gives none) or the 2-class cross-entropy (Nogueira and Cho's; MORES's); AdamW
-at 3e-5, 1,000 warm-up steps then linear decay. Dev MRR@10 selects the checkpoint (the paper does not say).
+at 3e-5, 1,000 warm-up steps then linear decay. Where the paper is silent: gradients clipped to a global norm of 1.0
+before each step (the configs' ``trainer.gradient_clip_val``), as MORES trains, through Hugging Face's Trainer
+(``TrainingArguments.max_grad_norm``, 1.0 by default), and as BERT's fine-tuning does (google-research/bert's
+optimization.py); dev MRR@10 selects the checkpoint.
 """
 
 from __future__ import annotations

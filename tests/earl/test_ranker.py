@@ -144,7 +144,7 @@ def configured(steps: int, **settings):
     from earl.ranker import EARLRanker
 
     ranker = EARLRanker(**{**TINY, **settings})
-    ranker.trainer = SimpleNamespace(estimated_stepping_batches=steps)
+    ranker.trainer = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=None, precision_plugin=None)
     return ranker, ranker.configure_optimizers()
 
 
