@@ -92,6 +92,7 @@ def test_each_config_parses_into_its_rows_model(name):
         assert model["architecture"] == architecture and (model["pool"], model["tied"]) == ("cls", False), name
         assert (model["num_blocks"], model["copy_cross"]) == (paper.default_blocks(), True), name
     assert model["query_layers"] is None  # l = L - K: 12 - K of bert-base-uncased's layers
+    assert model["siamese_pooling"] == "mean"  # BERT-Siamese follows Sentence-BERT [17]: its default, the mean
     assert model["loss"] == LOSSES[architecture][0]
     # the run's name (its metrics' key) is the rows' method for earl.train's comparison with the paper
     (method,) = {row["method"] for row in paper.named_rows(name)}
