@@ -107,6 +107,21 @@ def test_each_config_parses_into_its_rows_model(name):
     assert parsed_config["compare_with"] == [] and parsed_config["ckpt_path"] is None
 
 
+def test_the_bert_ranker_follows_the_loss_of_the_paper_it_cites():
+    """Sec. 4.2 defers the BERT ranker's loss to [14] ("Following [14], we fine-tune the BERT ranker over ranking
+    loss."); Sec. 3.4 names the pairwise hinge loss for EARL, citing [6, 15]; [14] and [15] are one paper, Nogueira
+    and Cho's, which trains with the cross-entropy (earl/configs/msmarco/bert-ranker.yaml): the BERT ranker's rows
+    train with it, EARL's and BERT-Siamese's with the hinge loss."""
+    for reference in (14, 15):
+        paper.quoted(rf"\[{reference}\] Rodrigo Nogueira and Kyunghyun Cho\. 2019\. Passage Re-ranking with BERT\.")
+    paper.quoted(LOSSES["bert_ranker"][1])
+    paper.quoted(r"To train EARL, we connect the three Transformers and enforce module coupling by training end-to-end "
+                 r"using standard ranking loss functions such as the pairwise hinge loss \[6, 15\]")
+    for name in paper.paper_configs():
+        model = config(name)["model"]
+        assert model["loss"] == ("cross_entropy" if model["architecture"] == "bert_ranker" else "hinge"), name
+
+
 def check_paper_model(model: dict, data: dict) -> None:
     """What the paper's text says of every row's model: footnote 1's encoder (and its tokenizer), Sec. 4.2's default
     K (the rows' default) and l = L - K of T_doc's layers (Sec. 3.4: T_qry "the first l layers", the judge the
