@@ -10,6 +10,8 @@ split200-train), so the groups are, in order: (q1: d1, d2), (q2: d3, d1), (q1: d
 """
 
 import json
+import os
+import subprocess
 import sys
 
 import pytest
@@ -89,6 +91,25 @@ def test_an_ir_datasets_tasks_docpairs_are_streamed_into_the_cache_once(tasks, t
     (tmp_path / "triples.tsv").unlink()  # built: read from the cache alone
     again = IrDatasetsSource(triples_id).triples_table()
     assert again.folder == table.folder and again.triples.tolist() == table.triples.tolist()
+
+
+def test_ms_marcos_own_triples_small_gives_query_positive_negative(tmp_path):
+    """The real ``msmarco-passage/train/triples-small``, its triples in the file ir_datasets keeps them in once it has
+    mapped triples.train.small's texts to ids (``<IR_DATASETS_HOME>/msmarco-passage/train/small.triples.qidpid.tsv``:
+    query id, positive id, negative id), read in a process of its own (ir_datasets fixes its home at import): the
+    table holds each line's three ids in the file's order, nothing downloaded."""
+    home = tmp_path / "irds"
+    (home / "msmarco-passage" / "train").mkdir(parents=True)
+    lines = [("1185869", "0", "8841822"), ("1185868", "16", "7"), ("1185869", "2", "65")]
+    write(home / "msmarco-passage" / "train" / "small.triples.qidpid.tsv", lines)
+    read = ("from common.data.irds import IrDatasetsSource\n"
+            "table = IrDatasetsSource('msmarco-passage/train/triples-small').triples_table()\n"
+            "print([(table.query_id(q), *table.doc_ids([p, n])) for q, p, n in table.triples.tolist()])")
+    done = subprocess.run([sys.executable, "-c", read], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "IR_DATASETS_HOME": str(home),
+                               "EFFICIENT_RANKERS_CACHE": str(tmp_path / "cache")})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[-1] == repr(lines)
 
 
 def data_module(tasks, **settings):
