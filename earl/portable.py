@@ -18,7 +18,10 @@ from earl.query_scorer import QueryScorer, store_width
 PACKAGE = "earl"
 PAPER = "EARL: Speedup Transformer-based Rankers with Pre-computed Representation (Gao, Dai, Callan, arXiv 2020)"
 #: The hyper-parameters that shape the model (the others train it).
-MODEL_KEYS = ("architecture", "num_blocks", "query_layers", "tied", "copy_cross", "pool", "loss")
+MODEL_KEYS = ("architecture", "num_blocks", "query_layers", "tied", "copy_cross", "pool", "siamese_pooling", "loss")
+#: What a checkpoint (or exported folder) whose settings lack one of `MODEL_KEYS` was trained with: a BERT-Siamese
+#: without ``siamese_pooling`` pooled [CLS].
+IMPLIED = {"siamese_pooling": "cls"}
 #: The inputs' lengths ``earl.evaluate`` takes where the data settings give none (`earl.data`'s defaults).
 QUERY_LENGTH, PASSAGE_LENGTH = 16, 128
 
@@ -37,7 +40,7 @@ def model_of(bert, config: dict, *, copy_from_bert: bool):
                           pool=config["pool"], loss=config["loss"])
     if config["architecture"] == "bert_ranker":
         return BertRanker(bert, logits=2 if config["loss"] == "cross_entropy" else 1)
-    return BertSiamese(bert)
+    return BertSiamese(bert, pooling=(IMPLIED | config)["siamese_pooling"])
 
 
 def checkpoint_entry(checkpoint: dict) -> dict:
@@ -45,7 +48,8 @@ def checkpoint_entry(checkpoint: dict) -> dict:
     hparams = checkpoint["hyper_parameters"]
     inputs = inputs_config(checkpoint, pairs=hparams["architecture"] == "bert_ranker", query_length=QUERY_LENGTH,
                            passage_length=PASSAGE_LENGTH)
-    return bert_checkpoint_entry(PACKAGE, checkpoint, {k: hparams[k] for k in MODEL_KEYS}, inputs)
+    model = {k: hparams[k] if k in hparams else IMPLIED[k] for k in MODEL_KEYS}
+    return bert_checkpoint_entry(PACKAGE, checkpoint, model, inputs)
 
 
 def build(config: dict, folder: Path) -> Scoring:

@@ -1,7 +1,12 @@
 """`EARLRanker`: the LightningModule of EARL (Gao, Dai, Callan 2020) or a Table 2 baseline (BERT ranker, BERT-Siamese),
 from a pretrained BERT (EARL initialised as Sec. 3.4, l = L - K) or from scratch. Training (Sec. 3.4, 4.2): the
 pairwise hinge loss (margin 1: the paper gives none) or the 2-class cross-entropy (Nogueira and Cho's; MORES's); AdamW
-at 3e-5, 1,000 warm-up steps then linear decay. Dev MRR@10 selects the checkpoint (the paper does not say).
+at 3e-5, 1,000 warm-up steps then linear decay. Where the paper is silent: gradients clipped to a global norm of 1.0
+before each step (the configs' ``trainer.gradient_clip_val``), as MORES trains, through Hugging Face's Trainer
+(``TrainingArguments.max_grad_norm``, 1.0 by default), and as BERT's fine-tuning does (google-research/bert's
+optimization.py); dev MRR@10 selects the checkpoint. BERT-Siamese ("we follow [17]", Sec. 4.2: Sentence-BERT) encodes
+each text into the mean of its real tokens' outputs, Sentence-BERT's pooling ("The default configuration is MEAN",
+Reimers and Gurevych 2019, Sec. 3), scored by their dot product (Sec. 4.2); ``siamese_pooling="cls"`` takes [CLS].
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import torch.nn.functional as F
 from jsonargparse.typing import ClosedUnitInterval, NonNegativeFloat, NonNegativeInt, PositiveFloat, PositiveInt
 from torch import Tensor
 
+from common.encoders.bert_rankers import SiamesePooling
 from common.encoders.bert_reranking import BertRerankingModule, bert_encoder
 from common.refusals import SettingError
 from earl import COPY_CROSS, LOSS, MARGIN, POOL, TIED, portable
@@ -50,6 +56,9 @@ class EARLRanker(BertRerankingModule):
         pool: EARL's Pool of Eq. 22: ``cls`` (ClsPool) or ``mean`` (AvePool).
         tied: T_qry's layers are T_doc's first l (the Tied variants).
         copy_cross: copy BERT's self-attention into the judge blocks' cross-attention too (Sec. 3.4; false: "w/o copy").
+        siamese_pooling: BERT-Siamese's vector of each text: ``mean`` over its real tokens, as Sentence-BERT [17], which
+            the paper follows for it (Reimers and Gurevych 2019, Sec. 3: "The default configuration is MEAN"), or
+            ``cls``, its [CLS] output.
         loss: ``hinge`` (paper: EARL, BERT-Siamese) or ``cross_entropy`` (a 2-class head: the paper's BERT ranker).
         margin: the hinge loss's margin (the paper gives none).
         dropout: hidden and attention dropout (BERT: 0.1).
@@ -78,6 +87,7 @@ class EARLRanker(BertRerankingModule):
         pool: Pool = POOL,
         tied: bool = TIED,
         copy_cross: bool = COPY_CROSS,
+        siamese_pooling: SiamesePooling = "mean",
         loss: Loss = LOSS,
         margin: PositiveFloat = MARGIN,
         dropout: ClosedUnitInterval = 0.1,

@@ -1,6 +1,7 @@
 """`MVARanker`: the LightningModule of MVA (Zhou and Devlin 2021) or its DE and CA baselines over a pretrained or
-from-scratch BERT. Training: Sec. 2.3's softmax loss, Adam at 3e-5; linear warm-up then decay to zero (BERT's: the
-paper names no schedule). Dev MRR@10 selects the checkpoint.
+from-scratch BERT. Training: Sec. 2.3's softmax loss, Adam at 3e-5; linear warm-up then decay to zero and gradients
+clipped to a global norm of 1.0 before each step (the configs' ``trainer.gradient_clip_val``): BERT's fine-tuning
+(google-research/bert's optimization.py; the paper names neither). Dev MRR@10 selects the checkpoint.
 """
 
 from __future__ import annotations

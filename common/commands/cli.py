@@ -183,7 +183,9 @@ class RankerCLI(LightningCLI):
                     check_spec(spec, f"data.{split}")
                 specs.append(spec)
                 options.append(f"--data.{split}")
-        parts = [None] * len(specs)
+        data_class = self.datamodule_class
+        reads = data_class.split_parts(config.data) if issubclass(data_class, RerankingDataModule) else {}
+        parts = [reads.get(option.removeprefix("--data.")) for option in options]
         for name, read in getattr(self.datamodule_class, "other_tasks", {}).items():
             specs.append(config.data.get(name))
             options.append(f"--data.{name}")

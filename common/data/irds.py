@@ -29,6 +29,7 @@ from common.io import build_lock, built_once, cache_root, record_cache
 
 if TYPE_CHECKING:
     from common.data.training_table import TrainingTable
+    from common.data.triples import TriplesTable
 
 TITLE_FIELDS = ("title", "headline")
 #: Fields that hold the document body as-is, first string one wins (bytes bodies, GOV's, are skipped).
@@ -375,6 +376,24 @@ class IrDatasetsSource:
 
         folder = cache_root() / "training" / _cache_key(self.dataset_id, FORMAT)
         return TrainingTable.saved(folder, self._training_table, {"ir_datasets": self.dataset_id})
+
+    def triples_table(self) -> TriplesTable:
+        """The docpairs (query, ``doc_id_a`` the positive, ``doc_id_b`` the negative: MS MARCO's provided training
+        triples) as a `common.data.triples.TriplesTable`, streamed once into the cache (``triples/<key>``)."""
+        from common.data.triples import FORMAT, TriplesTable
+
+        folder = cache_root() / "triples" / _cache_key(self.dataset_id, FORMAT)
+        return TriplesTable.saved(folder, self._triples_table, {"ir_datasets": self.dataset_id})
+
+    def _triples_table(self) -> TriplesTable:
+        from tqdm.auto import tqdm
+
+        from common.data.triples import TriplesTable
+
+        self._require("docpairs", "training triples (docpairs)")
+        with _reading(self.dataset_id, "docpairs"):
+            return TriplesTable.of((str(pair.query_id), str(pair.doc_id_a), str(pair.doc_id_b)) for pair in tqdm(
+                self._dataset.docpairs_iter(), desc=f"tabling {self.dataset_id} docpairs", unit=" triples"))
 
     def collection_ids(self):
         """The collection's document ids in its order as a memory-mapped numpy array, cached once."""

@@ -16,9 +16,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-#: What the repository reads of a task, as ir_datasets' entity types.
+#: What the repository reads of a task, as ir_datasets' entity types (each of them where a command names no parts),
+#: and what else it may read of one: its provided training triples.
 TASK_PARTS = ("docs", "queries", "qrels", "scoreddocs")
-PART_NAMES = {"docs": "documents", "queries": "queries", "qrels": "qrels", "scoreddocs": "candidates (scoreddocs)"}
+PARTS = (*TASK_PARTS, "docpairs")
+PART_NAMES = {"docs": "documents", "queries": "queries", "qrels": "qrels", "scoreddocs": "candidates (scoreddocs)",
+              "docpairs": "training triples (docpairs)"}
 #: Seconds a connection to a download's host may take before the file counts as not downloadable now.
 PROBE_TIMEOUT = 5.0
 
@@ -65,8 +68,8 @@ def missing_files(specs: Iterable[Any], options: Iterable[str],
         except KeyError:  # an unknown id: the task's own check names it
             continue
         for part in want:
-            if part not in TASK_PARTS:
-                raise ValueError(f"unknown part {part!r}; the parts are {', '.join(TASK_PARTS)}")
+            if part not in PARTS:
+                raise ValueError(f"unknown part {part!r}; the parts are {', '.join(PARTS)}")
             if hasattr(dataset, f"{part}_handler"):
                 for needed in needed_files(dataset, part):
                     users.setdefault(needed, []).append((option, dataset_id, part))
@@ -79,7 +82,7 @@ def missing_files(specs: Iterable[Any], options: Iterable[str],
 
 
 def needed_files(dataset: Any, part: str) -> list[Needed]:
-    """The files `dataset` (an ir_datasets dataset) lacks for reading its `part` (one of `TASK_PARTS`)."""
+    """The files `dataset` (an ir_datasets dataset) lacks for reading its `part` (one of `PARTS`)."""
     handler = getattr(dataset, f"{part}_handler")()
     if part == "docs" and _store_built(handler):
         return []

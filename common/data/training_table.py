@@ -186,8 +186,8 @@ class TableBuilder:
         return len(self._candidates[0])
 
     def table(self) -> TrainingTable:
-        queries, query_order = _sorted_ids(self._queries)
-        docs, doc_order = _sorted_ids(self._docs)
+        queries, query_order = sorted_ids(self._queries)
+        docs, doc_order = sorted_ids(self._docs)
         self._queries = self._docs = {}
         q, d, labels = (np.frombuffer(a, dtype=np.int32) for a in self._qrels)
         q, d = query_order[q], doc_order[d]
@@ -209,7 +209,7 @@ class TableBuilder:
                               "candidate_offsets": _offsets(cq, len(queries)), "candidate_docs": cd.astype(np.int32)})
 
 
-def _sorted_ids(codes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def sorted_ids(codes: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """The ids of `codes` sorted (S<w>, (N,)) and, by arrival code, each one's row in them ((N,) int32)."""
     encoded = [key.encode("utf-8") for key in codes]
     if any(key.endswith(b"\0") for key in encoded):

@@ -1,7 +1,9 @@
 """The LightningModule of EARL's and MVA's rankers: a paper's model over a BERT encoder (pretrained or from scratch)
 with `common.encoders.dropout`'s masks, trained on groups of a positive and negatives (AdamW, decay on matrices only,
 linear warm-up and decay), evaluated by `common.training.reranking.RerankingEvaluation`; each checkpoint carries the
-subclass's ``checkpoint_entry`` under `common.portable.KEY`.
+subclass's ``checkpoint_entry`` under `common.portable.KEY`. AdamW is fused (one kernel for every parameter), except
+where the trainer clips gradients under mixed precision: Lightning clips there only an optimizer whose step leaves
+the unscaling to it, which a fused one does not (its step unscales ``16-mixed``'s gradients itself).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 from lightning import pytorch as L
+from lightning.pytorch.plugins.precision import MixedPrecision
 from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor, nn
 
@@ -79,7 +82,9 @@ class BertRerankingModule(RerankingEvaluation, L.LightningModule):
         return loss
 
     def configure_optimizers(self):
-        optimizer = torch.optim.AdamW(decay_groups(self, self.hparams.weight_decay), lr=self.hparams.lr, fused=True)
-        scheduler = warmup_linear_decay(optimizer, self.hparams.warmup_steps,
-                                        int(self.trainer.estimated_stepping_batches))
+        trainer = self.trainer
+        clipped_mixed = bool(trainer.gradient_clip_val) and isinstance(trainer.precision_plugin, MixedPrecision)
+        optimizer = torch.optim.AdamW(decay_groups(self, self.hparams.weight_decay), lr=self.hparams.lr,
+                                      fused=not clipped_mixed)  # module docstring
+        scheduler = warmup_linear_decay(optimizer, self.hparams.warmup_steps, int(trainer.estimated_stepping_batches))
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}

@@ -170,6 +170,13 @@ class RerankingDataModule(L.LightningDataModule):
     #: `TASK_PARTS`), checked with the splits' before anything is built (`common.commands.cli.RankerCLI`).
     other_tasks: dict[str, tuple[str, ...]] = {}
 
+    @classmethod
+    def split_parts(cls, data) -> dict[str, tuple[str, ...]]:
+        """The parts of its ir_datasets task a split reads where it reads fewer than all of
+        `common.data.irds_files.TASK_PARTS`, by split, under the data options `data` (a mapping); checked as
+        `other_tasks`."""
+        return {}
+
     def __init__(self, tasks: TaskConfig, loaders: LoaderConfig):
         super().__init__()
         self.tasks, self.loaders = tasks, loaders
@@ -276,15 +283,21 @@ class RerankingDataModule(L.LightningDataModule):
         return self._datasets[split]
 
     def prepare_data(self) -> None:
-        """Build the document stores of the tasks `setup` opens and the training task's table, each once."""
+        """Build the document stores of the tasks `setup` opens and what training reads (`prepare_training`), each
+        once."""
         stage = self.trainer.state.fn.value if self.trainer is not None else "fit"
         for split in self.stage_splits.get(stage, ()):
             if self.has_split(split):
                 source = source_from_spec(self.specs[split])
                 source.documents().prepare()
-                table = getattr(source, "training_table", None)  # a cached one (common.data.training_table)
-                if split == "train" and callable(table) and {"qrels", "candidates"} <= source.provides():
-                    table()  # a task without them is refused when its sampler asks
+                if split == "train":
+                    self.prepare_training(source)
+
+    def prepare_training(self, source: RankingSource) -> None:
+        """Build what the training groups of `source` are drawn from, where it is cached: its training table."""
+        table = getattr(source, "training_table", None)  # a cached one (common.data.training_table)
+        if callable(table) and {"qrels", "candidates"} <= source.provides():
+            table()  # a task without them is refused when its sampler asks
 
     def setup(self, stage: str) -> None:
         for split in self.stage_splits.get(stage, ()):

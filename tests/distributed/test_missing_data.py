@@ -131,18 +131,22 @@ def test_a_passage_config_names_extracted_files_and_local_copies(tmp_path, refus
     # ir_datasets' msmarco_passage.py, by hand: the collection is extracted from collectionandqueries.tar.gz; the
     # train queries (of split200-train and of split200-valid, the dev task) from queries.tar.gz; the big candidate
     # runs are downloaded with no cache path, so a copy goes to downloads/<md5>; TREC DL 2019's small queries file is
-    # kept only extracted.
+    # kept only extracted. The training task is read for its queries and passages alone (its qrels and candidates
+    # are the dev task's files only): its groups are triples-small's triples, which ir_datasets maps to ids from
+    # triples.train.small.tar.gz (no cache path: downloads/<md5>) with the collection and the train queries.
     home, out = tmp_path / "irds", tmp_path / "run"
     done = command(["-m", "earl.train", "--config", "earl/configs/msmarco/earl-cls.yaml", "--output_dir", str(out)],
                    home, refusing_proxy)
     web = "https://msmarco.z22.web.core.windows.net/msmarcoranking"
     passage, copies = home / "msmarco-passage", home / "downloads"
-    train, dev, test = "--data.train", "--data.dev", "--data.test"
+    train, dev, test, triples = "--data.train", "--data.dev", "--data.test", "--data.train_triples"
     check_refusal(done, {
-        str(passage / "collectionandqueries.tar.gz"): (f"{web}/collectionandqueries.tar.gz", {train, dev, test}),
-        str(passage / "queries.tar.gz"): (f"{web}/queries.tar.gz", {train, dev}),
-        str(passage / "train" / "qrels"): (f"{web}/qrels.train.tsv", {train, dev}),
-        str(copies / "d99fdbd5b2ea84af8aa23194a3263052"): (f"{web}/top1000.train.tar.gz", {train, dev}),
+        str(passage / "collectionandqueries.tar.gz"): (f"{web}/collectionandqueries.tar.gz",
+                                                       {train, dev, test, triples}),
+        str(passage / "queries.tar.gz"): (f"{web}/queries.tar.gz", {train, dev, triples}),
+        str(passage / "train" / "qrels"): (f"{web}/qrels.train.tsv", {dev}),
+        str(copies / "d99fdbd5b2ea84af8aa23194a3263052"): (f"{web}/top1000.train.tar.gz", {dev}),
+        str(copies / "c13bf99ff23ca691105ad12eab837f84"): (f"{web}/triples.train.small.tar.gz", {triples}),
         str(passage / "trec-dl-2019" / "queries.tsv"):
             (f"ir_datasets makes it from {web}/msmarco-test2019-queries.tsv.gz", {test}),
         str(passage / "trec-dl-2019" / "qrels"): ("https://trec.nist.gov/data/deep/2019qrels-pass.txt", {test}),

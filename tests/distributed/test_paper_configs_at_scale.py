@@ -26,6 +26,8 @@ STEP = ["--data.train", "builtin:train", "--data.dev", "null", "--data.test", "n
         "--trainer.enable_model_summary", "false", "--save_every_n_steps", "1"]
 BERT = ["--model.encoder", "null", "--data.tokenizer", "builtin", "--model.num_layers", "1", "--model.hidden_size",
         "32", "--model.num_heads", "2", "--model.intermediate_size", "64", "--data.passage_length", "24"]
+#: EARL's and MVA's groups drawn from the built-in training task, not MS MARCO's triples.
+NO_TRIPLES = ["--data.train_triples", "null"]
 #: Config -> (its package's train command, the tiny model's flags, the paper's global batch).
 CONFIGS = {
     "qds/configs/trec-dl-2019.yaml": ("qds.train", [
@@ -40,8 +42,8 @@ CONFIGS = {
         "--data.embedding_dim", "16", "--model.num_heads", "4", "--model.num_layers", "1", "--data.min_count", "2",
         "--data.max_doc_terms", "200", "--model.pool_window", "30", "--model.pool_stride", "10"], 32)
        for model in ("ndrm1", "ndrm2", "ndrm3")},
-    "earl/configs/msmarco/earl-cls.yaml": ("earl.train", [*BERT, "--model.num_blocks", "1"], 128),
-    "mva/configs/msmarco/mva-all-p128.yaml": ("mva.train", [*BERT, "--model.projection", "8"], 256),
+    "earl/configs/msmarco/earl-cls.yaml": ("earl.train", [*BERT, *NO_TRIPLES, "--model.num_blocks", "1"], 128),
+    "mva/configs/msmarco/mva-all-p128.yaml": ("mva.train", [*BERT, *NO_TRIPLES, "--model.projection", "8"], 256),
 }
 WORLDS = (1, 2, 8, 24)
 REPO = Path(__file__).parents[2]

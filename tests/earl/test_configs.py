@@ -29,6 +29,8 @@ CLUEWEB = [name for name in paper.paper_configs() if name.startswith("clueweb09b
 #: Dev queries (msmarco-passage/dev/small, DEV_COLUMN) and TREC DL 2019 queries (TEST).
 TRAIN = "irds:msmarco-passage/train/split200-train"
 DEV = "irds:msmarco-passage/train/split200-valid"
+#: MS MARCO's provided training triples (triples.train.small), those of TRAIN's queries trained on.
+TRIPLES = "irds:msmarco-passage/train/triples-small"
 DEV_COLUMN = "irds:msmarco-passage/dev/small"
 TEST = "irds:msmarco-passage/trec-dl-2019/judged"
 
@@ -92,6 +94,7 @@ def test_each_config_parses_into_its_rows_model(name):
         assert model["architecture"] == architecture and (model["pool"], model["tied"]) == ("cls", False), name
         assert (model["num_blocks"], model["copy_cross"]) == (paper.default_blocks(), True), name
     assert model["query_layers"] is None  # l = L - K: 12 - K of bert-base-uncased's layers
+    assert model["siamese_pooling"] == "mean"  # BERT-Siamese follows Sentence-BERT [17]: its default, the mean
     assert model["loss"] == LOSSES[architecture][0]
     # the run's name (its metrics' key) is the rows' method for earl.train's comparison with the paper
     (method,) = {row["method"] for row in paper.named_rows(name)}
@@ -104,6 +107,21 @@ def test_each_config_parses_into_its_rows_model(name):
     assert data["negatives"] == 1  # a pair: the positive and one negative
     assert "tokenizer" not in model and "architecture" not in data  # linked from data.tokenizer, model.architecture
     assert parsed_config["compare_with"] == [] and parsed_config["ckpt_path"] is None
+
+
+def test_the_bert_ranker_follows_the_loss_of_the_paper_it_cites():
+    """Sec. 4.2 defers the BERT ranker's loss to [14] ("Following [14], we fine-tune the BERT ranker over ranking
+    loss."); Sec. 3.4 names the pairwise hinge loss for EARL, citing [6, 15]; [14] and [15] are one paper, Nogueira
+    and Cho's, which trains with the cross-entropy (earl/configs/msmarco/bert-ranker.yaml): the BERT ranker's rows
+    train with it, EARL's and BERT-Siamese's with the hinge loss."""
+    for reference in (14, 15):
+        paper.quoted(rf"\[{reference}\] Rodrigo Nogueira and Kyunghyun Cho\. 2019\. Passage Re-ranking with BERT\.")
+    paper.quoted(LOSSES["bert_ranker"][1])
+    paper.quoted(r"To train EARL, we connect the three Transformers and enforce module coupling by training end-to-end "
+                 r"using standard ranking loss functions such as the pairwise hinge loss \[6, 15\]")
+    for name in paper.paper_configs():
+        model = config(name)["model"]
+        assert model["loss"] == ("cross_entropy" if model["architecture"] == "bert_ranker" else "hinge"), name
 
 
 def check_paper_model(model: dict, data: dict) -> None:
@@ -135,6 +153,9 @@ def test_each_msmarco_row_parses_into_the_paper_setting(name):
                                                                         training["batch_size"])
     assert trainer["max_steps"] * data["batch_size"] == training["examples"]
     assert (data["train"], data["dev"], data["test"]) == (TRAIN, DEV, TEST)
+    # "a subset of Marco’s training set" (4.3): its provided triples, of TRAIN's queries, 2M of them
+    paper.quoted(r"we trained EARL over a subset of Marco’s training set\.")
+    assert data["train_triples"] == TRIPLES
     tested = {row["dataset"] for row in paper.reported() if row["table"] == "2" and row["split"] == "test"
               and row["dataset"] != "clueweb09b"}
     assert {paper_dataset(PAPER, data["test"])} == tested
@@ -161,6 +182,7 @@ def test_each_clueweb_row_parses_into_the_paper_setting(name):
     assert trainer["max_steps"] == -1
     paper.quoted(r"which contains %d candidate documents for each query" % data["depth"])
     assert data["dev"] is None  # no dev set
+    assert data["train_triples"] is None  # ClueWeb09-B gives no triples: the training task's candidates
     queries = {row["settings"]["queries"] for row in paper.named_rows(name)}
     assert queries == {"title", "description"}
     for split in ("train", "test"):
@@ -214,10 +236,21 @@ def test_the_held_out_queries_are_the_training_queries_not_trained_on():
     assert kept.queries_count() == train_set.queries_count() - held.queries_count()
 
 
+def test_the_triples_are_ms_marcos_provided_ones_over_the_training_queries():
+    """Registry metadata (no download): triples-small holds MS MARCO's 39,780,811 triples.train.small triples over
+    msmarco-passage/train's queries and passages, the queries and passages of the training task (TRAIN, which holds
+    out DEV's 200: their triples are left out, `common.data.triples`); 2M of them are Sec. 4.3's examples."""
+    triples, train_set, kept = (ir_datasets.load(name) for name in (TRIPLES[5:], "msmarco-passage/train", TRAIN[5:]))
+    assert triples.has_docpairs() and triples.docpairs_count() == 39_780_811
+    assert triples.queries_handler() is train_set.queries_handler()
+    assert triples.docs_handler() is train_set.docs_handler() is kept.docs_handler()
+    assert paper.msmarco_training()["examples"] < triples.docpairs_count()  # a subset of them
+
+
 @pytest.mark.parametrize("spec", [TRAIN, DEV, DEV_COLUMN, TEST])
 def test_the_msmarco_tasks_are_registered_with_all_four_parts(spec):
-    """Registry look-ups only: the training task has qrels and BM25 candidates (top1000.train) to draw triples from,
-    the evaluation tasks BM25's top 1,000 to re-rank."""
+    """Registry look-ups only: the training task's queries and passages (its triples are TRIPLES'), the evaluation
+    tasks BM25's top 1,000 to re-rank."""
     check_spec(spec)
     source = IrDatasetsSource(spec.removeprefix("irds:"))
     assert source.provides() == {"topics", "qrels", "candidates", "documents"}

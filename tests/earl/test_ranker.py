@@ -144,7 +144,7 @@ def configured(steps: int, **settings):
     from earl.ranker import EARLRanker
 
     ranker = EARLRanker(**{**TINY, **settings})
-    ranker.trainer = SimpleNamespace(estimated_stepping_batches=steps)
+    ranker.trainer = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=None, precision_plugin=None)
     return ranker, ranker.configure_optimizers()
 
 
@@ -223,3 +223,63 @@ def test_the_papers_schedule_at_chosen_steps():
     by_hand = {0: 1 / 1000, 499: 0.5, 999: 1.0, 1000: 1.0, 8312: 7313 / 14625, 15624: 1 / 14625, 15625: 0.0}
     assert {s: factor(s) for s in by_hand} == pytest.approx(by_hand, abs=1e-15)
     assert configuration["optimizer"].param_groups[0]["lr"] == pytest.approx(paper["lr"] / 1000, abs=1e-20)
+
+
+# --- BERT-Siamese's pooling ---------------------------------------------------------------------------------------
+
+
+class HandEncoder(torch.nn.Module):
+    """Stands in for BERT: each text's token outputs are written by hand, chosen by its first token id."""
+
+    OUTPUTS = {1: [[1.0, 2.0], [3.0, 0.0], [50.0, 50.0]],  # the query: its third position is padding
+               2: [[0.0, 4.0], [9.0, 9.0], [9.0, 9.0]],  # document 1: one real token
+               3: [[2.0, 2.0], [4.0, 0.0], [6.0, 1.0]]}  # document 2: three
+
+    def forward(self, input_ids, attention_mask):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(last_hidden_state=torch.tensor([self.OUTPUTS[int(row[0])] for row in input_ids]))
+
+
+#: One query (2 real tokens) against two documents (1 and 3 real tokens).
+SIAMESE_BATCH = {"query_tokens": torch.tensor([[1, 5, 0]]), "query_mask": torch.tensor([[1, 1, 0]]),
+                 "query_index": torch.tensor([0, 0]), "doc_tokens": torch.tensor([[2, 0, 0], [3, 7, 8]]),
+                 "doc_mask": torch.tensor([[1, 0, 0], [1, 1, 1]])}
+
+
+@pytest.mark.parametrize("settings, expected", [
+    # Sentence-BERT's mean over real tokens, the default: query (1+3, 2+0)/2 = (2, 1); documents (0, 4) and
+    # (2+4+6, 2+0+1)/3 = (4, 1); dot products 2*0 + 1*4 = 4 and 2*4 + 1*1 = 9
+    ({}, [4.0, 9.0]),
+    # [CLS] (the option): (1, 2) against (0, 4) and (2, 2): 8 and 6, the other order
+    ({"siamese_pooling": "cls"}, [8.0, 6.0]),
+])
+def test_bert_siamese_scores_the_dot_product_of_masked_means_unless_told_cls(settings, expected):
+    """BERT-Siamese follows Sentence-BERT [17] (Sec. 4.2), whose default pooling is the mean of the token outputs: an
+    `EARLRanker` of that architecture, given no pooling, scores a pair by the dot product of the two texts' means over
+    their real tokens (padding left out), worked by hand on the outputs of `HandEncoder`."""
+    from earl.ranker import EARLRanker
+
+    ranker = EARLRanker(architecture="bert_siamese", **TINY, **settings).eval()
+    ranker.model.bert = HandEncoder()
+    with torch.no_grad():
+        torch.testing.assert_close(ranker(SIAMESE_BATCH), torch.tensor(expected), rtol=0, atol=1e-6)
+
+
+def test_a_bert_siamese_checkpoint_without_the_pooling_setting_pooled_cls():
+    """A checkpoint whose hyper-parameters name no ``siamese_pooling`` (BERT-Siamese's were [CLS] then) is rebuilt
+    for `common.api.load` with [CLS]; one that names it keeps it."""
+    from earl import portable
+    from earl.ranker import EARLRanker
+
+    hparams = dict(EARLRanker(architecture="bert_siamese", **TINY).hparams)
+    del hparams["siamese_pooling"]
+    checkpoint = {"hyper_parameters": hparams, "datamodule_hyper_parameters": {"query_length": 12,
+                                                                               "passage_length": 48}}
+    assert portable.checkpoint_entry(checkpoint)["config"]["siamese_pooling"] == "cls"
+    named = {**checkpoint, "hyper_parameters": {**hparams, "siamese_pooling": "mean"}}
+    assert portable.checkpoint_entry(named)["config"]["siamese_pooling"] == "mean"
+    model = portable.model_of(HandEncoder(), {k: v for k, v in hparams.items() if k in portable.MODEL_KEYS},
+                              copy_from_bert=False)
+    with torch.no_grad():
+        torch.testing.assert_close(model(SIAMESE_BATCH), torch.tensor([8.0, 6.0]), rtol=0, atol=1e-6)

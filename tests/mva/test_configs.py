@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from common.data.irds import IrDatasetsSource
+from common.data.irds import IrDatasetsSource, load_dataset
 from common.data.specs import check_spec
 from common.report import load_reported, paper_dataset
 from mva import costs, train
@@ -30,6 +30,8 @@ CONFIGS = Path(train.__file__).parent / "configs"
 TRAIN = "irds:msmarco-passage/train/split200-train"
 DEV = "irds:msmarco-passage/train/split200-valid"  # held-out training queries (the paper holds out 10%)
 TEST = "irds:msmarco-passage/dev/small"  # every table's MS MARCO Dev MRR@10
+#: "the <query, positive document, negative document> training triples provided by MSMARCO" (Sec. 2.3)
+TRIPLES = "irds:msmarco-passage/train/triples-small"
 
 
 ROWS = paper.ROWS
@@ -168,8 +170,9 @@ def test_each_config_has_the_papers_fine_tuning(name):
     batch_size, lr = paper.fine_tuning()
     assert (data["batch_size"], model["lr"], model["weight_decay"]) == (batch_size, lr, 0.0)
     paper.quoted(r"fine-tuned using a softmax loss with the <query, positive document, negative document> training "
-                 r"triples")
+                 r"triples provided by MSMARCO\.")
     assert data["negatives"] == 1  # a triple: the positive and one negative
+    assert data["train_triples"] == TRIPLES  # MS MARCO's provided ones (triples.train.small)
     (depth,) = paper.quoted(r"the MS-MARCO top-(\d+) candidates \(originally retrieved by BM25\)")
     assert data["depth"] == int(depth)
     assert paper.hidden_size() == 768 and model["encoder"].startswith("bert-base")  # BERT-base: h 768, 12 layers
@@ -313,8 +316,15 @@ def test_table5_operating_points_fit_the_printed_costs():
 
 @pytest.mark.parametrize("spec", [TRAIN, DEV, TEST])
 def test_the_msmarco_tasks_are_registered_with_all_four_parts(spec):
-    """Registry look-ups only: the training task has qrels and BM25 candidates (top1000.train) to draw triples from,
-    the dev and test tasks BM25's top 1,000 to re-rank."""
+    """Registry look-ups only: the training task's queries and passages (its triples are TRIPLES'), the dev and test
+    tasks BM25's top 1,000 to re-rank."""
     check_spec(spec)
     source = IrDatasetsSource(spec.removeprefix("irds:"))
     assert source.provides() == {"topics", "qrels", "candidates", "documents"}
+
+
+def test_the_triples_are_registered_with_ms_marcos_count():
+    """Registry metadata: triples-small holds triples.train.small's 39,780,811 docpairs, more than the 6.4M trained
+    on."""
+    triples = load_dataset(TRIPLES.removeprefix("irds:"))
+    assert triples.has_docpairs() and triples.docpairs_count() == 39_780_811

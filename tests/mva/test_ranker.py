@@ -70,7 +70,7 @@ def configured(steps: int, **settings):
     """A tiny ranker's `configure_optimizers` as a Trainer of `steps` optimizer steps calls it (Lightning reads
     ``estimated_stepping_batches``, `max_steps` in the paper's configs)."""
     ranker = MVARanker(**TINY, doc_pooling="cls", doc_timesteps=2, **settings)
-    ranker.trainer = SimpleNamespace(estimated_stepping_batches=steps)
+    ranker.trainer = SimpleNamespace(estimated_stepping_batches=steps, gradient_clip_val=None, precision_plugin=None)
     return ranker, ranker.configure_optimizers()
 
 
