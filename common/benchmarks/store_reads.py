@@ -161,16 +161,16 @@ class StoreReads:
         return self.compute[: len(ids)].to(self.device)
 
 
-def cold_then_warm(store, candidates: int, repeats: int, seed: int, warm_up, query, names=candidate_ids):
+def cold_then_warm(store, candidates: int, repeats: int, seed: int, warm_up, query):
     """``query(ids)``'s records of `repeats` draws of `candidates` over `store`, read cold (the store dropped from the
     page cache after ``warm_up(ids)`` of a spare draw), then warm: ``(cold, warm, store's documents, median candidates'
-    shards and cached fraction)``; ``names(positions)`` gives the drawn positions' doc ids (a benchmark's ``d{i}``)."""
+    shards and cached fraction)``."""
     import statistics
 
     import numpy as np
 
     draws = [draw_candidates(len(store), candidates, seed, repeat) for repeat in range(repeats + 1)]
-    *timed, spare = [names(positions) for positions in draws]
+    *timed, spare = [candidate_ids(positions) for positions in draws]
     files = sorted(path for path in store.folder.iterdir() if path.is_file())  # its shards, id table and manifest
     warm_up(spare)
     evict_from_page_cache(files)  # after the mapping: pages a process has mapped in would stay

@@ -3,14 +3,17 @@ finished representation stores as the scorers read them, cold and warm, so that 
 dtypes (fp32, fp16, int8) compare on what a query pays to read them.
 
 A query's ``--candidates`` are distinct documents of the store drawn uniformly at random, a new draw each repeat, as
-a first stage's top N scatters over a store's order (`common.benchmarks.store_reads.cold_then_warm`, seeded by
+a first stage's top N scatters over a store's order (`common.benchmarks.store_reads.draw_candidates`, seeded by
 ``--seed``), read in batches of ``--batch_size`` through `RepresentationStore.padded` (float32 rows zero-padded, int8
-rows dequantised: what `common.stores.scoring.StoreScorer` hands its model): first cold, the store's files dropped
-from the page cache once a warm-up has mapped the shards of a draw of its own (as a server that has run a while has
-them), then the same draws warm. One row per store: its dtype, width, documents, rows and bytes per document, the
-median query's cold and warm read milliseconds, the shards a draw falls in and the share of the store still cached
-when the timing started (``mincore``: near 0 where the eviction worked). The committed run, ``results/mva``'s
-``store_reads.csv``, reads MVA²'s fp32 and int8 stores of TREC DL 2019's candidates (results/mva/README.md).
+rows dequantised: what `common.stores.scoring.StoreScorer` hands its model). Cold: each query by a fresh reader whose
+shards a spare draw has mapped (as a server that has run a while has them), the store's files then dropped from the
+page cache (`evict_from_page_cache`), so that every query's rows come from the disk; evicting once before all the
+queries, as the speed benchmarks do over their large stores, would leave a small store's later queries reading pages
+that the kernel's read-ahead brought in for the earlier ones. Warm: the same draws by one reader, a second pass after
+an untimed first. One row per store: its dtype, width, documents, rows and bytes per document, the median query's
+cold and warm read milliseconds, the shards a draw falls in and the largest share of the store still cached when a
+cold query started (``mincore``: near 0 where the eviction worked). The committed run, ``results/mva``'s
+``store_reads.csv``, reads MVA²'s and MVA³'s fp32 and int8 stores of TREC DL 2019's candidates (results/mva/README.md).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from common.benchmarks.machine import describe_machine, machine
 from common.benchmarks.options import benchmark_parser, parse
 from common.benchmarks.session import Session, output_paths
-from common.benchmarks.store_reads import cold_then_warm, median_query
+from common.benchmarks.store_reads import cached_fraction, draw_candidates, evict_from_page_cache, median_query
 from common.refusals import positive_int, usage_error
 from common.stores.verify import store_folder
 
@@ -33,6 +36,8 @@ TABLE = (("dtype", ""), ("width", "d"), ("documents", ","), ("rows_per_document"
 
 def measure(folder, args) -> dict:
     """The row of the store in `folder`: the median query's cold and warm reads of ``--candidates`` candidates."""
+    import numpy as np
+
     from common.stores.representations import RepresentationStore
 
     store = RepresentationStore.open(folder)
@@ -40,21 +45,34 @@ def measure(folder, args) -> dict:
         usage_error(f"argument --candidates: {folder} holds {len(store):,} documents, fewer than the {args.candidates} "
                     "a query draws")
     doc_ids = store.doc_ids  # in the plan's order: a draw's positions name them
+    draws = [draw_candidates(len(store), args.candidates, args.seed, repeat) for repeat in range(args.repeats + 1)]
+    *timed, spare = [[doc_ids[p] for p in positions.tolist()] for positions in draws]
+    files = sorted(path for path in store.folder.iterdir() if path.is_file())  # its shards, id table and manifest
 
-    def query(ids: list[str]) -> dict:
+    def query(reader, ids: list[str]) -> dict:
         start = time.perf_counter()
         for first in range(0, len(ids), args.batch_size):
-            store.padded(ids[first : first + args.batch_size])
+            reader.padded(ids[first : first + args.batch_size])
         return {"ms": (time.perf_counter() - start) * 1000}
 
-    cold, warm, measured = cold_then_warm(store, args.candidates, args.repeats, args.seed, store.get_many, query,
-                                          names=lambda positions: [doc_ids[p] for p in positions.tolist()])
+    cold, cached = [], []
+    for ids in timed:
+        store = RepresentationStore.open(folder)  # a fresh reader, the last one's maps let go
+        store.get_many(spare)  # its shards mapped, no row read
+        evict_from_page_cache(files)
+        cached.append(cached_fraction(files))
+        cold.append(query(store, ids))
+    for ids in timed:
+        query(store, ids)
+    warm = [query(store, ids) for ids in timed]
+    shards = [len(np.unique(positions // store.manifest["shard_size"])) for positions in draws[:-1]]
     return {"bench": "store_reads", "store": str(folder), "dtype": store.dtype, "width": store.width,
             "documents": len(store), "rows_per_document": store.manifest["rows"] / len(store),
             "bytes_per_document": store.bytes_per_document, "candidates": args.candidates,
             "batch_size": args.batch_size, "read_ms": median_query(cold)["ms"],
-            "warm_read_ms": statistics.median(record["ms"] for record in warm), **measured,
-            "shard_size": store.manifest["shard_size"], "repeats": args.repeats, **machine()}
+            "warm_read_ms": median_query(warm)["ms"], "candidate_shards": statistics.median(shards),
+            "store_cached": None if None in cached else max(cached), "shard_size": store.manifest["shard_size"],
+            "repeats": args.repeats, **machine()}
 
 
 def parse_args(argv: list[str] | None):

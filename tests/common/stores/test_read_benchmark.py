@@ -1,6 +1,6 @@
 """``python -m common.stores.read_benchmark``: one row per store, its size counted by hand (fp32: 4·width bytes a row;
-int8: width + 4), the median query's cold and warm reads timed over the draws `cold_then_warm` makes (the shards
-they fall in counted here from `draw_candidates`), written as CSV and JSONL; a query drawing more candidates than a
+int8: width + 4), the median query's cold and warm reads timed over seeded draws (the shards they fall in counted
+here from `draw_candidates`), written as CSV and JSONL; a query drawing more candidates than a
 store holds is refused in one line. No timing is asserted."""
 
 import csv
