@@ -2,7 +2,8 @@
 MARCO's size, measured on synthetic inputs of its shape and extrapolated.
 
 ``training`` and ``store`` each measured in a fresh process; each measure fitted linearly in the size (`polyfit`) and
-evaluated at MS MARCO's sizes (``extrapolation.json``). Memory in MiB. docs/scale.md has the details.
+evaluated at MS MARCO's sizes (``extrapolation.json``), with the stores at the papers' widths in fp32, fp16 and int8
+rows (`common.stores.rows`). Memory in MiB. docs/scale.md has the details.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ MODULE = "common.scale"
 #: msmarco-passage: passages; train/judged: candidates, judged queries; train: queries (topics)
 PASSAGES, CANDIDATES, TRAIN_QUERIES, TRAIN_TOPICS = 8_841_823, 478_002_393, 502_939, 808_731
 SHARD_SIZE = 1000
-#: Stores at the papers' widths (fp32 bytes per row, rows per passage): EARL S1's D, S2's 2K keys and values (Eq. 25),
+#: Stores at the papers' widths (columns per row, rows per passage): EARL S1's D, S2's 2K keys and values (Eq. 25),
 #: MVA¹'s 70 and MVA²'s 8 timesteps of [D_K | D_V], DE's one vector.
-PAPER_STORES = {"earl_s1": (768 * 4, 76), "earl_s2": (4 * 768 * 4, 76), "mva1": (256 * 4, 70), "mva2": (256 * 4, 8),
-                "de": (768 * 4, 1)}
+PAPER_STORES = {"earl_s1": (768, 76), "earl_s2": (4 * 768, 76), "mva1": (256, 70), "mva2": (256, 8), "de": (768, 1)}
+#: The row types a store at the papers' widths is also sized in, beside fp32 (`common.stores.rows`).
+SMALLER_DTYPES = ("float16", "int8")
 #: Private memory above which 8 processes (one per GPU) would not fit 1 TB beside the page cache's share.
 NODE_MEMORY, PROCESSES = 1e12, 8
 
@@ -231,15 +233,23 @@ def extrapolate(rows: list[dict]) -> dict:
                                        "node_private_gib": significant(dicts * PROCESSES / 1024),
                                        "fits_1tb_node": dicts * PROCESSES * 2**20 < NODE_MEMORY}
     if measured["store"]:
+        from common.stores.rows import row_dtype
+
         big = max(measured["store"], key=lambda r: r["documents"])
         id_bytes = (big["bytes"] - big["row_bytes"]) / big["documents"]  # ids, locations, shard indexes, manifest
         paper = next(iter(measured["paper_store"]), None)
         out["stores_at_paper_widths"] = {}
-        for name, (row_bytes, rows_per_doc) in PAPER_STORES.items():
+        for name, (width, rows_per_doc) in PAPER_STORES.items():
+            row_bytes = row_dtype("float32", width).itemsize
             size = PASSAGES * (row_bytes * rows_per_doc + id_bytes)
             per_query = 1000 * row_bytes * rows_per_doc
             entry = {"bytes": significant(size), "fits_1tb_page_cache": size < NODE_MEMORY,
                      "read_bytes_per_query": significant(per_query)}
+            for dtype in SMALLER_DTYPES:  # the same rows and ids, each row in its dtype's bytes
+                rows_bytes = row_dtype(dtype, width).itemsize * rows_per_doc
+                smaller = PASSAGES * (rows_bytes + id_bytes)
+                entry[dtype] = {"bytes": significant(smaller), "fits_1tb_page_cache": smaller < NODE_MEMORY,
+                                "read_bytes_per_query": significant(1000 * rows_bytes)}
             if paper is not None:  # the small store's per-query cost (lookups, copies) plus EARL S1's rest by bytes
                 share = per_query / paper["bytes_per_query"]
                 for when, key in (("cold", "scattered_cold_ms"), ("warm", "scattered_ms")):
@@ -322,7 +332,7 @@ def training_row(n: int, args, work: Path) -> dict:
 
 def store_row(n: int, args, work: Path, paper: bool = False) -> dict:
     folder = str(work / f"store-{n}")
-    width, rows, dtype = (768, PAPER_STORES["earl_s1"][1], "float32") if paper else (args.width, args.rows, "float16")
+    width, rows, dtype = (*PAPER_STORES["earl_s1"], "float32") if paper else (args.width, args.rows, "float16")
     row = {"part": "paper_store" if paper else "store", "documents": n, "width": width, "mean_rows": rows,
            "dtype": dtype, **machine()}
     row |= measure_in_child(MODULE, {"kind": "store_build", "folder": folder, "documents": n, "width": width,

@@ -35,11 +35,10 @@ QUERY_LENGTH = 16  # Sec. 5.2: "we fixed query length at 16"
 BERT_POSITIONS = 512  # BERT's position table: the most tokens the ranker's pair (and T_doc's document) can hold
 RANKER_WORDS = BERT_POSITIONS - QUERY_LENGTH - 1  # 495: the document words a ranker's pair holds beside its [SEP]
 BATCH_SIZE = 128  # earl.evaluate's default --batch_size (candidates per judge batch): both implementations' batch
-DTYPES = ("fp32", "fp16")  # earl.store.ROW_TYPES, not imported here: earl.store loads torch, and --help must not
+DTYPES = ("fp32", "fp16", "int8")  # earl.store.ROW_TYPES, not imported here: earl.store loads torch, and --help must not
 PARTS = ("query_ms", "read_ms", "keys_values_ms", "judge_ms")  # EARL's, timed by `EarlScorer`
 SIZES = {"base": Size(layers=12, hidden=768, heads=12, intermediate=3072, blocks=2, query_layers=10),  # the paper's
          "small": Size(layers=4, hidden=256, heads=4, intermediate=1024, blocks=2, query_layers=2)}  # head width 64
-ITEM_BYTES = {"fp32": 4, "fp16": 2}
 SHARD_SIZE = 1000  # documents per shard: the index commands' default (--shard_size)
 #: The most disk one store takes by default, in GB: base S2 at d = 512 still holds 1,000 candidates (1,271 documents).
 STORE_GB = 4.0
@@ -52,8 +51,10 @@ TABLE = (("size", ""), ("impl", ""), ("n", "d"), ("ms", ".1f"), ("read_ms", ".1f
 
 
 def store_bytes_per_document(size: Size, strategy: str, n: int, dtype: str) -> int:
-    """Bytes of one document of n rows in a `strategy` store at `size`: h columns (S1) or 2·K·h (S2, Eq. 25)."""
-    return n * size.hidden * (1 if strategy == "s1" else 2 * size.blocks) * ITEM_BYTES[dtype]
+    """Bytes of one document of n rows in a `strategy` store at `size`: h columns (S1) or 2·K·h (S2, Eq. 25) of 4
+    bytes (fp32) or 2 (fp16), or int8's one byte each after a 4-byte scale (`common.stores.rows`)."""
+    width = size.hidden * (1 if strategy == "s1" else 2 * size.blocks)
+    return n * (width + 4 if dtype == "int8" else width * {"fp32": 4, "fp16": 2}[dtype])
 
 
 def store_documents(size: Size, strategy: str, n: int, args) -> int:
@@ -271,7 +272,8 @@ def parse_args(argv: list[str] | None):
     add("--earl_batch_size", type=positive_int, default=None, help="EARL's candidates per judge call alone "
         "(default: --batch_size)")
     add("--dtype", choices=DTYPES, default="fp16", help="the stores' rows (fp16: half fp32's disk and bytes read, "
-        "converted to fp32 once read, in read_ms)")
+        "converted to fp32 once read, in read_ms; int8: a scale and a byte a column, dequantised into fp32 as read, "
+        "in read_ms)")
     add("--documents", choices=("encoded", "random"), default="random",
         help="the stores' rows: seeded noise of the model's width (random: written at disk speed, the same timing) "
         "or T_doc on random token ids (encoded: T_doc over every stored document, hours at base size for 100,000: "

@@ -68,7 +68,7 @@ def storage_report(store: RepresentationStore) -> str:
 
 
 #: The row types of `random_stores` by their short names.
-ROW_TYPES = {"fp32": "float32", "fp16": "float16"}
+ROW_TYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 
 
 def document_words(n: int, count: int, seed: int) -> Tensor:

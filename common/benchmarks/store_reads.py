@@ -62,10 +62,12 @@ def noise_documents(seed: int, first: int, count: int, rows: int, width: int, dt
 
 
 def write_noise(writer, seed: int, rows: int) -> None:
-    """Each pending shard of `writer` (a `common.stores` writer): its documents' `rows` x width noise of `seed`."""
+    """Each pending shard of `writer` (a `common.stores` writer): its documents' `rows` x width noise of `seed`, in
+    the store's float type (an int8 store's quantised by the writer from float32 noise)."""
+    dtype = "float32" if writer.plan["dtype"] == "int8" else writer.plan["dtype"]
     for shard in writer.pending():
         first, count = shard * writer.shard_size, len(writer.shard_doc_ids(shard))
-        writer.write_shard(shard, list(noise_documents(seed, first, count, rows, writer.width, writer.plan["dtype"])))
+        writer.write_shard(shard, list(noise_documents(seed, first, count, rows, writer.width, dtype)))
 
 
 @functools.lru_cache(maxsize=2)
@@ -134,7 +136,8 @@ def candidate_ids(positions) -> list[str]:
 
 
 class StoreReads:
-    """Candidates' rows copied into one preallocated (count, rows, width) tensor of the store's type, read as fp32."""
+    """Candidates' rows copied into one preallocated (count, rows, width) tensor of the store's float type (an int8
+    store's dequantised into fp32 as they are copied: `RepresentationStore.read_into`), read as fp32."""
 
     def __init__(self, store, count: int, rows: int, device: str = "cpu"):
         import torch
@@ -152,10 +155,7 @@ class StoreReads:
 
     def __call__(self, ids: list[str]):
         """The rows of `ids`, (len(ids), rows, width) fp32 on the device: the preallocated tensor's first rows."""
-        import numpy as np
-
-        for i, matrix in enumerate(self.store.get_many(ids)):
-            np.copyto(self.rows_numpy[i], matrix)
+        self.store.read_into(ids, self.rows_numpy)
         if self.compute is not self.rows:
             self.compute[: len(ids)].copy_(self.rows[: len(ids)])
         return self.compute[: len(ids)].to(self.device)

@@ -14,8 +14,8 @@ from common.commands.run_folder import launched_as_global_zero
 from common.data.specs import TaskSpecError, check_spec
 from common.refusals import ArgumentParser, checkpoint_file, input_errors, positive_int, usage_error
 
-#: ``--dtype`` -> how a store holds its rows.
-DTYPES = {"fp32": "float32", "fp16": "float16"}
+#: ``--dtype`` -> how a store holds its rows (`common.stores.rows`).
+DTYPES = {"fp32": "float32", "fp16": "float16", "int8": "int8"}
 
 
 
@@ -47,7 +47,10 @@ def read_trained_checkpoint(path: str | Path, train_command: str, keys: tuple[st
 
 def add_index_arguments(parser: argparse.ArgumentParser) -> None:
     """An index command's options after its ``--checkpoint``."""
-    parser.add_argument("--dtype", choices=DTYPES, default="fp32", help="how rows are stored (default fp32)")
+    parser.add_argument("--dtype", choices=DTYPES, default="fp32",
+                        help="how rows are stored: fp32, fp16 (half the bytes) or int8 (a float32 scale and width "
+                             "int8 codes a row: about a quarter of fp32's bytes, read back as codes x scale; "
+                             "common.stores.rows) (default fp32)")
     parser.add_argument("--collection", required=True,
                         help="the documents: builtin:<split>, irds:<ir_datasets id>, a collection FILE "
                              "(docid<TAB>[title<TAB>]text TSV or JSONL) or a rank_llm candidate file (.json: "

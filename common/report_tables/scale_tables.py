@@ -39,8 +39,8 @@ def _stores(files: Files) -> str:
     return markdown(header, "r" * len(header), cells)
 
 
-STORES = {"earl_s1": "EARL S1, fp32", "earl_s2": "EARL S2 (K = 2), fp32", "mva1": "MVA¹ (70 timesteps of 2·128)",
-          "mva2": "MVA² (8 timesteps)", "de": "DE (one 768 vector)"}
+STORES = {"earl_s1": "EARL S1 (768 columns)", "earl_s2": "EARL S2 (K = 2: 3,072 columns)",
+          "mva1": "MVA¹ (70 timesteps of 2·128)", "mva2": "MVA² (8 timesteps)", "de": "DE (one 768 vector)"}
 
 
 def _paper_widths(files: Files) -> str:
@@ -50,12 +50,16 @@ def _paper_widths(files: Files) -> str:
     def ms(x: float) -> str:
         return f"{x:.1f}" if x < 10 else f"{x:.0f}"
 
+    def fits(s: dict) -> str:
+        return "yes" if s["fits_1tb_page_cache"] else "no"
+
     stores = files.json("extrapolation.json")["stores_at_paper_widths"]
-    cells = [[STORES.get(k, k), size(s["bytes"]), "yes" if s["fits_1tb_page_cache"] else "no",
-              ms(s["read_ms_per_query_warm"]), ms(s["read_ms_per_query_cold"])] for k, s in stores.items()]
-    header = ["store", "size", "fits a 1 TB node's page cache", "read a query, warm (ms)",
-              "read a query, from the disk (ms)"]
-    return markdown(header, "lrlrr", cells)
+    cells = [[STORES.get(k, k), size(s["bytes"]), size(s["float16"]["bytes"]), size(s["int8"]["bytes"]), fits(s),
+              fits(s["int8"]), ms(s["read_ms_per_query_warm"]), ms(s["read_ms_per_query_cold"])]
+             for k, s in stores.items()]
+    header = ["store", "fp32", "fp16", "int8", "fp32 fits a 1 TB node's page cache", "int8 fits it",
+              "read a query, fp32, warm (ms)", "read a query, fp32, from the disk (ms)"]
+    return markdown(header, "lrrrllrr", cells)
 
 
 TABLES = [

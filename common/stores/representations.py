@@ -1,11 +1,13 @@
 """Per-document matrices computed once, offline, and read back at query time: EARL's precomputed document
 representations (Gao, Dai, Callan 2020) and MVA's stored token vectors.
 
-A store is a folder: ``plan.json`` (width, dtype, shard size, documents, ``identity``), ``shard-NNNNN.bin`` (raw
-little-endian rows) with its ``.index.json``, ``ids.npy``/``locations.npy`` (sorted ids, binary-searched) and
-``manifest.json``, written last. Every file is written atomically; a build resumes only with its own plan
-(`StoreMismatchError`); opening checks the identity (``expect``). Shards stay memory-mapped, the soft
-``RLIMIT_NOFILE`` raised toward the hard one, least recently used maps let go past it.
+A store is a folder: ``plan.json`` (width, dtype, shard size, documents, ``identity``), ``shard-NNNNN.bin`` (its
+documents' rows one after another, each laid out as `common.stores.rows` says for the dtype: float32 or float16 raw,
+int8 codes after their row's scale) with its ``.index.json``, ``ids.npy``/``locations.npy`` (sorted ids,
+binary-searched) and ``manifest.json``, written last. Every file is written atomically; a build resumes only with its
+own plan (`StoreMismatchError`); opening checks the identity (``expect``). Shards stay memory-mapped, the soft
+``RLIMIT_NOFILE`` raised toward the hard one, least recently used maps let go past it. `RepresentationStore.padded`
+and `read_into` give a query's candidates as floats, int8 rows dequantised batch by batch.
 """
 
 from __future__ import annotations
@@ -24,13 +26,16 @@ import numpy as np
 
 from common.io import atomic_write, file_sha256
 from common.refusals import output_folder_problem
+from common.stores.rows import decode_into, encode, float_dtype, row_dtype
 
-#: The layout this module writes and reads; a store of another version is refused, not misread.
-FORMAT = 2
+#: The layout each row type is written in and read from; a store of another version is refused, not misread. Float
+#: rows are format 2's; int8 rows (`common.stores.rows`) are format 3, which a reader of format 2 refuses rather than
+#: take their width + 4 bytes a row for width int8 values.
+FORMATS = {"float32": 2, "float16": 2, "int8": 3}
 PLAN, MANIFEST = "plan.json", "manifest.json"
 #: The sorted doc ids and each one's (position, first row, rows), written when every shard is.
 IDS, LOCATIONS = "ids.npy", "locations.npy"
-DTYPES = ("float32", "float16")
+DTYPES = tuple(FORMATS)
 #: Identity keys every store records: without them a store cannot tell what it was built from.
 REQUIRED_IDENTITY = ("checkpoint", "strategy")
 #: File descriptors left to the rest of the process when a reader decides how many shards it keeps mapped.
@@ -88,7 +93,7 @@ class StoreWriter:
         self.doc_ids = list(doc_ids)
         self.plan = _plan(self.doc_ids, width, dtype, shard_size, identity, extra)
         self.shard_size, self.width = shard_size, width
-        self._dtype = np.dtype(self.plan["dtype"]).newbyteorder("<")
+        self._row = row_dtype(self.plan["dtype"], width)
         self.num_shards = -(-len(self.doc_ids) // shard_size)
         self._done: set[int] = set()
         self._planned = False
@@ -106,7 +111,7 @@ class StoreWriter:
         return [i for i in range(self.num_shards) if i not in self._done]
 
     def write_shard(self, shard: int, arrays: Sequence) -> None:
-        """Write shard `shard` from one (rows, width) matrix per document, in `shard_doc_ids` order."""
+        """Write shard `shard` from one (rows, width) matrix of floats per document, in `shard_doc_ids` order."""
         ids = self.shard_doc_ids(shard)
         if shard in self._done:
             raise ValueError(f"shard {shard} of {self.folder} is already written")
@@ -120,7 +125,10 @@ class StoreWriter:
             if array.ndim != 2 or array.shape[1] != self.width:
                 raise ValueError(f"shard {shard}, document {doc_id!r}: expected a (rows, {self.width}) matrix, "
                                  f"got shape {array.shape}")
-            matrices.append(np.ascontiguousarray(array, dtype=self._dtype))
+            try:
+                matrices.append(encode(array, self.plan["dtype"]))
+            except ValueError as error:
+                raise ValueError(f"shard {shard}, document {doc_id!r}: {error}") from None
         self._write_plan()
         rows_file, index_file = (self.folder / name for name in shard_files(shard))
         index_file.unlink(missing_ok=True)
@@ -183,7 +191,7 @@ class StoreWriter:
         except (FileNotFoundError, ValueError):
             return False
         if (index.get("doc_ids") != self.shard_doc_ids(shard) or size != index.get("bytes")
-                or size != sum(index.get("rows", [])) * self.width * self._dtype.itemsize):
+                or size != sum(index.get("rows", [])) * self._row.itemsize):
             return False
         return not checksum or file_sha256(rows_file) == index.get("sha256")
 
@@ -197,7 +205,7 @@ class RepresentationStore:
         #: The mean size of a document's representation, in bytes (the paper's storage cost).
         self.bytes_per_document: float = manifest["bytes_per_document"]
         self._ids, self._locations = ids, locations  # (N,) sorted S<w>; (N, 3) position, first row, rows
-        self._dtype = np.dtype(manifest["dtype"]).newbyteorder("<")
+        self._row, self._floats = row_dtype(self.dtype, self.width), float_dtype(self.dtype)
         self._maps: OrderedDict[int, np.ndarray] = OrderedDict()
         self._kept = _shards_kept_mapped(len(manifest["shards"]))
 
@@ -223,7 +231,8 @@ class RepresentationStore:
         return _plan_order(self._ids, self._locations)
 
     def get(self, doc_id: str) -> np.ndarray:
-        """Document `doc_id`'s (rows, width) matrix: a read-only view of its shard, not a copy."""
+        """Document `doc_id`'s stored rows, a read-only view of its shard, not a copy: its (rows, width) matrix of
+        floats, or an int8 store's (rows,) records of scale and codes (`read_into` and `padded` give floats)."""
         return self.get_many([doc_id])[0]
 
     def get_many(self, doc_ids: Sequence[str]) -> list[np.ndarray]:
@@ -239,16 +248,27 @@ class RepresentationStore:
             matrices[i] = self._shard(position // shard_size)[start : start + rows]
         return matrices
 
+    def read_into(self, doc_ids: Sequence[str], out: np.ndarray) -> list[int]:
+        """Each document's rows as floats into `out`, (B, at least its rows, width) of any float type: document i's
+        at ``out[i, :rows]`` (int8 rows dequantised, `common.stores.rows.decode_into`), the rest of `out` as it was;
+        each document's rows."""
+        matrices = self.get_many(doc_ids)
+        for i, matrix in enumerate(matrices):
+            decode_into(matrix, out[i, : len(matrix)])
+        return [len(matrix) for matrix in matrices]
+
     def padded(self, doc_ids: Sequence[str], dtype=None):
-        """The documents' matrices zero-padded, (B, T, width), and a bool mask (B, T), True at real rows."""
+        """The documents' rows as floats zero-padded, (B, T, width), and a bool mask (B, T), True at real rows: a
+        float store's rows in its dtype, an int8 store's dequantised in float32, then cast to `dtype` (default
+        float32)."""
         import torch
 
         matrices = self.get_many(doc_ids)
         longest = max((len(m) for m in matrices), default=0)
-        batch = np.zeros((len(matrices), longest, self.width), dtype=self._dtype)
+        batch = np.zeros((len(matrices), longest, self.width), dtype=self._floats)
         mask = np.zeros((len(matrices), longest), dtype=bool)
         for i, matrix in enumerate(matrices):
-            batch[i, : len(matrix)] = matrix
+            decode_into(matrix, batch[i, : len(matrix)])
             mask[i, : len(matrix)] = True
         return torch.from_numpy(batch).to(torch.float32 if dtype is None else dtype), torch.from_numpy(mask)
 
@@ -264,17 +284,17 @@ class RepresentationStore:
         return np.where(fits & (self._ids[found] == wanted), found, -1)
 
     def _shard(self, shard: int) -> np.ndarray:
-        """Shard `shard`'s rows, mapped on first use and kept (least recently used let go past `_kept`)."""
+        """Shard `shard`'s stored rows, mapped on first use and kept (least recently used let go past `_kept`)."""
         rows = self._maps.get(shard)
         if rows is not None:
             self._maps.move_to_end(shard)
             return rows
         entry = self.manifest["shards"][shard]
         if entry["rows"]:
-            rows = np.memmap(self.folder / entry["file"], dtype=self._dtype, mode="r",
-                             shape=(entry["rows"], self.width)).view(np.ndarray)
+            rows = np.memmap(self.folder / entry["file"], dtype=self._row, mode="r",
+                             shape=(entry["rows"],)).view(np.ndarray)
         else:
-            rows = np.empty((0, self.width), dtype=self._dtype)
+            rows = np.empty(0, dtype=self._row)
             rows.flags.writeable = False
         while len(self._maps) >= self._kept:
             self._maps.popitem(last=False)
@@ -315,25 +335,32 @@ def _plan_order(ids: np.ndarray, locations: np.ndarray) -> list[str]:
 
 
 def _finished_manifest(folder: Path, expect: dict | None = None) -> dict:
-    """The manifest of the finished store in `folder`, of this `FORMAT`, built as `expect` says (where given), each
-    shard file of the size it lists."""
+    """The manifest of the finished store in `folder`, of its dtype's format (`FORMATS`), built as `expect` says
+    (where given), each shard file of the size it lists."""
     if not (folder / MANIFEST).is_file():
         unfinished = " (an unfinished one: resume its build)" if (folder / PLAN).is_file() else ""
         raise FileNotFoundError(f"{folder} holds no finished store (no {MANIFEST}, which a build writes last)"
                                 f"{unfinished}")
     manifest = _read_json(folder / MANIFEST)
-    if manifest.get("format") != FORMAT:
+    dtype = manifest.get("dtype")
+    if not isinstance(dtype, str) or dtype not in FORMATS:
+        raise CorruptStoreError(f"{folder}: a store of {dtype!r} rows; this code reads {', '.join(DTYPES)} rows "
+                                "(rebuild the store)")
+    if manifest.get("format") != FORMATS[dtype]:
         raise CorruptStoreError(f"{folder}: a store of format {manifest.get('format')!r}; this code reads "
-                                f"format {FORMAT} (rebuild the store)")
+                                f"format {FORMATS[dtype]} for {dtype} rows (rebuild the store)")
     if expect:
         _check_identity(folder, manifest["identity"], expect)
-    itemsize = np.dtype(manifest["dtype"]).itemsize
+    row_bytes = row_dtype(dtype, manifest["width"]).itemsize
     for shard in manifest["shards"]:
         path = folder / shard["file"]
         size = path.stat().st_size if path.is_file() else 0
-        if size != shard["bytes"] or size != shard["rows"] * manifest["width"] * itemsize:
+        if size != shard["bytes"]:
             raise CorruptStoreError(f"{path}: {size} bytes, not the {shard['bytes']} its manifest lists; "
                                     "rebuild the store")
+        if size != shard["rows"] * row_bytes:
+            raise CorruptStoreError(f"{path}: {size} bytes, not {shard['rows']} rows of {row_bytes} bytes ({dtype}, "
+                                    f"width {manifest['width']}) as its manifest says; rebuild the store")
     return manifest
 
 
@@ -388,7 +415,7 @@ def _plan(doc_ids: list[str], width: int, dtype: str, shard_size: int, identity:
         raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
     if absent := [key for key in REQUIRED_IDENTITY if key not in identity]:
         raise ValueError(f"identity lacks {', '.join(absent)} (what the representations are built from)")
-    return json.loads(json.dumps({"format": FORMAT, "width": width, "dtype": name, "shard_size": shard_size,
+    return json.loads(json.dumps({"format": FORMATS[name], "width": width, "dtype": name, "shard_size": shard_size,
                                   "documents": len(doc_ids), "doc_ids_sha256": _ids_sha256(doc_ids),
                                   "identity": identity, "extra": extra or {}}))
 

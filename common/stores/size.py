@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from common.stores.representations import FORMAT, shard_files
+from common.stores.representations import FORMATS, shard_files
+from common.stores.rows import row_dtype
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -82,7 +83,7 @@ class StoreEstimate:
     sample: int
     mean_rows: float
     width: int
-    itemsize: int
+    dtype: str
     rows_bytes: int
     other_bytes: int
 
@@ -91,9 +92,14 @@ class StoreEstimate:
         return self.rows_bytes + self.other_bytes
 
     def describe(self) -> str:
-        """``1.23 GiB (3,000 documents x mean 48.0 rows x width 32 x 4 bytes, from a sample of 1,000)``."""
-        return (f"{format_bytes(self.bytes)} ({self.documents:,} documents x mean {self.mean_rows:,.1f} rows x width "
-                f"{self.width} x {self.itemsize} bytes, from a sample of {self.sample:,})")
+        """``1.23 GiB (3,000 documents x mean 48.0 rows x width 32 x 4 bytes, from a sample of 1,000)``; int8 rows:
+        ``x (width 32 + a 4-byte scale) bytes``."""
+        if self.dtype == "int8":
+            row = f"(width {self.width} + a 4-byte scale) bytes"
+        else:
+            row = f"width {self.width} x {np.dtype(self.dtype).itemsize} bytes"
+        return (f"{format_bytes(self.bytes)} ({self.documents:,} documents x mean {self.mean_rows:,.1f} rows x {row}, "
+                f"from a sample of {self.sample:,})")
 
 
 def estimate_store(representation: Representation, encoder, documents, doc_ids: Sequence[str], *,
@@ -106,9 +112,10 @@ def estimate_store(representation: Representation, encoder, documents, doc_ids: 
         docs = documents.get_many([doc_ids[i] for i in positions[start : start + batch_size].tolist()])
         counts.append(np.asarray(representation.rows(encoder.documents(docs)["doc_mask"]).cpu(), dtype=np.int64))
     rows = np.concatenate(counts) if counts else np.zeros(0, dtype=np.int64)
-    n, width, itemsize = len(doc_ids), representation.width, np.dtype(dtype).itemsize
+    n, width, name = len(doc_ids), representation.width, np.dtype(dtype).name
+    row_bytes = row_dtype(name, width).itemsize  # width x the float's bytes, or int8's width + 4
     mean_rows = float(rows.mean()) if len(rows) else 0.0
-    rows_bytes = round(n * mean_rows * width * itemsize)
+    rows_bytes = round(n * mean_rows * row_bytes)
     id_bytes = np.fromiter((len(doc_id.encode("utf-8")) for doc_id in doc_ids), dtype=np.int64, count=n)
     other = (npy_bytes(f"S{max(int(id_bytes.max(initial=0)), 1)}", (n,)) + npy_bytes(np.int64, (n, 3))
              + int(id_bytes.sum()))
@@ -120,15 +127,15 @@ def estimate_store(representation: Representation, encoder, documents, doc_ids: 
             continue
         shard_rows = [typical[j % len(typical)] for j in range(size)]
         offsets = np.cumsum([0, *shard_rows[:-1]]).tolist()
-        shard_bytes = sum(shard_rows) * width * itemsize
+        shard_bytes = sum(shard_rows) * row_bytes
         other += count * json_bytes({"shard": full, "doc_ids": [""] * size, "offsets": offsets, "rows": shard_rows,
                                      "bytes": shard_bytes, "sha256": "0" * 64})
         rows_file, index_file = shard_files(full)
         entries += [{"file": rows_file, "index": index_file, "documents": size, "rows": sum(shard_rows),
                      "bytes": shard_bytes, "sha256": "0" * 64}] * count
-    plan = {"format": FORMAT, "width": width, "dtype": np.dtype(dtype).name, "shard_size": shard_size, "documents": n,
+    plan = {"format": FORMATS[name], "width": width, "dtype": name, "shard_size": shard_size, "documents": n,
             "doc_ids_sha256": "0" * 64, "identity": {"checkpoint": "0" * 64, "strategy": representation.strategy},
             "extra": representation.extra}
     other += json_bytes(plan) + json_bytes({**plan, "shards": entries, "rows": round(n * mean_rows),
                                             "bytes": rows_bytes, "bytes_per_document": rows_bytes / max(n, 1)})
-    return StoreEstimate(n, len(rows), mean_rows, width, itemsize, rows_bytes, other)
+    return StoreEstimate(n, len(rows), mean_rows, width, name, rows_bytes, other)

@@ -110,7 +110,7 @@ EARL = [
     (["--size", "base", "base"], "argument --size: base is given twice"),
     (["--ranker_candidates", "0"], "argument --ranker_candidates: must be a positive integer, got 0"),
     (["--earl_batch_size", "0"], "argument --earl_batch_size: must be a positive integer, got 0"),
-    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16')"),
+    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16', 'int8')"),
     (["--documents", "real"], "argument --documents: invalid choice: 'real' (choose from 'encoded', 'random')"),
     (["--impls", "earl_s3"], "argument --impls: invalid choice: 'earl_s3' (choose from 'bert_ranker', 'earl_s1', "
                              "'earl_s2')"),

@@ -244,7 +244,7 @@ EARL_INDEX_CASES = [
     (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
     (["--checkpoint", "{in}/notackpt.txt"], "argument --checkpoint: {in}/notackpt.txt is not a checkpoint"),
     (["--strategy", "s3"], "argument --strategy: invalid choice: 's3' (choose from 's1', 's2')"),
-    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16')"),
+    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16', 'int8')"),
     (["--collection", "builtin:nope"], "--collection: unknown built-in split 'nope' in 'builtin:nope'"),
     (["--collection", "irds:no/such-id"], "--collection: unknown ir_datasets id 'no/such-id'"),
     (["--collection", "{in}/missing.tsv"], "--collection: {in}/missing.tsv is neither builtin:<split>, "
@@ -369,7 +369,7 @@ MVA_FILES = {
 MVA_INDEX = ["--checkpoint", "{in}/mva.ckpt", "--collection", "builtin:test", "--output_dir", "store"]
 MVA_INDEX_CASES = [
     (["--checkpoint", "{in}/missing.ckpt"], "argument --checkpoint: no such checkpoint file: {in}/missing.ckpt"),
-    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16')"),
+    (["--dtype", "bf16"], "argument --dtype: invalid choice: 'bf16' (choose from 'fp32', 'fp16', 'int8')"),
     (["--collection", "builtin:nope"], "--collection: unknown built-in split 'nope' in 'builtin:nope'"),
     (["--collection", "{in}/missing.tsv"], "--collection: {in}/missing.tsv is neither builtin:<split>, "
                                            "irds:<ir_datasets id> nor a collection file: no such file"),

@@ -236,7 +236,9 @@ def test_a_bar_chart_and_a_table_of_columns_are_written(tmp_path, capsys):
 BENCHMARKS = {"common.kernels.benchmark": "kernels", "common.scale": "scale",
               "common.commands.loader_benchmark": "loaders", "qds.benchmark": "qds",
               "conformer_kernel.benchmark": "conformer_kernel", "earl.benchmark": "earl",
-              "mva.benchmark": "mva"}
+              "mva.benchmark": "mva", "common.stores.read_benchmark": "mva"}
+#: The benchmarks that read finished stores, named on their command line.
+READ_STORES = {"common.stores.read_benchmark"}
 
 
 def test_every_benchmark_is_listed():
@@ -252,7 +254,8 @@ class _Parsed(Exception):
 
 
 @pytest.mark.parametrize("module, results", BENCHMARKS.items())
-def test_a_benchmark_writes_under_outputs_by_default_and_into_results_only_when_told(module, results, monkeypatch):
+def test_a_benchmark_writes_under_outputs_by_default_and_into_results_only_when_told(module, results, monkeypatch,
+                                                                                    tmp_path):
     """A run with no --output_dir writes into a new outputs/<results>-benchmark-<time> (git-ignored), never into the
     committed results/<results>/; --output_dir results/<results> is what replaces them."""
     import re
@@ -264,10 +267,13 @@ def test_a_benchmark_writes_under_outputs_by_default_and_into_results_only_when_
         raise _Parsed(options.parse(parser, argv))
 
     monkeypatch.setattr(command, "parse", parse)
+    stores = [str(tmp_path)] if module in READ_STORES else []
+    if stores:
+        (tmp_path / "manifest.json").write_text("{}")  # what its argument type looks for
     parsed = []
     for argv in ([], ["--output_dir", f"results/{results}", "--overwrite"]):
         with pytest.raises(_Parsed) as stopped:
-            command.main(argv)
+            command.main([*stores, *argv])
         parsed.append(stopped.value.args[0].output_dir)
     default, told = parsed
     assert default.parts[0] == "outputs" and len(default.parts) == 2 and "results" not in default.parts

@@ -30,6 +30,14 @@ def test_the_extrapolation_by_hand():
     assert (earl["read_ms_per_query_warm"], earl["read_ms_per_query_cold"]) == (102.0, 203.0)
     de = at["stores_at_paper_widths"]["de"]  # 1/76 of EARL S1's bytes: the small store's cost plus 1/76 of the rest
     assert de["read_ms_per_query_warm"] == pytest.approx(2.0 + 100.0 / 76, rel=1e-3) and de["fits_1tb_page_cache"]
+    # fp16: 2 bytes a column; int8: a byte a column and a 4-byte scale a row; the same 40 bytes a document of ids
+    assert earl["float16"]["bytes"] == pytest.approx(PASSAGES * (768 * 2 * 76 + 40), rel=1e-3)
+    assert earl["int8"]["bytes"] == pytest.approx(PASSAGES * ((768 + 4) * 76 + 40), rel=1e-3)  # 519 GB
+    assert earl["int8"]["read_bytes_per_query"] == pytest.approx(1000 * 772 * 76, rel=1e-3)  # 4 significant digits
+    assert earl["int8"]["fits_1tb_page_cache"]
+    s2 = at["stores_at_paper_widths"]["earl_s2"]["int8"]
+    assert s2["bytes"] == pytest.approx(PASSAGES * ((3072 + 4) * 76 + 40), rel=1e-3)  # 2.07 TB
+    assert not s2["fits_1tb_page_cache"]
 
 
 def test_a_tiny_sweep_end_to_end(tmp_path):

@@ -387,10 +387,11 @@ def test_evicted_files_are_read_from_disk(tmp_path):
     del rows
 
 
-@pytest.mark.parametrize("dtype", ["fp16", "fp32"])
+@pytest.mark.parametrize("dtype", ["fp16", "fp32", "int8"])
 def test_the_timed_reads_are_exactly_the_rows_written(tiny, tmp_path, dtype):
     """Candidates drawn over stores of 2,500 noise documents in shards of 1,000, read as the benchmark times them
-    (looked up at once, copied into the batch tensor, fp16 converted to fp32): the very rows written."""
+    (looked up at once, copied into the batch tensor, fp16 converted to fp32): the very rows written; int8's within
+    half a row's scale (max|x| / 127) of the float32 noise written, in a store of width + 4 bytes a row."""
     model, n, count = tiny[0], 12, 2500
     stores = random_stores(tmp_path, model, name="tiny", checkpoint="random weights, seed 3, size tiny",
                            strategies=["s1", "s2"], n=n, count=count, dtype=dtype, documents="random", seed=3,
@@ -401,7 +402,15 @@ def test_the_timed_reads_are_exactly_the_rows_written(tiny, tmp_path, dtype):
         positions = draw_candidates(count, 7, seed=3, repeat=0)
         scorer = benchmark.EarlScorer(model, store, n, batch_size=7)
         rows = scorer.read(candidate_ids(positions))
-        written = np.stack([noise_documents(3 * 1_000_003 + n, p, 1, n, store.width, ROW_TYPES[dtype])[0]
+        noise = "float32" if dtype == "int8" else ROW_TYPES[dtype]
+        written = np.stack([noise_documents(3 * 1_000_003 + n, p, 1, n, store.width, noise)[0]
                             for p in positions.tolist()])
         assert rows.dtype == torch.float32 and rows.shape == (7, n, store.width)
-        np.testing.assert_array_equal(rows.numpy(), written.astype(np.float32))
+        if dtype != "int8":
+            np.testing.assert_array_equal(rows.numpy(), written.astype(np.float32))
+            continue
+        assert store.bytes_per_document == n * (store.width + 4) == benchmark.store_bytes_per_document(
+            TINY, benchmark.STRATEGY[impl], n, "int8")
+        half_scale = np.abs(written).max(axis=2, keepdims=True) / 127 / 2  # (7, n, 1)
+        error = np.abs(rows.numpy() - written)
+        assert (error <= half_scale * (1 + 1e-4)).all() and error.max() > 0.3 * half_scale.min()

@@ -68,13 +68,14 @@ def test_the_estimate_is_within_10_percent_of_the_built_store(checkpoint, tmp_pa
     (estimate,) = estimates
     actual = written_bytes(output)
     assert estimate.documents == 3000 and estimate.sample == 1000 and estimate.width == store.width
-    assert estimate.itemsize == (4 if dtype == "fp32" else 2)
+    assert estimate.dtype == {"fp32": "float32", "fp16": "float16"}[dtype]
     assert estimate.bytes == pytest.approx(actual, rel=0.10)
     assert estimate.rows_bytes == pytest.approx(store.manifest["bytes"], rel=0.10)
     printed = capsys.readouterr().out.splitlines()
     line = next(line for line in printed if line.startswith("estimated size: "))
     assert line.startswith(f"estimated size: {format_bytes(estimate.bytes)} (3,000 documents x mean "
-                           f"{estimate.mean_rows:,.1f} rows x width {store.width} x {estimate.itemsize} bytes, from a "
+                           f"{estimate.mean_rows:,.1f} rows x width {store.width} x {4 if dtype == 'fp32' else 2} "
+                           "bytes, from a "
                            f"sample of 1,000); free on {tmp_path}: ")
     assert printed.index(line) == printed.index(next(p for p in printed if p.startswith("building "))) + 1
     with capsys.disabled():

@@ -70,7 +70,8 @@ def test_rows_are_the_keep_masks_sum(checkpoints, name):
     assert len(set(counts.tolist())) > (1 if name in ("all", "first_k", "temporal") else 0)
 
 
-@pytest.mark.parametrize("name, dtype", [("all", "fp32"), ("temporal", "fp16"), ("cls", "fp32"), ("de", "fp16")])
+@pytest.mark.parametrize("name, dtype", [("all", "fp32"), ("temporal", "fp16"), ("cls", "fp32"), ("de", "fp16"),
+                                         ("temporal", "int8")])
 def test_the_estimate_is_within_10_percent_of_the_built_store(checkpoints, tmp_path, estimates, capsys, name, dtype):
     output = tmp_path / "store"
     store = index.main(args(checkpoints[name], output, "--dtype", dtype))
@@ -80,9 +81,10 @@ def test_the_estimate_is_within_10_percent_of_the_built_store(checkpoints, tmp_p
     assert estimate.bytes == pytest.approx(actual, rel=0.10)
     assert estimate.rows_bytes == pytest.approx(store.manifest["bytes"], rel=0.10)
     (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("estimated size: ")]
+    row = {"fp32": f"width {store.width} x 4 bytes", "fp16": f"width {store.width} x 2 bytes",
+           "int8": f"(width {store.width} + a 4-byte scale) bytes"}[dtype]
     assert line.startswith(f"estimated size: {format_bytes(estimate.bytes)} (3,000 documents x mean "
-                           f"{estimate.mean_rows:,.1f} rows x width {store.width} x {estimate.itemsize} bytes, from a "
-                           f"sample of 1,000); free on {tmp_path}: ")
+                           f"{estimate.mean_rows:,.1f} rows x {row}, from a sample of 1,000); free on {tmp_path}: ")
     with capsys.disabled():
         print(f"\nMVA {name} {dtype}: estimated {estimate.bytes:,} bytes, built {actual:,} "
               f"({estimate.bytes / actual - 1:+.2%}; rows {estimate.rows_bytes:,} of {store.manifest['bytes']:,})")

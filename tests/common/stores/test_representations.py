@@ -191,7 +191,7 @@ def test_write_shard_checks_its_arrays(tmp_path):
     (dict(doc_ids=["a", "b", "a"]), "'a' is listed twice"),
     (dict(width=0), "width must be a positive integer"),
     (dict(shard_size=2.5), "shard_size must be a positive integer"),
-    (dict(dtype="int8"), "dtype must be one of float32, float16"),
+    (dict(dtype="int16"), "dtype must be one of float32, float16, int8, got .int16."),
     (dict(identity={"checkpoint": CHECKPOINT}), "identity lacks strategy"),
 ])
 def test_bad_plans_are_refused(tmp_path, settings, message):

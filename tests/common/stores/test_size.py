@@ -56,14 +56,19 @@ def build(folder, documents: Lookup, ids: list[str], width: int, dtype: str, sha
     return written_bytes(folder)
 
 
-@pytest.mark.parametrize("width, dtype, shard_size", [(3, "float32", 7), (1, "float16", 1000), (16, "float32", 50)])
+#: Bytes a row: width floats of 4 or 2 bytes; int8's width codes after a 4-byte scale.
+ROW_BYTES = {"float32": lambda width: 4 * width, "float16": lambda width: 2 * width, "int8": lambda width: width + 4}
+
+
+@pytest.mark.parametrize("width, dtype, shard_size", [(3, "float32", 7), (1, "float16", 1000), (16, "float32", 50),
+                                                      (5, "int8", 7)])
 def test_an_estimate_from_every_document_is_the_store_but_for_digits(tmp_path, width, dtype, shard_size):
     documents, ids = collection(120)
     actual = build(tmp_path / "store", documents, ids, width, dtype, shard_size)
     estimate = estimate_store(toy(width), WordMasks(), documents, ids, dtype=dtype, shard_size=shard_size)
     rows = sum(WordMasks().documents([d])["doc_mask"].sum().item() for d in documents.values())
     assert estimate.sample == estimate.documents == 120 and estimate.mean_rows == rows / 120
-    assert estimate.rows_bytes == rows * width * np.dtype(dtype).itemsize
+    assert estimate.rows_bytes == rows * ROW_BYTES[dtype](width)
     assert estimate.bytes == pytest.approx(actual, rel=0.005)  # the indexes' offsets: digits of typical rows
 
 
@@ -74,6 +79,10 @@ def test_an_estimate_from_a_sample(tmp_path):
     assert estimate.sample == 300 and estimate.bytes == pytest.approx(actual, rel=0.05)
     assert estimate.describe() == (f"{format_bytes(estimate.bytes)} (3,000 documents x mean {estimate.mean_rows:.1f} "
                                    "rows x width 4 x 4 bytes, from a sample of 300)")
+    int8 = estimate_store(toy(4), WordMasks(), documents, ids, dtype="int8", shard_size=500, sample=300, batch_size=64)
+    assert int8.rows_bytes == round(3000 * estimate.mean_rows * 8)  # (4 codes + a 4-byte scale) a row
+    assert int8.describe() == (f"{format_bytes(int8.bytes)} (3,000 documents x mean {estimate.mean_rows:.1f} rows x "
+                               "(width 4 + a 4-byte scale) bytes, from a sample of 300)")
 
 
 def test_sample_positions():
