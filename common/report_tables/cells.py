@@ -53,12 +53,19 @@ class Files:
         except (OSError, ValueError) as exc:
             raise TableError(f"{self._name(relative)}: not readable JSON ({exc})") from None
 
+    @staticmethod
+    def run_folder(run: str) -> str:
+        """The folder of run `run` in the results folder: ``runs/<run>``, or `run` itself where it names its folder
+        (``selection/<setting>``)."""
+        return run if "/" in run else f"runs/{run}"
+
     def run_file(self, run: str, name: str = "metrics.json") -> Any:
         """``runs/<run>/<name>`` (JSON, or a CSV's rows), or None (noted as pending) where not written yet; a run folder
         without its command.txt is refused."""
-        if not (self.folder / "runs" / run / COMMAND).is_file():
-            raise TableError(f"{self._name(f'runs/{run}')}: no {COMMAND} (every run folder names its command and seed)")
-        relative = f"runs/{run}/{name}"
+        folder = self.run_folder(run)
+        if not (self.folder / folder / COMMAND).is_file():
+            raise TableError(f"{self._name(folder)}: no {COMMAND} (every run folder names its command and seed)")
+        relative = f"{folder}/{name}"
         if not (self.folder / relative).is_file():
             if relative not in self.pending:
                 self.pending.append(relative)
@@ -71,7 +78,8 @@ class Files:
         if data is None:
             return None
         if key not in data:
-            raise TableError(f"{self._name(f'runs/{run}/{file}')}: no run {key!r} (it has {', '.join(data)})")
+            where = self._name(f"{self.run_folder(run)}/{file}")
+            raise TableError(f"{where}: no run {key!r} (it has {', '.join(data)})")
         return data[key]
 
     def csv(self, relative: str) -> list[dict[str, str]]:
@@ -155,8 +163,8 @@ def metrics_table(first: str, measures: list[tuple[str, str]], rows: list[tuple[
     ((header, measure) each), 4 places; `bold_best`: each column's highest value in bold (once every run is there);
     `more`: the headers of right-aligned columns after them, whose cells `more_cells(files, i)` gives for row i."""
     def render(files: Files) -> str:
-        values = [[value(files.measures(run, key), measure, f"runs/{run} {key}") for _, measure in measures]
-                  for _, run, key in rows]
+        values = [[value(files.measures(run, key), measure, f"{files.run_folder(run)} {key}")
+                   for _, measure in measures] for _, run, key in rows]
         complete = all(x is not None for v in values for x in v)  # no best while a run is still to do
         best = [max((v[i] for v in values if v[i] is not None), default=None) for i in range(len(measures))]
         cells = [[label] + [bold(metric(x)) if bold_best and complete and x == best[i] else metric(x)
@@ -165,3 +173,16 @@ def metrics_table(first: str, measures: list[tuple[str, str]], rows: list[tuple[
         return markdown([first] + [h for h, _ in measures] + list(more), "l" + "r" * (len(measures) + len(more)),
                         cells)
     return render
+
+
+def selection_table(key: str, rows: list[tuple[str, str]]) -> Callable[[Files], str]:
+    """A table's render of settings compared on held-out queries (`rows`: label, folder under ``selection/``, run
+    `key` in its metrics.json): NDCG@10 and MRR@10 on them (each column's best in bold once all are in), BM25's
+    NDCG@10 on the same queries, the folder."""
+    runs = [(label, f"selection/{folder}", key) for label, folder in rows]
+
+    def more_cells(files: Files, i: int) -> list[str]:
+        return [metric(value(files.measures(runs[i][1], "bm25"), NDCG[1])), f"`{runs[i][1]}`"]
+
+    return metrics_table("setting compared", [("held-out NDCG@10", NDCG[1]), ("MRR@10", MRR10[1])], runs,
+                         bold_best=True, more=("BM25's NDCG@10", "folder"), more_cells=more_cells)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from common.report import load_reported
 from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, TableError, bold, fixed, markdown,
-                                        metric, metrics_table, number, rounded)
+                                        metric, metrics_table, number, rounded, selection_table)
 
 MEASURES = [NDCG, MAP, MRR, MRR10]
 
@@ -39,6 +39,12 @@ _trec_dl_tried = metrics_table("change from the config", MEASURES, [
     ("`--model.lr 3e-5` (the paper's)", "trec-dl-mean-lr3e-5", "earl_mean"),
     ("`--model.loss cross_entropy` (MORES's 2-class head)", "trec-dl-mean-cross-entropy", "earl_mean"),
     ("`--data.depth 20` (train and re-rank BM25's top 20 only)", "trec-dl-mean-depth20", "earl_mean")])
+
+
+_selection = selection_table("earl_mean", [
+    ("the config's: lr 1e-4, hinge loss, BM25's top 100", "mean"), ("`--model.lr 3e-5` (the paper's)", "mean-lr3e-5"),
+    ("`--model.loss cross_entropy` (MORES's 2-class head)", "mean-cross-entropy"),
+    ("`--data.depth 20` (trains on and re-ranks BM25's top 20, the held-out queries' too)", "mean-depth20")])
 
 
 def _stores(files: Files) -> str:
@@ -168,6 +174,7 @@ TABLES = [
     Table("earl/depth-100", _depth_100),
     Table("earl/trec-dl", _trec_dl),
     Table("earl/trec-dl-tried", _trec_dl_tried),
+    Table("earl/selection", _selection),
     Table("earl/relevance-level", _relevance_level),
     Table("earl/table-2", _table_2),
     Table("earl/stores", _stores),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 
 from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, by_size, fixed, markdown, metric,
-                                        metrics_table, number, value)
+                                        metrics_table, number, selection_table, value)
 
 MEASURES = [NDCG, MAP, MRR, MRR10]
 
@@ -126,6 +126,15 @@ POOLING_READINGS = [
     ("First-K, p = 64", "first 24", "the input", "firstk24-input")]
 
 
+_selection = selection_table("mva", [
+    ("MVA¹, the config (tied_init, lr 2e-5)", "mva1"), ("MVA¹, tied_init, lr 1e-4", "mva1-lr1e-4"),
+    ("MVA¹, independent projections, lr 2e-5", "mva1-independent"),
+    ("MVA¹, independent projections, lr 1e-4", "mva1-independent-lr1e-4"),
+    ("MVA¹ from the encoder of the DE fine-tuned on the training part", "mva1-from-de"),
+    ("MVA¹, no training (`--trainer.max_steps 0`)", "mva1-untrained"),
+    ("MVA², 24 document [CLS] started distinct (`cls_init`'s default)", "mva2"),
+    ("MVA², 24 document [CLS] started as copies", "mva2-copies"),
+    ("MVA³, 16 document [CLS] started distinct", "mva3"), ("MVA³, 16 document [CLS] started as copies", "mva3-copies")])
 _mva1_settings = metrics_table("change", [NDCG], [
     ("the config (tied_init, lr 2e-5)", "mva1", "mva"),
     ("independent projections, lr 1e-4 (EARL's real-data rate)", "mva1-independent-lr1e-4", "mva"),
@@ -201,6 +210,7 @@ TABLES = [
     Table("mva/trec-dl", _trec_dl),
     Table("mva/cls-starts", _labelled_runs(("run", "query side", "[CLS] starts"), CLS_STARTS)),
     Table("mva/mva1-settings", _mva1_settings),
+    Table("mva/selection", _selection),
     Table("mva/pretrained", _pretrained),
     Table("mva/chain", _chain),
     Table("mva/pooling-readings", _labelled_runs(("run", "document timesteps", "reading"), POOLING_READINGS)),
