@@ -116,11 +116,11 @@ def _paper_speedups() -> dict[int, str]:
 
 
 def _speed(folder: str, size: str, paper: bool):
+    """Table 3's grid at `size` from ``<folder>speed.csv``: per d, the ranker's seconds, each store's seconds (its
+    cold read + its compute), speed-ups (on the compute alone), the analytic and FLOP ratios, the documents each
+    store held."""
     def render(files: Files) -> str:
-        rows = files.csv(f"{folder}speed.csv")
-        split = bool(rows) and "compute_ms" in rows[0]  # read and compute apart (the store-read method)
-        stored = bool(rows) and "store_documents" in rows[0]
-        by = {(r["impl"], int(r["n"])): r for r in rows if r["size"] == size}
+        by = {(r["impl"], int(r["n"])): r for r in files.csv(f"{folder}speed.csv") if r["size"] == size}
         lengths = sorted({n for _, n in by})
         paper_speedups = _paper_speedups() if paper else {}
         cells = []
@@ -128,24 +128,19 @@ def _speed(folder: str, size: str, paper: bool):
             line = [str(n), f"{number(by['bert_ranker', n]['ms']) / 1000:.1f}"]
             for impl in ("earl_s1", "earl_s2"):
                 r = by[impl, n]
-                seconds = f"{number(r['ms']) / 1000:.2f}"
+                seconds = (f"{number(r['ms']) / 1000:.2f} ({number(r['read_ms']) / 1000:.2f} + "
+                           f"{number(r['compute_ms']) / 1000:.2f})")
                 speedup = (bold if size == "base" and n == lengths[-1] else str)(_times(number(r["speedup"])))
-                if split:
-                    seconds += f" ({number(r['read_ms']) / 1000:.2f} + {number(r['compute_ms']) / 1000:.2f})"
-                    speedup += f" ({_times(number(r['compute_speedup']))})"
+                speedup += f" ({_times(number(r['compute_speedup']))})"
                 line += [seconds, speedup, _times(number(r["analytic_ratio"])), _times(number(r["flop_ratio"]))]
-            if stored:
-                line.append(" / ".join(fixed(0)(number(by[impl, n]["store_documents"]))
-                                       for impl in ("earl_s1", "earl_s2")))
+            line.append(" / ".join(fixed(0)(number(by[impl, n]["store_documents"])) for impl in ("earl_s1", "earl_s2")))
             if paper:
                 line.append(paper_speedups[n])
             cells.append(line)
         header = ["d", "BERT ranker s"]
         for store in ("S1", "S2"):
-            header += [f"{store} s (read + compute)" if split else f"{store} s",
-                       f"{store} speed-up (compute alone)" if split else f"{store} speed-up", "analytic", "FLOPs"]
-        header += ["S1 / S2 documents"] if stored else []
-        header += ["paper S1 / S2 (CPU)"] if paper else []
+            header += [f"{store} s (read + compute)", f"{store} speed-up (compute alone)", "analytic", "FLOPs"]
+        header += ["S1 / S2 documents"] + (["paper S1 / S2 (CPU)"] if paper else [])
         return markdown(header, "r" * len(header), cells)
     return render
 
