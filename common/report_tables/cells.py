@@ -186,3 +186,23 @@ def selection_table(key: str, rows: list[tuple[str, str]]) -> Callable[[Files], 
 
     return metrics_table("setting compared", [("held-out NDCG@10", NDCG[1]), ("MRR@10", MRR10[1])], runs,
                          bold_best=True, more=("BM25's NDCG@10", "folder"), more_cells=more_cells)
+
+
+def store_dtypes_table(key: str, rows: list[tuple[str, str, str]]) -> Callable[[Files], str]:
+    """A table's render of stores of one collection in several dtypes (`rows`: model, stored rows, run folder; run
+    `key` in its metrics.json): NDCG@10, MRR@10, and from ``store_reads.csv`` (`common.stores.read_benchmark`) the
+    bytes per document and the median query's cold and warm reads of its candidates."""
+    def render(files: Files) -> str:
+        reads = {row["store"]: row for row in files.csv("store_reads.csv")}
+        cells = []
+        for model, dtype, run in rows:
+            measures, read = files.measures(run, key), reads.get(run)
+            numbers = [fixed(places)(number(read[k])) if read else ""
+                       for k, places in (("bytes_per_document", 0), ("read_ms", 2), ("warm_read_ms", 2))]
+            cells.append([model, dtype, metric(value(measures, NDCG[1])), metric(value(measures, MRR10[1])),
+                          *numbers, f"`runs/{run}`"])
+        candidates = {row["candidates"] for row in reads.values()}
+        header = ["model", "stored rows", "NDCG@10", "MRR@10", "bytes / document",
+                  f"read a query's {', '.join(sorted(candidates))} candidates, cold (ms)", "warm (ms)", "file"]
+        return markdown(header, "llrrrrrl", cells)
+    return render

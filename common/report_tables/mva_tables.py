@@ -6,7 +6,7 @@ from __future__ import annotations
 import textwrap
 
 from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, by_size, fixed, markdown, metric,
-                                        metrics_table, number, selection_table, value)
+                                        metrics_table, number, selection_table, store_dtypes_table, value)
 
 MEASURES = [NDCG, MAP, MRR, MRR10]
 
@@ -185,22 +185,6 @@ STORE_DTYPES = [("MVA²", "fp32", "store-mva2-fp32"), ("MVA²", "int8", "store-m
                 ("MVA³", "fp32", "store-mva3-fp32"), ("MVA³", "int8", "store-mva3-int8")]
 
 
-def _store_dtypes(files: Files) -> str:
-    """Each store's NDCG@10 and MRR@10 (metrics.json), bytes per document (costs.json) and the median query's cold and
-    warm reads of its candidates (``store_reads.csv``, `common.stores.read_benchmark`)."""
-    reads = {row["store"]: row for row in files.csv("store_reads.csv")}
-    cells = []
-    for model, dtype, run in STORE_DTYPES:
-        measures, costs, read = files.measures(run, "mva"), files.measures(run, "mva", "costs.json"), reads.get(run)
-        times = [fixed(2)(number(read[k])) if read else "" for k in ("read_ms", "warm_read_ms")]
-        cells.append([model, dtype, metric(value(measures, "ndcg_cut_10")), metric(value(measures, "mrr@10")),
-                      fixed(0)(value(costs, "bytes_per_document")), *times, f"`runs/{run}`"])
-    candidates = {row["candidates"] for row in reads.values()}
-    header = ["model", "stored rows", "NDCG@10", "MRR@10", "bytes / document",
-              f"read a query's {', '.join(sorted(candidates))} candidates, cold (ms)", "warm (ms)", "file"]
-    return markdown(header, "llrrrrrl", cells)
-
-
 TABLES = [
     Table("mva/speed", _speed("base")),
     Table("mva/speed-small", _speed("small")),
@@ -214,5 +198,5 @@ TABLES = [
     Table("mva/pretrained", _pretrained),
     Table("mva/chain", _chain),
     Table("mva/pooling-readings", _labelled_runs(("run", "document timesteps", "reading"), POOLING_READINGS)),
-    Table("mva/store-dtypes", _store_dtypes),
+    Table("mva/store-dtypes", store_dtypes_table("mva", STORE_DTYPES)),
 ]
