@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from common.report import load_reported
 from common.report_tables.cells import (MAP, MRR, MRR10, NDCG, Files, Table, TableError, bold, fixed, markdown,
-                                        metric, metrics_table, number, rounded, selection_table)
+                                        metric, metrics_table, number, rounded, selection_table,
+                                        store_dtypes_table)
 
 MEASURES = [NDCG, MAP, MRR, MRR10]
 
@@ -170,6 +171,9 @@ TABLES = [
     Table("earl/trec-dl", _trec_dl),
     Table("earl/trec-dl-tried", _trec_dl_tried),
     Table("earl/selection", _selection),
+    Table("earl/store-dtypes", store_dtypes_table("earl_mean", [
+        ("EARL AvePool", f"{strategy} {dtype}", f"trec-dl-store-{strategy.lower()}-{dtype}")
+        for strategy in ("S1", "S2") for dtype in ("fp32", "int8")])),
     Table("earl/relevance-level", _relevance_level),
     Table("earl/table-2", _table_2),
     Table("earl/stores", _stores),
