@@ -36,12 +36,68 @@ class RepeatedPairError(DataFormatError):
         self.query_id, self.doc_id = query_id, doc_id
 
 
-class TrainingTable:
-    """A training task's qrels and candidates by query code (module docstring); arrays in memory or mapped."""
+class CodedTable:
+    """Columns over query and document codes (the sorted ids ``queries`` and ``docs``: a row is a code), saved as
+    ``<name>.npy`` each and a JSON record written last (`META`: its `FORMAT`, the source, `counts`), mapped read-only
+    when opened: `TrainingTable`'s, and `common.data.triples`' provided triples."""
+
+    FORMAT: int
+    ARRAYS: tuple[str, ...]
+    META: str
 
     def __init__(self, arrays: Mapping[str, np.ndarray], meta: dict | None = None, folder: Path | None = None):
         self.folder, self.meta = folder, meta or {}
         self.queries, self.docs = arrays["queries"], arrays["docs"]  # (Q,), (D,) sorted S<w>
+
+    def counts(self) -> dict[str, int]:
+        """What the JSON record counts of the table, beside its format and source."""
+        raise NotImplementedError
+
+    def save(self, folder: str | os.PathLike, source: dict) -> None:
+        """Write the arrays into `folder` (``<name>.npy``) and the record last; `source` says what they are of."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in self.ARRAYS:
+            with atomic_write(folder / f"{name}.npy", "wb") as f:
+                np.save(f, getattr(self, name), allow_pickle=False)
+        with atomic_write(folder / self.META) as f:
+            json.dump({"format": self.FORMAT, "source": source, **self.counts()}, f, indent=1)
+            f.write("\n")
+
+    @classmethod
+    def open(cls, folder: str | os.PathLike):
+        folder = Path(folder)
+        meta = json.loads((folder / cls.META).read_text(encoding="utf-8"))
+        return cls({name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in cls.ARRAYS},
+                   meta, folder)
+
+    @classmethod
+    def saved(cls, folder: str | os.PathLike, make: Callable[[], CodedTable], source: dict):
+        """The table saved in `folder`, made and saved there first where it is not (`common.io.built_once`)."""
+        built_once(Path(folder), lambda tmp: make().save(tmp, source), ready=cls.is_saved)
+        return cls.open(folder)
+
+    @classmethod
+    def is_saved(cls, folder: Path) -> bool:
+        try:
+            return json.loads((folder / cls.META).read_text(encoding="utf-8")).get("format") == cls.FORMAT
+        except (OSError, ValueError):
+            return False
+
+    def query_id(self, query: int) -> str:
+        return self.queries[query].decode("utf-8")
+
+    def doc_ids(self, codes: Iterable[int]) -> list[str]:
+        return [doc_id.decode("utf-8") for doc_id in self.docs[np.asarray(codes, dtype=np.int64)].tolist()]
+
+
+class TrainingTable(CodedTable):
+    """A training task's qrels and candidates by query code (module docstring); arrays in memory or mapped."""
+
+    FORMAT, ARRAYS, META = FORMAT, ARRAYS, META
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], meta: dict | None = None, folder: Path | None = None):
+        super().__init__(arrays, meta, folder)
         self.candidate_offsets, self.candidate_docs = arrays["candidate_offsets"], arrays["candidate_docs"]
         self.qrel_offsets, self.qrel_docs = arrays["qrel_offsets"], arrays["qrel_docs"]
         self.qrel_labels = arrays["qrel_labels"]
@@ -55,46 +111,12 @@ class TrainingTable:
                                for doc_id, score in scores.items())
         return builder.table()
 
-    def save(self, folder: str | os.PathLike, source: dict) -> None:
-        """Write the arrays into `folder` (``<name>.npy``) and ``table.json`` last; `source` says what they are of."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ARRAYS:
-            with atomic_write(folder / f"{name}.npy", "wb") as f:
-                np.save(f, getattr(self, name), allow_pickle=False)
-        with atomic_write(folder / META) as f:
-            json.dump({"format": FORMAT, "source": source, "queries": len(self.queries), "documents": len(self.docs),
-                       "candidates": len(self.candidate_docs), "judgments": len(self.qrel_docs)}, f, indent=1)
-            f.write("\n")
-
-    @classmethod
-    def open(cls, folder: str | os.PathLike) -> TrainingTable:
-        folder = Path(folder)
-        meta = json.loads((folder / META).read_text(encoding="utf-8"))
-        return cls({name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS},
-                   meta, folder)
-
-    @classmethod
-    def saved(cls, folder: str | os.PathLike, make: Callable[[], TrainingTable], source: dict) -> TrainingTable:
-        """The table saved in `folder`, made and saved there first where it is not (`common.io.built_once`)."""
-        built_once(Path(folder), lambda tmp: make().save(tmp, source), ready=cls.is_saved)
-        return cls.open(folder)
-
-    @staticmethod
-    def is_saved(folder: Path) -> bool:
-        try:
-            return json.loads((folder / META).read_text(encoding="utf-8")).get("format") == FORMAT
-        except (OSError, ValueError):
-            return False
+    def counts(self) -> dict[str, int]:
+        return {"queries": len(self.queries), "documents": len(self.docs), "candidates": len(self.candidate_docs),
+                "judgments": len(self.qrel_docs)}
 
     def __len__(self) -> int:
         return len(self.queries)
-
-    def query_id(self, query: int) -> str:
-        return self.queries[query].decode("utf-8")
-
-    def doc_ids(self, codes: Iterable[int]) -> list[str]:
-        return [doc_id.decode("utf-8") for doc_id in self.docs[np.asarray(codes, dtype=np.int64)].tolist()]
 
     def judged_queries(self) -> np.ndarray:
         return np.flatnonzero(np.diff(self.qrel_offsets) > 0)

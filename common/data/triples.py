@@ -18,17 +18,14 @@ are not trained on. The groups do not change with the epoch: the training loader
 
 from __future__ import annotations
 
-import json
-import os
 from array import array
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from common.data.samplers import TrainingGroup
-from common.data.training_table import sorted_ids
-from common.io import atomic_write, built_once
+from common.data.training_table import CodedTable, sorted_ids
 
 #: The layout this module writes; a cached table of another format is rebuilt.
 FORMAT = 1
@@ -36,12 +33,13 @@ ARRAYS = ("queries", "docs", "triples")
 META = "triples.json"
 
 
-class TriplesTable:
+class TriplesTable(CodedTable):
     """(query, positive, negative) triples by code (module docstring); arrays in memory or mapped."""
 
+    FORMAT, ARRAYS, META = FORMAT, ARRAYS, META
+
     def __init__(self, arrays: Mapping[str, np.ndarray], meta: dict | None = None, folder: Path | None = None):
-        self.folder, self.meta = folder, meta or {}
-        self.queries, self.docs = arrays["queries"], arrays["docs"]  # (Q,), (D,) sorted S<w>
+        super().__init__(arrays, meta, folder)
         self.triples = arrays["triples"]  # (N, 3) int32: query, positive, negative codes
 
     @classmethod
@@ -60,46 +58,11 @@ class TriplesTable:
         coded = np.stack([query_rows[q], doc_rows[p], doc_rows[n]], axis=1) if len(q) else np.zeros((0, 3), np.int32)
         return cls({"queries": query_ids, "docs": doc_ids, "triples": coded.astype(np.int32)})
 
-    def save(self, folder: str | os.PathLike, source: dict) -> None:
-        """Write the arrays into `folder` (``<name>.npy``) and ``triples.json`` last; `source` says what they are of."""
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        for name in ARRAYS:
-            with atomic_write(folder / f"{name}.npy", "wb") as f:
-                np.save(f, getattr(self, name), allow_pickle=False)
-        with atomic_write(folder / META) as f:
-            json.dump({"format": FORMAT, "source": source, "queries": len(self.queries), "documents": len(self.docs),
-                       "triples": len(self.triples)}, f, indent=1)
-            f.write("\n")
-
-    @classmethod
-    def open(cls, folder: str | os.PathLike) -> TriplesTable:
-        folder = Path(folder)
-        meta = json.loads((folder / META).read_text(encoding="utf-8"))
-        return cls({name: np.load(folder / f"{name}.npy", mmap_mode="r", allow_pickle=False) for name in ARRAYS},
-                   meta, folder)
-
-    @classmethod
-    def saved(cls, folder: str | os.PathLike, make: Callable[[], TriplesTable], source: dict) -> TriplesTable:
-        """The table saved in `folder`, made and saved there first where it is not (`common.io.built_once`)."""
-        built_once(Path(folder), lambda tmp: make().save(tmp, source), ready=cls.is_saved)
-        return cls.open(folder)
-
-    @staticmethod
-    def is_saved(folder: Path) -> bool:
-        try:
-            return json.loads((folder / META).read_text(encoding="utf-8")).get("format") == FORMAT
-        except (OSError, ValueError):
-            return False
+    def counts(self) -> dict[str, int]:
+        return {"queries": len(self.queries), "documents": len(self.docs), "triples": len(self.triples)}
 
     def __len__(self) -> int:
         return len(self.triples)
-
-    def query_id(self, query: int) -> str:
-        return self.queries[query].decode("utf-8")
-
-    def doc_ids(self, codes: Iterable[int]) -> list[str]:
-        return [doc_id.decode("utf-8") for doc_id in self.docs[np.asarray(codes, dtype=np.int64)].tolist()]
 
 
 class TriplesSampler:
