@@ -237,7 +237,7 @@ EARL_FILES = {
     "unfinished_store/plan.json": "{}\n",
     "finished_store/manifest.json": "{}\n",
     # a store of another checkpoint: refused on its identity, before its shards are read
-    "other_store/manifest.json": '{"format": 2, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "s1"}}\n',
+    "other_store/manifest.json": '{"format": 2, "dtype": "float32", "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "s1"}}\n',
 }
 EARL_INDEX = ["--checkpoint", "{in}/earl.ckpt", "--strategy", "s1", "--collection", "builtin:test", "--output_dir", "store"]
 EARL_INDEX_CASES = [
@@ -364,7 +364,7 @@ MVA_CHECKPOINTS = {
 }
 MVA_FILES = {
     "unfinished_store/plan.json": "{}\n",
-    "other_store/manifest.json": '{"format": 2, "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "mva"}}\n',
+    "other_store/manifest.json": '{"format": 2, "dtype": "float32", "identity": {"checkpoint": "' + "0" * 64 + '", "strategy": "mva"}}\n',
 }
 MVA_INDEX = ["--checkpoint", "{in}/mva.ckpt", "--collection", "builtin:test", "--output_dir", "store"]
 MVA_INDEX_CASES = [
