@@ -33,7 +33,7 @@ _trec_dl = metrics_table("run", MEASURES, [
     ("EARL AvePool tied", "trec-dl-mean-tied", "earl_mean_tied"),
     ("BERT ranker (MiniLM cross-encoder), hinge loss", "trec-dl-bert-ranker", "bert_ranker"),
     ("BERT ranker, cross-entropy (the paper's loss, Sec. 4.2)", "trec-dl-bert-ranker-cross-entropy", "bert_ranker"),
-    ("BERT-Siamese (MiniLM [CLS], dot product)", "trec-dl-bert-siamese", "bert_siamese"),
+    ("BERT-Siamese (MiniLM, mean pooling, dot product)", "trec-dl-bert-siamese", "bert_siamese"),
     ("BM25 (Pyserini k1 0.9, b 0.4)", "trec-dl-cls", "bm25")])
 _trec_dl_tried = metrics_table("change from the config", MEASURES, [
     ("none (the table's row)", "trec-dl-mean", "earl_mean"),
