@@ -150,7 +150,7 @@ class StoreReads:
 
     def map_shards(self, ids: list[str]):
         """Map the shards that `ids` fall in, touching none of their rows; the (zero) fp32 tensor on the device."""
-        self.store.get_many(ids)
+        self.store.get_many(ids, read_ahead=False)
         return self.compute.to(self.device)
 
     def __call__(self, ids: list[str]):

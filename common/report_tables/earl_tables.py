@@ -158,7 +158,8 @@ def _bar(files: Files) -> str:
                                                                                   "warm_read_ms", "ms"))
             cells.append([str(threads), impl[-2:].upper(), f"{ranker / 1000:.2f}", fixed(0)(warm),
                           fixed(0)(warm_read), fixed(0)(cold), _times(ranker / compute),
-                          (bold if ranker / warm >= bar else str)(_times(ranker / warm)), _times(ranker / cold),
+                          (bold if ranker / warm >= bar else str)(_times(ranker / warm)),
+                          (bold if ranker / cold >= bar else str)(_times(ranker / cold)),
                           f"{bar}x"])
     header = ["threads", "store", "BERT ranker s", "EARL held in memory ms", "of which read", "EARL from the disk ms",
               "speed-up: compute", "held in memory", "from the disk", "bar"]

@@ -58,7 +58,7 @@ def measure(folder, args) -> dict:
     cold, cached = [], []
     for ids in timed:
         store = RepresentationStore.open(folder)  # a fresh reader, the last one's maps let go
-        store.get_many(spare)  # its shards mapped, no row read
+        store.get_many(spare, read_ahead=False)  # its shards mapped, no row read
         evict_from_page_cache(files)
         cached.append(cached_fraction(files))
         cold.append(query(store, ids))

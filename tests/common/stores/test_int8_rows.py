@@ -40,6 +40,17 @@ def test_rows_scales_and_codes_by_hand():
     assert half.dtype == np.float16 and half[1].tolist() == [254.0, 0.0, -4.0]
 
 
+@pytest.mark.parametrize("float_type", [np.float16, np.float32, np.float64])
+def test_decoded_values_are_float32_code_times_scale_in_any_float_type(float_type):
+    rows = encode(np.random.default_rng(0).standard_normal((5, 7)) * 10, "int8")
+    out = np.empty((5, 7), dtype=float_type)
+    decode_into(rows, out)
+    # one value at a time: the code as float32, times its row's float32 scale, rounded to the out type
+    expected = [[float_type(np.float32(code) * np.float32(scale)) for code in codes]
+                for scale, codes in zip(rows["scale"].tolist(), rows["codes"].tolist())]
+    assert out.dtype == float_type and out.tobytes() == np.array(expected, dtype=float_type).tobytes()
+
+
 def test_a_shard_holds_each_rows_scale_then_its_codes(tmp_path):
     writer = _writer(tmp_path / "store", "int8", doc_ids=["a", "b"], shard_size=2)
     writer.write_shard(0, [BY_HAND[:2], BY_HAND[3:]])

@@ -1,10 +1,13 @@
 """common.stores.representations and common.stores.writer: a store's round trip in float32 and float16, its
-files and manifest, resuming after a damaged or killed build (byte for byte the uninterrupted store), the refusal
+files and manifest, each candidate's byte range advised to the kernel before it is read (offsets worked by hand), a
+store pickled without its memory maps, resuming after a damaged or killed build (byte for byte the uninterrupted store), the refusal
 of a store built from something else, of a missing document, of a damaged shard and of a folder in use."""
 
 import hashlib
 import json
+import mmap
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -15,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 
+import common.stores.representations as representations
 from common.stores.writer import ShardDataset, build_store
 from common.stores.representations import (
     CorruptStoreError,
@@ -25,6 +29,7 @@ from common.stores.representations import (
     checkpoint_hash,
     store_output_problem,
     verify_store,
+    will_need_range,
 )
 
 WIDTH = 3
@@ -73,11 +78,12 @@ def test_round_trip_float32(tmp_path):
         got = store.get(doc_id)
         assert got.dtype == np.float32 and got.shape == (len(matrix), WIDTH) and np.array_equal(got, matrix)
         assert not got.flags.writeable
-    mapped = store.get("D003")  # a view of the mapped shard, not a copy
-    while not isinstance(mapped, np.memmap):
-        assert not mapped.flags.owndata
-        mapped = mapped.base
-    assert Path(mapped.filename).samefile(tmp_path / "store" / "shard-00000.bin")
+    owner = store.get("D003")  # a view of the mapped shard, not a copy
+    while isinstance(owner, np.ndarray):
+        assert not owner.flags.owndata
+        owner = owner.base
+    assert isinstance(owner, memoryview) and isinstance(owner.obj, mmap.mmap)
+    assert owner.obj[:] == (tmp_path / "store" / "shard-00000.bin").read_bytes()  # the map of shard 0's file
     assert all(np.array_equal(a, b) for a, b in zip(store.get_many(["D009", "D001"]), [matrices[9], matrices[1]]))
 
     batch, mask = store.padded(["D002", "D003", "D001", "D008"])
@@ -146,6 +152,46 @@ def test_every_shard_stays_mapped_and_fewer_where_descriptors_are_short(tmp_path
     held = [store.get(doc_id) for doc_id in IDS]  # each shard mapped, let go, mapped again
     assert len(store._maps) == 1
     assert all(np.array_equal(a, b) for a, b in zip(held, _matrices()))
+
+
+def test_advised_ranges_are_page_aligned_and_cover_the_bytes():
+    assert will_need_range(0, 1, page=4096) == (0, 1)
+    assert will_need_range(5000, 100, page=4096) == (4096, 1004)  # bytes 5000..5099 of the page at 4096
+    assert will_need_range(8192, 4096, page=4096) == (8192, 4096)
+    assert will_need_range(4095, 2, page=4096) == (0, 4097)  # straddles two pages
+
+
+@pytest.mark.parametrize("dtype, row_bytes", [("float32", 4 * WIDTH), ("float16", 2 * WIDTH), ("int8", WIDTH + 4)])
+def test_each_candidates_byte_range_is_advised_before_it_is_read(tmp_path, monkeypatch, dtype, row_bytes):
+    store = _build(tmp_path / "store", dtype)
+    advised = []
+    monkeypatch.setattr(representations, "_will_need",
+                        lambda memory, offset, length: advised.append((len(memory), offset, length)))
+    store.get_many(["D005", "D003", "D002", "D009"])
+    # shard 0 is D000..D003 of (3, 1, 0, 7) rows, 11 in all; shard 1 is D004..D007 of (2, 5, 1, 4), 12 in all; D003
+    # starts at row 3 + 1 = 4, D005 at row 2; D002 and D009 (an empty shard) hold no row and are not advised
+    assert sorted(advised) == sorted([(11 * row_bytes, 4 * row_bytes, 7 * row_bytes),
+                                      (12 * row_bytes, 2 * row_bytes, 5 * row_bytes)])
+    advised.clear()
+    store.get_many(["D005", "D003"], read_ahead=False)  # a warm-up: shards mapped, nothing asked for
+    assert advised == []
+
+
+@pytest.mark.skipif(not hasattr(mmap, "MADV_WILLNEED"), reason="madvise(MADV_WILLNEED) is Linux's and macOS's")
+def test_advising_a_real_map_reads_the_same_rows(tmp_path):
+    matrices = _matrices()
+    store = _build(tmp_path / "store", matrices=matrices)
+    got = store.get_many(IDS[::-1])  # every document, each advised on its shard's map (page-aligned or refused)
+    assert all(np.array_equal(a, b) for a, b in zip(got, matrices[::-1]))
+
+
+def test_a_store_pickles_without_its_memory_maps(tmp_path):
+    matrices = _matrices()
+    store = _build(tmp_path / "store", matrices=matrices)
+    store.get_many(IDS)  # every shard mapped
+    copy = pickle.loads(pickle.dumps(store))  # a memory map itself cannot be pickled
+    assert len(store._maps) == 3 and len(copy._maps) == 0
+    assert all(np.array_equal(copy.get(doc_id), matrix) for doc_id, matrix in zip(IDS, matrices))
 
 
 def test_ids_are_found_by_binary_search_whatever_their_length(tmp_path):
