@@ -49,6 +49,8 @@ DTYPES = tuple(FORMATS)
 REQUIRED_IDENTITY = ("checkpoint", "strategy")
 #: File descriptors left to the rest of the process when a reader decides how many shards it keeps mapped.
 SPARE_DESCRIPTORS = 512
+#: ``madvise``'s read-ahead advice, None where the platform has none (the rows are then read by page faults alone).
+_MADV_WILLNEED = getattr(mmap, "MADV_WILLNEED", None)
 #: The temporary files `atomic_write` leaves of this module's files when killed (``.<name>.<random>.tmp``).
 _TEMPORARY = re.compile(r"\.(plan\.json|manifest\.json|ids\.npy|locations\.npy|shard-\d+\.(bin|index\.json))\..+\.tmp")
 
@@ -261,7 +263,7 @@ class RepresentationStore:
         matrices: list[np.ndarray] = [None] * len(found)  # type: ignore[list-item]
         for i, (position, start, rows) in zip(order.tolist(), self._locations[found[order]].tolist()):
             shard_rows, shard_map = self._shard(position // shard_size)
-            if read_ahead and shard_map is not None and rows:
+            if read_ahead and rows:  # a document with rows lies in a mapped shard
                 _will_need(shard_map, start * row_bytes, rows * row_bytes)
             matrices[i] = shard_rows[start : start + rows]
         return matrices
@@ -332,8 +334,8 @@ def will_need_range(offset: int, length: int, page: int = mmap.PAGESIZE) -> tupl
 
 def _will_need(memory: mmap.mmap, offset: int, length: int) -> None:
     """Ask the kernel to start reading bytes [offset, offset + length) of `memory` from the disk now, without waiting."""
-    if hasattr(mmap, "MADV_WILLNEED"):
-        memory.madvise(mmap.MADV_WILLNEED, *will_need_range(offset, length))
+    if _MADV_WILLNEED is not None:
+        memory.madvise(_MADV_WILLNEED, *will_need_range(offset, length))
 
 
 def verify_store(folder: str | os.PathLike, progress: Callable[[Iterable], Iterable] | None = None) -> dict:
